@@ -1,0 +1,9 @@
+// ember — table-batched embedding bags with fused optimizers, sharded over MPI.
+// The umbrella header: include this, or the one header per concept under ember/.
+#ifndef EMBER_H
+#define EMBER_H
+
+#include "ember/core.h"
+#include "ember/comm.h"
+
+#endif

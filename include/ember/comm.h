@@ -1,0 +1,82 @@
+// ember/comm.h — the MPI communicator wrapper every distributed layer uses.
+//
+// An ember_comm holds a duplicate of the caller's MPI communicator (the library never calls
+// MPI_Init/MPI_Finalize and never communicates on the caller's communicator), with errors
+// returned rather than fatal. It provides the collectives the sharding schemes and LFQ need and
+// the collective status agreement that keeps a bad input on one rank from hanging the others:
+//
+//     ember_status st = validate_locally(...);      // no communication yet
+//     st = ember_comm_agree(comm, st);              // every rank learns the worst status
+//     if (st != EMBER_OK) return st;                // every rank returns, nobody waits
+//
+// Every collective counts the bytes this rank sends (ember_comm_bytes_sent), which the sharding
+// layer reports per step and scheme.
+//
+// Functions marked "Collective" must be called by every rank of the communicator in the same
+// order. Errors from MPI itself are returned as EMBER_ERR_COMM with MPI's error string.
+#ifndef EMBER_COMM_H
+#define EMBER_COMM_H
+
+#include <mpi.h>
+
+#include "ember/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ember_comm ember_comm;
+
+// Duplicates `comm` (MPI_Comm_dup) and sets the context's rank (ember_ctx_set_rank) for messages.
+// ctx is borrowed and must outlive the returned object. MPI must be initialised.
+// Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM, EMBER_ERR_COMM.
+EMBER_API ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out);
+// Frees the duplicate. Collective on the communicator; NULL is accepted (and then local).
+EMBER_API void ember_comm_destroy(ember_comm *comm);
+
+EMBER_API int32_t ember_comm_rank(const ember_comm *comm);
+EMBER_API int32_t ember_comm_size(const ember_comm *comm);
+EMBER_API ember_ctx *ember_comm_ctx(const ember_comm *comm);
+// The duplicated communicator, for callers that add their own MPI calls on it.
+EMBER_API MPI_Comm ember_comm_mpi(const ember_comm *comm);
+
+// Agrees on a status: returns the most negative status over all ranks (ties: lowest rank).
+// On the failing rank the context message is kept; every other rank gets that rank's message,
+// prefixed by "rank R failed: ", and returns the same status.
+// Collective. If the agreement itself fails, returns EMBER_ERR_COMM.
+EMBER_API ember_status ember_comm_agree(ember_comm *comm, ember_status local);
+
+// In-place sums over all ranks. Collective.
+EMBER_API ember_status ember_comm_allreduce_sum_f32(ember_comm *comm, float *buf, size_t n);
+EMBER_API ember_status ember_comm_allreduce_sum_f64(ember_comm *comm, double *buf, size_t n);
+EMBER_API ember_status ember_comm_allreduce_sum_i64(ember_comm *comm, int64_t *buf, size_t n);
+// In-place max over all ranks of int64 values. Collective.
+EMBER_API ember_status ember_comm_allreduce_max_i64(ember_comm *comm, int64_t *buf, size_t n);
+
+// Personalised exchange of fixed-size elements of `elem_size` bytes.
+// send_counts[W], recv_counts[W] are element counts; data for rank r is contiguous at the
+// exclusive prefix sum of the counts. recv_counts must match what the peers send (use
+// ember_comm_alltoall_i64 to exchange counts first). Collective.
+EMBER_API ember_status ember_comm_alltoallv(ember_comm *comm, const void *send, const int64_t *send_counts,
+                                            void *recv, const int64_t *recv_counts, size_t elem_size);
+// Each rank sends one int64 to every rank: recv[s] = rank s's send[me]. Collective.
+EMBER_API ember_status ember_comm_alltoall_i64(ember_comm *comm, const int64_t *send, int64_t *recv);
+// Concatenates every rank's `count` elements of `elem_size` bytes in rank order into recv
+// (recv_counts[W] given by the caller, e.g. from ember_comm_allgather_i64). Collective.
+EMBER_API ember_status ember_comm_allgatherv(ember_comm *comm, const void *send, int64_t count, void *recv,
+                                             const int64_t *recv_counts, size_t elem_size);
+// recv[s] = rank s's value. Collective.
+EMBER_API ember_status ember_comm_allgather_i64(ember_comm *comm, int64_t value, int64_t *recv);
+// Broadcast of `bytes` bytes from `root`. Collective.
+EMBER_API ember_status ember_comm_bcast(ember_comm *comm, void *buf, size_t bytes, int32_t root);
+EMBER_API ember_status ember_comm_barrier(ember_comm *comm);
+
+// Bytes this rank has handed to MPI for other ranks since creation or the last reset (its own
+// slice of an exchange is not counted). Local.
+EMBER_API uint64_t ember_comm_bytes_sent(const ember_comm *comm);
+EMBER_API void ember_comm_reset_bytes_sent(ember_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,115 @@
+// ember/core.h — status codes, the library context, version.
+//
+// Every fallible ember call returns an `ember_status` (0 ok, negative error) and leaves a
+// detailed message on the context it was given (`ember_ctx_errmsg`), naming the rank, the
+// feature or table and the offending value. Nothing in the library calls exit/abort on user
+// input or prints to stdout; diagnostics go to the context's log callback.
+//
+// A context owns: the allocator hooks (every byte the library allocates goes through them and
+// is counted, see ember_ctx_bytes_outstanding), the thread count used by kernels, the log
+// callback and the last error message. A context is thread-compatible: use one per thread of
+// control, or serialise calls on it. Objects created with a context borrow it; destroy them
+// before the context.
+#ifndef EMBER_CORE_H
+#define EMBER_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define EMBER_API __attribute__((visibility("default")))
+#else
+#define EMBER_API
+#endif
+
+// The one status table: X(NAME, value, message). It generates the enum, ember_status_name()
+// and ember_status_str().
+#define EMBER_STATUS_MAP(X)                                                  \
+    X(EMBER_OK,               0, "success")                                  \
+    X(EMBER_ERR_INVALID_ARG,  -1, "invalid argument")                        \
+    X(EMBER_ERR_OUT_OF_RANGE, -2, "id outside its table")                    \
+    X(EMBER_ERR_NOMEM,        -3, "out of memory")                           \
+    X(EMBER_ERR_IO,           -4, "I/O error")                               \
+    X(EMBER_ERR_COMM,         -5, "communication failure")                   \
+    X(EMBER_ERR_REMOTE,       -6, "another rank failed this call")           \
+    X(EMBER_ERR_NUMERIC,      -7, "non-finite value")                        \
+    X(EMBER_ERR_UNSUPPORTED,  -8, "unsupported configuration")               \
+    X(EMBER_ERR_STATE,        -9, "call out of order for the object's state") \
+    X(EMBER_ERR_FORMAT,      -10, "malformed data")
+
+typedef enum ember_status {
+#define EMBER_STATUS_ENUM_(name, value, msg) name = value,
+    EMBER_STATUS_MAP(EMBER_STATUS_ENUM_)
+#undef EMBER_STATUS_ENUM_
+} ember_status;
+
+// The enum name without its prefix ("OUT_OF_RANGE", "OK"); "UNKNOWN" for a value outside the table.
+EMBER_API const char *ember_status_name(ember_status st);
+// One-line description ("id outside its table").
+EMBER_API const char *ember_status_str(ember_status st);
+
+// Library version "MAJOR.MINOR.PATCH" and a one-line build description (compiler, flags that
+// matter: OpenMP, MPI, CBLAS).
+EMBER_API const char *ember_version(void);
+EMBER_API const char *ember_build_info(void);
+
+typedef enum ember_log_level {
+    EMBER_LOG_DEBUG = 0,
+    EMBER_LOG_INFO = 1,
+    EMBER_LOG_WARN = 2,
+    EMBER_LOG_ERROR = 3,
+} ember_log_level;
+
+// Allocator hooks. `alloc` returns `size` bytes aligned to at least 64 (NULL on failure);
+// `free` accepts any pointer `alloc` returned. Zero hooks mean the C library's malloc/free.
+typedef struct ember_allocator {
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} ember_allocator;
+
+typedef void (*ember_log_fn)(void *user, ember_log_level level, const char *msg);
+
+typedef struct ember_ctx_config {
+    ember_allocator allocator;  // zero: malloc/free
+    int32_t num_threads;        // kernels' OpenMP threads; 0: omp_get_max_threads()
+    ember_log_fn log;           // NULL: messages at or above log_level go to stderr
+    void *log_user;
+    ember_log_level log_level;  // default (0) DEBUG is raised to WARN when log is NULL
+} ember_ctx_config;
+#define EMBER_CTX_CONFIG_DEFAULT {{0, 0, 0}, 0, 0, 0, EMBER_LOG_DEBUG}
+
+typedef struct ember_ctx ember_ctx;
+
+// Creates a context. cfg may be NULL (all defaults). On failure *out is NULL.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (out NULL, num_threads < 0), EMBER_ERR_NOMEM.
+EMBER_API ember_status ember_ctx_create(const ember_ctx_config *cfg, ember_ctx **out);
+// Destroys a context; NULL is accepted. Objects created on it must be destroyed first.
+EMBER_API void ember_ctx_destroy(ember_ctx *ctx);
+
+// The message of the last failed call on this context ("" if none). Valid until the next call.
+EMBER_API const char *ember_ctx_errmsg(const ember_ctx *ctx);
+// The status of the last failed call (EMBER_OK if none); ember_ctx_clear_error resets both.
+EMBER_API ember_status ember_ctx_last_status(const ember_ctx *ctx);
+EMBER_API void ember_ctx_clear_error(ember_ctx *ctx);
+
+// Kernel thread count. Results are bitwise identical for every thread count.
+EMBER_API int32_t ember_ctx_num_threads(const ember_ctx *ctx);
+EMBER_API ember_status ember_ctx_set_num_threads(ember_ctx *ctx, int32_t n);
+
+// Bytes currently allocated through this context (0 after every object is destroyed).
+EMBER_API size_t ember_ctx_bytes_outstanding(const ember_ctx *ctx);
+
+// The rank named in error messages. ember_comm_create sets it to the communicator rank;
+// -1 (the default) means "single process" and messages say "(rank 0)".
+EMBER_API void ember_ctx_set_rank(ember_ctx *ctx, int32_t rank);
+EMBER_API int32_t ember_ctx_rank(const ember_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

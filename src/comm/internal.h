@@ -1,0 +1,17 @@
+// Internal layout of ember_comm, for the layers above comm.
+#ifndef EMBER_COMM_INTERNAL_H
+#define EMBER_COMM_INTERNAL_H
+
+#include <stdio.h>
+
+#include "core/internal.h"
+#include "ember/comm.h"
+
+struct ember_comm {
+    ember_ctx *ctx;       // borrowed
+    MPI_Comm comm;        // owned duplicate
+    int32_t rank, size;
+    uint64_t bytes_sent;
+};
+
+#endif

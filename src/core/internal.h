@@ -1,0 +1,78 @@
+// Internal helpers shared by every layer: error setting, checks, allocation, logging.
+// Not installed; names are ember__ (internal, non-static) per DESIGN.md §2.
+#ifndef EMBER_CORE_INTERNAL_H
+#define EMBER_CORE_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember/core.h"
+
+#define EMBER_ERRMSG_CAP 512
+
+struct ember_ctx {
+    ember_allocator allocator;
+    int32_t num_threads;
+    ember_log_fn log;
+    void *log_user;
+    ember_log_level log_level;
+    int32_t rank;               // -1: single process
+    ember_status last_status;
+    size_t bytes_outstanding;
+    char errmsg[EMBER_ERRMSG_CAP];
+};
+
+#if defined(__GNUC__)
+#define EMBER__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define EMBER__PRINTF(a, b)
+#endif
+
+// Records `st` and a formatted message "<msg> (rank R)" on ctx; returns st.
+ember_status ember__error(ember_ctx *ctx, ember_status st, const char *fmt, ...) EMBER__PRINTF(3, 4);
+ember_status ember__verror(ember_ctx *ctx, ember_status st, const char *fmt, va_list ap);
+// Sends a message to the context's log callback (or stderr) if at or above its level.
+void ember__log(ember_ctx *ctx, ember_log_level level, const char *fmt, ...) EMBER__PRINTF(3, 4);
+
+// Allocation through the context's hooks, 64-byte aligned, counted in bytes_outstanding.
+// ember__alloc returns NULL on failure without setting an error; ember__xalloc sets
+// EMBER_ERR_NOMEM on ctx naming `what`. ember__calloc zeroes. free accepts NULL.
+void *ember__alloc(ember_ctx *ctx, size_t bytes);
+void *ember__calloc(ember_ctx *ctx, size_t bytes);
+void *ember__xalloc(ember_ctx *ctx, size_t bytes, const char *what);
+void ember__free(ember_ctx *ctx, void *p);
+// Large slabs: 2 MiB aligned and advised for transparent huge pages (DESIGN.md §4). Zeroed.
+void *ember__alloc_slab(ember_ctx *ctx, size_t bytes, const char *what);
+void ember__free_slab(ember_ctx *ctx, void *p);
+
+// Checks a condition on user input; on failure records the message and returns `st`.
+#define EMBER_CHECK(ctx, cond, st, ...)                 \
+    do {                                                \
+        if (!(cond)) return ember__error((ctx), (st), __VA_ARGS__); \
+    } while (0)
+
+// Returns the status of `expr` if it is not EMBER_OK.
+#define EMBER_TRY(expr)                                 \
+    do {                                                \
+        ember_status ember__st_ = (expr);               \
+        if (ember__st_ != EMBER_OK) return ember__st_;  \
+    } while (0)
+
+// Internal invariant (never user input): aborts with file/line when violated.
+void ember__assert_fail(const char *expr, const char *file, int line);
+#define EMBER_ASSERT(cond) \
+    do { if (!(cond)) ember__assert_fail(#cond, __FILE__, __LINE__); } while (0)
+
+// Thread count the kernels use for this context.
+int ember__threads(const ember_ctx *ctx);
+
+// Size-checked multiply for byte counts; false on overflow.
+static inline bool ember__mul_size(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return false;
+    *out = a * b;
+    return true;
+}
+
+#endif

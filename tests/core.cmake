@@ -1,0 +1,5 @@
+ember_unit_test(core ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core.c)
+ember_test_exe(test_comm ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_comm.c)
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.comm.np${np} ${np} test_comm)
+endforeach()

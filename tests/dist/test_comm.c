@@ -1,0 +1,82 @@
+// comm: duplication, status agreement naming the failing rank, collectives and byte counts.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm/internal.h"
+#include "ember.h"
+#include "mpi_assert.h"
+
+static void agree_spreads_the_failing_ranks_error(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *c = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &c), EMBER_OK);
+    int r = ember_comm_rank(c), w = ember_comm_size(c);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_agree(c, EMBER_OK) == EMBER_OK);
+    int bad = w - 1;
+    ember_status local = EMBER_OK;
+    if (r == bad) local = ember__error(ctx, EMBER_ERR_OUT_OF_RANGE, "feature 'f0' bag 2: id 99 >= rows 8");
+    ember_status st = ember_comm_agree(c, local);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_OUT_OF_RANGE);
+    char want[64];
+    snprintf(want, sizeof want, "(rank %d)", bad);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), want) != NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), "id 99") != NULL);
+    ember_comm_destroy(c);
+    ember_ctx_destroy(ctx);
+}
+
+static void collectives_move_the_right_bytes(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *c = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &c), EMBER_OK);
+    int r = ember_comm_rank(c), w = ember_comm_size(c);
+    float f[3] = {(float)r, 1.0f, 2.0f};
+    assert_int_equal(ember_comm_allreduce_sum_f32(c, f, 3), EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, f[0] == (float)(w * (w - 1) / 2) && f[1] == (float)w);
+    // alltoallv: rank r sends (r + s) copies of value 100 r + s to rank s.
+    int64_t sc[8], rc[8], total_s = 0, total_r = 0;
+    for (int s = 0; s < w; s++) { sc[s] = r + s; total_s += sc[s]; }
+    assert_int_equal(ember_comm_alltoall_i64(c, sc, rc), EMBER_OK);
+    for (int s = 0; s < w; s++) total_r += rc[s];
+    int64_t sendbuf[64], recvbuf[64];
+    int64_t k = 0;
+    for (int s = 0; s < w; s++) for (int j = 0; j < sc[s]; j++) sendbuf[k++] = 100 * r + s;
+    ember_comm_reset_bytes_sent(c);
+    assert_int_equal(ember_comm_alltoallv(c, sendbuf, sc, recvbuf, rc, sizeof(int64_t)), EMBER_OK);
+    bool ok = true;
+    k = 0;
+    for (int s = 0; s < w; s++) {
+        ok = ok && rc[s] == s + r;
+        for (int j = 0; j < rc[s]; j++) ok = ok && recvbuf[k++] == 100 * s + r;
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok && k == total_r);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_bytes_sent(c) == (uint64_t)(total_s - sc[r]) * 8);
+    int64_t all[8];
+    assert_int_equal(ember_comm_allgather_i64(c, r * 10, all), EMBER_OK);
+    ok = true;
+    for (int s = 0; s < w; s++) ok = ok && all[s] == s * 10;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    ember_comm_destroy(c);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(agree_spreads_the_failing_ranks_error),
+        cmocka_unit_test(collectives_move_the_right_bytes),
+    };
+    int fails = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return fails;
+}
