@@ -5,5 +5,8 @@
 
 #include "ember/core.h"
 #include "ember/comm.h"
+#include "ember/kjt.h"
+#include "ember/ebc.h"
+#include "ember/shard.h"
 
 #endif

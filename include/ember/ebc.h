@@ -1,0 +1,187 @@
+// ember/ebc.h — a local EmbeddingBagCollection on table-batched storage, with the optimizer
+// fused into backward (DESIGN.md §1.2, §1.5, §1.6).
+//
+// A collection owns T tables, each `rows x dim` in its own dtype, laid out in one slab, plus
+// each table's optimizer state beside it. F features read the tables (several features may
+// share one). One forward pools every bag of a KJT; one backward takes the gradient of the
+// output, coalesces duplicate ids (sum of their gradients), and applies exactly one optimizer
+// update to every touched row; untouched rows are not changed ("exact" semantics of FBGEMM's
+// EXACT_* optimizers and torch's sparse optimizers).
+//
+// Pooling, for bag I of feature f on sample b, per-id weights w_j (1 when absent):
+//   SUM   y = sum_j w_j E[id_j]
+//   MEAN  y = (1/|I|) sum_j w_j E[id_j], |I| = number of ids (never the sum of the weights, as
+//         FBGEMM's MEAN); an empty bag gives 0. Ids dropped by EMBER_BOUNDS_SKIP do not count.
+//   NONE  no pooling (EmbeddingCollection): one row per id. A collection is either all-NONE or
+//         has no NONE table, and an all-NONE collection needs one common dim D.
+// Output layout: pooled collections write [B, sum_f D_f] row-major, features in configuration
+// order (KeyedTensor layout); all-NONE collections write [nnz, D] in the KJT's value order.
+//
+// Determinism: forward outputs and updated weights are bitwise identical run to run and for any
+// thread count (sort-and-segment backward, fixed summation order, no float atomics).
+// Workspace: sized at creation from max_batch_size/max_nnz; a larger batch grows it once.
+// A failed call changes nothing: weights, state and step counters are as before the call.
+#ifndef EMBER_EBC_H
+#define EMBER_EBC_H
+
+#include "ember/core.h"
+#include "ember/kjt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ember_pooling { EMBER_POOL_SUM = 0, EMBER_POOL_MEAN = 1, EMBER_POOL_NONE = 2 } ember_pooling;
+
+// Storage dtype of a table's weights. Gathers and updates accumulate in fp32; optimizer state
+// is always fp32.
+typedef enum ember_dtype { EMBER_DTYPE_F32 = 0, EMBER_DTYPE_F16 = 1, EMBER_DTYPE_BF16 = 2 } ember_dtype;
+
+typedef enum ember_init_kind {
+    EMBER_INIT_ZEROS = 0,
+    EMBER_INIT_UNIFORM = 1, // uniform(a, b)
+    EMBER_INIT_NORMAL = 2,  // normal(0, std)
+} ember_init_kind;
+
+typedef struct ember_init {
+    ember_init_kind kind;
+    float a, b;  // UNIFORM bounds
+    float std;   // NORMAL standard deviation
+} ember_init;
+
+typedef enum ember_optim_kind {
+    EMBER_OPT_SGD = 0,
+    EMBER_OPT_ADAGRAD = 1,             // state momentum1 [rows, dim]: sum of squared gradients
+    EMBER_OPT_ROWWISE_ADAGRAD = 2,     // state momentum1 [rows]: sum of mean-over-row squared grads
+    EMBER_OPT_ADAM = 3,                // momentum1, momentum2 [rows, dim]
+    EMBER_OPT_PARTIAL_ROWWISE_ADAM = 4,// momentum1 [rows, dim], momentum2 [rows] (row mean of g^2)
+    EMBER_OPT_LAMB = 5,                // momentum1, momentum2 [rows, dim]; trust ratio per row
+} ember_optim_kind;
+
+typedef enum ember_weight_decay_mode {
+    EMBER_WD_NONE = 0,
+    EMBER_WD_L2 = 1,        // g += weight_decay * w before the optimizer (coupled, torch's weight_decay)
+    EMBER_WD_DECOUPLED = 2, // w -= lr * weight_decay * w beside the update (AdamW style)
+} ember_weight_decay_mode;
+
+typedef struct ember_optim_config {
+    ember_optim_kind kind;
+    float lr;
+    float eps;               // Adagrad/Adam/LAMB denominator epsilon
+    float beta1, beta2;      // Adam/LAMB moments
+    float weight_decay;
+    ember_weight_decay_mode weight_decay_mode;
+    float initial_accumulator; // Adagrad and row-wise Adagrad initial momentum1 value
+} ember_optim_config;
+#define EMBER_OPTIM_CONFIG_DEFAULT {EMBER_OPT_SGD, 0.01f, 1e-8f, 0.9f, 0.999f, 0.0f, EMBER_WD_NONE, 0.0f}
+
+typedef struct ember_table_config {
+    const char *name;        // copied; unique within the collection
+    int64_t rows;            // >= 1
+    int32_t dim;             // >= 1
+    ember_pooling pooling;
+    ember_dtype dtype;
+    ember_init init;
+    ember_optim_config optim;
+    int32_t stochastic_rounding; // 16-bit storage: round updates stochastically (seeded)
+} ember_table_config;
+
+typedef struct ember_feature_config {
+    const char *name; // copied
+    int32_t table;    // index into tables
+} ember_feature_config;
+
+typedef struct ember_ebc_config {
+    const ember_table_config *tables;
+    int32_t num_tables;
+    const ember_feature_config *features;
+    int32_t num_features;
+    ember_bounds_mode bounds;   // default ERROR
+    uint64_t seed;              // initialisation and stochastic rounding
+    int32_t max_batch_size;     // workspace hints (0: sized on first use)
+    int64_t max_nnz;
+} ember_ebc_config;
+
+typedef struct ember_ebc ember_ebc;
+
+// Creates a collection, allocates its slab and initialises every table from `seed` (table t's
+// values depend only on the seed, t's name, and the row: the same table sharded or not starts
+// from the same values).
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, unknown table index, duplicate
+// names, mixed NONE/pooled, NONE with unequal dims, bad hyper-parameters), EMBER_ERR_NOMEM.
+// On failure *out is NULL and nothing is leaked.
+EMBER_API ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember_ebc **out);
+EMBER_API void ember_ebc_destroy(ember_ebc *ebc);
+
+EMBER_API int32_t ember_ebc_num_tables(const ember_ebc *ebc);
+EMBER_API int32_t ember_ebc_num_features(const ember_ebc *ebc);
+// sum_f D_f for pooled collections, D for all-NONE collections.
+EMBER_API int32_t ember_ebc_output_dim(const ember_ebc *ebc);
+// Floats forward writes for this KJT: B * sum_f D_f (pooled) or nnz * D (NONE).
+EMBER_API int64_t ember_ebc_output_size(const ember_ebc *ebc, const ember_kjt *kjt);
+EMBER_API const ember_table_config *ember_ebc_table(const ember_ebc *ebc, int32_t t);
+EMBER_API int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name); // -1 if absent
+
+// Pools every bag of `kjt` into `out` (see the layout above). kjt is validated first against
+// the feature count and table sizes with the collection's bounds mode.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NOMEM
+// (workspace growth). On error `out` and the tables are unchanged.
+EMBER_API ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out);
+
+// Backward with the fused optimizer. grad_out has forward's output layout and is dL/d(out)
+// exactly as given (no rescaling). Every row touched by `kjt` receives one update with the
+// coalesced gradient sum_j dL/dE[row]. grad_weights, when not NULL, receives [nnz] dL/dw_j
+// computed with the weights before the update (KJT must carry weights). Increments each
+// table's step counter (Adam/LAMB bias correction, see ember_ebc_step).
+// Local. Returns as forward, plus EMBER_ERR_NUMERIC when grad_out holds a NaN/Inf (checked
+// before anything changes).
+EMBER_API ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+                                          float *grad_weights);
+
+// Learning-rate schedules: changes table t's lr (t = -1: every table) for the next steps.
+EMBER_API ember_status ember_ebc_set_lr(ember_ebc *ebc, int32_t table, float lr);
+// Number of backward steps applied to table t (the global step used for bias correction:
+// Adam/LAMB correct with 1 - beta^step, where step counts every backward call on the collection,
+// as torch's SparseAdam counts optimizer steps; it equals the per-row count for rows touched
+// every step).
+EMBER_API int64_t ember_ebc_step(const ember_ebc *ebc, int32_t table);
+
+// ---- Local state dict (DESIGN.md §1.6) -------------------------------------------------------
+// Each table exposes named tensors: "weight" [rows, dim] and its optimizer state:
+//   ADAGRAD "momentum1" [rows, dim]; ROWWISE_ADAGRAD "momentum1" [rows];
+//   ADAM, LAMB "momentum1", "momentum2" [rows, dim]; PARTIAL_ROWWISE_ADAM "momentum1" [rows, dim],
+//   "momentum2" [rows]; SGD none. The step counter is read/written with ember_ebc_step/_set_step.
+// There is one storage: reads see exactly what the next forward uses, writes change it.
+
+typedef struct ember_tensor_info {
+    const char *name;  // "weight", "momentum1", "momentum2"
+    int64_t rows;
+    int32_t cols;      // dim, or 1 for per-row state
+    ember_dtype dtype; // native storage dtype (state: F32)
+} ember_tensor_info;
+
+// Number of tensors of table t (1 + optimizer states) and their descriptions, index 0 = weight.
+EMBER_API int32_t ember_ebc_num_tensors(const ember_ebc *ebc, int32_t table);
+EMBER_API ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t tensor,
+                                             ember_tensor_info *info);
+// Reads rows [row_begin, row_end) of a named tensor into dst ([n, cols] row-major) in `dtype`
+// (F32 always works; a 16-bit dtype only for 16-bit weight storage, giving the native bits).
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (unknown table/tensor, bad range, dtype).
+EMBER_API ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin,
+                                      int64_t row_end, ember_dtype dtype, void *dst);
+// Writes rows [row_begin, row_end) from src (rounded to nearest-even into 16-bit storage).
+EMBER_API ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin,
+                                       int64_t row_end, ember_dtype dtype, const void *src);
+EMBER_API ember_status ember_ebc_set_step(ember_ebc *ebc, int32_t table, int64_t step);
+// Converts table t's weight storage to `dtype` in place (round to nearest even); its optimizer
+// state stays fp32. The next update lands in the converted storage, which reads then show.
+EMBER_API ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype dtype);
+
+// Bytes of table t: weights (rows * dim * sizeof(dtype)) and optimizer state.
+EMBER_API ember_status ember_ebc_table_bytes(const ember_ebc *ebc, int32_t table, size_t *weight_bytes,
+                                             size_t *state_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

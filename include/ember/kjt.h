@@ -1,0 +1,53 @@
+// ember/kjt.h — keyed jagged tensors: the sparse input of one rank's batch (DESIGN.md §1.1).
+//
+// A KJT is a borrowed view; ember never frees or modifies the arrays it points to.
+//   F features, local batch size B, bags in feature-major order: bag (f, b) is number f*B + b.
+//   lengths  int32 [F*B]   ids per bag (or NULL when offsets is given)
+//   offsets  int64 [F*B+1] exclusive prefix sum of lengths, offsets[0] = 0 (or NULL)
+//   values   int64 [nnz]   row ids of the feature's table, bag after bag
+//   weights  float [nnz]   per-id weights, or NULL (every weight is 1)
+// Exactly one of lengths/offsets may be NULL; when both are given they must agree.
+#ifndef EMBER_KJT_H
+#define EMBER_KJT_H
+
+#include "ember/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ember_kjt {
+    int32_t num_features;   // F
+    int32_t batch_size;     // B (may be 0)
+    const int32_t *lengths; // [F*B] or NULL
+    const int64_t *offsets; // [F*B+1] or NULL
+    const int64_t *values;  // [nnz]
+    const float *weights;   // [nnz] or NULL
+    int64_t nnz;
+} ember_kjt;
+
+// What to do with an id outside [0, rows) (FBGEMM's bounds-check modes).
+typedef enum ember_bounds_mode {
+    EMBER_BOUNDS_ERROR = 0, // the call fails with EMBER_ERR_OUT_OF_RANGE, nothing changes
+    EMBER_BOUNDS_CLAMP = 1, // the id is clamped into [0, rows-1]; a warning is logged once per call
+    EMBER_BOUNDS_SKIP = 2,  // the id is dropped: it contributes nothing and does not count in MEAN
+} ember_bounds_mode;
+
+// Validates `kjt` against an expected feature count and, when rows_per_feature is not NULL, each
+// feature's table size under `mode` (ERROR fails on the first bad id; CLAMP/SKIP accept it and
+// report how many ids were out of range in *num_out_of_range when that is not NULL).
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL arrays, F mismatch, negative B or length,
+// offsets not starting at 0 or decreasing, sum(lengths) != nnz, lengths and offsets disagreeing),
+// EMBER_ERR_OUT_OF_RANGE (mode ERROR: id < 0 or >= rows). The message names feature, bag and value.
+EMBER_API ember_status ember_kjt_validate(ember_ctx *ctx, const ember_kjt *kjt, int32_t expected_features,
+                                          const int64_t *rows_per_feature, ember_bounds_mode mode,
+                                          int64_t *num_out_of_range);
+
+// Start of bag `bag` (= f*B + b) in values, whichever of lengths/offsets the KJT carries.
+// Only for validated KJTs; O(1) with offsets, O(bag) with lengths (the layers build offsets once).
+EMBER_API int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,105 @@
+// ember/shard.h — an EmbeddingBagCollection sharded over the ranks of an ember_comm
+// (DESIGN.md §1.3, §1.4, §1.6).
+//
+// Every rank passes its own local KJT (local batch sizes may differ between ranks) and receives
+// exactly the pooled rows of its local batch that an unsharded collection holding the same
+// weights would give. Backward takes dL_r/d(out) of the local loss and trains the objective
+//   J = (1/W) sum_r L_r   (EMBER_GRAD_MEAN, default)   or   J = sum_r L_r   (EMBER_GRAD_SUM),
+// applied identically to every table whatever its scheme: the gradient handed to a row's update
+// is exactly dJ/dE[row]; nothing else rescales a gradient. With GRAD_MEAN and local losses that
+// are means over equal local batches, W ranks train exactly as one process on the concatenated
+// global batch.
+//
+// Schemes, per table (a plan may mix them all):
+//   DATA_PARALLEL    full replica on every rank; coalesced row gradients are combined across
+//                    ranks and every replica applies the same update (bitwise identical).
+//   TABLE_WISE       the whole table on `ranks[0]`.
+//   COLUMN_WISE      columns split into num_shards contiguous slices, slice i on ranks[i].
+//   ROW_WISE         rows split into W contiguous blocks (uneven splits: the first rows % W
+//                    blocks get one more row), block r on rank r; partial sums are
+//                    reduce-scattered, MEAN divides once by the global bag length.
+//   TABLE_ROW_WISE   ROW_WISE within the group ranks[0..group_size) (rows split over the group).
+// Data flows and byte counts are in docs/sharding.md.
+#ifndef EMBER_SHARD_H
+#define EMBER_SHARD_H
+
+#include "ember/comm.h"
+#include "ember/ebc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ember_shard_scheme {
+    EMBER_SHARD_DATA_PARALLEL = 0,
+    EMBER_SHARD_TABLE_WISE = 1,
+    EMBER_SHARD_COLUMN_WISE = 2,
+    EMBER_SHARD_ROW_WISE = 3,
+    EMBER_SHARD_TABLE_ROW_WISE = 4,
+} ember_shard_scheme;
+
+typedef enum ember_grad_convention {
+    EMBER_GRAD_MEAN = 0, // J = (1/W) sum_r L_r
+    EMBER_GRAD_SUM = 1,  // J = sum_r L_r
+} ember_grad_convention;
+
+#define EMBER_PLAN_MAX_RANKS 64
+
+typedef struct ember_table_plan {
+    ember_shard_scheme scheme;
+    int32_t num_shards;  // COLUMN_WISE: number of column slices (divides dim unevenly allowed)
+    int32_t group_size;  // TABLE_ROW_WISE: ranks in the group
+    int32_t ranks[EMBER_PLAN_MAX_RANKS]; // TW: ranks[0]; CW: one per shard; TWRW: the group
+} ember_table_plan;
+
+typedef struct ember_sebc ember_sebc;
+
+// Creates the sharded collection. Every rank passes the same cfg and plan[num_tables]; each
+// rank allocates only the shards it owns, initialised to the values the unsharded collection
+// would hold (same seed). comm is borrowed and must outlive the object.
+// Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad plan: rank outside the
+// communicator, shard count > dim, ...), EMBER_ERR_NOMEM, EMBER_ERR_COMM; every rank returns the
+// same status.
+EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg,
+                                         const ember_table_plan *plan, ember_grad_convention conv,
+                                         ember_sebc **out);
+// Collective on comm (frees shard state); NULL accepted.
+EMBER_API void ember_sebc_destroy(ember_sebc *s);
+
+EMBER_API int32_t ember_sebc_output_dim(const ember_sebc *s);
+EMBER_API ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s);
+
+// Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]).
+// Collective on comm. A bad KJT on any rank makes every rank return that error (the message
+// names the failing rank); nothing changes anywhere.
+EMBER_API ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out);
+// Backward + fused optimizer with the same KJT as the preceding forward; grad_out = dL_r/d(out).
+// Collective on comm.
+EMBER_API ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out);
+
+EMBER_API ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr);
+
+// Global state dict: reads table t's named tensor (as in ember_ebc_read) as one global
+// [rows, cols] array in fp32, gathered onto `root` (root = -1: onto every rank); writes scatter
+// a global array given on `root` (-1: every rank passes the same array).
+// Collective on comm.
+EMBER_API ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root);
+EMBER_API ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src,
+                                        int32_t root);
+// Converts table t's storage dtype on every rank that holds a piece of it. Collective on comm.
+EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype);
+
+// Bytes this rank sent in the last forward + backward (all schemes), and the analytic count for
+// one table (see docs/sharding.md). Local.
+EMBER_API uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s);
+
+// Allreduces dense parameter gradients under the convention: GRAD_SUM sums them over ranks,
+// GRAD_MEAN sums and divides by W, so dense and sparse parameters train the same objective.
+// Collective on comm.
+EMBER_API ember_status ember_allreduce_dense_grads(ember_comm *comm, ember_grad_convention conv, float *grad,
+                                                   size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
