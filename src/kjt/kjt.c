@@ -1,0 +1,108 @@
+// KJT validation at the API boundary (DESIGN.md §1.1).
+#include "kjt/internal.h"
+
+int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag) {
+    if (kjt->offsets) return kjt->offsets[bag];
+    int64_t s = 0;
+    for (int64_t i = 0; i < bag; i++) s += kjt->lengths[i];
+    return s;
+}
+
+static const char *fname(const char *const *names, int32_t f, char *buf, size_t n) {
+    if (names && names[f]) snprintf(buf, n, "feature '%s'", names[f]);
+    else snprintf(buf, n, "feature %d", (int)f);
+    return buf;
+}
+
+ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember_kjt *kjt, int32_t expected_features,
+                                 const int64_t *rows_per_feature, const char *const *feature_names,
+                                 ember_bounds_mode mode, int64_t *num_out_of_range) {
+    char fb[96];
+    EMBER_CHECK(ctx, kjt != NULL, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", caller);
+    EMBER_CHECK(ctx, kjt->num_features == expected_features, EMBER_ERR_INVALID_ARG,
+                "%s: kjt has %d features, the collection expects %d", caller, (int)kjt->num_features,
+                (int)expected_features);
+    EMBER_CHECK(ctx, kjt->batch_size >= 0, EMBER_ERR_INVALID_ARG, "%s: negative batch size %d", caller,
+                (int)kjt->batch_size);
+    EMBER_CHECK(ctx, kjt->nnz >= 0, EMBER_ERR_INVALID_ARG, "%s: negative nnz %lld", caller, (long long)kjt->nnz);
+    EMBER_CHECK(ctx, kjt->lengths || kjt->offsets, EMBER_ERR_INVALID_ARG, "%s: kjt has neither lengths nor offsets",
+                caller);
+    EMBER_CHECK(ctx, kjt->nnz == 0 || kjt->values, EMBER_ERR_INVALID_ARG, "%s: values is NULL with nnz %lld",
+                caller, (long long)kjt->nnz);
+    const int32_t B = kjt->batch_size;
+    const int64_t nbags = (int64_t)kjt->num_features * B;
+    if (kjt->offsets) {
+        EMBER_CHECK(ctx, kjt->offsets[0] == 0, EMBER_ERR_INVALID_ARG, "%s: offsets[0] = %lld, expected 0", caller,
+                    (long long)kjt->offsets[0]);
+    }
+    int64_t sum = 0;
+    for (int64_t i = 0; i < nbags; i++) {
+        int64_t len;
+        if (kjt->lengths) {
+            len = kjt->lengths[i];
+            if (kjt->offsets && kjt->offsets[i + 1] - kjt->offsets[i] != len) {
+                return ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: %s bag %lld: length %lld disagrees with offsets",
+                                    caller, fname(feature_names, (int32_t)(i / (B ? B : 1)), fb, sizeof fb),
+                                    (long long)(i % (B ? B : 1)), (long long)len);
+            }
+        } else {
+            len = kjt->offsets[i + 1] - kjt->offsets[i];
+        }
+        if (len < 0) {
+            return ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: %s bag %lld: negative length %lld", caller,
+                                fname(feature_names, (int32_t)(i / B), fb, sizeof fb), (long long)(i % B),
+                                (long long)len);
+        }
+        sum += len;
+        if (sum > kjt->nnz) break;
+    }
+    EMBER_CHECK(ctx, sum == kjt->nnz, EMBER_ERR_INVALID_ARG, "%s: sum of lengths %s nnz %lld", caller,
+                sum > kjt->nnz ? "exceeds" : "is less than", (long long)kjt->nnz);
+    int64_t bad = 0;
+    if (rows_per_feature && kjt->nnz > 0) {
+        int64_t start = 0;
+        for (int32_t f = 0; f < kjt->num_features; f++) {
+            const int64_t rows = rows_per_feature[f];
+            int64_t end = start;
+            for (int32_t b = 0; b < B; b++) {
+                int64_t bag = (int64_t)f * B + b;
+                int64_t len = kjt->lengths ? kjt->lengths[bag] : kjt->offsets[bag + 1] - kjt->offsets[bag];
+                for (int64_t j = end; j < end + len; j++) {
+                    int64_t id = kjt->values[j];
+                    if (id < 0 || id >= rows) {
+                        if (mode == EMBER_BOUNDS_ERROR) {
+                            return ember__error(ctx, EMBER_ERR_OUT_OF_RANGE,
+                                                "%s: %s bag %d: id %lld outside [0, %lld)", caller,
+                                                fname(feature_names, f, fb, sizeof fb), (int)b, (long long)id,
+                                                (long long)rows);
+                        }
+                        bad++;
+                    }
+                }
+                end += len;
+            }
+            start = end;
+        }
+    }
+    if (num_out_of_range) *num_out_of_range = bad;
+    return EMBER_OK;
+}
+
+ember_status ember_kjt_validate(ember_ctx *ctx, const ember_kjt *kjt, int32_t expected_features,
+                                const int64_t *rows_per_feature, ember_bounds_mode mode, int64_t *num_out_of_range) {
+    if (!ctx) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(ctx, mode >= EMBER_BOUNDS_ERROR && mode <= EMBER_BOUNDS_SKIP, EMBER_ERR_INVALID_ARG,
+                "ember_kjt_validate: unknown bounds mode %d", (int)mode);
+    return ember__kjt_validate(ctx, "ember_kjt_validate", kjt, expected_features, rows_per_feature, NULL, mode,
+                               num_out_of_range);
+}
+
+void ember__kjt_offsets(const ember_kjt *kjt, int64_t *offsets) {
+    const int64_t nbags = (int64_t)kjt->num_features * kjt->batch_size;
+    if (kjt->offsets) {
+        for (int64_t i = 0; i <= nbags; i++) offsets[i] = kjt->offsets[i];
+        return;
+    }
+    offsets[0] = 0;
+    for (int64_t i = 0; i < nbags; i++) offsets[i + 1] = offsets[i] + kjt->lengths[i];
+}

@@ -1,0 +1,542 @@
+// EmbeddingBagCollection lifecycle, configuration checks, initialisation and the local state dict.
+#include <math.h>
+#include <string.h>
+
+#include "tbe/dtype.h"
+#include "tbe/internal.h"
+
+size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
+
+const char *ember__dtype_name(ember_dtype dt) {
+    switch (dt) {
+    case EMBER_DTYPE_F32: return "fp32";
+    case EMBER_DTYPE_F16: return "fp16";
+    case EMBER_DTYPE_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+static char *dup_str(ember_ctx *ctx, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = ember__alloc(ctx, n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+// Optimizer state columns: m1 and m2 per optimizer (0 = absent, -1 = dim, 1 = per row).
+static void state_cols(ember_optim_kind k, int32_t dim, int32_t *m1, int32_t *m2) {
+    *m1 = *m2 = 0;
+    switch (k) {
+    case EMBER_OPT_SGD: break;
+    case EMBER_OPT_ADAGRAD: *m1 = dim; break;
+    case EMBER_OPT_ROWWISE_ADAGRAD: *m1 = 1; break;
+    case EMBER_OPT_ADAM:
+    case EMBER_OPT_LAMB: *m1 = dim; *m2 = dim; break;
+    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: *m1 = dim; *m2 = 1; break;
+    }
+}
+
+static ember_status check_config(ember_ctx *ctx, const ember_ebc_config *cfg) {
+    const char *fn = "ember_ebc_create";
+    EMBER_CHECK(ctx, cfg != NULL, EMBER_ERR_INVALID_ARG, "%s: config is NULL", fn);
+    EMBER_CHECK(ctx, cfg->num_tables >= 1 && cfg->tables, EMBER_ERR_INVALID_ARG, "%s: %d tables", fn,
+                (int)cfg->num_tables);
+    EMBER_CHECK(ctx, cfg->num_features >= 1 && cfg->features, EMBER_ERR_INVALID_ARG, "%s: %d features", fn,
+                (int)cfg->num_features);
+    EMBER_CHECK(ctx, cfg->bounds >= EMBER_BOUNDS_ERROR && cfg->bounds <= EMBER_BOUNDS_SKIP, EMBER_ERR_INVALID_ARG,
+                "%s: unknown bounds mode %d", fn, (int)cfg->bounds);
+    EMBER_CHECK(ctx, cfg->max_batch_size >= 0 && cfg->max_nnz >= 0, EMBER_ERR_INVALID_ARG,
+                "%s: negative workspace hint", fn);
+    int n_none = 0;
+    for (int32_t t = 0; t < cfg->num_tables; t++) {
+        const ember_table_config *tc = &cfg->tables[t];
+        const char *nm = tc->name ? tc->name : "(null)";
+        EMBER_CHECK(ctx, tc->name && tc->name[0], EMBER_ERR_INVALID_ARG, "%s: table %d has no name", fn, (int)t);
+        EMBER_CHECK(ctx, tc->rows >= 1, EMBER_ERR_INVALID_ARG, "%s: table '%s': rows %lld < 1", fn, nm,
+                    (long long)tc->rows);
+        EMBER_CHECK(ctx, tc->dim >= 1, EMBER_ERR_INVALID_ARG, "%s: table '%s': dim %d < 1", fn, nm, (int)tc->dim);
+        EMBER_CHECK(ctx, tc->pooling >= EMBER_POOL_SUM && tc->pooling <= EMBER_POOL_NONE, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown pooling %d", fn, nm, (int)tc->pooling);
+        EMBER_CHECK(ctx, tc->dtype >= EMBER_DTYPE_F32 && tc->dtype <= EMBER_DTYPE_BF16, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown dtype %d", fn, nm, (int)tc->dtype);
+        EMBER_CHECK(ctx, tc->init.kind >= EMBER_INIT_ZEROS && tc->init.kind <= EMBER_INIT_NORMAL,
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown init %d", fn, nm, (int)tc->init.kind);
+        EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_UNIFORM || (isfinite(tc->init.a) && isfinite(tc->init.b) &&
+                                                                 tc->init.a <= tc->init.b),
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': uniform bounds [%g, %g]", fn, nm, (double)tc->init.a,
+                    (double)tc->init.b);
+        EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_NORMAL || (isfinite(tc->init.std) && tc->init.std >= 0),
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': normal std %g", fn, nm, (double)tc->init.std);
+        const ember_optim_config *o = &tc->optim;
+        EMBER_CHECK(ctx, o->kind >= EMBER_OPT_SGD && o->kind <= EMBER_OPT_LAMB, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown optimizer %d", fn, nm, (int)o->kind);
+        EMBER_CHECK(ctx, isfinite(o->lr) && o->lr >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': learning rate %g",
+                    fn, nm, (double)o->lr);
+        EMBER_CHECK(ctx, isfinite(o->eps) && o->eps >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': eps %g", fn, nm,
+                    (double)o->eps);
+        EMBER_CHECK(ctx, o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': betas (%g, %g) outside [0, 1)", fn, nm, (double)o->beta1, (double)o->beta2);
+        EMBER_CHECK(ctx, isfinite(o->weight_decay) && o->weight_decay >= 0, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': weight decay %g", fn, nm, (double)o->weight_decay);
+        EMBER_CHECK(ctx, o->weight_decay_mode >= EMBER_WD_NONE && o->weight_decay_mode <= EMBER_WD_DECOUPLED,
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown weight decay mode %d", fn, nm,
+                    (int)o->weight_decay_mode);
+        EMBER_CHECK(ctx, isfinite(o->initial_accumulator) && o->initial_accumulator >= 0, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': initial accumulator %g", fn, nm, (double)o->initial_accumulator);
+        for (int32_t u = 0; u < t; u++) {
+            EMBER_CHECK(ctx, strcmp(cfg->tables[u].name, tc->name) != 0, EMBER_ERR_INVALID_ARG,
+                        "%s: table name '%s' used twice", fn, nm);
+        }
+        if (tc->pooling == EMBER_POOL_NONE) n_none++;
+    }
+    EMBER_CHECK(ctx, n_none == 0 || n_none == cfg->num_tables, EMBER_ERR_INVALID_ARG,
+                "%s: %d of %d tables have pooling NONE: a collection is all-NONE or has none", fn, n_none,
+                (int)cfg->num_tables);
+    for (int32_t f = 0; f < cfg->num_features; f++) {
+        const ember_feature_config *fc = &cfg->features[f];
+        EMBER_CHECK(ctx, fc->name && fc->name[0], EMBER_ERR_INVALID_ARG, "%s: feature %d has no name", fn, (int)f);
+        EMBER_CHECK(ctx, fc->table >= 0 && fc->table < cfg->num_tables, EMBER_ERR_INVALID_ARG,
+                    "%s: feature '%s' reads table %d, outside [0, %d)", fn, fc->name, (int)fc->table,
+                    (int)cfg->num_tables);
+        if (n_none) {
+            EMBER_CHECK(ctx, cfg->tables[fc->table].dim == cfg->tables[cfg->features[0].table].dim,
+                        EMBER_ERR_INVALID_ARG, "%s: pooling NONE needs one dim: feature '%s' has %d, feature '%s' %d",
+                        fn, fc->name, (int)cfg->tables[fc->table].dim, cfg->features[0].name,
+                        (int)cfg->tables[cfg->features[0].table].dim);
+        }
+    }
+    return EMBER_OK;
+}
+
+// Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
+static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
+    const ember_init *in = &t->cfg.init;
+    uint64_t k = ember__mix64(seed ^ t->name_hash) ^ ember__mix64((uint64_t)R * (uint64_t)t->origin.global_dim +
+                                                                   (uint64_t)C);
+    switch (in->kind) {
+    case EMBER_INIT_ZEROS: return 0.0f;
+    case EMBER_INIT_UNIFORM: return in->a + (in->b - in->a) * ember__u01(ember__mix64(k));
+    case EMBER_INIT_NORMAL: {
+        // Box-Muller from two independent uniforms; u1 in (0, 1].
+        double u1 = 1.0 - (double)(ember__mix64(k) >> 11) * 0x1p-53;
+        double u2 = (double)(ember__mix64(k ^ 0x5bd1e995u) >> 11) * 0x1p-53;
+        return (float)(in->std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    }
+    return 0.0f;
+}
+
+// Stores an fp32 row into storage of `dt` with round-to-nearest-even.
+void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
+void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
+    switch (dt) {
+    case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case EMBER_DTYPE_BF16:
+        for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_bf16(src[i]);
+        break;
+    case EMBER_DTYPE_F16:
+        for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_f16(src[i]);
+        break;
+    }
+}
+
+void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
+void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
+    switch (dt) {
+    case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case EMBER_DTYPE_BF16:
+        for (int32_t i = 0; i < n; i++) dst[i] = ember__bf16_to_f32(((const uint16_t *)src)[i]);
+        break;
+    case EMBER_DTYPE_F16:
+        for (int32_t i = 0; i < n; i++) dst[i] = ember__f16_to_f32(((const uint16_t *)src)[i]);
+        break;
+    }
+}
+
+// Lays out the weight slab for the tables' current dtypes; returns its size.
+static size_t layout_weights(ember_ebc *ebc) {
+    size_t off = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        tb->row_bytes = (size_t)tb->cfg.dim * ember__dtype_size(tb->cfg.dtype);
+        tb->weight_offset = off;
+        off += ((size_t)tb->cfg.rows * tb->row_bytes + 63) & ~(size_t)63;
+    }
+    return off;
+}
+
+void ember_ebc_destroy(ember_ebc *ebc) {
+    if (!ebc) return;
+    ember_ctx *ctx = ebc->ctx;
+    if (ebc->tables)
+        for (int32_t t = 0; t < ebc->T; t++) ember__free(ctx, ebc->tables[t].name);
+    if (ebc->feature_names)
+        for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
+    for (int i = 0; i < (int)(sizeof ebc->ws.buf / sizeof ebc->ws.buf[0]); i++) ember__free(ctx, ebc->ws.buf[i]);
+    ember__free_slab(ctx, ebc->slab);
+    ember__free_slab(ctx, ebc->state);
+    ember__free(ctx, ebc->tables);
+    ember__free(ctx, ebc->feature_table);
+    ember__free(ctx, ebc->feature_names);
+    ember__free(ctx, ebc->feature_col);
+    ember__free(ctx, ebc->feature_rows);
+    ember__free(ctx, ebc);
+}
+
+ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, const ember__origin *origins,
+                                  ember_ebc **out) {
+    if (!ctx) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(ctx, out != NULL, EMBER_ERR_INVALID_ARG, "ember_ebc_create: out is NULL");
+    *out = NULL;
+    EMBER_TRY(check_config(ctx, cfg));
+    ember_ebc *ebc = ember__xalloc(ctx, sizeof *ebc, "collection");
+    if (!ebc) return EMBER_ERR_NOMEM;
+    memset(ebc, 0, sizeof *ebc);
+    ebc->ctx = ctx;
+    ebc->T = cfg->num_tables;
+    ebc->F = cfg->num_features;
+    ebc->bounds = cfg->bounds;
+    ebc->seed = cfg->seed;
+    ebc->sequence = cfg->tables[0].pooling == EMBER_POOL_NONE;
+    ebc->tables = ember__calloc(ctx, sizeof(ember__table) * (size_t)ebc->T);
+    ebc->feature_table = ember__calloc(ctx, sizeof(int32_t) * (size_t)ebc->F);
+    ebc->feature_names = ember__calloc(ctx, sizeof(char *) * (size_t)ebc->F);
+    ebc->feature_col = ember__calloc(ctx, sizeof(int32_t) * (size_t)ebc->F);
+    ebc->feature_rows = ember__calloc(ctx, sizeof(int64_t) * (size_t)ebc->F);
+    if (!ebc->tables || !ebc->feature_table || !ebc->feature_names || !ebc->feature_col || !ebc->feature_rows)
+        goto nomem;
+    int64_t key = 0;
+    size_t state_floats = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        tb->cfg = cfg->tables[t];
+        tb->name = dup_str(ctx, cfg->tables[t].name);
+        if (!tb->name) goto nomem;
+        tb->cfg.name = tb->name;
+        tb->name_hash = ember__hash_str(tb->name);
+        if (origins) {
+            tb->origin = origins[t];
+        } else {
+            tb->origin.global_rows = tb->cfg.rows;
+            tb->origin.global_dim = tb->cfg.dim;
+        }
+        tb->key_base = key;
+        key += tb->cfg.rows;
+        state_cols(tb->cfg.optim.kind, tb->cfg.dim, &tb->m1_cols, &tb->m2_cols);
+        state_floats += (size_t)tb->cfg.rows * (size_t)(tb->m1_cols + tb->m2_cols);
+        if (tb->cfg.dim > ebc->max_dim) ebc->max_dim = tb->cfg.dim;
+    }
+    ebc->total_keys = key;
+    int32_t col = 0;
+    for (int32_t f = 0; f < ebc->F; f++) {
+        const ember_feature_config *fc = &cfg->features[f];
+        ebc->feature_table[f] = fc->table;
+        ebc->feature_names[f] = dup_str(ctx, fc->name);
+        if (!ebc->feature_names[f]) goto nomem;
+        ebc->feature_rows[f] = cfg->tables[fc->table].rows;
+        ebc->feature_col[f] = ebc->sequence ? 0 : col;
+        col += cfg->tables[fc->table].dim;
+    }
+    ebc->out_dim = ebc->sequence ? cfg->tables[cfg->features[0].table].dim : col;
+    ebc->slab_bytes = layout_weights(ebc);
+    ebc->slab = ember__alloc_slab(ctx, ebc->slab_bytes, "embedding weights");
+    if (!ebc->slab) goto fail;
+    ebc->state_floats = state_floats;
+    if (state_floats) {
+        ebc->state = ember__alloc_slab(ctx, state_floats * sizeof(float), "optimizer state");
+        if (!ebc->state) goto fail;
+    }
+    size_t soff = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        size_t n1 = (size_t)tb->cfg.rows * (size_t)tb->m1_cols, n2 = (size_t)tb->cfg.rows * (size_t)tb->m2_cols;
+        if (n1) tb->m1 = ebc->state + soff;
+        soff += n1;
+        if (n2) tb->m2 = ebc->state + soff;
+        soff += n2;
+        if (tb->m1 && (tb->cfg.optim.kind == EMBER_OPT_ADAGRAD || tb->cfg.optim.kind == EMBER_OPT_ROWWISE_ADAGRAD)) {
+            for (size_t i = 0; i < n1; i++) tb->m1[i] = tb->cfg.optim.initial_accumulator;
+        }
+    }
+    // Initial weights, row by row in global coordinates (parallel: each row is independent).
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        if (tb->cfg.init.kind == EMBER_INIT_ZEROS) continue; // the slab is zeroed
+        const int32_t D = tb->cfg.dim;
+        const int64_t rows = tb->cfg.rows;
+        int failed = 0;
+#pragma omp parallel num_threads(ember__threads(ctx))
+        {
+            float tmp[1024];
+            float *row = D <= 1024 ? tmp : NULL;
+            float *heap = NULL;
+            if (!row) {
+#pragma omp critical(ember_alloc)
+                heap = ember__alloc(ctx, sizeof(float) * (size_t)D);
+                row = heap;
+            }
+            if (!row) {
+#pragma omp atomic write
+                failed = 1;
+            } else {
+#pragma omp for schedule(static)
+                for (int64_t r = 0; r < rows; r++) {
+                    for (int32_t c = 0; c < D; c++)
+                        row[c] = init_value(tb, ebc->seed, tb->origin.row_offset + r, tb->origin.col_offset + c);
+                    ember__store_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, r), row, D);
+                }
+            }
+            if (heap) {
+#pragma omp critical(ember_alloc)
+                ember__free(ctx, heap);
+            }
+        }
+        if (failed) goto nomem;
+    }
+    // Workspace from the hints.
+    if (cfg->max_batch_size > 0 || cfg->max_nnz > 0) {
+        int64_t nb = (int64_t)ebc->F * cfg->max_batch_size + 1;
+        if (!ember__ws_get(ebc, 0, sizeof(int64_t) * (size_t)nb)) goto fail;
+    }
+    *out = ebc;
+    return EMBER_OK;
+nomem:
+    ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: out of memory");
+fail:
+    ember_ebc_destroy(ebc);
+    return EMBER_ERR_NOMEM;
+}
+
+ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember_ebc **out) {
+    return ember__ebc_create_ex(ctx, cfg, NULL, out);
+}
+
+void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes) {
+    if (ebc->ws.cap[slot] >= bytes && ebc->ws.buf[slot]) return ebc->ws.buf[slot];
+    size_t cap = bytes + bytes / 2 + 64;
+    void *p = ember__xalloc(ebc->ctx, cap, "workspace");
+    if (!p) return NULL;
+    ember__free(ebc->ctx, ebc->ws.buf[slot]);
+    ebc->ws.buf[slot] = p;
+    ebc->ws.cap[slot] = cap;
+    return p;
+}
+
+int32_t ember_ebc_num_tables(const ember_ebc *ebc) { return ebc ? ebc->T : 0; }
+int32_t ember_ebc_num_features(const ember_ebc *ebc) { return ebc ? ebc->F : 0; }
+int32_t ember_ebc_output_dim(const ember_ebc *ebc) { return ebc ? ebc->out_dim : 0; }
+
+int64_t ember_ebc_output_size(const ember_ebc *ebc, const ember_kjt *kjt) {
+    if (!ebc || !kjt) return 0;
+    return ebc->sequence ? kjt->nnz * ebc->out_dim : (int64_t)kjt->batch_size * ebc->out_dim;
+}
+
+const ember_table_config *ember_ebc_table(const ember_ebc *ebc, int32_t t) {
+    if (!ebc || t < 0 || t >= ebc->T) return NULL;
+    return &ebc->tables[t].cfg;
+}
+
+int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name) {
+    if (!ebc || !name) return -1;
+    for (int32_t t = 0; t < ebc->T; t++)
+        if (strcmp(ebc->tables[t].name, name) == 0) return t;
+    return -1;
+}
+
+int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key) {
+    int32_t lo = 0, hi = ebc->T - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (ebc->tables[mid].key_base <= key) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static ember_status check_table(const ember_ebc *ebc, const char *fn, int32_t t) {
+    EMBER_CHECK(ebc->ctx, t >= 0 && t < ebc->T, EMBER_ERR_INVALID_ARG, "%s: table %d outside [0, %d)", fn, (int)t,
+                (int)ebc->T);
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_set_lr(ember_ebc *ebc, int32_t table, float lr) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(ebc->ctx, isfinite(lr) && lr >= 0, EMBER_ERR_INVALID_ARG, "ember_ebc_set_lr: learning rate %g",
+                (double)lr);
+    if (table == -1) {
+        for (int32_t t = 0; t < ebc->T; t++) ebc->tables[t].cfg.optim.lr = lr;
+        return EMBER_OK;
+    }
+    EMBER_TRY(check_table(ebc, "ember_ebc_set_lr", table));
+    ebc->tables[table].cfg.optim.lr = lr;
+    return EMBER_OK;
+}
+
+int64_t ember_ebc_step(const ember_ebc *ebc, int32_t table) {
+    if (!ebc || table < 0 || table >= ebc->T) return -1;
+    return ebc->tables[table].step;
+}
+
+ember_status ember_ebc_set_step(ember_ebc *ebc, int32_t table, int64_t step) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_table(ebc, "ember_ebc_set_step", table));
+    EMBER_CHECK(ebc->ctx, step >= 0, EMBER_ERR_INVALID_ARG, "ember_ebc_set_step: table '%s': negative step %lld",
+                ebc->tables[table].name, (long long)step);
+    ebc->tables[table].step = step;
+    return EMBER_OK;
+}
+
+int32_t ember_ebc_num_tensors(const ember_ebc *ebc, int32_t table) {
+    if (!ebc || table < 0 || table >= ebc->T) return 0;
+    const ember__table *tb = &ebc->tables[table];
+    return 1 + (tb->m1_cols > 0) + (tb->m2_cols > 0);
+}
+
+static const char *tensor_names[3] = {"weight", "momentum1", "momentum2"};
+
+ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t tensor, ember_tensor_info *info) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_table(ebc, "ember_ebc_tensor_info", table));
+    const ember__table *tb = &ebc->tables[table];
+    EMBER_CHECK(ebc->ctx, info && tensor >= 0 && tensor < ember_ebc_num_tensors(ebc, table), EMBER_ERR_INVALID_ARG,
+                "ember_ebc_tensor_info: table '%s' has no tensor %d", tb->name, (int)tensor);
+    info->name = tensor_names[tensor];
+    info->rows = tb->cfg.rows;
+    info->cols = tensor == 0 ? tb->cfg.dim : tensor == 1 ? tb->m1_cols : tb->m2_cols;
+    info->dtype = tensor == 0 ? tb->cfg.dtype : EMBER_DTYPE_F32;
+    return EMBER_OK;
+}
+
+// Resolves a tensor name: 0 weight, 1 momentum1, 2 momentum2; state pointer and columns.
+static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t table, const char *tensor,
+                                int64_t row_begin, int64_t row_end, int *which, float **state, int32_t *cols) {
+    EMBER_TRY(check_table(ebc, fn, table));
+    const ember__table *tb = &ebc->tables[table];
+    EMBER_CHECK(ebc->ctx, tensor != NULL, EMBER_ERR_INVALID_ARG, "%s: tensor name is NULL", fn);
+    *which = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(tensor, tensor_names[i]) == 0) *which = i;
+    EMBER_CHECK(ebc->ctx, *which == 0 || (*which == 1 && tb->m1) || (*which == 2 && tb->m2), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' has no tensor '%s'", fn, tb->name, tensor);
+    EMBER_CHECK(ebc->ctx, row_begin >= 0 && row_begin <= row_end && row_end <= tb->cfg.rows, EMBER_ERR_INVALID_ARG,
+                "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->name, (long long)row_begin,
+                (long long)row_end, (long long)tb->cfg.rows);
+    *state = *which == 1 ? tb->m1 : *which == 2 ? tb->m2 : NULL;
+    *cols = *which == 0 ? tb->cfg.dim : *which == 1 ? tb->m1_cols : tb->m2_cols;
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin,
+                            int64_t row_end, ember_dtype dtype, void *dst) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_ebc_read";
+    int which;
+    float *st;
+    int32_t cols;
+    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
+    const ember__table *tb = &ebc->tables[table];
+    EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
+    EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember__dtype_name(dtype));
+    const int64_t n = row_end - row_begin;
+    if (which) {
+        memcpy(dst, st + (size_t)row_begin * (size_t)cols, sizeof(float) * (size_t)n * (size_t)cols);
+    } else if (dtype == tb->cfg.dtype) {
+        memcpy(dst, ember__row_ptr(ebc, tb, row_begin), (size_t)n * tb->row_bytes);
+    } else {
+        for (int64_t r = 0; r < n; r++)
+            ember__load_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, row_begin + r), (float *)dst + r * cols, cols);
+    }
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
+                             ember_dtype dtype, const void *src) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_ebc_write";
+    int which;
+    float *st;
+    int32_t cols;
+    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
+    const ember__table *tb = &ebc->tables[table];
+    EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
+    EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
+                ember__dtype_name(dtype));
+    const int64_t n = row_end - row_begin;
+    if (which) {
+        memcpy(st + (size_t)row_begin * (size_t)cols, src, sizeof(float) * (size_t)n * (size_t)cols);
+    } else if (dtype == tb->cfg.dtype) {
+        memcpy(ember__row_ptr(ebc, tb, row_begin), src, (size_t)n * tb->row_bytes);
+    } else {
+        for (int64_t r = 0; r < n; r++)
+            ember__store_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, row_begin + r), (const float *)src + r * cols,
+                             cols);
+    }
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype dtype) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_ebc_convert_dtype";
+    EMBER_TRY(check_table(ebc, fn, table));
+    EMBER_CHECK(ebc->ctx, dtype >= EMBER_DTYPE_F32 && dtype <= EMBER_DTYPE_BF16, EMBER_ERR_INVALID_ARG,
+                "%s: unknown dtype %d", fn, (int)dtype);
+    ember__table *tb = &ebc->tables[table];
+    if (tb->cfg.dtype == dtype) return EMBER_OK;
+    // The slab is re-laid out for the new dtype and every table copied over: there is one
+    // storage before and after, never a second copy that could drift.
+    ember_dtype old_dtype = tb->cfg.dtype;
+    size_t old_offset[64], *offs = old_offset;
+    size_t old_row_bytes[64], *rbs = old_row_bytes;
+    size_t *heap = NULL;
+    if (ebc->T > 64) {
+        heap = ember__xalloc(ebc->ctx, sizeof(size_t) * 2 * (size_t)ebc->T, "dtype conversion");
+        if (!heap) return EMBER_ERR_NOMEM;
+        offs = heap;
+        rbs = heap + ebc->T;
+    }
+    for (int32_t t = 0; t < ebc->T; t++) {
+        offs[t] = ebc->tables[t].weight_offset;
+        rbs[t] = ebc->tables[t].row_bytes;
+    }
+    tb->cfg.dtype = dtype;
+    size_t bytes = layout_weights(ebc);
+    unsigned char *slab = ember__alloc_slab(ebc->ctx, bytes, "embedding weights");
+    float *row = slab ? ember__xalloc(ebc->ctx, sizeof(float) * (size_t)ebc->max_dim, "dtype conversion") : NULL;
+    if (!slab || !row) {
+        ember__free_slab(ebc->ctx, slab);
+        tb->cfg.dtype = old_dtype;
+        layout_weights(ebc);
+        ember__free(ebc->ctx, heap);
+        return EMBER_ERR_NOMEM;
+    }
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *u = &ebc->tables[t];
+        const unsigned char *src = ebc->slab + offs[t];
+        unsigned char *dst = slab + u->weight_offset;
+        if (t != table) {
+            memcpy(dst, src, (size_t)u->cfg.rows * u->row_bytes);
+            continue;
+        }
+        for (int64_t r = 0; r < u->cfg.rows; r++) {
+            ember__load_row(old_dtype, src + (size_t)r * rbs[t], row, u->cfg.dim);
+            ember__store_row(dtype, dst + (size_t)r * u->row_bytes, row, u->cfg.dim);
+        }
+    }
+    ember__free_slab(ebc->ctx, ebc->slab);
+    ebc->slab = slab;
+    ebc->slab_bytes = bytes;
+    ember__free(ebc->ctx, row);
+    ember__free(ebc->ctx, heap);
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_table_bytes(const ember_ebc *ebc, int32_t table, size_t *weight_bytes, size_t *state_bytes) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_table(ebc, "ember_ebc_table_bytes", table));
+    const ember__table *tb = &ebc->tables[table];
+    if (weight_bytes) *weight_bytes = (size_t)tb->cfg.rows * tb->row_bytes;
+    if (state_bytes) *state_bytes = (size_t)tb->cfg.rows * (size_t)(tb->m1_cols + tb->m2_cols) * sizeof(float);
+    return EMBER_OK;
+}

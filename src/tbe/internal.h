@@ -1,0 +1,102 @@
+// Internal layout of the table-batched EmbeddingBagCollection, shared with the shard and state
+// layers. One weight slab (every table's rows back to back, each table 64-byte aligned, in its
+// own dtype) and one fp32 optimizer-state slab.
+#ifndef EMBER_TBE_INTERNAL_H
+#define EMBER_TBE_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "core/internal.h"
+#include "ember/ebc.h"
+#include "kjt/internal.h"
+
+// Where a local table sits in its global table (sharding): local (r, c) is global
+// (row_offset + r, col_offset + c) of a global table of global_rows x global_dim. An unsharded
+// table has offsets 0 and global sizes equal to its own. Initial values are a function of the
+// global coordinates, so every sharding starts from the same weights.
+typedef struct ember__origin {
+    int64_t row_offset, global_rows;
+    int32_t col_offset, global_dim;
+} ember__origin;
+
+typedef struct ember__table {
+    ember_table_config cfg;  // cfg.name points at `name`
+    char *name;              // owned copy
+    ember__origin origin;
+    size_t weight_offset;    // bytes into the weight slab
+    size_t row_bytes;        // dim * sizeof(dtype)
+    float *m1, *m2;          // optimizer state in the state slab, NULL when unused
+    int32_t m1_cols, m2_cols;// dim or 1 (per-row state); 0 when absent
+    int64_t key_base;        // first sort key of the table: key = key_base + row
+    int64_t step;            // backward calls applied (bias correction)
+    uint64_t name_hash;      // seeds init and stochastic rounding
+} ember__table;
+
+// Grow-on-demand scratch for one call; never shrinks.
+typedef struct ember__ws {
+    void *buf[16];
+    size_t cap[16];
+} ember__ws;
+
+struct ember_ebc {
+    ember_ctx *ctx;
+    int32_t T, F;
+    ember__table *tables;    // [T]
+    int32_t *feature_table;  // [F]
+    char **feature_names;    // [F] owned copies
+    int32_t *feature_col;    // [F] first output column of feature f
+    int64_t *feature_rows;   // [F] rows of f's table (validation)
+    int32_t out_dim;         // sum_f D_f (pooled) or D (sequence)
+    int32_t max_dim;
+    bool sequence;           // all tables NONE
+    ember_bounds_mode bounds;
+    uint64_t seed;
+    unsigned char *slab;     // weights, slab_bytes
+    size_t slab_bytes;
+    float *state;            // optimizer state, state_floats
+    size_t state_floats;
+    int64_t total_keys;      // sum_t rows_t
+    ember__ws ws;
+};
+
+// Creates a collection whose table t is the piece origins[t] of a larger global table (NULL:
+// unsharded). cfg->tables[t].rows/dim are the local sizes.
+ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, const ember__origin *origins,
+                                  ember_ebc **out);
+
+// Coalesced sparse gradient: n unique rows (sorted by key), row i's gradient is
+// grad[goff[i] .. goff[i] + dim_of(key[i])). Storage belongs to the collection's workspace and
+// is valid until its next call.
+typedef struct ember__sparse_grad {
+    int64_t n;
+    const int64_t *key;   // [n] key_base[t] + row
+    const int64_t *goff;  // [n+1] float offsets into grad
+    const float *grad;
+} ember__sparse_grad;
+
+// Validates kjt and grad_out (finite) the way backward does, without changing anything.
+ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *caller, const ember_kjt *kjt,
+                                       const float *grad_out);
+// The coalesced gradient of a validated KJT (duplicates summed in value order).
+ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+                                 ember__sparse_grad *out);
+// Applies one optimizer update per row of `g` (keys sorted, unique) and advances every table's
+// step counter. Used by backward and by the data-parallel scheme after its cross-rank sum.
+ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad,
+                              int64_t n);
+// Table index of a key (binary search over key_base).
+int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key);
+
+// Workspace slot `slot` with at least `bytes`; NULL + NOMEM error on failure.
+void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes);
+
+// dtype helpers
+size_t ember__dtype_size(ember_dtype dt);
+const char *ember__dtype_name(ember_dtype dt);
+
+// Pointer to row r of table t.
+static inline unsigned char *ember__row_ptr(const ember_ebc *ebc, const ember__table *t, int64_t r) {
+    return ebc->slab + t->weight_offset + (size_t)r * t->row_bytes;
+}
+
+#endif

@@ -1,0 +1,29 @@
+// Seeded random inputs for tests: KJTs with empty bags, duplicate ids and weights.
+#ifndef EMBER_TEST_GEN_H
+#define EMBER_TEST_GEN_H
+
+#include <stdint.h>
+
+#include "ember.h"
+
+typedef struct test_rng { uint64_t s; } test_rng;
+uint64_t rng_next(test_rng *r);
+double rng_uniform(test_rng *r);          // [0, 1)
+int64_t rng_int(test_rng *r, int64_t n);  // [0, n)
+
+// An owned KJT. lengths and offsets are both filled; use_offsets_only/lengths_only to test each.
+typedef struct gen_kjt {
+    ember_kjt kjt;
+    int32_t *lengths;
+    int64_t *offsets;
+    int64_t *values;
+    float *weights;
+} gen_kjt;
+
+// F features, batch B, feature f's ids in [0, rows[f]); bag lengths uniform in [0, max_len]
+// (about one bag in five empty); with probability dup_p an id repeats an earlier id of the batch.
+void gen_kjt_make(gen_kjt *g, test_rng *r, int32_t F, int32_t B, const int64_t *rows, int max_len, double dup_p,
+                  int weighted);
+void gen_kjt_free(gen_kjt *g);
+
+#endif
