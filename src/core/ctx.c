@@ -90,6 +90,23 @@ void ember__free(ember_ctx *ctx, void *p) {
     ctx->allocator.free(ctx->allocator.user, h->raw);
 }
 
+void *ember__buf_reserve(ember_ctx *ctx, ember__buf *b, size_t bytes) {
+    if (b->p && b->cap >= bytes) return b->p;
+    size_t cap = bytes + bytes / 2 + 64;
+    void *p = ember__xalloc(ctx, cap, "workspace");
+    if (!p) return NULL;
+    ember__free(ctx, b->p);
+    b->p = p;
+    b->cap = cap;
+    return p;
+}
+
+void ember__buf_free(ember_ctx *ctx, ember__buf *b) {
+    ember__free(ctx, b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
+
 #define SLAB_ALIGN ((size_t)2 << 20)
 
 void *ember__alloc_slab(ember_ctx *ctx, size_t bytes, const char *what) {

@@ -47,6 +47,15 @@ void ember__free(ember_ctx *ctx, void *p);
 void *ember__alloc_slab(ember_ctx *ctx, size_t bytes, const char *what);
 void ember__free_slab(ember_ctx *ctx, void *p);
 
+// A grow-on-demand buffer owned by an object (workspaces): reserve never shrinks it and keeps
+// no contents. NULL + EMBER_ERR_NOMEM on ctx when the allocation fails.
+typedef struct ember__buf {
+    void *p;
+    size_t cap;
+} ember__buf;
+void *ember__buf_reserve(ember_ctx *ctx, ember__buf *b, size_t bytes);
+void ember__buf_free(ember_ctx *ctx, ember__buf *b);
+
 // Checks a condition on user input; on failure records the message and returns `st`.
 #define EMBER_CHECK(ctx, cond, st, ...)                 \
     do {                                                \

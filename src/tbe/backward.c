@@ -19,7 +19,7 @@
 
 enum { WS_OFFSETS = 0, WS_KEY, WS_KEY_TMP, WS_POS, WS_POS_TMP, WS_BAGC, WS_SEG, WS_ROWBUF, WS_GOFF, WS_GRAD, WS_BAGOF };
 
-void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, float *restrict g);
+void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, float *restrict g, float sumsq);
 void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
 void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
 const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt);
@@ -163,15 +163,15 @@ static inline uint32_t sr_bits(const ember_ebc *ebc, const ember__table *tb, int
 
 // One optimizer update of `row` of table tb with gradient g (clobbered); w is scratch [D].
 static void update_row(const ember_ebc *ebc, const ember__table *tb, int64_t row, float *restrict g,
-                       float *restrict w) {
+                       float *restrict w, float sumsq) {
     const int32_t D = tb->cfg.dim;
     unsigned char *p = ember__row_ptr(ebc, tb, row);
     if (tb->cfg.dtype == EMBER_DTYPE_F32) {
-        ember__optim_row(tb, row, (float *)p, g);
+        ember__optim_row(tb, row, (float *)p, g, sumsq);
         return;
     }
     ember__load_row(tb->cfg.dtype, p, w, D);
-    ember__optim_row(tb, row, w, g);
+    ember__optim_row(tb, row, w, g, sumsq);
     uint16_t *h = (uint16_t *)p;
     if (!tb->cfg.stochastic_rounding) {
         ember__store_row(tb->cfg.dtype, p, w, D);
@@ -237,7 +237,7 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
         const int64_t key = s.key[s.seg[k]];
         const ember__table *tb = &ebc->tables[ember__ebc_key_table(ebc, key)];
         reduce_segment(ebc, &s, grad_out, k, tb->cfg.dim, g);
-        update_row(ebc, tb, key - tb->key_base, g, w);
+        update_row(ebc, tb, key - tb->key_base, g, w, -1.0f);
     }
     return EMBER_OK;
 }
@@ -267,7 +267,8 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
     return EMBER_OK;
 }
 
-ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n) {
+ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n,
+                              const float *row_sumsq) {
     float *scratch = row_scratch(ebc);
     if (!scratch) return EMBER_ERR_NOMEM;
     for (int32_t t = 0; t < ebc->T; t++) ebc->tables[t].step++;
@@ -277,7 +278,32 @@ ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t 
         float *w = g + ebc->max_dim;
         const ember__table *tb = &ebc->tables[ember__ebc_key_table(ebc, key[k])];
         memcpy(g, grad + goff[k], sizeof(float) * (size_t)tb->cfg.dim);
-        update_row(ebc, tb, key[k] - tb->key_base, g, w);
+        update_row(ebc, tb, key[k] - tb->key_base, g, w, row_sumsq ? row_sumsq[k] : -1.0f);
+    }
+    return EMBER_OK;
+}
+
+ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out) {
+    float *scratch = row_scratch(ebc);
+    if (!scratch) return EMBER_ERR_NOMEM;
+    for (int64_t k = 0; k < g->n; k++) {
+        const ember__table *tb = &ebc->tables[ember__ebc_key_table(ebc, g->key[k])];
+        const ember_optim_kind kind = tb->cfg.optim.kind;
+        if (kind != EMBER_OPT_ROWWISE_ADAGRAD && kind != EMBER_OPT_PARTIAL_ROWWISE_ADAM) {
+            out[k] = -1.0f;
+            continue;
+        }
+        const int32_t D = tb->cfg.dim;
+        const float *gr = g->grad + g->goff[k];
+        // The optimizer adds L2 weight decay to g before squaring: do the same here.
+        const float l2 = tb->cfg.optim.weight_decay_mode == EMBER_WD_L2 ? tb->cfg.optim.weight_decay : 0.0f;
+        ember__load_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, g->key[k] - tb->key_base), scratch, D);
+        float ss = 0.0f;
+        for (int32_t d = 0; d < D; d++) {
+            const float v = gr[d] + l2 * scratch[d];
+            ss += v * v;
+        }
+        out[k] = ss;
     }
     return EMBER_OK;
 }

@@ -36,7 +36,7 @@ static void state_cols(ember_optim_kind k, int32_t dim, int32_t *m1, int32_t *m2
     }
 }
 
-static ember_status check_config(ember_ctx *ctx, const ember_ebc_config *cfg) {
+ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg) {
     const char *fn = "ember_ebc_create";
     EMBER_CHECK(ctx, cfg != NULL, EMBER_ERR_INVALID_ARG, "%s: config is NULL", fn);
     EMBER_CHECK(ctx, cfg->num_tables >= 1 && cfg->tables, EMBER_ERR_INVALID_ARG, "%s: %d tables", fn,
@@ -188,7 +188,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     if (!ctx) return EMBER_ERR_INVALID_ARG;
     EMBER_CHECK(ctx, out != NULL, EMBER_ERR_INVALID_ARG, "ember_ebc_create: out is NULL");
     *out = NULL;
-    EMBER_TRY(check_config(ctx, cfg));
+    EMBER_TRY(ember__ebc_check_config(ctx, cfg));
     ember_ebc *ebc = ember__xalloc(ctx, sizeof *ebc, "collection");
     if (!ebc) return EMBER_ERR_NOMEM;
     memset(ebc, 0, sizeof *ebc);
@@ -216,6 +216,8 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         tb->name_hash = ember__hash_str(tb->name);
         if (origins) {
             tb->origin = origins[t];
+            if (tb->origin.global_name) tb->name_hash = ember__hash_str(tb->origin.global_name);
+            tb->origin.global_name = NULL; // borrowed: only needed here
         } else {
             tb->origin.global_rows = tb->cfg.rows;
             tb->origin.global_dim = tb->cfg.dim;

@@ -17,6 +17,7 @@
 typedef struct ember__origin {
     int64_t row_offset, global_rows;
     int32_t col_offset, global_dim;
+    const char *global_name;  // name of the global table (seeds its values); NULL: the local name
 } ember__origin;
 
 typedef struct ember__table {
@@ -64,6 +65,9 @@ struct ember_ebc {
 ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, const ember__origin *origins,
                                   ember_ebc **out);
 
+// The checks ember_ebc_create makes on a configuration, for layers that derive their own.
+ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg);
+
 // Coalesced sparse gradient: n unique rows (sorted by key), row i's gradient is
 // grad[goff[i] .. goff[i] + dim_of(key[i])). Storage belongs to the collection's workspace and
 // is valid until its next call.
@@ -82,8 +86,13 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
                                  ember__sparse_grad *out);
 // Applies one optimizer update per row of `g` (keys sorted, unique) and advances every table's
 // step counter. Used by backward and by the data-parallel scheme after its cross-rank sum.
+// row_sumsq (NULL, or [n] with -1 for "not given") carries the whole-row sum of squared
+// gradients of row-wise optimizers whose rows are split over column shards.
 ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad,
-                              int64_t n);
+                              int64_t n, const float *row_sumsq);
+// out[k] = sum_d (g_d + l2 * w_d)^2 over this piece of row key[k] for the row-wise optimizers
+// (ROWWISE_ADAGRAD, PARTIAL_ROWWISE_ADAM), -1 for the others.
+ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out);
 // Table index of a key (binary search over key_base).
 int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key);
 

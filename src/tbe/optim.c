@@ -17,9 +17,21 @@
 
 #include "tbe/internal.h"
 
-void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, float *restrict g);
+// `sumsq` >= 0 gives the row's sum of squared (L2-adjusted) gradients over the whole global row
+// for the row-wise optimizers, when the row is split over column shards
+// (ember__ebc_row_sumsq on each piece, summed); the per-row mean then divides by the global dim.
+// A negative `sumsq` means: this piece is the whole row, compute it here.
+void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, float *restrict g, float sumsq);
 
-void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, float *restrict g) {
+// Mean over the (global) row of the squared gradient, for the row-wise optimizers.
+static float row_mean_sq(const ember__table *t, const float *g, float sumsq) {
+    if (sumsq >= 0.0f) return sumsq / (float)t->origin.global_dim;
+    float ss = 0.0f;
+    for (int32_t d = 0; d < t->cfg.dim; d++) ss += g[d] * g[d];
+    return ss / (float)t->cfg.dim;
+}
+
+void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, float *restrict g, float sumsq) {
     const ember_optim_config *o = &t->cfg.optim;
     const int32_t D = t->cfg.dim;
     const float lr = o->lr, wd = o->weight_decay, eps = o->eps;
@@ -40,10 +52,8 @@ void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, flo
         break;
     }
     case EMBER_OPT_ROWWISE_ADAGRAD: {
-        float ss = 0.0f;
-        for (int32_t d = 0; d < D; d++) ss += g[d] * g[d];
         float *m1 = t->m1 + row;
-        *m1 += ss / (float)D;
+        *m1 += row_mean_sq(t, g, sumsq);
         const float mult = lr / (sqrtf(*m1) + eps);
         for (int32_t d = 0; d < D; d++) w[d] -= mult * g[d] + (decoupled ? lr * wd * w[d] : 0.0f);
         break;
@@ -57,10 +67,8 @@ void ember__optim_row(const ember__table *t, int64_t row, float *restrict w, flo
         float *m2;
         float v_row = 0.0f;
         if (o->kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM) {
-            float ss = 0.0f;
-            for (int32_t d = 0; d < D; d++) ss += g[d] * g[d];
             m2 = t->m2 + row;
-            *m2 = b2 * *m2 + (1.0f - b2) * (ss / (float)D);
+            *m2 = b2 * *m2 + (1.0f - b2) * row_mean_sq(t, g, sumsq);
             v_row = sqrtf(*m2 / c2) + eps;
         } else {
             m2 = t->m2 + (size_t)row * (size_t)D;

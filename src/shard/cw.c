@@ -1,0 +1,33 @@
+// Column-wise: the columns split into num_shards contiguous slices (the first dim % n slices
+// one wider), slice i on ranks[i]. Each owner pools complete bags over its slice; the home rank
+// concatenates the slices along D.
+#include "shard/internal.h"
+
+static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
+    EMBER_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= t->dim && p->num_shards <= EMBER_PLAN_MAX_RANKS,
+                EMBER_ERR_INVALID_ARG, "ember_sebc_create: table '%s': column-wise num_shards %d outside [1, dim %d]",
+                t->name, (int)p->num_shards, (int)t->dim);
+    for (int32_t i = 0; i < p->num_shards; i++) {
+        EMBER_CHECK(ctx, p->ranks[i] >= 0 && p->ranks[i] < W, EMBER_ERR_INVALID_ARG,
+                    "ember_sebc_create: table '%s': column shard %d on rank %d outside [0, %d)", t->name, (int)i,
+                    (int)p->ranks[i], (int)W);
+    }
+    EMBER_CHECK(ctx, t->pooling != EMBER_POOL_NONE, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': column-wise sharding of a sequence (NONE) table", t->name);
+    EMBER_CHECK(ctx, t->optim.kind != EMBER_OPT_LAMB, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': LAMB's per-row trust ratio is not supported column-wise", t->name);
+    return EMBER_OK;
+}
+
+static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out) {
+    (void)W;
+    if (out) {
+        for (int32_t i = 0; i < p->num_shards; i++) {
+            out[i] = (ember__shard){p->ranks[i], 0, t->rows, (int32_t)ember__split_begin(t->dim, p->num_shards, i),
+                                    (int32_t)ember__split_begin(t->dim, p->num_shards, i + 1), -1};
+        }
+    }
+    return p->num_shards;
+}
+
+const ember__scheme_ops ember__scheme_cw = {"column_wise", validate, cut, 0};

@@ -1,0 +1,655 @@
+// Forward and backward of the sharded collection: input dist, local pooling, output dist
+// (DESIGN.md §1.4). Every call validates locally, agrees on the status across ranks, and only
+// then communicates; allocations whose size depends on other ranks are agreed on again before
+// the data moves, so one rank's failure never leaves the others waiting.
+#include <math.h>
+#include <string.h>
+
+#include "shard/internal.h"
+
+#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+static float grad_scale(const ember_sebc *s) { return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f; }
+
+static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
+    return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
+}
+
+// Applies the bounds mode once, at the home rank: kept ids (clamped where asked), their weights
+// and original positions, with offsets per bag. Routed pieces then carry only valid ids.
+static ember_status sanitise(ember_sebc *s, const ember_kjt *kjt) {
+    const int32_t B = kjt->batch_size;
+    const int64_t nbags = (int64_t)s->F * B;
+    int64_t *off = RESERVE(s, san_off, int64_t, nbags + 1);
+    int64_t *val = RESERVE(s, san_val, int64_t, kjt->nnz);
+    float *w = RESERVE(s, san_w, float, kjt->nnz);
+    int64_t *pos = RESERVE(s, san_pos, int64_t, kjt->nnz);
+    if (!off || !val || !w || !pos) return EMBER_ERR_NOMEM;
+    int64_t start = 0, m = 0;
+    off[0] = 0;
+    for (int64_t i = 0; i < nbags; i++) {
+        const int64_t rows = s->feature_rows[i / B];
+        const int64_t len = kjt->lengths ? kjt->lengths[i] : kjt->offsets[i + 1] - kjt->offsets[i];
+        for (int64_t j = start; j < start + len; j++) {
+            int64_t id = kjt->values[j];
+            if (id < 0 || id >= rows) {
+                if (s->bounds == EMBER_BOUNDS_SKIP) continue;
+                id = id < 0 ? 0 : rows - 1;
+            }
+            val[m] = id;
+            w[m] = kjt->weights ? kjt->weights[j] : 1.0f;
+            pos[m] = j;
+            m++;
+        }
+        start += len;
+        off[i + 1] = m;
+    }
+    return EMBER_OK;
+}
+
+// Routes the sanitised ids to their owners: for each destination q, for each of q's routes,
+// the lengths of this rank's B bags restricted to the shard's rows, and the ids (relative to the
+// shard's first row), weights and original positions in the same order.
+static ember_status pack_input(ember_sebc *s, int32_t B) {
+    const int64_t *off = s->san_off.p;
+    const int64_t *val = s->san_val.p;
+    const float *w = s->san_w.p;
+    const int64_t *pos = s->san_pos.p;
+    int64_t nlen = 0, nid_bound = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        nlen += (int64_t)s->nroutes[q] * B;
+        for (int32_t k = 0; k < s->nroutes[q]; k++) {
+            const int32_t f = s->routes[q][k].feature;
+            nid_bound += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
+        }
+    }
+    int32_t *slen = RESERVE(s, snd_len, int32_t, nlen);
+    int64_t *sval = RESERVE(s, snd_val, int64_t, nid_bound);
+    float *sw = RESERVE(s, snd_w, float, nid_bound);
+    int64_t *spos = RESERVE(s, snd_pos, int64_t, nid_bound);
+    if (!slen || !sval || !sw || !spos) return EMBER_ERR_NOMEM;
+    int64_t L = 0, n = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        const int64_t n0 = n;
+        for (int32_t k = 0; k < s->nroutes[q]; k++) {
+            const ember__route *r = &s->routes[q][k];
+            const int64_t r0 = r->shard->r0, r1 = r->shard->r1;
+            for (int32_t b = 0; b < B; b++) {
+                const int64_t bag = (int64_t)r->feature * B + b;
+                int32_t len = 0;
+                for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
+                    if (val[j] < r0 || val[j] >= r1) continue;
+                    sval[n] = val[j] - r0;
+                    sw[n] = w[j];
+                    spos[n] = pos[j];
+                    n++;
+                    len++;
+                }
+                slen[L++] = len;
+            }
+        }
+        s->send_ids[q] = n - n0;
+    }
+    return EMBER_OK;
+}
+
+// The data-parallel features' sub-KJT, from the sanitised ids.
+static ember_status pack_dp(ember_sebc *s, int32_t B) {
+    const int64_t *off = s->san_off.p;
+    int64_t nnz = 0;
+    for (int32_t i = 0; i < s->ndp_features; i++) {
+        const int32_t f = s->dp_features[i];
+        nnz += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
+    }
+    const int32_t nf = s->ndp_features ? s->ndp_features : 1;
+    int64_t *doff = RESERVE(s, dp_off, int64_t, (int64_t)nf * B + 1);
+    int64_t *dval = RESERVE(s, dp_val, int64_t, nnz);
+    float *dw = RESERVE(s, dp_w, float, nnz);
+    float *dout = RESERVE(s, dp_out, float, s->sequence ? nnz * s->out_dim : (int64_t)B * s->dp_out_dim);
+    if (!doff || !dval || !dw || !dout) return EMBER_ERR_NOMEM;
+    int64_t m = 0;
+    doff[0] = 0;
+    for (int32_t i = 0; i < s->ndp_features; i++) {
+        const int32_t f = s->dp_features[i];
+        for (int32_t b = 0; b < B; b++) {
+            const int64_t bag = (int64_t)f * B + b;
+            for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
+                dval[m] = ((const int64_t *)s->san_val.p)[j];
+                dw[m] = ((const float *)s->san_w.p)[j];
+                m++;
+            }
+            doff[(int64_t)i * B + b + 1] = m;
+        }
+    }
+    if (s->ndp_features == 0)
+        for (int32_t b = 0; b < B; b++) doff[b + 1] = 0;
+    s->dp_kjt = (ember_kjt){nf, B, NULL, doff, dval, s->weighted ? dw : NULL, m};
+    return EMBER_OK;
+}
+
+// Owner side: the local KJT over every source's bags. Local feature k (route k) has
+// Btot = sum_s B_s bags, source s's at [boff_s, boff_s + B_s).
+static ember_status build_local(ember_sebc *s) {
+    const int32_t W = s->W, nr = s->nroutes[s->rank];
+    int64_t Btot = 0, nnz = 0;
+    for (int32_t q = 0; q < W; q++) {
+        Btot += s->Bs[q];
+        nnz += s->recv_ids[q];
+    }
+    int32_t *len = RESERVE(s, loc_len, int32_t, (int64_t)nr * Btot);
+    int64_t *val = RESERVE(s, loc_val, int64_t, nnz);
+    float *w = RESERVE(s, loc_w, float, nnz);
+    if (!len || !val || !w) return EMBER_ERR_NOMEM;
+    const int32_t *rlen = s->rcv_len.p;
+    const int64_t *rval = s->rcv_val.p;
+    const float *rw = s->rcv_w.p;
+    // Ids arrive grouped by source, then route; the local KJT wants route, then source.
+    int64_t n = 0;
+    for (int32_t k = 0; k < nr; k++) {
+        int64_t lbase = 0, vbase = 0, boff = 0;
+        for (int32_t q = 0; q < W; q++) {
+            const int32_t *ql = rlen + lbase;
+            int64_t skip = 0;
+            for (int64_t i = 0; i < (int64_t)k * s->Bs[q]; i++) skip += ql[i];
+            for (int64_t b = 0; b < s->Bs[q]; b++) {
+                const int32_t l = ql[(int64_t)k * s->Bs[q] + b];
+                len[(int64_t)k * Btot + boff + b] = l;
+                memcpy(val + n, rval + vbase + skip, sizeof(int64_t) * (size_t)l);
+                if (s->weighted) memcpy(w + n, rw + vbase + skip, sizeof(float) * (size_t)l);
+                n += l;
+                skip += l;
+            }
+            lbase += (int64_t)nr * s->Bs[q];
+            vbase += s->recv_ids[q];
+            boff += s->Bs[q];
+        }
+    }
+    s->local_kjt = (ember_kjt){nr, (int32_t)Btot, len, NULL, val, s->weighted ? w : NULL, nnz};
+    return EMBER_OK;
+}
+
+// Sequence outputs: the owner's rows are in local value order (route, source); each source
+// wants its own rows in the order it sent them (source, route). dir = 0 packs local -> per
+// source, dir = 1 unpacks per source -> local.
+static void permute_rows(ember_sebc *s, float *local, float *by_source, int dir) {
+    const int32_t D = s->out_dim, nr = s->nroutes[s->rank], W = s->W;
+    const int32_t *len = s->local_kjt.lengths;
+    const int64_t Btot = s->local_kjt.batch_size;
+    // Rows of (route k, source q) in local order start at lo; in per-source order at so.
+    int64_t lo = 0;
+    int64_t *so = s->cnt + 2 * W; // not in use by the caller's exchange at this point
+    int64_t acc = 0;
+    for (int32_t q = 0; q < W; q++) { so[q] = acc; acc += s->recv_ids[q]; }
+    for (int32_t k = 0; k < nr; k++) {
+        int64_t boff = 0;
+        for (int32_t q = 0; q < W; q++) {
+            int64_t n = 0;
+            for (int64_t b = 0; b < s->Bs[q]; b++) n += len[(int64_t)k * Btot + boff + b];
+            float *a = local + lo * D, *c = by_source + so[q] * D;
+            if (dir == 0) memcpy(c, a, sizeof(float) * (size_t)(n * D));
+            else memcpy(a, c, sizeof(float) * (size_t)(n * D));
+            lo += n;
+            so[q] += n;
+            boff += s->Bs[q];
+        }
+    }
+}
+
+static ember_status check_inputs(ember_sebc *s, const char *fn, const ember_kjt *kjt, const void *buf,
+                                 const char *bufname) {
+    int64_t oor = 0;
+    EMBER_TRY(ember__kjt_validate(s->ctx, fn, kjt, s->F, s->feature_rows, (const char *const *)s->feature_names,
+                                  s->bounds, &oor));
+    EMBER_CHECK(s->ctx, buf != NULL || output_size(s, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: %s is NULL", fn, bufname);
+    if (oor > 0 && s->bounds == EMBER_BOUNDS_CLAMP)
+        ember__log(s->ctx, EMBER_LOG_WARN, "%s: %lld ids outside their tables were clamped", fn, (long long)oor);
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_forward";
+    ember_comm *c = s->comm;
+    const int32_t W = s->W, me = s->rank;
+    s->bytes_at_forward = ember_comm_bytes_sent(c);
+    s->has_forward = 0;
+    ember_status st = check_inputs(s, fn, kjt, out, "out");
+    if (st == EMBER_OK) st = sanitise(s, kjt);
+    if (st == EMBER_OK) st = pack_input(s, kjt->batch_size);
+    EMBER_TRY(ember_comm_agree(c, st));
+    const int32_t B = kjt->batch_size;
+    // Batch sizes and whether any rank carries weights (then every rank sends weights).
+    int64_t *Bw = s->cnt;
+    EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw));
+    s->weighted = 0;
+    for (int32_t q = 0; q < W; q++) {
+        s->Bs[q] = Bw[q] / 2;
+        s->weighted |= (int32_t)(Bw[q] & 1);
+    }
+    s->batch = B;
+    EMBER_TRY(ember_comm_alltoall_i64(c, s->send_ids, s->recv_ids));
+    // Receive buffers and outputs, sized from the peers' counts; agreed before data moves.
+    const int32_t nr = s->nroutes[me], lod = s->local_out_dim[me];
+    int64_t Btot = 0, nrecv = 0, nout = 0;
+    for (int32_t q = 0; q < W; q++) {
+        Btot += s->Bs[q];
+        nrecv += s->recv_ids[q];
+        nout += s->sequence ? s->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
+    }
+    st = EMBER_OK;
+    if (!RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) || !RESERVE(s, rcv_val, int64_t, nrecv) ||
+        !RESERVE(s, rcv_w, float, nrecv) || !RESERVE(s, rcv_out, float, nout) ||
+        !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
+        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
+        st = EMBER_ERR_NOMEM;
+    if (st == EMBER_OK) st = pack_dp(s, B);
+    EMBER_TRY(ember_comm_agree(c, st));
+
+    // Input dist: lengths, ids, weights.
+    int64_t *sc = s->cnt, *rc = s->cnt + W;
+    for (int32_t q = 0; q < W; q++) {
+        sc[q] = (int64_t)s->nroutes[q] * B;
+        rc[q] = (int64_t)nr * s->Bs[q];
+    }
+    st = ember_comm_alltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t));
+    if (st == EMBER_OK) st = ember_comm_alltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t));
+    if (st == EMBER_OK && s->weighted)
+        st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
+    if (st == EMBER_OK && s->local && nr > 0) {
+        st = build_local(s);
+        if (st == EMBER_OK) st = ember_ebc_forward(s->local, &s->local_kjt, s->loc_out.p);
+    }
+    if (st == EMBER_OK && s->dp && s->ndp_features > 0) st = ember_ebc_forward(s->dp, &s->dp_kjt, s->dp_out.p);
+    // Local failures here are internal (inputs were validated): agree before the output dist.
+    st = ember_comm_agree(c, st);
+    if (st != EMBER_OK) return st;
+
+    // Output dist: owner -> home. Pooled rows of source q are contiguous in the local output.
+    const float *send = s->loc_out.p;
+    for (int32_t q = 0; q < W; q++) {
+        if (s->sequence) {
+            sc[q] = s->recv_ids[q] * s->out_dim;
+            rc[q] = s->send_ids[q] * s->out_dim;
+        } else {
+            sc[q] = s->Bs[q] * lod;
+            rc[q] = (int64_t)B * s->local_out_dim[q];
+        }
+    }
+    if (s->sequence && nr > 0) {
+        permute_rows(s, s->loc_out.p, s->snd_out.p, 0);
+        send = s->snd_out.p;
+    }
+    EMBER_TRY(ember_comm_alltoallv(c, send, sc, s->rcv_out.p, rc, sizeof(float)));
+
+    // Assemble this rank's output.
+    const float *rout = s->rcv_out.p;
+    memset(out, 0, sizeof(float) * (size_t)output_size(s, kjt));
+    if (s->sequence) {
+        const int64_t *spos = s->snd_pos.p;
+        const int32_t D = s->out_dim;
+        int64_t n = 0;
+        for (int32_t q = 0; q < W; q++)
+            for (int64_t i = 0; i < s->send_ids[q]; i++, n++)
+                memcpy(out + spos[n] * D, rout + n * D, sizeof(float) * (size_t)D);
+        if (s->ndp_features > 0) {
+            // DP rows follow the sub-KJT's value order: features in order, their kept ids.
+            const int64_t *off = s->san_off.p, *pos = s->san_pos.p;
+            const float *dout = s->dp_out.p;
+            int64_t m = 0;
+            for (int32_t i = 0; i < s->ndp_features; i++) {
+                const int32_t f = s->dp_features[i];
+                for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++, m++)
+                    memcpy(out + pos[j] * D, dout + m * D, sizeof(float) * (size_t)D);
+            }
+        }
+    } else {
+        const float *dout = s->dp_out.p;
+        for (int32_t b = 0; b < B; b++) {
+            int32_t dc = 0;
+            for (int32_t i = 0; i < s->ndp_features; i++) {
+                const int32_t f = s->dp_features[i], D = s->tables[s->feature_table[f]].dim;
+                memcpy(out + (size_t)b * s->out_dim + s->feature_col[f], dout + (size_t)b * s->dp_out_dim + dc,
+                       sizeof(float) * (size_t)D);
+                dc += D;
+            }
+        }
+        // Owners' blocks, in rank order: placed (whole bags) or added (row-block partial sums).
+        int64_t base = 0;
+        for (int32_t q = 0; q < W; q++) {
+            const int32_t qd = s->local_out_dim[q];
+            for (int32_t b = 0; b < B; b++) {
+                const float *src = rout + base + (int64_t)b * qd;
+                for (int32_t k = 0; k < s->nroutes[q]; k++) {
+                    const ember__route *r = &s->routes[q][k];
+                    const int32_t wdt = r->shard->c1 - r->shard->c0;
+                    float *dst = out + (size_t)b * s->out_dim + s->feature_col[r->feature] + r->shard->c0;
+                    if (r->partial)
+                        for (int32_t d = 0; d < wdt; d++) dst[d] += src[r->local_col + d];
+                    else
+                        memcpy(dst, src + r->local_col, sizeof(float) * (size_t)wdt);
+                }
+            }
+            base += (int64_t)B * qd;
+        }
+        // Row-wise MEAN: divide the summed partials once by the global bag length.
+        const int64_t *off = s->san_off.p;
+        for (int32_t f = 0; f < s->F; f++) {
+            const int32_t t = s->feature_table[f];
+            const ember__scheme_ops *ops = ember__scheme(s->ts[t].scheme);
+            if (!ops || !ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
+            const int32_t D = s->tables[t].dim;
+            for (int32_t b = 0; b < B; b++) {
+                const int64_t n = off[(int64_t)f * B + b + 1] - off[(int64_t)f * B + b];
+                if (n == 0) continue;
+                const float inv = 1.0f / (float)n;
+                float *dst = out + (size_t)b * s->out_dim + s->feature_col[f];
+                for (int32_t d = 0; d < D; d++) dst[d] *= inv;
+            }
+        }
+    }
+    s->has_forward = 1;
+    return EMBER_OK;
+}
+
+// Data-parallel backward: each rank's coalesced row gradients (already scaled by the
+// convention) are gathered on every rank in rank order and summed per row in that order, so
+// every replica applies bitwise the same update.
+static ember_status dp_backward(ember_sebc *s, const float *grad_dp) {
+    ember_comm *c = s->comm;
+    const int32_t W = s->W;
+    ember__sparse_grad g = {0};
+    ember_status st = ember__ebc_coalesce(s->dp, &s->dp_kjt, grad_dp, &g);
+    EMBER_TRY(ember_comm_agree(c, st));
+    int64_t *nk = s->cnt, *ng = s->cnt + W;
+    EMBER_TRY(ember_comm_allgather_i64(c, g.n, nk));
+    EMBER_TRY(ember_comm_allgather_i64(c, g.goff[g.n], ng));
+    int64_t tk = 0, tg = 0;
+    for (int32_t q = 0; q < W; q++) {
+        tk += nk[q];
+        tg += ng[q];
+    }
+    // keys: gathered [tk], merged [tk], merged offsets [tk+1], gathered offsets [tk + W];
+    // grads: gathered [tg], merged [tg].
+    int64_t *keys = RESERVE(s, dp_keys, int64_t, 4 * tk + W + 1);
+    float *grads = RESERVE(s, dp_grads, float, 2 * tg);
+    int64_t *order = RESERVE(s, dp_counts, int64_t, W);
+    st = keys && grads && order ? EMBER_OK : EMBER_ERR_NOMEM;
+    EMBER_TRY(ember_comm_agree(c, st));
+    int64_t *mkeys = keys + tk, *moff = keys + 2 * tk, *goffs = keys + 3 * tk + 1;
+    float *mgrads = grads + tg;
+    EMBER_TRY(ember_comm_allgatherv(c, g.key, g.n, keys, nk, sizeof(int64_t)));
+    EMBER_TRY(ember_comm_allgatherv(c, g.grad, g.goff[g.n], grads, ng, sizeof(float)));
+    // Offsets of every gathered row's gradient: each rank's rows are laid out in its key order
+    // with the width of the key's table.
+    int64_t k = 0, go = 0;
+    for (int32_t q = 0; q < W; q++) {
+        for (int64_t i = 0; i < nk[q]; i++, k++) {
+            goffs[k] = go;
+            go += s->dp->tables[ember__ebc_key_table(s->dp, keys[k])].cfg.dim;
+        }
+    }
+    goffs[tk] = go;
+    // Each rank's keys are sorted and unique: a W-way merge by repeated minimum, adding the
+    // ranks' rows for equal keys in rank order.
+    int64_t *head = order; // [W] next gathered index per rank
+    int64_t start = 0;
+    for (int32_t q = 0; q < W; q++) {
+        head[q] = start;
+        start += nk[q];
+    }
+    int64_t nm = 0, mg = 0;
+    for (;;) {
+        int64_t best = -1;
+        int32_t bq = -1;
+        int64_t end = 0;
+        for (int32_t q = 0; q < W; q++) {
+            end += nk[q];
+            if (head[q] < end && (bq < 0 || keys[head[q]] < best)) {
+                best = keys[head[q]];
+                bq = q;
+            }
+        }
+        if (bq < 0) break;
+        const int32_t D = s->dp->tables[ember__ebc_key_table(s->dp, best)].cfg.dim;
+        mkeys[nm] = best;
+        moff[nm] = mg;
+        memset(mgrads + mg, 0, sizeof(float) * (size_t)D);
+        // Ranks in order: each contributes its (unique) row for this key, if any.
+        int64_t e = 0;
+        for (int32_t q = 0; q < W; q++) {
+            e += nk[q];
+            if (head[q] < e && keys[head[q]] == best) {
+                const float *src = grads + goffs[head[q]];
+                for (int32_t d = 0; d < D; d++) mgrads[mg + d] += src[d];
+                head[q]++;
+            }
+        }
+        mg += D;
+        nm++;
+    }
+    moff[nm] = mg;
+    return ember__ebc_apply(s->dp, mkeys, moff, mgrads, nm, NULL);
+}
+
+// Keys of local table lt in a coalesced gradient: [*lo, *hi).
+static void key_range(const ember_ebc *e, const ember__sparse_grad *g, int32_t lt, int64_t *lo, int64_t *hi) {
+    const int64_t a = e->tables[lt].key_base, b = a + e->tables[lt].cfg.rows;
+    int64_t i = 0;
+    while (i < g->n && g->key[i] < a) i++;
+    *lo = i;
+    while (i < g->n && g->key[i] < b) i++;
+    *hi = i;
+}
+
+static int is_cw_rowwise(const ember_sebc *s, int32_t t) {
+    const ember_optim_kind k = s->tables[t].optim.kind;
+    return s->ts[t].scheme == EMBER_SHARD_COLUMN_WISE &&
+           (k == EMBER_OPT_ROWWISE_ADAGRAD || k == EMBER_OPT_PARTIAL_ROWWISE_ADAM);
+}
+
+static int has_shard_on(const ember__table_shards *ts, int32_t q) {
+    for (int32_t i = 0; i < ts->nshards; i++)
+        if (ts->shards[i].owner == q) return 1;
+    return 0;
+}
+
+// The owner's fused update. A row-wise optimizer on a column-wise table needs the mean of g^2
+// over the whole row, which is split over the table's column shards: every shard of a table
+// sees the same bags, hence the same touched rows in the same order, so the shards exchange
+// their per-row partial sums of squares and add them in shard order (the same sum on every
+// shard, so the per-row state stays identical across shards).
+static ember_status local_backward(ember_sebc *s, float *grad) {
+    const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
+    if (!s->cw_rowwise) return s->local && nr > 0 ? ember_ebc_backward(s->local, &s->local_kjt, grad, NULL) : EMBER_OK;
+    ember_comm *c = s->comm;
+    ember__sparse_grad g = {0};
+    float *mine = NULL;
+    ember_status st = EMBER_OK;
+    if (s->local && nr > 0) {
+        st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &g);
+        if (st == EMBER_OK) mine = RESERVE(s, ss_mine, float, g.n);
+        if (st == EMBER_OK && !mine) st = EMBER_ERR_NOMEM;
+        if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &g, mine);
+    }
+    // Sizes: shard i of a CW row-wise table t carries u_t values (its touched rows).
+    int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
+    for (int32_t q = 0; q < W; q++) {
+        sc[q] = rc[q] = 0;
+        if (q == me) continue;
+        for (int32_t t = 0; t < s->T; t++) {
+            const ember__table_shards *ts = &s->ts[t];
+            if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me) || !has_shard_on(ts, q)) continue;
+            int64_t lo = 0, hi = 0;
+            for (int32_t i = 0; i < ts->nshards; i++)
+                if (ts->shards[i].owner == me) key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+            for (int32_t i = 0; i < ts->nshards; i++) {
+                if (ts->shards[i].owner == me) sc[q] += hi - lo;
+                if (ts->shards[i].owner == q) rc[q] += hi - lo;
+            }
+        }
+        nsend += sc[q];
+        nrecv += rc[q];
+    }
+    float *snd = RESERVE(s, ss_send, float, nsend), *rcv = RESERVE(s, ss_recv, float, nrecv);
+    if (st == EMBER_OK && (!snd || !rcv)) st = EMBER_ERR_NOMEM;
+    EMBER_TRY(ember_comm_agree(c, st));
+    int64_t n = 0;
+    for (int32_t q = 0; q < W; q++) {
+        if (q == me) continue;
+        for (int32_t t = 0; t < s->T; t++) {
+            const ember__table_shards *ts = &s->ts[t];
+            if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me) || !has_shard_on(ts, q)) continue;
+            for (int32_t i = 0; i < ts->nshards; i++) {
+                if (ts->shards[i].owner != me) continue;
+                int64_t lo, hi;
+                key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+                memcpy(snd + n, mine + lo, sizeof(float) * (size_t)(hi - lo));
+                n += hi - lo;
+            }
+        }
+    }
+    EMBER_TRY(ember_comm_alltoallv(c, snd, sc, rcv, rc, sizeof(float)));
+    if (!(s->local && nr > 0)) return EMBER_OK;
+    // Received pieces: from each rank q in order, its shards of each shared table in order.
+    int64_t *qoff = s->cnt + 2 * W; // start of rank q's data in rcv
+    for (int32_t q = 0, o = 0; q < W; q++) {
+        qoff[q] = o;
+        o += (int32_t)rc[q];
+    }
+    for (int32_t t = 0; t < s->T; t++) {
+        const ember__table_shards *ts = &s->ts[t];
+        if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me)) continue;
+        int64_t lo = 0, hi = 0;
+        int32_t first_mine = -1;
+        for (int32_t i = 0; i < ts->nshards; i++)
+            if (ts->shards[i].owner == me && first_mine < 0) first_mine = i;
+        key_range(s->local, &g, ts->shards[first_mine].local_table, &lo, &hi);
+        const int64_t u = hi - lo;
+        float *total = snd; // the send buffer is free again: [u] sums in shard order
+        for (int64_t k = 0; k < u; k++) total[k] = 0.0f;
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            const ember__shard *sh = &ts->shards[i];
+            const float *part;
+            if (sh->owner == me) {
+                int64_t l2, h2;
+                key_range(s->local, &g, sh->local_table, &l2, &h2);
+                part = mine + l2;
+            } else {
+                part = rcv + qoff[sh->owner];
+                qoff[sh->owner] += u;
+            }
+            for (int64_t k = 0; k < u; k++) total[k] += part[k];
+        }
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            if (ts->shards[i].owner != me) continue;
+            int64_t l2, h2;
+            key_range(s->local, &g, ts->shards[i].local_table, &l2, &h2);
+            memcpy(mine + l2, total, sizeof(float) * (size_t)u);
+        }
+    }
+    return ember__ebc_apply(s->local, g.key, g.goff, g.grad, g.n, mine);
+}
+
+ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_backward";
+    ember_comm *c = s->comm;
+    const int32_t W = s->W, me = s->rank;
+    ember_status st = EMBER_OK;
+    if (!s->has_forward) {
+        st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", fn);
+    } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F) {
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: the kjt is not the one of the preceding forward", fn);
+    } else if (!grad_out && output_size(s, kjt) > 0) {
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
+    } else {
+        const int64_t n = output_size(s, kjt);
+        for (int64_t i = 0; i < n; i++) {
+            if (!isfinite(grad_out[i])) {
+                st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
+                                  (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
+                break;
+            }
+        }
+    }
+    const int32_t B = s->batch, nr = s->nroutes[me], lod = s->local_out_dim[me];
+    const float scale = grad_scale(s);
+    int64_t nsend = 0;
+    for (int32_t q = 0; q < W; q++)
+        nsend += s->sequence ? s->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
+    float *send = RESERVE(s, rcv_out, float, nsend); // the forward's receive buffer, reused
+    if (st == EMBER_OK && !send) st = EMBER_ERR_NOMEM;
+    EMBER_TRY(ember_comm_agree(c, st));
+    s->has_forward = 0;
+
+    // Gradients of the routed pieces, home -> owner, scaled by the convention (and, for
+    // row-block MEAN, by 1/|I| of the global bag).
+    const int64_t *off = s->san_off.p;
+    if (s->sequence) {
+        const int64_t *spos = s->snd_pos.p;
+        const int32_t D = s->out_dim;
+        for (int64_t i = 0; i < nsend / (D ? D : 1); i++)
+            for (int32_t d = 0; d < D; d++) send[i * D + d] = scale * grad_out[spos[i] * D + d];
+    } else {
+        int64_t n = 0;
+        for (int32_t q = 0; q < W; q++) {
+            for (int32_t b = 0; b < B; b++) {
+                for (int32_t k = 0; k < s->nroutes[q]; k++) {
+                    const ember__route *r = &s->routes[q][k];
+                    const int32_t wdt = r->shard->c1 - r->shard->c0;
+                    float sc = scale;
+                    if (r->partial && s->tables[r->table].pooling == EMBER_POOL_MEAN) {
+                        const int64_t bag = (int64_t)r->feature * B + b, len = off[bag + 1] - off[bag];
+                        if (len > 0) sc = scale / (float)len;
+                    }
+                    const float *src = grad_out + (size_t)b * s->out_dim + s->feature_col[r->feature] + r->shard->c0;
+                    for (int32_t d = 0; d < wdt; d++) send[n + d] = sc * src[d];
+                    n += wdt;
+                }
+            }
+        }
+    }
+    int64_t *sc = s->cnt, *rc = s->cnt + W;
+    for (int32_t q = 0; q < W; q++) {
+        if (s->sequence) {
+            sc[q] = s->send_ids[q] * s->out_dim;
+            rc[q] = s->recv_ids[q] * s->out_dim;
+        } else {
+            sc[q] = (int64_t)B * s->local_out_dim[q];
+            rc[q] = s->Bs[q] * lod;
+        }
+    }
+    float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
+    EMBER_TRY(ember_comm_alltoallv(c, send, sc, recv, rc, sizeof(float)));
+    if (s->sequence && s->local && nr > 0) permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
+    st = local_backward(s, s->loc_out.p);
+    // Internal failures only (inputs were checked): agree before the data-parallel collectives.
+    EMBER_TRY(ember_comm_agree(c, st));
+    if (s->dp) {
+        // The DP collection's own gradient: this rank's output slices, scaled.
+        float *gdp = s->dp_out.p;
+        if (s->sequence) {
+            const int64_t *pos = s->san_pos.p;
+            const int32_t D = s->out_dim;
+            int64_t m = 0;
+            for (int32_t i = 0; i < s->ndp_features; i++) {
+                const int32_t f = s->dp_features[i];
+                for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++, m++)
+                    for (int32_t d = 0; d < D; d++) gdp[m * D + d] = scale * grad_out[pos[j] * D + d];
+            }
+        } else {
+            for (int32_t b = 0; b < B; b++) {
+                int32_t dc = 0;
+                for (int32_t i = 0; i < s->ndp_features; i++) {
+                    const int32_t f = s->dp_features[i], D = s->tables[s->feature_table[f]].dim;
+                    const float *src = grad_out + (size_t)b * s->out_dim + s->feature_col[f];
+                    for (int32_t d = 0; d < D; d++) gdp[(size_t)b * s->dp_out_dim + dc + d] = scale * src[d];
+                    dc += D;
+                }
+            }
+        }
+        st = dp_backward(s, gdp);
+    }
+    s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
+    return ember_comm_agree(c, st);
+}

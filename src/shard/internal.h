@@ -1,0 +1,104 @@
+// Internal layout of the sharded collection (DESIGN.md §1.4).
+//
+// Every non-data-parallel table is cut into shards, each a block of rows x columns on one
+// owner rank. Each (feature, shard) pair is a *route*: the feature's ids that fall in the
+// shard's rows travel from every sample's home rank to the shard's owner, which pools them in
+// its local collection, and the pooled rows travel back. The schemes differ only in how they
+// cut a table and whether the pieces' outputs are concatenated (table-wise, column-wise) or
+// summed (row-wise, table-row-wise); that is each scheme's ops table below, one file each.
+// Data-parallel tables keep a full replica in a separate local collection.
+#ifndef EMBER_SHARD_INTERNAL_H
+#define EMBER_SHARD_INTERNAL_H
+
+#include "comm/internal.h"
+#include "ember/shard.h"
+#include "tbe/internal.h"
+
+typedef struct ember__shard {
+    int32_t owner;          // rank holding the block
+    int64_t r0, r1;         // global rows [r0, r1)
+    int32_t c0, c1;         // global columns [c0, c1)
+    int32_t local_table;    // index of the block in the owner's local collection
+} ember__shard;
+
+// One scheme: validates a table's plan and cuts the table into shards.
+typedef struct ember__scheme_ops {
+    const char *name;
+    // Checks plan against the table and world size; message names the table.
+    ember_status (*validate)(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W);
+    // Number of shards, and the shards themselves (owner, rows, columns) when out is not NULL.
+    int32_t (*cut)(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out);
+    // Pieces hold row blocks whose partial pools are summed at the home rank (RW, TWRW);
+    // otherwise they are column blocks of complete pools, concatenated.
+    int partial;
+} ember__scheme_ops;
+
+extern const ember__scheme_ops ember__scheme_tw, ember__scheme_cw, ember__scheme_rw, ember__scheme_twrw;
+const ember__scheme_ops *ember__scheme(ember_shard_scheme s); // NULL for DATA_PARALLEL
+
+// Contiguous split of n into k parts: the first n % k parts get one more.
+static inline int64_t ember__split_begin(int64_t n, int32_t k, int32_t i) {
+    int64_t base = n / k, rem = n % k;
+    return (int64_t)i * base + (i < rem ? i : rem);
+}
+
+typedef struct ember__route {
+    int32_t feature;        // global feature index
+    int32_t table;          // global table index
+    const ember__shard *shard;
+    int32_t local_col;      // first column of this route in the owner's local output
+    int32_t partial;        // summed (row blocks) rather than placed
+} ember__route;
+
+typedef struct ember__table_shards {
+    ember_shard_scheme scheme;
+    int32_t nshards;
+    ember__shard *shards;   // [nshards]; NULL for DP
+    int32_t dp_local;       // DP: index in the DP collection
+} ember__table_shards;
+
+struct ember_sebc {
+    ember_ctx *ctx;
+    ember_comm *comm;
+    int32_t W, rank;
+    ember_grad_convention conv;
+    int32_t T, F;
+    ember_table_config *tables;   // [T] copies (names owned by the local collections' copies)
+    int32_t *feature_table;       // [F]
+    int32_t *feature_col;         // [F] first output column
+    int64_t *feature_rows;        // [F] global rows (validation)
+    char **feature_names;         // [F] owned
+    char **table_names;           // [T] owned
+    int32_t out_dim;
+    bool sequence;
+    ember_bounds_mode bounds;
+    ember__table_shards *ts;      // [T]
+    // Routes per owner rank, in the order their data is laid out in every message.
+    int32_t *nroutes;             // [W]
+    ember__route **routes;        // [W][nroutes[q]]
+    int32_t *local_out_dim;       // [W] sum of the routes' widths at owner q
+    ember_ebc *local;             // this rank's shards (NULL if it owns none)
+    ember_ebc *dp;                // replicas of the DP tables (NULL if none)
+    int32_t cw_rowwise;           // some column-wise table has a row-wise optimizer
+    int32_t ndp_features;
+    int32_t *dp_features;         // [ndp_features] global feature index of DP feature i
+    int32_t dp_out_dim;
+    // State of the last forward, kept for backward.
+    int has_forward;
+    int32_t batch, weighted;
+    int64_t *Bs;                  // [W] batch sizes
+    int64_t *send_ids, *recv_ids; // [W] id counts sent to / received from each rank
+    int64_t *cnt;                 // [4W] scratch counts for the collectives
+    ember__buf san_off, san_val, san_w, san_pos;  // sanitised KJT: offsets [F*B+1], ids, weights, positions
+    ember__buf snd_len, snd_val, snd_w, snd_pos;  // routed input, grouped by destination
+    ember__buf rcv_len, rcv_val, rcv_w;
+    ember__buf loc_len, loc_val, loc_w;           // the owner's local KJT
+    ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
+    ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
+    ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange
+    ember__buf ss_mine, ss_send, ss_recv;         // column-wise row-wise optimizers: row sums of g^2
+    ember_kjt local_kjt, dp_kjt;
+    uint64_t bytes_last_step, bytes_at_forward;
+};
+
+#endif

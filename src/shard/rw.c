@@ -1,0 +1,25 @@
+// Row-wise: rows split into W contiguous blocks (the first rows % W blocks one row longer),
+// block r on rank r. Each id travels to its block's owner; owners return partial SUMs that the
+// home rank adds up, and MEAN divides once by the global bag length afterwards (never "local
+// mean then sum").
+#include "shard/internal.h"
+
+static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
+    (void)ctx; (void)t; (void)p; (void)W;
+    return EMBER_OK;
+}
+
+static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out) {
+    (void)p;
+    // A table with fewer rows than ranks leaves the last blocks empty: they get no shard.
+    int32_t n = 0;
+    for (int32_t r = 0; r < W; r++) {
+        int64_t r0 = ember__split_begin(t->rows, W, r), r1 = ember__split_begin(t->rows, W, r + 1);
+        if (r1 == r0) continue;
+        if (out) out[n] = (ember__shard){r, r0, r1, 0, t->dim, -1};
+        n++;
+    }
+    return n;
+}
+
+const ember__scheme_ops ember__scheme_rw = {"row_wise", validate, cut, 1};

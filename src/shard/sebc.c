@@ -1,0 +1,324 @@
+// Sharded collection: plan validation, cutting tables into shards, routes, local collections.
+#include <stdio.h>
+#include <string.h>
+
+#include "shard/internal.h"
+
+const ember__scheme_ops *ember__scheme(ember_shard_scheme s) {
+    switch (s) {
+    case EMBER_SHARD_TABLE_WISE: return &ember__scheme_tw;
+    case EMBER_SHARD_COLUMN_WISE: return &ember__scheme_cw;
+    case EMBER_SHARD_ROW_WISE: return &ember__scheme_rw;
+    case EMBER_SHARD_TABLE_ROW_WISE: return &ember__scheme_twrw;
+    case EMBER_SHARD_DATA_PARALLEL: return NULL;
+    }
+    return NULL;
+}
+
+static char *dup_str(ember_ctx *ctx, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = ember__alloc(ctx, n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, const ember_table_plan *plan,
+                               ember_grad_convention conv, int32_t W) {
+    const char *fn = "ember_sebc_create";
+    EMBER_TRY(ember__ebc_check_config(ctx, cfg));
+    EMBER_CHECK(ctx, plan != NULL, EMBER_ERR_INVALID_ARG, "%s: plan is NULL", fn);
+    EMBER_CHECK(ctx, conv == EMBER_GRAD_MEAN || conv == EMBER_GRAD_SUM, EMBER_ERR_INVALID_ARG,
+                "%s: unknown gradient convention %d", fn, (int)conv);
+    for (int32_t t = 0; t < cfg->num_tables; t++) {
+        const ember_table_plan *p = &plan[t];
+        EMBER_CHECK(ctx, p->scheme >= EMBER_SHARD_DATA_PARALLEL && p->scheme <= EMBER_SHARD_TABLE_ROW_WISE,
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name,
+                    (int)p->scheme);
+        const ember__scheme_ops *ops = ember__scheme(p->scheme);
+        if (ops) EMBER_TRY(ops->validate(ctx, &cfg->tables[t], p, W));
+    }
+    return EMBER_OK;
+}
+
+void ember_sebc_destroy(ember_sebc *s) {
+    if (!s) return;
+    ember_ctx *ctx = s->ctx;
+    ember_ebc_destroy(s->local);
+    ember_ebc_destroy(s->dp);
+    if (s->ts)
+        for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->ts[t].shards);
+    if (s->routes)
+        for (int32_t q = 0; q < s->W; q++) ember__free(ctx, s->routes[q]);
+    if (s->feature_names)
+        for (int32_t f = 0; f < s->F; f++) ember__free(ctx, s->feature_names[f]);
+    if (s->table_names)
+        for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->table_names[t]);
+    ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->snd_len, &s->snd_val, &s->snd_w,
+                          &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_len, &s->loc_val, &s->loc_w,
+                          &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
+                          &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
+    void *arrays[] = {s->tables, s->feature_table, s->feature_col, s->feature_rows, s->feature_names, s->table_names,
+                      s->ts, s->nroutes, s->routes, s->local_out_dim, s->dp_features, s->Bs, s->send_ids,
+                      s->recv_ids, s->cnt};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
+    ember__free(ctx, s);
+}
+
+// Builds shards, routes and this rank's local collections. Local: every rank computes the same
+// shards and routes from the same plan.
+static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const ember_table_plan *plan) {
+    ember_ctx *ctx = s->ctx;
+    const int32_t W = s->W, T = s->T, F = s->F;
+#define ALLOC(p, n) do { (p) = ember__calloc(ctx, sizeof(*(p)) * (size_t)(n)); if (!(p)) return EMBER_ERR_NOMEM; } while (0)
+    ALLOC(s->tables, T);
+    ALLOC(s->table_names, T);
+    ALLOC(s->feature_table, F);
+    ALLOC(s->feature_col, F);
+    ALLOC(s->feature_rows, F);
+    ALLOC(s->feature_names, F);
+    ALLOC(s->ts, T);
+    ALLOC(s->nroutes, W);
+    ALLOC(s->routes, W);
+    ALLOC(s->local_out_dim, W);
+    ALLOC(s->dp_features, F);
+    ALLOC(s->Bs, W);
+    ALLOC(s->send_ids, W);
+    ALLOC(s->recv_ids, W);
+    ALLOC(s->cnt, 4 * W);
+    for (int32_t t = 0; t < T; t++) {
+        s->tables[t] = cfg->tables[t];
+        s->table_names[t] = dup_str(ctx, cfg->tables[t].name);
+        if (!s->table_names[t]) return EMBER_ERR_NOMEM;
+        s->tables[t].name = s->table_names[t];
+    }
+    int32_t col = 0;
+    for (int32_t f = 0; f < F; f++) {
+        int32_t t = cfg->features[f].table;
+        s->feature_table[f] = t;
+        s->feature_col[f] = s->sequence ? 0 : col;
+        s->feature_rows[f] = cfg->tables[t].rows;
+        s->feature_names[f] = dup_str(ctx, cfg->features[f].name);
+        if (!s->feature_names[f]) return EMBER_ERR_NOMEM;
+        col += cfg->tables[t].dim;
+    }
+    s->out_dim = s->sequence ? cfg->tables[cfg->features[0].table].dim : col;
+    // Shards, with each block's index in its owner's local collection.
+    int32_t nlocal_tables[EMBER_PLAN_MAX_RANKS * 4] = {0};
+    int32_t *nlocal = nlocal_tables;
+    ember__buf nl = {0};
+    if (W > (int32_t)(sizeof nlocal_tables / sizeof nlocal_tables[0])) {
+        nlocal = ember__buf_reserve(ctx, &nl, sizeof(int32_t) * (size_t)W);
+        if (!nlocal) return EMBER_ERR_NOMEM;
+        memset(nlocal, 0, sizeof(int32_t) * (size_t)W);
+    }
+    int32_t my_tables = 0, ndp_tables = 0;
+    for (int32_t t = 0; t < T; t++) {
+        ember__table_shards *ts = &s->ts[t];
+        ts->scheme = plan[t].scheme;
+        const ember__scheme_ops *ops = ember__scheme(ts->scheme);
+        if (!ops) {
+            ts->dp_local = ndp_tables++;
+            continue;
+        }
+        const ember_optim_kind ok = cfg->tables[t].optim.kind;
+        if (ts->scheme == EMBER_SHARD_COLUMN_WISE &&
+            (ok == EMBER_OPT_ROWWISE_ADAGRAD || ok == EMBER_OPT_PARTIAL_ROWWISE_ADAM))
+            s->cw_rowwise = 1;
+        ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
+        ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)ts->nshards);
+        if (!ts->shards) { ember__buf_free(ctx, &nl); return EMBER_ERR_NOMEM; }
+        ops->cut(&cfg->tables[t], &plan[t], W, ts->shards);
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            ember__shard *sh = &ts->shards[i];
+            sh->local_table = nlocal[sh->owner]++;
+            if (sh->owner == s->rank) my_tables++;
+        }
+    }
+    ember__buf_free(ctx, &nl);
+    // Routes per owner, in feature order then shard order.
+    for (int32_t q = 0; q < W; q++) {
+        int32_t n = 0;
+        for (int32_t f = 0; f < F; f++) {
+            const ember__table_shards *ts = &s->ts[s->feature_table[f]];
+            for (int32_t i = 0; i < ts->nshards; i++) n += ts->shards[i].owner == q;
+        }
+        s->nroutes[q] = n;
+        s->routes[q] = ember__calloc(ctx, sizeof(ember__route) * (size_t)(n ? n : 1));
+        if (!s->routes[q]) return EMBER_ERR_NOMEM;
+        n = 0;
+        int32_t lc = 0;
+        for (int32_t f = 0; f < F; f++) {
+            const int32_t t = s->feature_table[f];
+            const ember__table_shards *ts = &s->ts[t];
+            for (int32_t i = 0; i < ts->nshards; i++) {
+                if (ts->shards[i].owner != q) continue;
+                const ember__shard *sh = &ts->shards[i];
+                s->routes[q][n++] = (ember__route){f, t, sh, lc, ember__scheme(ts->scheme)->partial};
+                lc += sh->c1 - sh->c0;
+            }
+        }
+        s->local_out_dim[q] = s->sequence ? s->out_dim : lc;
+    }
+    // This rank's local collection of blocks: one local table per owned block, one local
+    // feature per route. Partial (row-block) pools are SUMs: MEAN divides at the home rank.
+    ember_ebc_config lc = *cfg;
+    lc.bounds = EMBER_BOUNDS_ERROR; // the home rank applies the bounds mode before routing
+    lc.max_batch_size = 0;
+    lc.max_nnz = 0;
+    const int32_t nr = s->nroutes[s->rank];
+    ember__buf tb = {0}, fb = {0}, ob = {0}, names = {0};
+    ember_status st = EMBER_OK;
+    if (my_tables > 0) {
+        ember_table_config *lt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)my_tables);
+        ember__origin *lo = ember__buf_reserve(ctx, &ob, sizeof(ember__origin) * (size_t)my_tables);
+        ember_feature_config *lf = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)(nr ? nr : 1));
+        char *nm = ember__buf_reserve(ctx, &names, 48 * (size_t)(my_tables + nr));
+        if (!lt || !lo || !lf || !nm) { st = EMBER_ERR_NOMEM; goto done; }
+        for (int32_t t = 0; t < T; t++) {
+            const ember__table_shards *ts = &s->ts[t];
+            for (int32_t i = 0; i < ts->nshards; i++) {
+                const ember__shard *sh = &ts->shards[i];
+                if (sh->owner != s->rank) continue;
+                ember_table_config c = cfg->tables[t];
+                char *name = nm + 48 * (size_t)sh->local_table;
+                snprintf(name, 48, "%d.%d", (int)t, (int)i); // unique within the local collection
+                c.name = name;
+                c.rows = sh->r1 - sh->r0;
+                c.dim = sh->c1 - sh->c0;
+                if (ember__scheme(ts->scheme)->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
+                lt[sh->local_table] = c;
+                lo[sh->local_table] = (ember__origin){sh->r0, cfg->tables[t].rows, sh->c0, cfg->tables[t].dim,
+                                                       cfg->tables[t].name};
+            }
+        }
+        for (int32_t k = 0; k < nr; k++) {
+            const ember__route *r = &s->routes[s->rank][k];
+            char *name = nm + 48 * (size_t)(my_tables + k);
+            snprintf(name, 48, "route%d", (int)k);
+            lf[k] = (ember_feature_config){name, r->shard->local_table};
+        }
+        lc.tables = lt;
+        lc.num_tables = my_tables;
+        lc.features = lf;
+        lc.num_features = nr;
+        if (nr == 0) {
+            // A block no feature reads (a table without features): keep a placeholder feature.
+            lf[0] = (ember_feature_config){"unused", 0};
+            lc.num_features = 1;
+        }
+        st = ember__ebc_create_ex(ctx, &lc, lo, &s->local);
+        if (st != EMBER_OK) goto done;
+    }
+    // Data-parallel replicas.
+    if (ndp_tables > 0) {
+        ember_table_config *dt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)ndp_tables);
+        ember_feature_config *df = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)F);
+        if (!dt || !df) { st = EMBER_ERR_NOMEM; goto done; }
+        for (int32_t t = 0; t < T; t++)
+            if (s->ts[t].scheme == EMBER_SHARD_DATA_PARALLEL) dt[s->ts[t].dp_local] = cfg->tables[t];
+        int32_t n = 0, dcol = 0;
+        for (int32_t f = 0; f < F; f++) {
+            const int32_t t = s->feature_table[f];
+            if (s->ts[t].scheme != EMBER_SHARD_DATA_PARALLEL) continue;
+            df[n] = (ember_feature_config){cfg->features[f].name, s->ts[t].dp_local};
+            s->dp_features[n++] = f;
+            dcol += cfg->tables[t].dim;
+        }
+        s->ndp_features = n;
+        s->dp_out_dim = s->sequence ? s->out_dim : dcol;
+        if (n == 0) {
+            df[0] = (ember_feature_config){"unused", 0};
+            n = 1;
+        }
+        lc.tables = dt;
+        lc.num_tables = ndp_tables;
+        lc.features = df;
+        lc.num_features = n;
+        st = ember__ebc_create_ex(ctx, &lc, NULL, &s->dp);
+    }
+done:
+    ember__buf_free(ctx, &tb);
+    ember__buf_free(ctx, &fb);
+    ember__buf_free(ctx, &ob);
+    ember__buf_free(ctx, &names);
+    return st;
+#undef ALLOC
+}
+
+ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
+                               ember_grad_convention conv, ember_sebc **out) {
+    if (!comm) return EMBER_ERR_INVALID_ARG;
+    ember_ctx *ctx = comm->ctx;
+    ember_status st = EMBER_OK;
+    ember_sebc *s = NULL;
+    if (!out) st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_create: out is NULL");
+    else *out = NULL;
+    if (st == EMBER_OK) st = check_plan(ctx, cfg, plan, conv, comm->size);
+    if (st == EMBER_OK) {
+        s = ember__calloc(ctx, sizeof *s);
+        if (!s) st = ember__error(ctx, EMBER_ERR_NOMEM, "ember_sebc_create: out of memory");
+    }
+    if (st == EMBER_OK) {
+        s->ctx = ctx;
+        s->comm = comm;
+        s->W = comm->size;
+        s->rank = comm->rank;
+        s->conv = conv;
+        s->T = cfg->num_tables;
+        s->F = cfg->num_features;
+        s->bounds = cfg->bounds;
+        s->sequence = cfg->tables[0].pooling == EMBER_POOL_NONE;
+        st = build(s, cfg, plan);
+        if (st != EMBER_OK && ember_ctx_last_status(ctx) != st)
+            ember__error(ctx, st, "ember_sebc_create: cannot build the local shards");
+    }
+    // Every rank learns whether any rank failed before anyone uses the object.
+    ember_status all = ember_comm_agree(comm, st);
+    if (all != EMBER_OK) {
+        ember_sebc_destroy(s);
+        return all;
+    }
+    *out = s;
+    return EMBER_OK;
+}
+
+int32_t ember_sebc_output_dim(const ember_sebc *s) { return s ? s->out_dim : 0; }
+ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s) { return s ? s->conv : EMBER_GRAD_MEAN; }
+uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s) { return s ? s->bytes_last_step : 0; }
+
+ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(s->ctx, table >= -1 && table < s->T, EMBER_ERR_INVALID_ARG, "ember_sebc_set_lr: table %d outside [0, %d)",
+                (int)table, (int)s->T);
+    EMBER_CHECK(s->ctx, lr >= 0 && lr == lr, EMBER_ERR_INVALID_ARG, "ember_sebc_set_lr: learning rate %g", (double)lr);
+    for (int32_t t = 0; t < s->T; t++) {
+        if (table != -1 && t != table) continue;
+        s->tables[t].optim.lr = lr;
+        const ember__table_shards *ts = &s->ts[t];
+        if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
+            EMBER_TRY(ember_ebc_set_lr(s->dp, ts->dp_local, lr));
+            continue;
+        }
+        for (int32_t i = 0; i < ts->nshards; i++)
+            if (ts->shards[i].owner == s->rank) EMBER_TRY(ember_ebc_set_lr(s->local, ts->shards[i].local_table, lr));
+    }
+    return EMBER_OK;
+}
+
+ember_status ember_allreduce_dense_grads(ember_comm *comm, ember_grad_convention conv, float *grad, size_t n) {
+    if (!comm) return EMBER_ERR_INVALID_ARG;
+    ember_status st = EMBER_OK;
+    if (conv != EMBER_GRAD_MEAN && conv != EMBER_GRAD_SUM)
+        st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "ember_allreduce_dense_grads: unknown convention %d",
+                          (int)conv);
+    else if (n > 0 && !grad)
+        st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "ember_allreduce_dense_grads: grad is NULL");
+    EMBER_TRY(ember_comm_agree(comm, st));
+    EMBER_TRY(ember_comm_allreduce_sum_f32(comm, grad, n));
+    if (conv == EMBER_GRAD_MEAN) {
+        const float inv = 1.0f / (float)comm->size;
+        for (size_t i = 0; i < n; i++) grad[i] *= inv;
+    }
+    return EMBER_OK;
+}

@@ -1,0 +1,33 @@
+// Table-row-wise: row-wise within the group ranks[0..group_size); the other ranks hold nothing
+// of the table (TorchRec's TWRW places a table's row blocks on the ranks of one host).
+#include "shard/internal.h"
+
+static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
+    EMBER_CHECK(ctx, p->group_size >= 1 && p->group_size <= W && p->group_size <= EMBER_PLAN_MAX_RANKS,
+                EMBER_ERR_INVALID_ARG, "ember_sebc_create: table '%s': table-row-wise group size %d outside [1, %d]",
+                t->name, (int)p->group_size, (int)W);
+    for (int32_t i = 0; i < p->group_size; i++) {
+        EMBER_CHECK(ctx, p->ranks[i] >= 0 && p->ranks[i] < W, EMBER_ERR_INVALID_ARG,
+                    "ember_sebc_create: table '%s': group member %d is rank %d outside [0, %d)", t->name, (int)i,
+                    (int)p->ranks[i], (int)W);
+        for (int32_t j = 0; j < i; j++)
+            EMBER_CHECK(ctx, p->ranks[j] != p->ranks[i], EMBER_ERR_INVALID_ARG,
+                        "ember_sebc_create: table '%s': rank %d twice in the group", t->name, (int)p->ranks[i]);
+    }
+    return EMBER_OK;
+}
+
+static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out) {
+    (void)W;
+    const int32_t g = p->group_size;
+    int32_t n = 0;
+    for (int32_t i = 0; i < g; i++) {
+        int64_t r0 = ember__split_begin(t->rows, g, i), r1 = ember__split_begin(t->rows, g, i + 1);
+        if (r1 == r0) continue;
+        if (out) out[n] = (ember__shard){p->ranks[i], r0, r1, 0, t->dim, -1};
+        n++;
+    }
+    return n;
+}
+
+const ember__scheme_ops ember__scheme_twrw = {"table_row_wise", validate, cut, 1};

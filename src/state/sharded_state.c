@@ -1,0 +1,161 @@
+// Global state dict of a sharded collection (DESIGN.md §1.6): every table is read and written
+// as one plain [rows, cols] array whatever its scheme. Reads gather the owned blocks, writes
+// scatter them; data-parallel tables are read from the local replica (all replicas are equal).
+#include <string.h>
+
+#include "shard/internal.h"
+
+// Columns of a named tensor of a table with optimizer `k` (0: no such tensor).
+static int32_t tensor_cols(const ember_table_config *t, const char *name) {
+    if (!name) return 0;
+    if (strcmp(name, "weight") == 0) return t->dim;
+    const int per_row_m1 = t->optim.kind == EMBER_OPT_ROWWISE_ADAGRAD;
+    const int has_m2 = t->optim.kind == EMBER_OPT_ADAM || t->optim.kind == EMBER_OPT_LAMB ||
+                       t->optim.kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM;
+    if (strcmp(name, "momentum1") == 0 && t->optim.kind != EMBER_OPT_SGD) return per_row_m1 ? 1 : t->dim;
+    if (strcmp(name, "momentum2") == 0 && has_m2)
+        return t->optim.kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM ? 1 : t->dim;
+    return 0;
+}
+
+static ember_status check(ember_sebc *s, const char *fn, int32_t table, const char *tensor, const void *buf,
+                          int32_t root, int32_t *cols) {
+    EMBER_CHECK(s->ctx, table >= 0 && table < s->T, EMBER_ERR_INVALID_ARG, "%s: table %d outside [0, %d)", fn,
+                (int)table, (int)s->T);
+    *cols = tensor_cols(&s->tables[table], tensor);
+    EMBER_CHECK(s->ctx, *cols > 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no tensor '%s'", fn,
+                s->tables[table].name, tensor ? tensor : "(null)");
+    EMBER_CHECK(s->ctx, root >= -1 && root < s->W, EMBER_ERR_INVALID_ARG, "%s: root %d outside [-1, %d)", fn,
+                (int)root, (int)s->W);
+    EMBER_CHECK(s->ctx, buf != NULL || (root >= 0 && root != s->rank), EMBER_ERR_INVALID_ARG, "%s: buffer is NULL",
+                fn);
+    return EMBER_OK;
+}
+
+// Columns of shard `sh` in a tensor of `cols` columns: its slice for [rows, dim] tensors, the
+// whole (single) column for per-row state.
+static void shard_cols(const ember__shard *sh, int32_t cols, int32_t dim, int32_t *c0, int32_t *w) {
+    if (cols == dim) {
+        *c0 = sh->c0;
+        *w = sh->c1 - sh->c0;
+    } else {
+        *c0 = 0;
+        *w = 1;
+    }
+}
+
+ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_read";
+    int32_t cols = 0;
+    ember_status st = check(s, fn, table, tensor, dst, root, &cols);
+    const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
+    const int32_t dim = s->tables[table < 0 || table >= s->T ? 0 : table].dim;
+    if (st == EMBER_OK && ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
+        if (root < 0 || root == s->rank)
+            st = ember_ebc_read(s->dp, ts->dp_local, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, dst);
+        return ember_comm_agree(s->comm, st);
+    }
+    // Pack this rank's blocks in shard order.
+    int64_t mine = 0;
+    if (st == EMBER_OK) {
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            const ember__shard *sh = &ts->shards[i];
+            int32_t c0, w;
+            shard_cols(sh, cols, dim, &c0, &w);
+            if (sh->owner == s->rank) mine += (sh->r1 - sh->r0) * w;
+        }
+    }
+    int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols * ts->nshards : 0;
+    float *send = st == EMBER_OK ? ember__buf_reserve(s->ctx, &s->snd_out, sizeof(float) * (size_t)(mine + 1)) : NULL;
+    float *recv = st == EMBER_OK ? ember__buf_reserve(s->ctx, &s->rcv_out, sizeof(float) * (size_t)(total + 1)) : NULL;
+    if (st == EMBER_OK && (!send || !recv)) st = EMBER_ERR_NOMEM;
+    int64_t n = 0;
+    for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
+        const ember__shard *sh = &ts->shards[i];
+        if (sh->owner != s->rank) continue;
+        int32_t c0, w;
+        shard_cols(sh, cols, dim, &c0, &w);
+        st = ember_ebc_read(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, EMBER_DTYPE_F32, send + n);
+        n += (sh->r1 - sh->r0) * w;
+    }
+    EMBER_TRY(ember_comm_agree(s->comm, st));
+    int64_t *counts = s->cnt;
+    EMBER_TRY(ember_comm_allgather_i64(s->comm, mine, counts));
+    EMBER_TRY(ember_comm_allgatherv(s->comm, send, mine, recv, counts, sizeof(float)));
+    if (root >= 0 && root != s->rank) return EMBER_OK;
+    // Unpack: rank q's blocks follow each other in shard order.
+    int64_t base = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        int64_t o = base;
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            const ember__shard *sh = &ts->shards[i];
+            if (sh->owner != q) continue;
+            int32_t c0, w;
+            shard_cols(sh, cols, dim, &c0, &w);
+            for (int64_t r = sh->r0; r < sh->r1; r++, o += w)
+                memcpy(dst + r * cols + c0, recv + o, sizeof(float) * (size_t)w);
+        }
+        base += counts[q];
+    }
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src, int32_t root) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_write";
+    int32_t cols = 0;
+    ember_status st = check(s, fn, table, tensor, src, root, &cols);
+    const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
+    const float *full = src;
+    float *buf = NULL;
+    if (st == EMBER_OK && root >= 0) {
+        buf = ember__buf_reserve(s->ctx, &s->rcv_out, sizeof(float) * (size_t)(total + 1));
+        if (!buf) st = EMBER_ERR_NOMEM;
+        else if (root == s->rank) memcpy(buf, src, sizeof(float) * (size_t)total);
+        full = buf;
+    }
+    EMBER_TRY(ember_comm_agree(s->comm, st));
+    if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, sizeof(float) * (size_t)total, root));
+    const ember__table_shards *ts = &s->ts[table];
+    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
+        st = ember_ebc_write(s->dp, ts->dp_local, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, full);
+        return ember_comm_agree(s->comm, st);
+    }
+    const int32_t dim = s->tables[table].dim;
+    for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
+        const ember__shard *sh = &ts->shards[i];
+        if (sh->owner != s->rank) continue;
+        int32_t c0, w;
+        shard_cols(sh, cols, dim, &c0, &w);
+        float *blk = ember__buf_reserve(s->ctx, &s->snd_out, sizeof(float) * (size_t)((sh->r1 - sh->r0) * w + 1));
+        if (!blk) {
+            st = EMBER_ERR_NOMEM;
+            break;
+        }
+        for (int64_t r = sh->r0; r < sh->r1; r++)
+            memcpy(blk + (r - sh->r0) * w, full + r * cols + c0, sizeof(float) * (size_t)w);
+        st = ember_ebc_write(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, EMBER_DTYPE_F32, blk);
+    }
+    return ember_comm_agree(s->comm, st);
+}
+
+ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_status st = EMBER_OK;
+    if (table < 0 || table >= s->T)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: table %d outside [0, %d)",
+                          (int)table, (int)s->T);
+    else if (dtype < EMBER_DTYPE_F32 || dtype > EMBER_DTYPE_BF16)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: unknown dtype %d", (int)dtype);
+    EMBER_TRY(ember_comm_agree(s->comm, st));
+    const ember__table_shards *ts = &s->ts[table];
+    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
+        st = ember_ebc_convert_dtype(s->dp, ts->dp_local, dtype);
+    } else {
+        for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++)
+            if (ts->shards[i].owner == s->rank) st = ember_ebc_convert_dtype(s->local, ts->shards[i].local_table, dtype);
+    }
+    if (st == EMBER_OK) s->tables[table].dtype = dtype;
+    return ember_comm_agree(s->comm, st);
+}

@@ -1,0 +1,12 @@
+# Distributed equals single-process, per scheme x pooling, under mpiexec with 1-4 ranks.
+ember_test_exe(test_shard ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_shard.c)
+foreach(np 1 2 3 4)
+  foreach(scheme dp tw cw rw twrw mixed)
+    foreach(pool sum mean)
+      ember_mpi_test(dist.${scheme}.${pool}.np${np} ${np} test_shard --scheme ${scheme} --pool ${pool})
+    endforeach()
+  endforeach()
+  foreach(scheme dp tw rw twrw)
+    ember_mpi_test(dist.${scheme}.none.np${np} ${np} test_shard --scheme ${scheme} --pool none)
+  endforeach()
+endforeach()
