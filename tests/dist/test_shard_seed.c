@@ -1,0 +1,263 @@
+// Named regression scenarios of the sharded collection (DESIGN.md §1.3, §1.4, §1.6) and the
+// analytic communication counts. Usage: test_shard_seed CASE [--scheme dp|tw|cw|rw|twrw]
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ember.h"
+#include "mpi_assert.h"
+
+static int W, R;
+static const char *g_case = "", *g_scheme = "rw";
+
+static ember_table_plan plan_for(const char *scheme) {
+    ember_table_plan p;
+    memset(&p, 0, sizeof p);
+    if (!strcmp(scheme, "dp")) p.scheme = EMBER_SHARD_DATA_PARALLEL;
+    else if (!strcmp(scheme, "tw")) { p.scheme = EMBER_SHARD_TABLE_WISE; p.ranks[0] = W - 1; }
+    else if (!strcmp(scheme, "cw")) { p.scheme = EMBER_SHARD_COLUMN_WISE; p.num_shards = 2; p.ranks[0] = 0; p.ranks[1] = W - 1; }
+    else if (!strcmp(scheme, "twrw")) {
+        p.scheme = EMBER_SHARD_TABLE_ROW_WISE;
+        p.group_size = W;
+        for (int i = 0; i < W; i++) p.ranks[i] = W - 1 - i;
+    } else p.scheme = EMBER_SHARD_ROW_WISE;
+    return p;
+}
+
+typedef struct env {
+    ember_ctx *ctx;
+    ember_comm *comm;
+    ember_sebc *s;
+    ember_table_config t;
+    ember_feature_config f;
+    ember_ebc_config cfg;
+    ember_table_plan plan;
+} env;
+
+static void env_open(env *e, const char *scheme, ember_pooling pool, ember_init init, ember_optim_kind opt,
+                     ember_grad_convention conv, int64_t rows, int32_t dim) {
+    memset(e, 0, sizeof *e);
+    assert_int_equal(ember_ctx_create(NULL, &e->ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(e->ctx, MPI_COMM_WORLD, &e->comm), EMBER_OK);
+    ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+    o.kind = opt;
+    o.lr = 1.0f;
+    e->t = (ember_table_config){"table", rows, dim, pool, EMBER_DTYPE_F32, init, o, 0};
+    e->f = (ember_feature_config){"keys", 0};
+    e->cfg = (ember_ebc_config){&e->t, 1, &e->f, 1, EMBER_BOUNDS_ERROR, 5, 0, 0};
+    e->plan = plan_for(scheme);
+    ember_status st = ember_sebc_create(e->comm, &e->cfg, &e->plan, conv, &e->s);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
+}
+
+static void env_close(env *e) {
+    ember_sebc_destroy(e->s);
+    ember_comm_destroy(e->comm);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(e->ctx) == 0);
+    ember_ctx_destroy(e->ctx);
+}
+
+// §1.3: 8 x 4 table of zeros, SGD lr 1, SUM; the 4 keys 0-3 spread over the ranks, one bag
+// per key; upstream gradient 0.5. GRAD_SUM hands 0.5 to the update (rows -> -0.5), GRAD_MEAN
+// 0.5 / W; rows 4-7 stay 0. Exact equality: these values are exact in fp32.
+static void rw_grad_not_scaled(void **state) {
+    (void)state;
+    for (int conv = 0; conv < 2; conv++) {
+        env e;
+        env_open(&e, g_scheme, EMBER_POOL_SUM, (ember_init){EMBER_INIT_ZEROS, 0, 0, 0}, EMBER_OPT_SGD,
+                 (ember_grad_convention)conv, 8, 4);
+        const int per = 4 / W;
+        int32_t len[4] = {1, 1, 1, 1};
+        int64_t ids[4];
+        for (int i = 0; i < per; i++) ids[i] = R * per + i;
+        ember_kjt k = {1, per, len, NULL, ids, NULL, per};
+        float out[16], go[16];
+        for (int i = 0; i < 16; i++) go[i] = 0.5f;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_OK);
+        float w[32];
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", w, -1) == EMBER_OK);
+        const float want = conv == EMBER_GRAD_SUM ? -0.5f : -0.5f / (float)W;
+        bool ok = true;
+        for (int i = 0; i < 32; i++) ok = ok && w[i] == (i < 16 ? want : 0.0f);
+        if (!ok) fprintf(stderr, "rank %d %s conv %d: w[0] = %g, want %g\n", R, g_scheme, conv, (double)w[0], (double)want);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+        env_close(&e);
+    }
+}
+
+// A MEAN bag whose ids live on different ranks' row blocks equals the single-process mean;
+// local-mean-then-sum would be off by the number of ranks touched.
+static void rw_mean_global_length(void **state) {
+    (void)state;
+    env e;
+    env_open(&e, g_scheme, EMBER_POOL_MEAN, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD, EMBER_GRAD_MEAN,
+             8, 4);
+    ember_ebc *ref = NULL;
+    assert_int_equal(ember_ebc_create(e.ctx, &e.cfg, &ref), EMBER_OK);
+    // Rank 0's one bag reads rows 0, 3, 7 (three different blocks once W >= 3), others one row.
+    int32_t len[1] = {R == 0 ? 3 : 1};
+    int64_t ids0[3] = {0, 3, 7}, ids1[1] = {R % 8};
+    ember_kjt k = {1, 1, len, NULL, R == 0 ? ids0 : ids1, NULL, len[0]};
+    float out[4], want[4];
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+    assert_int_equal(ember_ebc_forward(ref, &k, want), EMBER_OK);
+    bool ok = true;
+    for (int d = 0; d < 4; d++) ok = ok && fabsf(out[d] - want[d]) <= 1e-6f;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    ember_ebc_destroy(ref);
+    env_close(&e);
+}
+
+// The seed bug: a DP table converted to bf16 kept training a detached fp32 copy. Here the one
+// storage is converted on every rank and the step shows in the global state dict everywhere.
+static void dp_dtype_conversion(void **state) {
+    (void)state;
+    env e;
+    env_open(&e, "dp", EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD, EMBER_GRAD_SUM, 8, 4);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_convert_dtype(e.s, 0, EMBER_DTYPE_BF16) == EMBER_OK);
+    float before[32], after[32];
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", before, -1) == EMBER_OK);
+    int32_t len[1] = {1};
+    int64_t ids[1] = {2};
+    ember_kjt k = {1, 1, len, NULL, ids, NULL, 1};
+    float out[4], go[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
+    // Every rank looked up row 2 with gradient 0.25 under GRAD_SUM: row 2 moves by 0.25 W
+    // (to bf16 precision), every other row is unchanged, and every rank sees the same bits.
+    bool ok = true;
+    for (int i = 0; i < 32; i++) {
+        float want = i / 4 == 2 ? before[i] - 0.25f * (float)W : before[i];
+        ok = ok && fabsf(after[i] - want) <= 0.01f * (1.0f + fabsf(want));
+        if (i / 4 != 2) ok = ok && after[i] == before[i];
+    }
+    ok = ok && after[8] != before[8];
+    float r0[32];
+    memcpy(r0, after, sizeof r0);
+    MPI_Bcast(r0, 32, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    ok = ok && memcmp(r0, after, sizeof r0) == 0;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    env_close(&e);
+}
+
+// Rank 1 passes an out-of-range id: every rank returns the same error naming rank 1, nobody
+// hangs, and the weights are unchanged everywhere.
+static void bad_rank(void **state) {
+    (void)state;
+    const char *schemes[5] = {"dp", "tw", "cw", "rw", "twrw"};
+    for (int si = 0; si < 5; si++) {
+        env e;
+        env_open(&e, schemes[si], EMBER_POOL_MEAN, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_ADAM,
+                 EMBER_GRAD_MEAN, 8, 4);
+        float before[32], after[32];
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", before, -1) == EMBER_OK);
+        int32_t len[2] = {1, 1};
+        int64_t ids[2] = {1, R == 1 % W ? 8 : 2};
+        ember_kjt k = {1, 2, len, NULL, ids, NULL, 2};
+        float out[8], go[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        ember_status st = ember_sebc_forward(e.s, &k, out);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_OUT_OF_RANGE);
+        char want[32];
+        snprintf(want, sizeof want, "(rank %d)", 1 % W);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), want) != NULL);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "id 8") != NULL);
+        // Backward without a successful forward is refused on every rank, too.
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_ERR_STATE);
+        // A NaN gradient on one rank after a good forward.
+        ids[1] = 3;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+        if (R == W - 1) go[5] = NAN;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_ERR_NUMERIC);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
+        env_close(&e);
+    }
+}
+
+// Bytes sent per rank per step against each scheme's analytic count (docs/sharding.md).
+// Control messages: 2 (W-1) int64 in forward (batch sizes, id counts). One feature, B = 2 + r
+// bags of 3 ids each, D = 4, unweighted.
+static void bytes_match_analytic_count(void **state) {
+    (void)state;
+    const char *schemes[3] = {"tw", "rw", "dp"};
+    for (int si = 0; si < 3; si++) {
+        env e;
+        env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
+                 EMBER_GRAD_MEAN, 12, 4);
+        const int B = 2 + R, D = 4, L = 3;
+        int32_t len[8];
+        int64_t ids[24];
+        for (int b = 0; b < B; b++) len[b] = L;
+        for (int j = 0; j < B * L; j++) ids[j] = (j * 5 + R) % 12;
+        ember_kjt k = {1, B, len, NULL, ids, NULL, (int64_t)B * L};
+        float out[32], go[32];
+        for (int i = 0; i < B * D; i++) go[i] = 0.1f;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_OK);
+        uint64_t got = ember_sebc_bytes_sent_last_step(e.s);
+        uint64_t want = 16u * (uint64_t)(W - 1);
+        int64_t Ball = 0;
+        for (int r = 0; r < W; r++) Ball += 2 + r;
+        if (!strcmp(schemes[si], "tw")) {
+            const int owner = W - 1;
+            if (R != owner) want += 4u * B + 8u * B * L + 4u * B * D; // lengths, ids; gradients back
+            else want += 4u * (uint64_t)(Ball - B) * D;             // pooled rows to every other rank
+        } else if (!strcmp(schemes[si], "rw")) {
+            // Lengths to every other owner, the ids in its block; each owner returns B_s x D
+            // partial rows to every other rank s; gradients B x D to every other owner.
+            uint64_t ids_out = 0;
+            for (int j = 0; j < B * L; j++) {
+                int64_t id = ids[j];
+                int q = 0;
+                for (int r = 0; r < W; r++) {
+                    int64_t r0 = (int64_t)r * (12 / W) + (r < 12 % W ? r : 12 % W);
+                    if (id >= r0) q = r;
+                }
+                if (q != R) ids_out++;
+            }
+            want += 4u * (uint64_t)B * (W - 1) + 8u * ids_out + 4u * (uint64_t)(Ball - B) * D +
+                    4u * (uint64_t)B * D * (W - 1);
+        } else {
+            // DP: counts (2 int64 to every rank) and this rank's coalesced rows (keys and
+            // D floats each) to every other rank.
+            int seen[12] = {0}, n = 0;
+            for (int j = 0; j < B * L; j++)
+                if (!seen[ids[j]]++) n++;
+            want += (uint64_t)(W - 1) * (16u + 8u * n + 4u * n * D);
+        }
+        if (got != want) fprintf(stderr, "rank %d %s: %llu bytes, analytic %llu\n", R, schemes[si],
+                                 (unsigned long long)got, (unsigned long long)want);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, got == want);
+        env_close(&e);
+    }
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    if (argc > 1) g_case = argv[1];
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--scheme")) g_scheme = argv[i + 1];
+    struct CMUnitTest all[] = {
+        cmocka_unit_test(rw_grad_not_scaled), cmocka_unit_test(rw_mean_global_length),
+        cmocka_unit_test(dp_dtype_conversion), cmocka_unit_test(bad_rank),
+        cmocka_unit_test(bytes_match_analytic_count),
+    };
+    struct CMUnitTest chosen[5];
+    int n = 0;
+    for (int i = 0; i < 5; i++)
+        if (!g_case[0] || strstr(all[i].name, g_case)) chosen[n++] = all[i];
+    int fails = _cmocka_run_group_tests("seed", chosen, (size_t)n, NULL, NULL);
+    MPI_Finalize();
+    return fails;
+}
