@@ -8,4 +8,8 @@ set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/support/lfq_golden.c PRO
 
 # Every *.json in $EMBER_LFQ_GOLDEN_DIR, default tests/data/lfq ($EMBER_TEST_DATA/lfq).
 ember_unit_test(lfq_golden ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lfq_golden.c)
-target_link_libraries(test_lfq_golden PRIVATE PkgConfig::CJSON)
+# Finite differences against the naive oracle (support/lfq_oracle.c), masks, state, bad input.
+ember_unit_test(lfq ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lfq.c)
+foreach(t test_lfq_golden test_lfq)
+  target_link_libraries(${t} PRIVATE PkgConfig::CJSON)
+endforeach()
