@@ -13,3 +13,11 @@ ember_unit_test(lfq ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lfq.c)
 foreach(t test_lfq_golden test_lfq)
   target_link_libraries(${t} PRIVATE PkgConfig::CJSON)
 endforeach()
+
+# Data parallelism: each rank a slice of the golden batch, the oracle with unequal slices, and
+# collective failure on bad input.
+ember_test_exe(test_lfq_dist ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_lfq.c)
+target_link_libraries(test_lfq_dist PRIVATE PkgConfig::CJSON)
+foreach(np 2 4)
+  ember_mpi_test(dist.lfq.np${np} ${np} test_lfq_dist)
+endforeach()

@@ -205,8 +205,8 @@ EMBER_API ember_status ember_lfq_allreduce_grads(ember_lfq *lfq, bool mean);
 // Returns EMBER_OK; EMBER_ERR_INVALID_ARG (lfq, x or out NULL, B or N < 1, B*N too large);
 // EMBER_ERR_NUMERIC (a NaN or Inf in x, named by position and value); EMBER_ERR_NOMEM (workspace
 // growth); EMBER_ERR_COMM. On error out, indices, losses, parameters and gradients are
-// unchanged; a failure after validation (NOMEM, COMM, another rank's error) also drops the
-// state saved by the previous forward.
+// unchanged, and so is the state saved by the previous training forward (its backward can
+// still follow) on every rank, except after EMBER_ERR_COMM.
 EMBER_API ember_status ember_lfq_forward(ember_lfq *lfq, const void *x, int32_t B, int32_t N, const uint8_t *mask,
                                          bool training, void *out, int64_t *indices, ember_lfq_losses *losses);
 

@@ -93,35 +93,36 @@ static ember_status resolve_config(ember_ctx *ctx, ember_lfq_config *c, int32_t 
     return EMBER_OK;
 }
 
-// Byte size of `n` elements of `esz` bytes rounded up to 64, accumulated into *total; false on
-// overflow.
-static bool add_region(size_t *total, int64_t n, size_t esz, size_t *at) {
-    size_t b;
-    if (n < 0 || !ember__mul_size((size_t)n, esz, &b) || b > SIZE_MAX - 64 - *total) return false;
-    *at = *total;
-    *total += (b + 63) & ~(size_t)63;
-    return true;
-}
-
-// Grows the per-token workspace to hold T tokens (contents are not preserved: the saved state
-// is dropped when the block moves).
+// Grows the per-token workspace to hold T tokens. The state saved by the last training forward
+// is carried over, so that a forward failing on any rank leaves every rank able to backward.
 static ember_status ws_reserve(ember_lfq *q, int64_t T, const char *who) {
     ember__lfq_ws *ws = &q->ws;
     if (T <= ws->cap) return EMBER_OK;
+    enum { NREG = 8 };
     const int64_t C = q->cfg.num_codebooks, CD = q->CD;
-    size_t total = 0, at[9];
-    bool ok = add_region(&total, q->proj ? T * q->cfg.dim : 0, q->esz, &at[0]) &&
-              add_region(&total, T * CD, q->esz, &at[1]) && add_region(&total, T * CD, q->esz, &at[2]) &&
-              add_region(&total, q->cfg.spherical ? T * C : 0, q->esz, &at[3]) &&
-              add_region(&total, T * CD, q->esz, &at[4]) && add_region(&total, T * CD, q->esz, &at[5]) &&
-              add_region(&total, T, 1, &at[6]) &&
-              add_region(&total, q->cfg.frac_per_sample_entropy < 1 ? T : 0, sizeof(int64_t), &at[7]);
-    EMBER_CHECK(q->ctx, ok, EMBER_ERR_INVALID_ARG, "%s: workspace for %lld tokens overflows size_t", who,
-                (long long)T);
+    // Regions in block order: current pointer, element size, elements per token.
+    void *const old[NREG] = {ws->x, ws->hc, ws->z, ws->nrm, ws->y, ws->dz, ws->sel, ws->perm};
+    const size_t esz[NREG] = {q->esz, q->esz, q->esz, q->esz, q->esz, q->esz, 1, sizeof(int64_t)};
+    const int64_t width[NREG] = {q->proj ? q->cfg.dim : 0, CD, CD, q->cfg.spherical ? C : 0, CD, CD, 1,
+                                 q->cfg.frac_per_sample_entropy < 1 ? 1 : 0};
+    size_t at[NREG], total = 0;
+    for (int i = 0; i < NREG; i++) {
+        size_t n, b;
+        bool ok = ember__mul_size((size_t)T, (size_t)width[i], &n) && ember__mul_size(n, esz[i], &b) &&
+                  b <= SIZE_MAX - 64 - total;
+        EMBER_CHECK(q->ctx, ok, EMBER_ERR_INVALID_ARG, "%s: workspace for %lld tokens overflows size_t", who,
+                    (long long)T);
+        at[i] = total;
+        total += (b + 63) & ~(size_t)63;
+    }
     char *block = ember__xalloc(q->ctx, total, "LFQ workspace");
     if (!block) return EMBER_ERR_NOMEM;
+    if (q->saved.valid) {
+        const int64_t kept = (int64_t)q->saved.B * q->saved.N;
+        for (int i = 0; i < NREG; i++)
+            if (width[i] > 0) memcpy(block + at[i], old[i], (size_t)(kept * width[i]) * esz[i]);
+    }
     ember__free(q->ctx, ws->block);
-    q->saved.valid = false;
     ws->block = block;
     ws->cap = T;
     ws->x = block + at[0];
@@ -308,17 +309,12 @@ ember_status ember_lfq_forward(ember_lfq *q, const void *x, int32_t B, int32_t N
         if (losses) *losses = (ember_lfq_losses){0};
         return EMBER_OK;
     }
+    // Validate and size locally, agree, and only then overwrite the saved state and communicate.
     ember_comm *comm = q->cfg.comm;
     ember_status st = validate_forward(q, x, B, N, out);
-    bool valid_here = st == EMBER_OK;
     if (st == EMBER_OK) st = ws_reserve(q, (int64_t)B * N, "ember_lfq_forward");
     if (comm) st = ember_comm_agree(comm, st);
-    if (st != EMBER_OK) {
-        // A local validation error leaves everything as it was; later failures drop the saved state.
-        if (!valid_here) return st;
-        q->saved.valid = false;
-        return st;
-    }
+    if (st != EMBER_OK) return st;
     q->saved.valid = false;
     return kernels(q)->forward_train(q, x, B, N, mask, comm, out, indices, losses);
 }
