@@ -23,6 +23,7 @@
 //   E_aux    = PSE - gamma CBE, or softplus(PSE - gamma CBE + offset) in the softplus variant
 //   L_commit = mean over T x C x D of (z - q)^2 (0 when commitment_loss_weight is 0)
 //   aux      = w_e E_aux + w_c L_commit                        the scalar backward differentiates
+// A mean over an empty set (a mask selecting nothing) is 0, and so is its gradient.
 // Masks follow the intended semantics of upstream 7c7c69f: a [B, N] mask selects tokens and every
 // mean above is over the selected tokens of every codebook (upstream HEAD's mask regression,
 // where CBE collapses to PSE, is not reproduced). The probabilities are the exact K-way softmax

@@ -6,7 +6,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "comm/internal.h"
 #include "core/internal.h"
 #include "ember/lfq.h"
 

@@ -17,10 +17,12 @@ static double clamped_entropy(const double *p, int K) {
 static void encode(const lfq_ref_config *c, const double *w_in, const double *b_in, const double *x, double *z) {
     int CD = c->C * c->D;
     for (int o = 0; o < CD; o++) {
-        double h = x[o];
+        double h;
         if (c->proj) {
             h = c->bias ? b_in[o] : 0.0;
             for (int i = 0; i < c->dim; i++) h += w_in[o * c->dim + i] * x[i];
+        } else {
+            h = x[o];
         }
         if (c->clamp > 0) h = c->clamp * tanh(h / c->clamp);
         z[o] = h;
