@@ -52,7 +52,7 @@ static void fixture_done(fixture *f) {
 
 typedef struct dist_report {
     double values, grads, min_bug_gap;
-    int skipped_gaps;
+    int faint_bugs;
     bool ok;
 } dist_report;
 
@@ -171,19 +171,21 @@ static void run_golden(fixture *f, const char *file, const cJSON *root, ember_lf
     e = grads_err(root, base, "correct", q, gx, nx, dt);
     if (e > r->grads) r->grads = e;
     expect(r, e <= tg, file, "grads.correct", e);
-    // The gap to each defect is required where the file says the defect is visible in its data
-    // (checks.<bug>_differs; at tau = 100 the diversity gradient is ~1e-4 of the total and the
-    // generator marks the defects indistinguishable).
+    // The gap to each defect must exceed 1e-3 relative where the file says the defect is visible
+    // in its data (checks.<bug>_differs). At tau = 100 the diversity gradient is ~1e-4 of the
+    // total and the generator marks the defects indistinguishable: there the float64 gradients
+    // must still be 100 times closer to `correct` than to any defect.
     static const char *const bugs[] = {"bug_identity", "bug_detached", "head_discarded"};
     for (int b = 0; b < 3; b++) {
         snprintf(path, sizeof path, "distributed/%d/checks/%s_differs", W, bugs[b]);
-        if (lfq_golden_number(root, path, 1) == 0) {
-            r->skipped_gaps++;
-            continue;
-        }
+        bool visible = lfq_golden_number(root, path, 1) != 0;
         double gap = grads_err(root, base, bugs[b], q, gx, nx, dt);
         if (gap < r->min_bug_gap) r->min_bug_gap = gap;
-        expect(r, gap > 1e-3, file, bugs[b], gap);
+        if (visible)
+            expect(r, gap > 1e-3, file, bugs[b], gap);
+        else if (dt == EMBER_LFQ_F64)
+            expect(r, gap > 100 * e, file, bugs[b], gap);
+        r->faint_bugs += !visible;
     }
 
     // Equivalence with the full batch: mean over ranks of parameter gradients (DP averaging)
@@ -235,7 +237,7 @@ static void golden_distributed_gradients_are_the_correct_semantics(void **state)
                 if (f.rank == 0)
                     printf("dist W=%d %-28s %s  values %.2e  grads %.2e  min gap to bugs %.2e%s\n", f.size, name,
                            d == 0 ? "f64" : "f32", worst[0], worst[1], -worst[2],
-                           r.skipped_gaps ? " (file marks the defects indistinguishable)" : "");
+                           r.faint_bugs ? " (defects marked indistinguishable in the file)" : "");
                 ok = ok && r.ok;
             }
             used++;
