@@ -20,6 +20,12 @@
 #define CAT2(a, b) CAT2_(a, b)
 #define FN(name) CAT2(name, SFX)
 
+// |codebook entry| s' = s, or s / sqrt(D) on the sphere (q = s q / ||q|| with q = ±s).
+static real FN(corner)(const ember_lfq *q) {
+    const real s = (real)q->cfg.codebook_scale;
+    return q->cfg.spherical ? s / sqrt((real)q->D) : s;
+}
+
 // y[t, o] = b[o] + sum_i x[t, i] W[o, i]   (torch.nn.Linear; b may be NULL).
 static void FN(linear)(const real *x, int64_t T, int32_t in, int32_t out, const real *W, const real *b, real *y) {
     for (int64_t t = 0; t < T; t++) {
@@ -170,8 +176,7 @@ static void FN(encode)(const ember_lfq *q, const real *x, int64_t T, bool traini
                        real *y) {
     const ember_lfq_config *cfg = &q->cfg;
     const int32_t dim = cfg->dim, C = cfg->num_codebooks, D = q->D, CD = q->CD;
-    const real s = (real)cfg->codebook_scale;
-    const real s1 = cfg->spherical ? s / sqrt((real)D) : s; // |codebook entry|
+    const real s = (real)cfg->codebook_scale, s1 = FN(corner)(q);
     const real *params = q->params;
     if (q->proj)
         FN(linear)(x, T, dim, CD, params + q->off[EMBER_LFQ_PROJ_IN_WEIGHT],
@@ -238,8 +243,7 @@ static ember_status FN(forward_train)(ember_lfq *q, const void *xv, int32_t B, i
     const ember_lfq_config *cfg = &q->cfg;
     const int64_t T = (int64_t)B * N, K = cfg->codebook_size;
     const int32_t C = cfg->num_codebooks, D = q->D, CD = q->CD;
-    const real s = (real)cfg->codebook_scale;
-    const real s1 = cfg->spherical ? s / sqrt((real)D) : s;
+    const real s1 = FN(corner)(q);
     ember__lfq_ws *ws = &q->ws;
     real *z = ws->z;
 
@@ -328,8 +332,7 @@ static ember_status FN(backward)(ember_lfq *q, const void *grad_out_v, double gr
     const ember__lfq_saved *sv = &q->saved;
     const int64_t T = (int64_t)sv->B * sv->N, K = cfg->codebook_size;
     const int32_t dim = cfg->dim, C = cfg->num_codebooks, D = q->D, CD = q->CD;
-    const real s = (real)cfg->codebook_scale;
-    const real s1 = cfg->spherical ? s / sqrt((real)D) : s;
+    const real s = (real)cfg->codebook_scale, s1 = FN(corner)(q);
     const real *grad_out = grad_out_v, *params = q->params;
     real *grads = q->grads, *grad_x = grad_x_v;
     ember__lfq_ws *ws = &q->ws;
@@ -419,8 +422,7 @@ static ember_status FN(backward)(ember_lfq *q, const void *grad_out_v, double gr
 static void FN(indices_to_codes)(const ember_lfq *q, const int64_t *indices, int64_t n, bool project_out,
                                  void *codes_v) {
     const int32_t C = q->cfg.num_codebooks, D = q->D, CD = q->CD, dim = q->cfg.dim;
-    const real s = (real)q->cfg.codebook_scale;
-    const real s1 = q->cfg.spherical ? s / sqrt((real)D) : s;
+    const real s1 = FN(corner)(q);
     const bool proj = project_out && q->proj;
     const real *params = q->params;
     real *codes = codes_v, *row = q->row;

@@ -19,10 +19,10 @@ const char *ember_lfq_param_name(ember_lfq_param_id id) {
     return id >= 0 && id < EMBER_LFQ_NUM_PARAMS ? param_names[id] : NULL;
 }
 
-// A real number in [lo, inf) (or (lo, inf) when `open`), named in the message when it is not.
-static ember_status check_min(ember_ctx *ctx, const char *name, double v, double lo, bool open) {
-    EMBER_CHECK(ctx, isfinite(v) && (open ? v > lo : v >= lo), EMBER_ERR_INVALID_ARG,
-                "ember_lfq_create: %s = %g must be finite and %s %g", name, v, open ? ">" : ">=", lo);
+// A real setting: finite and satisfying `ok` (described by `rule`), or an error naming it.
+static ember_status check_real(ember_ctx *ctx, const char *name, double v, bool ok, const char *rule) {
+    EMBER_CHECK(ctx, isfinite(v) && ok, EMBER_ERR_INVALID_ARG, "ember_lfq_create: %s = %g must be finite%s", name, v,
+                rule);
     return EMBER_OK;
 }
 
@@ -67,16 +67,17 @@ static ember_status resolve_config(ember_ctx *ctx, ember_lfq_config *c, int32_t 
     if (c->dim == 0) c->dim = CD;
 
     if (c->codebook_scale == 0) c->codebook_scale = 1.0;
-    EMBER_TRY(check_min(ctx, "codebook_scale", c->codebook_scale, 0.0, true));
     if (c->inv_temperature == 0) c->inv_temperature = 100.0;
-    EMBER_TRY(check_min(ctx, "inv_temperature", c->inv_temperature, 0.0, true));
     if (c->frac_per_sample_entropy == 0) c->frac_per_sample_entropy = 1.0;
-    EMBER_CHECK(ctx, c->frac_per_sample_entropy > 0 && c->frac_per_sample_entropy <= 1, EMBER_ERR_INVALID_ARG,
-                "ember_lfq_create: frac_per_sample_entropy = %g outside (0, 1]", c->frac_per_sample_entropy);
-    EMBER_TRY(check_min(ctx, "entropy_loss_weight", c->entropy_loss_weight, 0.0, false));
-    EMBER_TRY(check_min(ctx, "commitment_loss_weight", c->commitment_loss_weight, 0.0, false));
-    EMBER_TRY(check_min(ctx, "diversity_gamma", c->diversity_gamma, -INFINITY, false));
-    EMBER_TRY(check_min(ctx, "entropy_loss_offset", c->entropy_loss_offset, -INFINITY, false));
+    EMBER_TRY(check_real(ctx, "codebook_scale", c->codebook_scale, c->codebook_scale > 0, " and > 0"));
+    EMBER_TRY(check_real(ctx, "inv_temperature", c->inv_temperature, c->inv_temperature > 0, " and > 0"));
+    EMBER_TRY(check_real(ctx, "frac_per_sample_entropy", c->frac_per_sample_entropy,
+                         c->frac_per_sample_entropy > 0 && c->frac_per_sample_entropy <= 1, " and in (0, 1]"));
+    EMBER_TRY(check_real(ctx, "entropy_loss_weight", c->entropy_loss_weight, c->entropy_loss_weight >= 0, " and >= 0"));
+    EMBER_TRY(check_real(ctx, "commitment_loss_weight", c->commitment_loss_weight, c->commitment_loss_weight >= 0,
+                         " and >= 0"));
+    EMBER_TRY(check_real(ctx, "diversity_gamma", c->diversity_gamma, true, ""));
+    EMBER_TRY(check_real(ctx, "entropy_loss_offset", c->entropy_loss_offset, true, ""));
     if (c->soft_clamp_input_value != 0) {
         EMBER_CHECK(ctx, isfinite(c->soft_clamp_input_value) && c->soft_clamp_input_value >= c->codebook_scale,
                     EMBER_ERR_INVALID_ARG,

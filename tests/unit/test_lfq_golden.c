@@ -140,7 +140,7 @@ static void run_file(const char *path, ember_lfq_dtype dt, report *r) {
         goto done;
     }
     const tolerance tol = tolerance_for(dt, cfg.inv_temperature);
-    const int32_t B = (int32_t)x.shape[0], N = (int32_t)x.shape[1], dim = (int32_t)x.shape[2];
+    const int32_t B = (int32_t)x.shape[0], N = (int32_t)x.shape[1];
     const int32_t C = ember_lfq_get_config(q)->num_codebooks;
     const int64_t nx = x.numel, ni = (int64_t)B * N * C;
     const size_t esz = dt == EMBER_LFQ_F64 ? sizeof(double) : sizeof(float);
@@ -214,7 +214,6 @@ static void run_file(const char *path, ember_lfq_dtype dt, report *r) {
     if (L.aux != 0 || lfq_golden_number(root, "eval_outputs/aux_loss", 0) != 0) note_failure(r, "eval aux != 0");
     assert_int_equal(ember_lfq_indices_to_codes(q, idx, (int64_t)B * N, true, codes), EMBER_OK);
     check_value(r, "indices_to_codes", tensor_err(root, "eval_outputs/quantized", codes, nx, dt, r), tol.values);
-    (void)dim;
 
 done:
     ember_lfq_destroy(q);
