@@ -8,5 +8,6 @@
 #include "ember/kjt.h"
 #include "ember/ebc.h"
 #include "ember/shard.h"
+#include "ember/lfq.h"
 
 #endif
