@@ -10,6 +10,14 @@ foreach(np 1 2 3 4)
     ember_mpi_test(dist.${scheme}.none.np${np} ${np} test_shard --scheme ${scheme} --pool none)
   endforeach()
 endforeach()
+# The other optimizers (Adagrad, partial row-wise Adam, LAMB) on every scheme, 3 ranks.
+foreach(scheme dp tw cw rw twrw mixed)
+  ember_mpi_test(dist.${scheme}.mean.extra_opts.np3 3 test_shard --scheme ${scheme} --pool mean --extra-opts)
+endforeach()
+
+# A rank with an empty local batch still takes part in every collective.
+ember_mpi_test(dist.mixed.sum.empty_rank.np3 3 test_shard --scheme mixed --pool sum --empty0)
+ember_mpi_test(dist.rw.none.empty_rank.np2 2 test_shard --scheme rw --pool none --empty0)
 
 # Named regression scenarios (DESIGN.md §1.3) and error agreement.
 ember_test_exe(test_shard_seed ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_shard_seed.c)
