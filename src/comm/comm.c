@@ -41,6 +41,12 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
     MPI_Comm_size(c->comm, &w);
     c->rank = r;
     c->size = w;
+    c->counts = ember__xalloc(ctx, sizeof(int) * 4 * (size_t)w, "communicator counts");
+    if (!c->counts) {
+        MPI_Comm_free(&c->comm);
+        ember__free(ctx, c);
+        return EMBER_ERR_NOMEM;
+    }
     ember_ctx_set_rank(ctx, r);
     *out = c;
     return EMBER_OK;
@@ -49,6 +55,7 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
 void ember_comm_destroy(ember_comm *c) {
     if (!c) return;
     MPI_Comm_free(&c->comm);
+    ember__free(c->ctx, c->counts);
     ember__free(c->ctx, c);
 }
 
@@ -130,8 +137,7 @@ ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t
     EMBER_CHECK(c->ctx, send_counts && recv_counts && elem_size > 0 && elem_size <= INT_MAX, EMBER_ERR_INVALID_ARG,
                 "alltoallv: bad arguments");
     ember_status st = EMBER_OK;
-    int *buf = ember__xalloc(c->ctx, sizeof(int) * 4 * (size_t)c->size, "alltoallv counts");
-    if (!buf) return EMBER_ERR_NOMEM;
+    int *buf = c->counts;
     int *sc = buf, *sd = buf + c->size, *rc = buf + 2 * c->size, *rd = buf + 3 * c->size;
     st = to_int_counts(c, send_counts, sc, sd, "alltoallv send");
     if (st == EMBER_OK) st = to_int_counts(c, recv_counts, rc, rd, "alltoallv recv");
@@ -145,7 +151,6 @@ ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t
         for (int s = 0; s < c->size; s++)
             if (s != c->rank) c->bytes_sent += (uint64_t)send_counts[s] * elem_size;
     }
-    ember__free(c->ctx, buf);
     return st;
 }
 
@@ -161,8 +166,7 @@ ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t coun
     if (!c) return EMBER_ERR_INVALID_ARG;
     EMBER_CHECK(c->ctx, recv_counts && count >= 0 && count <= INT_MAX && elem_size > 0 && elem_size <= INT_MAX,
                 EMBER_ERR_INVALID_ARG, "allgatherv: bad arguments");
-    int *buf = ember__xalloc(c->ctx, sizeof(int) * 2 * (size_t)c->size, "allgatherv counts");
-    if (!buf) return EMBER_ERR_NOMEM;
+    int *buf = c->counts;
     ember_status st = to_int_counts(c, recv_counts, buf, buf + c->size, "allgatherv");
     if (st == EMBER_OK) {
         MPI_Datatype t;
@@ -173,7 +177,6 @@ ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t coun
         if (r != MPI_SUCCESS) st = mpi_fail(c, r, "allgatherv");
         c->bytes_sent += (uint64_t)count * elem_size * (uint64_t)(c->size - 1);
     }
-    ember__free(c->ctx, buf);
     return st;
 }
 

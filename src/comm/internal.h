@@ -12,6 +12,7 @@ struct ember_comm {
     MPI_Comm comm;        // owned duplicate
     int32_t rank, size;
     uint64_t bytes_sent;
+    int *counts;          // [4 * size] MPI int counts/displacements, allocated once
 };
 
 #endif
