@@ -8,6 +8,7 @@
 #include "ember/kjt.h"
 #include "ember/ebc.h"
 #include "ember/shard.h"
+#include "ember/plan.h"
 #include "ember/lfq.h"
 
 #endif

@@ -15,6 +15,11 @@ foreach(scheme dp tw cw rw twrw mixed)
   ember_mpi_test(dist.${scheme}.mean.extra_opts.np3 3 test_shard --scheme ${scheme} --pool mean --extra-opts)
 endforeach()
 
+# Plans made by the planner are valid and train like the single process.
+foreach(np 2 3)
+  ember_mpi_test(dist.planned.mean.np${np} ${np} test_shard --scheme planned --pool mean)
+endforeach()
+
 # A rank with an empty local batch still takes part in every collective.
 ember_mpi_test(dist.mixed.sum.empty_rank.np3 3 test_shard --scheme mixed --pool sum --empty0)
 ember_mpi_test(dist.rw.none.empty_rank.np2 2 test_shard --scheme rw --pool none --empty0)

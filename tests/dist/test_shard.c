@@ -84,6 +84,17 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
     }
     su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0};
+    if (!strcmp(g_scheme, "planned")) {
+        // The planner's choice (tiny budget for data parallelism, so several schemes appear).
+        ember_ctx *pctx = NULL;
+        assert_int_equal(ember_ctx_create(NULL, &pctx), EMBER_OK);
+        ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+        pc.world_size = W;
+        pc.batch_size = 4;
+        pc.dp_max_bytes = 64;
+        assert_int_equal(ember_plan_create(pctx, &su->cfg, &pc, su->plan, NULL), EMBER_OK);
+        ember_ctx_destroy(pctx);
+    }
 }
 
 // Rank r's slice [b0, b0 + Bl) of a global KJT (feature-major), as an owned KJT.

@@ -1,0 +1,61 @@
+// ember/plan.h — the planner: tables + topology + constraints -> a sharding plan.
+//
+// Pure and Local (no MPI): every rank calling it with the same inputs gets the same plan, so a
+// program can plan on each rank and pass the result to ember_sebc_create.
+//
+// The model, in the spirit of TorchRec's planner (enumerate options, estimate, partition):
+//   - each table has candidate options: data-parallel, table-wise on rank r, row-wise,
+//     column-wise in k slices, table-row-wise over a group;
+//   - each option has, per rank, a storage cost (weights + optimizer state bytes) and a
+//     per-step cost in bytes moved: the embedding rows read for pooling plus the bytes the rank
+//     sends for the table (the formulas of docs/sharding.md, with the expected ids per sample
+//     as pooling factor);
+//   - tables are placed largest first, each on the option that keeps the largest per-rank
+//     step cost lowest while every rank stays within its memory budget;
+//   - a table that fits nowhere makes the call fail, naming it.
+// The result is a good plan for the model, not a proven optimum.
+#ifndef EMBER_PLAN_H
+#define EMBER_PLAN_H
+
+#include "ember/ebc.h"
+#include "ember/shard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ember_plan_config {
+    int32_t world_size;          // W >= 1
+    int32_t batch_size;          // local batch size per rank (samples per step)
+    size_t memory_per_rank;      // bytes available for embedding storage on each rank (0: unlimited)
+    const float *pooling_factor; // [num_features] mean ids per sample, or NULL (1 each)
+    int32_t allow;               // bit mask of (1 << ember_shard_scheme) allowed; 0: all
+    size_t dp_max_bytes;         // data-parallel only for tables up to this size (0: 1 MiB)
+} ember_plan_config;
+#define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0}
+
+// Per-rank totals of a plan, as the planner estimates them.
+typedef struct ember_plan_stats {
+    size_t storage_bytes[EMBER_PLAN_MAX_RANKS];   // weights + optimizer state held
+    double step_bytes[EMBER_PLAN_MAX_RANKS];      // rows read + bytes sent per step
+} ember_plan_stats;
+
+// Fills plan[cfg->num_tables] for the collection `ebc_cfg`. stats may be NULL.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, W outside [1, EMBER_PLAN_MAX_RANKS]),
+// EMBER_ERR_NOMEM (a table fits on no rank within memory_per_rank; the message names it).
+EMBER_API ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ebc_cfg,
+                                         const ember_plan_config *cfg, ember_table_plan *plan,
+                                         ember_plan_stats *stats);
+
+// One line per table: "name scheme ranks", for logs and `ember plan`. Writes at most `cap`
+// bytes to `buf` (NUL-terminated) and returns the length it needed.
+EMBER_API size_t ember_plan_describe(const ember_ebc_config *ebc_cfg, const ember_table_plan *plan, char *buf,
+                                     size_t cap);
+
+// Short name of a scheme ("data_parallel", "table_wise", ...).
+EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,219 @@
+// The planner (see include/ember/plan.h): enumerate each table's options, estimate their
+// per-rank storage and step bytes, place tables largest first on the option that keeps the
+// busiest rank least busy within the memory budget.
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "ember/plan.h"
+
+const char *ember_shard_scheme_name(ember_shard_scheme s) {
+    switch (s) {
+    case EMBER_SHARD_DATA_PARALLEL: return "data_parallel";
+    case EMBER_SHARD_TABLE_WISE: return "table_wise";
+    case EMBER_SHARD_COLUMN_WISE: return "column_wise";
+    case EMBER_SHARD_ROW_WISE: return "row_wise";
+    case EMBER_SHARD_TABLE_ROW_WISE: return "table_row_wise";
+    }
+    return "unknown";
+}
+
+static size_t dtype_bytes(ember_dtype d) { return d == EMBER_DTYPE_F32 ? 4 : 2; }
+
+// Weights plus optimizer state of a whole table.
+static size_t table_bytes(const ember_table_config *t) {
+    size_t per_row = (size_t)t->dim * dtype_bytes(t->dtype);
+    switch (t->optim.kind) {
+    case EMBER_OPT_SGD: break;
+    case EMBER_OPT_ROWWISE_ADAGRAD: per_row += 4; break;
+    case EMBER_OPT_ADAGRAD: per_row += 4 * (size_t)t->dim; break;
+    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: per_row += 4 * (size_t)t->dim + 4; break;
+    case EMBER_OPT_ADAM:
+    case EMBER_OPT_LAMB: per_row += 8 * (size_t)t->dim; break;
+    }
+    return per_row * (size_t)t->rows;
+}
+
+// One candidate: the scheme, its ranks, and what it adds to each rank.
+typedef struct option {
+    ember_table_plan plan;
+    size_t storage[EMBER_PLAN_MAX_RANKS];
+    double step[EMBER_PLAN_MAX_RANKS];
+} option;
+
+// Per-step bytes, with L = ids per sample of the table, B samples per rank, W ranks,
+// row = bytes of one stored row, out = bytes of one pooled output row (dim * 4).
+static void cost_tw(option *o, int W, double B, double L, double row, double out, int r) {
+    memset(o, 0, sizeof *o);
+    o->plan.scheme = EMBER_SHARD_TABLE_WISE;
+    o->plan.ranks[0] = r;
+    for (int q = 0; q < W; q++) {
+        if (q == r) o->step[q] = W * B * L * row + (W - 1) * B * out;  // pools every bag, returns rows
+        else o->step[q] = B * L * 8 + B * 4 + B * out;                  // ids out, gradients out
+    }
+}
+
+static void cost_rw(option *o, int W, double B, double L, double row, double out) {
+    memset(o, 0, sizeof *o);
+    o->plan.scheme = EMBER_SHARD_ROW_WISE;
+    for (int q = 0; q < W; q++)
+        o->step[q] = B * L * row + B * L * 8 * (W - 1) / W + (W - 1) * B * 4 + 2 * (W - 1) * B * out;
+}
+
+static void cost_cw(option *o, int W, double B, double L, double row, double out, int k, const int *ranks) {
+    memset(o, 0, sizeof *o);
+    o->plan.scheme = EMBER_SHARD_COLUMN_WISE;
+    o->plan.num_shards = k;
+    for (int i = 0; i < k; i++) o->plan.ranks[i] = ranks[i];
+    for (int q = 0; q < W; q++) o->step[q] = k * (B * L * 8 + B * 4) + B * out;
+    for (int i = 0; i < k; i++) o->step[ranks[i]] += W * B * L * row / k + (W - 1) * B * out / k;
+}
+
+static void cost_dp(option *o, int W, double B, double L, double row, double out, double rows) {
+    memset(o, 0, sizeof *o);
+    o->plan.scheme = EMBER_SHARD_DATA_PARALLEL;
+    double touched = B * L < rows ? B * L : rows;
+    for (int q = 0; q < W; q++) o->step[q] = B * L * row + (W - 1) * touched * (8 + out);
+}
+
+ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const ember_plan_config *pc,
+                               ember_table_plan *plan, ember_plan_stats *stats) {
+    if (!ctx) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_plan_create";
+    EMBER_CHECK(ctx, ec && pc && plan, EMBER_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    EMBER_CHECK(ctx, ec->num_tables >= 1 && ec->tables && ec->num_features >= 0, EMBER_ERR_INVALID_ARG,
+                "%s: %d tables", fn, (int)ec->num_tables);
+    const int W = pc->world_size;
+    EMBER_CHECK(ctx, W >= 1 && W <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
+                "%s: world size %d outside [1, %d]", fn, W, EMBER_PLAN_MAX_RANKS);
+    EMBER_CHECK(ctx, pc->batch_size >= 1, EMBER_ERR_INVALID_ARG, "%s: batch size %d", fn, (int)pc->batch_size);
+    const int T = ec->num_tables;
+    const int32_t allow = pc->allow ? pc->allow : 0x1f;
+    const size_t dp_max = pc->dp_max_bytes ? pc->dp_max_bytes : ((size_t)1 << 20);
+    // Ids per sample of each table: the sum over the features that read it.
+    double L_small[64], *Lt = L_small;
+    size_t order_small[64], *order = order_small;
+    ember__buf lb = {0}, ob = {0};
+    if (T > 64) {
+        Lt = ember__buf_reserve(ctx, &lb, sizeof(double) * (size_t)T);
+        order = ember__buf_reserve(ctx, &ob, sizeof(size_t) * (size_t)T);
+        if (!Lt || !order) {
+            ember__buf_free(ctx, &lb);
+            ember__buf_free(ctx, &ob);
+            return EMBER_ERR_NOMEM;
+        }
+    }
+    for (int t = 0; t < T; t++) Lt[t] = 0;
+    for (int f = 0; f < ec->num_features; f++) {
+        const int t = ec->features[f].table;
+        if (t >= 0 && t < T) Lt[t] += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
+    }
+    // Largest tables first (stable: equal sizes keep configuration order).
+    for (int t = 0; t < T; t++) order[t] = (size_t)t;
+    for (int i = 1; i < T; i++) {
+        size_t v = order[i];
+        int j = i - 1;
+        while (j >= 0 && table_bytes(&ec->tables[order[j]]) < table_bytes(&ec->tables[v])) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = v;
+    }
+    ember_plan_stats acc;
+    memset(&acc, 0, sizeof acc);
+    ember_status st = EMBER_OK;
+    const double B = pc->batch_size;
+    for (int i = 0; i < T && st == EMBER_OK; i++) {
+        const int t = (int)order[i];
+        const ember_table_config *tc = &ec->tables[t];
+        const size_t bytes = table_bytes(tc);
+        const double row = (double)tc->dim * (double)dtype_bytes(tc->dtype), out = 4.0 * tc->dim, L = Lt[t];
+        option best, cand;
+        double best_score = -1, best_total = 0;
+        // Ranks by current step load, least first: the candidates for single placements.
+        int by_load[EMBER_PLAN_MAX_RANKS];
+        for (int q = 0; q < W; q++) by_load[q] = q;
+        for (int a = 1; a < W; a++) {
+            int v = by_load[a], b = a - 1;
+            while (b >= 0 && acc.step_bytes[by_load[b]] > acc.step_bytes[v]) {
+                by_load[b + 1] = by_load[b];
+                b--;
+            }
+            by_load[b + 1] = v;
+        }
+        for (int kind = 0; kind < 4 + W; kind++) {
+            if (kind == 0) {
+                if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max) continue;
+                cost_dp(&cand, W, B, L, row, out, (double)tc->rows);
+                for (int q = 0; q < W; q++) cand.storage[q] = bytes;
+            } else if (kind == 1) {
+                if (!(allow & (1 << EMBER_SHARD_ROW_WISE)) || W == 1 || tc->rows < W) continue;
+                cost_rw(&cand, W, B, L, row, out);
+                for (int q = 0; q < W; q++) cand.storage[q] = bytes / (size_t)W + bytes % (size_t)W;
+            } else if (kind == 2 || kind == 3) {
+                // Column-wise in 2 or 4 slices of at least 16 columns, on the least loaded ranks.
+                const int k = kind == 2 ? 2 : 4;
+                if (!(allow & (1 << EMBER_SHARD_COLUMN_WISE)) || k > W || tc->dim < 16 * k) continue;
+                if (tc->optim.kind == EMBER_OPT_LAMB || tc->pooling == EMBER_POOL_NONE) continue;
+                cost_cw(&cand, W, B, L, row, out, k, by_load);
+                for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
+            } else {
+                if (!(allow & (1 << EMBER_SHARD_TABLE_WISE))) continue;
+                const int r = kind - 4;
+                cost_tw(&cand, W, B, L, row, out, r);
+                cand.storage[r] = bytes;
+            }
+            double score = 0, total = 0;
+            int fits = 1;
+            for (int q = 0; q < W; q++) {
+                if (pc->memory_per_rank && acc.storage_bytes[q] + cand.storage[q] > pc->memory_per_rank) fits = 0;
+                double s = acc.step_bytes[q] + cand.step[q];
+                if (s > score) score = s;
+                total += cand.step[q];
+            }
+            if (!fits) continue;
+            if (best_score < 0 || score < best_score * (1 - 1e-9) ||
+                (score <= best_score * (1 + 1e-9) && total < best_total)) {
+                best = cand;
+                best_score = score;
+                best_total = total;
+            }
+        }
+        if (best_score < 0) {
+            st = ember__error(ctx, EMBER_ERR_NOMEM, "%s: table '%s' (%zu bytes) fits on no rank within %zu bytes", fn,
+                              tc->name ? tc->name : "?", bytes, pc->memory_per_rank);
+            break;
+        }
+        plan[t] = best.plan;
+        for (int q = 0; q < W; q++) {
+            acc.storage_bytes[q] += best.storage[q];
+            acc.step_bytes[q] += best.step[q];
+        }
+    }
+    if (st == EMBER_OK && stats) *stats = acc;
+    ember__buf_free(ctx, &lb);
+    ember__buf_free(ctx, &ob);
+    return st;
+}
+
+size_t ember_plan_describe(const ember_ebc_config *ec, const ember_table_plan *plan, char *buf, size_t cap) {
+    size_t n = 0;
+    if (buf && cap) buf[0] = '\0';
+    for (int t = 0; ec && plan && t < ec->num_tables; t++) {
+        const ember_table_plan *p = &plan[t];
+        char line[256], ranks[160] = "";
+        int count = p->scheme == EMBER_SHARD_TABLE_WISE      ? 1
+                    : p->scheme == EMBER_SHARD_COLUMN_WISE   ? p->num_shards
+                    : p->scheme == EMBER_SHARD_TABLE_ROW_WISE ? p->group_size
+                                                              : 0;
+        size_t rl = 0;
+        for (int i = 0; i < count && rl + 8 < sizeof ranks; i++)
+            rl += (size_t)snprintf(ranks + rl, sizeof ranks - rl, "%s%d", i ? "," : "", (int)p->ranks[i]);
+        int len = snprintf(line, sizeof line, "%s %s%s%s\n", ec->tables[t].name ? ec->tables[t].name : "?",
+                           ember_shard_scheme_name(p->scheme), count ? " ranks=" : "", ranks);
+        if (len < 0) continue;
+        if (buf && n + (size_t)len < cap) memcpy(buf + n, line, (size_t)len + 1);
+        n += (size_t)len;
+    }
+    return n;
+}

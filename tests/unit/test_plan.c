@@ -1,0 +1,110 @@
+// Planner: placements follow the cost model, memory budgets hold, bad inputs are refused.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ember.h"
+
+static ember_table_config table(const char *name, int64_t rows, int32_t dim) {
+    ember_table_config t = {name, rows, dim, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
+                            EMBER_OPTIM_CONFIG_DEFAULT, 0};
+    return t;
+}
+
+static void small_tables_are_data_parallel_equal_tables_spread(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t[6] = {table("tiny0", 10, 8), table("tiny1", 20, 8), table("m0", 200000, 64),
+                               table("m1", 200000, 64), table("m2", 200000, 64), table("m3", 200000, 64)};
+    ember_feature_config f[6] = {{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}, {"e", 4}, {"g", 5}};
+    ember_ebc_config ec = {t, 6, f, 6, EMBER_BOUNDS_ERROR, 1, 0, 0};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = 4;
+    pc.batch_size = 256;
+    ember_table_plan plan[6];
+    ember_plan_stats st;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
+    assert_int_equal(plan[0].scheme, EMBER_SHARD_DATA_PARALLEL);
+    assert_int_equal(plan[1].scheme, EMBER_SHARD_DATA_PARALLEL);
+    // Four equal medium tables: every rank ends with the same step load.
+    for (int q = 1; q < 4; q++) assert_true(st.step_bytes[q] <= st.step_bytes[0] * 1.0001 &&
+                                            st.step_bytes[q] >= st.step_bytes[0] * 0.9999);
+    char buf[512];
+    size_t n = ember_plan_describe(&ec, plan, buf, sizeof buf);
+    assert_true(n > 0 && n < sizeof buf);
+    assert_non_null(strstr(buf, "tiny0 data_parallel"));
+    // Deterministic.
+    ember_table_plan again[6];
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, again, NULL), EMBER_OK);
+    assert_memory_equal(plan, again, sizeof plan);
+    ember_ctx_destroy(ctx);
+}
+
+static void memory_budget_forces_row_wise_and_is_respected(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t[2] = {table("huge", 4000000, 16), table("small", 1000, 16)};
+    t[0].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    ember_feature_config f[2] = {{"a", 0}, {"b", 1}};
+    ember_ebc_config ec = {t, 2, f, 2, EMBER_BOUNDS_ERROR, 1, 0, 0};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = 3;
+    pc.batch_size = 128;
+    // huge = 4e6 * (64 + 4) bytes = 272 MB: no single rank holds it under 200 MB; column
+    // slices need 16 columns each (dim 16 has one), so row-wise is the one placement left.
+    pc.memory_per_rank = (size_t)200 << 20;
+    ember_table_plan plan[2];
+    ember_plan_stats st;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
+    assert_int_equal(plan[0].scheme, EMBER_SHARD_ROW_WISE);
+    for (int q = 0; q < 3; q++) assert_true(st.storage_bytes[q] <= pc.memory_per_rank);
+    // Too little memory in total: the table is named.
+    pc.memory_per_rank = (size_t)60 << 20;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_ERR_NOMEM);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "'huge'"));
+    ember_ctx_destroy(ctx);
+}
+
+static void allowed_schemes_and_bad_inputs(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t[3] = {table("a", 5000, 128), table("b", 300, 8), table("c", 80000, 128)};
+    ember_feature_config f[3] = {{"x", 0}, {"y", 1}, {"z", 2}};
+    ember_ebc_config ec = {t, 3, f, 3, EMBER_BOUNDS_ERROR, 1, 0, 0};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = 2;
+    pc.allow = 1 << EMBER_SHARD_TABLE_WISE;
+    ember_table_plan plan[3];
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(plan[i].scheme, EMBER_SHARD_TABLE_WISE);
+        assert_true(plan[i].ranks[0] >= 0 && plan[i].ranks[0] < 2);
+    }
+    pc.world_size = 0;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_ERR_INVALID_ARG);
+    pc.world_size = 1000;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_ERR_INVALID_ARG);
+    pc.world_size = 2;
+    pc.batch_size = 0;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_plan_create(ctx, NULL, &pc, plan, NULL), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(small_tables_are_data_parallel_equal_tables_spread),
+        cmocka_unit_test(memory_budget_forces_row_wise_and_is_respected),
+        cmocka_unit_test(allowed_schemes_and_bad_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
