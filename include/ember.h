@@ -9,6 +9,7 @@
 #include "ember/ebc.h"
 #include "ember/shard.h"
 #include "ember/plan.h"
+#include "ember/state.h"
 #include "ember/lfq.h"
 
 #endif

@@ -1,0 +1,282 @@
+// Checkpoints in global coordinates (include/ember/state.h): rank 0 streams each table's global
+// tensors (gathered with ember_sebc_read) to the file, and on load reads them back and scatters
+// them with ember_sebc_write into whatever sharding the collection has.
+#include <stdio.h>
+#include <string.h>
+
+#include "shard/internal.h"
+#include "ember/state.h"
+
+#define MAGIC "EMBERCK1"
+#define VERSION 1u
+
+static const char *tensor_name[3] = {"weight", "momentum1", "momentum2"};
+
+// Tensors of table t: weight plus its optimizer's state; cols per tensor.
+static int tensors_of(const ember_table_config *t, int32_t cols[3]) {
+    cols[0] = t->dim;
+    switch (t->optim.kind) {
+    case EMBER_OPT_SGD: return 1;
+    case EMBER_OPT_ADAGRAD: cols[1] = t->dim; return 2;
+    case EMBER_OPT_ROWWISE_ADAGRAD: cols[1] = 1; return 2;
+    case EMBER_OPT_ADAM:
+    case EMBER_OPT_LAMB: cols[1] = cols[2] = t->dim; return 3;
+    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: cols[1] = t->dim; cols[2] = 1; return 3;
+    }
+    return 1;
+}
+
+// The table's step counter: every piece of it holds the same count.
+static ember_status table_step(ember_sebc *s, int32_t t, int64_t *step) {
+    int64_t v = -1;
+    const ember__table_shards *ts = &s->ts[t];
+    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) v = ember_ebc_step(s->dp, ts->dp_local);
+    for (int32_t i = 0; i < ts->nshards; i++)
+        if (ts->shards[i].owner == s->rank) v = ember_ebc_step(s->local, ts->shards[i].local_table);
+    EMBER_TRY(ember_comm_allreduce_max_i64(s->comm, &v, 1));
+    *step = v < 0 ? 0 : v;
+    return EMBER_OK;
+}
+
+static void set_table_step(ember_sebc *s, int32_t t, int64_t step) {
+    const ember__table_shards *ts = &s->ts[t];
+    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) ember_ebc_set_step(s->dp, ts->dp_local, step);
+    for (int32_t i = 0; i < ts->nshards; i++)
+        if (ts->shards[i].owner == s->rank) ember_ebc_set_step(s->local, ts->shards[i].local_table, step);
+}
+
+typedef struct writer {
+    FILE *f;
+    uint64_t h;
+    int ok;
+} writer;
+
+static void put(writer *w, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) w->h = (w->h ^ b[i]) * 1099511628211ull;
+    if (w->ok && fwrite(p, 1, n, w->f) != n) w->ok = 0;
+}
+
+static void put_u32(writer *w, uint32_t v) { put(w, &v, 4); }
+static void put_str(writer *w, const char *s) {
+    put_u32(w, (uint32_t)strlen(s));
+    put(w, s, strlen(s));
+}
+
+ember_status ember_checkpoint_save(ember_sebc *s, const char *path) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_checkpoint_save";
+    ember_status st = EMBER_OK;
+    writer w = {NULL, 1469598103934665603ull, 1};
+    if (!path) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
+    else if (s->rank == 0 && !(w.f = fopen(path, "wb")))
+        st = ember__error(s->ctx, EMBER_ERR_IO, "%s: cannot open '%s' for writing", fn, path);
+    EMBER_TRY(ember_comm_agree(s->comm, st));
+    ember__buf buf = {0};
+    if (s->rank == 0) {
+        put(&w, MAGIC, 8);
+        put_u32(&w, VERSION);
+        put_u32(&w, (uint32_t)s->T);
+    }
+    for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
+        const ember_table_config *tc = &s->tables[t];
+        int32_t cols[3] = {0, 0, 0};
+        const int nt = tensors_of(tc, cols);
+        int64_t step = 0;
+        st = table_step(s, t, &step);
+        if (st != EMBER_OK) break;
+        if (s->rank == 0) {
+            put_str(&w, tc->name);
+            put(&w, &tc->rows, 8);
+            put(&w, &tc->dim, 4);
+            int32_t k = (int32_t)tc->optim.kind, dt = (int32_t)tc->dtype;
+            put(&w, &k, 4);
+            put(&w, &dt, 4);
+            put(&w, &step, 8);
+            put_u32(&w, (uint32_t)nt);
+        }
+        for (int i = 0; i < nt && st == EMBER_OK; i++) {
+            const size_t n = (size_t)tc->rows * (size_t)cols[i];
+            float *data = NULL;
+            ember_status a = EMBER_OK;
+            if (s->rank == 0 && !(data = ember__buf_reserve(s->ctx, &buf, sizeof(float) * n))) a = EMBER_ERR_NOMEM;
+            st = ember_comm_agree(s->comm, a);
+            if (st == EMBER_OK) st = ember_sebc_read(s, t, tensor_name[i], data, 0);
+            if (st == EMBER_OK && s->rank == 0) {
+                put_str(&w, tensor_name[i]);
+                put(&w, &cols[i], 4);
+                put(&w, data, sizeof(float) * n);
+            }
+        }
+    }
+    ember__buf_free(s->ctx, &buf);
+    if (s->rank == 0 && w.f) {
+        uint64_t h = w.h;
+        put(&w, &h, 8);
+        if (fclose(w.f) != 0) w.ok = 0;
+        if (st == EMBER_OK && !w.ok) st = ember__error(s->ctx, EMBER_ERR_IO, "%s: writing '%s' failed", fn, path);
+    }
+    return ember_comm_agree(s->comm, st);
+}
+
+// Rank 0's view of one table in the file.
+typedef struct entry {
+    char name[256];
+    int64_t rows, step;
+    int32_t dim, kind, dtype, ntensors;
+    long offset[3]; // file offsets of each tensor's data
+    int32_t cols[3];
+} entry;
+
+typedef struct reader {
+    FILE *f;
+    uint64_t h;
+    int ok;
+} reader;
+
+static void get(reader *r, void *p, size_t n) {
+    if (!r->ok || fread(p, 1, n, r->f) != n) {
+        r->ok = 0;
+        memset(p, 0, n);
+        return;
+    }
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) r->h = (r->h ^ b[i]) * 1099511628211ull;
+}
+
+// Hashes and skips n bytes of data.
+static void skip(reader *r, size_t n) {
+    unsigned char tmp[4096];
+    while (n > 0 && r->ok) {
+        size_t k = n < sizeof tmp ? n : sizeof tmp;
+        get(r, tmp, k);
+        n -= k;
+    }
+}
+
+static void get_str(reader *r, char *dst, size_t cap) {
+    uint32_t n = 0;
+    get(r, &n, 4);
+    if (n >= cap) {
+        r->ok = 0;
+        return;
+    }
+    get(r, dst, n);
+    dst[n] = '\0';
+}
+
+// Reads and checks the whole file (structure and checksum), indexing each table.
+static ember_status index_file(ember_sebc *s, const char *path, FILE *f, entry **out, uint32_t *count,
+                               ember__buf *ebuf) {
+    const char *fn = "ember_checkpoint_load";
+    reader r = {f, 1469598103934665603ull, 1};
+    char magic[8];
+    uint32_t version = 0, n = 0;
+    get(&r, magic, 8);
+    get(&r, &version, 4);
+    get(&r, &n, 4);
+    EMBER_CHECK(s->ctx, r.ok && memcmp(magic, MAGIC, 8) == 0 && version == VERSION && n < 1000000,
+                EMBER_ERR_FORMAT, "%s: '%s' is not an ember checkpoint (version %u)", fn, path, version);
+    entry *e = ember__buf_reserve(s->ctx, ebuf, sizeof(entry) * (n ? n : 1));
+    if (!e) return EMBER_ERR_NOMEM;
+    for (uint32_t i = 0; i < n && r.ok; i++) {
+        get_str(&r, e[i].name, sizeof e[i].name);
+        get(&r, &e[i].rows, 8);
+        get(&r, &e[i].dim, 4);
+        get(&r, &e[i].kind, 4);
+        get(&r, &e[i].dtype, 4);
+        get(&r, &e[i].step, 8);
+        uint32_t nt = 0;
+        get(&r, &nt, 4);
+        if (nt > 3 || e[i].rows < 0 || e[i].dim < 0) r.ok = 0;
+        e[i].ntensors = (int32_t)nt;
+        for (uint32_t k = 0; k < nt && r.ok; k++) {
+            char tn[32];
+            get_str(&r, tn, sizeof tn);
+            get(&r, &e[i].cols[k], 4);
+            if (strcmp(tn, tensor_name[k]) != 0 || e[i].cols[k] < 1) r.ok = 0;
+            e[i].offset[k] = ftell(f);
+            skip(&r, sizeof(float) * (size_t)e[i].rows * (size_t)e[i].cols[k]);
+        }
+    }
+    uint64_t want = r.h, got = 0;
+    if (r.ok && fread(&got, 1, 8, f) != 8) r.ok = 0;
+    EMBER_CHECK(s->ctx, r.ok, EMBER_ERR_FORMAT, "%s: '%s' is truncated or malformed", fn, path);
+    EMBER_CHECK(s->ctx, got == want, EMBER_ERR_FORMAT, "%s: '%s' fails its checksum", fn, path);
+    *out = e;
+    *count = n;
+    return EMBER_OK;
+}
+
+ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_checkpoint_load";
+    ember_status st = EMBER_OK;
+    FILE *f = NULL;
+    entry *e = NULL;
+    uint32_t n = 0;
+    ember__buf ebuf = {0}, buf = {0}, meta = {0};
+    // Per collection table: index of its entry in the file, step, dtype (rank 0 fills them).
+    int64_t *m = ember__buf_reserve(s->ctx, &meta, sizeof(int64_t) * 3 * (size_t)s->T);
+    if (!m) st = EMBER_ERR_NOMEM;
+    if (st == EMBER_OK && !path) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
+    if (st == EMBER_OK && s->rank == 0) {
+        if (!(f = fopen(path, "rb"))) st = ember__error(s->ctx, EMBER_ERR_IO, "%s: cannot open '%s'", fn, path);
+        if (st == EMBER_OK) st = index_file(s, path, f, &e, &n, &ebuf);
+        for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
+            const ember_table_config *tc = &s->tables[t];
+            int64_t found = -1;
+            for (uint32_t i = 0; i < n; i++)
+                if (strcmp(e[i].name, tc->name) == 0) found = i;
+            if (found < 0) {
+                st = ember__error(s->ctx, EMBER_ERR_FORMAT, "%s: table '%s' is not in '%s'", fn, tc->name, path);
+                break;
+            }
+            const entry *x = &e[found];
+            int32_t cols[3] = {0, 0, 0};
+            const int nt = tensors_of(tc, cols);
+            int same = x->rows == tc->rows && x->dim == tc->dim && x->kind == (int32_t)tc->optim.kind &&
+                       x->ntensors == nt;
+            for (int k = 0; k < nt && same; k++) same = x->cols[k] == cols[k];
+            if (!same) {
+                st = ember__error(s->ctx, EMBER_ERR_FORMAT,
+                                  "%s: table '%s' is %lld x %d with optimizer %d in '%s', %lld x %d with %d here", fn,
+                                  tc->name, (long long)x->rows, (int)x->dim, (int)x->kind, path, (long long)tc->rows,
+                                  (int)tc->dim, (int)tc->optim.kind);
+                break;
+            }
+            m[3 * t] = found;
+            m[3 * t + 1] = x->step;
+            m[3 * t + 2] = x->dtype;
+        }
+    }
+    st = ember_comm_agree(s->comm, st);
+    if (st == EMBER_OK) st = ember_comm_bcast(s->comm, m, sizeof(int64_t) * 3 * (size_t)s->T, 0);
+    for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
+        const ember_table_config *tc = &s->tables[t];
+        if ((int64_t)tc->dtype != m[3 * t + 2]) st = ember_sebc_convert_dtype(s, t, (ember_dtype)m[3 * t + 2]);
+        int32_t cols[3] = {0, 0, 0};
+        const int nt = tensors_of(tc, cols);
+        for (int k = 0; k < nt && st == EMBER_OK; k++) {
+            const size_t cnt = (size_t)tc->rows * (size_t)cols[k];
+            float *data = NULL;
+            ember_status a = EMBER_OK;
+            if (s->rank == 0) {
+                const entry *x = &e[m[3 * t]];
+                data = ember__buf_reserve(s->ctx, &buf, sizeof(float) * cnt);
+                if (!data) a = EMBER_ERR_NOMEM;
+                else if (fseek(f, x->offset[k], SEEK_SET) != 0 || fread(data, sizeof(float), cnt, f) != cnt)
+                    a = ember__error(s->ctx, EMBER_ERR_IO, "%s: reading table '%s' from '%s' failed", fn, tc->name,
+                                     path);
+            }
+            st = ember_comm_agree(s->comm, a);
+            if (st == EMBER_OK) st = ember_sebc_write(s, t, tensor_name[k], data, 0);
+        }
+        if (st == EMBER_OK) set_table_step(s, t, m[3 * t + 1]);
+    }
+    if (f) fclose(f);
+    ember__buf_free(s->ctx, &ebuf);
+    ember__buf_free(s->ctx, &buf);
+    ember__buf_free(s->ctx, &meta);
+    return st;
+}
