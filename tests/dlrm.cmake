@@ -6,3 +6,6 @@ target_link_libraries(ember_dlrm_support PUBLIC ember_app ember_test_support)
 
 ember_unit_test(dlrm_dense ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_dense.c)
 target_link_libraries(test_dlrm_dense PRIVATE ember_dlrm_support)
+
+ember_unit_test(dlrm_data ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_data.c)
+target_link_libraries(test_dlrm_data PRIVATE ember_dlrm_support)
