@@ -64,7 +64,8 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *ro
     return EMBER_OK;
 }
 
-int64_t sharding_state_floats(ember_optim_kind kind, int32_t dim) {
+// Floats of optimizer state per row of a table of `dim` columns (ember/ebc.h's layouts).
+static int64_t state_floats(ember_optim_kind kind, int32_t dim) {
     switch (kind) {
     case EMBER_OPT_SGD: return 0;
     case EMBER_OPT_ADAGRAD: return dim;
@@ -81,7 +82,7 @@ static int64_t part(int64_t count, int32_t i, int32_t n) { return count / n + (i
 
 double sharding_table_bytes(const ember_table_plan *p, int64_t rows, int32_t dim, ember_optim_kind kind,
                             int32_t rank, int32_t world) {
-    const double row_floats = (double)dim + (double)sharding_state_floats(kind, dim);
+    const double row_floats = (double)dim + (double)state_floats(kind, dim);
     switch (p->scheme) {
     case EMBER_SHARD_DATA_PARALLEL: return 4.0 * (double)rows * row_floats;
     case EMBER_SHARD_TABLE_WISE: return p->ranks[0] == rank ? 4.0 * (double)rows * row_floats : 0.0;
@@ -90,7 +91,7 @@ double sharding_table_bytes(const ember_table_plan *p, int64_t rows, int32_t dim
         for (int32_t i = 0; i < p->num_shards; i++) {
             if (p->ranks[i] != rank) continue;
             int32_t cols = (int32_t)part(dim, i, p->num_shards);
-            bytes += 4.0 * (double)rows * ((double)cols + (double)sharding_state_floats(kind, cols));
+            bytes += 4.0 * (double)rows * ((double)cols + (double)state_floats(kind, cols));
         }
         return bytes;
     }

@@ -17,7 +17,7 @@
 
 #define SHARDING_AUTO (-1)
 #define SHARDING_DP_MAX_BYTES ((double)(1u << 20))
-#define SHARDING_RW_MIN_BYTES ((double)(8u << 20))
+#define SHARDING_RW_MIN_BYTES ((double)(4u << 20))
 
 // "auto", "dp", "tw", "cw", "rw", "twrw" -> SHARDING_AUTO or an ember_shard_scheme; -2 if unknown.
 int sharding_parse(const char *name);
@@ -29,10 +29,7 @@ const char *sharding_name(int scheme);
 ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *rows, int32_t dim, const int *choice,
                            int32_t world, int32_t group_size, ember_table_plan *plan);
 
-// Floats of optimizer state per row of a table of `dim` columns (ember/ebc.h's layouts).
-int64_t sharding_state_floats(ember_optim_kind kind, int32_t dim);
-
-// Bytes of weights and optimizer state that rank `rank` holds for table t under plan[t].
+// Bytes of weights and optimizer state (ember/ebc.h's layouts) that `rank` holds of a table.
 double sharding_table_bytes(const ember_table_plan *plan, int64_t rows, int32_t dim, ember_optim_kind kind,
                             int32_t rank, int32_t world);
 

@@ -15,19 +15,20 @@
 #include "train.h"
 
 // ---- Defaults (the main job) -------------------------------------------------------------------
-// 26 tables from 4 to 400k rows, as Criteo's (hashed) cardinalities spread over orders of
-// magnitude; under the automatic rule at dim 16 the 16 small ones are data parallel, the 6 middle
-// ones table-wise and the 4 largest row-wise. See docs/dlrm.md for the timing and AUC they give.
+// 26 tables from 4 to 100k rows, as Criteo's (hashed) cardinalities spread over orders of
+// magnitude; under the automatic rule at dim 16 the 18 small ones are data parallel, 5 middle ones
+// table-wise and the 3 largest row-wise. With Zipf 1.2 ids, one pass over 2 M samples ends about
+// 0.013 AUC below the planted model (seeds 1-3), in about a minute on 2 cores: docs/dlrm.md.
 static const int64_t default_rows[DLRM_NUM_SPARSE] = {
-    1000,  20000, 200000, 50000, 300,  30,   10000, 600,   4,    20000, 5000, 100000, 3000,
-    30000, 40,    100000, 10,    1000, 2000, 5,     20000, 20,   15,    6000, 100,    80,
+    1000,  20000, 100000, 50000, 300,  30,   10000, 600,   4,    20000, 5000, 80000, 3000,
+    30000, 40,    100000, 10,    1000, 2000, 5,     20000, 20,   15,    6000, 100,  80,
 };
 
 void train_options_default(train_options *o) {
     memset(o, 0, sizeof *o);
     o->embedding_dim = 16;
     memcpy(o->rows, default_rows, sizeof o->rows);
-    const int32_t bottom[] = {64, 16}, top[] = {128, 64, 1};
+    const int32_t bottom[] = {64, 16}, top[] = {64, 32, 1};
     o->num_bottom = 2;
     memcpy(o->bottom, bottom, sizeof bottom);
     o->num_top = 3;
@@ -35,7 +36,7 @@ void train_options_default(train_options *o) {
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->sharding[f] = SHARDING_AUTO;
     o->grad_convention = EMBER_GRAD_MEAN;
     o->dataset = TRAIN_SYNTHETIC;
-    o->zipf_alpha = 1.05;
+    o->zipf_alpha = 1.2;
     o->malformed = CRITEO_SKIP;
     o->batch_size = 2048;
     o->epochs = 1;

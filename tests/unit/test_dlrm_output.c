@@ -110,8 +110,8 @@ static void sharding_auto_rule_and_round_robin(void **state) {
     (void)state;
     ember_ctx *ctx;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
-    // At dim 16: 16384 rows = 1 MiB (dp), 131072 rows = 8 MiB (rw).
-    const int64_t rows[6] = {10, 16384, 16385, 131071, 131072, 50000};
+    // At dim 16: 16384 rows = 1 MiB (dp), 65536 rows = 4 MiB (rw).
+    const int64_t rows[6] = {10, 16384, 16385, 65535, 65536, 50000};
     int choice[6];
     for (int t = 0; t < 6; t++) choice[t] = SHARDING_AUTO;
     ember_table_plan plan[6];
