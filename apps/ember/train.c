@@ -18,7 +18,7 @@
 // 26 tables from 4 to 100k rows, as Criteo's (hashed) cardinalities spread over orders of
 // magnitude; under the automatic rule at dim 16 the 18 small ones are data parallel, 5 middle ones
 // table-wise and the 3 largest row-wise. With Zipf 1.2 ids, one pass over 2 M samples ends about
-// 0.013 AUC below the planted model (seeds 1-3), in about a minute on 2 cores: docs/dlrm.md.
+// 0.013 AUC below the planted model (seeds 1-3), well within 2 minutes on 2 cores: docs/dlrm.md.
 static const int64_t default_rows[DLRM_NUM_SPARSE] = {
     1000,  20000, 100000, 50000, 300,  30,   10000, 600,   4,    20000, 5000, 80000, 3000,
     30000, 40,    100000, 10,    1000, 2000, 5,     20000, 20,   15,    6000, 100,  80,
