@@ -1,0 +1,37 @@
+// backend.h — what the DLRM dense part needs from the library, behind one small table:
+// the sharded EmbeddingBagCollection (forward, backward with its fused optimizer) and the
+// allreduce of the dense gradients under the model's gradient convention (DESIGN.md §1.3).
+//
+// The CLI uses dlrm_backend_sebc_create (include/ember/shard.h). Tests can pass another factory,
+// e.g. the naive replicated collection in tests/support/dlrm/, to check the dense part and the
+// training loop against an independent embedding implementation; the same tests then run
+// unchanged on the sharded collection.
+#ifndef EMBER_APP_BACKEND_H
+#define EMBER_APP_BACKEND_H
+
+#include <stddef.h>
+
+#include "ember/shard.h"
+
+typedef struct dlrm_backend {
+    void *impl;
+    // out [B_local, sum_f D_f] = pooled embeddings of the local batch. Collective.
+    ember_status (*forward)(void *impl, const ember_kjt *kjt, float *out);
+    // grad_out [B_local, sum_f D_f] = dL_r/d(out); applies the fused optimizer. Collective.
+    ember_status (*backward)(void *impl, const ember_kjt *kjt, const float *grad_out);
+    // grad [n] := the convention's combination over ranks (sum, or sum / W). Collective.
+    ember_status (*reduce_dense_grads)(void *impl, float *grad, size_t n);
+    void (*destroy)(void *impl); // collective; impl NULL accepted
+} dlrm_backend;
+
+// Creates a backend: the same arguments as ember_sebc_create. Collective on comm; every rank
+// returns the same status. On failure *out is zeroed.
+typedef ember_status (*dlrm_backend_factory)(ember_comm *comm, const ember_ebc_config *cfg,
+                                             const ember_table_plan *plan, ember_grad_convention conv,
+                                             dlrm_backend *out);
+
+// The sharded embedding collection of include/ember/shard.h with ember_allreduce_dense_grads.
+ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
+                                      ember_grad_convention conv, dlrm_backend *out);
+
+#endif

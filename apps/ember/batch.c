@@ -1,0 +1,42 @@
+// Batch buffers and the rank share of a global batch.
+#include <math.h>
+#include <string.h>
+
+#include "batch.h"
+#include "core/internal.h"
+
+ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_dense, int32_t num_sparse,
+                               dlrm_batch *b) {
+    memset(b, 0, sizeof *b);
+    EMBER_CHECK(ctx, capacity >= 1 && num_dense >= 0 && num_sparse >= 0, EMBER_ERR_INVALID_ARG,
+                "batch: capacity %d, %d dense and %d sparse features", (int)capacity, (int)num_dense,
+                (int)num_sparse);
+    size_t cap = (size_t)capacity;
+    b->dense = ember__xalloc(ctx, sizeof(float) * cap * (size_t)num_dense, "batch dense features");
+    b->ids = ember__xalloc(ctx, sizeof(int64_t) * cap * (size_t)num_sparse, "batch ids");
+    b->labels = ember__xalloc(ctx, sizeof(float) * cap, "batch labels");
+    b->planted = ember__xalloc(ctx, sizeof(float) * cap, "batch planted logits");
+    if (!b->dense || !b->ids || !b->labels || !b->planted) {
+        dlrm_batch_destroy(ctx, b);
+        return EMBER_ERR_NOMEM;
+    }
+    b->capacity = capacity;
+    b->num_dense = num_dense;
+    b->num_sparse = num_sparse;
+    for (size_t i = 0; i < cap; i++) b->planted[i] = NAN;
+    return EMBER_OK;
+}
+
+void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b) {
+    ember__free(ctx, b->dense);
+    ember__free(ctx, b->ids);
+    ember__free(ctx, b->labels);
+    ember__free(ctx, b->planted);
+    memset(b, 0, sizeof *b);
+}
+
+int64_t dlrm_share(int64_t g, int32_t rank, int32_t world, int64_t *first) {
+    int64_t base = g / world, extra = g % world;
+    *first = rank * base + (rank < extra ? rank : extra);
+    return base + (rank < extra ? 1 : 0);
+}

@@ -1,0 +1,390 @@
+// `ember train`: command line -> train_options -> train_run on the sharded embedding collection.
+#define _GNU_SOURCE // getopt_long
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli.h"
+#include "commands.h"
+#include "sharding.h"
+#include "train.h"
+
+static const char help[] =
+    "usage: ember train [options]            (distributed: mpiexec -n N ember train [options])\n"
+    "\n"
+    "Trains DLRM: a bottom MLP over the 13 dense features, 26 embedding tables sharded over the\n"
+    "ranks, pairwise dot interaction, a top MLP and BCE loss; the dense part is data parallel.\n"
+    "Defaults train the built-in synthetic set and end with the eval AUC beside the planted\n"
+    "model's (the best achievable). Flag names follow TorchRec's examples/dlrm/dlrm_main.py.\n"
+    "\n"
+    "model:\n"
+    "  --embedding_dim N                 embedding width D, all tables (default 16)\n"
+    "  --num_embeddings N                rows of every table (TorchRec's flag)\n"
+    "  --num_embeddings_per_feature L    rows per table: 26 comma-separated values, or one for all\n"
+    "                                    (default: 26 sizes from 4 to 100000, see docs/dlrm.md)\n"
+    "  --dense_arch_layer_sizes L        bottom MLP layer sizes, last = embedding_dim (default 64,16)\n"
+    "  --over_arch_layer_sizes L         top MLP layer sizes, last = 1 (default 64,32,1)\n"
+    "  --sharding S|L                    auto, dp, tw, cw, rw or twrw for every table, or 26 of them\n"
+    "                                    comma-separated (default auto: tables <= 1 MiB dp, >= 4 MiB rw,\n"
+    "                                    others tw round-robin)\n"
+    "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
+    "\n"
+    "data:\n"
+    "  --dataset synthetic|criteo        (default synthetic)\n"
+    "  --data_path FILE                  criteo: training TSV (label, 13 integers, 26 hex categoricals)\n"
+    "  --eval_data_path FILE             criteo: eval TSV (default: hold out the first\n"
+    "                                    --limit_val_batches batches of --data_path)\n"
+    "  --zipf_alpha X                    synthetic: Zipf exponent of the ids (default 1.2)\n"
+    "  --malformed skip|fatal            criteo: skip and count malformed lines, or stop (default skip)\n"
+    "\n"
+    "training:\n"
+    "  --batch_size N                    global batch, split over the ranks (default 2048)\n"
+    "  --epochs N                        passes over the training data (default 1)\n"
+    "  --limit_train_batches N           global batches per epoch; synthetic: the training set size\n"
+    "                                    (default 1000; 0 = whole file for criteo)\n"
+    "  --limit_val_batches N             eval global batches (default 16; 0 = whole file for criteo)\n"
+    "  --eval_interval N                 evaluate every N steps, and at the end (default 200; 0 = end)\n"
+    "  --learning_rate X                 (default 0.05)\n"
+    "  --embedding_learning_rate X       embedding tables' rate (default: --learning_rate)\n"
+    "  --adagrad                         Adagrad for the dense part and row-wise Adagrad for the tables,\n"
+    "                                    as TorchRec's flag (the default here)\n"
+    "  --dense_optimizer sgd|adagrad|adam                                      (default adagrad)\n"
+    "  --embedding_optimizer sgd|adagrad|rowwise_adagrad|adam|partial_rowwise_adam|lamb\n"
+    "                                                                          (default rowwise_adagrad)\n"
+    "  --seed N                          data, planted model and initial weights (default 1)\n"
+    "  --threads N                       threads per rank (default: OpenMP's, usually the cores bound)\n"
+    "\n"
+    "output (rank 0):\n"
+    "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
+    "                                    eval loss, eval AUC, planted AUC, samples/s\n"
+    "  --plot FILE.png                   loss and AUC curves, drawn by gnuplot (FILE.png.gp is kept)\n"
+    "  --progress auto|bar|lines         a progress bar, or a line per evaluation; auto: a bar when\n"
+    "                                    stdout is a terminal (under mpiexec it always looks like one:\n"
+    "                                    pass lines when redirecting to a log)\n"
+    "  -h, --help                        this text\n"
+    "\n"
+    "example:\n"
+    "  mpiexec -n 2 build/bin/ember train --batch_size 2048 --limit_train_batches 1000 \\\n"
+    "      --metrics dlrm.csv --plot dlrm.png\n";
+
+enum {
+    OPT_EMBEDDING_DIM = 256,
+    OPT_NUM_EMBEDDINGS,
+    OPT_NUM_EMBEDDINGS_PER_FEATURE,
+    OPT_DENSE_ARCH,
+    OPT_OVER_ARCH,
+    OPT_SHARDING,
+    OPT_GRAD_CONVENTION,
+    OPT_DATASET,
+    OPT_DATA_PATH,
+    OPT_EVAL_DATA_PATH,
+    OPT_ZIPF_ALPHA,
+    OPT_MALFORMED,
+    OPT_BATCH_SIZE,
+    OPT_EPOCHS,
+    OPT_LIMIT_TRAIN,
+    OPT_LIMIT_VAL,
+    OPT_EVAL_INTERVAL,
+    OPT_LEARNING_RATE,
+    OPT_EMBEDDING_LEARNING_RATE,
+    OPT_ADAGRAD,
+    OPT_DENSE_OPTIMIZER,
+    OPT_EMBEDDING_OPTIMIZER,
+    OPT_SEED,
+    OPT_THREADS,
+    OPT_METRICS,
+    OPT_PLOT,
+    OPT_PROGRESS,
+};
+
+static const struct option options[] = {
+    {"embedding_dim", required_argument, NULL, OPT_EMBEDDING_DIM},
+    {"num_embeddings", required_argument, NULL, OPT_NUM_EMBEDDINGS},
+    {"num_embeddings_per_feature", required_argument, NULL, OPT_NUM_EMBEDDINGS_PER_FEATURE},
+    {"dense_arch_layer_sizes", required_argument, NULL, OPT_DENSE_ARCH},
+    {"over_arch_layer_sizes", required_argument, NULL, OPT_OVER_ARCH},
+    {"sharding", required_argument, NULL, OPT_SHARDING},
+    {"grad_convention", required_argument, NULL, OPT_GRAD_CONVENTION},
+    {"dataset", required_argument, NULL, OPT_DATASET},
+    {"data_path", required_argument, NULL, OPT_DATA_PATH},
+    {"eval_data_path", required_argument, NULL, OPT_EVAL_DATA_PATH},
+    {"zipf_alpha", required_argument, NULL, OPT_ZIPF_ALPHA},
+    {"malformed", required_argument, NULL, OPT_MALFORMED},
+    {"batch_size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"limit_train_batches", required_argument, NULL, OPT_LIMIT_TRAIN},
+    {"limit_val_batches", required_argument, NULL, OPT_LIMIT_VAL},
+    {"eval_interval", required_argument, NULL, OPT_EVAL_INTERVAL},
+    {"learning_rate", required_argument, NULL, OPT_LEARNING_RATE},
+    {"embedding_learning_rate", required_argument, NULL, OPT_EMBEDDING_LEARNING_RATE},
+    {"adagrad", no_argument, NULL, OPT_ADAGRAD},
+    {"dense_optimizer", required_argument, NULL, OPT_DENSE_OPTIMIZER},
+    {"embedding_optimizer", required_argument, NULL, OPT_EMBEDDING_OPTIMIZER},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"progress", required_argument, NULL, OPT_PROGRESS},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+#define MAX_INT32 2147483647
+#define MAX_ROWS ((int64_t)1 << 48)
+
+static bool parse_layers(const char *flag, const char *text, int32_t *sizes, int32_t *n, char *err, size_t cap) {
+    int64_t v[TRAIN_MAX_LAYERS];
+    int k;
+    if (!cli_parse_i64_list(flag, text, 1, 65536, v, TRAIN_MAX_LAYERS, &k, err, cap)) return false;
+    for (int i = 0; i < k; i++) sizes[i] = (int32_t)v[i];
+    *n = k;
+    return true;
+}
+
+// One value for all 26 features, or 26 values.
+static bool parse_per_feature(const char *flag, int count, int got, char *err, size_t cap) {
+    if (got == 1 || got == count) return true;
+    snprintf(err, cap, "%s: %d values given, expected 1 (for every feature) or %d", flag, got, count);
+    return false;
+}
+
+static bool parse_sharding(const char *text, int *sharding, char *err, size_t cap) {
+    char item[16];
+    int n = 0, got[DLRM_NUM_SPARSE];
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int s = len < sizeof item ? (memcpy(item, p, len), item[len] = '\0', sharding_parse(item)) : -2;
+        if (s == -2) {
+            snprintf(err, cap, "--sharding '%.*s': expected auto, dp, tw, cw, rw or twrw", (int)len, p);
+            return false;
+        }
+        if (n == DLRM_NUM_SPARSE) {
+            snprintf(err, cap, "--sharding: more than %d schemes", DLRM_NUM_SPARSE);
+            return false;
+        }
+        got[n++] = s;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (!parse_per_feature("--sharding", DLRM_NUM_SPARSE, n, err, cap)) return false;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) sharding[f] = got[n == 1 ? 0 : f];
+    return true;
+}
+
+// Picks `text` out of names[0..n); -1 if absent.
+static int pick(const char *text, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) {
+        if (strcmp(text, names[i]) == 0) return i;
+    }
+    return -1;
+}
+
+// Parses the options into o. Returns false with a message in err on bad usage.
+static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int *progress_mode, bool *want_help,
+                  char *err, size_t cap) {
+    static const char *const datasets[] = {"synthetic", "criteo"}, *const conventions[] = {"mean", "sum"},
+                             *const malformed[] = {"skip", "fatal"}, *const dense_opts[] = {"sgd", "adagrad", "adam"},
+                             *const progress[] = {"auto", "bar", "lines"};
+    int64_t v, list[DLRM_NUM_SPARSE];
+    double x;
+    int n, c, k, idx = -1;
+    char flag[64];
+    const char *choices = "";
+    opterr = 0; // messages are ours, printed once
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", options, &idx)) != -1) {
+        // The option as the user wrote it, for messages.
+        if (c != '?' && c != ':' && idx >= 0) snprintf(flag, sizeof flag, "--%s", options[idx].name);
+        else if (optopt > 0 && optopt < 256) snprintf(flag, sizeof flag, "-%c", optopt);
+        else snprintf(flag, sizeof flag, "%s", argv[optind - 1]);
+        idx = -1;
+        switch (c) {
+        case 'h': *want_help = true; return true;
+        case OPT_EMBEDDING_DIM:
+            if (!cli_parse_i64("--embedding_dim", optarg, 1, 65536, &v, err, cap)) return false;
+            o->embedding_dim = (int32_t)v;
+            break;
+        case OPT_NUM_EMBEDDINGS:
+            if (!cli_parse_i64("--num_embeddings", optarg, 1, MAX_ROWS, &v, err, cap)) return false;
+            for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->rows[f] = v;
+            break;
+        case OPT_NUM_EMBEDDINGS_PER_FEATURE:
+            if (!cli_parse_i64_list("--num_embeddings_per_feature", optarg, 1, MAX_ROWS, list, DLRM_NUM_SPARSE, &n,
+                                    err, cap) ||
+                !parse_per_feature("--num_embeddings_per_feature", DLRM_NUM_SPARSE, n, err, cap)) {
+                return false;
+            }
+            for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->rows[f] = list[n == 1 ? 0 : f];
+            break;
+        case OPT_DENSE_ARCH:
+            if (!parse_layers("--dense_arch_layer_sizes", optarg, o->bottom, &o->num_bottom, err, cap)) return false;
+            break;
+        case OPT_OVER_ARCH:
+            if (!parse_layers("--over_arch_layer_sizes", optarg, o->top, &o->num_top, err, cap)) return false;
+            break;
+        case OPT_SHARDING:
+            if (!parse_sharding(optarg, o->sharding, err, cap)) return false;
+            break;
+        case OPT_GRAD_CONVENTION:
+            if ((k = pick(optarg, conventions, 2)) < 0) {
+                choices = "mean, sum";
+                goto bad_choice;
+            }
+            o->grad_convention = k == 0 ? EMBER_GRAD_MEAN : EMBER_GRAD_SUM;
+            break;
+        case OPT_DATASET:
+            if ((k = pick(optarg, datasets, 2)) < 0) {
+                choices = "synthetic, criteo";
+                goto bad_choice;
+            }
+            o->dataset = k == 0 ? TRAIN_SYNTHETIC : TRAIN_CRITEO;
+            break;
+        case OPT_DATA_PATH: o->data_path = optarg; break;
+        case OPT_EVAL_DATA_PATH: o->eval_data_path = optarg; break;
+        case OPT_ZIPF_ALPHA:
+            if (!cli_parse_double("--zipf_alpha", optarg, &o->zipf_alpha, err, cap)) return false;
+            break;
+        case OPT_MALFORMED:
+            if ((k = pick(optarg, malformed, 2)) < 0) {
+                choices = "skip, fatal";
+                goto bad_choice;
+            }
+            o->malformed = k == 0 ? CRITEO_SKIP : CRITEO_FATAL;
+            break;
+        case OPT_BATCH_SIZE:
+            if (!cli_parse_i64("--batch_size", optarg, 1, (int64_t)1 << 40, &o->batch_size, err, cap)) return false;
+            break;
+        case OPT_EPOCHS:
+            if (!cli_parse_i64("--epochs", optarg, 1, MAX_INT32, &v, err, cap)) return false;
+            o->epochs = (int32_t)v;
+            break;
+        case OPT_LIMIT_TRAIN:
+            if (!cli_parse_i64("--limit_train_batches", optarg, 0, (int64_t)1 << 40, &o->limit_train_batches, err,
+                               cap)) {
+                return false;
+            }
+            break;
+        case OPT_LIMIT_VAL:
+            if (!cli_parse_i64("--limit_val_batches", optarg, 0, (int64_t)1 << 40, &o->limit_val_batches, err, cap)) {
+                return false;
+            }
+            break;
+        case OPT_EVAL_INTERVAL:
+            if (!cli_parse_i64("--eval_interval", optarg, 0, (int64_t)1 << 40, &o->eval_interval, err, cap)) {
+                return false;
+            }
+            break;
+        case OPT_LEARNING_RATE:
+            if (!cli_parse_double("--learning_rate", optarg, &x, err, cap)) return false;
+            o->learning_rate = (float)x;
+            break;
+        case OPT_EMBEDDING_LEARNING_RATE:
+            if (!cli_parse_double("--embedding_learning_rate", optarg, &x, err, cap)) return false;
+            o->embedding_learning_rate = (float)x;
+            break;
+        case OPT_ADAGRAD:
+            o->dense_optimizer = DENSE_OPT_ADAGRAD;
+            o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
+            break;
+        case OPT_DENSE_OPTIMIZER:
+            if ((k = pick(optarg, dense_opts, 3)) < 0) {
+                choices = "sgd, adagrad, adam";
+                goto bad_choice;
+            }
+            o->dense_optimizer = (dense_optim_kind)k;
+            break;
+        case OPT_EMBEDDING_OPTIMIZER:
+            if ((k = train_embedding_optimizer_parse(optarg)) < 0) {
+                choices = "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam, lamb";
+                goto bad_choice;
+            }
+            o->embedding_optimizer = (ember_optim_kind)k;
+            break;
+        case OPT_SEED:
+            if (!cli_parse_i64("--seed", optarg, 0, INT64_MAX, &v, err, cap)) return false;
+            o->seed = (uint64_t)v;
+            break;
+        case OPT_THREADS:
+            if (!cli_parse_i64("--threads", optarg, 0, 4096, &v, err, cap)) return false;
+            *threads = (int32_t)v;
+            break;
+        case OPT_METRICS: o->metrics_path = optarg; break;
+        case OPT_PLOT: o->plot_path = optarg; break;
+        case OPT_PROGRESS:
+            if ((k = pick(optarg, progress, 3)) < 0) {
+                choices = "auto, bar, lines";
+                goto bad_choice;
+            }
+            *progress_mode = k;
+            break;
+        case ':': snprintf(err, cap, "%s needs a value", flag); return false;
+        default: snprintf(err, cap, "unknown option '%s'", flag); return false;
+        }
+        continue;
+    bad_choice:
+        snprintf(err, cap, "%s '%s': expected one of %s", flag, optarg, choices);
+        return false;
+    }
+    if (optind < argc) {
+        snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
+        return false;
+    }
+    return true;
+}
+
+int cmd_train(int argc, char **argv) {
+    const bool speak = cli_launcher_rank() == 0;
+    train_options o;
+    train_options_default(&o);
+    int32_t threads = 0;
+    int progress_mode = 0; // auto, bar, lines
+    bool want_help = false;
+    char err[512];
+    // Usage errors need no communication: every rank parses the same command line.
+    if (!parse(argc, argv, &o, &threads, &progress_mode, &want_help, err, sizeof err)) {
+        if (speak) fprintf(stderr, "ember train: %s (try 'ember train --help')\n", err);
+        return 2;
+    }
+    if (want_help) {
+        if (speak) fputs(help, stdout);
+        return 0;
+    }
+    o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));
+
+    MPI_Init(NULL, NULL);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    ember_ctx *ctx = NULL;
+    ember_comm *comm = NULL;
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    cc.num_threads = threads;
+    ember_status st = ember_ctx_create(&cc, &ctx);
+    int ok = st == EMBER_OK, all_ok = 0; // agreed before the communicator's collective creation
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (st == EMBER_OK && !all_ok) st = EMBER_ERR_REMOTE;
+    if (st == EMBER_OK) {
+#ifdef _OPENMP
+        if (threads > 0) omp_set_num_threads(threads);
+#endif
+        openblas_set_num_threads(ember_ctx_num_threads(ctx));
+        st = ember_comm_create(ctx, MPI_COMM_WORLD, &comm);
+    }
+    if (st == EMBER_OK) {
+        train_result res = {0};
+        st = train_run(comm, &o, dlrm_backend_sebc_create, stdout, &res);
+    }
+    if (st != EMBER_OK && rank == 0) {
+        fprintf(stderr, "ember train: error: %s\n", ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
+    }
+    ember_comm_destroy(comm);
+    ember_ctx_destroy(ctx);
+    MPI_Finalize();
+    return st == EMBER_OK ? 0 : 1;
+}

@@ -1,0 +1,13 @@
+// commands.h — the subcommands of the `ember` CLI.
+//
+// Adding one: write apps/ember/cmd_<name>.c with `int cmd_<name>(int argc, char **argv)` (argv[0]
+// is the subcommand's name; parse the rest with getopt_long and the helpers of cli.h; return the process exit status:
+// 0 success, 1 failure, 2 bad usage), declare it here and add a row to the table in main.c.
+#ifndef EMBER_APP_COMMANDS_H
+#define EMBER_APP_COMMANDS_H
+
+// `ember train`: trains DLRM (synthetic or Criteo data), data-parallel dense part and sharded
+// embeddings under mpiexec. See docs/dlrm.md.
+int cmd_train(int argc, char **argv);
+
+#endif

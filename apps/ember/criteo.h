@@ -1,0 +1,67 @@
+// criteo.h — a streaming reader of the Criteo Kaggle / Terabyte click logs (TSV).
+//
+// One sample per line, 40 tab-separated fields: the label (0 or 1), 13 integer features and 26
+// categorical features as hexadecimal hashes (Kaggle's train.txt, Terabyte's day_N). Any feature
+// field may be empty. Transforms, as TorchRec's Criteo pipeline:
+//   integer x:     log(1 + max(x, 0)) (negative counts are clamped to 0; empty is 0);
+//   categorical h: id = h mod rows_f (h read as a 64-bit hexadecimal number; empty is 0).
+//
+// The file is read line by line through one fixed buffer and never loaded as a whole. Global
+// batch k covers the data lines [first_line + kG, first_line + (k+1)G); rank r parses only its
+// contiguous share of each (dlrm_share) and skips the other lines, so every rank reads the same
+// global batches whatever the world size. A malformed line (wrong field count, a value that is
+// not a number, a label other than 0/1, a line longer than the buffer) is counted with its line
+// number and skipped, or is fatal (EMBER_ERR_FORMAT) under CRITEO_FATAL; a skipped line still
+// occupies its place in the batch, which is then one sample short on the rank that owns it.
+#ifndef EMBER_APP_CRITEO_H
+#define EMBER_APP_CRITEO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "ember/core.h"
+
+#define CRITEO_NUM_FIELDS (1 + DLRM_NUM_DENSE + DLRM_NUM_SPARSE)
+#define CRITEO_LINE_MAX 4096     // bytes per line, newline included; longer lines are malformed
+#define CRITEO_MAX_REPORTED 8    // malformed line numbers remembered per reader
+
+typedef enum criteo_malformed_mode { CRITEO_SKIP = 0, CRITEO_FATAL = 1 } criteo_malformed_mode;
+
+typedef struct criteo_config {
+    const char *path;
+    const int64_t *rows;  // [26] table sizes
+    int32_t rank, world;
+    int64_t global_batch; // G
+    int64_t first_line;   // data lines before this (0-based) are not used
+    int64_t max_lines;    // lines used from first_line on; 0: to the end of the file
+    criteo_malformed_mode malformed;
+} criteo_config;
+
+// Malformed lines met in this reader's shares (each line counted once, however many epochs).
+typedef struct criteo_stats {
+    int64_t malformed;
+    int64_t lines[CRITEO_MAX_REPORTED]; // 1-based line numbers of the first ones
+    int32_t num_lines;
+    char first_reason[160];             // why the first one was rejected
+} criteo_stats;
+
+typedef struct criteo_reader criteo_reader;
+
+// Opens the file. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (the message
+// names the path and the system's reason), EMBER_ERR_NOMEM.
+ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader **out);
+void criteo_close(ember_ctx *ctx, criteo_reader *r);
+
+// Back to global batch 0 (the next epoch).
+ember_status criteo_rewind(criteo_reader *r);
+
+// Reads this rank's share of the next global batch into b (b->size samples, fewer than the share
+// when lines were malformed or the file ended inside the batch). *eof is true, and b->size 0, when
+// the batch has no line at all: the end of the data.
+// Returns EMBER_OK, EMBER_ERR_FORMAT (CRITEO_FATAL: "PATH line N: reason"), EMBER_ERR_IO.
+ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof);
+
+const criteo_stats *criteo_get_stats(const criteo_reader *r);
+
+#endif

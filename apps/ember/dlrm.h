@@ -1,0 +1,61 @@
+// dlrm.h — the DLRM model (Naumov et al., 2019; TorchRec's torchrec.models.dlrm.DLRM):
+//
+//   dense [B, Dn] -> bottom MLP (ReLU after every layer)            -> d [B, D]
+//   ids (one per sample and feature) -> sharded EmbeddingBagCollection -> e [B, F*D]
+//   [d, e] -> pairwise dot interaction (interaction.h)               -> [B, D + (F+1)F/2]
+//          -> top MLP (ReLU after every layer but the last)          -> logit [B]
+//   loss: BCE with logits.
+//
+// Dense parameters (both MLPs) live in one slab, their gradients in a second slab of the same
+// layout, so one allreduce per step combines every dense gradient; initial values depend only on
+// the seed (the same on every rank). Every buffer the step uses is allocated at creation for
+// `max_batch` local samples: a training step allocates nothing.
+#ifndef EMBER_APP_DLRM_H
+#define EMBER_APP_DLRM_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "batch.h"
+#include "dense_optim.h"
+#include "mlp.h"
+
+typedef struct dlrm_config {
+    int32_t num_dense;           // Dn
+    int32_t num_sparse;          // F: one table per feature, each `embedding_dim` wide
+    int32_t embedding_dim;       // D
+    const int32_t *bottom_sizes; // layer sizes of the bottom MLP; the last must be D
+    int32_t num_bottom;
+    const int32_t *top_sizes;    // layer sizes of the top MLP; the last must be 1
+    int32_t num_top;
+    int32_t max_batch;           // largest local batch
+    uint64_t seed;
+    dense_optim_config optim;
+} dlrm_config;
+
+typedef struct dlrm_model dlrm_model;
+
+// Checks the shapes; the message names the flag (--dense_arch_layer_sizes ...). Local.
+ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *cfg);
+
+// Validates (dlrm_validate), lays out the slab and initialises it from the seed. `backend` is borrowed (its output must be F*D wide).
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM.
+ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *backend, dlrm_model **out);
+void dlrm_destroy(dlrm_model *m);
+
+// Forward of a local batch: *logits [B] stays valid until the next call. Collective (the
+// embedding lookup), so every rank calls it, each with its own batch.
+ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logits);
+
+// One training step on the local batch: forward, BCE, backward, dense gradient allreduce and
+// optimizer step, embedding backward with its fused optimizer. `loss_scale` multiplies dl_i/dz_i,
+// i.e. the local loss is L_r = loss_scale * sum_i l_i (1/B for the local mean). *loss_sum gets
+// the unscaled sum_i l_i of this rank. Collective.
+ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scale, double *loss_sum);
+
+// The dense parameter slab and its gradient slab [dlrm_num_dense_params].
+int64_t dlrm_num_dense_params(const dlrm_model *m);
+float *dlrm_dense_params(dlrm_model *m);
+const float *dlrm_dense_grads(const dlrm_model *m);
+
+#endif

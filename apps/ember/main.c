@@ -1,0 +1,55 @@
+// The `ember` command-line program: dispatches to one subcommand from the table below.
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "ember/core.h"
+
+typedef struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} subcommand;
+
+// One row per subcommand (see commands.h to add one).
+static const subcommand subcommands[] = {
+    {"train", cmd_train, "train DLRM on synthetic or Criteo click data (data-parallel dense, sharded embeddings)"},
+};
+#define NUM_SUBCOMMANDS ((int)(sizeof subcommands / sizeof subcommands[0]))
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ember <command> [options]        (distributed: mpiexec -n N ember <command> ...)\n"
+            "\n"
+            "ember trains recommendation models with big embedding tables sharded over MPI ranks.\n"
+            "\n"
+            "commands:\n");
+    for (int i = 0; i < NUM_SUBCOMMANDS; i++) fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(f,
+            "\n"
+            "  ember <command> --help   options of a command\n"
+            "  ember --version          version and build\n");
+}
+
+int main(int argc, char **argv) {
+    const bool quiet = cli_launcher_rank() != 0; // usage text once, from rank 0
+    if (argc < 2) {
+        if (!quiet) usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        if (!quiet) usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        if (!quiet) printf("%s\n", ember_build_info());
+        return 0;
+    }
+    for (int i = 0; i < NUM_SUBCOMMANDS; i++) {
+        if (strcmp(argv[1], subcommands[i].name) == 0) return subcommands[i].run(argc - 1, argv + 1);
+    }
+    if (!quiet) fprintf(stderr, "ember: unknown command '%s' (try 'ember --help')\n", argv[1]);
+    return 2;
+}

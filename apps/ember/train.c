@@ -1,0 +1,745 @@
+// The DLRM training driver.
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/internal.h"
+#include "dlrm.h"
+#include "interaction.h"
+#include "loss.h"
+#include "metrics.h"
+#include "sharding.h"
+#include "synth.h"
+#include "train.h"
+
+// ---- Defaults (the main job) -------------------------------------------------------------------
+// 26 tables from 4 to 100k rows, as Criteo's (hashed) cardinalities spread over orders of
+// magnitude; under the automatic rule at dim 16 the 18 small ones are data parallel, 5 middle ones
+// table-wise and the 3 largest row-wise. With Zipf 1.2 ids, one pass over 2 M samples ends about
+// 0.013 AUC below the planted model (seeds 1-3), well within 2 minutes on 2 cores: docs/dlrm.md.
+static const int64_t default_rows[DLRM_NUM_SPARSE] = {
+    1000,  20000, 100000, 50000, 300,  30,   10000, 600,   4,    20000, 5000, 80000, 3000,
+    30000, 40,    100000, 10,    1000, 2000, 5,     20000, 20,   15,    6000, 100,  80,
+};
+
+void train_options_default(train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->embedding_dim = 16;
+    memcpy(o->rows, default_rows, sizeof o->rows);
+    const int32_t bottom[] = {64, 16}, top[] = {64, 32, 1};
+    o->num_bottom = 2;
+    memcpy(o->bottom, bottom, sizeof bottom);
+    o->num_top = 3;
+    memcpy(o->top, top, sizeof top);
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->sharding[f] = SHARDING_AUTO;
+    o->grad_convention = EMBER_GRAD_MEAN;
+    o->dataset = TRAIN_SYNTHETIC;
+    o->zipf_alpha = 1.2;
+    o->malformed = CRITEO_SKIP;
+    o->batch_size = 2048;
+    o->epochs = 1;
+    o->limit_train_batches = 1000;
+    o->limit_val_batches = 16;
+    o->eval_interval = 200;
+    o->learning_rate = 0.05f;
+    o->dense_optimizer = DENSE_OPT_ADAGRAD;
+    o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
+    o->seed = 1;
+}
+
+// ---- Data sources ------------------------------------------------------------------------------
+
+typedef struct source {
+    const synth *syn;      // synthetic data (shared by the train and eval sources), or
+    criteo_reader *reader; // a Criteo file
+    int split;             // synthetic: 0 train, 1 eval
+    int64_t limit;         // global batches per pass (0: until the data ends)
+    int64_t next;          // next global batch of the pass
+    int64_t global_batch;
+    int32_t rank, world;
+} source;
+
+static ember_status source_rewind(source *s) {
+    s->next = 0;
+    return s->reader ? criteo_rewind(s->reader) : EMBER_OK;
+}
+
+// This rank's share of the next global batch; *eof when the pass is over. Local.
+static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
+    b->size = 0;
+    *eof = s->limit > 0 && s->next >= s->limit;
+    if (*eof) return EMBER_OK;
+    if (s->reader) {
+        EMBER_TRY(criteo_next(s->reader, b, eof));
+    } else {
+        int64_t first, n = dlrm_share(s->global_batch, s->rank, s->world, &first);
+        synth_fill(s->syn, s->split, s->next * s->global_batch + first, (int32_t)n, b);
+    }
+    if (!*eof) s->next++;
+    return EMBER_OK;
+}
+
+typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
+
+// Reads every rank's share of the next global batch and agrees on what was read: FETCH_END when
+// the data ended on every rank, FETCH_SKIP when some rank got no sample (a final batch smaller
+// than the world, or only malformed lines), else FETCH_OK with *global samples in all.
+// Collective: a read error on any rank fails every rank here, before the step's collectives.
+static ember_status fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
+                          int64_t *global) {
+    bool eof = false;
+    ember_status st = source_next(s, b, &eof);
+    EMBER_TRY(ember_comm_agree(comm, st));
+    EMBER_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
+    bool all_eof = true, some_empty = false;
+    *global = 0;
+    for (int32_t r = 0; r < ember_comm_size(comm); r++) {
+        if (sizes[r] >= 0) all_eof = false;
+        if (sizes[r] <= 0) some_empty = true;
+        else *global += sizes[r];
+    }
+    *what = all_eof ? FETCH_END : some_empty ? FETCH_SKIP : FETCH_OK;
+    return EMBER_OK;
+}
+
+// ---- Embedding optimizer names ----------------------------------------------------------------
+
+static const char *const emb_opt_names[] = {"sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
+                                            "lamb"}; // the order of ember_optim_kind
+
+int train_embedding_optimizer_parse(const char *name) {
+    for (int i = 0; i < (int)(sizeof emb_opt_names / sizeof emb_opt_names[0]); i++) {
+        if (strcmp(name, emb_opt_names[i]) == 0) return i;
+    }
+    return -1;
+}
+
+const char *train_embedding_optimizer_name(ember_optim_kind kind) {
+    return (int)kind >= 0 && (int)kind < (int)(sizeof emb_opt_names / sizeof emb_opt_names[0]) ? emb_opt_names[kind]
+                                                                                              : "unknown";
+}
+
+// ---- The run -----------------------------------------------------------------------------------
+
+// One eval sample's outputs, gathered on rank 0 for the exact AUC.
+typedef struct eval_triple {
+    float logit, label, planted;
+} eval_triple;
+
+typedef struct run {
+    const train_options *o;
+    ember_comm *comm;
+    ember_ctx *ctx;
+    FILE *out;              // rank 0's report stream; NULL elsewhere or when silent
+    int32_t rank, world;
+    MPI_Comm node;          // the ranks of this host
+    int32_t node_size;
+    int64_t max_local;      // largest rank share of a global batch
+    synth *syn;
+    source train, eval;
+    dlrm_batch batch;
+    dlrm_backend backend;
+    dlrm_model *model;
+    ember_table_config tables[DLRM_NUM_SPARSE];
+    ember_feature_config features[DLRM_NUM_SPARSE];
+    ember_table_plan plan[DLRM_NUM_SPARSE];
+    char table_names[DLRM_NUM_SPARSE][16];
+    char feature_names[DLRM_NUM_SPARSE][16];
+    int64_t *sizes;         // [W] shares of the current global batch
+    eval_triple *evals;     // [evals_cap] this rank's outputs on the eval set
+    int64_t num_evals, evals_cap;
+    metrics_writer metrics;
+    metrics_row *rows;      // [rows_cap] every evaluation (rank 0), for the plot
+    int64_t num_rows, rows_cap;
+    double planted_auc;     // NaN until known (synthetic data: at the first evaluation)
+    int64_t skipped_batches;
+    int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
+    double last_draw;       // progress bar refresh time
+} run;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static dlrm_config model_config(const train_options *o, int64_t max_local) {
+    dlrm_config c = {
+        .num_dense = DLRM_NUM_DENSE,
+        .num_sparse = DLRM_NUM_SPARSE,
+        .embedding_dim = o->embedding_dim,
+        .bottom_sizes = o->bottom,
+        .num_bottom = o->num_bottom,
+        .top_sizes = o->top,
+        .num_top = o->num_top,
+        .max_batch = max_local > INT32_MAX ? INT32_MAX : (int32_t)max_local,
+        .seed = o->seed,
+        .optim = {.kind = o->dense_optimizer, .lr = o->learning_rate},
+    };
+    return c;
+}
+
+// Checks everything that depends only on the options (identical on every rank). Local.
+static ember_status validate_options(ember_ctx *ctx, const train_options *o, int32_t world) {
+    EMBER_CHECK(ctx, o->batch_size >= world, EMBER_ERR_INVALID_ARG,
+                "--batch_size %lld is smaller than the %d ranks: every rank needs a sample of each global batch",
+                (long long)o->batch_size, (int)world);
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+        EMBER_CHECK(ctx, o->rows[f] >= 1 && o->rows[f] <= ((int64_t)1 << 48), EMBER_ERR_INVALID_ARG,
+                    "--num_embeddings_per_feature: feature cat_%d has %lld rows, expected 1..2^48", f,
+                    (long long)o->rows[f]);
+    }
+    EMBER_CHECK(ctx, o->epochs >= 1, EMBER_ERR_INVALID_ARG, "--epochs %d: expected >= 1", (int)o->epochs);
+    EMBER_CHECK(ctx, o->limit_train_batches >= 0 && o->limit_val_batches >= 0 && o->eval_interval >= 0,
+                EMBER_ERR_INVALID_ARG, "--limit_train_batches, --limit_val_batches and --eval_interval must be >= 0");
+    EMBER_CHECK(ctx, isfinite(o->learning_rate) && o->learning_rate > 0.0f, EMBER_ERR_INVALID_ARG,
+                "--learning_rate %g: expected a positive number", (double)o->learning_rate);
+    EMBER_CHECK(ctx, isfinite(o->embedding_learning_rate) && o->embedding_learning_rate >= 0.0f,
+                EMBER_ERR_INVALID_ARG, "--embedding_learning_rate %g: expected a positive number",
+                (double)o->embedding_learning_rate);
+    if (o->dataset == TRAIN_SYNTHETIC) {
+        EMBER_CHECK(ctx, o->limit_train_batches >= 1 && o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
+                    "--dataset synthetic: --limit_train_batches and --limit_val_batches set the sizes of the "
+                    "generated sets and must be >= 1");
+        EMBER_CHECK(ctx, isfinite(o->zipf_alpha) && o->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
+                    "--zipf_alpha %g: expected a number >= 0", o->zipf_alpha);
+    } else {
+        EMBER_CHECK(ctx, o->data_path != NULL, EMBER_ERR_INVALID_ARG, "--dataset criteo needs --data_path FILE");
+        EMBER_CHECK(ctx, o->eval_data_path != NULL || o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
+                    "--dataset criteo without --eval_data_path holds out the first --limit_val_batches global "
+                    "batches of --data_path for evaluation: give --limit_val_batches N >= 1");
+    }
+    if (o->metrics_path) {
+        metrics_format fmt;
+        EMBER_TRY(metrics_format_of(ctx, o->metrics_path, &fmt));
+    }
+    if (o->plot_path) EMBER_TRY(plot_check_gnuplot(ctx));
+    dlrm_config mc = model_config(o, (o->batch_size + world - 1) / world);
+    return dlrm_validate(ctx, &mc);
+}
+
+static ember_status mpi_error(ember_ctx *ctx, int rc, const char *what) {
+    return rc == MPI_SUCCESS ? EMBER_OK : ember__error(ctx, EMBER_ERR_COMM, "%s: MPI error %d", what, rc);
+}
+
+static void setup_tables(run *R) {
+    const train_options *o = R->o;
+    const float lr = o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+        snprintf(R->feature_names[f], sizeof R->feature_names[f], "cat_%d", f);
+        snprintf(R->table_names[f], sizeof R->table_names[f], "t_cat_%d", f);
+        ember_optim_config opt = EMBER_OPTIM_CONFIG_DEFAULT;
+        opt.kind = o->embedding_optimizer;
+        opt.lr = lr;
+        // TorchRec's default embedding initialisation: uniform in +-sqrt(1 / rows).
+        float bound = (float)sqrt(1.0 / (double)o->rows[f]);
+        R->tables[f] = (ember_table_config){.name = R->table_names[f],
+                                            .rows = o->rows[f],
+                                            .dim = o->embedding_dim,
+                                            .pooling = EMBER_POOL_SUM,
+                                            .dtype = EMBER_DTYPE_F32,
+                                            .init = {EMBER_INIT_UNIFORM, -bound, bound, 0.0f},
+                                            .optim = opt};
+        R->features[f] = (ember_feature_config){.name = R->feature_names[f], .table = f};
+    }
+}
+
+// Bytes this rank needs for the model: its table shards with optimizer state, and the dense part
+// (parameters, gradients, optimizer state, activations) roughly.
+static double bytes_needed(const run *R, int32_t *largest) {
+    const train_options *o = R->o;
+    double total = 0.0, big = -1.0;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+        double b = sharding_table_bytes(&R->plan[f], o->rows[f], o->embedding_dim, o->embedding_optimizer, R->rank,
+                                        R->world);
+        total += b;
+        if (b > big) {
+            big = b;
+            *largest = f;
+        }
+    }
+    double widths = interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim) * 2.0 +
+                    DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0;
+    for (int l = 0; l < o->num_bottom; l++) widths += 2.0 * o->bottom[l];
+    for (int l = 0; l < o->num_top; l++) widths += 2.0 * o->top[l];
+    return total + 4.0 * (double)R->max_local * widths;
+}
+
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
+static double mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0.0;
+    char line[256];
+    double kb = 0.0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "MemAvailable:", 13) == 0) {
+            kb = strtod(line + 13, NULL);
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024.0;
+}
+
+// Checks that the ranks of each host fit in the host's available memory. Collective.
+static ember_status check_memory(run *R) {
+    int32_t largest = 0;
+    double mine = bytes_needed(R, &largest), host = 0.0;
+    ember_status st = mpi_error(R->ctx, MPI_Allreduce(&mine, &host, 1, MPI_DOUBLE, MPI_SUM, R->node), "memory check");
+    double avail = mem_available();
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (st == EMBER_OK && avail > 0.0 && host > avail) {
+        st = ember__error(R->ctx, EMBER_ERR_NOMEM,
+                          "the model needs %.1f GiB on this host (%.1f GiB on this rank, most for table %s: %lld rows x "
+                          "%d, %s) but %.1f GiB is available: smaller --num_embeddings_per_feature, or more hosts",
+                          host / gib, mine / gib, R->table_names[largest], (long long)R->o->rows[largest],
+                          (int)R->o->embedding_dim, sharding_name(R->plan[largest].scheme), avail / gib);
+    }
+    return ember_comm_agree(R->comm, st);
+}
+
+static ember_status open_data(run *R) {
+    const train_options *o = R->o;
+    const source common = {.global_batch = o->batch_size, .rank = R->rank, .world = R->world};
+    R->train = common;
+    R->train.limit = o->limit_train_batches;
+    R->eval = common;
+    R->eval.limit = o->limit_val_batches;
+    R->eval.split = 1;
+    if (o->dataset == TRAIN_SYNTHETIC) {
+        synth_config sc = {.seed = o->seed,
+                           .num_dense = DLRM_NUM_DENSE,
+                           .num_sparse = DLRM_NUM_SPARSE,
+                           .rows = o->rows,
+                           .zipf_alpha = o->zipf_alpha,
+                           .dense_scale = SYNTH_DENSE_SCALE,
+                           .sparse_scale = SYNTH_SPARSE_SCALE,
+                           .bias = SYNTH_BIAS};
+        EMBER_TRY(synth_create(R->ctx, &sc, &R->syn));
+        R->train.syn = R->eval.syn = R->syn;
+    } else {
+        const int64_t eval_lines = o->limit_val_batches * o->batch_size;
+        criteo_config tc = {.path = o->data_path,
+                            .rows = o->rows,
+                            .rank = R->rank,
+                            .world = R->world,
+                            .global_batch = o->batch_size,
+                            .first_line = o->eval_data_path ? 0 : eval_lines,
+                            .max_lines = 0,
+                            .malformed = o->malformed};
+        EMBER_TRY(criteo_open(R->ctx, &tc, &R->train.reader));
+        criteo_config ec = tc;
+        ec.path = o->eval_data_path ? o->eval_data_path : o->data_path;
+        ec.first_line = 0;
+        ec.max_lines = eval_lines;
+        EMBER_TRY(criteo_open(R->ctx, &ec, &R->eval.reader));
+    }
+    EMBER_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->batch));
+    R->sizes = ember__xalloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
+    if (!R->sizes) return EMBER_ERR_NOMEM;
+    if (R->rank == 0 && o->metrics_path) EMBER_TRY(metrics_open(R->ctx, o->metrics_path, &R->metrics));
+    return EMBER_OK;
+}
+
+static void print_config(const run *R) {
+    FILE *f = R->out;
+    if (!f) return;
+    const train_options *o = R->o;
+    fprintf(f, "ember train: DLRM on %d rank%s x %d thread%s, gradient convention %s\n", (int)R->world,
+            R->world > 1 ? "s" : "", (int)ember_ctx_num_threads(R->ctx),
+            ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", o->grad_convention == EMBER_GRAD_MEAN ? "mean" : "sum");
+    if (o->dataset == TRAIN_SYNTHETIC) {
+        fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
+                (unsigned long long)o->seed, o->zipf_alpha);
+    } else {
+        fprintf(f, "  data        criteo '%s', eval ", o->data_path);
+        if (o->eval_data_path) fprintf(f, "'%s'", o->eval_data_path);
+        else fprintf(f, "its first %lld lines (held out)", (long long)(o->limit_val_batches * o->batch_size));
+        fprintf(f, ", malformed lines %s\n", o->malformed == CRITEO_FATAL ? "fatal" : "skipped");
+    }
+    char train_batches[32] = "all", val_batches[32] = "all";
+    if (o->limit_train_batches) snprintf(train_batches, sizeof train_batches, "%lld", (long long)o->limit_train_batches);
+    if (o->limit_val_batches) snprintf(val_batches, sizeof val_batches, "%lld", (long long)o->limit_val_batches);
+    fprintf(f, "  batches     %lld global (%lld per rank at most); %d epoch%s of %s batches; eval on %s batches",
+            (long long)o->batch_size, (long long)R->max_local, (int)o->epochs, o->epochs > 1 ? "s" : "",
+            train_batches, val_batches);
+    if (o->eval_interval) fprintf(f, " every %lld steps\n", (long long)o->eval_interval);
+    else fprintf(f, " at the end\n");
+    fprintf(f, "  model       dense arch %d", DLRM_NUM_DENSE);
+    for (int l = 0; l < o->num_bottom; l++) fprintf(f, "-%d", (int)o->bottom[l]);
+    fprintf(f, ", interaction %d, over arch %d", (int)interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim),
+            (int)interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim));
+    for (int l = 0; l < o->num_top; l++) fprintf(f, "-%d", (int)o->top[l]);
+    fprintf(f, ": %lld dense parameters\n", (long long)dlrm_num_dense_params(R->model));
+    fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),
+            (double)o->learning_rate, train_embedding_optimizer_name(o->embedding_optimizer),
+            (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate));
+    double rows = 0.0;
+    for (int t = 0; t < DLRM_NUM_SPARSE; t++) rows += (double)o->rows[t];
+    fprintf(f, "  tables      %d x dim %d, %.0f rows, %.1f MiB of fp32 weights:\n", DLRM_NUM_SPARSE,
+            (int)o->embedding_dim, rows, rows * o->embedding_dim * 4.0 / (1024.0 * 1024.0));
+    for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
+        const ember_table_plan *p = &R->plan[t];
+        fprintf(f, "    %-9s %12lld rows  %-4s", R->table_names[t], (long long)o->rows[t], sharding_name(p->scheme));
+        int n = p->scheme == EMBER_SHARD_TABLE_WISE    ? 1
+                : p->scheme == EMBER_SHARD_COLUMN_WISE ? p->num_shards
+                : p->scheme == EMBER_SHARD_TABLE_ROW_WISE ? p->group_size
+                                                          : 0;
+        if (n > 0) {
+            fprintf(f, " rank%s", n > 1 ? "s" : "");
+            for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : " ", (int)p->ranks[i]);
+        } else {
+            fprintf(f, " %s", p->scheme == EMBER_SHARD_DATA_PARALLEL ? "replicated" : "all ranks");
+        }
+        fputc('\n', f);
+    }
+    fflush(f);
+}
+
+static void progress(run *R, int64_t step, int32_t epoch, double loss, double sps) {
+    if (!R->out || !R->o->progress_bar) return;
+    double t = now_s();
+    if (t - R->last_draw < 0.2 && step != R->total_steps) return;
+    R->last_draw = t;
+    char bar[33];
+    if (R->total_steps > 0) {
+        int fill = (int)(30 * step / R->total_steps);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(R->out, "\r\033[K[%s] step %lld/%lld", bar, (long long)step, (long long)R->total_steps);
+    } else {
+        fprintf(R->out, "\r\033[Kstep %lld", (long long)step);
+    }
+    fprintf(R->out, "  epoch %d  loss %.4f  %.0f samples/s", (int)epoch, loss, sps);
+    fflush(R->out);
+}
+
+static ember_status append_evals(run *R, const float *logits, const dlrm_batch *b) {
+    if (R->num_evals + b->size > R->evals_cap) {
+        int64_t cap = R->evals_cap ? 2 * R->evals_cap : R->max_local * (R->o->limit_val_batches ? R->o->limit_val_batches : 64);
+        if (cap < R->num_evals + b->size) cap = R->num_evals + b->size;
+        eval_triple *p = ember__xalloc(R->ctx, sizeof(eval_triple) * (size_t)cap, "eval outputs");
+        if (!p) return EMBER_ERR_NOMEM;
+        if (R->num_evals) memcpy(p, R->evals, sizeof(eval_triple) * (size_t)R->num_evals);
+        ember__free(R->ctx, R->evals);
+        R->evals = p;
+        R->evals_cap = cap;
+    }
+    for (int32_t i = 0; i < b->size; i++) {
+        R->evals[R->num_evals++] = (eval_triple){logits[i], b->labels[i], b->planted[i]};
+    }
+    return EMBER_OK;
+}
+
+// Gathers the eval outputs on rank 0, which computes the exact AUC of the model (and, the first
+// time, of the planted model); every rank returns them. Collective.
+static ember_status gather_auc(run *R, double *auc) {
+    MPI_Comm c = ember_comm_mpi(R->comm);
+    int n = (int)R->num_evals;
+    int *counts = NULL, *displs = NULL;
+    eval_triple *all = NULL;
+    float *score = NULL, *label = NULL;
+    auc_pair *pairs = NULL;
+    int64_t total = 0;
+    ember_status st = EMBER_OK;
+    if (R->num_evals > INT32_MAX) {
+        st = ember__error(R->ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples on one rank");
+    } else if (R->rank == 0) {
+        counts = ember__xalloc(R->ctx, sizeof(int) * 2 * (size_t)R->world, "eval counts");
+        if (!counts) st = EMBER_ERR_NOMEM;
+        else displs = counts + R->world;
+    }
+    st = ember_comm_agree(R->comm, st);
+    if (st == EMBER_OK) st = mpi_error(R->ctx, MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, c), "eval gather");
+    if (st == EMBER_OK && R->rank == 0) {
+        for (int32_t r = 0; r < R->world && st == EMBER_OK; r++) {
+            displs[r] = (int)total;
+            total += counts[r];
+            if (total > INT32_MAX) st = ember__error(R->ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples");
+        }
+        if (st == EMBER_OK) {
+            size_t t = (size_t)(total > 0 ? total : 1);
+            all = ember__xalloc(R->ctx, sizeof(eval_triple) * t, "gathered eval outputs");
+            score = ember__xalloc(R->ctx, sizeof(float) * 2 * t, "eval scores");
+            pairs = ember__xalloc(R->ctx, sizeof(auc_pair) * t, "auc scratch");
+            if (!all || !score || !pairs) st = EMBER_ERR_NOMEM;
+            else label = score + t;
+        }
+    }
+    st = ember_comm_agree(R->comm, st);
+    if (st == EMBER_OK) {
+        MPI_Datatype triple;
+        MPI_Type_contiguous(3, MPI_FLOAT, &triple);
+        MPI_Type_commit(&triple);
+        st = mpi_error(R->ctx, MPI_Gatherv(R->evals, n, triple, all, counts, displs, triple, 0, c), "eval gather");
+        MPI_Type_free(&triple);
+    }
+    double result[2] = {NAN, R->planted_auc};
+    if (st == EMBER_OK && R->rank == 0) {
+        for (int64_t i = 0; i < total; i++) {
+            score[i] = all[i].logit;
+            label[i] = all[i].label;
+        }
+        result[0] = auc_exact(total, score, label, pairs);
+        if (isnan(result[1]) && R->o->dataset == TRAIN_SYNTHETIC) {
+            for (int64_t i = 0; i < total; i++) score[i] = all[i].planted;
+            result[1] = auc_exact(total, score, label, pairs);
+        }
+    }
+    if (st == EMBER_OK) st = ember_comm_bcast(R->comm, result, sizeof result, 0);
+    *auc = result[0];
+    R->planted_auc = result[1];
+    ember__free(R->ctx, counts);
+    ember__free(R->ctx, all);
+    ember__free(R->ctx, score);
+    ember__free(R->ctx, pairs);
+    return st;
+}
+
+// Forward over the whole eval set: mean BCE and exact AUC over the global set. Collective.
+static ember_status evaluate(run *R, double *loss, double *auc) {
+    EMBER_TRY(ember_comm_agree(R->comm, source_rewind(&R->eval)));
+    R->num_evals = 0;
+    double sums[2] = {0.0, 0.0}; // loss, samples
+    for (;;) {
+        fetched what;
+        int64_t global;
+        EMBER_TRY(fetch(R->comm, &R->eval, &R->batch, R->sizes, &what, &global));
+        if (what == FETCH_END) break;
+        if (what == FETCH_SKIP) continue;
+        const float *logits;
+        EMBER_TRY(dlrm_forward(R->model, &R->batch, &logits));
+        sums[0] += bce_with_logits(R->batch.size, logits, R->batch.labels, 0.0f, NULL);
+        sums[1] += R->batch.size;
+        EMBER_TRY(ember_comm_agree(R->comm, append_evals(R, logits, &R->batch)));
+    }
+    EMBER_TRY(ember_comm_allreduce_sum_f64(R->comm, sums, 2));
+    *loss = sums[1] > 0.0 ? sums[0] / sums[1] : NAN;
+    return gather_auc(R, auc);
+}
+
+// Evaluates, records a metrics row and reports it. Collective.
+static ember_status eval_point(run *R, metrics_row *row) {
+    EMBER_TRY(evaluate(R, &row->eval_loss, &row->eval_auc));
+    row->planted_auc = R->planted_auc;
+    ember_status st = EMBER_OK;
+    if (R->rank == 0) {
+        if (R->metrics.file) st = metrics_write(R->ctx, &R->metrics, row);
+        if (st == EMBER_OK && R->num_rows == R->rows_cap) {
+            int64_t cap = R->rows_cap ? 2 * R->rows_cap : 64;
+            metrics_row *p = ember__xalloc(R->ctx, sizeof *p * (size_t)cap, "metrics rows");
+            if (!p) {
+                st = EMBER_ERR_NOMEM;
+            } else {
+                if (R->num_rows) memcpy(p, R->rows, sizeof *p * (size_t)R->num_rows);
+                ember__free(R->ctx, R->rows);
+                R->rows = p;
+                R->rows_cap = cap;
+            }
+        }
+        if (st == EMBER_OK) R->rows[R->num_rows++] = *row;
+    }
+    if (R->out) {
+        if (R->o->progress_bar) fputs("\r\033[K", R->out);
+        fprintf(R->out, "step %6lld  epoch %d  train loss %.5f  eval loss %.5f  eval AUC %.4f", (long long)row->step,
+                (int)row->epoch, row->train_loss, row->eval_loss, row->eval_auc);
+        if (!isnan(row->planted_auc)) fprintf(R->out, " (planted %.4f)", row->planted_auc);
+        if (!isnan(row->samples_per_s)) fprintf(R->out, "  %.0f samples/s", row->samples_per_s);
+        fputc('\n', R->out);
+        fflush(R->out);
+    }
+    return ember_comm_agree(R->comm, st);
+}
+
+static ember_status train_loop(run *R, train_result *res) {
+    const train_options *o = R->o;
+    int64_t step = 0, samples = 0, last_eval = -1;
+    double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0;
+    int32_t epoch = 0;
+    for (epoch = 0; epoch < o->epochs; epoch++) {
+        EMBER_TRY(ember_comm_agree(R->comm, source_rewind(&R->train)));
+        for (;;) {
+            double t0 = now_s();
+            fetched what;
+            int64_t global;
+            EMBER_TRY(fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
+            if (what == FETCH_END) break;
+            if (what == FETCH_SKIP) {
+                R->skipped_batches++;
+                continue;
+            }
+            double loss = 0.0;
+            EMBER_TRY(dlrm_train_step(R->model, &R->batch, (float)((double)R->world / (double)global), &loss));
+            EMBER_TRY(ember_comm_allreduce_sum_f64(R->comm, &loss, 1));
+            if (res->step_loss && step < res->step_loss_cap) res->step_loss[step] = loss / (double)global;
+            step++;
+            samples += global;
+            win_loss += loss;
+            win_samples += (double)global;
+            double dt = now_s() - t0;
+            win_time += dt;
+            train_time += dt;
+            progress(R, step, epoch, win_loss / win_samples, win_samples / win_time);
+            if (o->eval_interval > 0 && step % o->eval_interval == 0) {
+                metrics_row row = {.step = step, .epoch = epoch, .samples = samples,
+                                   .train_loss = win_loss / win_samples, .samples_per_s = win_samples / win_time};
+                EMBER_TRY(eval_point(R, &row));
+                last_eval = step;
+                win_loss = win_samples = win_time = 0.0;
+            }
+        }
+    }
+    if (last_eval != step) {
+        metrics_row row = {.step = step, .epoch = epoch > 0 ? epoch - 1 : 0, .samples = samples,
+                           .train_loss = win_samples > 0.0 ? win_loss / win_samples : NAN,
+                           .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN};
+        EMBER_TRY(eval_point(R, &row));
+    }
+    res->steps = step;
+    res->seconds = train_time;
+    const metrics_row *last = R->rank == 0 ? &R->rows[R->num_rows - 1] : NULL;
+    double final[2] = {last ? last->eval_auc : 0.0, last ? last->eval_loss : 0.0};
+    EMBER_TRY(ember_comm_bcast(R->comm, final, sizeof final, 0));
+    res->eval_auc = final[0];
+    res->eval_loss = final[1];
+    res->planted_auc = R->planted_auc;
+    if (R->out) {
+        fprintf(R->out, "done: %lld steps, %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)step,
+                (long long)samples, train_time, train_time > 0.0 ? (double)samples / train_time : 0.0);
+        fprintf(R->out, "eval AUC %.4f", res->eval_auc);
+        if (!isnan(res->planted_auc)) {
+            fprintf(R->out, "   planted model AUC %.4f (gap %.4f)", res->planted_auc,
+                    res->planted_auc - res->eval_auc);
+        }
+        fprintf(R->out, "   eval loss %.5f\n", res->eval_loss);
+        if (R->skipped_batches) {
+            fprintf(R->out, "skipped %lld global batch(es) in which some rank had no sample\n",
+                    (long long)R->skipped_batches);
+        }
+    }
+    return EMBER_OK;
+}
+
+static int by_value(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Reports the malformed lines every rank met in `s` (Criteo). Collective.
+static ember_status report_malformed(run *R, const source *s, const char *path) {
+    if (!s->reader) return EMBER_OK;
+    const size_t W = (size_t)R->world;
+    criteo_stats *all = ember__xalloc(R->ctx, sizeof(criteo_stats) * W, "malformed line report");
+    int64_t *counts = ember__xalloc(R->ctx, sizeof(int64_t) * W * (1 + CRITEO_MAX_REPORTED), "malformed line report");
+    ember_status st = ember_comm_agree(R->comm, all && counts ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) {
+        for (size_t r = 0; r < W; r++) counts[r] = 1;
+        st = ember_comm_allgatherv(R->comm, criteo_get_stats(s->reader), 1, all, counts, sizeof(criteo_stats));
+    }
+    if (st == EMBER_OK && R->out) {
+        int64_t total = 0, n = 0, *lines = counts + W;
+        int first = -1;
+        for (int32_t r = 0; r < R->world; r++) {
+            total += all[r].malformed;
+            for (int i = 0; i < all[r].num_lines; i++) lines[n++] = all[r].lines[i];
+            if (all[r].num_lines > 0 && (first < 0 || all[r].lines[0] < all[first].lines[0])) first = r;
+        }
+        qsort(lines, (size_t)n, sizeof *lines, by_value);
+        if (n > CRITEO_MAX_REPORTED) n = CRITEO_MAX_REPORTED;
+        if (total > 0) {
+            fprintf(R->out, "criteo: skipped %lld malformed line%s of '%s': line%s", (long long)total,
+                    total > 1 ? "s" : "", path, total > 1 ? "s" : "");
+            for (int64_t i = 0; i < n; i++) fprintf(R->out, "%s%lld", i ? ", " : " ", (long long)lines[i]);
+            fprintf(R->out, "%s (line %lld: %s)\n", total > n ? ", ..." : "", (long long)all[first].lines[0],
+                    all[first].first_reason);
+        }
+    }
+    ember__free(R->ctx, all);
+    ember__free(R->ctx, counts);
+    return st;
+}
+
+static void cleanup(run *R) {
+    dlrm_destroy(R->model);
+    if (R->backend.destroy) R->backend.destroy(R->backend.impl);
+    criteo_close(R->ctx, R->train.reader);
+    criteo_close(R->ctx, R->eval.reader);
+    synth_destroy(R->ctx, R->syn);
+    dlrm_batch_destroy(R->ctx, &R->batch);
+    metrics_close(&R->metrics);
+    ember__free(R->ctx, R->sizes);
+    ember__free(R->ctx, R->evals);
+    ember__free(R->ctx, R->rows);
+    if (R->node != MPI_COMM_NULL) MPI_Comm_free(&R->node);
+}
+
+ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_factory factory, FILE *out,
+                       train_result *res) {
+    run R;
+    memset(&R, 0, sizeof R);
+    R.o = o;
+    R.comm = comm;
+    R.ctx = ember_comm_ctx(comm);
+    R.rank = ember_comm_rank(comm);
+    R.world = ember_comm_size(comm);
+    R.out = R.rank == 0 ? out : NULL;
+    R.node = MPI_COMM_NULL;
+    R.planted_auc = NAN;
+    res->steps = 0;
+    res->eval_auc = res->eval_loss = res->planted_auc = NAN;
+    R.max_local = (o->batch_size + R.world - 1) / R.world;
+    R.total_steps = o->limit_train_batches * o->epochs;
+
+    // Everything that can fail on one rank only is agreed before the next collective.
+    ember_status st = ember_comm_agree(comm, validate_options(R.ctx, o, R.world));
+    if (st == EMBER_OK) {
+        st = mpi_error(R.ctx,
+                       MPI_Comm_split_type(ember_comm_mpi(comm), MPI_COMM_TYPE_SHARED, R.rank, MPI_INFO_NULL, &R.node),
+                       "host communicator");
+        if (st == EMBER_OK) MPI_Comm_size(R.node, &R.node_size);
+        st = ember_comm_agree(comm, st);
+    }
+    if (st == EMBER_OK) {
+        setup_tables(&R);
+        st = ember_comm_agree(comm, sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->rows, o->embedding_dim, o->sharding,
+                                                  R.world, R.node_size, R.plan));
+    }
+    if (st == EMBER_OK) st = check_memory(&R);
+    if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(&R));
+    if (st == EMBER_OK) {
+        ember_ebc_config ec = {.tables = R.tables,
+                               .num_tables = DLRM_NUM_SPARSE,
+                               .features = R.features,
+                               .num_features = DLRM_NUM_SPARSE,
+                               .bounds = EMBER_BOUNDS_ERROR,
+                               .seed = o->seed,
+                               .max_batch_size = (int32_t)R.max_local,
+                               .max_nnz = DLRM_NUM_SPARSE * R.max_local};
+        st = factory(comm, &ec, R.plan, o->grad_convention, &R.backend);
+    }
+    if (st == EMBER_OK) {
+        dlrm_config mc = model_config(o, R.max_local);
+        st = ember_comm_agree(comm, dlrm_create(R.ctx, &mc, &R.backend, &R.model));
+    }
+    if (st == EMBER_OK) {
+        print_config(&R);
+        st = train_loop(&R, res);
+    }
+    if (st == EMBER_OK) st = report_malformed(&R, &R.train, o->data_path);
+    if (st == EMBER_OK) st = report_malformed(&R, &R.eval, o->eval_data_path ? o->eval_data_path : o->data_path);
+    if (st == EMBER_OK && o->plot_path) {
+        ember_status plot = EMBER_OK;
+        if (R.rank == 0) {
+            char title[128];
+            snprintf(title, sizeof title, "ember train: DLRM, %s data, %d rank%s",
+                     o->dataset == TRAIN_SYNTHETIC ? "synthetic" : "criteo", (int)R.world, R.world > 1 ? "s" : "");
+            plot = plot_write(R.ctx, o->plot_path, R.rows, R.num_rows, title);
+            if (plot == EMBER_OK && R.out) fprintf(R.out, "plot: %s\n", o->plot_path);
+        }
+        st = ember_comm_agree(comm, plot);
+    }
+    cleanup(&R);
+    return st;
+}

@@ -1,0 +1,85 @@
+// train.h — the DLRM training driver behind `ember train`: data, table plan, model, the step
+// loop, evaluation, metrics and the final report. cmd_train.c turns the command line into
+// train_options; tests call train_run directly with any backend factory.
+//
+// Objective (DESIGN.md §1.3): global batch g of G samples is split into contiguous rank shares
+// B_r; rank r's loss is L_r = (W/G) sum_{i in share r} l_i, which is the mean over the local batch
+// whenever the shares are equal, and under GRAD_MEAN makes J = (1/W) sum_r L_r the mean BCE over
+// the global batch exactly, also for uneven shares (a last partial batch). The reported train
+// loss is that global mean: sum over ranks of the local sums, divided by G.
+#ifndef EMBER_APP_TRAIN_H
+#define EMBER_APP_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+#include "batch.h"
+#include "criteo.h"
+#include "dense_optim.h"
+
+#define TRAIN_MAX_LAYERS 16
+
+typedef enum train_dataset { TRAIN_SYNTHETIC = 0, TRAIN_CRITEO = 1 } train_dataset;
+
+typedef struct train_options {
+    // Model.
+    int32_t embedding_dim;
+    int64_t rows[DLRM_NUM_SPARSE];    // table size of each feature
+    int32_t bottom[TRAIN_MAX_LAYERS]; // dense arch layer sizes (last == embedding_dim)
+    int32_t num_bottom;
+    int32_t top[TRAIN_MAX_LAYERS];    // over arch layer sizes (last == 1)
+    int32_t num_top;
+    int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO or an ember_shard_scheme per table
+    ember_grad_convention grad_convention;
+    // Data.
+    train_dataset dataset;
+    const char *data_path;            // criteo: training file
+    const char *eval_data_path;       // criteo: eval file; NULL: hold out the head of data_path
+    double zipf_alpha;                // synthetic
+    criteo_malformed_mode malformed;
+    // Training.
+    int64_t batch_size;               // global batch G
+    int32_t epochs;
+    int64_t limit_train_batches;      // global batches per epoch (0: the whole file; criteo only)
+    int64_t limit_val_batches;        // eval global batches (0: the whole eval file; criteo only)
+    int64_t eval_interval;            // steps between evaluations (0: only at the end)
+    float learning_rate;              // dense
+    float embedding_learning_rate;    // 0: learning_rate
+    dense_optim_kind dense_optimizer;
+    ember_optim_kind embedding_optimizer;
+    uint64_t seed;
+    // Output.
+    const char *metrics_path;         // .csv or .jsonl, NULL for none
+    const char *plot_path;            // .png, NULL for none
+    bool progress_bar;                // draw a progress bar (stdout is a terminal) instead of lines
+} train_options;
+
+// Embedding optimizer names ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
+// "lamb"): parse returns the ember_optim_kind, or -1 for an unknown name.
+int train_embedding_optimizer_parse(const char *name);
+const char *train_embedding_optimizer_name(ember_optim_kind kind);
+
+// The defaults of `ember train` (the main job: see docs/dlrm.md for how they were chosen).
+void train_options_default(train_options *o);
+
+typedef struct train_result {
+    int64_t steps;
+    double eval_auc;     // final, over the global eval set
+    double eval_loss;
+    double planted_auc;  // synthetic data; NaN otherwise
+    double seconds;      // wall time of the training steps (evaluation excluded)
+    double *step_loss;   // optional caller buffer: global train loss of step s at [s]
+    int64_t step_loss_cap;
+} train_result;
+
+// Trains as configured. Every check that could fail on one rank only (files, memory, a malformed
+// line) is agreed across ranks before the next collective, so every rank returns the same status
+// and ember_ctx_errmsg names the failing rank. Rank 0 writes the configuration, progress and the
+// report to `out` (NULL: silent) and writes the metrics and plot files.
+// Collective on comm.
+ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_factory factory, FILE *out,
+                       train_result *res);
+
+#endif

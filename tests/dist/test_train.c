@@ -1,0 +1,453 @@
+// DLRM training under MPI: the model's gradients against the naive oracle, W = 1 against W = 2
+// loss curves, learning on the synthetic set, Criteo end to end, and bad input failing on every
+// rank without a hang.
+//
+//   test_train --case NAME [--backend naive|sebc]
+//
+// The backend is the naive replicated collection of tests/support/dlrm (independent of the
+// library) or the library's sharded collection (include/ember/shard.h).
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dlrm.h"
+#include "interaction.h"
+#include "mpi_assert.h"
+#include "naive_dlrm.h"
+#include "synth.h"
+#include "train.h"
+
+static dlrm_backend_factory factory = naive_backend_create;
+
+// A small configuration that trains in well under a second per run. Its tables cycle through
+// every sharding scheme, so that on the sharded collection the W = 1 vs W = 2 comparisons cover
+// dp, tw, cw, rw and twrw together (the naive collection ignores the plan).
+static train_options small_options(void) {
+    static const int64_t rows[DLRM_NUM_SPARSE] = {3,  40, 200, 7,  1000, 12, 60, 300, 5,  90,  2,   500, 30,
+                                                  80, 10, 150, 4,  700,  25, 6,  400, 50, 100, 800, 20, 9};
+    train_options o;
+    train_options_default(&o);
+    memcpy(o.rows, rows, sizeof rows);
+    o.embedding_dim = 8;
+    o.num_bottom = 2;
+    o.bottom[0] = 16;
+    o.bottom[1] = 8;
+    o.num_top = 2;
+    o.top[0] = 32;
+    o.top[1] = 1;
+    o.batch_size = 256;
+    o.limit_train_batches = 24;
+    o.limit_val_batches = 2;
+    o.eval_interval = 0;
+    o.learning_rate = 0.05f;
+    o.seed = 7;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) o.sharding[f] = f % 5; // the order of ember_shard_scheme
+    return o;
+}
+
+typedef struct session {
+    ember_ctx *ctx;
+    ember_comm *comm;
+} session;
+
+static session open_session(MPI_Comm mpi) {
+    session s = {0};
+    assert_int_equal(ember_ctx_create(NULL, &s.ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(s.ctx, mpi, &s.comm), EMBER_OK);
+    return s;
+}
+
+static void close_session(session *s) {
+    ember_comm_destroy(s->comm);
+    assert_int_equal(ember_ctx_bytes_outstanding(s->ctx), 0);
+    ember_ctx_destroy(s->ctx);
+}
+
+// Trains o on `mpi` and returns the global loss of every step in losses[steps].
+static train_result train_on(MPI_Comm mpi, const train_options *o, double *losses, int64_t steps) {
+    session s = open_session(mpi);
+    train_result res = {.step_loss = losses, .step_loss_cap = steps};
+    ember_status st = train_run(s.comm, o, factory, NULL, &res);
+    if (st != EMBER_OK) fprintf(stderr, "train_run: %s\n", ember_ctx_errmsg(s.ctx));
+    assert_int_equal(st, EMBER_OK);
+    close_session(&s);
+    return res;
+}
+
+// ---- The model's dense gradients against the oracle ----------------------------------------------
+
+static void step_gradients_match_the_naive_chain(void **state) {
+    (void)state;
+    enum { B = 12, D = 4, F = DLRM_NUM_SPARSE, DN = DLRM_NUM_DENSE, IW = D + (F + 1) * F / 2 };
+    const int32_t bottom[] = {6, D}, top[] = {10, 5, 1};
+    session s = open_session(MPI_COMM_SELF);
+    train_options o = small_options();
+    ember_table_config tables[F];
+    ember_feature_config features[F];
+    char names[F][16];
+    for (int f = 0; f < F; f++) {
+        snprintf(names[f], sizeof names[f], "t%d", f);
+        ember_optim_config opt = EMBER_OPTIM_CONFIG_DEFAULT;
+        tables[f] = (ember_table_config){.name = names[f], .rows = o.rows[f], .dim = D, .pooling = EMBER_POOL_SUM,
+                                         .init = {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0.0f}, .optim = opt};
+        features[f] = (ember_feature_config){.name = names[f], .table = f};
+    }
+    ember_ebc_config ec = {.tables = tables, .num_tables = F, .features = features, .num_features = F, .seed = 3};
+    ember_table_plan plan[F];
+    memset(plan, 0, sizeof plan);
+    dlrm_backend be;
+    assert_int_equal(factory(s.comm, &ec, plan, EMBER_GRAD_MEAN, &be), EMBER_OK);
+    dlrm_config mc = {.num_dense = DN, .num_sparse = F, .embedding_dim = D, .bottom_sizes = bottom, .num_bottom = 2,
+                      .top_sizes = top, .num_top = 3, .max_batch = 16, .seed = 5,
+                      .optim = {.kind = DENSE_OPT_SGD, .lr = 0.1f}};
+    dlrm_model *m;
+    assert_int_equal(dlrm_create(s.ctx, &mc, &be, &m), EMBER_OK);
+    synth_config sc = {.seed = 11, .num_dense = DN, .num_sparse = F, .rows = o.rows, .zipf_alpha = 1.0,
+                       .dense_scale = SYNTH_DENSE_SCALE, .sparse_scale = SYNTH_SPARSE_SCALE, .bias = SYNTH_BIAS};
+    synth *syn;
+    assert_int_equal(synth_create(s.ctx, &sc, &syn), EMBER_OK);
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(s.ctx, 16, DN, F, &b), EMBER_OK);
+    synth_fill(syn, 0, 0, B, &b);
+
+    // The oracle's chain, from the parameters and embeddings before the step.
+    const int64_t np = dlrm_num_dense_params(m), nb = (DN * 6 + 6) + (6 * D + D);
+    const int32_t iw = interaction_out_dim(F, D);
+    assert_int_equal(iw, IW);
+    float *params = malloc(sizeof(float) * (size_t)np);
+    memcpy(params, dlrm_dense_params(m), sizeof(float) * (size_t)np);
+    int64_t offsets[F * B + 1], values[F * B];
+    for (int i = 0; i <= F * B; i++) offsets[i] = i;
+    for (int f = 0; f < F; f++) {
+        for (int i = 0; i < B; i++) values[f * B + i] = b.ids[i * F + f];
+    }
+    ember_kjt kjt = {.num_features = F, .batch_size = B, .offsets = offsets, .values = values, .nnz = F * B};
+    float emb_f[B * F * D];
+    assert_int_equal(be.forward(be.impl, &kjt, emb_f), EMBER_OK);
+    double x[B * DN], d[B * D], emb[B * F * D], inter[B * IW], z[B], dz[B], dinter[B * IW], dd[B * D], demb[B * F * D];
+    double *dp = calloc((size_t)np, sizeof(double));
+    for (int i = 0; i < B * DN; i++) x[i] = b.dense[i];
+    for (int i = 0; i < B * F * D; i++) emb[i] = emb_f[i];
+    naive_mlp(DN, bottom, 2, true, params, B, x, d, NULL, NULL, NULL);
+    naive_interaction(B, F, D, d, emb, inter, NULL, NULL, NULL);
+    naive_mlp(iw, top, 3, false, params + nb, B, inter, z, NULL, NULL, NULL);
+    double loss = 0.0;
+    for (int i = 0; i < B; i++) {
+        loss += naive_bce(z[i], b.labels[i]);
+        dz[i] = naive_bce_grad(z[i], b.labels[i]) / B; // the mean over the batch
+    }
+    naive_mlp(iw, top, 3, false, params + nb, B, inter, z, dz, dp + nb, dinter);
+    naive_interaction(B, F, D, d, emb, inter, dinter, dd, demb);
+    naive_mlp(DN, bottom, 2, true, params, B, x, d, dd, dp, NULL);
+
+    const float *logits;
+    assert_int_equal(dlrm_forward(m, &b, &logits), EMBER_OK);
+    for (int i = 0; i < B; i++) assert_true(fabs(logits[i] - z[i]) <= 1e-4 * (1.0 + fabs(z[i])));
+    size_t before = ember_ctx_bytes_outstanding(s.ctx);
+    double got_loss;
+    assert_int_equal(dlrm_train_step(m, &b, 1.0f / B, &got_loss), EMBER_OK);
+    assert_int_equal(ember_ctx_bytes_outstanding(s.ctx), before); // a step allocates nothing
+    assert_true(fabs(got_loss - loss) <= 1e-5 * loss);
+    const float *g = dlrm_dense_grads(m);
+    for (int64_t i = 0; i < np; i++) {
+        if (fabs(g[i] - dp[i]) > 1e-4 * fabs(dp[i]) + 1e-6) {
+            fail_msg("dense gradient %lld: got %.9g, oracle %.9g", (long long)i, (double)g[i], dp[i]);
+        }
+    }
+    // The step applied SGD to the reduced gradient.
+    for (int64_t i = 0; i < np; i++) {
+        float want = params[i] - 0.1f * g[i];
+        assert_true(fabsf(dlrm_dense_params(m)[i] - want) <= 1e-6f * (1.0f + fabsf(want)));
+    }
+    free(dp);
+    free(params);
+    dlrm_batch_destroy(s.ctx, &b);
+    synth_destroy(s.ctx, syn);
+    dlrm_destroy(m);
+    be.destroy(be.impl);
+    close_session(&s);
+}
+
+// ---- W = 1 against W = 2 -------------------------------------------------------------------------
+
+enum { CURVE_STEPS = 24 };
+
+static void compare_curves(const char *what, const double *a, const double *b, int64_t n, double rtol) {
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double r = fabs(a[i] - b[i]) / fabs(a[i]);
+        worst = r > worst ? r : worst;
+    }
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        printf("%s: %lld steps, loss %.6f -> %.6f, largest relative difference %.2e\n", what, (long long)n, a[0],
+               a[n - 1], worst);
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, worst <= rtol);
+}
+
+static void curves_w1_equal_w2(const train_options *o, const char *what) {
+    double w1[CURVE_STEPS], w2[CURVE_STEPS];
+    train_result r1 = train_on(MPI_COMM_SELF, o, w1, CURVE_STEPS);
+    train_result r2 = train_on(MPI_COMM_WORLD, o, w2, CURVE_STEPS);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, r1.steps == CURVE_STEPS && r2.steps == CURVE_STEPS);
+    compare_curves(what, w1, w2, CURVE_STEPS, 2e-5);
+    // The curve moved: this compares training, not initial values.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, w1[CURVE_STEPS - 1] < w1[0] - 0.02);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, fabs(r1.eval_auc - r2.eval_auc) < 1e-3);
+}
+
+static void loss_curve_w1_equals_w2_grad_mean(void **state) {
+    (void)state;
+    train_options o = small_options();
+    o.limit_train_batches = CURVE_STEPS;
+    curves_w1_equal_w2(&o, "adagrad / rowwise_adagrad");
+    o.dense_optimizer = DENSE_OPT_SGD;
+    o.embedding_optimizer = EMBER_OPT_SGD;
+    o.learning_rate = 0.5f;
+    curves_w1_equal_w2(&o, "sgd / sgd");
+    // An uneven split (257 = 129 + 128): the loss scale keeps the global mean exact.
+    o.batch_size = 257;
+    curves_w1_equal_w2(&o, "sgd / sgd, uneven shares");
+}
+
+static void grad_sum_doubles_the_sgd_step(void **state) {
+    (void)state;
+    // J = sum of 2 rank means = 2 x the global mean: SGD with GRAD_SUM at lr/2 on 2 ranks takes
+    // the steps of GRAD_MEAN at lr on 1 rank, for dense and embedding parameters alike.
+    train_options o = small_options();
+    o.limit_train_batches = CURVE_STEPS;
+    o.dense_optimizer = DENSE_OPT_SGD;
+    o.embedding_optimizer = EMBER_OPT_SGD;
+    o.learning_rate = 0.5f;
+    double mean1[CURVE_STEPS], sum2[CURVE_STEPS];
+    train_on(MPI_COMM_SELF, &o, mean1, CURVE_STEPS);
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    o.grad_convention = EMBER_GRAD_SUM;
+    o.learning_rate = 0.5f / (float)world;
+    train_on(MPI_COMM_WORLD, &o, sum2, CURVE_STEPS);
+    compare_curves("grad sum at lr / W", mean1, sum2, CURVE_STEPS, 2e-5);
+}
+
+// ---- Learning ------------------------------------------------------------------------------------
+
+static void learns_the_planted_model(void **state) {
+    (void)state;
+    train_options o = small_options();
+    o.embedding_dim = 8;
+    o.batch_size = 512;
+    o.limit_train_batches = 150;
+    o.limit_val_batches = 8;
+    o.eval_interval = 50;
+    train_result r = train_on(MPI_COMM_WORLD, &o, NULL, 0);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) printf("eval AUC %.4f, planted %.4f, %.1f s\n", r.eval_auc, r.planted_auc, r.seconds);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, r.planted_auc >= 0.8);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, r.eval_auc >= 0.7);
+}
+
+// ---- Criteo end to end -----------------------------------------------------------------------------
+
+static char dir[64];
+
+// Rank 0 writes `lines` samples of the synthetic set as Criteo TSV (dense values rounded to
+// counts, ids in hex) with malformed lines at the given (1-based) line numbers.
+static void write_criteo(const char *path, int lines, const int *bad, int nbad) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        ember_ctx *ctx;
+        assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+        train_options o = small_options();
+        synth_config sc = {.seed = 3, .num_dense = DLRM_NUM_DENSE, .num_sparse = DLRM_NUM_SPARSE, .rows = o.rows,
+                           .zipf_alpha = 1.05, .dense_scale = SYNTH_DENSE_SCALE,
+                           .sparse_scale = SYNTH_SPARSE_SCALE, .bias = SYNTH_BIAS};
+        synth *syn;
+        dlrm_batch b;
+        assert_int_equal(synth_create(ctx, &sc, &syn), EMBER_OK);
+        assert_int_equal(dlrm_batch_create(ctx, lines, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+        synth_fill(syn, 0, 0, lines, &b);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        for (int i = 0, k = 0; i < lines; i++) {
+            if (k < nbad && bad[k] == i + 1) {
+                fputs("1\tnot\ta\tcriteo\tline\n", f);
+                k++;
+                continue;
+            }
+            fprintf(f, "%d", (int)b.labels[i]);
+            for (int j = 0; j < DLRM_NUM_DENSE; j++) {
+                long count = lround(expm1(b.dense[i * DLRM_NUM_DENSE + j]));
+                if (j == 1 && i % 7 == 0) fputs("\t", f); // empty dense field
+                else fprintf(f, "\t%ld", j == 2 && i % 5 == 0 ? -1 : count);
+            }
+            for (int c = 0; c < DLRM_NUM_SPARSE; c++) {
+                if (c == 3 && i % 11 == 0) fputs("\t", f); // empty categorical field
+                else fprintf(f, "\t%llx", (unsigned long long)b.ids[i * DLRM_NUM_SPARSE + c]);
+            }
+            fputc('\n', f);
+        }
+        fclose(f);
+        dlrm_batch_destroy(ctx, &b);
+        synth_destroy(ctx, syn);
+        ember_ctx_destroy(ctx);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void trains_on_criteo_tsv_and_reports_malformed_lines(void **state) {
+    (void)state;
+    char path[128], report[128];
+    snprintf(path, sizeof path, "%s/train.tsv", dir);
+    snprintf(report, sizeof report, "%s/report.txt", dir);
+    const int bad[] = {5, 1700, 2222};
+    write_criteo(path, 6000, bad, 3);
+    train_options o = small_options();
+    o.dataset = TRAIN_CRITEO;
+    o.data_path = path;
+    o.batch_size = 200;
+    o.limit_train_batches = 0;  // the whole file
+    o.limit_val_batches = 5;    // held out: lines 1..1000
+    o.epochs = 2;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    FILE *out = rank == 0 ? fopen(report, "w") : NULL;
+    session s = open_session(MPI_COMM_WORLD);
+    train_result r = {0};
+    ember_status st = train_run(s.comm, &o, factory, out, &r);
+    if (out) fclose(out);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, r.steps == 2 * 25); // 5000 lines after the hold-out, 25 batches a pass
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, isnan(r.planted_auc) && r.eval_auc > 0.6);
+    bool reported = true;
+    if (rank == 0) {
+        char text[8192] = {0};
+        FILE *f = fopen(report, "r");
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        reported = strstr(text, "skipped 2 malformed lines of") && strstr(text, "lines 1700, 2222") &&
+                   strstr(text, "skipped 1 malformed line of") && strstr(text, "line 5 (line 5: 5 tab-separated");
+        if (!reported) fprintf(stderr, "report:\n%s\n", text);
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, reported);
+    close_session(&s);
+}
+
+// ---- Bad input: every rank fails the same way, nobody hangs ---------------------------------------
+
+static void expect_failure(train_options *o, ember_status want, const char *text) {
+    session s = open_session(MPI_COMM_WORLD);
+    train_result r = {0};
+    ember_status st = train_run(s.comm, o, factory, NULL, &r);
+    const char *msg = ember_ctx_errmsg(s.ctx);
+    bool ok = st == want && strstr(msg, text) != NULL;
+    if (!ok) fprintf(stderr, "status %s, message '%s', expected %s and '%s'\n", ember_status_name(st), msg,
+                     ember_status_name(want), text);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    close_session(&s);
+}
+
+static void bad_input_fails_on_every_rank(void **state) {
+    (void)state;
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    train_options o = small_options();
+    // Shapes and sizes: the same verdict everywhere, before any training collective.
+    o.bottom[1] = 5;
+    expect_failure(&o, EMBER_ERR_INVALID_ARG, "--dense_arch_layer_sizes ends with 5 but --embedding_dim is 8");
+    o = small_options();
+    o.top[1] = 2;
+    expect_failure(&o, EMBER_ERR_INVALID_ARG, "--over_arch_layer_sizes ends with 2");
+    o = small_options();
+    o.batch_size = world - 1;
+    if (world > 1) expect_failure(&o, EMBER_ERR_INVALID_ARG, "smaller than the");
+    o = small_options();
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) o.rows[f] = (int64_t)1 << 44;
+    expect_failure(&o, EMBER_ERR_NOMEM, "GiB is available");
+    // A file that one rank cannot open: every rank fails with that rank's reason.
+    char path[128], missing[128];
+    snprintf(path, sizeof path, "%s/fatal.tsv", dir);
+    snprintf(missing, sizeof missing, "%s/missing.tsv", dir);
+    const int bad[] = {7};
+    write_criteo(path, 64, bad, 1);
+    o = small_options();
+    o.dataset = TRAIN_CRITEO;
+    o.data_path = rank == world - 1 ? missing : path;
+    o.batch_size = 8;
+    o.limit_val_batches = 1;
+    expect_failure(&o, EMBER_ERR_IO, "missing.tsv");
+    // A malformed line in the last rank's share of a training batch, fatal: every rank stops there.
+    o.data_path = path;
+    o.malformed = CRITEO_FATAL;
+    o.limit_val_batches = 0;
+    o.eval_data_path = path;
+    o.batch_size = 8; // line 7 is in the last rank's share of batch 0 (lines 1..8)
+    char want[160];
+    snprintf(want, sizeof want, "fatal.tsv' line 7: 5 tab-separated fields, expected 40 (rank %d)", world - 1);
+    expect_failure(&o, EMBER_ERR_FORMAT, want);
+}
+
+static int make_dir(void **state) {
+    (void)state;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        snprintf(dir, sizeof dir, "/tmp/ember_train_XXXXXX");
+        if (!mkdtemp(dir)) return -1;
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    return 0;
+}
+
+static int remove_dir(void **state) {
+    (void)state;
+    int rank;
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    const char *which = "all";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--case") == 0) which = argv[i + 1];
+        if (strcmp(argv[i], "--backend") == 0 && strcmp(argv[i + 1], "sebc") == 0) factory = dlrm_backend_sebc_create;
+    }
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test(step_gradients_match_the_naive_chain),
+        cmocka_unit_test(loss_curve_w1_equals_w2_grad_mean),
+        cmocka_unit_test(grad_sum_doubles_the_sgd_step),
+        cmocka_unit_test(learns_the_planted_model),
+        cmocka_unit_test(trains_on_criteo_tsv_and_reports_malformed_lines),
+        cmocka_unit_test(bad_input_fails_on_every_rank),
+    };
+    // --case picks the tests whose name starts with it.
+    struct CMUnitTest tests[sizeof all / sizeof all[0]];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcmp(which, "all") == 0 || strncmp(all[i].name, which, strlen(which)) == 0) tests[n++] = all[i];
+    }
+    int fails = n ? _cmocka_run_group_tests("train", tests, n, make_dir, remove_dir) : 1;
+    MPI_Finalize();
+    return fails;
+}

@@ -1,0 +1,77 @@
+# DLRM app (apps/ember): dense part, data sets, metrics, training driver and CLI.
+# The oracle lives in support/dlrm/ (its own library: it implements the app's backend seam).
+add_library(ember_dlrm_support STATIC ${CMAKE_CURRENT_SOURCE_DIR}/support/dlrm/naive_dlrm.c)
+target_include_directories(ember_dlrm_support PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/support/dlrm)
+target_link_libraries(ember_dlrm_support PUBLIC ember_app ember_test_support)
+
+ember_unit_test(dlrm_dense ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_dense.c)
+target_link_libraries(test_dlrm_dense PRIVATE ember_dlrm_support)
+
+ember_unit_test(dlrm_data ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_data.c)
+target_link_libraries(test_dlrm_data PRIVATE ember_dlrm_support)
+
+# Training under MPI on the naive replicated collection (independent of the library); the same
+# cases run on the sharded collection once src/shard/ exists (EMBER_HAVE_SEBC, apps/ember).
+ember_test_exe(test_train ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_train.c)
+target_link_libraries(test_train PRIVATE ember_dlrm_support)
+set(EMBER_TRAIN_BACKENDS naive)
+if(EMBER_HAVE_SEBC)
+  list(APPEND EMBER_TRAIN_BACKENDS sebc)
+endif()
+foreach(backend ${EMBER_TRAIN_BACKENDS})
+  ember_mpi_test(dist.train.${backend}.model_grads.np1 1 test_train --backend ${backend} --case step_gradients)
+  ember_mpi_test(dist.train.${backend}.w1_vs_w2.np2 2 test_train --backend ${backend} --case loss_curve)
+  ember_mpi_test(dist.train.${backend}.grad_sum.np2 2 test_train --backend ${backend} --case grad_sum)
+  ember_mpi_test(dist.train.${backend}.learns.np2 2 test_train --backend ${backend} --case learns)
+  ember_mpi_test(dist.train.${backend}.criteo.np2 2 test_train --backend ${backend} --case trains_on_criteo)
+  foreach(np 1 2)
+    ember_mpi_test(dist.train.${backend}.bad_input.np${np} ${np} test_train --backend ${backend} --case bad_input)
+  endforeach()
+endforeach()
+
+ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
+target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)
+
+# The CLI (build/bin/ember): help, and bad input failing on every rank with one line from rank 0
+# and a non-zero exit, before any training collective.
+#   ember_cli_test(NAME NP STATUS REGEX COUNT ARGS...)  NP 0: without mpiexec; see dist/expect.sh
+function(ember_cli_test name np status regex count)
+  if(np EQUAL 0)
+    set(launch $<TARGET_FILE:ember_cli>)
+  else()
+    set(launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:ember_cli>)
+  endif()
+  add_test(NAME ${name} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect.sh ${status} ${regex} ${count} --
+           ${launch} ${ARGN})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300 LABELS "dist;cli" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}
+                       ENVIRONMENT "${EMBER_MPI_ENV}")
+  if(np GREATER 0)
+    set_tests_properties(${name} PROPERTIES PROCESSORS ${np})
+  endif()
+endfunction()
+
+ember_cli_test(dist.train.cli.help 0 0 "^  --num_embeddings_per_feature L" 1 train --help)
+ember_cli_test(dist.train.cli.commands 0 0 "^  train +train DLRM" 1 --help)
+ember_cli_test(dist.train.cli.unknown_command 0 2 "^ember: unknown command 'trian'" 1 trian)
+ember_cli_test(dist.train.cli.unknown_flag.np2 2 nonzero "^ember train: unknown option '--bogus'" 1 train --bogus)
+ember_cli_test(dist.train.cli.bad_value.np2 2 nonzero "^ember train: --batch_size 'many': not an integer" 1
+               train --batch_size many)
+ember_cli_test(dist.train.cli.bad_list.np2 2 nonzero "--num_embeddings_per_feature: 3 values given, expected 1" 1
+               train --num_embeddings_per_feature 10,20,30)
+ember_cli_test(dist.train.cli.bad_shape.np2 2 nonzero
+               "^ember train: error: --dense_arch_layer_sizes ends with 8 but --embedding_dim is 16" 1
+               train --dense_arch_layer_sizes 64,8)
+ember_cli_test(dist.train.cli.too_big.np2 2 nonzero "^ember train: error: the model needs .* GiB is available" 1
+               train --num_embeddings 100000000000000)
+ember_cli_test(dist.train.cli.batch_below_world.np2 2 nonzero "^ember train: error: --batch_size 1 is smaller than the 2 ranks" 1
+               train --batch_size 1)
+ember_cli_test(dist.train.cli.missing_file.np2 2 nonzero "^ember train: error: .*cannot open 'nonexistent.tsv'" 1
+               train --dataset criteo --data_path nonexistent.tsv)
+ember_cli_test(dist.train.cli.bad_metrics.np2 2 nonzero "^ember train: error: --metrics 'run.txt'" 1
+               train --metrics run.txt)
+if(EMBER_HAVE_SEBC)
+  # A short synthetic run end to end: configuration, evaluations, report, metrics and plot.
+  ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$)" 2
+                 train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
+                 --metrics cli.csv --plot cli.png --progress lines)
+endif()
