@@ -10,14 +10,11 @@ target_link_libraries(test_dlrm_dense PRIVATE ember_dlrm_support)
 ember_unit_test(dlrm_data ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_data.c)
 target_link_libraries(test_dlrm_data PRIVATE ember_dlrm_support)
 
-# Training under MPI on the naive replicated collection (independent of the library); the same
-# cases run on the sharded collection once src/shard/ exists (EMBER_HAVE_SEBC, apps/ember).
+# Training under MPI on the naive replicated collection (independent of the library) and on the
+# library's sharded collection: the same cases for both.
 ember_test_exe(test_train ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_train.c)
 target_link_libraries(test_train PRIVATE ember_dlrm_support)
-set(EMBER_TRAIN_BACKENDS naive)
-if(EMBER_HAVE_SEBC)
-  list(APPEND EMBER_TRAIN_BACKENDS sebc)
-endif()
+set(EMBER_TRAIN_BACKENDS naive sebc)
 foreach(backend ${EMBER_TRAIN_BACKENDS})
   ember_mpi_test(dist.train.${backend}.model_grads.np1 1 test_train --backend ${backend} --case step_gradients)
   ember_mpi_test(dist.train.${backend}.w1_vs_w2.np2 2 test_train --backend ${backend} --case loss_curve)
@@ -69,9 +66,7 @@ ember_cli_test(dist.train.cli.missing_file.np2 2 nonzero "^ember train: error: .
                train --dataset criteo --data_path nonexistent.tsv)
 ember_cli_test(dist.train.cli.bad_metrics.np2 2 nonzero "^ember train: error: --metrics 'run.txt'" 1
                train --metrics run.txt)
-if(EMBER_HAVE_SEBC)
-  # A short synthetic run end to end: configuration, evaluations, report, metrics and plot.
-  ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$)" 2
-                 train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
-                 --metrics cli.csv --plot cli.png --progress lines)
-endif()
+# A short synthetic run end to end: configuration, evaluations, report, metrics and plot.
+ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$)" 2
+               train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
+               --metrics cli.csv --plot cli.png --progress lines)

@@ -4,8 +4,6 @@
 #include "backend.h"
 #include "core/internal.h"
 
-#ifdef EMBER_APP_HAVE_SEBC
-
 typedef struct sebc_backend {
     ember_comm *comm; // borrowed
     ember_sebc *sebc;
@@ -56,19 +54,3 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->destroy = destroy;
     return EMBER_OK;
 }
-
-#else
-
-// Transitional: src/shard/ has not landed in this tree yet (see apps/ember/CMakeLists.txt).
-ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                      ember_grad_convention conv, dlrm_backend *out) {
-    (void)cfg;
-    (void)plan;
-    (void)conv;
-    memset(out, 0, sizeof *out);
-    return ember__error(ember_comm_ctx(comm), EMBER_ERR_UNSUPPORTED,
-                        "this ember was built without the sharded embedding collection (src/shard/ is missing): "
-                        "training needs it");
-}
-
-#endif

@@ -92,7 +92,11 @@ void ember__free(ember_ctx *ctx, void *p) {
 
 void *ember__buf_reserve(ember_ctx *ctx, ember__buf *b, size_t bytes) {
     if (b->p && b->cap >= bytes) return b->p;
+#ifdef __SANITIZE_ADDRESS__
+    size_t cap = bytes; // exact, so AddressSanitizer sees any overrun of what was asked for
+#else
     size_t cap = bytes + bytes / 2 + 64;
+#endif
     void *p = ember__xalloc(ctx, cap, "workspace");
     if (!p) return NULL;
     ember__free(ctx, b->p);

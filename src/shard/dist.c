@@ -490,7 +490,8 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
         nsend += sc[q];
         nrecv += rc[q];
     }
-    float *snd = RESERVE(s, ss_send, float, nsend), *rcv = RESERVE(s, ss_recv, float, nrecv);
+    // The send buffer later holds one table's per-row totals too: at most g.n values.
+    float *snd = RESERVE(s, ss_send, float, nsend > g.n ? nsend : g.n), *rcv = RESERVE(s, ss_recv, float, nrecv);
     if (st == EMBER_OK && (!snd || !rcv)) st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
     int64_t n = 0;

@@ -315,7 +315,11 @@ ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember
 
 void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes) {
     if (ebc->ws.cap[slot] >= bytes && ebc->ws.buf[slot]) return ebc->ws.buf[slot];
+#ifdef __SANITIZE_ADDRESS__
+    size_t cap = bytes; // exact, so AddressSanitizer sees any overrun of what was asked for
+#else
     size_t cap = bytes + bytes / 2 + 64;
+#endif
     void *p = ember__xalloc(ebc->ctx, cap, "workspace");
     if (!p) return NULL;
     ember__free(ebc->ctx, ebc->ws.buf[slot]);
