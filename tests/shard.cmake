@@ -20,6 +20,13 @@ foreach(np 2 3)
   ember_mpi_test(dist.planned.mean.np${np} ${np} test_shard --scheme planned --pool mean)
 endforeach()
 
+# Checkpoint under one plan, load under another (and another world size's shards), train on.
+foreach(np 1 2 3)
+  foreach(scheme tw rw mixed)
+    ember_mpi_test(dist.checkpoint.reshard.${scheme}.np${np} ${np} test_shard --scheme ${scheme} --pool mean --reshard)
+  endforeach()
+endforeach()
+
 # A rank with an empty local batch still takes part in every collective.
 ember_mpi_test(dist.mixed.sum.empty_rank.np3 3 test_shard --scheme mixed --pool sum --empty0)
 ember_mpi_test(dist.rw.none.empty_rank.np2 2 test_shard --scheme rw --pool none --empty0)
@@ -41,4 +48,5 @@ foreach(np 1 2 3)
 endforeach()
 foreach(np 2 3)
   ember_mpi_test(dist.errors.bad_rank.np${np} ${np} test_shard_seed bad_rank)
+  ember_mpi_test(dist.errors.checkpoint.np${np} ${np} test_shard_seed checkpoint_errors)
 endforeach()

@@ -241,6 +241,44 @@ static void bytes_match_analytic_count(void **state) {
     }
 }
 
+// Checkpoint failures: a missing file, a corrupted byte and a table of another shape fail on
+// every rank with the same status and leave the collection as it was.
+static void checkpoint_errors(void **state) {
+    (void)state;
+    env e;
+    env_open(&e, "rw", EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_ADAM, EMBER_GRAD_MEAN, 8, 4);
+    float before[32], after[32];
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", before, -1) == EMBER_OK);
+    char path[64];
+    snprintf(path, sizeof path, "ckpt_errors_np%d.bin", W);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, "no/such/file.bin") == EMBER_ERR_IO);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "no/such/file.bin") != NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, path) == EMBER_OK);
+    if (R == 0) {
+        // Flip one byte in the middle of the weights.
+        FILE *f = fopen(path, "r+b");
+        fseek(f, 80, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, 80, SEEK_SET);
+        fputc(c ^ 0x40, f);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, path) == EMBER_ERR_FORMAT);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "checksum") != NULL);
+    // Same name, other shape.
+    env o;
+    env_open(&o, "tw", EMBER_POOL_SUM, (ember_init){EMBER_INIT_ZEROS, 0, 0, 0}, EMBER_OPT_ADAM, EMBER_GRAD_MEAN, 9, 4);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(o.s, path) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, path) == EMBER_ERR_FORMAT);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "'table'") != NULL);
+    env_close(&o);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
+    if (R == 0) remove(path);
+    env_close(&e);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -251,11 +289,11 @@ int main(int argc, char **argv) {
     struct CMUnitTest all[] = {
         cmocka_unit_test(rw_grad_not_scaled), cmocka_unit_test(rw_mean_global_length),
         cmocka_unit_test(dp_dtype_conversion), cmocka_unit_test(bad_rank),
-        cmocka_unit_test(bytes_match_analytic_count),
+        cmocka_unit_test(bytes_match_analytic_count), cmocka_unit_test(checkpoint_errors),
     };
-    struct CMUnitTest chosen[5];
+    struct CMUnitTest chosen[6];
     int n = 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (!g_case[0] || strstr(all[i].name, g_case)) chosen[n++] = all[i];
     int fails = _cmocka_run_group_tests("seed", chosen, (size_t)n, NULL, NULL);
     MPI_Finalize();
