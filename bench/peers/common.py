@@ -59,8 +59,10 @@ def _csv(s):
     return [x for x in s.split(",") if x]
 
 
-def parse_args(impl, argv=None):
+def parse_args(impl, argv=None, extra=None):
     p = argparse.ArgumentParser(description=f"ember peer benchmark: {impl} (JSON lines on stdout)")
+    if extra:
+        extra(p)
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes, 2 timed iterations, plus the semantics check: a smoke test")
     p.add_argument("--config", choices=["small", "full"], default="small",
