@@ -22,7 +22,7 @@ check() {
   "$venv/bin/python" - <<'PY' 2>/dev/null
 import torch, fbgemm_gpu  # noqa: F401
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen  # noqa: F401
-print("torch", torch.__version__, "fbgemm_gpu", getattr(fbgemm_gpu, "__version__", "?"))
+import sys; print("setup.sh: ok: torch", torch.__version__, "fbgemm_gpu", getattr(fbgemm_gpu, "__version__", "?"), file=sys.stderr)
 PY
 }
 
