@@ -2,6 +2,7 @@
 """Markdown ratio table from JSON-lines benchmark files (ember's C bench and the peers).
 
 Usage: bench/ratio_table.py FILE.jsonl [FILE.jsonl ...] [--threads 1] [--ops fwd,train_sgd]
+                            [--where dtype=fp32 --where pool=sum ...]
 
 Reads every {"bench":"tbe", ...} line (others, such as "meta" or "tbe_semantics", are ignored)
 and prints one row per (op, pool, dtype, dist, T, E, threads) with:
@@ -131,6 +132,8 @@ def main(argv=None):
     p.add_argument("files", nargs="+")
     p.add_argument("--threads", default=None, help="comma list: keep only these thread counts")
     p.add_argument("--ops", default=None, help="comma list: keep only these ops")
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=V1[,V2]",
+                   help="keep only lines whose FIELD (as text) is one of the values; repeatable")
     a = p.parse_args(argv)
     recs = load(a.files)
     if a.threads:
@@ -139,6 +142,10 @@ def main(argv=None):
     if a.ops:
         keep = set(a.ops.split(","))
         recs = [r for r in recs if r.get("op") in keep]
+    for cond in a.where:
+        field, _, vals = cond.partition("=")
+        keep = set(vals.split(","))
+        recs = [r for r in recs if str(r.get(field)) in keep]
     if not recs:
         print("ratio_table: no tbe lines found", file=sys.stderr)
         return 1

@@ -186,7 +186,7 @@ def make_grad(np, cfg, seed):
 # References.
 
 def ref_forward_residual(np, out, rows_of, ids, cfg, pool, nbags=8):
-    """max |out - ref| over the first nbags bags of every table.
+    """(max |out - ref|, that / max |ref|) over the first nbags bags of every table.
 
     out: [B, T*D] array (float64-convertible); rows_of(t, idx) -> float64 [len(idx), D] array of
     the stored rows; ids: list of per-table id arrays. The reference sums in float64 and MEAN
@@ -194,7 +194,7 @@ def ref_forward_residual(np, out, rows_of, ids, cfg, pool, nbags=8):
     """
     D, L = cfg["D"], cfg["L"]
     nb = min(nbags, cfg["B"])
-    worst = 0.0
+    worst, scale = 0.0, 0.0
     for t in range(cfg["T"]):
         idx = ids[t][: nb * L]
         rows = rows_of(t, idx).reshape(nb, L, D)
@@ -203,7 +203,8 @@ def ref_forward_residual(np, out, rows_of, ids, cfg, pool, nbags=8):
             ref = ref / L
         got = np.asarray(out[:nb, t * D:(t + 1) * D], dtype=np.float64)
         worst = max(worst, float(np.max(np.abs(got - ref))))
-    return worst
+        scale = max(scale, float(np.max(np.abs(ref))))
+    return worst, (worst / scale if scale > 0 else worst)
 
 
 def ref_train_step(np, W, state, ids, g, cfg, pool, opt, step):
@@ -285,8 +286,17 @@ def time_loop(step, args, budget_iters=200):
         n = len(ms)
         if n >= args.iters and (time.perf_counter() - w0 >= args.min_time or n >= budget_iters):
             break
-    cpu_util = (time.process_time() - c0) / max(time.perf_counter() - w0, 1e-9)
+    wall = time.perf_counter() - w0
+    # Process CPU time is too coarse to say anything over a few milliseconds (--quick).
+    cpu_util = (time.process_time() - c0) / wall if wall >= 0.05 else None
     return ms, ms2, cpu_util
+
+
+def set_residual(rec, res):
+    """Stores ref_forward_residual's pair: "residual" (absolute, as STYLE.md names it) and
+    "residual_rel" (relative to the largest reference value: training grows the weights, and
+    16-bit outputs round relative to their magnitude)."""
+    rec["residual"], rec["residual_rel"] = res[0], res[1]
 
 
 def fill_timing(rec, ms, cfg, dtype, cpu_util):
@@ -294,7 +304,7 @@ def fill_timing(rec, ms, cfg, dtype, cpu_util):
     nbytes = cfg["B"] * cfg["T"] * cfg["L"] * cfg["D"] * DTYPE_BYTES[dtype]
     rec.update({"ms_med": round(med, 4), "ms_min": round(min(ms), 4),
                 "gbps": round(nbytes / (med * 1e-3) / 1e9, 3), "iters": len(ms),
-                "cpu_util": round(cpu_util, 2)})
+                "cpu_util": None if cpu_util is None else round(cpu_util, 2), "load1": round(os.getloadavg()[0], 2)})
     return rec
 
 

@@ -49,7 +49,7 @@ The cpuinfo fix (--cpuinfo-fix auto, the default; "cpuinfo_fix" in every line):
   applies it only when that exact situation is found; --cpuinfo-fix off measures the wheels as
   installed (run_peers.sh records those lines as impl "fbgemm-stock" for comparison).
   "fbgemm_avx512" records what fbgemm.so's own fbgemmHasAvx512Support() answers.
-gbps is B*T*L*D*sizeof(dtype) / ms_med for every op; residual is max |y - ref| over the first 8
+gbps is B*T*L*D*sizeof(dtype) / ms_med for every op; residual is max |y - ref| (residual_rel: that / max |ref|) over the first 8
 bags of each table (for train ops: the case's first forward, before it updates anything).
 """
 
@@ -229,7 +229,7 @@ def run_case(args, torch, rec, cfg, m, op, ids, indices, offsets, g, residual):
     dtype, pool = rec["dtype"], rec["pool"]
     if op == "fwd":
         with torch.no_grad():
-            rec["residual"] = residual(m(indices, offsets), m, ids, cfg, pool)
+            C.set_residual(rec, residual(m(indices, offsets), m, ids, cfg, pool))
 
             def step():
                 m(indices, offsets)
@@ -238,7 +238,7 @@ def run_case(args, torch, rec, cfg, m, op, ids, indices, offsets, g, residual):
         return
 
     out = m(indices, offsets)
-    rec["residual"] = residual(out, m, ids, cfg, pool)
+    C.set_residual(rec, residual(out, m, ids, cfg, pool))
     out.backward(g)
 
     def step():
@@ -251,6 +251,7 @@ def run_case(args, torch, rec, cfg, m, op, ids, indices, offsets, g, residual):
     bwd = dict(rec)
     bwd["op"] = "bwd_" + op[len("train_"):]
     bwd.pop("residual", None)
+    bwd.pop("residual_rel", None)
     bwd["note"] = "fused backward+optimizer timed inside the train iterations"
     C.emit(C.fill_timing(bwd, ms_bwd, cfg, dtype, util), args)
 
