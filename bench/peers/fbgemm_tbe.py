@@ -49,8 +49,9 @@ The cpuinfo fix (--cpuinfo-fix auto, the default; "cpuinfo_fix" in every line):
   applies it only when that exact situation is found; --cpuinfo-fix off measures the wheels as
   installed (run_peers.sh records those lines as impl "fbgemm-stock" for comparison).
   "fbgemm_avx512" records what fbgemm.so's own fbgemmHasAvx512Support() answers.
-gbps is B*T*L*D*sizeof(dtype) / ms_med for every op; residual is max |y - ref| (residual_rel: that / max |ref|) over the first 8
-bags of each table (for train ops: the case's first forward, before it updates anything).
+gbps is B*T*L*D*sizeof(dtype) / ms_med for every op; residual is max |y - ref| (residual_rel:
+that / max |ref|) over the first 8 bags of each table (for train ops: the case's first forward,
+before it updates anything).
 """
 
 import os
