@@ -10,6 +10,7 @@ and prints one row per (op, pool, dtype, dist, T, E, threads) with:
                                   runs) the median of their ms_med; "skip" when only skipped
                                   lines exist (reasons listed under the table), "–" when none
   ember/limit                     ember's "ratio" field, else gbps/limit_gbps
+                                  (the ember columns are left out when no file has ember lines)
   vs fbgemm, vs torch             ember's speed-up: peer ms / ember ms
   fbgemm vs torch                 torch ms / fbgemm ms
 An "fbgemm-stock" column appears when such lines exist (FBGEMM as installed, see
@@ -18,6 +19,7 @@ bench/peers/fbgemm_tbe.py). Standard library only.
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 
@@ -100,10 +102,12 @@ def sort_key(key):
 
 def render(table, out=sys.stdout):
     has_stock = any("fbgemm-stock" in v for v in table.values())
-    head = ["op", "pool", "dtype", "dist", "T", "E", "thr", "ember ms", "fbgemm ms", "torch ms"]
+    has_ember = any("ember" in v for v in table.values())
+    head = ["op", "pool", "dtype", "dist", "T", "E", "thr"] + (["ember ms"] if has_ember else [])
+    head += ["fbgemm ms", "torch ms"]
     if has_stock:
         head.append("fbgemm-stock ms")
-    head += ["ember/limit", "vs fbgemm", "vs torch", "fbgemm vs torch"]
+    head += (["ember/limit", "vs fbgemm", "vs torch"] if has_ember else []) + ["fbgemm vs torch"]
     print("| " + " | ".join(head) + " |", file=out)
     print("|" + "|".join("---" if i < 4 else "--:" for i in range(len(head))) + "|", file=out)
     reasons = {}
@@ -111,11 +115,13 @@ def render(table, out=sys.stdout):
         impls = table[key]
         e, f, t = impls.get("ember"), impls.get("fbgemm"), impls.get("torch")
         em, fm, tm = med(e, "ms"), med(f, "ms"), med(t, "ms")
-        row = [str(k) for k in key] + [fmt_ms(e), fmt_ms(f), fmt_ms(t)]
+        row = [str(k) for k in key] + ([fmt_ms(e)] if has_ember else []) + [fmt_ms(f), fmt_ms(t)]
         if has_stock:
             row.append(fmt_ms(impls.get("fbgemm-stock")))
         r = med(e, "ratio")
-        row += [f"{r:.2f}" if r is not None else "–", fmt_x(fm, em), fmt_x(tm, em), fmt_x(tm, fm)]
+        if has_ember:
+            row += [f"{r:.2f}" if r is not None else "–", fmt_x(fm, em), fmt_x(tm, em)]
+        row.append(fmt_x(tm, fm))
         print("| " + " | ".join(row) + " |", file=out)
         for impl, c in impls.items():
             if c["skipped"] and not c["ms"]:
@@ -128,6 +134,8 @@ def render(table, out=sys.stdout):
 
 
 def main(argv=None):
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+")
     p.add_argument("--threads", default=None, help="comma list: keep only these thread counts")
