@@ -41,14 +41,6 @@ static inline int thread_id(void) {
 #endif
 }
 
-static inline int thread_count(void) {
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
 enum item_kind {
     ITEM_BAG = 0,        // pooled, unweighted: item = bag
     ITEM_POS_POOLED = 1, // pooled, weighted: item = position, bag_of[position] = bag
@@ -77,7 +69,7 @@ typedef struct segments {
 // the array: dL/dy is B x sum_f D_f floats, 8 MB for the benchmark shape.
 static int all_finite(const ember_ebc *ebc, const float *x, int64_t n) {
     uint32_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) num_threads(ember__threads(ebc->ctx))
+#pragma omp parallel for schedule(dynamic, 1 << 16) reduction(| : bad) num_threads(ember__threads(ebc->ctx))
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, x + i, 4);
@@ -219,18 +211,24 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, segment
     *s = (segments){kjt, off, kind, tstart[T], 0, row, item, seg, tseg, bag_c, bag_goff, bag_of, step};
 
     // Tables in parallel (dynamic: table sizes differ); each table's result does not depend on
-    // which thread built it. tcount[t] becomes table t's segment count.
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ember__threads(ebc->ctx))
-    for (int32_t t = 0; t < ebc->T; t++)
-        tcount[t] = build_table(ebc, s, t, tstart, row, item, row_tmp, item_tmp, seg_tmp, resolve_ids);
-    tseg[0] = 0;
-    for (size_t t = 0; t < T; t++) tseg[t + 1] = tseg[t] + tcount[t];
-    const int64_t u = tseg[T];
-#pragma omp parallel for schedule(static) num_threads(ember__threads(ebc->ctx))
-    for (int32_t t = 0; t < ebc->T; t++)
-        memcpy(seg + tseg[t], seg_tmp + tstart[t], sizeof(int64_t) * (size_t)tcount[t]);
-    seg[u] = s->m;
-    s->u = u;
+    // which thread built it. tcount[t] becomes table t's segment count, then segments are
+    // numbered table after table.
+#pragma omp parallel num_threads(ember__threads(ebc->ctx))
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int32_t t = 0; t < ebc->T; t++)
+            tcount[t] = build_table(ebc, s, t, tstart, row, item, row_tmp, item_tmp, seg_tmp, resolve_ids);
+#pragma omp single
+        {
+            tseg[0] = 0;
+            for (size_t t = 0; t < T; t++) tseg[t + 1] = tseg[t] + tcount[t];
+            seg[tseg[T]] = s->m;
+            s->u = tseg[T];
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int32_t t = 0; t < ebc->T; t++)
+            memcpy(seg + tseg[t], seg_tmp + tstart[t], sizeof(int64_t) * (size_t)tcount[t]);
+    }
     return EMBER_OK;
 }
 
@@ -375,7 +373,7 @@ static void weight_grads(ember_ebc *ebc, const segments *s, const float *grad_ou
     const ember_kjt *kjt = s->kjt;
     const int32_t B = kjt->batch_size;
     const int64_t nbags = (int64_t)ebc->F * B;
-#pragma omp parallel for schedule(static) num_threads(ember__threads(ebc->ctx))
+#pragma omp parallel for schedule(dynamic, 64) num_threads(ember__threads(ebc->ctx))
     for (int64_t i = 0; i < nbags; i++) {
         float *row = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
@@ -419,12 +417,12 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
     // From here on nothing can fail: the update is all or nothing.
     if (grad_weights) weight_grads(ebc, &s, grad_out, grad_weights, scratch);
     begin_step(ebc, s.step);
-#pragma omp parallel num_threads(ember__threads(ebc->ctx))
-    {
-        const int me = thread_id(), parts = thread_count();
-        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)me;
-        update_segments(ebc, &s, grad_out, ember__split(s.seg, s.u, SEGMENT_COST, me, parts),
-                        ember__split(s.seg, s.u, SEGMENT_COST, me + 1, parts), g, g + ebc->max_dim);
+    const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int c = 0; c < nc; c++) {
+        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
+        update_segments(ebc, &s, grad_out, ember__split(s.seg, s.u, SEGMENT_COST, c, nc),
+                        ember__split(s.seg, s.u, SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
     }
     return EMBER_OK;
 }
@@ -446,12 +444,11 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
     }
     float *grad = ember__ws_get(ebc, WS_GRAD, sizeof(float) * (size_t)(goff[s.u] > 0 ? goff[s.u] : 1));
     if (!grad) return EMBER_ERR_NOMEM;
-#pragma omp parallel num_threads(ember__threads(ebc->ctx))
-    {
-        const int me = thread_id(), parts = thread_count();
-        const int64_t k0 = ember__split(s.seg, s.u, SEGMENT_COST, me, parts);
-        const int64_t k1 = ember__split(s.seg, s.u, SEGMENT_COST, me + 1, parts);
-        for (int64_t k = k0; k < k1; k++)
+    const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int c = 0; c < nc; c++) {
+        const int64_t k1 = ember__split(s.seg, s.u, SEGMENT_COST, c + 1, nc);
+        for (int64_t k = ember__split(s.seg, s.u, SEGMENT_COST, c, nc); k < k1; k++)
             reduce_segment(ebc, &s, grad_out, k, (int32_t)(goff[k + 1] - goff[k]), grad + goff[k]);
     }
     *out = (ember__sparse_grad){s.u, ukey, goff, grad};
@@ -464,12 +461,12 @@ ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t 
     if (!scratch || !step) return EMBER_ERR_NOMEM;
     begin_step(ebc, step);
     // Contiguous chunks balanced by gradient floats plus a per-row cost, prefetching ahead.
-#pragma omp parallel num_threads(ember__threads(ebc->ctx))
-    {
-        const int me = thread_id(), parts = thread_count();
-        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)me;
+    const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int c = 0; c < nc; c++) {
+        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
         float *w = g + ebc->max_dim;
-        const int64_t k0 = ember__split(goff, n, 64, me, parts), k1 = ember__split(goff, n, 64, me + 1, parts);
+        const int64_t k0 = ember__split(goff, n, 64, c, nc), k1 = ember__split(goff, n, 64, c + 1, nc);
         for (int64_t k = k0; k < k1; k++) {
             const int32_t t = ember__ebc_key_table(ebc, key[k]);
             const ember__table *tb = &ebc->tables[t];

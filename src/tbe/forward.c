@@ -8,10 +8,6 @@
 // inside a bag would leave its first rows unprefetched).
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "tbe/dtype.h"
 #include "tbe/kernels.h"
 
@@ -260,7 +256,7 @@ static void pool_range(const ember_ebc *ebc, const ember_kjt *kjt, const int64_t
 static void sequence_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, float *out) {
     const int32_t B = kjt->batch_size, D = ebc->out_dim;
     const int64_t nbags = (int64_t)ebc->F * B;
-#pragma omp parallel for schedule(static) num_threads(ember__threads(ebc->ctx))
+#pragma omp parallel for schedule(dynamic, 64) num_threads(ember__threads(ebc->ctx))
     for (int64_t i = 0; i < nbags; i++) {
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
         for (int64_t j = off[i]; j < off[i + 1]; j++) {
@@ -290,17 +286,11 @@ ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out)
         return EMBER_OK;
     }
     const int64_t nbags = (int64_t)ebc->F * kjt->batch_size;
-    const int nt = ember__threads(ebc->ctx);
-    // Ranges balanced by ids plus a bag's fixed cost (zeroing and storing its output row).
-#pragma omp parallel num_threads(nt)
-    {
-#ifdef _OPENMP
-        const int me = omp_get_thread_num(), parts = omp_get_num_threads();
-#else
-        const int me = 0, parts = 1;
-#endif
-        pool_range(ebc, kjt, off, ember__split(off, nbags, 8, me, parts), ember__split(off, nbags, 8, me + 1, parts),
-                   oor > 0, out);
-    }
+    const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
+    // Chunks of bags balanced by ids plus a bag's fixed cost (zeroing and storing its output row).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int c = 0; c < nc; c++)
+        pool_range(ebc, kjt, off, ember__split(off, nbags, 8, c, nc), ember__split(off, nbags, 8, c + 1, nc), oor > 0,
+                   out);
     return EMBER_OK;
 }

@@ -67,6 +67,13 @@ static inline int ember__prefetch_ids(size_t row_bytes) {
     return n < 4 ? 4 : n > 32 ? 32 : (int)n;
 }
 
+// Parallel loops split their work into this many contiguous, cost-balanced chunks per thread
+// and hand them out dynamically. Which thread takes a chunk never changes a result (each bag or
+// row is computed by one thread, in a fixed order), and when the machine is shared a thread that
+// gets descheduled no longer holds up the others at the end of a static half.
+#define EMBER__CHUNKS_PER_THREAD 8
+static inline int ember__chunks(int threads) { return threads > 1 ? threads * EMBER__CHUNKS_PER_THREAD : 1; }
+
 // Splits items [0, n) with cumulative cost prefix[i] + per_item * i (prefix non-decreasing,
 // prefix[0] = 0) into `parts` contiguous ranges of about equal cost; returns the start of part
 // `k` (k = parts gives n). The same split for the same inputs whatever the thread timing.
