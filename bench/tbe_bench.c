@@ -653,6 +653,51 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
 
 // ---- the run -------------------------------------------------------------------------------------------
 
+// Bytes a collection of this shape needs (weights + optimizer state), and what the machine can
+// give (MemAvailable; SIZE_MAX when unknown). The E=1e6 Adam collection needs 12 GB: on a
+// shared machine it is skipped with a reason rather than left to the OOM killer, which might
+// pick someone else's process.
+static size_t collection_bytes(const tbe_bench_shape *s, ember_optim_kind opt, ember_dtype dt) {
+    const size_t rows = (size_t)s->T * (size_t)s->E;
+    const size_t state = opt == EMBER_OPT_ADAM ? 2 * (size_t)s->D : opt == EMBER_OPT_ROWWISE_ADAGRAD ? 1 : 0;
+    return rows * ((size_t)s->D * (dt == EMBER_DTYPE_F32 ? 4 : 2) + state * 4);
+}
+
+static size_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[128];
+    size_t kb = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %zu kB", &kb) == 1;
+    fclose(f);
+    return found ? kb * 1024 : SIZE_MAX;
+}
+
+static void emit_skipped(run *r, const tbe_bench_shape *s, unsigned ops, int pool, ember_dtype dt, const char *why) {
+    const tbe_bench_opts *o = r->o;
+    for (int dist = 0; dist < 2; dist++) {
+        if (!(o->dists & (1u << dist))) continue;
+        for (int op = 0; op < NUM_OPS; op++) {
+            if (!(ops & (1u << op))) continue;
+            for (int ti = 0; ti < o->nthreads; ti++) {
+                if (o->json)
+                    fprintf(o->out,
+                            "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\","
+                            "\"T\":%d,\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,"
+                            "\"skipped\":\"%s\"}\n",
+                            OP_NAMES[op], pool ? "mean" : "sum", DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D,
+                            (int)s->B, (int)s->L, dist ? "zipf" : "uniform", o->threads[ti], why);
+                else
+                    fprintf(o->out, "%-22s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt skipped: %s\n", OP_NAMES[op],
+                            pool ? "mean" : "sum", DTYPE_NAMES[dt], dist ? "zipf" : "uniform", (int)s->T,
+                            (long long)s->E, o->threads[ti], why);
+            }
+        }
+    }
+    fflush(o->out);
+}
+
 static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_kind opt, int pool, ember_dtype dt) {
     ember_table_config *tables = calloc((size_t)s->T, sizeof *tables);
     ember_feature_config *features = calloc((size_t)s->T, sizeof *features);
@@ -810,8 +855,17 @@ int tbe_bench_run(const tbe_bench_opts *o) {
                 if (!ops) continue;
                 for (int pool = 0; pool < 2 && r.worst < 2; pool++) {
                     if (!(o->pools & (1u << pool))) continue;
-                    ember_ebc *ebc = make_collection(&r, &o->shapes[si], op_optim(gi == 0 ? 1 : gi == 1 ? 2 : 3), pool,
-                                                     (ember_dtype)dt);
+                    const ember_optim_kind opt = op_optim(gi == 0 ? 1 : gi == 1 ? 2 : 3);
+                    const size_t need = collection_bytes(&o->shapes[si], opt, (ember_dtype)dt), avail = mem_available();
+                    // Room for the collection plus 2 GiB (inputs, workspace, the rest of the machine).
+                    if (avail != SIZE_MAX && need + ((size_t)2 << 30) > avail) {
+                        char why[128];
+                        snprintf(why, sizeof why, "needs %.1f GiB, MemAvailable %.1f GiB", (double)need / (1 << 30),
+                                 (double)avail / (1 << 30));
+                        emit_skipped(&r, &o->shapes[si], ops, pool, (ember_dtype)dt, why);
+                        continue;
+                    }
+                    ember_ebc *ebc = make_collection(&r, &o->shapes[si], opt, pool, (ember_dtype)dt);
                     if (!ebc) {
                         r.worst = 2;
                         break;
