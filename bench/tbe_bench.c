@@ -221,18 +221,25 @@ static inline __attribute__((always_inline)) void bag_bf16_pairs(const unsigned 
         }
 }
 
+// A variant of the limit loop: prefetch distance in ids (0: not calibrated yet), prefetch into
+// L1 (hint 0) or L2 (hint 1), sums in memory (regs 0) or in registers (regs 1).
+typedef struct limit_cfg {
+    int pd, hint, regs;
+} limit_cfg;
+
 // The fastest plain-C loop we know for "read these rows in this order and sum them per bag":
 // bags split over the threads like the kernel; the row `pd` ids ahead (across bag
-// boundaries within a table) is prefetched, into L1 or L2 (`hint`); sums in memory or in
-// registers (`regs`). Distance, hint and summation are calibrated per case (calibrate()). It
-// does no bounds handling, weights or pooling mode: a floor, not a competitor.
-static void gather_limit(const gather_in *g, int pd, int hint, int regs, int threads) {
+// boundaries within a table) is prefetched, into L1 or L2; sums in memory or in registers.
+// Distance, hint and summation are calibrated per case (calibrate()). It does no bounds
+// handling, weights or pooling mode: a floor, not a competitor.
+static void gather_limit(const gather_in *g, limit_cfg lc, int threads) {
+    const int pd = lc.pd, hint = lc.hint;
     const tbe_bench_shape *s = g->s;
     const int32_t B = s->B, L = s->L, D = s->D, T = s->T;
     const int64_t nbags = (int64_t)T * B, per_table = (int64_t)B * L;
     const size_t rb = g->row_bytes;
     const int64_t *restrict values = g->values;
-    regs = regs && D % 16 == 0;
+    const int regs = lc.regs && D % 16 == 0;
     // Contiguous chunks handed out dynamically, 8 per thread, as the kernels do (a static split
     // waits for a thread that the shared machine has descheduled).
     const int64_t chunk = nbags / (threads * 8) > 0 ? nbags / (threads * 8) : 1;
@@ -327,8 +334,8 @@ typedef struct run {
     result *res;
     int nres, capres;
     int worst; // 0 ok, 1 residual over tolerance, 2 failure
-    // The limit loop's variant (calibrate()'s code) per (shape, dtype, dist, threads index).
-    int pd[TBE_BENCH_MAX_SHAPES][3][2][TBE_BENCH_MAX_THREADS];
+    // The limit loop's variant per (shape, dtype, dist, threads index).
+    limit_cfg limit[TBE_BENCH_MAX_SHAPES][3][2][TBE_BENCH_MAX_THREADS];
 } run;
 
 // Shape-level inputs shared by the cases of one shape.
@@ -516,41 +523,34 @@ static double tolerance(ember_dtype dt, int train) {
 
 // ---- one case ------------------------------------------------------------------------------------------
 
-// Picks the limit loop's variant for this shape/dtype/dist/threads: prefetch distance (ids),
-// L1 or L2, sums in memory or registers; the fastest, each the median of 3 runs. Returned as
-// (distance * 2 + hint) * 2 + regs.
-static int calibrate(const gather_in *g, int threads) {
-    static const int cand[] = {8, 16, 32};
+// Picks the limit loop's variant for this shape/dtype/dist/threads: the fastest of 12, each the
+// median of 3 runs. Rounds go over all candidates (not each candidate's runs back to back), so
+// that a change in the machine's load hits every candidate alike.
+static limit_cfg calibrate(const gather_in *g, int threads) {
     enum { NC = 12, ROUNDS = 3 };
+    static const int dist[] = {8, 16, 32};
+    limit_cfg c[NC];
     double v[NC][ROUNDS];
-    // Rounds over all candidates (not each candidate's runs back to back), so that a change in
-    // the machine's load hits every candidate alike.
-    for (int code = 0; code < NC; code++) gather_limit(g, cand[code / 4], (code / 2) % 2, code % 2, threads);
-    for (int k = 0; k < ROUNDS; k++) {
-        for (int code = 0; code < NC; code++) {
+    for (int k = 0; k < NC; k++) {
+        c[k] = (limit_cfg){dist[k / 4], (k / 2) % 2, k % 2};
+        gather_limit(g, c[k], threads);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int k = 0; k < NC; k++) {
             const double t0 = now_ms();
-            gather_limit(g, cand[code / 4], (code / 2) % 2, code % 2, threads);
-            v[code][k] = now_ms() - t0;
+            gather_limit(g, c[k], threads);
+            v[k][r] = now_ms() - t0;
         }
     }
     int best = 0;
-    double best_ms = 1e300;
-    for (int code = 0; code < NC; code++) {
-        const double m = median(v[code], ROUNDS);
-        if (m < best_ms) {
-            best_ms = m;
-            best = (cand[code / 4] * 2 + (code / 2) % 2) * 2 + code % 2;
-        }
-    }
-    return best;
-}
-
-static void run_limit(const gather_in *g, int code, int threads) {
-    gather_limit(g, code / 4, (code / 2) % 2, code % 2, threads);
+    for (int k = 1; k < NC; k++)
+        if (median(v[k], ROUNDS) < median(v[best], ROUNDS)) best = k;
+    return c[best];
 }
 
 static void emit(run *r, const tbe_bench_shape *s, int op, int pool, ember_dtype dt, int dist, int threads,
-                 double ms_med, double ms_min, double lim_med, double fwd_med, double residual, int iters, int pd) {
+                 double ms_med, double ms_min, double lim_med, double fwd_med, double residual, int iters,
+                 limit_cfg lc) {
     const tbe_bench_opts *o = r->o;
     const double bytes = (double)s->B * s->T * s->L * s->D * (double)(dt == EMBER_DTYPE_F32 ? 4 : 2);
     const double gbps = bytes / (ms_med * 1e-3) / 1e9, lgbps = bytes / (lim_med * 1e-3) / 1e9;
@@ -560,10 +560,10 @@ static void emit(run *r, const tbe_bench_shape *s, int op, int pool, ember_dtype
                 "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
                 "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,\"ms_med\":%.4f,"
                 "\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,\"iters\":%d,"
-                "\"limit_ms\":%.4f,\"limit_prefetch\":\"%d%s\"",
+                "\"limit_ms\":%.4f,\"limit_loop\":\"prefetch %d %s, sums in %s\"",
                 OP_NAMES[op], pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn,
-                threads, ms_med, ms_min, gbps, lgbps, lim_med / ms_med, residual, iters, lim_med, pd / 4,
-                (pd / 2) % 2 ? (pd % 2 ? "L2,regs" : "L2,mem") : (pd % 2 ? "L1,regs" : "L1,mem"));
+                threads, ms_med, ms_min, gbps, lgbps, lim_med / ms_med, residual, iters, lim_med, lc.pd,
+                lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
         if (fwd_med > 0) fprintf(o->out, ",\"fwd_ms\":%.4f", fwd_med);
         fprintf(o->out, "}\n");
     } else {
@@ -590,8 +590,8 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
     ember_kjt kjt = {s->T, s->B, NULL, in->offsets, in->values[dist], NULL, nnz};
     gather_in g = {s, dt, {0}, ebc->tables[0].row_bytes, in->values[dist], in->lim_out};
     for (int32_t t = 0; t < s->T; t++) g.base[t] = ebc->slab + ebc->tables[t].weight_offset;
-    int *pd = &r->pd[si][dt][dist][ti];
-    if (*pd == 0) *pd = o->calibrate ? calibrate(&g, threads) : (16 * 2 + 1) * 2 + 1; // 16 ids, L2, registers
+    limit_cfg *lc = &r->limit[si][dt][dist][ti];
+    if (lc->pd == 0) *lc = o->calibrate ? calibrate(&g, threads) : (limit_cfg){16, 1, 1};
 
     // First iteration: the residual against the naive reference.
     double residual = 0;
@@ -628,7 +628,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
             ember_status st = EMBER_OK;
             const double t0 = now_ms();
             if (ph == 0) {
-                run_limit(&g, *pd, threads);
+                gather_limit(&g, *lc, threads);
             } else if (ph == 2) {
                 st = ember_ebc_forward(ebc, &kjt, in->out);
             } else {
@@ -646,7 +646,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
     }
     const double mn = vmin(ms + n, n), med = median(ms + n, n), lmed = median(ms, n);
     const double fmed = nph == 3 ? median(ms + 2 * n, n) : 0;
-    emit(r, s, op, pool, dt, dist, threads, med, mn, lmed, fmed, residual, n, *pd);
+    emit(r, s, op, pool, dt, dist, threads, med, mn, lmed, fmed, residual, n, *lc);
     record(r, (result){si, op, pool, dist, threads, dt, med, lmed, fmed});
     free(ms);
 }
