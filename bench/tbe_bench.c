@@ -326,6 +326,7 @@ typedef struct result {
     ember_dtype dtype;
     double ms_med, limit_med;
     double fwd_med; // train_*: the forward timed in the same iterations (0 otherwise)
+    double one_med; // threads > 1: the same operation on 1 thread, timed in the same iterations
 } result;
 
 typedef struct run {
@@ -548,38 +549,40 @@ static limit_cfg calibrate(const gather_in *g, int threads) {
     return c[best];
 }
 
-static void emit(run *r, const tbe_bench_shape *s, int op, int pool, ember_dtype dt, int dist, int threads,
-                 double ms_med, double ms_min, double lim_med, double fwd_med, double residual, int iters,
+static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_min, double residual, int iters,
                  limit_cfg lc) {
     const tbe_bench_opts *o = r->o;
-    const double bytes = (double)s->B * s->T * s->L * s->D * (double)(dt == EMBER_DTYPE_F32 ? 4 : 2);
-    const double gbps = bytes / (ms_med * 1e-3) / 1e9, lgbps = bytes / (lim_med * 1e-3) / 1e9;
-    const char *pn = pool ? "mean" : "sum", *dn = dist ? "zipf" : "uniform";
+    const double bytes = (double)s->B * s->T * s->L * s->D * (double)(x->dtype == EMBER_DTYPE_F32 ? 4 : 2);
+    const double gbps = bytes / (x->ms_med * 1e-3) / 1e9, lgbps = bytes / (x->limit_med * 1e-3) / 1e9;
+    const char *pn = x->pool ? "mean" : "sum", *dn = x->dist ? "zipf" : "uniform";
     if (o->json) {
         fprintf(o->out,
                 "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
                 "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,\"ms_med\":%.4f,"
                 "\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,\"iters\":%d,"
                 "\"limit_ms\":%.4f,\"limit_loop\":\"prefetch %d %s, sums in %s\"",
-                OP_NAMES[op], pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn,
-                threads, ms_med, ms_min, gbps, lgbps, lim_med / ms_med, residual, iters, lim_med, lc.pd,
-                lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
-        if (fwd_med > 0) fprintf(o->out, ",\"fwd_ms\":%.4f", fwd_med);
+                OP_NAMES[x->op], pn, DTYPE_NAMES[x->dtype], (int)s->T, (long long)s->E, (int)s->D, (int)s->B,
+                (int)s->L, dn, x->threads, x->ms_med, ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual, iters,
+                x->limit_med, lc.pd, lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
+        if (x->fwd_med > 0) fprintf(o->out, ",\"fwd_ms\":%.4f", x->fwd_med);
+        if (x->one_med > 0) fprintf(o->out, ",\"ms_1t\":%.4f", x->one_med);
         fprintf(o->out, "}\n");
     } else {
-        fprintf(o->out, "%-22s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt %9.3f %9.3f %7.2f %7.2f %6.3f %9.2e", OP_NAMES[op],
-                pn, DTYPE_NAMES[dt], dn, (int)s->T, (long long)s->E, threads, ms_med, ms_min, gbps, lgbps,
-                lim_med / ms_med, residual);
-        if (fwd_med > 0) fprintf(o->out, "  fwd %.3f", fwd_med);
+        fprintf(o->out, "%-22s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt %9.3f %9.3f %7.2f %7.2f %6.3f %9.2e",
+                OP_NAMES[x->op], pn, DTYPE_NAMES[x->dtype], dn, (int)s->T, (long long)s->E, x->threads, x->ms_med,
+                ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual);
+        if (x->fwd_med > 0) fprintf(o->out, "  fwd %.3f", x->fwd_med);
+        if (x->one_med > 0) fprintf(o->out, "  1t %.3f", x->one_med);
         fprintf(o->out, "\n");
     }
     fflush(o->out);
 }
 
 // Runs op `op` on a collection built for it: warm-up (the first iteration checks the residual),
-// then timed iterations that each run, in rotating order, the limit loop, the operation and, for
-// train_* ops, a forward on the same batch: every ratio this line reports (to the limit, and
-// train/fwd in the targets) compares phases timed side by side under the same machine load.
+// then timed iterations that each run, in rotating order, the limit loop, the operation, for
+// train_* ops a forward on the same batch, and for a multi-thread case the operation on 1
+// thread: every ratio this line reports (to the limit; train/fwd and n-thread/1-thread in the
+// targets) compares phases timed side by side under the same machine load.
 static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op, int pool, ember_dtype dt, int dist,
                      int ti) {
     const tbe_bench_opts *o = r->o;
@@ -617,37 +620,44 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
         residual = fmax(residual, rs);
     }
 
-    // Phases: 0 the limit, 1 the operation, 2 a forward beside a train_* op.
-    const int n = o->iters, nph = op >= 1 && op <= 3 ? 3 : 2;
-    double *ms = malloc(sizeof(double) * (size_t)n * 3);
+    // Phases timed in every iteration, in rotating order: the limit, the operation, a forward
+    // beside a train_* op, and the operation on 1 thread beside a multi-thread case.
+    enum { PH_LIMIT, PH_OP, PH_FWD, PH_OP1, NPH };
+    int active[NPH], na = 0;
+    active[na++] = PH_LIMIT;
+    active[na++] = PH_OP;
+    if (op >= 1 && op <= 3) active[na++] = PH_FWD;
+    if (threads > 1) active[na++] = PH_OP1;
+    const int n = o->iters;
+    double *ms = calloc((size_t)n * NPH, sizeof(double));
     if (!ms) return fail(r, "out of memory");
     for (int it = 0; it < o->warmup + n; it++) {
-        double t_ph[3] = {0, 0, 0};
-        for (int q = 0; q < nph; q++) {
-            const int ph = (it + q) % nph;
+        for (int q = 0; q < na; q++) {
+            const int ph = active[(it + q) % na];
             ember_status st = EMBER_OK;
+            if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, 1);
             const double t0 = now_ms();
-            if (ph == 0) {
+            if (ph == PH_LIMIT) {
                 gather_limit(&g, *lc, threads);
-            } else if (ph == 2) {
+            } else if (ph == PH_FWD) {
                 st = ember_ebc_forward(ebc, &kjt, in->out);
             } else {
                 if (op_has_fwd(op)) st = ember_ebc_forward(ebc, &kjt, in->out);
                 if (st == EMBER_OK && op_is_train(op)) st = ember_ebc_backward(ebc, &kjt, in->grad, NULL);
             }
-            t_ph[ph] = now_ms() - t0;
+            const double t = now_ms() - t0;
+            if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, threads);
             if (st != EMBER_OK) {
                 free(ms);
                 return fail(r, OP_NAMES[op]);
             }
+            if (it >= o->warmup) ms[ph * n + it - o->warmup] = t;
         }
-        if (it >= o->warmup)
-            for (int ph = 0; ph < 3; ph++) ms[ph * n + it - o->warmup] = t_ph[ph];
     }
-    const double mn = vmin(ms + n, n), med = median(ms + n, n), lmed = median(ms, n);
-    const double fmed = nph == 3 ? median(ms + 2 * n, n) : 0;
-    emit(r, s, op, pool, dt, dist, threads, med, mn, lmed, fmed, residual, n, *lc);
-    record(r, (result){si, op, pool, dist, threads, dt, med, lmed, fmed});
+    result x = {si, op, pool, dist, threads, dt, median(ms + PH_OP * n, n), median(ms + PH_LIMIT * n, n),
+                op >= 1 && op <= 3 ? median(ms + PH_FWD * n, n) : 0, threads > 1 ? median(ms + PH_OP1 * n, n) : 0};
+    emit(r, s, &x, vmin(ms + PH_OP * n, n), residual, n, *lc);
+    record(r, x);
     free(ms);
 }
 
@@ -810,13 +820,10 @@ static void targets(const run *r) {
         if ((x->op == 1 || x->op == 2) && x->fwd_med > 0)
             target_line(r, x, x->op == 1 ? "train_sgd/fwd" : "train_rowwise_adagrad/fwd", x->ms_med / x->fwd_med,
                         "<=", x->op == 1 ? 2.5 : 3.0);
-        if (x->threads == 2 && x->op <= 3) {
-            const result *one = find(r, x->shape, x->op, x->pool, x->dtype, x->dist, 1);
-            if (one) {
-                char nm[48];
-                snprintf(nm, sizeof nm, "%s 2t/1t", OP_NAMES[x->op]);
-                target_line(r, x, nm, one->ms_med / x->ms_med, ">=", 1.6);
-            }
+        if (x->threads == 2 && x->op <= 3 && x->one_med > 0) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "%s 2t/1t", OP_NAMES[x->op]);
+            target_line(r, x, nm, x->one_med / x->ms_med, ">=", 1.6);
         }
         if (x->op == 0 && x->dtype == EMBER_DTYPE_BF16) {
             const result *f = find(r, x->shape, 0, x->pool, EMBER_DTYPE_F32, x->dist, x->threads);
