@@ -412,7 +412,9 @@ typedef struct train_check {
     int64_t step;        // the step number of the update being checked (1-based)
 } train_check;
 
-static size_t tc_idx(const train_check *c, int32_t t, int k) { return ((size_t)t * SAMPLE_ROWS + (size_t)k) * (size_t)c->D; }
+static size_t tc_idx(const train_check *c, int32_t t, int k) {
+    return ((size_t)t * SAMPLE_ROWS + (size_t)k) * (size_t)c->D;
+}
 
 // Snapshots the sample rows' weights and state before a backward.
 static int train_check_begin(train_check *c, ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values) {
@@ -549,28 +551,39 @@ static limit_cfg calibrate(const gather_in *g, int threads) {
     return c[best];
 }
 
+// The fields that name a case: the start of a JSON line (STYLE.md's benchmark fields, up to
+// "threads", without the closing brace) or of a table row.
+static void case_key(const tbe_bench_opts *o, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt,
+                     int dist, int threads) {
+    const char *pn = pool ? "mean" : "sum", *dn = dist ? "zipf" : "uniform";
+    if (o->json)
+        fprintf(o->out,
+                "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
+                "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d",
+                op, pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn, threads);
+    else
+        fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt", op, pn, DTYPE_NAMES[dt], dn, (int)s->T,
+                (long long)s->E, threads);
+}
+
 static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_min, double residual, int iters,
                  limit_cfg lc) {
     const tbe_bench_opts *o = r->o;
     const double bytes = (double)s->B * s->T * s->L * s->D * (double)(x->dtype == EMBER_DTYPE_F32 ? 4 : 2);
     const double gbps = bytes / (x->ms_med * 1e-3) / 1e9, lgbps = bytes / (x->limit_med * 1e-3) / 1e9;
-    const char *pn = x->pool ? "mean" : "sum", *dn = x->dist ? "zipf" : "uniform";
+    case_key(o, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
     if (o->json) {
         fprintf(o->out,
-                "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
-                "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,\"ms_med\":%.4f,"
-                "\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,\"iters\":%d,"
-                "\"limit_ms\":%.4f,\"limit_loop\":\"prefetch %d %s, sums in %s\"",
-                OP_NAMES[x->op], pn, DTYPE_NAMES[x->dtype], (int)s->T, (long long)s->E, (int)s->D, (int)s->B,
-                (int)s->L, dn, x->threads, x->ms_med, ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual, iters,
-                x->limit_med, lc.pd, lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
+                ",\"ms_med\":%.4f,\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,"
+                "\"iters\":%d,\"limit_ms\":%.4f,\"limit_loop\":\"prefetch %d %s, sums in %s\"",
+                x->ms_med, ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual, iters, x->limit_med, lc.pd,
+                lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
         if (x->fwd_med > 0) fprintf(o->out, ",\"fwd_ms\":%.4f", x->fwd_med);
         if (x->one_med > 0) fprintf(o->out, ",\"ms_1t\":%.4f", x->one_med);
         fprintf(o->out, "}\n");
     } else {
-        fprintf(o->out, "%-22s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt %9.3f %9.3f %7.2f %7.2f %6.3f %9.2e",
-                OP_NAMES[x->op], pn, DTYPE_NAMES[x->dtype], dn, (int)s->T, (long long)s->E, x->threads, x->ms_med,
-                ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual);
+        fprintf(o->out, " %9.3f %9.3f %7.2f %7.2f %6.3f %9.2e", x->ms_med, ms_min, gbps, lgbps,
+                x->limit_med / x->ms_med, residual);
         if (x->fwd_med > 0) fprintf(o->out, "  fwd %.3f", x->fwd_med);
         if (x->one_med > 0) fprintf(o->out, "  1t %.3f", x->one_med);
         fprintf(o->out, "\n");
@@ -691,17 +704,8 @@ static void emit_skipped(run *r, const tbe_bench_shape *s, unsigned ops, int poo
         for (int op = 0; op < NUM_OPS; op++) {
             if (!(ops & (1u << op))) continue;
             for (int ti = 0; ti < o->nthreads; ti++) {
-                if (o->json)
-                    fprintf(o->out,
-                            "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\","
-                            "\"T\":%d,\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,"
-                            "\"skipped\":\"%s\"}\n",
-                            OP_NAMES[op], pool ? "mean" : "sum", DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D,
-                            (int)s->B, (int)s->L, dist ? "zipf" : "uniform", o->threads[ti], why);
-                else
-                    fprintf(o->out, "%-22s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt skipped: %s\n", OP_NAMES[op],
-                            pool ? "mean" : "sum", DTYPE_NAMES[dt], dist ? "zipf" : "uniform", (int)s->T,
-                            (long long)s->E, o->threads[ti], why);
+                case_key(o, OP_NAMES[op], s, pool, dt, dist, o->threads[ti]);
+                fprintf(o->out, o->json ? ",\"skipped\":\"%s\"}\n" : " skipped: %s\n", why);
             }
         }
     }
@@ -774,9 +778,10 @@ static int make_shape(run *r, const tbe_bench_shape *s, shape_in *in) {
 static void header(const tbe_bench_opts *o) {
     if (o->json) return;
     fprintf(o->out, "# %s\n", ember_build_info());
-    fprintf(o->out, "# ratio = limit_ms / ms (same bytes): the gather limit is the fastest plain-C loop reading the same "
+    fprintf(o->out, "# ratio = limit_ms / ms (same bytes): the gather limit is the fastest plain-C loop reading "
+                    "the same "
                     "rows in the same order, timed alternately in the same iterations\n");
-    fprintf(o->out, "%-22s %-4s %-4s %-7s %-14s %3s %9s %9s %7s %7s %6s %9s\n", "op", "pool", "type", "dist", "shape",
+    fprintf(o->out, "%-26s %-4s %-4s %-7s %-14s %3s %9s %9s %7s %7s %6s %9s\n", "op", "pool", "type", "dist", "shape",
             "thr", "ms_med", "ms_min", "GB/s", "limGB/s", "ratio", "residual");
 }
 
@@ -797,20 +802,19 @@ static const result *find(const run *r, int shape, int op, int pool, ember_dtype
 static void target_line(const run *r, const result *x, const char *name, double value, const char *cmp,
                         double goal, double limit) {
     const tbe_bench_opts *o = r->o;
-    const tbe_bench_shape *s = &o->shapes[x->shape];
     const int met = strcmp(cmp, ">=") == 0 ? value >= goal : value <= goal;
     if (o->json) {
         fprintf(o->out,
                 "{\"bench\":\"tbe_target\",\"impl\":\"ember\",\"target\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\","
                 "\"T\":%d,\"E\":%lld,\"dist\":\"%s\",\"threads\":%d,\"value\":%.3f,\"goal\":\"%s %.2f\",\"met\":%s",
-                name, x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], (int)s->T, (long long)s->E,
-                x->dist ? "zipf" : "uniform", x->threads, value, cmp, goal, met ? "true" : "false");
+                name, x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], (int)o->shapes[x->shape].T,
+                (long long)o->shapes[x->shape].E, x->dist ? "zipf" : "uniform", x->threads, value, cmp, goal,
+                met ? "true" : "false");
         if (limit > 0) fprintf(o->out, ",\"limit_value\":%.3f", limit);
         fprintf(o->out, "}\n");
     } else {
-        fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt %7.3f  %s %.2f  %-7s", name,
-                x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], x->dist ? "zipf" : "uniform", (int)s->T,
-                (long long)s->E, x->threads, value, cmp, goal, met ? "met" : "NOT MET");
+        case_key(o, name, &o->shapes[x->shape], x->pool, x->dtype, x->dist, x->threads);
+        fprintf(o->out, " %7.3f  %s %.2f  %s", value, cmp, goal, met ? "met" : "NOT MET");
         if (limit > 0) fprintf(o->out, "  (limit loops: %.3f)", limit);
         fprintf(o->out, "\n");
     }
@@ -818,8 +822,9 @@ static void target_line(const run *r, const result *x, const char *name, double 
 
 static void targets(const run *r) {
     const tbe_bench_opts *o = r->o;
-    if (!o->json) fprintf(o->out, "\n# targets: %-16s %-4s %-4s %-7s %-14s %3s %7s  goal\n", "", "pool", "type", "dist",
-                          "shape", "thr", "value");
+    if (!o->json)
+        fprintf(o->out, "\n%-26s %-4s %-4s %-7s %-14s %3s %7s  goal\n", "# target", "pool", "type", "dist", "shape",
+                "thr", "value");
     for (int i = 0; i < r->nres; i++) {
         const result *x = &r->res[i];
         if (x->op == 0) target_line(r, x, "fwd/limit", x->limit_med / x->ms_med, ">=", 0.9, 0);
@@ -833,7 +838,9 @@ static void targets(const run *r) {
         }
         if (x->op == 0 && x->dtype == EMBER_DTYPE_BF16) {
             const result *f = find(r, x->shape, 0, x->pool, EMBER_DTYPE_F32, x->dist, x->threads);
-            if (f) target_line(r, x, "fwd bf16/fp32 rows/s", f->ms_med / x->ms_med, ">=", 1.7, f->limit_med / x->limit_med);
+            if (f)
+                target_line(r, x, "fwd bf16/fp32 rows/s", f->ms_med / x->ms_med, ">=", 1.7,
+                            f->limit_med / x->limit_med);
         }
     }
 }

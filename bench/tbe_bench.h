@@ -57,8 +57,8 @@ typedef struct tbe_bench_opts {
 } tbe_bench_opts;
 
 // Fills `o` from command-line arguments (argv[0] is the command name and is skipped); see
-// tbe_bench_usage. Results go to stdout and messages to stderr (change o->out/o->log after). Returns 0 to run, 1 when help was printed, -1 on a bad argument (message on
-// o->log).
+// tbe_bench_usage. Results go to stdout and messages to stderr (change o->out/o->log after).
+// Returns 0 to run, 1 when help was printed, -1 on a bad argument (message on o->log).
 int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o);
 void tbe_bench_usage(FILE *f);
 

@@ -382,7 +382,8 @@ static inline __attribute__((always_inline)) void fused_segment(const ember_ebc 
             b = _mm512_add_ps(_mm512_mul_ps(b2, b), _mm512_mul_ps(_mm512_mul_ps(nb2, g[v]), g[v]));
             _mm512_mask_storeu_ps(m1 + 16 * v, m[v], a);
             _mm512_mask_storeu_ps(m2 + 16 * v, m[v], b);
-            const __m512 r = _mm512_div_ps(_mm512_div_ps(a, c1), _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(b, c2)), eps));
+            const __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(b, c2)), eps);
+            const __m512 r = _mm512_div_ps(_mm512_div_ps(a, c1), den);
             w[v] = _mm512_sub_ps(w[v], _mm512_mul_ps(lr, r));
         }
     } else {

@@ -111,7 +111,8 @@ static inline __attribute__((always_inline)) void pool_block(const bag_run *r, i
             const unsigned char *x = base + (size_t)r->values[j] * r->rb;
             if (weighted) {
                 const __m512 w = _mm512_set1_ps(r->weights[j]);
-                for (int v = 0; v < NV; v++) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, load16(dt, x + 16 * es * v)));
+                for (int v = 0; v < NV; v++)
+                    acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, load16(dt, x + 16 * es * v)));
             } else {
                 for (int v = 0; v < NV; v++) acc[v] = _mm512_add_ps(acc[v], load16(dt, x + 16 * es * v));
             }
@@ -239,10 +240,10 @@ static void pool_range(const ember_ebc *ebc, const ember_kjt *kjt, const int64_t
         const int32_t f = (int32_t)(i / B), b = (int32_t)(i % B);
         const int64_t end = (int64_t)(f + 1) * B < i1 ? (int64_t)(f + 1) * B : i1;
         const ember__table *tb = &ebc->tables[ebc->feature_table[f]];
+        float *o = out + (size_t)b * (size_t)ebc->out_dim + (size_t)ebc->feature_col[f];
         bag_run r = {ebc->slab + tb->weight_offset, tb->row_bytes, tb->cfg.dim, tb->cfg.dtype,
                      tb->cfg.pooling == EMBER_POOL_MEAN, kjt->values, kjt->weights, off + i, end - i, off[end],
-                     ember__prefetch_ids(tb->row_bytes), out + (size_t)b * (size_t)ebc->out_dim + (size_t)ebc->feature_col[f],
-                     (size_t)ebc->out_dim};
+                     ember__prefetch_ids(tb->row_bytes), o, (size_t)ebc->out_dim};
 #ifdef __AVX512F__
         if (!resolve_ids && r.D % 16 == 0) pool_run_avx512(&r);
         else pool_run_portable(&r, tb->cfg.rows, ebc->bounds, resolve_ids);

@@ -48,8 +48,8 @@ static inline float ember__sum16(const float *lane) {
 
 // Software prefetch of a whole row into L2. On these machines (Zen 4/5 VMs) a row gather is
 // latency-bound: L1-targeted prefetches run out of L1 miss buffers at ~25 lines in flight,
-// while L2-targeted ones (locality 1, prefetcht2) keep about twice as many misses outstanding:
-// measured 9 GB/s with prefetcht0 and 12-14 GB/s with prefetcht2 for 512-byte rows.
+// while L2-targeted ones (locality 1, prefetcht2) let more misses be outstanding: measured
+// 9 GB/s with prefetcht0 and 12-14 GB/s with prefetcht2 for 512-byte rows.
 // always_inline matters: GCC's IPA pure-const pass deems a function whose only effect is
 // __builtin_prefetch "const" and deletes calls to it that were not inlined early.
 #define EMBER__PREFETCH_FN static inline __attribute__((always_inline))

@@ -719,7 +719,8 @@ static void vector_widths_match_oracle(void **state) {
                         assert_int_equal(ember_ebc_forward(ebc, &g.kjt, out), EMBER_OK);
                         oracle_forward(orc, &g.kjt, ref);
                         const double fe = rel_err_f(out, ref, n, atol, rtol);
-                        if (fe > 1) fprintf(stderr, "D=%d dtype %d weighted %d forward err %.3g\n", D, dt, weighted, fe);
+                        if (fe > 1)
+                            fprintf(stderr, "D=%d dtype %d weighted %d forward err %.3g\n", D, dt, weighted, fe);
                         assert_true(fe <= 1);
                         assert_int_equal(ember_ebc_backward(ebc, &g.kjt, go, NULL), EMBER_OK);
                         oracle_backward(orc, &g.kjt, go, NULL);
