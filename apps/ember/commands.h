@@ -10,4 +10,8 @@
 // embeddings under mpiexec. See docs/dlrm.md.
 int cmd_train(int argc, char **argv);
 
+// `ember bench tbe`: the table-batched embedding kernels against the in-run gather limit, one
+// JSON object per case with --json. See docs/performance.md.
+int cmd_bench(int argc, char **argv);
+
 #endif

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "tbe/dtype.h"
-#include "tbe/internal.h"
+#include "tbe/kernels.h"
 
 size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
 
@@ -127,7 +127,6 @@ static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t
 }
 
 // Stores an fp32 row into storage of `dt` with round-to-nearest-even.
-void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
 void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
     switch (dt) {
     case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
@@ -140,7 +139,6 @@ void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
     }
 }
 
-void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
 void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
     switch (dt) {
     case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;

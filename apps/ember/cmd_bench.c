@@ -1,0 +1,16 @@
+// `ember bench <name> [options]`: dispatch to the benchmarks in bench/.
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tbe_bench.h"
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fprintf(argc < 2 ? stderr : stdout, "usage: ember bench tbe [options]   (ember bench tbe --help)\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "tbe")) return tbe_bench_main(argc - 1, argv + 1);
+    fprintf(stderr, "ember bench: unknown benchmark '%s' (known: tbe)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs ember's TBE benchmark, then the Python peers if present, then the ratio table if present.
+#
+# Usage: bench/run_all.sh [options]      (options go to `ember bench tbe`; see --help there)
+#   e.g. bench/run_all.sh --config small --threads 1,2 --iters 15
+# Env:   EMBER_BIN        the ember binary (default build/bin/ember)
+#        EMBER_BENCH_OUT  the results folder (default build/bench-results/<date-time>)
+#
+# Writes <out>/ember.jsonl (one JSON object per line, `ember bench tbe --json`) and, when
+# bench/run_peers.sh exists, <out>/peers.jsonl (its stdout, given the same selection: the
+# options the peers share with ember -- --config small|full, --threads, --ops (the four common
+# ops), --pool(s), --dtype(s), --dist(s), --iters, --warmup, --seed, --quick). When
+# bench/ratio_table.py exists it is run as `python3 bench/ratio_table.py <out>/*.jsonl`.
+# Missing peers or table are reported on stderr and skipped. Exit status: ember's.
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+ember="${EMBER_BIN:-$root/build/bin/ember}"
+out="${EMBER_BENCH_OUT:-$root/build/bench-results/$(date +%Y%m%d-%H%M%S)}"
+
+if [ ! -x "$ember" ]; then
+  echo "run_all: $ember not found; build first: cmake --preset release && cmake --build build -j2" >&2
+  exit 2
+fi
+mkdir -p "$out" || exit 2
+
+echo "run_all: ember bench tbe --json $* > $out/ember.jsonl" >&2
+"$ember" bench tbe --json "$@" | tee "$out/ember.jsonl"
+status=${PIPESTATUS[0]}
+
+# The peers' options: drop what only ember knows, keep only the ops both sides have.
+peer_args=()
+while [ $# -gt 0 ]; do
+  opt="$1"; val=""
+  case "$opt" in
+    --*=*) val="${opt#*=}"; opt="${opt%%=*}" ;;
+  esac
+  case "$opt" in
+    --quick) peer_args+=(--quick) ;;
+    --json|--no-targets) ;;
+    --shape) [ -z "$val" ] && shift
+             echo "run_all: the peers have no --shape; they run their own configuration" >&2 ;;
+    --config|--threads|--iters|--warmup|--seed|--ops|--pool|--pools|--dtype|--dtypes|--dist|--dists)
+      if [ -z "$val" ]; then shift; val="${1:-}"; fi
+      case "$opt" in
+        --pool) opt=--pools ;; --dtype) opt=--dtypes ;; --dist) opt=--dists ;;
+      esac
+      if [ "$opt" = --config ] && [ "$val" = large ]; then
+        echo "run_all: the peers have no --config large; they run --config full" >&2; val=full
+      fi
+      if [ "$opt" = --ops ]; then
+        keep=()
+        IFS=, read -ra ops <<< "$val"
+        for o in "${ops[@]}"; do
+          case "$o" in
+            all) keep=(fwd train_sgd train_rowwise_adagrad train_adam) ;;
+            fwd|train_sgd|train_rowwise_adagrad|train_adam) keep+=("$o") ;;
+          esac
+        done
+        val="$(IFS=,; echo "${keep[*]:-}")"
+        [ -z "$val" ] && val=fwd
+      fi
+      peer_args+=("$opt" "$val") ;;
+    *) ;;
+  esac
+  shift
+done
+
+if [ -f "$here/run_peers.sh" ]; then
+  echo "run_all: bench/run_peers.sh ${peer_args[*]:-} > $out/peers.jsonl" >&2
+  bash "$here/run_peers.sh" "${peer_args[@]}" | tee "$out/peers.jsonl"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || echo "run_all: bench/run_peers.sh failed (its lines so far are kept)" >&2
+else
+  echo "run_all: bench/run_peers.sh is not here: no peer numbers" >&2
+fi
+
+if [ -f "$here/ratio_table.py" ]; then
+  python3 "$here/ratio_table.py" "$out"/*.jsonl || echo "run_all: bench/ratio_table.py failed" >&2
+else
+  echo "run_all: bench/ratio_table.py is not here: no ratio table (results in $out)" >&2
+fi
+exit "$status"

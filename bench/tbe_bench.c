@@ -1,0 +1,1069 @@
+// `ember bench tbe`: forward and fused backward + optimizer of the local table-batched
+// EmbeddingBagCollection against the in-run gather limit (see tbe_bench.h).
+#define _POSIX_C_SOURCE 200809L
+
+#include "tbe_bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ember.h"
+#include "tbe/internal.h" // the gather limit reads the collection's own slab (same rows, same pages)
+
+// ---- shapes and defaults ------------------------------------------------------------------------
+
+// FBGEMM's benchmark configuration (fbgemm_gpu/bench: --num-tables 32 --num-embeddings 1e5
+// --embedding-dim 128 --batch-size 512 --bag-size 20) and the same traffic on fewer, larger tables.
+static const tbe_bench_shape SHAPE_SMALL = {32, 100000, 128, 512, 20};
+static const tbe_bench_shape SHAPE_LARGE = {8, 1000000, 128, 512, 20};
+// --quick: tiny tables, a smoke test of every code path (the CTest "bench" label runs it).
+static const tbe_bench_shape SHAPE_QUICK = {4, 1000, 32, 16, 5};
+
+// The same hyper-parameters as the Python peers (bench/peers/common.py).
+#define BENCH_LR 0.01f
+#define BENCH_EPS 1e-8f
+#define BENCH_BETA1 0.9f
+#define BENCH_BETA2 0.999f
+#define BENCH_SEED 20240611u
+#define ZIPF_ALPHA 1.05
+#define ZIPF_SCATTER 2654435761u
+
+static const char *const OP_NAMES[] = {"fwd", "train_sgd", "train_rowwise_adagrad", "train_adam",
+                                       "step_sgd", "step_rowwise_adagrad", "step_adam"};
+enum { NUM_OPS = 7 };
+static const char *const DTYPE_NAMES[] = {"fp32", "fp16", "bf16"};
+
+static ember_optim_kind op_optim(int op) {
+    switch (op) {
+    case 2: case 5: return EMBER_OPT_ROWWISE_ADAGRAD;
+    case 3: case 6: return EMBER_OPT_ADAM;
+    default: return EMBER_OPT_SGD;
+    }
+}
+static int op_is_train(int op) { return op >= 1; }
+static int op_has_fwd(int op) { return op == 0 || op >= 4; }
+
+// ---- random numbers and ids ----------------------------------------------------------------------
+
+// SplitMix64: a counter-based stream per (seed, table, distribution), so every case of a run
+// sees the same ids whatever the selection of cases.
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static double u01(uint64_t x) { return (double)(mix64(x) >> 11) * 0x1p-53; }
+
+// Zipf ids, the recipe of the Python peers (bench/peers/common.py), so that ember and the peers
+// see the same distribution (not the same stream of numbers):
+//   rank r in [0, E) has probability (r+1)^-alpha / H, alpha = 1.05, H = sum_{k=1..E} k^-alpha;
+//   draw u uniform in [0, 1) and take the smallest r with cdf[r] > u (cdf in double, cdf[E-1] = 1);
+//   scatter the rank over the table with the bijection id = r * 2654435761 mod E (the multiplier
+//   is odd and ends in 1, coprime with E = 2^a 5^b such as 1e5 and 1e6), so hot rows are spread
+//   over the table like hashed feature ids instead of packed at its start.
+// With E = 1e5, 10.7% of the ids hit rank 0 and a batch of 10240 ids per table touches about
+// 3700 distinct rows (E = 1e6: 9.5%, about 4500): the case where reading each distinct row once
+// per batch pays.
+static double *zipf_cdf(int64_t E) {
+    double *cdf = malloc(sizeof(double) * (size_t)E);
+    if (!cdf) return NULL;
+    double s = 0;
+    for (int64_t r = 0; r < E; r++) cdf[r] = (s += pow((double)(r + 1), -ZIPF_ALPHA));
+    for (int64_t r = 0; r < E; r++) cdf[r] /= s;
+    cdf[E - 1] = 1.0;
+    return cdf;
+}
+
+static int64_t zipf_draw(const double *cdf, int64_t E, double u) {
+    int64_t lo = 0, hi = E - 1; // smallest r with cdf[r] > u
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cdf[mid] > u) hi = mid;
+        else lo = mid + 1;
+    }
+    return (int64_t)((uint64_t)lo * ZIPF_SCATTER % (uint64_t)E);
+}
+
+// values[T*B*L], feature-major (feature t = table t); bag (t, b) is values[(t*B + b)*L ...+L).
+static void make_ids(const tbe_bench_shape *s, int zipf, const double *cdf, uint64_t seed, int64_t *values) {
+    const int64_t n = (int64_t)s->B * s->L;
+    for (int32_t t = 0; t < s->T; t++) {
+        uint64_t k = mix64(seed ^ mix64(((uint64_t)t << 8) | (uint64_t)zipf));
+        int64_t *v = values + (int64_t)t * n;
+        for (int64_t i = 0; i < n; i++) {
+            double u = u01(k + (uint64_t)i);
+            v[i] = zipf ? zipf_draw(cdf, s->E, u) : (int64_t)(u * (double)s->E);
+        }
+    }
+}
+
+// dL/dy [B, T*D] standard normal (Box-Muller), the same for every case of a shape.
+static void make_grad(size_t n, uint64_t seed, float *g) {
+    uint64_t k = mix64(seed ^ 1000003u);
+    for (size_t i = 0; i < n; i++) {
+        double a = 1.0 - u01(k + 2 * i), b = u01(k + 2 * i + 1);
+        g[i] = (float)(sqrt(-2.0 * log(a)) * cos(6.283185307179586 * b));
+    }
+}
+
+// ---- the gather limit ------------------------------------------------------------------------------
+
+// What the limit loop reads: the collection's own rows (the same slab and pages as the kernel).
+typedef struct gather_in {
+    const tbe_bench_shape *s;
+    ember_dtype dtype;
+    const unsigned char *base[64]; // table t's first row
+    size_t row_bytes;
+    const int64_t *values;
+    float *out; // [B, T*D]
+} gather_in;
+
+// Prefetch of a whole row: into L1 (hint 0, locality 3) or L2 (hint 1, locality 1). Inlined
+// always: GCC deletes calls to a function whose only effect is a prefetch.
+static inline __attribute__((always_inline)) void prefetch_lines(const unsigned char *p, size_t bytes, int hint) {
+    if (hint) {
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 1);
+    } else {
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+    }
+}
+
+// How the limit loop sums: into the output row in memory (the loop anyone writes first), or in
+// registers (16-float GNU C vectors, 128 columns at a time, D % 16 == 0). Registers measured
+// ~20% faster on these machines: fewer micro-ops per row keep more rows' misses in flight.
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+// fp16 bits -> fp32 for finite values with integer ops that vectorise (GCC 12 converts
+// _Float16 through a libgcc call per element on CPUs without AVX512-FP16): the magnitude bits
+// shifted into fp32 position and scaled by 2^112 re-bias the exponent, exactly, subnormals
+// included; then the sign. (Inf/NaN are not needed by a loop that only reads.)
+static inline float f16_bits_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)(h & 0x7fffu) << 13;
+    float f;
+    memcpy(&f, &u, 4);
+    f *= 0x1p112f;
+    memcpy(&u, &f, 4);
+    u |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline __attribute__((always_inline)) v16f load_v16(ember_dtype dt, const unsigned char *p) {
+    v16f f;
+    if (dt == EMBER_DTYPE_F32) {
+        memcpy(&f, p, sizeof f);
+        return f;
+    }
+    v16h h;
+    memcpy(&h, p, sizeof h);
+    v16u u = __builtin_convertvector(h, v16u);
+    if (dt == EMBER_DTYPE_BF16) {
+        u <<= 16;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    v16u mag = (u & 0x7fffu) << 13, sign = (u & 0x8000u) << 16;
+    memcpy(&f, &mag, sizeof f);
+    f *= 0x1p112f;
+    memcpy(&mag, &f, sizeof f);
+    mag |= sign;
+    memcpy(&f, &mag, sizeof f);
+    return f;
+}
+
+// One bag, columns [c0, c0 + 16*nv), accumulated in nv vector registers.
+static inline __attribute__((always_inline)) void bag_vec(const unsigned char *base, size_t rb, ember_dtype dt,
+                                                          const int64_t *restrict values, int64_t j0, int64_t j1,
+                                                          int64_t jend, int pd, int hint, int32_t c0, int nv,
+                                                          float *acc) {
+    const size_t es = dt == EMBER_DTYPE_F32 ? 4 : 2;
+    v16f a[8] = {{0}};
+    for (int64_t j = j0; j < j1; j++) {
+        if (c0 == 0 && j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
+        const unsigned char *x = base + (size_t)values[j] * rb + (size_t)c0 * es;
+        for (int v = 0; v < nv; v++) a[v] += load_v16(dt, x + 16 * es * (size_t)v);
+    }
+    for (int v = 0; v < nv; v++) memcpy(acc + c0 + 16 * v, &a[v], sizeof a[v]);
+}
+
+// bf16, columns [c0, c0 + 32*nw): each 32-bit word holds two columns, so `w << 16` is the even
+// column's fp32 and `w & 0xffff0000` the odd one's: one load, a shift, an and and two adds per
+// 32 columns. Even and odd sums are interleaved back once per bag.
+static inline __attribute__((always_inline)) void bag_bf16_pairs(const unsigned char *base, size_t rb,
+                                                                 const int64_t *restrict values, int64_t j0,
+                                                                 int64_t j1, int64_t jend, int pd, int hint,
+                                                                 int32_t c0, int nw, float *acc) {
+    v16f ev[4] = {{0}}, od[4] = {{0}};
+    for (int64_t j = j0; j < j1; j++) {
+        if (c0 == 0 && j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
+        const unsigned char *x = base + (size_t)values[j] * rb + (size_t)c0 * 2;
+        for (int v = 0; v < nw; v++) {
+            v16u w, lo, hi;
+            memcpy(&w, x + 64 * (size_t)v, sizeof w);
+            lo = w << 16;
+            hi = w & 0xffff0000u;
+            v16f fl, fh;
+            memcpy(&fl, &lo, sizeof fl);
+            memcpy(&fh, &hi, sizeof fh);
+            ev[v] += fl;
+            od[v] += fh;
+        }
+    }
+    for (int v = 0; v < nw; v++)
+        for (int k = 0; k < 16; k++) {
+            acc[c0 + 32 * v + 2 * k] = ev[v][k];
+            acc[c0 + 32 * v + 2 * k + 1] = od[v][k];
+        }
+}
+
+// A variant of the limit loop: prefetch distance in ids (0: not calibrated yet), prefetch into
+// L1 (hint 0) or L2 (hint 1), sums in memory (regs 0) or in registers (regs 1).
+typedef struct limit_cfg {
+    int pd, hint, regs;
+} limit_cfg;
+
+// The fastest plain-C loop we know for "read these rows in this order and sum them per bag":
+// bags split over the threads like the kernel; the row `pd` ids ahead (across bag
+// boundaries within a table) is prefetched, into L1 or L2; sums in memory or in registers.
+// Distance, hint and summation are calibrated per case (calibrate()). It does no bounds
+// handling, weights or pooling mode: a floor, not a competitor.
+static void gather_limit(const gather_in *g, limit_cfg lc, int threads) {
+    const int pd = lc.pd, hint = lc.hint;
+    const tbe_bench_shape *s = g->s;
+    const int32_t B = s->B, L = s->L, D = s->D, T = s->T;
+    const int64_t nbags = (int64_t)T * B, per_table = (int64_t)B * L;
+    const size_t rb = g->row_bytes;
+    const int64_t *restrict values = g->values;
+    const int regs = lc.regs && D % 16 == 0;
+    // Contiguous chunks handed out dynamically, 8 per thread, as the kernels do (a static split
+    // waits for a thread that the shared machine has descheduled).
+    const int64_t chunk = nbags / (threads * 8) > 0 ? nbags / (threads * 8) : 1;
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(threads)
+    for (int64_t i = 0; i < nbags; i++) {
+        const int32_t t = (int32_t)(i / B), b = (int32_t)(i % B);
+        const unsigned char *base = g->base[t];
+        const int64_t j0 = i * L, jend = (int64_t)(t + 1) * per_table;
+        float *restrict acc = g->out + (size_t)b * (size_t)T * (size_t)D + (size_t)t * (size_t)D;
+        if (regs) {
+            // Full 128-column blocks with a constant vector count (so the accumulators stay in
+            // registers), then the rest.
+            for (int32_t c0 = 0; c0 < D; c0 += 128) {
+                const int nv = D - c0 >= 128 ? 8 : (D - c0) / 16;
+#define LIMIT_BAG(DT)                                                                                 \
+    if (nv == 8) bag_vec(base, rb, DT, values, j0, j0 + L, jend, pd, hint, c0, 8, acc);              \
+    else bag_vec(base, rb, DT, values, j0, j0 + L, jend, pd, hint, c0, nv, acc);
+                if (g->dtype == EMBER_DTYPE_BF16 && (D - c0) % 32 == 0) {
+                    if (nv == 8) bag_bf16_pairs(base, rb, values, j0, j0 + L, jend, pd, hint, c0, 4, acc);
+                    else bag_bf16_pairs(base, rb, values, j0, j0 + L, jend, pd, hint, c0, nv / 2, acc);
+                    continue;
+                }
+                switch (g->dtype) {
+                case EMBER_DTYPE_F32: LIMIT_BAG(EMBER_DTYPE_F32) break;
+                case EMBER_DTYPE_BF16: LIMIT_BAG(EMBER_DTYPE_BF16) break;
+                case EMBER_DTYPE_F16: LIMIT_BAG(EMBER_DTYPE_F16) break;
+                }
+#undef LIMIT_BAG
+            }
+            continue;
+        }
+        for (int32_t d = 0; d < D; d++) acc[d] = 0.0f;
+        for (int64_t j = j0; j < j0 + L; j++) {
+            if (j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
+            const void *row = base + (size_t)values[j] * rb;
+            if (g->dtype == EMBER_DTYPE_F32) {
+                const float *restrict x = row;
+                for (int32_t d = 0; d < D; d++) acc[d] += x[d];
+            } else if (g->dtype == EMBER_DTYPE_BF16) {
+                const uint16_t *restrict x = row;
+                for (int32_t d = 0; d < D; d++) {
+                    uint32_t u = (uint32_t)x[d] << 16;
+                    float f;
+                    memcpy(&f, &u, 4);
+                    acc[d] += f;
+                }
+            } else {
+                const uint16_t *restrict x = row;
+                for (int32_t d = 0; d < D; d++) acc[d] += f16_bits_to_f32(x[d]);
+            }
+        }
+    }
+}
+
+// ---- timing -----------------------------------------------------------------------------------------
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double vmin(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+// ---- one run's state ----------------------------------------------------------------------------------
+
+// A result kept for the derived target ratios.
+typedef struct result {
+    int shape, op, pool, dist, threads;
+    ember_dtype dtype;
+    double ms_med, limit_med;
+    double fwd_med; // train_*: the forward timed in the same iterations (0 otherwise)
+    double one_med; // threads > 1: the same operation on 1 thread, timed in the same iterations
+} result;
+
+typedef struct run {
+    const tbe_bench_opts *o;
+    ember_ctx *ctx;
+    result *res;
+    int nres, capres;
+    int worst; // 0 ok, 1 residual over tolerance, 2 failure
+    // The limit loop's variant per (shape, dtype, dist, threads index).
+    limit_cfg limit[TBE_BENCH_MAX_SHAPES][3][2][TBE_BENCH_MAX_THREADS];
+} run;
+
+// Shape-level inputs shared by the cases of one shape.
+typedef struct shape_in {
+    const tbe_bench_shape *s;
+    int64_t *values[2];  // uniform, zipf: [T*B*L]
+    int64_t *offsets;    // [T*B+1]
+    float *grad;         // [B, T*D]
+    float *out;          // [B, T*D] ember's output
+    float *lim_out;      // [B, T*D] the limit's output
+} shape_in;
+
+static void record(run *r, result x) {
+    if (r->nres == r->capres) {
+        int cap = r->capres ? 2 * r->capres : 64;
+        result *p = realloc(r->res, sizeof(result) * (size_t)cap);
+        if (!p) return;
+        r->res = p;
+        r->capres = cap;
+    }
+    r->res[r->nres++] = x;
+}
+
+static void fail(run *r, const char *what) {
+    fprintf(r->o->log, "ember bench tbe: %s: %s\n", what, r->ctx ? ember_ctx_errmsg(r->ctx) : "");
+    r->worst = 2;
+}
+
+// ---- naive references (double accumulation on a sample) ------------------------------------------------
+
+// Reads row `id` of table t as fp32 through the public state dict.
+static void read_row(ember_ebc *ebc, int32_t t, const char *tensor, int64_t id, float *dst) {
+    (void)ember_ebc_read(ebc, t, tensor, id, id + 1, EMBER_DTYPE_F32, dst);
+}
+
+// Error of one value against its reference: absolute below 1, relative above.
+static double err(double got, double want) { return fabs(got - want) / fmax(1.0, fabs(want)); }
+
+// max err(out, ref) over the first `nb` bags of every table, ref = sum of the stored rows in
+// double, divided by L for MEAN (the id count, as FBGEMM and ember do).
+static double fwd_residual(ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values, int mean,
+                           const float *out) {
+    const int32_t D = s->D, nb = s->B < 8 ? s->B : 8;
+    float *row = malloc(sizeof(float) * (size_t)D);
+    double *ref = malloc(sizeof(double) * (size_t)D);
+    double worst = 0;
+    for (int32_t t = 0; t < s->T && row && ref; t++) {
+        for (int32_t b = 0; b < nb; b++) {
+            for (int32_t d = 0; d < D; d++) ref[d] = 0;
+            const int64_t *ids = values + ((int64_t)t * s->B + b) * s->L;
+            for (int32_t l = 0; l < s->L; l++) {
+                read_row(ebc, t, "weight", ids[l], row);
+                for (int32_t d = 0; d < D; d++) ref[d] += row[d];
+            }
+            for (int32_t d = 0; d < D; d++) {
+                double want = mean ? ref[d] / s->L : ref[d];
+                double got = out[(size_t)b * (size_t)s->T * (size_t)D + (size_t)t * (size_t)D + (size_t)d];
+                worst = fmax(worst, err(got, want));
+            }
+        }
+    }
+    free(row);
+    free(ref);
+    return worst;
+}
+
+// A sample of rows to check one training step on: the distinct ids of table t's first bags.
+#define SAMPLE_ROWS 8
+typedef struct train_check {
+    int32_t T, D, n[64];
+    int64_t row[64][SAMPLE_ROWS];
+    double *w, *m1, *m2; // [T][SAMPLE_ROWS][D] (m1 row-wise: [..][0])
+    int64_t step;        // the step number of the update being checked (1-based)
+} train_check;
+
+static size_t tc_idx(const train_check *c, int32_t t, int k) {
+    return ((size_t)t * SAMPLE_ROWS + (size_t)k) * (size_t)c->D;
+}
+
+// Snapshots the sample rows' weights and state before a backward.
+static int train_check_begin(train_check *c, ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values) {
+    memset(c, 0, sizeof *c);
+    c->T = s->T;
+    c->D = s->D;
+    size_t n = (size_t)s->T * SAMPLE_ROWS * (size_t)s->D;
+    c->w = calloc(n, sizeof(double));
+    c->m1 = calloc(n, sizeof(double));
+    c->m2 = calloc(n, sizeof(double));
+    float *row = malloc(sizeof(float) * (size_t)s->D);
+    if (!c->w || !c->m1 || !c->m2 || !row) {
+        free(row);
+        return -1;
+    }
+    const ember_optim_kind k = ember_ebc_table(ebc, 0)->optim.kind;
+    c->step = ember_ebc_step(ebc, 0) + 1;
+    for (int32_t t = 0; t < s->T; t++) {
+        const int64_t *ids = values + (int64_t)t * s->B * s->L;
+        for (int64_t j = 0; j < (int64_t)s->B * s->L && c->n[t] < SAMPLE_ROWS; j++) {
+            int dup = 0;
+            for (int q = 0; q < c->n[t]; q++) dup |= c->row[t][q] == ids[j];
+            if (!dup) c->row[t][c->n[t]++] = ids[j];
+        }
+        for (int q = 0; q < c->n[t]; q++) {
+            const size_t o = tc_idx(c, t, q);
+            read_row(ebc, t, "weight", c->row[t][q], row);
+            for (int32_t d = 0; d < s->D; d++) c->w[o + (size_t)d] = row[d];
+            if (k == EMBER_OPT_ROWWISE_ADAGRAD) {
+                read_row(ebc, t, "momentum1", c->row[t][q], row);
+                c->m1[o] = row[0];
+            } else if (k == EMBER_OPT_ADAM) {
+                read_row(ebc, t, "momentum1", c->row[t][q], row);
+                for (int32_t d = 0; d < s->D; d++) c->m1[o + (size_t)d] = row[d];
+                read_row(ebc, t, "momentum2", c->row[t][q], row);
+                for (int32_t d = 0; d < s->D; d++) c->m2[o + (size_t)d] = row[d];
+            }
+        }
+    }
+    free(row);
+    return 0;
+}
+
+// After the backward: the exact step in double (coalesced gradient of each sample row = sum over
+// every position holding it of c_bag * dL/dy, then ember's documented update) against the stored
+// rows. Returns the largest err(stored, ref) over the sample's weights and state.
+static double train_check_end(train_check *c, ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values,
+                              const float *grad, int mean) {
+    const int32_t D = s->D;
+    const ember_optim_kind k = ember_ebc_table(ebc, 0)->optim.kind;
+    const double lr = BENCH_LR, eps = BENCH_EPS, b1 = BENCH_BETA1, b2 = BENCH_BETA2;
+    const double c1 = 1 - pow(b1, (double)c->step), c2 = 1 - pow(b2, (double)c->step);
+    double *g = malloc(sizeof(double) * (size_t)D);
+    float *row = malloc(sizeof(float) * (size_t)D);
+    double worst = 0;
+    for (int32_t t = 0; t < s->T && g && row; t++) {
+        const int64_t *ids = values + (int64_t)t * s->B * s->L;
+        for (int q = 0; q < c->n[t]; q++) {
+            for (int32_t d = 0; d < D; d++) g[d] = 0;
+            for (int64_t j = 0; j < (int64_t)s->B * s->L; j++) {
+                if (ids[j] != c->row[t][q]) continue;
+                const float *go = grad + (size_t)(j / s->L) * (size_t)s->T * (size_t)D + (size_t)t * (size_t)D;
+                for (int32_t d = 0; d < D; d++) g[d] += (mean ? 1.0 / s->L : 1.0) * go[d];
+            }
+            const size_t o = tc_idx(c, t, q);
+            double *w = c->w + o, *m1 = c->m1 + o, *m2 = c->m2 + o;
+            if (k == EMBER_OPT_SGD) {
+                for (int32_t d = 0; d < D; d++) w[d] -= lr * g[d];
+            } else if (k == EMBER_OPT_ROWWISE_ADAGRAD) {
+                double ss = 0;
+                for (int32_t d = 0; d < D; d++) ss += g[d] * g[d];
+                m1[0] += ss / D;
+                for (int32_t d = 0; d < D; d++) w[d] -= lr * g[d] / (sqrt(m1[0]) + eps);
+            } else {
+                for (int32_t d = 0; d < D; d++) {
+                    m1[d] = b1 * m1[d] + (1 - b1) * g[d];
+                    m2[d] = b2 * m2[d] + (1 - b2) * g[d] * g[d];
+                    w[d] -= lr * (m1[d] / c1) / (sqrt(m2[d] / c2) + eps);
+                }
+            }
+            read_row(ebc, t, "weight", c->row[t][q], row);
+            for (int32_t d = 0; d < D; d++) worst = fmax(worst, err(row[d], w[d]));
+            if (k == EMBER_OPT_ROWWISE_ADAGRAD) {
+                read_row(ebc, t, "momentum1", c->row[t][q], row);
+                worst = fmax(worst, err(row[0], m1[0]));
+            } else if (k == EMBER_OPT_ADAM) {
+                read_row(ebc, t, "momentum1", c->row[t][q], row);
+                for (int32_t d = 0; d < D; d++) worst = fmax(worst, err(row[d], m1[d]));
+                read_row(ebc, t, "momentum2", c->row[t][q], row);
+                for (int32_t d = 0; d < D; d++) worst = fmax(worst, err(row[d], m2[d]));
+            }
+        }
+    }
+    free(g);
+    free(row);
+    free(c->w);
+    free(c->m1);
+    free(c->m2);
+    return worst;
+}
+
+// Tolerance of a residual (see err()): fp32 accumulation against double (a forward sums L
+// values; a hot Zipf row's gradient sums hundreds), plus, for an update stored in 16 bits, half a
+// unit in the last place (2^-9 relative for bf16, 2^-12 for fp16).
+static double tolerance(ember_dtype dt, int train) {
+    if (!train) return 1e-5;
+    return dt == EMBER_DTYPE_F32 ? 1e-4 : dt == EMBER_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+}
+
+// ---- one case ------------------------------------------------------------------------------------------
+
+// Picks the limit loop's variant for this shape/dtype/dist/threads: the fastest of 12, each the
+// median of 3 runs. Rounds go over all candidates (not each candidate's runs back to back), so
+// that a change in the machine's load hits every candidate alike.
+static limit_cfg calibrate(const gather_in *g, int threads) {
+    enum { NC = 12, ROUNDS = 3 };
+    static const int dist[] = {8, 16, 32};
+    limit_cfg c[NC];
+    double v[NC][ROUNDS];
+    for (int k = 0; k < NC; k++) {
+        c[k] = (limit_cfg){dist[k / 4], (k / 2) % 2, k % 2};
+        gather_limit(g, c[k], threads);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int k = 0; k < NC; k++) {
+            const double t0 = now_ms();
+            gather_limit(g, c[k], threads);
+            v[k][r] = now_ms() - t0;
+        }
+    }
+    int best = 0;
+    for (int k = 1; k < NC; k++)
+        if (median(v[k], ROUNDS) < median(v[best], ROUNDS)) best = k;
+    return c[best];
+}
+
+// The fields that name a case: the start of a JSON line (STYLE.md's benchmark fields, up to
+// "threads", without the closing brace) or of a table row.
+static void case_key(const tbe_bench_opts *o, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt,
+                     int dist, int threads) {
+    const char *pn = pool ? "mean" : "sum", *dn = dist ? "zipf" : "uniform";
+    if (o->json)
+        fprintf(o->out,
+                "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
+                "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d",
+                op, pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn, threads);
+    else
+        fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt", op, pn, DTYPE_NAMES[dt], dn, (int)s->T,
+                (long long)s->E, threads);
+}
+
+static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_min, double residual, int iters,
+                 limit_cfg lc) {
+    const tbe_bench_opts *o = r->o;
+    const double bytes = (double)s->B * s->T * s->L * s->D * (double)(x->dtype == EMBER_DTYPE_F32 ? 4 : 2);
+    const double gbps = bytes / (x->ms_med * 1e-3) / 1e9, lgbps = bytes / (x->limit_med * 1e-3) / 1e9;
+    case_key(o, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
+    if (o->json) {
+        fprintf(o->out,
+                ",\"ms_med\":%.4f,\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,"
+                "\"iters\":%d,\"limit_ms\":%.4f,\"limit_loop\":\"prefetch %d %s, sums in %s\"",
+                x->ms_med, ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual, iters, x->limit_med, lc.pd,
+                lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
+        if (x->fwd_med > 0) fprintf(o->out, ",\"fwd_ms\":%.4f", x->fwd_med);
+        if (x->one_med > 0) fprintf(o->out, ",\"ms_1t\":%.4f", x->one_med);
+        fprintf(o->out, "}\n");
+    } else {
+        fprintf(o->out, " %9.3f %9.3f %7.2f %7.2f %6.3f %9.2e", x->ms_med, ms_min, gbps, lgbps,
+                x->limit_med / x->ms_med, residual);
+        if (x->fwd_med > 0) fprintf(o->out, "  fwd %.3f", x->fwd_med);
+        if (x->one_med > 0) fprintf(o->out, "  1t %.3f", x->one_med);
+        fprintf(o->out, "\n");
+    }
+    fflush(o->out);
+}
+
+// Runs op `op` on a collection built for it: warm-up (the first iteration checks the residual),
+// then timed iterations that each run, in rotating order, the limit loop, the operation, for
+// train_* ops a forward on the same batch, and for a multi-thread case the operation on 1
+// thread: every ratio this line reports (to the limit; train/fwd and n-thread/1-thread in the
+// targets) compares phases timed side by side under the same machine load.
+static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op, int pool, ember_dtype dt, int dist,
+                     int ti) {
+    const tbe_bench_opts *o = r->o;
+    const tbe_bench_shape *s = in->s;
+    const int threads = o->threads[ti];
+    ember_ctx_set_num_threads(r->ctx, threads);
+    const int64_t nnz = (int64_t)s->T * s->B * s->L;
+    ember_kjt kjt = {s->T, s->B, NULL, in->offsets, in->values[dist], NULL, nnz};
+    gather_in g = {s, dt, {0}, ebc->tables[0].row_bytes, in->values[dist], in->lim_out};
+    for (int32_t t = 0; t < s->T; t++) g.base[t] = ebc->slab + ebc->tables[t].weight_offset;
+    limit_cfg *lc = &r->limit[si][dt][dist][ti];
+    if (lc->pd == 0) *lc = o->calibrate ? calibrate(&g, threads) : (limit_cfg){16, 1, 1};
+
+    // First iteration: the residual against the naive reference.
+    double residual = 0;
+    if (op_has_fwd(op)) {
+        if (ember_ebc_forward(ebc, &kjt, in->out) != EMBER_OK) return fail(r, "forward");
+        residual = fwd_residual(ebc, s, in->values[dist], pool, in->out);
+        if (residual > tolerance(dt, 0)) r->worst = r->worst > 1 ? r->worst : 1;
+    }
+    if (op_is_train(op)) {
+        train_check c;
+        if (train_check_begin(&c, ebc, s, in->values[dist]) != 0) {
+            r->worst = 2;
+            return;
+        }
+        if (ember_ebc_backward(ebc, &kjt, in->grad, NULL) != EMBER_OK) {
+            free(c.w);
+            free(c.m1);
+            free(c.m2);
+            return fail(r, "backward");
+        }
+        const double rs = train_check_end(&c, ebc, s, in->values[dist], in->grad, pool);
+        if (rs > tolerance(dt, 1)) r->worst = r->worst > 1 ? r->worst : 1;
+        residual = fmax(residual, rs);
+    }
+
+    // Phases timed in every iteration, in rotating order: the limit, the operation, a forward
+    // beside a train_* op, and the operation on 1 thread beside a multi-thread case.
+    enum { PH_LIMIT, PH_OP, PH_FWD, PH_OP1, NPH };
+    int active[NPH], na = 0;
+    active[na++] = PH_LIMIT;
+    active[na++] = PH_OP;
+    if (op >= 1 && op <= 3) active[na++] = PH_FWD;
+    if (threads > 1) active[na++] = PH_OP1;
+    const int n = o->iters;
+    double *ms = calloc((size_t)n * NPH, sizeof(double));
+    if (!ms) return fail(r, "out of memory");
+    for (int it = 0; it < o->warmup + n; it++) {
+        for (int q = 0; q < na; q++) {
+            const int ph = active[(it + q) % na];
+            ember_status st = EMBER_OK;
+            if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, 1);
+            const double t0 = now_ms();
+            if (ph == PH_LIMIT) {
+                gather_limit(&g, *lc, threads);
+            } else if (ph == PH_FWD) {
+                st = ember_ebc_forward(ebc, &kjt, in->out);
+            } else {
+                if (op_has_fwd(op)) st = ember_ebc_forward(ebc, &kjt, in->out);
+                if (st == EMBER_OK && op_is_train(op)) st = ember_ebc_backward(ebc, &kjt, in->grad, NULL);
+            }
+            const double t = now_ms() - t0;
+            if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, threads);
+            if (st != EMBER_OK) {
+                free(ms);
+                return fail(r, OP_NAMES[op]);
+            }
+            if (it >= o->warmup) ms[ph * n + it - o->warmup] = t;
+        }
+    }
+    result x = {si, op, pool, dist, threads, dt, median(ms + PH_OP * n, n), median(ms + PH_LIMIT * n, n),
+                op >= 1 && op <= 3 ? median(ms + PH_FWD * n, n) : 0, threads > 1 ? median(ms + PH_OP1 * n, n) : 0};
+    emit(r, s, &x, vmin(ms + PH_OP * n, n), residual, n, *lc);
+    record(r, x);
+    free(ms);
+}
+
+// ---- the run -------------------------------------------------------------------------------------------
+
+// Bytes a collection of this shape needs (weights + optimizer state), and what the machine can
+// give (MemAvailable; SIZE_MAX when unknown). The E=1e6 Adam collection needs 12 GB: on a
+// shared machine it is skipped with a reason rather than left to the OOM killer, which might
+// pick someone else's process.
+static size_t collection_bytes(const tbe_bench_shape *s, ember_optim_kind opt, ember_dtype dt) {
+    const size_t rows = (size_t)s->T * (size_t)s->E;
+    const size_t state = opt == EMBER_OPT_ADAM ? 2 * (size_t)s->D : opt == EMBER_OPT_ROWWISE_ADAGRAD ? 1 : 0;
+    return rows * ((size_t)s->D * (dt == EMBER_DTYPE_F32 ? 4 : 2) + state * 4);
+}
+
+static size_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[128];
+    size_t kb = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %zu kB", &kb) == 1;
+    fclose(f);
+    return found ? kb * 1024 : SIZE_MAX;
+}
+
+static void emit_skipped(run *r, const tbe_bench_shape *s, unsigned ops, int pool, ember_dtype dt, const char *why) {
+    const tbe_bench_opts *o = r->o;
+    for (int dist = 0; dist < 2; dist++) {
+        if (!(o->dists & (1u << dist))) continue;
+        for (int op = 0; op < NUM_OPS; op++) {
+            if (!(ops & (1u << op))) continue;
+            for (int ti = 0; ti < o->nthreads; ti++) {
+                case_key(o, OP_NAMES[op], s, pool, dt, dist, o->threads[ti]);
+                fprintf(o->out, o->json ? ",\"skipped\":\"%s\"}\n" : " skipped: %s\n", why);
+            }
+        }
+    }
+    fflush(o->out);
+}
+
+static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_kind opt, int pool, ember_dtype dt) {
+    ember_table_config *tables = calloc((size_t)s->T, sizeof *tables);
+    ember_feature_config *features = calloc((size_t)s->T, sizeof *features);
+    char(*names)[16] = calloc((size_t)s->T * 2, sizeof *names);
+    ember_ebc *ebc = NULL;
+    if (tables && features && names) {
+        for (int32_t t = 0; t < s->T; t++) {
+            snprintf(names[2 * t], 16, "t%d", (int)t);
+            snprintf(names[2 * t + 1], 16, "f%d", (int)t);
+            ember_optim_config oc = EMBER_OPTIM_CONFIG_DEFAULT;
+            oc.kind = opt;
+            oc.lr = BENCH_LR;
+            oc.eps = BENCH_EPS;
+            oc.beta1 = BENCH_BETA1;
+            oc.beta2 = BENCH_BETA2;
+            tables[t] = (ember_table_config){names[2 * t], s->E, s->D, pool ? EMBER_POOL_MEAN : EMBER_POOL_SUM, dt,
+                                             {EMBER_INIT_UNIFORM, -0.05f, 0.05f, 0}, oc, 0};
+            features[t] = (ember_feature_config){names[2 * t + 1], t};
+        }
+        ember_ebc_config cfg = {tables, s->T, features, s->T, EMBER_BOUNDS_ERROR, r->o->seed, s->B,
+                                (int64_t)s->T * s->B * s->L};
+        if (ember_ebc_create(r->ctx, &cfg, &ebc) != EMBER_OK) fail(r, "ember_ebc_create");
+    }
+    free(tables);
+    free(features);
+    free(names);
+    return ebc;
+}
+
+static void free_shape(shape_in *in) {
+    free(in->values[0]);
+    free(in->values[1]);
+    free(in->offsets);
+    free(in->grad);
+    free(in->out);
+    free(in->lim_out);
+}
+
+static int make_shape(run *r, const tbe_bench_shape *s, shape_in *in) {
+    memset(in, 0, sizeof *in);
+    in->s = s;
+    const size_t nnz = (size_t)s->T * (size_t)s->B * (size_t)s->L, nout = (size_t)s->B * (size_t)s->T * (size_t)s->D;
+    in->offsets = malloc(sizeof(int64_t) * ((size_t)s->T * (size_t)s->B + 1));
+    in->grad = malloc(sizeof(float) * nout);
+    in->out = malloc(sizeof(float) * nout);
+    in->lim_out = malloc(sizeof(float) * nout);
+    if (!in->offsets || !in->grad || !in->out || !in->lim_out) return -1;
+    for (int64_t i = 0; i <= (int64_t)s->T * s->B; i++) in->offsets[i] = i * s->L;
+    make_grad(nout, r->o->seed, in->grad);
+    for (int dist = 0; dist < 2; dist++) {
+        if (!(r->o->dists & (1u << dist))) continue;
+        in->values[dist] = malloc(sizeof(int64_t) * nnz);
+        double *cdf = dist ? zipf_cdf(s->E) : NULL;
+        if (!in->values[dist] || (dist && !cdf)) {
+            free(cdf);
+            return -1;
+        }
+        make_ids(s, dist, cdf, r->o->seed, in->values[dist]);
+        free(cdf);
+    }
+    return 0;
+}
+
+static void header(const tbe_bench_opts *o) {
+    if (o->json) return;
+    fprintf(o->out, "# %s\n", ember_build_info());
+    fprintf(o->out, "# ratio = limit_ms / ms (same bytes): the gather limit is the fastest plain-C loop reading "
+                    "the same "
+                    "rows in the same order, timed alternately in the same iterations\n");
+    fprintf(o->out, "%-26s %-4s %-4s %-7s %-14s %3s %9s %9s %7s %7s %6s %9s\n", "op", "pool", "type", "dist", "shape",
+            "thr", "ms_med", "ms_min", "GB/s", "limGB/s", "ratio", "residual");
+}
+
+// ---- derived targets (docs/performance.md) ---------------------------------------------------------------
+
+static const result *find(const run *r, int shape, int op, int pool, ember_dtype dt, int dist, int threads) {
+    for (int i = 0; i < r->nres; i++) {
+        const result *x = &r->res[i];
+        if (x->shape == shape && x->op == op && x->pool == pool && x->dtype == dt && x->dist == dist &&
+            x->threads == threads)
+            return x;
+    }
+    return NULL;
+}
+
+// One derived target. `limit` (when > 0) is the same ratio for the gather-limit loops of the
+// cases involved: what the machine itself gives (e.g. for halving the bytes of a row).
+static void target_line(const run *r, const result *x, const char *name, double value, const char *cmp,
+                        double goal, double limit) {
+    const tbe_bench_opts *o = r->o;
+    const int met = strcmp(cmp, ">=") == 0 ? value >= goal : value <= goal;
+    if (o->json) {
+        fprintf(o->out,
+                "{\"bench\":\"tbe_target\",\"impl\":\"ember\",\"target\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\","
+                "\"T\":%d,\"E\":%lld,\"dist\":\"%s\",\"threads\":%d,\"value\":%.3f,\"goal\":\"%s %.2f\",\"met\":%s",
+                name, x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], (int)o->shapes[x->shape].T,
+                (long long)o->shapes[x->shape].E, x->dist ? "zipf" : "uniform", x->threads, value, cmp, goal,
+                met ? "true" : "false");
+        if (limit > 0) fprintf(o->out, ",\"limit_value\":%.3f", limit);
+        fprintf(o->out, "}\n");
+    } else {
+        case_key(o, name, &o->shapes[x->shape], x->pool, x->dtype, x->dist, x->threads);
+        fprintf(o->out, " %7.3f  %s %.2f  %s", value, cmp, goal, met ? "met" : "NOT MET");
+        if (limit > 0) fprintf(o->out, "  (limit loops: %.3f)", limit);
+        fprintf(o->out, "\n");
+    }
+}
+
+static void targets(const run *r) {
+    const tbe_bench_opts *o = r->o;
+    if (!o->json)
+        fprintf(o->out, "\n%-26s %-4s %-4s %-7s %-14s %3s %7s  goal\n", "# target", "pool", "type", "dist", "shape",
+                "thr", "value");
+    for (int i = 0; i < r->nres; i++) {
+        const result *x = &r->res[i];
+        if (x->op == 0) target_line(r, x, "fwd/limit", x->limit_med / x->ms_med, ">=", 0.9, 0);
+        if ((x->op == 1 || x->op == 2) && x->fwd_med > 0)
+            target_line(r, x, x->op == 1 ? "train_sgd/fwd" : "train_rowwise_adagrad/fwd", x->ms_med / x->fwd_med,
+                        "<=", x->op == 1 ? 2.5 : 3.0, 0);
+        if (x->threads == 2 && x->op <= 3 && x->one_med > 0) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "%s 2t/1t", OP_NAMES[x->op]);
+            target_line(r, x, nm, x->one_med / x->ms_med, ">=", 1.6, 0);
+        }
+        if (x->op == 0 && x->dtype == EMBER_DTYPE_BF16) {
+            const result *f = find(r, x->shape, 0, x->pool, EMBER_DTYPE_F32, x->dist, x->threads);
+            if (f)
+                target_line(r, x, "fwd bf16/fp32 rows/s", f->ms_med / x->ms_med, ">=", 1.7,
+                            f->limit_med / x->limit_med);
+        }
+    }
+}
+
+int tbe_bench_run(const tbe_bench_opts *o) {
+    run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    if (ember_ctx_create(&cc, &r.ctx) != EMBER_OK) {
+        fprintf(o->log, "ember bench tbe: cannot create a context\n");
+        return 2;
+    }
+    header(o);
+    // Collections are built per (shape, dtype, pooling, optimizer) and reused by every case
+    // that fits them: the forward and SGD cases share one, as do train_X and step_X.
+    static const int groups[3] = {TBE_OP_FWD | TBE_OP_TRAIN_SGD | TBE_OP_STEP_SGD,
+                                  TBE_OP_TRAIN_ROWWISE_ADAGRAD | TBE_OP_STEP_ROWWISE_ADAGRAD,
+                                  TBE_OP_TRAIN_ADAM | TBE_OP_STEP_ADAM};
+    for (int si = 0; si < o->nshapes && r.worst < 2; si++) {
+        shape_in in;
+        if (make_shape(&r, &o->shapes[si], &in) != 0) {
+            fprintf(o->log, "ember bench tbe: out of memory for the inputs\n");
+            free_shape(&in);
+            r.worst = 2;
+            break;
+        }
+        for (int dt = 0; dt < 3 && r.worst < 2; dt++) {
+            if (!(o->dtypes & (1u << dt))) continue;
+            for (int gi = 0; gi < 3 && r.worst < 2; gi++) {
+                const unsigned ops = (unsigned)groups[gi] & o->ops;
+                if (!ops) continue;
+                for (int pool = 0; pool < 2 && r.worst < 2; pool++) {
+                    if (!(o->pools & (1u << pool))) continue;
+                    const ember_optim_kind opt = op_optim(gi == 0 ? 1 : gi == 1 ? 2 : 3);
+                    const size_t need = collection_bytes(&o->shapes[si], opt, (ember_dtype)dt), avail = mem_available();
+                    // Room for the collection plus 2 GiB (inputs, workspace, the rest of the machine).
+                    if (avail != SIZE_MAX && need + ((size_t)2 << 30) > avail) {
+                        char why[128];
+                        snprintf(why, sizeof why, "needs %.1f GiB, MemAvailable %.1f GiB", (double)need / (1 << 30),
+                                 (double)avail / (1 << 30));
+                        emit_skipped(&r, &o->shapes[si], ops, pool, (ember_dtype)dt, why);
+                        continue;
+                    }
+                    ember_ebc *ebc = make_collection(&r, &o->shapes[si], opt, pool, (ember_dtype)dt);
+                    if (!ebc) {
+                        r.worst = 2;
+                        break;
+                    }
+                    for (int dist = 0; dist < 2; dist++) {
+                        if (!(o->dists & (1u << dist))) continue;
+                        for (int op = 0; op < NUM_OPS; op++) {
+                            if (!(ops & (1u << op))) continue;
+                            for (int ti = 0; ti < o->nthreads && r.worst < 2; ti++)
+                                run_case(&r, si, &in, ebc, op, pool, (ember_dtype)dt, dist, ti);
+                        }
+                    }
+                    ember_ebc_destroy(ebc);
+                }
+            }
+        }
+        free_shape(&in);
+    }
+    if (o->targets && r.worst < 2) targets(&r);
+    free(r.res);
+    ember_ctx_destroy(r.ctx);
+    if (r.worst == 1) fprintf(o->log, "ember bench tbe: a residual is above its tolerance\n");
+    return r.worst;
+}
+
+// ---- arguments -------------------------------------------------------------------------------------------
+
+void tbe_bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: ember bench tbe [options]\n"
+            "  --config small|large|full  small: T=32 E=1e5; large: T=8 E=1e6; full: both (default)\n"
+            "                             (D=128 B=512 L=20: FBGEMM's benchmark configuration)\n"
+            "  --quick                    tiny shape (T=4 E=1000 D=32 B=16 L=5), 2 iterations: a smoke test\n"
+            "  --shape T,E,D,B,L          a custom shape instead of --config\n"
+            "  --ops LIST                 fwd,train_sgd,train_rowwise_adagrad,train_adam,step_sgd,\n"
+            "                             step_rowwise_adagrad,step_adam, or all (default)\n"
+            "  --pool LIST                sum,mean (default both)\n"
+            "  --dtype LIST               fp32,bf16,fp16 (default fp32,bf16)\n"
+            "  --dist LIST                uniform,zipf (default both; zipf alpha 1.05)\n"
+            "  --threads LIST             thread counts (default 1,2)\n"
+            "  --iters N                  timed iterations per case (default 15)\n"
+            "  --warmup N                 untimed iterations first (default 3)\n"
+            "  --seed N                   ids, gradients and weights (default 20240611)\n"
+            "  --json                     one JSON object per line\n"
+            "  --no-targets               do not print the derived target ratios\n"
+            "Exit status: 0 ok, 1 a residual above tolerance, 2 failure.\n");
+}
+
+// Parses a comma list of names into a bit mask; -1 on an unknown name.
+static int parse_list(const char *s, const char *const *names, int n, unsigned *mask) {
+    *mask = 0;
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        int found = -1;
+        for (int i = 0; i < n; i++)
+            if (names[i] && strlen(names[i]) == len && strncmp(s, names[i], len) == 0) found = i;
+        if (len == 3 && strncmp(s, "all", 3) == 0) {
+            *mask = (1u << n) - 1;
+            found = 0;
+        } else if (found >= 0) {
+            *mask |= 1u << found;
+        }
+        if (found < 0) return -1;
+        s += len + (s[len] == ',');
+    }
+    return *mask ? 0 : -1;
+}
+
+int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o) {
+    FILE *log = stderr, *out = stdout;
+    memset(o, 0, sizeof *o);
+    o->log = log;
+    o->out = out;
+    o->shapes[0] = SHAPE_SMALL;
+    o->shapes[1] = SHAPE_LARGE;
+    o->nshapes = 2;
+    o->ops = TBE_OP_ALL;
+    o->pools = TBE_POOL_SUM | TBE_POOL_MEAN;
+    o->dtypes = (1u << EMBER_DTYPE_F32) | (1u << EMBER_DTYPE_BF16);
+    o->dists = TBE_DIST_UNIFORM | TBE_DIST_ZIPF;
+    o->threads[0] = 1;
+    o->threads[1] = 2;
+    o->nthreads = 2;
+    o->iters = 15;
+    o->warmup = 3;
+    o->seed = BENCH_SEED;
+    o->targets = 1;
+    o->calibrate = 1;
+    static const char *const pools[] = {"sum", "mean"}, *const dists[] = {"uniform", "zipf"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        char name[32];
+        const char *eq = strchr(a, '=');
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl >= sizeof name) nl = sizeof name - 1;
+        memcpy(name, a, nl);
+        name[nl] = '\0';
+        const int flag = !strcmp(name, "--quick") || !strcmp(name, "--json") || !strcmp(name, "--no-targets") ||
+                         !strcmp(name, "--help") || !strcmp(name, "-h");
+        if (!flag) {
+            v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v) {
+                fprintf(log, "ember bench tbe: %s needs a value\n", name);
+                return -1;
+            }
+        }
+        int bad = 0;
+        if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+            tbe_bench_usage(out);
+            return 1;
+        } else if (!strcmp(name, "--quick")) {
+            o->shapes[0] = SHAPE_QUICK;
+            o->nshapes = 1;
+            o->iters = 2;
+            o->warmup = 1;
+            o->targets = 0;   // meaningless at this size
+            o->calibrate = 0; // a smoke test: 48 more parallel regions per case buy nothing
+        } else if (!strcmp(name, "--json")) {
+            o->json = 1;
+        } else if (!strcmp(name, "--no-targets")) {
+            o->targets = 0;
+        } else if (!strcmp(name, "--config")) {
+            if (!strcmp(v, "small")) { o->shapes[0] = SHAPE_SMALL; o->nshapes = 1; }
+            else if (!strcmp(v, "large")) { o->shapes[0] = SHAPE_LARGE; o->nshapes = 1; }
+            else if (!strcmp(v, "full")) { o->shapes[0] = SHAPE_SMALL; o->shapes[1] = SHAPE_LARGE; o->nshapes = 2; }
+            else bad = 1;
+        } else if (!strcmp(name, "--shape")) {
+            long long E;
+            int T, D, B, L;
+            bad = sscanf(v, "%d,%lld,%d,%d,%d", &T, &E, &D, &B, &L) != 5 || T < 1 || T > 64 || E < 1 || D < 1 ||
+                  B < 1 || L < 1;
+            if (!bad) {
+                o->shapes[0] = (tbe_bench_shape){T, E, D, B, L};
+                o->nshapes = 1;
+            }
+        } else if (!strcmp(name, "--ops")) {
+            bad = parse_list(v, OP_NAMES, NUM_OPS, &o->ops);
+        } else if (!strcmp(name, "--pool") || !strcmp(name, "--pools")) {
+            bad = parse_list(v, pools, 2, &o->pools);
+        } else if (!strcmp(name, "--dtype") || !strcmp(name, "--dtypes")) {
+            bad = parse_list(v, DTYPE_NAMES, 3, &o->dtypes);
+        } else if (!strcmp(name, "--dist") || !strcmp(name, "--dists")) {
+            bad = parse_list(v, dists, 2, &o->dists);
+        } else if (!strcmp(name, "--threads")) {
+            o->nthreads = 0;
+            for (const char *p = v; *p && !bad;) {
+                char *end;
+                long t = strtol(p, &end, 10);
+                bad = end == p || t < 1 || t > 256 || o->nthreads == TBE_BENCH_MAX_THREADS || (*end && *end != ',');
+                if (!bad) o->threads[o->nthreads++] = (int)t;
+                p = *end ? end + 1 : end;
+            }
+            bad |= o->nthreads == 0;
+        } else if (!strcmp(name, "--iters") || !strcmp(name, "--warmup") || !strcmp(name, "--seed")) {
+            char *end;
+            long long n = strtoll(v, &end, 10);
+            bad = *end != '\0' || n < (name[2] == 'i' ? 1 : 0) || (name[2] != 's' && n > 100000);
+            if (!bad) {
+                if (name[2] == 'i') o->iters = (int)n;
+                else if (name[2] == 'w') o->warmup = (int)n;
+                else o->seed = (uint64_t)n;
+            }
+        } else {
+            fprintf(log, "ember bench tbe: unknown option %s\n", name);
+            tbe_bench_usage(log);
+            return -1;
+        }
+        if (bad) {
+            fprintf(log, "ember bench tbe: bad value for %s: '%s'\n", name, v ? v : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int tbe_bench_main(int argc, char **argv) {
+    tbe_bench_opts o;
+    int p = tbe_bench_parse(argc, argv, &o);
+    if (p != 0) return p > 0 ? 0 : 2;
+    return tbe_bench_run(&o);
+}

@@ -1,0 +1,72 @@
+// The table-batched embedding benchmark behind `ember bench tbe` (and its CTest smoke tests).
+//
+// Every case times one operation of a local ember_ebc (forward, or the fused backward +
+// optimizer) on FBGEMM's benchmark shapes and reports it as a ratio to the *gather limit*: the
+// fastest plain-C loop that reads the same rows in the same order and sums them (software
+// prefetch, OpenMP over bags like the kernel, prefetch distance calibrated per case), timed in
+// the same iterations, alternating with the operation, so that both see the same machine.
+// Output: one JSON object per line (STYLE.md, "Benchmarks") or a readable table, then the
+// derived target ratios of docs/performance.md.
+#ifndef EMBER_BENCH_TBE_BENCH_H
+#define EMBER_BENCH_TBE_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+// Operations (bit masks). train_* time the fused backward + update alone; step_* time one
+// training step: forward + fused backward + update.
+enum {
+    TBE_OP_FWD = 1 << 0,
+    TBE_OP_TRAIN_SGD = 1 << 1,
+    TBE_OP_TRAIN_ROWWISE_ADAGRAD = 1 << 2,
+    TBE_OP_TRAIN_ADAM = 1 << 3,
+    TBE_OP_STEP_SGD = 1 << 4,
+    TBE_OP_STEP_ROWWISE_ADAGRAD = 1 << 5,
+    TBE_OP_STEP_ADAM = 1 << 6,
+    TBE_OP_ALL = (1 << 7) - 1,
+};
+
+enum { TBE_DIST_UNIFORM = 1 << 0, TBE_DIST_ZIPF = 1 << 1 };
+enum { TBE_POOL_SUM = 1 << 0, TBE_POOL_MEAN = 1 << 1 };
+// dtypes: bit (1 << ember_dtype), EMBER_DTYPE_F32 = 0, F16 = 1, BF16 = 2.
+
+#define TBE_BENCH_MAX_SHAPES 4
+#define TBE_BENCH_MAX_THREADS 8
+
+// T tables of E rows x D columns, one feature per table; B bags per feature of exactly L ids.
+typedef struct tbe_bench_shape {
+    int32_t T;
+    int64_t E;
+    int32_t D, B, L;
+} tbe_bench_shape;
+
+typedef struct tbe_bench_opts {
+    tbe_bench_shape shapes[TBE_BENCH_MAX_SHAPES];
+    int nshapes;
+    unsigned ops, pools, dtypes, dists;
+    int threads[TBE_BENCH_MAX_THREADS];
+    int nthreads;
+    int iters;      // timed iterations per case (>= 1; the issue asks for >= 10)
+    int warmup;     // untimed iterations first
+    uint64_t seed;
+    int json;       // JSON lines instead of the readable table
+    int targets;    // print the derived target ratios at the end
+    int calibrate;  // calibrate the limit loop per case (else a fixed variant: --quick)
+    FILE *out;      // results (stdout)
+    FILE *log;      // progress and errors (stderr)
+} tbe_bench_opts;
+
+// Fills `o` from command-line arguments (argv[0] is the command name and is skipped); see
+// tbe_bench_usage. Results go to stdout and messages to stderr (change o->out/o->log after).
+// Returns 0 to run, 1 when help was printed, -1 on a bad argument (message on o->log).
+int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o);
+void tbe_bench_usage(FILE *f);
+
+// Runs every selected case. Returns 0 when every case ran and its residual is within the
+// tolerance of its dtype, 1 when a residual is too large, 2 when something failed.
+int tbe_bench_run(const tbe_bench_opts *o);
+
+// Parse + run: the body of `ember bench tbe`.
+int tbe_bench_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,98 @@
+// Helpers private to the tbe kernels (forward.c, backward.c, optim.c, ebc.c): row conversion,
+// prefetch, work splitting, and the 16-lane vector helpers behind `#ifdef __AVX512F__`.
+//
+// Numerics are the same with and without AVX-512: the vector paths perform the same IEEE
+// operations in the same order as the portable loops (mul then add, never a fused multiply-add;
+// sums in bag/position order per column; row reductions in the 16-lane order of ember__sum16),
+// so a build with or without -march=native gives bitwise-equal results.
+#ifndef EMBER_TBE_KERNELS_H
+#define EMBER_TBE_KERNELS_H
+
+#include "tbe/internal.h"
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+// fp32 <-> storage dtype rows (round to nearest even on store). ebc.c.
+void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
+void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
+
+// Offsets of a validated KJT: its own, or computed into workspace slot 0. NULL on NOMEM.
+const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt);
+// Validates kjt (and that buf is given); *oor receives the number of ids outside their tables
+// (accepted under CLAMP/SKIP). 0 means every id can be used as a row index as is.
+ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
+                                      const char *bufname, int64_t *oor);
+
+// Per-table constants of one optimizer step (hoisted out of the row loop: Adam's bias
+// corrections are two powf calls that would otherwise run for every row).
+typedef struct ember__optim_step {
+    float c1, c2; // 1 - beta1^step, 1 - beta2^step (Adam, LAMB, partial row-wise Adam)
+    // Row-wise optimizers on a row split over column shards: the whole row's sum of squared
+    // (L2-adjusted) gradients, summed over the shards (the per-row mean then divides by the
+    // global dim). Negative (ember__optim_prepare's value): this piece is the whole row.
+    float row_sumsq;
+} ember__optim_step;
+void ember__optim_prepare(const ember__table *t, ember__optim_step *st);
+// One update of `row` of t: w [dim] fp32 (the stored row itself for fp32 tables), g [dim] the
+// coalesced gradient (clobbered). optim.c.
+void ember__optim_row(const ember__table *t, const ember__optim_step *st, int64_t row, float *restrict w,
+                      float *restrict g);
+
+// Sum of 16 lanes in a fixed tree order (pairs 8 apart, then 4, 2, 1): the one horizontal
+// reduction used by every row reduction, vector or not.
+static inline float ember__sum16(const float *lane) {
+    float a[8];
+    for (int k = 0; k < 8; k++) a[k] = lane[k] + lane[k + 8];
+    for (int k = 0; k < 4; k++) a[k] = a[k] + a[k + 4];
+    for (int k = 0; k < 2; k++) a[k] = a[k] + a[k + 2];
+    return a[0] + a[1];
+}
+
+// Software prefetch of a whole row into L2. On these machines (Zen 4/5 VMs) a row gather is
+// latency-bound: L1-targeted prefetches run out of L1 miss buffers at ~25 lines in flight,
+// while L2-targeted ones (locality 1, prefetcht2) let more misses be outstanding: measured
+// 9 GB/s with prefetcht0 and 12-14 GB/s with prefetcht2 for 512-byte rows.
+// always_inline matters: GCC's IPA pure-const pass deems a function whose only effect is
+// __builtin_prefetch "const" and deletes calls to it that were not inlined early.
+#define EMBER__PREFETCH_FN static inline __attribute__((always_inline))
+EMBER__PREFETCH_FN void ember__prefetch_row(const void *p, size_t bytes) {
+    const unsigned char *c = p;
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 1);
+}
+
+// How many ids ahead to prefetch: about 128 cache lines ahead, at least 4 and at most 32 rows
+// (16 rows of 512 bytes, 32 of 256). The gather limit's calibration (bench/tbe_bench.c) picks
+// 16 rows of 512 bytes on these machines; shorter distances leave misses serialised, longer
+// ones gain nothing.
+static inline int ember__prefetch_ids(size_t row_bytes) {
+    size_t n = row_bytes ? (size_t)(128 * 64) / row_bytes : 32;
+    return n < 4 ? 4 : n > 32 ? 32 : (int)n;
+}
+
+// Parallel loops split their work into this many contiguous, cost-balanced chunks per thread
+// and hand them out dynamically. Which thread takes a chunk never changes a result (each bag or
+// row is computed by one thread, in a fixed order), and when the machine is shared a thread that
+// gets descheduled no longer holds up the others at the end of a static half.
+#define EMBER__CHUNKS_PER_THREAD 8
+static inline int ember__chunks(int threads) { return threads > 1 ? threads * EMBER__CHUNKS_PER_THREAD : 1; }
+
+// Splits items [0, n) with cumulative cost prefix[i] + per_item * i (prefix non-decreasing,
+// prefix[0] = 0) into `parts` contiguous ranges of about equal cost; returns the start of part
+// `k` (k = parts gives n). The same split for the same inputs whatever the thread timing.
+static inline int64_t ember__split(const int64_t *prefix, int64_t n, int64_t per_item, int k, int parts) {
+    if (k <= 0) return 0;
+    if (k >= parts) return n;
+    const int64_t total = prefix[n] + per_item * n;
+    const int64_t target = (int64_t)((double)total * k / parts);
+    int64_t lo = 0, hi = n;
+    while (lo < hi) { // smallest i with cost(i) >= target
+        int64_t mid = lo + (hi - lo) / 2;
+        if (prefix[mid] + per_item * mid >= target) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+#endif

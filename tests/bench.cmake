@@ -1,0 +1,23 @@
+# Smoke tests of the benchmarks (label "bench"): every `ember bench tbe` case once at a tiny
+# size, checking correctness only (the exit status reports whether the residual against the
+# naive reference is within tolerance). Timing never lives in ctest: `ember bench tbe` measures.
+ember_test_exe(tbe_bench_smoke ${CMAKE_CURRENT_SOURCE_DIR}/bench/tbe_bench_smoke.c ${PROJECT_SOURCE_DIR}/bench/tbe_bench.c)
+target_include_directories(tbe_bench_smoke PRIVATE ${PROJECT_SOURCE_DIR}/bench)
+
+set(EMBER_BENCH_OPS fwd train_sgd train_rowwise_adagrad train_adam step_sgd step_rowwise_adagrad step_adam)
+foreach(op ${EMBER_BENCH_OPS})
+  foreach(dtype fp32 bf16 fp16)
+    foreach(dist uniform zipf)
+      # Both poolings and 1 and 2 threads in each test.
+      add_test(NAME bench.tbe.${op}.${dtype}.${dist}
+               COMMAND tbe_bench_smoke --quick --json --ops ${op} --dtype ${dtype} --dist ${dist}
+                       --threads 1,2 --iters 1 --warmup 0)
+      # PROCESSORS 2: ctest -j does not stack two 2-thread runs on the same cores.
+      set_tests_properties(bench.tbe.${op}.${dtype}.${dist} PROPERTIES TIMEOUT 120 LABELS bench PROCESSORS 2)
+    endforeach()
+  endforeach()
+endforeach()
+# Wider rows than --quick's D=32: the 128-column register blocks plus a remainder block.
+add_test(NAME bench.tbe.all.wide COMMAND tbe_bench_smoke --quick --json --shape 3,300,160,9,7 --dtype fp32,bf16,fp16
+         --threads 1,2 --iters 1 --warmup 0)
+set_tests_properties(bench.tbe.all.wide PROPERTIES TIMEOUT 300 LABELS bench PROCESSORS 2)
