@@ -15,6 +15,11 @@ and prints one row per (op, pool, dtype, dist, T, E, threads) with:
   fbgemm vs torch                 torch ms / fbgemm ms
 An "fbgemm-stock" column appears when such lines exist (FBGEMM as installed, see
 bench/peers/fbgemm_tbe.py). Standard library only.
+
+Op names are joined on ember's meaning (the issue's): `train_X` is the fused backward + optimizer
+update alone and `step_X` a whole training step (forward + backward + update). The peers' scripts
+call their whole step `train_X` and its backward + update part `bwd_X`; their lines are renamed
+on reading (train_X -> step_X, bwd_X -> train_X) so that like is compared with like.
 """
 
 import argparse
@@ -23,8 +28,8 @@ import signal
 import statistics
 import sys
 
-OP_ORDER = ["fwd", "train_sgd", "bwd_sgd", "train_rowwise_adagrad", "bwd_rowwise_adagrad",
-            "train_adam", "bwd_adam"]
+OP_ORDER = ["fwd", "train_sgd", "step_sgd", "train_rowwise_adagrad", "step_rowwise_adagrad",
+            "train_adam", "step_adam"]
 KEY = ("op", "pool", "dtype", "dist", "T", "E", "threads")
 
 
@@ -47,6 +52,12 @@ def load(paths):
                     bad += 1
                     continue
                 if isinstance(r, dict) and r.get("bench") == "tbe" and all(k in r for k in KEY + ("impl",)):
+                    if r["impl"] != "ember":
+                        op = str(r["op"])
+                        if op.startswith("train_"):
+                            r["op"] = "step_" + op[len("train_"):]
+                        elif op.startswith("bwd_"):
+                            r["op"] = "train_" + op[len("bwd_"):]
                     recs.append(r)
     if bad:
         print(f"ratio_table: ignored {bad} lines that are not JSON", file=sys.stderr)

@@ -7,9 +7,10 @@
 #        EMBER_BENCH_OUT  the results folder (default build/bench-results/<date-time>)
 #
 # Writes <out>/ember.jsonl (one JSON object per line, `ember bench tbe --json`) and, when
-# bench/run_peers.sh exists, <out>/peers.jsonl (its stdout, given the same selection: the
+# bench/run_peers.sh exists, <out>/peers.jsonl (its --out file, given the same selection: the
 # options the peers share with ember -- --config small|full, --threads, --ops (the four common
-# ops), --pool(s), --dtype(s), --dist(s), --iters, --warmup, --seed, --quick). When
+# ops), --pool(s), --dtype(s), --dist(s), --iters, --warmup, --seed, --quick). The peers'
+# interpreter: bench/peers/.venv (bench/peers/setup.sh) or EMBER_PEERS_PYTHON. When
 # bench/ratio_table.py exists it is run as `python3 bench/ratio_table.py <out>/*.jsonl`.
 # Missing peers or table are reported on stderr and skipped. Exit status: ember's.
 set -u
@@ -28,7 +29,10 @@ echo "run_all: ember bench tbe --json $* > $out/ember.jsonl" >&2
 "$ember" bench tbe --json "$@" | tee "$out/ember.jsonl"
 status=${PIPESTATUS[0]}
 
-# The peers' options: drop what only ember knows, keep only the ops both sides have.
+# The peers' options: run_peers.sh takes --config, --threads, --quick itself and passes what
+# follows `--` to both peer scripts (--ops, --pools, --dtypes, --dists, --iters, --warmup,
+# --seed); options only ember knows are dropped, and only the ops both sides have are kept.
+runner_args=(--out "$out/peers.jsonl")
 peer_args=()
 while [ $# -gt 0 ]; do
   opt="$1"; val=""
@@ -36,18 +40,21 @@ while [ $# -gt 0 ]; do
     --*=*) val="${opt#*=}"; opt="${opt%%=*}" ;;
   esac
   case "$opt" in
-    --quick) peer_args+=(--quick) ;;
+    --quick) runner_args+=(--quick) ;;
     --json|--no-targets) ;;
     --shape) [ -z "$val" ] && shift
              echo "run_all: the peers have no --shape; they run their own configuration" >&2 ;;
-    --config|--threads|--iters|--warmup|--seed|--ops|--pool|--pools|--dtype|--dtypes|--dist|--dists)
+    --config|--threads)
+      if [ -z "$val" ]; then shift; val="${1:-}"; fi
+      if [ "$opt" = --config ] && [ "$val" = large ]; then
+        echo "run_all: the peers have no --config large; they run --config full" >&2; val=full
+      fi
+      runner_args+=("$opt" "$val") ;;
+    --iters|--warmup|--seed|--ops|--pool|--pools|--dtype|--dtypes|--dist|--dists)
       if [ -z "$val" ]; then shift; val="${1:-}"; fi
       case "$opt" in
         --pool) opt=--pools ;; --dtype) opt=--dtypes ;; --dist) opt=--dists ;;
       esac
-      if [ "$opt" = --config ] && [ "$val" = large ]; then
-        echo "run_all: the peers have no --config large; they run --config full" >&2; val=full
-      fi
       if [ "$opt" = --ops ]; then
         keep=()
         IFS=, read -ra ops <<< "$val"
@@ -67,9 +74,9 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -f "$here/run_peers.sh" ]; then
-  echo "run_all: bench/run_peers.sh ${peer_args[*]:-} > $out/peers.jsonl" >&2
-  bash "$here/run_peers.sh" "${peer_args[@]}" | tee "$out/peers.jsonl"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || echo "run_all: bench/run_peers.sh failed (its lines so far are kept)" >&2
+  echo "run_all: bench/run_peers.sh ${runner_args[*]} -- ${peer_args[*]:-}" >&2
+  bash "$here/run_peers.sh" "${runner_args[@]}" -- "${peer_args[@]}" ||
+    echo "run_all: bench/run_peers.sh failed (its lines so far are kept)" >&2
 else
   echo "run_all: bench/run_peers.sh is not here: no peer numbers" >&2
 fi
