@@ -170,7 +170,7 @@ void ember_ebc_destroy(ember_ebc *ebc) {
         for (int32_t t = 0; t < ebc->T; t++) ember__free(ctx, ebc->tables[t].name);
     if (ebc->feature_names)
         for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
-    for (int i = 0; i < (int)(sizeof ebc->ws.buf / sizeof ebc->ws.buf[0]); i++) ember__free(ctx, ebc->ws.buf[i]);
+    for (int i = 0; i < EMBER__WS_SLOTS; i++) ember__buf_free(ctx, &ebc->ws[i]);
     ember__free_slab(ctx, ebc->slab);
     ember__free_slab(ctx, ebc->state);
     ember__free(ctx, ebc->tables);
@@ -312,18 +312,8 @@ ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember
 }
 
 void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes) {
-    if (ebc->ws.cap[slot] >= bytes && ebc->ws.buf[slot]) return ebc->ws.buf[slot];
-#ifdef __SANITIZE_ADDRESS__
-    size_t cap = bytes; // exact, so AddressSanitizer sees any overrun of what was asked for
-#else
-    size_t cap = bytes + bytes / 2 + 64;
-#endif
-    void *p = ember__xalloc(ebc->ctx, cap, "workspace");
-    if (!p) return NULL;
-    ember__free(ebc->ctx, ebc->ws.buf[slot]);
-    ebc->ws.buf[slot] = p;
-    ebc->ws.cap[slot] = cap;
-    return p;
+    EMBER_ASSERT(slot >= 0 && slot < EMBER__WS_SLOTS);
+    return ember__buf_reserve(ebc->ctx, &ebc->ws[slot], bytes);
 }
 
 int32_t ember_ebc_num_tables(const ember_ebc *ebc) { return ebc ? ebc->T : 0; }

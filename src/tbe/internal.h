@@ -33,11 +33,7 @@ typedef struct ember__table {
     uint64_t name_hash;      // seeds init and stochastic rounding
 } ember__table;
 
-// Grow-on-demand scratch for one call; never shrinks.
-typedef struct ember__ws {
-    void *buf[16];
-    size_t cap[16];
-} ember__ws;
+#define EMBER__WS_SLOTS 16
 
 struct ember_ebc {
     ember_ctx *ctx;
@@ -57,7 +53,7 @@ struct ember_ebc {
     float *state;            // optimizer state, state_floats
     size_t state_floats;
     int64_t total_keys;      // sum_t rows_t
-    ember__ws ws;
+    ember__buf ws[EMBER__WS_SLOTS]; // grow-on-demand scratch of the calls (ember__ws_get)
 };
 
 // Creates a collection whose table t is the piece origins[t] of a larger global table (NULL:
