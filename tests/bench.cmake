@@ -21,3 +21,10 @@ endforeach()
 add_test(NAME bench.tbe.all.wide COMMAND tbe_bench_smoke --quick --json --shape 3,300,160,9,7 --dtype fp32,bf16,fp16
          --threads 1,2 --iters 1 --warmup 0)
 set_tests_properties(bench.tbe.all.wide PROPERTIES TIMEOUT 300 LABELS bench PROCESSORS 2)
+
+# `ember bench shard` once at a tiny size per world size: every scheme runs a step and its
+# forward matches the unsharded collection (exit status), bytes are reported per scheme.
+foreach(np 1 2 3)
+  ember_mpi_test(bench.shard.np${np} ${np} ember_cli bench shard --quick)
+  set_tests_properties(bench.shard.np${np} PROPERTIES LABELS "bench;mpi")
+endforeach()
