@@ -70,3 +70,14 @@ ember_cli_test(dist.train.cli.bad_metrics.np2 2 nonzero "^ember train: error: --
 ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$)" 2
                train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
                --metrics cli.csv --plot cli.png --progress lines)
+
+# The library's planner places the tables (`--sharding plan`); mixing it into a list is refused.
+ember_cli_test(dist.train.cli.planner.np2 2 0 "^eval AUC [0-9.]+ +planted model AUC" 1
+               train --sharding plan --batch_size 512 --limit_train_batches 20 --limit_val_batches 2
+               --eval_interval 20 --progress lines)
+set(_list plan)
+foreach(i RANGE 1 25)
+  string(APPEND _list ",dp")
+endforeach()
+ember_cli_test(dist.train.cli.planner_in_list.np2 2 nonzero "^ember train: --sharding plan places every table" 1
+               train --sharding ${_list})

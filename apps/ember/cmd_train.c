@@ -30,7 +30,8 @@ static const char help[] =
     "                                    (default: 26 sizes from 4 to 100000, see docs/dlrm.md)\n"
     "  --dense_arch_layer_sizes L        bottom MLP layer sizes, last = embedding_dim (default 64,16)\n"
     "  --over_arch_layer_sizes L         top MLP layer sizes, last = 1 (default 64,32,1)\n"
-    "  --sharding S|L                    auto, dp, tw, cw, rw or twrw for every table, or 26 of them\n"
+    "  --sharding S|L                    auto, plan, dp, tw, cw, rw or twrw for every table, or 26 of them\n"
+    "                                    (plan: the library's planner places every table)\n"
     "                                    comma-separated (default auto: tables <= 1 MiB dp, >= 4 MiB rw,\n"
     "                                    others tw round-robin)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
@@ -162,7 +163,7 @@ static bool parse_sharding(const char *text, int *sharding, char *err, size_t ca
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         int s = len < sizeof item ? (memcpy(item, p, len), item[len] = '\0', sharding_parse(item)) : -2;
         if (s == -2) {
-            snprintf(err, cap, "--sharding '%.*s': expected auto, dp, tw, cw, rw or twrw", (int)len, p);
+            snprintf(err, cap, "--sharding '%.*s': expected auto, plan, dp, tw, cw, rw or twrw", (int)len, p);
             return false;
         }
         if (n == DLRM_NUM_SPARSE) {
@@ -175,6 +176,12 @@ static bool parse_sharding(const char *text, int *sharding, char *err, size_t ca
     }
     if (!parse_per_feature("--sharding", DLRM_NUM_SPARSE, n, err, cap)) return false;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) sharding[f] = got[n == 1 ? 0 : f];
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+        if ((sharding[f] == SHARDING_PLANNER) != (sharding[0] == SHARDING_PLANNER)) {
+            snprintf(err, cap, "--sharding plan places every table: give it alone, not in a list");
+            return false;
+        }
+    }
     return true;
 }
 

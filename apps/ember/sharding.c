@@ -8,6 +8,7 @@ static const char *const names[] = {"dp", "tw", "cw", "rw", "twrw"};
 
 int sharding_parse(const char *name) {
     if (strcmp(name, "auto") == 0) return SHARDING_AUTO;
+    if (strcmp(name, "plan") == 0) return SHARDING_PLANNER;
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         if (strcmp(name, names[i]) == 0) return i; // the order of ember_shard_scheme
     }
@@ -16,6 +17,7 @@ int sharding_parse(const char *name) {
 
 const char *sharding_name(int scheme) {
     if (scheme == SHARDING_AUTO) return "auto";
+    if (scheme == SHARDING_PLANNER) return "plan";
     return scheme >= 0 && scheme < (int)(sizeof names / sizeof names[0]) ? names[scheme] : "unknown";
 }
 

@@ -16,10 +16,14 @@
 #include "ember/shard.h"
 
 #define SHARDING_AUTO (-1)
+// "plan": every table placed by the library's planner (include/ember/plan.h) from the tables,
+// the world size and the local batch; must be given for all tables at once.
+#define SHARDING_PLANNER (-3)
 #define SHARDING_DP_MAX_BYTES ((double)(1u << 20))
 #define SHARDING_RW_MIN_BYTES ((double)(4u << 20))
 
-// "auto", "dp", "tw", "cw", "rw", "twrw" -> SHARDING_AUTO or an ember_shard_scheme; -2 if unknown.
+// "auto", "plan", "dp", "tw", "cw", "rw", "twrw" -> SHARDING_AUTO, SHARDING_PLANNER or an
+// ember_shard_scheme; -2 if unknown.
 int sharding_parse(const char *name);
 const char *sharding_name(int scheme);
 

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/internal.h"
+#include "ember/plan.h"
 #include "dlrm.h"
 #include "interaction.h"
 #include "loss.h"
@@ -703,8 +704,18 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     }
     if (st == EMBER_OK) {
         setup_tables(&R);
-        st = ember_comm_agree(comm, sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->rows, o->embedding_dim, o->sharding,
-                                                  R.world, R.node_size, R.plan));
+        if (o->sharding[0] == SHARDING_PLANNER) {
+            // Every rank runs the same pure planner on the same inputs: the same plan everywhere.
+            ember_ebc_config pe = {.tables = R.tables, .num_tables = DLRM_NUM_SPARSE, .features = R.features,
+                                   .num_features = DLRM_NUM_SPARSE};
+            ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+            pc.world_size = R.world;
+            pc.batch_size = o->batch_size / R.world > 0 ? o->batch_size / R.world : 1;
+            st = ember_comm_agree(comm, ember_plan_create(R.ctx, &pe, &pc, R.plan, NULL));
+        } else {
+            st = ember_comm_agree(comm, sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->rows, o->embedding_dim, o->sharding,
+                                                      R.world, R.node_size, R.plan));
+        }
     }
     if (st == EMBER_OK) st = check_memory(&R);
     if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(&R));
