@@ -81,3 +81,10 @@ foreach(i RANGE 1 25)
 endforeach()
 ember_cli_test(dist.train.cli.planner_in_list.np2 2 nonzero "^ember train: --sharding plan places every table" 1
                train --sharding ${_list})
+
+# `ember plan`: the planner from the command line (no MPI).
+ember_cli_test(cli.plan.tables 0 0 "^t_[0-4] (data_parallel|table_wise|row_wise|column_wise)" 5
+               plan --num_embeddings_per_feature 1000,20000,100000,50000,4000000 --world_size 3 --adagrad)
+ember_cli_test(cli.plan.no_room 0 1 "^ember plan: .*'t_0'.* fits on no rank" 1
+               plan --num_embeddings_per_feature 100000000 --world_size 2 --memory_per_rank 1000000)
+ember_cli_test(cli.plan.bad_flag 0 2 "^ember plan: unknown option '--bogus'" 1 plan --bogus)

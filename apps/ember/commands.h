@@ -14,4 +14,7 @@ int cmd_train(int argc, char **argv);
 // JSON object per case with --json. See docs/performance.md.
 int cmd_bench(int argc, char **argv);
 
+// `ember plan`: the library planner's placement of a set of tables. See docs/planner.md.
+int cmd_plan(int argc, char **argv);
+
 #endif

@@ -16,6 +16,7 @@ typedef struct subcommand {
 // One row per subcommand (see commands.h to add one).
 static const subcommand subcommands[] = {
     {"train", cmd_train, "train DLRM on synthetic or Criteo click data (data-parallel dense, sharded embeddings)"},
+    {"plan", cmd_plan, "place tables on ranks with the planner (per-rank storage and bytes per step)"},
     {"bench", cmd_bench, "benchmark the embedding kernels against the machine's gather limit (bench tbe)"},
 };
 #define NUM_SUBCOMMANDS ((int)(sizeof subcommands / sizeof subcommands[0]))

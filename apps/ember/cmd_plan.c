@@ -1,0 +1,106 @@
+// `ember plan`: prints the planner's placement (include/ember/plan.h) for a DLRM-shaped set of
+// tables, one per feature, with the per-rank storage and step bytes it estimates. Local: no MPI.
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "ember.h"
+
+#define PLAN_MAX_TABLES 256
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ember plan [options]\n"
+            "  --num_embeddings_per_feature L   rows of each table, comma list (one table per feature)\n"
+            "  --embedding_dim D                columns of every table (default 16)\n"
+            "  --world_size W                   ranks to plan for (default 2)\n"
+            "  --batch_size B                   global batch; each rank holds B / W (default 2048)\n"
+            "  --pooling_factor P               ids per sample of every feature (default 1)\n"
+            "  --memory_per_rank BYTES          embedding storage budget per rank (default: no limit)\n"
+            "  --adagrad                        row-wise Adagrad state in the storage estimate (default SGD)\n"
+            "Prints one line per table (name, scheme, ranks), then each rank's storage and bytes per step.\n");
+}
+
+int cmd_plan(int argc, char **argv) {
+    static const struct option lo[] = {{"num_embeddings_per_feature", 1, 0, 'n'},
+                                       {"embedding_dim", 1, 0, 'd'},
+                                       {"world_size", 1, 0, 'w'},
+                                       {"batch_size", 1, 0, 'b'},
+                                       {"pooling_factor", 1, 0, 'p'},
+                                       {"memory_per_rank", 1, 0, 'm'},
+                                       {"adagrad", 0, 0, 'a'},
+                                       {"help", 0, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    int64_t rows[PLAN_MAX_TABLES], dim = 16, world = 2, batch = 2048, memory = 0;
+    double pooling = 1.0;
+    int ntables = 0, adagrad = 0, c;
+    char err[256];
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case 'n':
+            ok = cli_parse_i64_list("--num_embeddings_per_feature", optarg, 1, INT64_MAX / 4, rows, PLAN_MAX_TABLES,
+                                    &ntables, err, sizeof err);
+            break;
+        case 'd': ok = cli_parse_i64("--embedding_dim", optarg, 1, 1 << 20, &dim, err, sizeof err); break;
+        case 'w': ok = cli_parse_i64("--world_size", optarg, 1, EMBER_PLAN_MAX_RANKS, &world, err, sizeof err); break;
+        case 'b': ok = cli_parse_i64("--batch_size", optarg, 1, 1 << 30, &batch, err, sizeof err); break;
+        case 'p': ok = cli_parse_double("--pooling_factor", optarg, &pooling, err, sizeof err) && pooling > 0; break;
+        case 'm': ok = cli_parse_i64("--memory_per_rank", optarg, 0, INT64_MAX, &memory, err, sizeof err); break;
+        case 'a': adagrad = 1; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "ember plan: unknown option '%s' (try 'ember plan --help')\n", argv[optind - 1]);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "ember plan: %s\n", c == 'p' && pooling <= 0 ? "--pooling_factor must be > 0" : err);
+            return 2;
+        }
+    }
+    if (ntables == 0) {
+        fprintf(stderr, "ember plan: --num_embeddings_per_feature is required\n");
+        return 2;
+    }
+    ember_table_config tables[PLAN_MAX_TABLES];
+    ember_feature_config features[PLAN_MAX_TABLES];
+    float pf[PLAN_MAX_TABLES];
+    char names[PLAN_MAX_TABLES][16];
+    for (int t = 0; t < ntables; t++) {
+        snprintf(names[t], sizeof names[t], "t_%d", t);
+        ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+        if (adagrad) o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+        tables[t] = (ember_table_config){names[t], rows[t], (int32_t)dim, EMBER_POOL_SUM, EMBER_DTYPE_F32,
+                                         {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0};
+        features[t] = (ember_feature_config){names[t], t};
+        pf[t] = (float)pooling;
+    }
+    ember_ebc_config ec = {tables, ntables, features, ntables, EMBER_BOUNDS_ERROR, 0, 0, 0};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = (int32_t)world;
+    pc.batch_size = (int32_t)(batch / world > 0 ? batch / world : 1);
+    pc.memory_per_rank = (size_t)memory;
+    pc.pooling_factor = pf;
+    ember_ctx *ctx = NULL;
+    if (ember_ctx_create(NULL, &ctx) != EMBER_OK) return 1;
+    ember_table_plan plan[PLAN_MAX_TABLES];
+    ember_plan_stats stats;
+    ember_status st = ember_plan_create(ctx, &ec, &pc, plan, &stats);
+    if (st != EMBER_OK) {
+        fprintf(stderr, "ember plan: %s\n", ember_ctx_errmsg(ctx));
+        ember_ctx_destroy(ctx);
+        return 1;
+    }
+    char text[PLAN_MAX_TABLES * 96];
+    ember_plan_describe(&ec, plan, text, sizeof text);
+    fputs(text, stdout);
+    for (int q = 0; q < world; q++)
+        printf("rank %d: storage %.1f MiB, %.2f MB per step\n", q, (double)stats.storage_bytes[q] / (1 << 20),
+               stats.step_bytes[q] / 1e6);
+    ember_ctx_destroy(ctx);
+    return 0;
+}
