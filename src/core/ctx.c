@@ -87,6 +87,13 @@ void *ember__xalloc(ember_ctx *ctx, size_t bytes, const char *what) {
     return p;
 }
 
+char *ember__strdup(ember_ctx *ctx, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = ember__alloc(ctx, n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
 void ember__free(ember_ctx *ctx, void *p) {
     if (!p) return;
     header *h = (header *)((uintptr_t)p - sizeof(header));

@@ -43,6 +43,8 @@ void *ember__alloc(ember_ctx *ctx, size_t bytes);
 void *ember__calloc(ember_ctx *ctx, size_t bytes);
 void *ember__xalloc(ember_ctx *ctx, size_t bytes, const char *what);
 void ember__free(ember_ctx *ctx, void *p);
+// A counted copy of a NUL-terminated string (NULL on failure, no error set).
+char *ember__strdup(ember_ctx *ctx, const char *s);
 // Large slabs: 2 MiB aligned and advised for transparent huge pages (DESIGN.md §4). Zeroed.
 void *ember__alloc_slab(ember_ctx *ctx, size_t bytes, const char *what);
 void ember__free_slab(ember_ctx *ctx, void *p);

@@ -15,13 +15,6 @@ const ember__scheme_ops *ember__scheme(ember_shard_scheme s) {
     return NULL;
 }
 
-static char *dup_str(ember_ctx *ctx, const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = ember__alloc(ctx, n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
 static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                ember_grad_convention conv, int32_t W) {
     const char *fn = "ember_sebc_create";
@@ -88,7 +81,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     ALLOC(s->cnt, 4 * W);
     for (int32_t t = 0; t < T; t++) {
         s->tables[t] = cfg->tables[t];
-        s->table_names[t] = dup_str(ctx, cfg->tables[t].name);
+        s->table_names[t] = ember__strdup(ctx, cfg->tables[t].name);
         if (!s->table_names[t]) return EMBER_ERR_NOMEM;
         s->tables[t].name = s->table_names[t];
     }
@@ -98,7 +91,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         s->feature_table[f] = t;
         s->feature_col[f] = s->sequence ? 0 : col;
         s->feature_rows[f] = cfg->tables[t].rows;
-        s->feature_names[f] = dup_str(ctx, cfg->features[f].name);
+        s->feature_names[f] = ember__strdup(ctx, cfg->features[f].name);
         if (!s->feature_names[f]) return EMBER_ERR_NOMEM;
         col += cfg->tables[t].dim;
     }

@@ -16,13 +16,6 @@ const char *ember__dtype_name(ember_dtype dt) {
     return "unknown";
 }
 
-static char *dup_str(ember_ctx *ctx, const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = ember__alloc(ctx, n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
 // Optimizer state columns: m1 and m2 per optimizer (0 = absent, -1 = dim, 1 = per row).
 static void state_cols(ember_optim_kind k, int32_t dim, int32_t *m1, int32_t *m2) {
     *m1 = *m2 = 0;
@@ -208,7 +201,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
         tb->cfg = cfg->tables[t];
-        tb->name = dup_str(ctx, cfg->tables[t].name);
+        tb->name = ember__strdup(ctx, cfg->tables[t].name);
         if (!tb->name) goto nomem;
         tb->cfg.name = tb->name;
         tb->name_hash = ember__hash_str(tb->name);
@@ -231,7 +224,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     for (int32_t f = 0; f < ebc->F; f++) {
         const ember_feature_config *fc = &cfg->features[f];
         ebc->feature_table[f] = fc->table;
-        ebc->feature_names[f] = dup_str(ctx, fc->name);
+        ebc->feature_names[f] = ember__strdup(ctx, fc->name);
         if (!ebc->feature_names[f]) goto nomem;
         ebc->feature_rows[f] = cfg->tables[fc->table].rows;
         ebc->feature_col[f] = ebc->sequence ? 0 : col;

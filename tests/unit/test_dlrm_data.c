@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
 #include "criteo.h"
 #include "naive_dlrm.h"
 #include "synth.h"
@@ -219,20 +220,6 @@ static void planted_model_gives_known_auc_and_click_rate(void **state) {
 
 // ---- Criteo --------------------------------------------------------------------------------------
 
-static char tmpdir[64];
-
-static int make_tmpdir(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ember_criteo_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 // A valid line: label, dense j = base + j, categorical f = hex(base * 1000 + f); then `end`.
 static void line_ending(FILE *f, int base, const char *end) {
@@ -246,7 +233,7 @@ static void good_line(FILE *f, int base) { line_ending(f, base, "\n"); }
 
 static char *write_file(const char *name, void (*fill)(FILE *)) {
     static char path[128];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    snprintf(path, sizeof path, "%s/%s", test_tmpdir, name);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fill(f);
@@ -478,5 +465,5 @@ int main(void) {
         cmocka_unit_test(criteo_ranks_read_contiguous_shares_of_each_batch),
         cmocka_unit_test(criteo_missing_file_names_the_path),
     };
-    return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+    return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);
 }

@@ -12,23 +12,10 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
 #include "metrics.h"
 #include "sharding.h"
 
-static char tmpdir[64];
-
-static int make_tmpdir(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ember_output_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static char *slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "rb");
@@ -52,7 +39,7 @@ static void metrics_writes_csv_and_jsonl_rows(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     char path[128], text[1024];
     metrics_writer w;
-    snprintf(path, sizeof path, "%s/m.csv", tmpdir);
+    snprintf(path, sizeof path, "%s/m.csv", test_tmpdir);
     assert_int_equal(metrics_open(ctx, path, &w), EMBER_OK);
     for (int i = 0; i < 2; i++) assert_int_equal(metrics_write(ctx, &w, &sample_rows[i]), EMBER_OK);
     metrics_close(&w);
@@ -60,7 +47,7 @@ static void metrics_writes_csv_and_jsonl_rows(void **state) {
                         "step,epoch,samples,train_loss,eval_loss,eval_auc,planted_auc,samples_per_s\n"
                         "100,0,204800,0.5,0.25,0.75,0.8125,1000\n"
                         "150,1,307200,,0.125,0.875,,\n");
-    snprintf(path, sizeof path, "%s/m.jsonl", tmpdir);
+    snprintf(path, sizeof path, "%s/m.jsonl", test_tmpdir);
     assert_int_equal(metrics_open(ctx, path, &w), EMBER_OK);
     for (int i = 0; i < 2; i++) assert_int_equal(metrics_write(ctx, &w, &sample_rows[i]), EMBER_OK);
     metrics_close(&w);
@@ -83,7 +70,7 @@ static void plot_runs_gnuplot_or_says_it_is_missing(void **state) {
     ember_ctx *ctx;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     char png[128], path[160], text[4096];
-    snprintf(png, sizeof png, "%s/curves.png", tmpdir);
+    snprintf(png, sizeof png, "%s/curves.png", test_tmpdir);
     if (plot_check_gnuplot(ctx) == EMBER_OK) {
         assert_int_equal(plot_write(ctx, png, sample_rows, 2, "it's a test"), EMBER_OK);
         assert_memory_equal(slurp(png, text, 9), "\x89PNG\r\n\x1a\n", 8);
@@ -168,5 +155,5 @@ int main(void) {
         cmocka_unit_test(sharding_auto_rule_and_round_robin),
         cmocka_unit_test(sharding_bytes_per_rank),
     };
-    return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+    return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);
 }
