@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "ember.h"
+#include "limit/limit.h"
 #include "tbe/internal.h" // the gather limit reads the collection's own slab (same rows, same pages)
 
 // ---- shapes and defaults ------------------------------------------------------------------------
@@ -110,189 +111,7 @@ static void make_grad(size_t n, uint64_t seed, float *g) {
 }
 
 // ---- the gather limit ------------------------------------------------------------------------------
-
-// What the limit loop reads: the collection's own rows (the same slab and pages as the kernel).
-typedef struct gather_in {
-    const tbe_bench_shape *s;
-    ember_dtype dtype;
-    const unsigned char *base[64]; // table t's first row
-    size_t row_bytes;
-    const int64_t *values;
-    float *out; // [B, T*D]
-} gather_in;
-
-// Prefetch of a whole row: into L1 (hint 0, locality 3) or L2 (hint 1, locality 1). Inlined
-// always: GCC deletes calls to a function whose only effect is a prefetch.
-static inline __attribute__((always_inline)) void prefetch_lines(const unsigned char *p, size_t bytes, int hint) {
-    if (hint) {
-        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 1);
-    } else {
-        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
-    }
-}
-
-// How the limit loop sums: into the output row in memory (the loop anyone writes first), or in
-// registers (16-float GNU C vectors, 128 columns at a time, D % 16 == 0). Registers measured
-// ~20% faster on these machines: fewer micro-ops per row keep more rows' misses in flight.
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-
-// fp16 bits -> fp32 for finite values with integer ops that vectorise (GCC 12 converts
-// _Float16 through a libgcc call per element on CPUs without AVX512-FP16): the magnitude bits
-// shifted into fp32 position and scaled by 2^112 re-bias the exponent, exactly, subnormals
-// included; then the sign. (Inf/NaN are not needed by a loop that only reads.)
-static inline float f16_bits_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)(h & 0x7fffu) << 13;
-    float f;
-    memcpy(&f, &u, 4);
-    f *= 0x1p112f;
-    memcpy(&u, &f, 4);
-    u |= (uint32_t)(h & 0x8000u) << 16;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline __attribute__((always_inline)) v16f load_v16(ember_dtype dt, const unsigned char *p) {
-    v16f f;
-    if (dt == EMBER_DTYPE_F32) {
-        memcpy(&f, p, sizeof f);
-        return f;
-    }
-    v16h h;
-    memcpy(&h, p, sizeof h);
-    v16u u = __builtin_convertvector(h, v16u);
-    if (dt == EMBER_DTYPE_BF16) {
-        u <<= 16;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-    v16u mag = (u & 0x7fffu) << 13, sign = (u & 0x8000u) << 16;
-    memcpy(&f, &mag, sizeof f);
-    f *= 0x1p112f;
-    memcpy(&mag, &f, sizeof f);
-    mag |= sign;
-    memcpy(&f, &mag, sizeof f);
-    return f;
-}
-
-// One bag, columns [c0, c0 + 16*nv), accumulated in nv vector registers.
-static inline __attribute__((always_inline)) void bag_vec(const unsigned char *base, size_t rb, ember_dtype dt,
-                                                          const int64_t *restrict values, int64_t j0, int64_t j1,
-                                                          int64_t jend, int pd, int hint, int32_t c0, int nv,
-                                                          float *acc) {
-    const size_t es = dt == EMBER_DTYPE_F32 ? 4 : 2;
-    v16f a[8] = {{0}};
-    for (int64_t j = j0; j < j1; j++) {
-        if (c0 == 0 && j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
-        const unsigned char *x = base + (size_t)values[j] * rb + (size_t)c0 * es;
-        for (int v = 0; v < nv; v++) a[v] += load_v16(dt, x + 16 * es * (size_t)v);
-    }
-    for (int v = 0; v < nv; v++) memcpy(acc + c0 + 16 * v, &a[v], sizeof a[v]);
-}
-
-// bf16, columns [c0, c0 + 32*nw): each 32-bit word holds two columns, so `w << 16` is the even
-// column's fp32 and `w & 0xffff0000` the odd one's: one load, a shift, an and and two adds per
-// 32 columns. Even and odd sums are interleaved back once per bag.
-static inline __attribute__((always_inline)) void bag_bf16_pairs(const unsigned char *base, size_t rb,
-                                                                 const int64_t *restrict values, int64_t j0,
-                                                                 int64_t j1, int64_t jend, int pd, int hint,
-                                                                 int32_t c0, int nw, float *acc) {
-    v16f ev[4] = {{0}}, od[4] = {{0}};
-    for (int64_t j = j0; j < j1; j++) {
-        if (c0 == 0 && j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
-        const unsigned char *x = base + (size_t)values[j] * rb + (size_t)c0 * 2;
-        for (int v = 0; v < nw; v++) {
-            v16u w, lo, hi;
-            memcpy(&w, x + 64 * (size_t)v, sizeof w);
-            lo = w << 16;
-            hi = w & 0xffff0000u;
-            v16f fl, fh;
-            memcpy(&fl, &lo, sizeof fl);
-            memcpy(&fh, &hi, sizeof fh);
-            ev[v] += fl;
-            od[v] += fh;
-        }
-    }
-    for (int v = 0; v < nw; v++)
-        for (int k = 0; k < 16; k++) {
-            acc[c0 + 32 * v + 2 * k] = ev[v][k];
-            acc[c0 + 32 * v + 2 * k + 1] = od[v][k];
-        }
-}
-
-// A variant of the limit loop: prefetch distance in ids (0: not calibrated yet), prefetch into
-// L1 (hint 0) or L2 (hint 1), sums in memory (regs 0) or in registers (regs 1).
-typedef struct limit_cfg {
-    int pd, hint, regs;
-} limit_cfg;
-
-// The fastest plain-C loop we know for "read these rows in this order and sum them per bag":
-// bags split over the threads like the kernel; the row `pd` ids ahead (across bag
-// boundaries within a table) is prefetched, into L1 or L2; sums in memory or in registers.
-// Distance, hint and summation are calibrated per case (calibrate()). It does no bounds
-// handling, weights or pooling mode: a floor, not a competitor.
-static void gather_limit(const gather_in *g, limit_cfg lc, int threads) {
-    const int pd = lc.pd, hint = lc.hint;
-    const tbe_bench_shape *s = g->s;
-    const int32_t B = s->B, L = s->L, D = s->D, T = s->T;
-    const int64_t nbags = (int64_t)T * B, per_table = (int64_t)B * L;
-    const size_t rb = g->row_bytes;
-    const int64_t *restrict values = g->values;
-    const int regs = lc.regs && D % 16 == 0;
-    // Contiguous chunks handed out dynamically, 8 per thread, as the kernels do (a static split
-    // waits for a thread that the shared machine has descheduled).
-    const int64_t chunk = nbags / (threads * 8) > 0 ? nbags / (threads * 8) : 1;
-#pragma omp parallel for schedule(dynamic, chunk) num_threads(threads)
-    for (int64_t i = 0; i < nbags; i++) {
-        const int32_t t = (int32_t)(i / B), b = (int32_t)(i % B);
-        const unsigned char *base = g->base[t];
-        const int64_t j0 = i * L, jend = (int64_t)(t + 1) * per_table;
-        float *restrict acc = g->out + (size_t)b * (size_t)T * (size_t)D + (size_t)t * (size_t)D;
-        if (regs) {
-            // Full 128-column blocks with a constant vector count (so the accumulators stay in
-            // registers), then the rest.
-            for (int32_t c0 = 0; c0 < D; c0 += 128) {
-                const int nv = D - c0 >= 128 ? 8 : (D - c0) / 16;
-#define LIMIT_BAG(DT)                                                                                 \
-    if (nv == 8) bag_vec(base, rb, DT, values, j0, j0 + L, jend, pd, hint, c0, 8, acc);              \
-    else bag_vec(base, rb, DT, values, j0, j0 + L, jend, pd, hint, c0, nv, acc);
-                if (g->dtype == EMBER_DTYPE_BF16 && (D - c0) % 32 == 0) {
-                    if (nv == 8) bag_bf16_pairs(base, rb, values, j0, j0 + L, jend, pd, hint, c0, 4, acc);
-                    else bag_bf16_pairs(base, rb, values, j0, j0 + L, jend, pd, hint, c0, nv / 2, acc);
-                    continue;
-                }
-                switch (g->dtype) {
-                case EMBER_DTYPE_F32: LIMIT_BAG(EMBER_DTYPE_F32) break;
-                case EMBER_DTYPE_BF16: LIMIT_BAG(EMBER_DTYPE_BF16) break;
-                case EMBER_DTYPE_F16: LIMIT_BAG(EMBER_DTYPE_F16) break;
-                }
-#undef LIMIT_BAG
-            }
-            continue;
-        }
-        for (int32_t d = 0; d < D; d++) acc[d] = 0.0f;
-        for (int64_t j = j0; j < j0 + L; j++) {
-            if (j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
-            const void *row = base + (size_t)values[j] * rb;
-            if (g->dtype == EMBER_DTYPE_F32) {
-                const float *restrict x = row;
-                for (int32_t d = 0; d < D; d++) acc[d] += x[d];
-            } else if (g->dtype == EMBER_DTYPE_BF16) {
-                const uint16_t *restrict x = row;
-                for (int32_t d = 0; d < D; d++) {
-                    uint32_t u = (uint32_t)x[d] << 16;
-                    float f;
-                    memcpy(&f, &u, 4);
-                    acc[d] += f;
-                }
-            } else {
-                const uint16_t *restrict x = row;
-                for (int32_t d = 0; d < D; d++) acc[d] += f16_bits_to_f32(x[d]);
-            }
-        }
-    }
-}
+// limit/limit.h: the loop, one copy per kernel variant, run in the context's variant.
 
 // ---- timing -----------------------------------------------------------------------------------------
 
@@ -332,6 +151,7 @@ typedef struct result {
 typedef struct run {
     const tbe_bench_opts *o;
     ember_ctx *ctx;
+    gather_limit_fn gather; // the limit loop of the context's kernel variant
     result *res;
     int nres, capres;
     int worst; // 0 ok, 1 residual over tolerance, 2 failure
@@ -529,19 +349,19 @@ static double tolerance(ember_dtype dt, int train) {
 // Picks the limit loop's variant for this shape/dtype/dist/threads: the fastest of 12, each the
 // median of 3 runs. Rounds go over all candidates (not each candidate's runs back to back), so
 // that a change in the machine's load hits every candidate alike.
-static limit_cfg calibrate(const gather_in *g, int threads) {
+static limit_cfg calibrate(gather_limit_fn gather, const gather_in *g, int threads) {
     enum { NC = 12, ROUNDS = 3 };
     static const int dist[] = {8, 16, 32};
     limit_cfg c[NC];
     double v[NC][ROUNDS];
     for (int k = 0; k < NC; k++) {
         c[k] = (limit_cfg){dist[k / 4], (k / 2) % 2, k % 2};
-        gather_limit(g, c[k], threads);
+        gather(g, c[k], threads);
     }
     for (int r = 0; r < ROUNDS; r++) {
         for (int k = 0; k < NC; k++) {
             const double t0 = now_ms();
-            gather_limit(g, c[k], threads);
+            gather(g, c[k], threads);
             v[k][r] = now_ms() - t0;
         }
     }
@@ -552,15 +372,19 @@ static limit_cfg calibrate(const gather_in *g, int threads) {
 }
 
 // The fields that name a case: the start of a JSON line (STYLE.md's benchmark fields, up to
-// "threads", without the closing brace) or of a table row.
-static void case_key(const tbe_bench_opts *o, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt,
-                     int dist, int threads) {
+// "threads", then the host: kernel variant, CPU model, library build; without the closing brace)
+// or of a table row.
+static void case_key(const run *r, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt, int dist,
+                     int threads) {
+    const tbe_bench_opts *o = r->o;
     const char *pn = pool ? "mean" : "sum", *dn = dist ? "zipf" : "uniform";
     if (o->json)
         fprintf(o->out,
                 "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
-                "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d",
-                op, pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn, threads);
+                "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"cpu\":\"%s\","
+                "\"build\":\"%s\"",
+                op, pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn, threads,
+                ember_isa_name(ember_ctx_isa(r->ctx)), ember_cpu_name(), ember_build_info());
     else
         fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt", op, pn, DTYPE_NAMES[dt], dn, (int)s->T,
                 (long long)s->E, threads);
@@ -571,7 +395,7 @@ static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_mi
     const tbe_bench_opts *o = r->o;
     const double bytes = (double)s->B * s->T * s->L * s->D * (double)(x->dtype == EMBER_DTYPE_F32 ? 4 : 2);
     const double gbps = bytes / (x->ms_med * 1e-3) / 1e9, lgbps = bytes / (x->limit_med * 1e-3) / 1e9;
-    case_key(o, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
+    case_key(r, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
     if (o->json) {
         fprintf(o->out,
                 ",\"ms_med\":%.4f,\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,"
@@ -607,7 +431,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
     gather_in g = {s, dt, {0}, ebc->tables[0].row_bytes, in->values[dist], in->lim_out};
     for (int32_t t = 0; t < s->T; t++) g.base[t] = ebc->slab + ebc->tables[t].weight_offset;
     limit_cfg *lc = &r->limit[si][dt][dist][ti];
-    if (lc->pd == 0) *lc = o->calibrate ? calibrate(&g, threads) : (limit_cfg){16, 1, 1};
+    if (lc->pd == 0) *lc = o->calibrate ? calibrate(r->gather, &g, threads) : (limit_cfg){16, 1, 1};
 
     // First iteration: the residual against the naive reference.
     double residual = 0;
@@ -651,7 +475,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
             if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, 1);
             const double t0 = now_ms();
             if (ph == PH_LIMIT) {
-                gather_limit(&g, *lc, threads);
+                r->gather(&g, *lc, threads);
             } else if (ph == PH_FWD) {
                 st = ember_ebc_forward(ebc, &kjt, in->out);
             } else {
@@ -704,7 +528,7 @@ static void emit_skipped(run *r, const tbe_bench_shape *s, unsigned ops, int poo
         for (int op = 0; op < NUM_OPS; op++) {
             if (!(ops & (1u << op))) continue;
             for (int ti = 0; ti < o->nthreads; ti++) {
-                case_key(o, OP_NAMES[op], s, pool, dt, dist, o->threads[ti]);
+                case_key(r, OP_NAMES[op], s, pool, dt, dist, o->threads[ti]);
                 fprintf(o->out, o->json ? ",\"skipped\":\"%s\"}\n" : " skipped: %s\n", why);
             }
         }
@@ -775,9 +599,10 @@ static int make_shape(run *r, const tbe_bench_shape *s, shape_in *in) {
     return 0;
 }
 
-static void header(const tbe_bench_opts *o) {
+static void header(const tbe_bench_opts *o, const ember_ctx *ctx) {
     if (o->json) return;
-    fprintf(o->out, "# %s\n", ember_build_info());
+    fprintf(o->out, "# %s\n# kernels %s on %s (%s)\n", ember_build_info(), ember_isa_name(ember_ctx_isa(ctx)),
+            ember_cpu_name(), ember_cpu_features());
     fprintf(o->out, "# ratio = limit_ms / ms (same bytes): the gather limit is the fastest plain-C loop reading "
                     "the same "
                     "rows in the same order, timed alternately in the same iterations\n");
@@ -805,15 +630,16 @@ static void target_line(const run *r, const result *x, const char *name, double 
     const int met = strcmp(cmp, ">=") == 0 ? value >= goal : value <= goal;
     if (o->json) {
         fprintf(o->out,
-                "{\"bench\":\"tbe_target\",\"impl\":\"ember\",\"target\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\","
-                "\"T\":%d,\"E\":%lld,\"dist\":\"%s\",\"threads\":%d,\"value\":%.3f,\"goal\":\"%s %.2f\",\"met\":%s",
-                name, x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], (int)o->shapes[x->shape].T,
+                "{\"bench\":\"tbe_target\",\"impl\":\"ember\",\"isa\":\"%s\",\"target\":\"%s\",\"pool\":\"%s\","
+                "\"dtype\":\"%s\",\"T\":%d,\"E\":%lld,\"dist\":\"%s\",\"threads\":%d,\"value\":%.3f,\"goal\":\"%s %.2f\","
+                "\"met\":%s",
+                ember_isa_name(ember_ctx_isa(r->ctx)), name, x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], (int)o->shapes[x->shape].T,
                 (long long)o->shapes[x->shape].E, x->dist ? "zipf" : "uniform", x->threads, value, cmp, goal,
                 met ? "true" : "false");
         if (limit > 0) fprintf(o->out, ",\"limit_value\":%.3f", limit);
         fprintf(o->out, "}\n");
     } else {
-        case_key(o, name, &o->shapes[x->shape], x->pool, x->dtype, x->dist, x->threads);
+        case_key(r, name, &o->shapes[x->shape], x->pool, x->dtype, x->dist, x->threads);
         fprintf(o->out, " %7.3f  %s %.2f  %s", value, cmp, goal, met ? "met" : "NOT MET");
         if (limit > 0) fprintf(o->out, "  (limit loops: %.3f)", limit);
         fprintf(o->out, "\n");
@@ -850,11 +676,14 @@ int tbe_bench_run(const tbe_bench_opts *o) {
     memset(&r, 0, sizeof r);
     r.o = o;
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    cc.isa = (ember_isa)o->isa;
     if (ember_ctx_create(&cc, &r.ctx) != EMBER_OK) {
-        fprintf(o->log, "ember bench tbe: cannot create a context\n");
+        fprintf(o->log, "ember bench tbe: cannot create a context (kernel variant %s)\n",
+                ember_isa_name((ember_isa)o->isa));
         return 2;
     }
-    header(o);
+    r.gather = bench_gather_limit(ember_ctx_isa(r.ctx));
+    header(o, r.ctx);
     // Collections are built per (shape, dtype, pooling, optimizer) and reused by every case
     // that fits them: the forward and SGD cases share one, as do train_X and step_X.
     static const int groups[3] = {TBE_OP_FWD | TBE_OP_TRAIN_SGD | TBE_OP_STEP_SGD,
@@ -929,6 +758,7 @@ void tbe_bench_usage(FILE *f) {
             "  --iters N                  timed iterations per case (default 15)\n"
             "  --warmup N                 untimed iterations first (default 3)\n"
             "  --seed N                   ids, gradients and weights (default 20240611)\n"
+            "  --isa auto|generic|avx2|avx512  kernel variant (default auto: $EMBER_ISA or the CPU's best)\n"
             "  --json                     one JSON object per line\n"
             "  --no-targets               do not print the derived target ratios\n"
             "Exit status: 0 ok, 1 a residual above tolerance, 2 failure.\n");
@@ -1039,6 +869,10 @@ int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o) {
                 p = *end ? end + 1 : end;
             }
             bad |= o->nthreads == 0;
+        } else if (!strcmp(name, "--isa")) {
+            ember_isa isa;
+            bad = ember_isa_parse(v, &isa) != EMBER_OK;
+            if (!bad) o->isa = (int)isa;
         } else if (!strcmp(name, "--iters") || !strcmp(name, "--warmup") || !strcmp(name, "--seed")) {
             char *end;
             long long n = strtoll(v, &end, 10);

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ember/core.h"
+
 // Operations (bit masks). train_* time the fused backward + update alone; step_* time one
 // training step: forward + fused backward + update.
 enum {
@@ -52,6 +54,7 @@ typedef struct tbe_bench_opts {
     int json;       // JSON lines instead of the readable table
     int targets;    // print the derived target ratios at the end
     int calibrate;  // calibrate the limit loop per case (else a fixed variant: --quick)
+    int isa;        // kernel variant (ember_isa); 0 = auto ($EMBER_ISA or the CPU's best)
     FILE *out;      // results (stdout)
     FILE *log;      // progress and errors (stderr)
 } tbe_bench_opts;

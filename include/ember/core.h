@@ -74,19 +74,57 @@ typedef struct ember_allocator {
 
 typedef void (*ember_log_fn)(void *user, ember_log_level level, const char *msg);
 
+// Instruction-set variants of the kernels. One library holds every variant the compiler could
+// build for the target (each kernel file compiled with its own target flags); a context picks
+// one at creation. Every variant gives bitwise-identical results: they perform the same IEEE
+// operations in the same order (no fused multiply-add, no reassociation), only wider.
+//   GENERIC  portable C for the target's baseline (x86-64: SSE2; any other architecture)
+//   AVX2     x86-64 with AVX2, FMA and F16C (hardware fp16 <-> fp32 conversion)
+//   AVX512   x86-64 with AVX-512 F, BW, VL and DQ
+// The AVX-512 FP16 and BF16 arithmetic instructions are not used: their dot products and
+// conversions flush subnormals or round differently, which would break the bitwise promise;
+// fp16/bf16 storage is converted exactly (F16C / AVX-512F conversions, integer shifts).
+typedef enum ember_isa {
+    EMBER_ISA_AUTO = 0, // the environment variable EMBER_ISA if set, else the best the CPU runs
+    EMBER_ISA_GENERIC = 1,
+    EMBER_ISA_AVX2 = 2,
+    EMBER_ISA_AVX512 = 3,
+} ember_isa;
+#define EMBER_ISA_COUNT 4
+
+// "auto", "generic", "avx2", "avx512" ("unknown" outside the enum).
+EMBER_API const char *ember_isa_name(ember_isa isa);
+// Parses a name as above; returns EMBER_ERR_INVALID_ARG for anything else.
+EMBER_API ember_status ember_isa_parse(const char *name, ember_isa *out);
+// Whether this build holds the variant and this CPU (and operating system) can run it. When not,
+// `why` (if not NULL) receives a sentence: "this CPU lacks avx512f avx512bw" or "not built".
+EMBER_API int ember_isa_supported(ember_isa isa, char *why, size_t cap);
+// The best variant this build and CPU can run.
+EMBER_API ember_isa ember_isa_best(void);
+// The CPU's model name ("AMD EPYC 9R14", or "unknown") and its relevant features
+// ("avx2 fma f16c avx512f ..."), for logs and benchmark records.
+EMBER_API const char *ember_cpu_name(void);
+EMBER_API const char *ember_cpu_features(void);
+
 typedef struct ember_ctx_config {
     ember_allocator allocator;  // zero: malloc/free
     int32_t num_threads;        // kernels' OpenMP threads; 0: omp_get_max_threads()
     ember_log_fn log;           // NULL: messages at or above log_level go to stderr
     void *log_user;
     ember_log_level log_level;  // default (0) DEBUG is raised to WARN when log is NULL
+    ember_isa isa;              // kernel variant; AUTO: $EMBER_ISA, else ember_isa_best()
 } ember_ctx_config;
-#define EMBER_CTX_CONFIG_DEFAULT {{0, 0, 0}, 0, 0, 0, EMBER_LOG_DEBUG}
+#define EMBER_CTX_CONFIG_DEFAULT {{0, 0, 0}, 0, 0, 0, EMBER_LOG_DEBUG, EMBER_ISA_AUTO}
 
 typedef struct ember_ctx ember_ctx;
 
 // Creates a context. cfg may be NULL (all defaults). On failure *out is NULL.
-// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (out NULL, num_threads < 0), EMBER_ERR_NOMEM.
+// The kernel variant is cfg->isa, or when that is AUTO the one named by the environment variable
+// EMBER_ISA (generic|avx2|avx512; forces a lower variant than the CPU's best, e.g. to compare),
+// or else ember_isa_best(). A variant the build or CPU cannot run is an error, never a silent
+// fallback. Without a context to hold a message, ember_isa_supported() says why.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (out NULL, num_threads < 0, unknown isa or
+// EMBER_ISA value), EMBER_ERR_UNSUPPORTED (the variant cannot run here), EMBER_ERR_NOMEM.
 EMBER_API ember_status ember_ctx_create(const ember_ctx_config *cfg, ember_ctx **out);
 // Destroys a context; NULL is accepted. Objects created on it must be destroyed first.
 EMBER_API void ember_ctx_destroy(ember_ctx *ctx);
@@ -100,6 +138,9 @@ EMBER_API void ember_ctx_clear_error(ember_ctx *ctx);
 // Kernel thread count. Results are bitwise identical for every thread count.
 EMBER_API int32_t ember_ctx_num_threads(const ember_ctx *ctx);
 EMBER_API ember_status ember_ctx_set_num_threads(ember_ctx *ctx, int32_t n);
+
+// The kernel variant this context runs (never AUTO).
+EMBER_API ember_isa ember_ctx_isa(const ember_ctx *ctx);
 
 // Bytes currently allocated through this context (0 after every object is destroyed).
 EMBER_API size_t ember_ctx_bytes_outstanding(const ember_ctx *ctx);

@@ -30,10 +30,12 @@ const char *ember_build_info(void) {
 #ifdef _OPENMP
            " openmp"
 #endif
-#ifdef __AVX512F__
-           " avx512"
-#elif defined(__AVX2__)
-           " avx2"
+           " kernels generic"
+#ifdef EMBER_HAVE_ISA_AVX2
+           ",avx2"
+#endif
+#ifdef EMBER_HAVE_ISA_AVX512
+           ",avx512"
 #endif
 #ifdef EMBER_WITH_MPI
            " mpi"
@@ -141,6 +143,45 @@ void *ember__alloc_slab(ember_ctx *ctx, size_t bytes, const char *what) {
 
 void ember__free_slab(ember_ctx *ctx, void *p) { ember__free(ctx, p); }
 
+// A failed ember_ctx_create has no context to keep its message: it goes to the configured log
+// callback, or to stderr.
+static ember_status create_error(const ember_ctx_config *c, ember_status st, const char *fmt, ...)
+    EMBER__PRINTF(3, 4);
+static ember_status create_error(const ember_ctx_config *c, ember_status st, const char *fmt, ...) {
+    char buf[EMBER_ERRMSG_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (c->log) c->log(c->log_user, EMBER_LOG_ERROR, buf);
+    else fprintf(stderr, "ember error: %s\n", buf);
+    return st;
+}
+
+// The kernel variant of a new context (see ember_ctx_create).
+static ember_status resolve_isa(const ember_ctx_config *c, ember_isa *out) {
+    ember_isa isa = c->isa;
+    const char *from = "ember_ctx_config.isa";
+    if ((int)isa < 0 || (int)isa >= EMBER_ISA_COUNT)
+        return create_error(c, EMBER_ERR_INVALID_ARG, "ember_ctx_create: unknown isa %d", (int)isa);
+    if (isa == EMBER_ISA_AUTO) {
+        const char *env = getenv("EMBER_ISA");
+        if (env && *env) {
+            from = "EMBER_ISA";
+            if (ember_isa_parse(env, &isa) != EMBER_OK)
+                return create_error(c, EMBER_ERR_INVALID_ARG,
+                                    "ember_ctx_create: EMBER_ISA='%s': expected auto, generic, avx2 or avx512", env);
+        }
+        if (isa == EMBER_ISA_AUTO) isa = ember_isa_best();
+    }
+    char why[128];
+    if (!ember_isa_supported(isa, why, sizeof why))
+        return create_error(c, EMBER_ERR_UNSUPPORTED, "ember_ctx_create: %s=%s: %s (CPU: %s; best variant here: %s)",
+                            from, ember_isa_name(isa), why, ember_cpu_name(), ember_isa_name(ember_isa_best()));
+    *out = isa;
+    return EMBER_OK;
+}
+
 ember_status ember_ctx_create(const ember_ctx_config *cfg, ember_ctx **out) {
     if (!out) return EMBER_ERR_INVALID_ARG;
     *out = NULL;
@@ -148,6 +189,8 @@ ember_status ember_ctx_create(const ember_ctx_config *cfg, ember_ctx **out) {
     if (cfg) c = *cfg;
     if (c.num_threads < 0) return EMBER_ERR_INVALID_ARG;
     if ((c.allocator.alloc == NULL) != (c.allocator.free == NULL)) return EMBER_ERR_INVALID_ARG;
+    ember_isa isa = EMBER_ISA_GENERIC;
+    EMBER_TRY(resolve_isa(&c, &isa));
     if (!c.allocator.alloc) {
         c.allocator.alloc = default_alloc;
         c.allocator.free = default_free;
@@ -162,6 +205,7 @@ ember_status ember_ctx_create(const ember_ctx_config *cfg, ember_ctx **out) {
     ctx->log_level = c.log_level;
     if (!c.log && ctx->log_level < EMBER_LOG_WARN) ctx->log_level = EMBER_LOG_WARN;
     ctx->rank = -1;
+    ctx->isa = isa;
     *out = ctx;
     return EMBER_OK;
 }
@@ -189,6 +233,8 @@ ember_status ember_ctx_set_num_threads(ember_ctx *ctx, int32_t n) {
     ctx->num_threads = n;
     return EMBER_OK;
 }
+
+ember_isa ember_ctx_isa(const ember_ctx *ctx) { return ctx ? ctx->isa : EMBER_ISA_GENERIC; }
 
 size_t ember_ctx_bytes_outstanding(const ember_ctx *ctx) { return ctx ? ctx->bytes_outstanding : 0; }
 void ember_ctx_set_rank(ember_ctx *ctx, int32_t rank) { if (ctx) ctx->rank = rank; }

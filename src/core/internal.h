@@ -19,6 +19,7 @@ struct ember_ctx {
     void *log_user;
     ember_log_level log_level;
     int32_t rank;               // -1: single process
+    ember_isa isa;              // kernel variant (never AUTO)
     ember_status last_status;
     size_t bytes_outstanding;
     char errmsg[EMBER_ERRMSG_CAP];

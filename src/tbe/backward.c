@@ -27,8 +27,7 @@
 #include <omp.h>
 #endif
 
-#include "tbe/dtype.h"
-#include "tbe/kernels.h"
+#include "tbe/isa/isa.h"
 
 // Workspace slots (slot 0 is the offsets array shared with forward).
 enum { WS_OFFSETS = 0, WS_ENT, WS_BAG, WS_TAB, WS_ROWBUF, WS_GOFF, WS_GRAD, WS_UKEY };
@@ -40,29 +39,6 @@ static inline int thread_id(void) {
     return 0;
 #endif
 }
-
-enum item_kind {
-    ITEM_BAG = 0,        // pooled, unweighted: item = bag
-    ITEM_POS_POOLED = 1, // pooled, weighted: item = position, bag_of[position] = bag
-    ITEM_POS_SEQ = 2,    // sequence (NONE): item = position = output row
-};
-
-// The sorted entries of one backward call.
-typedef struct segments {
-    const ember_kjt *kjt;
-    const int64_t *off;       // [F*B+1]
-    enum item_kind kind;
-    int64_t m;                // kept ids (entries)
-    int64_t u;                // unique rows (segments)
-    const int64_t *row;       // [m] row of each entry; sorted by (table, row)
-    const int64_t *item;      // [m] gradient source; ascending position within a row
-    const int64_t *seg;       // [u+1] first entry of each segment; seg[u] = m
-    const int64_t *tseg;      // [T+1] first segment of each table
-    const float *bag_c;       // [F*B] c_bag: 1 (SUM) or 1/|I| (MEAN)
-    const int64_t *bag_goff;  // [F*B] float offset of bag (f, b)'s slice of dL/dy: b*out_dim + col_f
-    const int64_t *bag_of;    // [nnz] bag of each position (ITEM_POS_POOLED only)
-    ember__optim_step *step;  // [T] per-table step constants
-} segments;
 
 // 1 when x[0..n) holds no NaN/Inf. The test is on the exponent bits with an OR reduction, which
 // vectorises (a float test or a float reduction would not without fast-math), and threads split
@@ -134,7 +110,7 @@ static int bits_for(int64_t rows) {
 
 // Fills and sorts table t's slice [tstart[t], tstart[t+1]) of the entry arrays, and writes its
 // segment starts (absolute entry indices) to seg_tmp from tstart[t]; returns their count.
-static int64_t build_table(const ember_ebc *ebc, const segments *s, int32_t t, const int64_t *tstart, int64_t *row,
+static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32_t t, const int64_t *tstart, int64_t *row,
                            int64_t *item, int64_t *row_tmp, int64_t *item_tmp, int64_t *seg_tmp, int resolve_ids) {
     const ember__table *tb = &ebc->tables[t];
     const ember_kjt *kjt = s->kjt;
@@ -151,7 +127,7 @@ static int64_t build_table(const ember_ebc *ebc, const segments *s, int32_t t, c
                     id = id < 0 ? 0 : rows - 1;
                 }
                 row[e] = id;
-                item[e] = s->kind == ITEM_BAG ? i : j;
+                item[e] = s->kind == EMBER__ITEM_BAG ? i : j;
                 e++;
             }
         }
@@ -164,7 +140,7 @@ static int64_t build_table(const ember_ebc *ebc, const segments *s, int32_t t, c
     return u;
 }
 
-static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, segments *s) {
+static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
     // The caller validated the KJT: under EMBER_BOUNDS_ERROR every id is a row as is; under
     // CLAMP/SKIP each id is resolved while the entries are built (a predictable compare).
     const int resolve_ids = ebc->bounds != EMBER_BOUNDS_ERROR;
@@ -172,11 +148,11 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, segment
     const size_t nnz = (size_t)kjt->nnz, T = (size_t)ebc->T;
     const int32_t B = kjt->batch_size;
     const int64_t nbags = (int64_t)ebc->F * B;
-    const enum item_kind kind = ebc->sequence ? ITEM_POS_SEQ : kjt->weights ? ITEM_POS_POOLED : ITEM_BAG;
+    const enum ember__item_kind kind = ebc->sequence ? EMBER__ITEM_POS_SEQ : kjt->weights ? EMBER__ITEM_POS_POOLED : EMBER__ITEM_BAG;
     // One block of int64 arrays: row, item, row_tmp, item_tmp, seg_tmp [nnz]; seg [nnz+1];
     // bag_of [nnz] (weighted pooled only).
     const size_t nent = nnz ? nnz : 1;
-    int64_t *ent = ember__ws_get(ebc, WS_ENT, sizeof(int64_t) * (nent * (kind == ITEM_POS_POOLED ? 7 : 6) + 1));
+    int64_t *ent = ember__ws_get(ebc, WS_ENT, sizeof(int64_t) * (nent * (kind == EMBER__ITEM_POS_POOLED ? 7 : 6) + 1));
     unsigned char *bagbuf = ember__ws_get(ebc, WS_BAG, (sizeof(float) + sizeof(int64_t)) * (size_t)(nbags + 1));
     unsigned char *tabbuf = ember__ws_get(ebc, WS_TAB, (sizeof(int64_t) * 3 + sizeof(ember__optim_step)) * (T + 1));
     if (!off || !ent || !bagbuf || !tabbuf) return EMBER_ERR_NOMEM;
@@ -202,13 +178,13 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, segment
             bag_goff[i] = (int64_t)b * ebc->out_dim + ebc->feature_col[f];
             // MEAN: y = (1/|I|) sum_j w_j E[id_j], so each id's gradient carries 1/|I|.
             bag_c[i] = tb->cfg.pooling == EMBER_POOL_MEAN && kept > 0 ? 1.0f / (float)kept : 1.0f;
-            if (kind == ITEM_POS_POOLED)
+            if (kind == EMBER__ITEM_POS_POOLED)
                 for (int64_t j = off[i]; j < off[i + 1]; j++) bag_of[j] = i;
         }
     }
     tstart[0] = 0;
     for (size_t t = 0; t < T; t++) tstart[t + 1] = tstart[t] + tcount[t];
-    *s = (segments){kjt, off, kind, tstart[T], 0, row, item, seg, tseg, bag_c, bag_goff, bag_of, step};
+    *s = (ember__segments){kjt, off, kind, tstart[T], 0, row, item, seg, tseg, bag_c, bag_goff, bag_of, step};
 
     // Tables in parallel (dynamic: table sizes differ); each table's result does not depend on
     // which thread built it. tcount[t] becomes table t's segment count, then segments are
@@ -232,279 +208,9 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, segment
     return EMBER_OK;
 }
 
-// Gradient source of entry e: the dL/dy row it contributed to and its scale s_j = w_j * c_bag.
-static inline const float *entry_grad(const ember_ebc *ebc, const segments *s, const float *grad_out, int64_t e,
-                                      float *sc) {
-    const int64_t it = s->item[e];
-    const float *w = s->kjt->weights;
-    switch (s->kind) {
-    case ITEM_BAG: *sc = s->bag_c[it]; return grad_out + s->bag_goff[it];
-    case ITEM_POS_POOLED: {
-        const int64_t bag = s->bag_of[it];
-        *sc = w[it] * s->bag_c[bag];
-        return grad_out + s->bag_goff[bag];
-    }
-    case ITEM_POS_SEQ: break;
-    }
-    *sc = w ? w[it] : 1.0f;
-    return grad_out + (size_t)it * (size_t)ebc->out_dim;
-}
-
-#ifdef __AVX512F__
-// Columns [c0, c0 + 16*NV) of segment [e0, e1)'s gradient, accumulated in NV registers: the same
-// mul-then-add, entry after entry, as the portable loop.
-static inline __attribute__((always_inline)) void reduce_block(const ember_ebc *ebc, const segments *s,
-                                                               const float *grad_out, int64_t e0, int64_t e1,
-                                                               int32_t c0, const int NV, float *restrict g) {
-    __m512 acc[8];
-    for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
-    for (int64_t e = e0; e < e1; e++) {
-        float sc;
-        const float *go = entry_grad(ebc, s, grad_out, e, &sc) + c0;
-        const __m512 vs = _mm512_set1_ps(sc);
-        for (int v = 0; v < NV; v++) acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(vs, _mm512_loadu_ps(go + 16 * v)));
-    }
-    for (int v = 0; v < NV; v++) _mm512_storeu_ps(g + c0 + 16 * v, acc[v]);
-}
-#endif
-
-// g[0..D) = coalesced gradient of segment k, summed in position order.
-static void reduce_segment(const ember_ebc *ebc, const segments *s, const float *grad_out, int64_t k, int32_t D,
-                           float *restrict g) {
-    const int64_t e0 = s->seg[k], e1 = s->seg[k + 1];
-#ifdef __AVX512F__
-    if (D % 16 == 0) {
-        for (int32_t c0 = 0; c0 < D; c0 += 128) {
-            switch ((D - c0) >= 128 ? 8 : (D - c0) / 16) {
-            case 8: reduce_block(ebc, s, grad_out, e0, e1, c0, 8, g); break;
-            case 7: reduce_block(ebc, s, grad_out, e0, e1, c0, 7, g); break;
-            case 6: reduce_block(ebc, s, grad_out, e0, e1, c0, 6, g); break;
-            case 5: reduce_block(ebc, s, grad_out, e0, e1, c0, 5, g); break;
-            case 4: reduce_block(ebc, s, grad_out, e0, e1, c0, 4, g); break;
-            case 3: reduce_block(ebc, s, grad_out, e0, e1, c0, 3, g); break;
-            case 2: reduce_block(ebc, s, grad_out, e0, e1, c0, 2, g); break;
-            default: reduce_block(ebc, s, grad_out, e0, e1, c0, 1, g); break;
-            }
-        }
-        return;
-    }
-#endif
-    memset(g, 0, sizeof(float) * (size_t)D);
-    for (int64_t e = e0; e < e1; e++) {
-        float sc;
-        const float *restrict go = entry_grad(ebc, s, grad_out, e, &sc);
-        for (int32_t d = 0; d < D; d++) g[d] += sc * go[d];
-    }
-}
-
-// Which fused register path (if any) serves table tb's segments: fp32 or bf16 rows (nearest
-// rounding) with D % 16 == 0 and D <= 128; SGD, row-wise Adagrad or Adam, without weight decay.
-// Everything else takes reduce_segment + update_row.
-enum fused_kind { FUSED_NONE = 0, FUSED_SGD, FUSED_ROWWISE_ADAGRAD, FUSED_ADAM };
-static enum fused_kind fused_kind_of(const ember__table *tb) {
-#ifdef __AVX512F__
-    const ember_optim_config *o = &tb->cfg.optim;
-    if (tb->cfg.dim % 16 != 0 || tb->cfg.dim > 128) return FUSED_NONE;
-    if (tb->cfg.dtype == EMBER_DTYPE_F16 || (tb->cfg.dtype == EMBER_DTYPE_BF16 && tb->cfg.stochastic_rounding))
-        return FUSED_NONE;
-    if (o->weight_decay_mode != EMBER_WD_NONE && o->weight_decay != 0.0f) return FUSED_NONE;
-    switch (o->kind) {
-    case EMBER_OPT_SGD: return FUSED_SGD;
-    case EMBER_OPT_ROWWISE_ADAGRAD: return FUSED_ROWWISE_ADAGRAD;
-    case EMBER_OPT_ADAM: return FUSED_ADAM;
-    default: return FUSED_NONE;
-    }
-#else
-    (void)tb;
-    return FUSED_NONE;
-#endif
-}
-
-#ifdef __AVX512F__
-// fp32 -> bf16 with round to nearest even, exactly as ember__f32_to_bf16 (NaN: quieted upper
-// half). Not vcvtneps2bf16, which treats denormal inputs as zero.
-static inline __m256i f32_to_bf16_rne(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x), hi = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40))));
-}
-
-// Segment k of a table served by a fused path: the coalesced gradient stays in 8 registers
-// (lanes beyond D masked off) from the reduce to the update of the stored row and its state:
-// no call and no round trip through memory. At E = 1e6 nearly every segment is a single id and
-// this per-segment overhead was 20-27% of the step (measured A/B). The same operations in the
-// same order as reduce_segment + ember__optim_row (row-wise Adagrad's sum of squares in
-// ember__sum16's lane order; masked lanes add exact zeros), hence the same bits.
-static inline __attribute__((always_inline)) void fused_segment(const ember_ebc *ebc, const segments *s,
-                                                                const float *grad_out, int64_t k,
-                                                                const ember__table *tb,
-                                                                const ember__optim_step *st, const ember_dtype DT,
-                                                                const enum fused_kind KIND) {
-    const int32_t D = tb->cfg.dim;
-    __mmask16 m[8];
-    __m512 g[8];
-    for (int v = 0; v < 8; v++) {
-        m[v] = 16 * v < D ? (__mmask16)0xffff : (__mmask16)0;
-        g[v] = _mm512_setzero_ps();
-    }
-    for (int64_t e = s->seg[k]; e < s->seg[k + 1]; e++) {
-        float sc;
-        const float *go = entry_grad(ebc, s, grad_out, e, &sc);
-        const __m512 vs = _mm512_set1_ps(sc);
-        for (int v = 0; v < 8; v++)
-            g[v] = _mm512_add_ps(g[v], _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(m[v], go + 16 * v)));
-    }
-    const int64_t row = s->row[s->seg[k]];
-    unsigned char *p = ember__row_ptr(ebc, tb, row);
-    __m512 w[8];
-    for (int v = 0; v < 8; v++) {
-        if (DT == EMBER_DTYPE_F32) {
-            w[v] = _mm512_maskz_loadu_ps(m[v], (const float *)p + 16 * v);
-        } else {
-            const __m256i h = _mm256_maskz_loadu_epi16(m[v], (const uint16_t *)p + 16 * v);
-            w[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        }
-    }
-    const ember_optim_config *o = &tb->cfg.optim;
-    if (KIND == FUSED_ADAM) {
-        // m1 <- b1 m1 + (1-b1) g;  m2 <- b2 m2 + (1-b2) g^2;  w <- w - lr (m1/c1) / (sqrt(m2/c2) + eps)
-        float *m1 = tb->m1 + (size_t)row * (size_t)D, *m2 = tb->m2 + (size_t)row * (size_t)D;
-        const __m512 b1 = _mm512_set1_ps(o->beta1), b2 = _mm512_set1_ps(o->beta2);
-        const __m512 nb1 = _mm512_set1_ps(1.0f - o->beta1), nb2 = _mm512_set1_ps(1.0f - o->beta2);
-        const __m512 c1 = _mm512_set1_ps(st->c1), c2 = _mm512_set1_ps(st->c2), eps = _mm512_set1_ps(o->eps);
-        const __m512 lr = _mm512_set1_ps(o->lr);
-        for (int v = 0; v < 8; v++) {
-            __m512 a = _mm512_maskz_loadu_ps(m[v], m1 + 16 * v), b = _mm512_maskz_loadu_ps(m[v], m2 + 16 * v);
-            a = _mm512_add_ps(_mm512_mul_ps(b1, a), _mm512_mul_ps(nb1, g[v]));
-            b = _mm512_add_ps(_mm512_mul_ps(b2, b), _mm512_mul_ps(_mm512_mul_ps(nb2, g[v]), g[v]));
-            _mm512_mask_storeu_ps(m1 + 16 * v, m[v], a);
-            _mm512_mask_storeu_ps(m2 + 16 * v, m[v], b);
-            const __m512 den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_div_ps(b, c2)), eps);
-            const __m512 r = _mm512_div_ps(_mm512_div_ps(a, c1), den);
-            w[v] = _mm512_sub_ps(w[v], _mm512_mul_ps(lr, r));
-        }
-    } else {
-        float mult = o->lr;
-        if (KIND == FUSED_ROWWISE_ADAGRAD) {
-            __m512 sq = _mm512_mul_ps(g[0], g[0]);
-            for (int v = 1; v < 8; v++) sq = _mm512_add_ps(sq, _mm512_mul_ps(g[v], g[v]));
-            float lane[16];
-            _mm512_storeu_ps(lane, sq);
-            float *m1 = tb->m1 + row;
-            *m1 += ember__sum16(lane) / (float)D;
-            mult = o->lr / (sqrtf(*m1) + o->eps);
-        }
-        const __m512 vm = _mm512_set1_ps(mult);
-        for (int v = 0; v < 8; v++) w[v] = _mm512_sub_ps(w[v], _mm512_mul_ps(vm, g[v]));
-    }
-    for (int v = 0; v < 8; v++) {
-        if (DT == EMBER_DTYPE_F32) _mm512_mask_storeu_ps((float *)p + 16 * v, m[v], w[v]);
-        else _mm256_mask_storeu_epi16((uint16_t *)p + 16 * v, m[v], f32_to_bf16_rne(w[v]));
-    }
-}
-
-static void fused_dispatch(const ember_ebc *ebc, const segments *s, const float *grad_out, int64_t k,
-                           const ember__table *tb, const ember__optim_step *st, enum fused_kind kind) {
-#define EMBER_FUSED(DT, KIND) fused_segment(ebc, s, grad_out, k, tb, st, DT, KIND)
-    const int bf = tb->cfg.dtype == EMBER_DTYPE_BF16;
-    switch (kind) {
-    case FUSED_SGD: bf ? EMBER_FUSED(EMBER_DTYPE_BF16, FUSED_SGD) : EMBER_FUSED(EMBER_DTYPE_F32, FUSED_SGD); break;
-    case FUSED_ROWWISE_ADAGRAD:
-        bf ? EMBER_FUSED(EMBER_DTYPE_BF16, FUSED_ROWWISE_ADAGRAD) : EMBER_FUSED(EMBER_DTYPE_F32, FUSED_ROWWISE_ADAGRAD);
-        break;
-    case FUSED_ADAM: bf ? EMBER_FUSED(EMBER_DTYPE_BF16, FUSED_ADAM) : EMBER_FUSED(EMBER_DTYPE_F32, FUSED_ADAM); break;
-    case FUSED_NONE: break;
-    }
-#undef EMBER_FUSED
-}
-#endif
-
-// Stochastic-rounding bits of (seed, table, step, row, column): independent of threads.
-static inline uint32_t sr_bits(const ember_ebc *ebc, const ember__table *tb, int64_t row, int32_t d) {
-    uint64_t k = ember__mix64(ebc->seed ^ tb->name_hash ^ ember__mix64((uint64_t)tb->step));
-    return (uint32_t)ember__mix64(k ^ ember__mix64(((uint64_t)row << 20) ^ (uint64_t)d));
-}
-
-// One optimizer update of `row` of table tb with gradient g (clobbered); w is scratch [D].
-// fp32 rows are updated in place; 16-bit rows through an fp32 copy.
-static void update_row(const ember_ebc *ebc, const ember__table *tb, const ember__optim_step *st, int64_t row,
-                       float *restrict g, float *restrict w) {
-    const int32_t D = tb->cfg.dim;
-    unsigned char *p = ember__row_ptr(ebc, tb, row);
-    if (tb->cfg.dtype == EMBER_DTYPE_F32) {
-        ember__optim_row(tb, st, row, (float *)p, g);
-        return;
-    }
-    ember__load_row(tb->cfg.dtype, p, w, D);
-    ember__optim_row(tb, st, row, w, g);
-    uint16_t *h = (uint16_t *)p;
-    if (!tb->cfg.stochastic_rounding) {
-        ember__store_row(tb->cfg.dtype, p, w, D);
-    } else if (tb->cfg.dtype == EMBER_DTYPE_BF16) {
-        for (int32_t d = 0; d < D; d++) h[d] = ember__f32_to_bf16_sr(w[d], sr_bits(ebc, tb, row, d));
-    } else {
-        for (int32_t d = 0; d < D; d++) h[d] = ember__f32_to_f16_sr(w[d], sr_bits(ebc, tb, row, d));
-    }
-}
-
-// Prefetches what updating `row` of tb touches: the stored row and its optimizer state. A read
-// prefetch suffices for the read-modify-write: a line no other core holds arrives exclusive.
-EMBER__PREFETCH_FN void prefetch_update(const ember_ebc *ebc, const ember__table *tb, int64_t row) {
-    ember__prefetch_row(ember__row_ptr(ebc, tb, row), tb->row_bytes);
-    if (tb->m1) ember__prefetch_row(tb->m1 + (size_t)row * (size_t)tb->m1_cols, sizeof(float) * (size_t)tb->m1_cols);
-    if (tb->m2) ember__prefetch_row(tb->m2 + (size_t)row * (size_t)tb->m2_cols, sizeof(float) * (size_t)tb->m2_cols);
-}
-
-// Per-thread scratch: two rows of max_dim floats per thread.
-static float *row_scratch(ember_ebc *ebc) {
-    return ember__ws_get(ebc, WS_ROWBUF, sizeof(float) * 2 * (size_t)ebc->max_dim * (size_t)ember__threads(ebc->ctx));
-}
-
-// Advances *t to the table holding segment k (tseg non-decreasing; empty tables are skipped).
-static inline int32_t table_of(const int64_t *tseg, int32_t T, int32_t t, int64_t k) {
-    while (t + 1 < T && tseg[t + 1] <= k) t++;
-    return t;
-}
-
-// A row update costs a DRAM read-modify-write of the row; one more entry of a segment costs an
-// L2 read of a dL/dy row. Segments are split over threads with this weight per segment.
-#define SEGMENT_COST 4
-
-// Reduces and applies segments [k0, k1).
-static void update_segments(ember_ebc *ebc, const segments *s, const float *grad_out, int64_t k0, int64_t k1,
-                            float *g, float *w) {
-    if (k0 >= k1) return;
-    int32_t t = table_of(s->tseg, ebc->T, 0, k0), tp = t;
-    enum fused_kind fused = fused_kind_of(&ebc->tables[t]);
-    for (int64_t k = k0; k < k1; k++) {
-        const int32_t t_prev = t;
-        t = table_of(s->tseg, ebc->T, t, k);
-        const ember__table *tb = &ebc->tables[t];
-        if (t != t_prev) fused = fused_kind_of(tb);
-        const int64_t kp = k + ember__prefetch_ids(tb->row_bytes);
-        if (kp < k1) {
-            tp = table_of(s->tseg, ebc->T, tp, kp);
-            prefetch_update(ebc, &ebc->tables[tp], s->row[s->seg[kp]]);
-        }
-#ifdef __AVX512F__
-        if (fused != FUSED_NONE) {
-            fused_dispatch(ebc, s, grad_out, k, tb, &s->step[t], fused);
-            continue;
-        }
-#else
-        (void)fused;
-#endif
-        reduce_segment(ebc, s, grad_out, k, tb->cfg.dim, g);
-        update_row(ebc, tb, &s->step[t], s->row[s->seg[k]], g, w);
-    }
-}
-
 // grad_weights[j] = c_bag * <dL/dy, E[id_j]>: the derivative of the pooled output with respect
 // to the per-id weight, with the weights before any update.
-static void weight_grads(ember_ebc *ebc, const segments *s, const float *grad_out, float *grad_weights,
+static void weight_grads(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights,
                          float *scratch) {
     const ember_kjt *kjt = s->kjt;
     const int32_t B = kjt->batch_size;
@@ -532,11 +238,16 @@ static void weight_grads(ember_ebc *ebc, const segments *s, const float *grad_ou
     }
 }
 
+// Per-thread scratch: two rows of max_dim floats per thread.
+static float *row_scratch(ember_ebc *ebc) {
+    return ember__ws_get(ebc, WS_ROWBUF, sizeof(float) * 2 * (size_t)ebc->max_dim * (size_t)ember__threads(ebc->ctx));
+}
+
 // Advances every table's step counter and computes its step constants.
 static void begin_step(ember_ebc *ebc, ember__optim_step *step) {
     for (int32_t t = 0; t < ebc->T; t++) {
         ebc->tables[t].step++;
-        ember__optim_prepare(&ebc->tables[t], &step[t]);
+        ember__optim_prepare(&ebc->tables[t], ebc->seed, &step[t]);
     }
 }
 
@@ -546,7 +257,7 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
     EMBER_TRY(ember__ebc_check_backward(ebc, fn, kjt, grad_out));
     EMBER_CHECK(ebc->ctx, !grad_weights || kjt->weights, EMBER_ERR_INVALID_ARG,
                 "%s: grad_weights requested but the kjt has no weights", fn);
-    segments s;
+    ember__segments s;
     EMBER_TRY(build_segments(ebc, kjt, &s));
     float *scratch = row_scratch(ebc);
     if (!scratch) return EMBER_ERR_NOMEM;
@@ -557,15 +268,15 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++) {
         float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
-        update_segments(ebc, &s, grad_out, ember__split(s.seg, s.u, SEGMENT_COST, c, nc),
-                        ember__split(s.seg, s.u, SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
+        ebc->kern->update_segments(ebc, &s, grad_out, ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c, nc),
+                        ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
     }
     return EMBER_OK;
 }
 
 ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                  ember__sparse_grad *out) {
-    segments s;
+    ember__segments s;
     EMBER_TRY(build_segments(ebc, kjt, &s));
     int64_t *goff = ember__ws_get(ebc, WS_GOFF, sizeof(int64_t) * (size_t)(s.u + 1));
     int64_t *ukey = ember__ws_get(ebc, WS_UKEY, sizeof(int64_t) * (size_t)(s.u > 0 ? s.u : 1));
@@ -583,9 +294,9 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
     const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++) {
-        const int64_t k1 = ember__split(s.seg, s.u, SEGMENT_COST, c + 1, nc);
-        for (int64_t k = ember__split(s.seg, s.u, SEGMENT_COST, c, nc); k < k1; k++)
-            reduce_segment(ebc, &s, grad_out, k, (int32_t)(goff[k + 1] - goff[k]), grad + goff[k]);
+        const int64_t k1 = ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c + 1, nc);
+        for (int64_t k = ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c, nc); k < k1; k++)
+            ebc->kern->reduce_segment(ebc, &s, grad_out, k, (int32_t)(goff[k + 1] - goff[k]), grad + goff[k]);
     }
     *out = (ember__sparse_grad){s.u, ukey, goff, grad};
     return EMBER_OK;
@@ -610,12 +321,12 @@ ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t 
             const int64_t kp = k + ember__prefetch_ids(tb->row_bytes);
             if (kp < k1) {
                 const ember__table *tp = &ebc->tables[ember__ebc_key_table(ebc, key[kp])];
-                prefetch_update(ebc, tp, key[kp] - tp->key_base);
+                ember__prefetch_update(ebc, tp, key[kp] - tp->key_base);
             }
             memcpy(g, grad + goff[k], sizeof(float) * (size_t)tb->cfg.dim);
             ember__optim_step st = step[t];
             if (row_sumsq && row_sumsq[k] >= 0.0f) st.row_sumsq = row_sumsq[k];
-            update_row(ebc, tb, &st, key[k] - tb->key_base, g, w);
+            ebc->kern->update_row(ebc, tb, &st, key[k] - tb->key_base, g, w);
         }
     }
     return EMBER_OK;

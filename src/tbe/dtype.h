@@ -39,7 +39,9 @@ static inline float ember__f16_to_f32(uint16_t h) {
         float v = (float)man * 0x1p-24f;
         return sign ? -v : v;
     }
-    if (exp == 31) return ember__bits_f32(sign | 0x7f800000u | (man << 13));
+    // Inf, or NaN quieted with its payload kept: what F16C's vcvtph2ps gives, so every kernel
+    // variant converts NaN bits alike.
+    if (exp == 31) return ember__bits_f32(sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13));
     return ember__bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
@@ -47,7 +49,8 @@ static inline uint16_t ember__f32_to_f16(float f) {
     uint32_t u = ember__f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);   // NaN
+    // NaN: quieted, the payload's top 10 bits kept (vcvtps2ph's result, bit for bit).
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to inf (>= 65520)
     if (a < 0x38800000u) {
         // subnormal or zero in fp16: value / 2^-24 rounded to nearest even integer
@@ -59,21 +62,35 @@ static inline uint16_t ember__f32_to_f16(float f) {
     return (uint16_t)(sign | (uint16_t)(((m >> 13) - (112u << 10)) & 0x7fffu));
 }
 
-// fp16 stochastic rounding: the magnitude lies between its truncation t and the next fp16 t+1;
-// round up with probability (|f| - t) / (t+1 - t), so the rounding is unbiased in expectation.
+// fp16 stochastic rounding: unbiased in expectation, with a form every kernel variant computes
+// bit for bit (integer adds and exact float steps).
+//   fp16 normal range [2^-14, 65504): add 13 random bits below the kept mantissa and truncate,
+//     as bf16 does: the result rounds up with probability (dropped bits) / 2^13;
+//   fp16 subnormal range (steps of 2^-24): x = |f| * 2^24 (exact), round up when 24 random bits
+//     scaled to [0, 1) fall below frac(x) (exact);
+//   NaN, inf and |f| >= 65504: round to nearest (no stochastic overflow to inf).
 static inline uint16_t ember__f32_to_f16_sr(float f, uint32_t rnd) {
-    uint32_t u = ember__f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    float a = fabsf(f);
-    if (!(a < 65504.0f)) return ember__f32_to_f16(f); // NaN, inf, or at the top of the range
-    uint16_t t;
-    if (a < 0x1p-14f) t = (uint16_t)(a * 0x1p24f); // subnormal range: truncate a / 2^-24
-    else t = (uint16_t)(((ember__f32_bits(a) >> 13) - (112u << 10)) & 0x7fffu);
-    float lo = ember__f16_to_f32(t), hi = ember__f16_to_f32((uint16_t)(t + 1));
-    if (a == lo) return (uint16_t)(sign | t);
-    float p_up = (a - lo) / (hi - lo);
-    float r = (float)(rnd >> 8) * 0x1p-24f;
-    return (uint16_t)(sign | (r < p_up ? t + 1 : t));
+    const uint32_t u = ember__f32_bits(f), a = u & 0x7fffffffu;
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (!(ember__bits_f32(a) < 65504.0f)) return ember__f32_to_f16(f);
+    if (a >= 0x38800000u) return (uint16_t)(sign | (((a + (rnd & 0x1fffu)) >> 13) - (112u << 10)));
+    const float x = ember__bits_f32(a) * 0x1p24f;
+    const uint32_t t = (uint32_t)x;
+    const float frac = x - (float)t;
+    return (uint16_t)(sign | (t + ((float)(rnd >> 8) * 0x1p-24f < frac)));
+}
+
+// Random bits for stochastic rounding of column d of a row: murmur3's 32-bit finaliser of the
+// row's key (ember__sr_row_key) and the column. 32-bit multiplies, so a vector of columns costs
+// a few instructions per element on every variant.
+static inline uint32_t ember__sr_hash(uint32_t row_key, uint32_t d) {
+    uint32_t h = row_key ^ (d * 0x9e3779b9u);
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
 }
 
 // SplitMix64 finaliser: a counter-based generator, so the value for (seed, table, row, col)
@@ -89,6 +106,12 @@ static inline uint64_t ember__hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull; // FNV-1a
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
+}
+
+// The stochastic-rounding key of one row update: a function of (seed, table, step, row) only,
+// so the rounding does not depend on threads or on the order rows are updated in.
+static inline uint32_t ember__sr_row_key(uint64_t step_key, int64_t row) {
+    return (uint32_t)(ember__mix64(step_key ^ ember__mix64((uint64_t)row)) >> 32);
 }
 
 // Uniform in [0, 1) with 24 random bits.

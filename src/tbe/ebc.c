@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "tbe/dtype.h"
-#include "tbe/kernels.h"
+#include "tbe/isa/isa.h"
 
 size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
 
@@ -184,6 +184,8 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     if (!ebc) return EMBER_ERR_NOMEM;
     memset(ebc, 0, sizeof *ebc);
     ebc->ctx = ctx;
+    ebc->kern = ember__tbe_kernels_for(ember_ctx_isa(ctx));
+    EMBER_ASSERT(ebc->kern != NULL); // the context only runs variants this build holds
     ebc->T = cfg->num_tables;
     ebc->F = cfg->num_features;
     ebc->bounds = cfg->bounds;

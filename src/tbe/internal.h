@@ -35,8 +35,11 @@ typedef struct ember__table {
 
 #define EMBER__WS_SLOTS 16
 
+typedef struct ember__tbe_kernels ember__tbe_kernels; // tbe/isa/isa.h
+
 struct ember_ebc {
     ember_ctx *ctx;
+    const ember__tbe_kernels *kern; // the context's kernel variant
     int32_t T, F;
     ember__table *tables;    // [T]
     int32_t *feature_table;  // [F]

@@ -1,18 +1,9 @@
-// Helpers private to the tbe kernels (forward.c, backward.c, optim.c, ebc.c): row conversion,
-// prefetch, work splitting, and the 16-lane vector helpers behind `#ifdef __AVX512F__`.
-//
-// Numerics are the same with and without AVX-512: the vector paths perform the same IEEE
-// operations in the same order as the portable loops (mul then add, never a fused multiply-add;
-// sums in bag/position order per column; row reductions in the 16-lane order of ember__sum16),
-// so a build with or without -march=native gives bitwise-equal results.
+// Helpers private to the tbe layer (forward.c, backward.c, optim.c, ebc.c and the kernel
+// variants in isa/): row conversion, prefetch, work splitting, per-step optimizer constants.
 #ifndef EMBER_TBE_KERNELS_H
 #define EMBER_TBE_KERNELS_H
 
 #include "tbe/internal.h"
-
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 // fp32 <-> storage dtype rows (round to nearest even on store). ebc.c.
 void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
@@ -33,12 +24,9 @@ typedef struct ember__optim_step {
     // (L2-adjusted) gradients, summed over the shards (the per-row mean then divides by the
     // global dim). Negative (ember__optim_prepare's value): this piece is the whole row.
     float row_sumsq;
+    uint64_t sr_key; // stochastic rounding: a function of (seed, table, step) (ember__sr_row_key)
 } ember__optim_step;
-void ember__optim_prepare(const ember__table *t, ember__optim_step *st);
-// One update of `row` of t: w [dim] fp32 (the stored row itself for fp32 tables), g [dim] the
-// coalesced gradient (clobbered). optim.c.
-void ember__optim_row(const ember__table *t, const ember__optim_step *st, int64_t row, float *restrict w,
-                      float *restrict g);
+void ember__optim_prepare(const ember__table *t, uint64_t seed, ember__optim_step *st);
 
 // Sum of 16 lanes in a fixed tree order (pairs 8 apart, then 4, 2, 1): the one horizontal
 // reduction used by every row reduction, vector or not.
@@ -60,6 +48,14 @@ static inline float ember__sum16(const float *lane) {
 EMBER__PREFETCH_FN void ember__prefetch_row(const void *p, size_t bytes) {
     const unsigned char *c = p;
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 1);
+}
+
+// Prefetches what updating `row` of tb touches: the stored row and its optimizer state. A read
+// prefetch suffices for the read-modify-write: a line no other core holds arrives exclusive.
+EMBER__PREFETCH_FN void ember__prefetch_update(const ember_ebc *ebc, const ember__table *tb, int64_t row) {
+    ember__prefetch_row(ember__row_ptr(ebc, tb, row), tb->row_bytes);
+    if (tb->m1) ember__prefetch_row(tb->m1 + (size_t)row * (size_t)tb->m1_cols, sizeof(float) * (size_t)tb->m1_cols);
+    if (tb->m2) ember__prefetch_row(tb->m2 + (size_t)row * (size_t)tb->m2_cols, sizeof(float) * (size_t)tb->m2_cols);
 }
 
 // How many ids ahead to prefetch: about 128 cache lines ahead, at least 4 and at most 32 rows
