@@ -17,10 +17,8 @@ foreach(op ${EMBER_BENCH_OPS})
     endforeach()
   endforeach()
 endforeach()
-# Wider rows than --quick's D=32: the 128-column register blocks plus a remainder block.
-add_test(NAME bench.tbe.all.wide COMMAND tbe_bench_smoke --quick --json --shape 3,300,160,9,7 --dtype fp32,bf16,fp16
-         --threads 1,2 --iters 1 --warmup 0)
-set_tests_properties(bench.tbe.all.wide PROPERTIES TIMEOUT 300 LABELS bench PROCESSORS 2)
+# Wider rows than --quick's D=32 (register blocks plus a remainder block) under each kernel
+# variant: bench.tbe.isa.* in tests/isa.cmake.
 
 # `ember bench shard` once at a tiny size per world size: every scheme runs a step and its
 # forward matches the unsharded collection (exit status), bytes are reported per scheme.

@@ -14,6 +14,7 @@
 
 #include "ember.h"
 #include "gen.h"
+#include "isa_env.h"
 #include "oracle.h"
 
 // Four tables (one with a single row), five features, one pair sharing a table.
@@ -760,6 +761,8 @@ static void vector_widths_match_oracle(void **state) {
 }
 
 int main(void) {
+    const int skip = test_isa_env_check("unit.ebc");
+    if (skip) return skip;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_optimizer_and_dtype_matches_oracle),
         cmocka_unit_test(failed_calls_change_nothing),

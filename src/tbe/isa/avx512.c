@@ -176,28 +176,7 @@ static void reduce_segment(const ember_ebc *ebc, const ember__segments *s, const
     }
 }
 
-// The fused register paths: rows with D % 16 == 0 and D <= 128, SGD, row-wise Adagrad or Adam
-// without weight decay, any storage dtype and rounding. The kind packs the optimizer (low bits)
-// and the storage (FUSED_* below).
-enum { FUSED_SGD = 1, FUSED_ROWWISE_ADAGRAD = 2, FUSED_ADAM = 3 };
-enum { STORE_F32 = 0, STORE_BF16 = 4, STORE_F16 = 8, STORE_SR = 16 };
-
-static int fused_kind_of(const ember__table *tb) {
-    const ember_optim_config *o = &tb->cfg.optim;
-    if (tb->cfg.dim % 16 != 0 || tb->cfg.dim > 128) return 0;
-    if (o->weight_decay_mode != EMBER_WD_NONE && o->weight_decay != 0.0f) return 0;
-    int kind;
-    switch (o->kind) {
-    case EMBER_OPT_SGD: kind = FUSED_SGD; break;
-    case EMBER_OPT_ROWWISE_ADAGRAD: kind = FUSED_ROWWISE_ADAGRAD; break;
-    case EMBER_OPT_ADAM: kind = FUSED_ADAM; break;
-    default: return 0;
-    }
-    if (tb->cfg.dtype == EMBER_DTYPE_BF16) kind |= STORE_BF16;
-    if (tb->cfg.dtype == EMBER_DTYPE_F16) kind |= STORE_F16;
-    if (tb->cfg.dtype != EMBER_DTYPE_F32 && tb->cfg.stochastic_rounding) kind |= STORE_SR;
-    return kind;
-}
+static int fused_kind_of(const ember__table *tb) { return fused_kind(tb, 16); }
 
 // fp32 -> bf16 with round to nearest even, exactly as ember__f32_to_bf16 (NaN: quieted upper
 // half). Not vcvtneps2bf16, which treats denormal inputs as zero.
@@ -343,26 +322,7 @@ static inline __attribute__((always_inline)) void fused_segment(const ember_ebc 
     }
 }
 
-static void fused_run(const ember_ebc *ebc, const ember__segments *s, const float *grad_out, int64_t k,
-                      const ember__table *tb, const ember__optim_step *st, int kind) {
-    // One specialised copy per (optimizer, storage): 3 x 5 paths.
-#define EMBER_FUSED_STORES(OPT)                                                                   \
-    switch (kind & ~3) {                                                                          \
-    case STORE_F32: fused_segment(ebc, s, grad_out, k, tb, st, OPT, STORE_F32); break;             \
-    case STORE_BF16: fused_segment(ebc, s, grad_out, k, tb, st, OPT, STORE_BF16); break;           \
-    case STORE_F16: fused_segment(ebc, s, grad_out, k, tb, st, OPT, STORE_F16); break;             \
-    case STORE_BF16 | STORE_SR: fused_segment(ebc, s, grad_out, k, tb, st, OPT, STORE_BF16 | STORE_SR); break; \
-    case STORE_F16 | STORE_SR: fused_segment(ebc, s, grad_out, k, tb, st, OPT, STORE_F16 | STORE_SR); break;   \
-    default: break;                                                                               \
-    }
-    switch (kind & 3) {
-    case FUSED_SGD: EMBER_FUSED_STORES(FUSED_SGD) break;
-    case FUSED_ROWWISE_ADAGRAD: EMBER_FUSED_STORES(FUSED_ROWWISE_ADAGRAD) break;
-    case FUSED_ADAM: EMBER_FUSED_STORES(FUSED_ADAM) break;
-    default: break;
-    }
-#undef EMBER_FUSED_STORES
-}
+EMBER__DEFINE_FUSED_RUN(fused_segment)
 
 static void update_segments(const ember_ebc *ebc, const ember__segments *s, const float *grad_out, int64_t k0,
                             int64_t k1, float *g, float *w) {

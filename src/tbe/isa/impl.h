@@ -302,4 +302,53 @@ update_segments_impl(const ember_ebc *ebc, const ember__segments *s, const float
     }
 }
 
+// ---- the fused register paths of the wide variants ---------------------------------------------
+
+// avx2.c and avx512.c reduce a segment's gradient and update its row and state in registers for
+// the common optimizers, specialised per (optimizer, storage): `kind` packs both.
+enum { FUSED_SGD = 1, FUSED_ROWWISE_ADAGRAD = 2, FUSED_ADAM = 3 };
+enum { STORE_F32 = 0, STORE_BF16 = 4, STORE_F16 = 8, STORE_SR = 16 };
+
+// The fused kind of table tb for a variant whose registers hold `lanes` floats: rows with
+// D % lanes == 0 and D <= 128, SGD, row-wise Adagrad or Adam without weight decay, any storage
+// dtype and rounding; 0 (reduce + update_row) otherwise.
+static inline int fused_kind(const ember__table *tb, int32_t lanes) {
+    const ember_optim_config *o = &tb->cfg.optim;
+    if (tb->cfg.dim % lanes != 0 || tb->cfg.dim > 128) return 0;
+    if (o->weight_decay_mode != EMBER_WD_NONE && o->weight_decay != 0.0f) return 0;
+    int kind;
+    switch (o->kind) {
+    case EMBER_OPT_SGD: kind = FUSED_SGD; break;
+    case EMBER_OPT_ROWWISE_ADAGRAD: kind = FUSED_ROWWISE_ADAGRAD; break;
+    case EMBER_OPT_ADAM: kind = FUSED_ADAM; break;
+    default: return 0;
+    }
+    if (tb->cfg.dtype == EMBER_DTYPE_BF16) kind |= STORE_BF16;
+    if (tb->cfg.dtype == EMBER_DTYPE_F16) kind |= STORE_F16;
+    if (tb->cfg.dtype != EMBER_DTYPE_F32 && tb->cfg.stochastic_rounding) kind |= STORE_SR;
+    return kind;
+}
+
+// Defines `static void fused_run(...)` (a fused_run_fn) calling the variant's always-inline
+// SEGMENT(ebc, s, grad_out, k, tb, st, OPT, STORE) with constant OPT and STORE: 3 x 5 copies.
+#define EMBER__FUSED_STORES(SEGMENT, OPT)                                                                   \
+    switch (kind & ~3) {                                                                                    \
+    case STORE_F32: SEGMENT(ebc, s, grad_out, k, tb, st, OPT, STORE_F32); break;                             \
+    case STORE_BF16: SEGMENT(ebc, s, grad_out, k, tb, st, OPT, STORE_BF16); break;                           \
+    case STORE_F16: SEGMENT(ebc, s, grad_out, k, tb, st, OPT, STORE_F16); break;                             \
+    case STORE_BF16 | STORE_SR: SEGMENT(ebc, s, grad_out, k, tb, st, OPT, STORE_BF16 | STORE_SR); break;     \
+    case STORE_F16 | STORE_SR: SEGMENT(ebc, s, grad_out, k, tb, st, OPT, STORE_F16 | STORE_SR); break;       \
+    default: break;                                                                                         \
+    }
+#define EMBER__DEFINE_FUSED_RUN(SEGMENT)                                                                    \
+    static void fused_run(const ember_ebc *ebc, const ember__segments *s, const float *grad_out, int64_t k,  \
+                          const ember__table *tb, const ember__optim_step *st, int kind) {                  \
+        switch (kind & 3) {                                                                                 \
+        case FUSED_SGD: EMBER__FUSED_STORES(SEGMENT, FUSED_SGD) break;                                      \
+        case FUSED_ROWWISE_ADAGRAD: EMBER__FUSED_STORES(SEGMENT, FUSED_ROWWISE_ADAGRAD) break;              \
+        case FUSED_ADAM: EMBER__FUSED_STORES(SEGMENT, FUSED_ADAM) break;                                    \
+        default: break;                                                                                     \
+        }                                                                                                   \
+    }
+
 #endif

@@ -1,0 +1,27 @@
+# Kernel variants (include/ember/core.h, ember_isa).
+# unit.isa: every variant the host runs against generic, bit for bit (and the AVX-512 variant's
+# code emulated by SIMDe where the host lacks AVX-512 but SIMDe's headers are installed).
+ember_unit_test(isa ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_isa.c)
+find_path(SIMDE_INCLUDE_DIR simde/x86/avx512.h)
+if(SIMDE_INCLUDE_DIR AND "avx2" IN_LIST EMBER_ISA_VARIANTS)
+  set(_emu ${CMAKE_CURRENT_SOURCE_DIR}/support/isa/avx512_emulated.c)
+  target_sources(test_isa PRIVATE ${_emu})
+  set_source_files_properties(${_emu} PROPERTIES COMPILE_OPTIONS "${EMBER_ISA_FLAGS_avx2};-ffp-contract=off;-fno-math-errno"
+                              INCLUDE_DIRECTORIES ${SIMDE_INCLUDE_DIR})
+  target_compile_definitions(test_isa PRIVATE EMBER_TEST_AVX512_EMULATED=1)
+else()
+  message(STATUS "unit.isa: no SIMDe headers (libsimde-dev): the AVX-512 variant is tested only on AVX-512 hosts")
+endif()
+
+# The kernel/optimizer/dtype matrix against the naive oracle, and the benchmark's kernels and
+# limit loops, forced through each variant in turn (EMBER_ISA); a variant the host lacks is
+# skipped with its reason (exit 77).
+foreach(isa generic avx2 avx512)
+  add_test(NAME unit.ebc.isa.${isa} COMMAND test_ebc)
+  set_tests_properties(unit.ebc.isa.${isa} PROPERTIES TIMEOUT 300 LABELS "unit;isa" SKIP_RETURN_CODE 77
+                       ENVIRONMENT "EMBER_ISA=${isa}")
+  add_test(NAME bench.tbe.isa.${isa} COMMAND tbe_bench_smoke --quick --json --shape 3,300,160,9,7
+           --dtype fp32,bf16,fp16 --threads 1,2 --iters 1 --warmup 0)
+  set_tests_properties(bench.tbe.isa.${isa} PROPERTIES TIMEOUT 300 LABELS "bench;isa" PROCESSORS 2
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "EMBER_ISA=${isa}")
+endforeach()

@@ -1,0 +1,13 @@
+// Tests registered once per kernel variant (tests/isa.cmake) run with EMBER_ISA set: a variant
+// the host cannot run is skipped with its reason printed, never silently.
+#ifndef EMBER_TEST_ISA_ENV_H
+#define EMBER_TEST_ISA_ENV_H
+
+// The ctest skip code (SKIP_RETURN_CODE of every test).
+#define TEST_SKIP 77
+
+// 0 when $EMBER_ISA is unset or names a variant this build and CPU run; otherwise prints
+// "<test>: skipped: <variant>: <reason>" and returns TEST_SKIP.
+int test_isa_env_check(const char *test);
+
+#endif
