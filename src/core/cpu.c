@@ -146,6 +146,7 @@ int ember_isa_supported(ember_isa isa, char *why, size_t cap) {
     }
     if (cap) why[0] = '\0';
     const cpu_info *c = cpu();
+    (void)c; // unused where no wide variant is built
     switch (isa) {
     case EMBER_ISA_GENERIC: return 1;
     case EMBER_ISA_AVX2:
