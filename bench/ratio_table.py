@@ -14,7 +14,10 @@ and prints one row per (op, pool, dtype, dist, T, E, threads) with:
   vs fbgemm, vs torch             ember's speed-up: peer ms / ember ms
   fbgemm vs torch                 torch ms / fbgemm ms
 An "fbgemm-stock" column appears when such lines exist (FBGEMM as installed, see
-bench/peers/fbgemm_tbe.py). Standard library only.
+bench/peers/fbgemm_tbe.py). ember lines that name their kernel variant ("isa", e.g. from
+`bench/run_all.sh --isa all`) get one group of ember columns per variant ("ember[avx2] ms",
+"[avx2]/limit", "[avx2] vs fbgemm", ...), all joined with the same peer lines. Standard library
+only.
 
 Op names are joined on ember's meaning (the issue's): `train_X` is the fused backward + optimizer
 update alone and `step_X` a whole training step (forward + backward + update). The peers' scripts
@@ -73,7 +76,10 @@ def cells(recs):
     table = {}
     for r in recs:
         key = tuple(r[k] for k in KEY)
-        c = table.setdefault(key, {}).setdefault(r["impl"], {"ms": [], "ratio": [], "skipped": set()})
+        impl = r["impl"]
+        if impl == "ember" and r.get("isa"):
+            impl = f"ember[{r['isa']}]"
+        c = table.setdefault(key, {}).setdefault(impl, {"ms": [], "ratio": [], "skipped": set()})
         if "skipped" in r:
             c["skipped"].add(str(r["skipped"]))
             continue
@@ -111,26 +117,42 @@ def sort_key(key):
             str(key[1]), str(key[2]), str(key[3]), key[6])
 
 
+ISA_ORDER = ["generic", "avx2", "avx512"]
+
+
+def ember_impls(table):
+    """The ember columns present: "ember" and/or "ember[<isa>]", variants in ISA_ORDER."""
+    found = {i for v in table.values() for i in v if i == "ember" or i.startswith("ember[")}
+
+    def order(i):
+        isa = i[len("ember["):-1] if i.startswith("ember[") else ""
+        return (ISA_ORDER.index(isa) if isa in ISA_ORDER else len(ISA_ORDER), i)
+    return sorted(found, key=order)
+
+
 def render(table, out=sys.stdout):
     has_stock = any("fbgemm-stock" in v for v in table.values())
-    has_ember = any("ember" in v for v in table.values())
-    head = ["op", "pool", "dtype", "dist", "T", "E", "thr"] + (["ember ms"] if has_ember else [])
+    embers = ember_impls(table)
+    label = {e: ("" if e == "ember" else e[len("ember"):]) for e in embers}
+    head = ["op", "pool", "dtype", "dist", "T", "E", "thr"] + [f"ember{label[e]} ms" for e in embers]
     head += ["fbgemm ms", "torch ms"]
     if has_stock:
         head.append("fbgemm-stock ms")
-    head += (["ember/limit", "vs fbgemm", "vs torch"] if has_ember else []) + ["fbgemm vs torch"]
+    for e in embers:
+        head += [f"{label[e] or 'ember'}/limit", f"{label[e] or 'ember'} vs fbgemm", f"{label[e] or 'ember'} vs torch"]
+    head.append("fbgemm vs torch")
     print("| " + " | ".join(head) + " |", file=out)
     print("|" + "|".join("---" if i < 4 else "--:" for i in range(len(head))) + "|", file=out)
     reasons = {}
     for key in sorted(table, key=sort_key):
         impls = table[key]
-        e, f, t = impls.get("ember"), impls.get("fbgemm"), impls.get("torch")
-        em, fm, tm = med(e, "ms"), med(f, "ms"), med(t, "ms")
-        row = [str(k) for k in key] + ([fmt_ms(e)] if has_ember else []) + [fmt_ms(f), fmt_ms(t)]
+        f, t = impls.get("fbgemm"), impls.get("torch")
+        fm, tm = med(f, "ms"), med(t, "ms")
+        row = [str(k) for k in key] + [fmt_ms(impls.get(e)) for e in embers] + [fmt_ms(f), fmt_ms(t)]
         if has_stock:
             row.append(fmt_ms(impls.get("fbgemm-stock")))
-        r = med(e, "ratio")
-        if has_ember:
+        for e in embers:
+            em, r = med(impls.get(e), "ms"), med(impls.get(e), "ratio")
             row += [f"{r:.2f}" if r is not None else "–", fmt_x(fm, em), fmt_x(tm, em)]
         row.append(fmt_x(tm, fm))
         print("| " + " | ".join(row) + " |", file=out)

@@ -5,7 +5,7 @@
 # Usage: bench/run_peers.sh [--config small|full] [--threads 1,2] [--out FILE] [--stock]
 #                           [--quick] [-- extra args passed to both peer scripts]
 #   --threads  comma list; each count runs in its own processes with OMP_NUM_THREADS set to it
-#   --out      default bench/results/peers-YYYY-MM-DD.jsonl (appended to)
+#   --out      default bench/results/<host>/peers-YYYY-MM-DD.jsonl (appended to)
 #   --stock    also measure FBGEMM as installed (no cpuinfo fix: see bench/peers/fbgemm_tbe.py),
 #              fp32 sum uniform only, recorded as impl "fbgemm-stock"
 # The interpreter is bench/peers/.venv/bin/python, made by bench/peers/setup.sh (run first, and a
@@ -30,7 +30,8 @@ while [ $# -gt 0 ]; do
     *) echo "run_peers.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ -n "$out" ] || out="$root/bench/results/peers-$(date +%F).jsonl"
+source "$root/bench/host.sh"
+[ -n "$out" ] || out="$root/bench/results/$(bench_host_key)/peers-$(date +%F).jsonl"
 mkdir -p "$(dirname "$out")"
 
 if [ -n "${EMBER_PEERS_PYTHON:-}" ]; then

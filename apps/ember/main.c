@@ -46,8 +46,18 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        if (!quiet) printf("%s\n", ember_build_info());
-        return 0;
+        // The kernel variant a context gets here ($EMBER_ISA or the CPU's best): creating one
+        // says so, or why not (the library prints the reason), with a non-zero exit.
+        ember_ctx *ctx = NULL;
+        const ember_status st = ember_ctx_create(NULL, &ctx);
+        if (!quiet) {
+            printf("%s\n", ember_build_info());
+            if (st == EMBER_OK)
+                printf("kernel variant %s on %s (%s; best here: %s)\n", ember_isa_name(ember_ctx_isa(ctx)),
+                       ember_cpu_name(), ember_cpu_features(), ember_isa_name(ember_isa_best()));
+        }
+        ember_ctx_destroy(ctx);
+        return st == EMBER_OK ? 0 : 1;
     }
     for (int i = 0; i < NUM_SUBCOMMANDS; i++) {
         if (strcmp(argv[1], subcommands[i].name) == 0) return subcommands[i].run(argc - 1, argv + 1);

@@ -290,8 +290,13 @@ update_segments_impl(const ember_ebc *ebc, const ember__segments *s, const float
         if (t != t_prev) fused = kind_of(tb);
         const int64_t kp = k + ember__prefetch_ids(tb->row_bytes);
         if (kp < k1) {
+            // The row and state of segment kp, and the dL/dy slice of its first entry: a random
+            // read in the B x sum_f D_f gradient (L3 at best) that otherwise stalls the reduce.
             tp = table_of(s->tseg, ebc->T, tp, kp);
-            ember__prefetch_update(ebc, &ebc->tables[tp], s->row[s->seg[kp]]);
+            const ember__table *tbp = &ebc->tables[tp];
+            ember__prefetch_update(ebc, tbp, s->row[s->seg[kp]]);
+            float sc;
+            ember__prefetch_row(ember__entry_grad(ebc, s, grad_out, s->seg[kp], &sc), sizeof(float) * (size_t)tbp->cfg.dim);
         }
         if (fused) {
             run(ebc, s, grad_out, k, tb, &s->step[t], fused);
