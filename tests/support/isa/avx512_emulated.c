@@ -94,6 +94,35 @@ static inline void emu_mask_storeu_epi16(void *p, simde__mmask16 m, simde__m256i
 #define _mm256_mask_storeu_epi16 emu_mask_storeu_epi16
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #define _mm512_cvttps_epi32 emu_cvttps_epi32
+// 32-bit lane arithmetic wraps (as the hardware does); SIMDe's portable versions compute it in
+// signed int, which UndefinedBehaviorSanitizer rightly flags.
+#define EMU_U32_OP(name, expr)                                                                      \
+    static inline simde__m512i name(simde__m512i a, simde__m512i b) {                              \
+        uint32_t x[16], y[16];                                                                      \
+        simde_mm512_storeu_si512(x, a);                                                             \
+        simde_mm512_storeu_si512(y, b);                                                             \
+        for (int i = 0; i < 16; i++) x[i] = (expr);                                                 \
+        return simde_mm512_loadu_si512(x);                                                          \
+    }
+EMU_U32_OP(emu_add_epi32, x[i] + y[i])
+EMU_U32_OP(emu_sub_epi32, x[i] - y[i])
+EMU_U32_OP(emu_mullo_epi32, x[i] * y[i])
+static inline simde__m512i emu_mask_add_epi32(simde__m512i src, simde__mmask16 m, simde__m512i a, simde__m512i b) {
+    uint32_t s[16], x[16], y[16];
+    simde_mm512_storeu_si512(s, src);
+    simde_mm512_storeu_si512(x, a);
+    simde_mm512_storeu_si512(y, b);
+    for (int i = 0; i < 16; i++) s[i] = (m >> i) & 1 ? x[i] + y[i] : s[i];
+    return simde_mm512_loadu_si512(s);
+}
+#undef _mm512_add_epi32
+#define _mm512_add_epi32 emu_add_epi32
+#undef _mm512_sub_epi32
+#define _mm512_sub_epi32 emu_sub_epi32
+#undef _mm512_mullo_epi32
+#define _mm512_mullo_epi32 emu_mullo_epi32
+#undef _mm512_mask_add_epi32
+#define _mm512_mask_add_epi32 emu_mask_add_epi32
 #define _mm512_cmpgt_epu32_mask emu_cmpgt_epu32_mask
 #define _mm512_cvtepu16_epi32 emu_cvtepu16_epi32
 #define _mm512_cvtph_ps emu_cvtph_ps
