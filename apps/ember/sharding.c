@@ -66,17 +66,13 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *ro
     return EMBER_OK;
 }
 
-// Floats of optimizer state per row of a table of `dim` columns (ember/ebc.h's layouts).
+// Floats of optimizer state per row of a table of `dim` columns (the optimizer's descriptor).
 static int64_t state_floats(ember_optim_kind kind, int32_t dim) {
-    switch (kind) {
-    case EMBER_OPT_SGD: return 0;
-    case EMBER_OPT_ADAGRAD: return dim;
-    case EMBER_OPT_ROWWISE_ADAGRAD: return 1;
-    case EMBER_OPT_ADAM:
-    case EMBER_OPT_LAMB: return 2 * (int64_t)dim;
-    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: return (int64_t)dim + 1;
-    }
-    return 0;
+    ember_optim_info oi;
+    if (ember_optim_info_get(kind, &oi) != EMBER_OK) return 0;
+    int64_t n = 0;
+    for (int32_t i = 0; i < oi.num_states; i++) n += oi.state_per_row[i] ? 1 : dim;
+    return n;
 }
 
 // Part i of n of a count split as evenly as possible, the first count % n parts one larger.

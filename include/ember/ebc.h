@@ -49,6 +49,8 @@ typedef struct ember_init {
     float std;   // NORMAL standard deviation
 } ember_init;
 
+// The fused optimizers. Their formulas are in src/tbe/optim.c (and docs/semantics.md); what each
+// keeps per table comes from one descriptor table (ember_optim_info).
 typedef enum ember_optim_kind {
     EMBER_OPT_SGD = 0,
     EMBER_OPT_ADAGRAD = 1,             // state momentum1 [rows, dim]: sum of squared gradients
@@ -56,7 +58,10 @@ typedef enum ember_optim_kind {
     EMBER_OPT_ADAM = 3,                // momentum1, momentum2 [rows, dim]
     EMBER_OPT_PARTIAL_ROWWISE_ADAM = 4,// momentum1 [rows, dim], momentum2 [rows] (row mean of g^2)
     EMBER_OPT_LAMB = 5,                // momentum1, momentum2 [rows, dim]; trust ratio per row
+    EMBER_OPT_PARTIAL_ROWWISE_LAMB = 6,// momentum1 [rows, dim], momentum2 [rows]; trust ratio per row
+    EMBER_OPT_LARS_SGD = 7,            // momentum1 [rows, dim] (velocity); layer-wise rate per row
 } ember_optim_kind;
+#define EMBER_OPT_COUNT 8
 
 typedef enum ember_weight_decay_mode {
     EMBER_WD_NONE = 0,
@@ -72,8 +77,28 @@ typedef struct ember_optim_config {
     float weight_decay;
     ember_weight_decay_mode weight_decay_mode;
     float initial_accumulator; // Adagrad and row-wise Adagrad initial momentum1 value
+    float momentum;          // LARS-SGD velocity decay
+    float eta;               // LARS-SGD trust coefficient
 } ember_optim_config;
-#define EMBER_OPTIM_CONFIG_DEFAULT {EMBER_OPT_SGD, 0.01f, 1e-8f, 0.9f, 0.999f, 0.0f, EMBER_WD_NONE, 0.0f}
+#define EMBER_OPTIM_CONFIG_DEFAULT {EMBER_OPT_SGD, 0.01f, 1e-8f, 0.9f, 0.999f, 0.0f, EMBER_WD_NONE, 0.0f, 0.9f, 0.001f}
+
+// What an optimizer keeps per table, from the library's one descriptor table: the planner,
+// checkpoints, state dicts and the CLI's memory check all ask here.
+#define EMBER_MAX_STATES 2
+typedef struct ember_optim_info {
+    const char *name;                        // "sgd", "rowwise_adagrad", ... (the CLI's names)
+    int32_t num_states;                      // 0 .. EMBER_MAX_STATES
+    const char *state_names[EMBER_MAX_STATES]; // "momentum1", "momentum2"
+    int32_t state_per_row[EMBER_MAX_STATES]; // 1: [rows] (one value per row), 0: [rows, dim]
+    int32_t column_wise;                     // 1: a table may be split by columns (COLUMN_WISE)
+    int32_t uses_step;                       // bias correction by the table's step counter
+} ember_optim_info;
+
+// The descriptor of `kind`. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (unknown kind, NULL).
+EMBER_API ember_status ember_optim_info_get(ember_optim_kind kind, ember_optim_info *info);
+// "sgd", ... ("unknown" outside the enum), and the inverse (EMBER_ERR_INVALID_ARG if unknown).
+EMBER_API const char *ember_optim_name(ember_optim_kind kind);
+EMBER_API ember_status ember_optim_parse(const char *name, ember_optim_kind *out);
 
 typedef struct ember_table_config {
     const char *name;        // copied; unique within the collection
@@ -147,10 +172,9 @@ EMBER_API ember_status ember_ebc_set_lr(ember_ebc *ebc, int32_t table, float lr)
 EMBER_API int64_t ember_ebc_step(const ember_ebc *ebc, int32_t table);
 
 // ---- Local state dict (DESIGN.md §1.6) -------------------------------------------------------
-// Each table exposes named tensors: "weight" [rows, dim] and its optimizer state:
-//   ADAGRAD "momentum1" [rows, dim]; ROWWISE_ADAGRAD "momentum1" [rows];
-//   ADAM, LAMB "momentum1", "momentum2" [rows, dim]; PARTIAL_ROWWISE_ADAM "momentum1" [rows, dim],
-//   "momentum2" [rows]; SGD none. The step counter is read/written with ember_ebc_step/_set_step.
+// Each table exposes named tensors: "weight" [rows, dim] and its optimizer's states, named and
+// shaped by ember_optim_info ("momentum1", "momentum2"; [rows, dim] or [rows]); SGD has none.
+// The step counter is read/written with ember_ebc_step/_set_step.
 // There is one storage: reads see exactly what the next forward uses, writes change it.
 
 typedef struct ember_tensor_info {
@@ -159,6 +183,15 @@ typedef struct ember_tensor_info {
     int32_t cols;      // dim, or 1 for per-row state
     ember_dtype dtype; // native storage dtype (state: F32)
 } ember_tensor_info;
+#define EMBER_MAX_TENSORS (1 + EMBER_MAX_STATES)
+
+// The tensors a table of this configuration has, without a collection: out[0] is "weight",
+// then its optimizer's states (ember_optim_info). Returns their count (0 if t is NULL or its
+// optimizer unknown). Local.
+EMBER_API int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[EMBER_MAX_TENSORS]);
+// Bytes of a table of this configuration: weights in its dtype and optimizer state (fp32), as a
+// collection allocates them (either pointer may be NULL). Local; 0 for a NULL or unknown config.
+EMBER_API void ember_table_config_bytes(const ember_table_config *t, size_t *weight_bytes, size_t *state_bytes);
 
 // Number of tensors of table t (1 + optimizer states) and their descriptions, index 0 = weight.
 EMBER_API int32_t ember_ebc_num_tensors(const ember_ebc *ebc, int32_t table);

@@ -18,20 +18,11 @@ const char *ember_shard_scheme_name(ember_shard_scheme s) {
     return "unknown";
 }
 
-static size_t dtype_bytes(ember_dtype d) { return d == EMBER_DTYPE_F32 ? 4 : 2; }
-
-// Weights plus optimizer state of a whole table.
+// Weights plus optimizer state of a whole table (the optimizer descriptor's count).
 static size_t table_bytes(const ember_table_config *t) {
-    size_t per_row = (size_t)t->dim * dtype_bytes(t->dtype);
-    switch (t->optim.kind) {
-    case EMBER_OPT_SGD: break;
-    case EMBER_OPT_ROWWISE_ADAGRAD: per_row += 4; break;
-    case EMBER_OPT_ADAGRAD: per_row += 4 * (size_t)t->dim; break;
-    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: per_row += 4 * (size_t)t->dim + 4; break;
-    case EMBER_OPT_ADAM:
-    case EMBER_OPT_LAMB: per_row += 8 * (size_t)t->dim; break;
-    }
-    return per_row * (size_t)t->rows;
+    size_t w = 0, st = 0;
+    ember_table_config_bytes(t, &w, &st);
+    return w + st;
 }
 
 // One candidate: the scheme, its ranks, and what it adds to each rank.
@@ -127,7 +118,9 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         const int t = (int)order[i];
         const ember_table_config *tc = &ec->tables[t];
         const size_t bytes = table_bytes(tc);
-        const double row = (double)tc->dim * (double)dtype_bytes(tc->dtype), out = 4.0 * tc->dim, L = Lt[t];
+        size_t wbytes = 0;
+        ember_table_config_bytes(tc, &wbytes, NULL);
+        const double row = (double)wbytes / (double)tc->rows, out = 4.0 * tc->dim, L = Lt[t];
         option best, cand;
         double best_score = -1, best_total = 0;
         // Ranks by current step load, least first: the candidates for single placements.
@@ -154,7 +147,10 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 // Column-wise in 2 or 4 slices of at least 16 columns, on the least loaded ranks.
                 const int k = kind == 2 ? 2 : 4;
                 if (!(allow & (1 << EMBER_SHARD_COLUMN_WISE)) || k > W || tc->dim < 16 * k) continue;
-                if (tc->optim.kind == EMBER_OPT_LAMB || tc->pooling == EMBER_POOL_NONE) continue;
+                ember_optim_info oi;
+                if (ember_optim_info_get(tc->optim.kind, &oi) != EMBER_OK || !oi.column_wise ||
+                    tc->pooling == EMBER_POOL_NONE)
+                    continue;
                 cost_cw(&cand, W, B, L, row, out, k, by_load);
                 for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
             } else {

@@ -14,8 +14,11 @@ static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const 
     }
     EMBER_CHECK(ctx, t->pooling != EMBER_POOL_NONE, EMBER_ERR_UNSUPPORTED,
                 "ember_sebc_create: table '%s': column-wise sharding of a sequence (NONE) table", t->name);
-    EMBER_CHECK(ctx, t->optim.kind != EMBER_OPT_LAMB, EMBER_ERR_UNSUPPORTED,
-                "ember_sebc_create: table '%s': LAMB's per-row trust ratio is not supported column-wise", t->name);
+    // Optimizers whose update needs whole-row norms (LAMB's trust ratio, LARS's rate) would need
+    // more exchanges per step: their descriptor says they are not split by columns.
+    EMBER_CHECK(ctx, ember__optim(t->optim.kind)->info.column_wise, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': optimizer %s needs whole-row norms: not supported column-wise",
+                t->name, ember_optim_name(t->optim.kind));
     return EMBER_OK;
 }
 

@@ -442,9 +442,7 @@ static void key_range(const ember_ebc *e, const ember__sparse_grad *g, int32_t l
 }
 
 static int is_cw_rowwise(const ember_sebc *s, int32_t t) {
-    const ember_optim_kind k = s->tables[t].optim.kind;
-    return s->ts[t].scheme == EMBER_SHARD_COLUMN_WISE &&
-           (k == EMBER_OPT_ROWWISE_ADAGRAD || k == EMBER_OPT_PARTIAL_ROWWISE_ADAM);
+    return s->ts[t].scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(s->tables[t].optim.kind)->rowwise_sumsq;
 }
 
 static int has_shard_on(const ember__table_shards *ts, int32_t q) {

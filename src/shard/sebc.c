@@ -114,9 +114,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
             ts->dp_local = ndp_tables++;
             continue;
         }
-        const ember_optim_kind ok = cfg->tables[t].optim.kind;
-        if (ts->scheme == EMBER_SHARD_COLUMN_WISE &&
-            (ok == EMBER_OPT_ROWWISE_ADAGRAD || ok == EMBER_OPT_PARTIAL_ROWWISE_ADAM))
+        if (ts->scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
             s->cw_rowwise = 1;
         ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
         ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)ts->nshards);

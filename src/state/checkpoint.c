@@ -10,20 +10,17 @@
 #define MAGIC "EMBERCK1"
 #define VERSION 1u
 
-static const char *tensor_name[3] = {"weight", "momentum1", "momentum2"};
-
-// Tensors of table t: weight plus its optimizer's state; cols per tensor.
-static int tensors_of(const ember_table_config *t, int32_t cols[3]) {
-    cols[0] = t->dim;
-    switch (t->optim.kind) {
-    case EMBER_OPT_SGD: return 1;
-    case EMBER_OPT_ADAGRAD: cols[1] = t->dim; return 2;
-    case EMBER_OPT_ROWWISE_ADAGRAD: cols[1] = 1; return 2;
-    case EMBER_OPT_ADAM:
-    case EMBER_OPT_LAMB: cols[1] = cols[2] = t->dim; return 3;
-    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: cols[1] = t->dim; cols[2] = 1; return 3;
+// Tensors of table t: weight plus its optimizer's states (names and columns from the optimizer
+// descriptor, ember_table_tensors).
+static int tensors_of(const ember_table_config *t, int32_t cols[EMBER_MAX_TENSORS],
+                      const char *names[EMBER_MAX_TENSORS]) {
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    const int32_t n = ember_table_tensors(t, ti);
+    for (int32_t i = 0; i < n; i++) {
+        cols[i] = ti[i].cols;
+        names[i] = ti[i].name;
     }
-    return 1;
+    return n;
 }
 
 // The table's step counter: every piece of it holds the same count.
@@ -80,8 +77,9 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *path) {
     }
     for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
         const ember_table_config *tc = &s->tables[t];
-        int32_t cols[3] = {0, 0, 0};
-        const int nt = tensors_of(tc, cols);
+        int32_t cols[EMBER_MAX_TENSORS] = {0};
+        const char *tensor_name[EMBER_MAX_TENSORS] = {0};
+        const int nt = tensors_of(tc, cols, tensor_name);
         int64_t step = 0;
         st = table_step(s, t, &step);
         if (st != EMBER_OK) break;
@@ -194,7 +192,8 @@ static ember_status index_file(ember_sebc *s, const char *path, FILE *f, entry *
             char tn[32];
             get_str(&r, tn, sizeof tn);
             get(&r, &e[i].cols[k], 4);
-            if (strcmp(tn, tensor_name[k]) != 0 || e[i].cols[k] < 1) r.ok = 0;
+            static const char *const file_names[EMBER_MAX_TENSORS] = {"weight", "momentum1", "momentum2"};
+            if (strcmp(tn, file_names[k]) != 0 || e[i].cols[k] < 1) r.ok = 0;
             e[i].offset[k] = ftell(f);
             skip(&r, sizeof(float) * (size_t)e[i].rows * (size_t)e[i].cols[k]);
         }
@@ -233,8 +232,9 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
                 break;
             }
             const entry *x = &e[found];
-            int32_t cols[3] = {0, 0, 0};
-            const int nt = tensors_of(tc, cols);
+            int32_t cols[EMBER_MAX_TENSORS] = {0};
+            const char *names[EMBER_MAX_TENSORS] = {0};
+            const int nt = tensors_of(tc, cols, names);
             int same = x->rows == tc->rows && x->dim == tc->dim && x->kind == (int32_t)tc->optim.kind &&
                        x->ntensors == nt;
             for (int k = 0; k < nt && same; k++) same = x->cols[k] == cols[k];
@@ -255,8 +255,9 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
     for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
         const ember_table_config *tc = &s->tables[t];
         if ((int64_t)tc->dtype != m[3 * t + 2]) st = ember_sebc_convert_dtype(s, t, (ember_dtype)m[3 * t + 2]);
-        int32_t cols[3] = {0, 0, 0};
-        const int nt = tensors_of(tc, cols);
+        int32_t cols[EMBER_MAX_TENSORS] = {0};
+        const char *tensor_name[EMBER_MAX_TENSORS] = {0};
+        const int nt = tensors_of(tc, cols, tensor_name);
         for (int k = 0; k < nt && st == EMBER_OK; k++) {
             const size_t cnt = (size_t)tc->rows * (size_t)cols[k];
             float *data = NULL;

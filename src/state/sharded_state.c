@@ -5,16 +5,13 @@
 
 #include "shard/internal.h"
 
-// Columns of a named tensor of a table with optimizer `k` (0: no such tensor).
+// Columns of a named tensor of a table (0: no such tensor), from the optimizer descriptor.
 static int32_t tensor_cols(const ember_table_config *t, const char *name) {
     if (!name) return 0;
-    if (strcmp(name, "weight") == 0) return t->dim;
-    const int per_row_m1 = t->optim.kind == EMBER_OPT_ROWWISE_ADAGRAD;
-    const int has_m2 = t->optim.kind == EMBER_OPT_ADAM || t->optim.kind == EMBER_OPT_LAMB ||
-                       t->optim.kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM;
-    if (strcmp(name, "momentum1") == 0 && t->optim.kind != EMBER_OPT_SGD) return per_row_m1 ? 1 : t->dim;
-    if (strcmp(name, "momentum2") == 0 && has_m2)
-        return t->optim.kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM ? 1 : t->dim;
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    const int32_t n = ember_table_tensors(t, ti);
+    for (int32_t i = 0; i < n; i++)
+        if (strcmp(name, ti[i].name) == 0) return ti[i].cols;
     return 0;
 }
 

@@ -337,8 +337,7 @@ ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, f
     if (!scratch) return EMBER_ERR_NOMEM;
     for (int64_t k = 0; k < g->n; k++) {
         const ember__table *tb = &ebc->tables[ember__ebc_key_table(ebc, g->key[k])];
-        const ember_optim_kind kind = tb->cfg.optim.kind;
-        if (kind != EMBER_OPT_ROWWISE_ADAGRAD && kind != EMBER_OPT_PARTIAL_ROWWISE_ADAM) {
+        if (!tb->optim->rowwise_sumsq) {
             out[k] = -1.0f;
             continue;
         }

@@ -4,6 +4,7 @@
 
 #include "tbe/dtype.h"
 #include "tbe/isa/isa.h"
+#include "tbe/kernels.h"
 
 size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
 
@@ -14,19 +15,6 @@ const char *ember__dtype_name(ember_dtype dt) {
     case EMBER_DTYPE_BF16: return "bf16";
     }
     return "unknown";
-}
-
-// Optimizer state columns: m1 and m2 per optimizer (0 = absent, -1 = dim, 1 = per row).
-static void state_cols(ember_optim_kind k, int32_t dim, int32_t *m1, int32_t *m2) {
-    *m1 = *m2 = 0;
-    switch (k) {
-    case EMBER_OPT_SGD: break;
-    case EMBER_OPT_ADAGRAD: *m1 = dim; break;
-    case EMBER_OPT_ROWWISE_ADAGRAD: *m1 = 1; break;
-    case EMBER_OPT_ADAM:
-    case EMBER_OPT_LAMB: *m1 = dim; *m2 = dim; break;
-    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: *m1 = dim; *m2 = 1; break;
-    }
 }
 
 ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg) {
@@ -61,8 +49,8 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg
         EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_NORMAL || (isfinite(tc->init.std) && tc->init.std >= 0),
                     EMBER_ERR_INVALID_ARG, "%s: table '%s': normal std %g", fn, nm, (double)tc->init.std);
         const ember_optim_config *o = &tc->optim;
-        EMBER_CHECK(ctx, o->kind >= EMBER_OPT_SGD && o->kind <= EMBER_OPT_LAMB, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s': unknown optimizer %d", fn, nm, (int)o->kind);
+        EMBER_CHECK(ctx, ember__optim(o->kind) != NULL, EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown optimizer %d",
+                    fn, nm, (int)o->kind);
         EMBER_CHECK(ctx, isfinite(o->lr) && o->lr >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': learning rate %g",
                     fn, nm, (double)o->lr);
         EMBER_CHECK(ctx, isfinite(o->eps) && o->eps >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': eps %g", fn, nm,
@@ -76,6 +64,10 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg
                     (int)o->weight_decay_mode);
         EMBER_CHECK(ctx, isfinite(o->initial_accumulator) && o->initial_accumulator >= 0, EMBER_ERR_INVALID_ARG,
                     "%s: table '%s': initial accumulator %g", fn, nm, (double)o->initial_accumulator);
+        EMBER_CHECK(ctx, o->kind != EMBER_OPT_LARS_SGD || (isfinite(o->momentum) && o->momentum >= 0 &&
+                                                            o->momentum < 1 && isfinite(o->eta) && o->eta > 0),
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': LARS momentum %g (in [0, 1)) or eta %g (> 0)", fn, nm,
+                    (double)o->momentum, (double)o->eta);
         for (int32_t u = 0; u < t; u++) {
             EMBER_CHECK(ctx, strcmp(cfg->tables[u].name, tc->name) != 0, EMBER_ERR_INVALID_ARG,
                         "%s: table name '%s' used twice", fn, nm);
@@ -217,7 +209,10 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         }
         tb->key_base = key;
         key += tb->cfg.rows;
-        state_cols(tb->cfg.optim.kind, tb->cfg.dim, &tb->m1_cols, &tb->m2_cols);
+        tb->optim = ember__optim(tb->cfg.optim.kind);
+        const ember_optim_info *oi = &tb->optim->info;
+        tb->m1_cols = oi->num_states > 0 ? (oi->state_per_row[0] ? 1 : tb->cfg.dim) : 0;
+        tb->m2_cols = oi->num_states > 1 ? (oi->state_per_row[1] ? 1 : tb->cfg.dim) : 0;
         state_floats += (size_t)tb->cfg.rows * (size_t)(tb->m1_cols + tb->m2_cols);
         if (tb->cfg.dim > ebc->max_dim) ebc->max_dim = tb->cfg.dim;
     }
@@ -249,7 +244,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         soff += n1;
         if (n2) tb->m2 = ebc->state + soff;
         soff += n2;
-        if (tb->m1 && (tb->cfg.optim.kind == EMBER_OPT_ADAGRAD || tb->cfg.optim.kind == EMBER_OPT_ROWWISE_ADAGRAD)) {
+        if (tb->m1 && tb->optim->adagrad_init) {
             for (size_t i = 0; i < n1; i++) tb->m1[i] = tb->cfg.optim.initial_accumulator;
         }
     }
@@ -381,15 +376,13 @@ int32_t ember_ebc_num_tensors(const ember_ebc *ebc, int32_t table) {
     return 1 + (tb->m1_cols > 0) + (tb->m2_cols > 0);
 }
 
-static const char *tensor_names[3] = {"weight", "momentum1", "momentum2"};
-
 ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t tensor, ember_tensor_info *info) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_table(ebc, "ember_ebc_tensor_info", table));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, info && tensor >= 0 && tensor < ember_ebc_num_tensors(ebc, table), EMBER_ERR_INVALID_ARG,
                 "ember_ebc_tensor_info: table '%s' has no tensor %d", tb->name, (int)tensor);
-    info->name = tensor_names[tensor];
+    info->name = tensor == 0 ? "weight" : tb->optim->info.state_names[tensor - 1];
     info->rows = tb->cfg.rows;
     info->cols = tensor == 0 ? tb->cfg.dim : tensor == 1 ? tb->m1_cols : tb->m2_cols;
     info->dtype = tensor == 0 ? tb->cfg.dtype : EMBER_DTYPE_F32;
@@ -402,11 +395,11 @@ static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t ta
     EMBER_TRY(check_table(ebc, fn, table));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, tensor != NULL, EMBER_ERR_INVALID_ARG, "%s: tensor name is NULL", fn);
-    *which = -1;
-    for (int i = 0; i < 3; i++)
-        if (strcmp(tensor, tensor_names[i]) == 0) *which = i;
-    EMBER_CHECK(ebc->ctx, *which == 0 || (*which == 1 && tb->m1) || (*which == 2 && tb->m2), EMBER_ERR_INVALID_ARG,
-                "%s: table '%s' has no tensor '%s'", fn, tb->name, tensor);
+    *which = strcmp(tensor, "weight") == 0 ? 0 : -1;
+    for (int i = 0; i < tb->optim->info.num_states; i++)
+        if (strcmp(tensor, tb->optim->info.state_names[i]) == 0) *which = 1 + i;
+    EMBER_CHECK(ebc->ctx, *which >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no tensor '%s'", fn, tb->name,
+                tensor);
     EMBER_CHECK(ebc->ctx, row_begin >= 0 && row_begin <= row_end && row_end <= tb->cfg.rows, EMBER_ERR_INVALID_ARG,
                 "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->name, (long long)row_begin,
                 (long long)row_end, (long long)tb->cfg.rows);
@@ -524,8 +517,6 @@ ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype 
 ember_status ember_ebc_table_bytes(const ember_ebc *ebc, int32_t table, size_t *weight_bytes, size_t *state_bytes) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_table(ebc, "ember_ebc_table_bytes", table));
-    const ember__table *tb = &ebc->tables[table];
-    if (weight_bytes) *weight_bytes = (size_t)tb->cfg.rows * tb->row_bytes;
-    if (state_bytes) *state_bytes = (size_t)tb->cfg.rows * (size_t)(tb->m1_cols + tb->m2_cols) * sizeof(float);
+    ember_table_config_bytes(&ebc->tables[table].cfg, weight_bytes, state_bytes);
     return EMBER_OK;
 }

@@ -20,12 +20,28 @@ typedef struct ember__origin {
     const char *global_name;  // name of the global table (seeds its values); NULL: the local name
 } ember__origin;
 
+// The register paths the wide kernel variants have for an optimizer (isa/avx2.c, isa/avx512.c).
+enum ember__fused { EMBER__FUSED_NONE = 0, EMBER__FUSED_SGD = 1, EMBER__FUSED_ROWWISE_ADAGRAD = 2, EMBER__FUSED_ADAM = 3 };
+
+// One row of the optimizer descriptor table (optim.c).
+typedef struct ember__optim_desc {
+    ember_optim_info info;   // the public part: name, states, column-wise support, bias correction
+    int rowwise_sumsq;       // the update takes the whole row's mean of g^2: column shards of a row
+                             // exchange their partial sums (ember__ebc_row_sumsq)
+    int l2_in_update;        // applies weight decay inside its own formula (no generic L2 step)
+    int adagrad_init;        // momentum1 starts at initial_accumulator
+    enum ember__fused fused; // the wide variants' register path, if any
+} ember__optim_desc;
+// The descriptor of `kind` (NULL outside the enum).
+const ember__optim_desc *ember__optim(ember_optim_kind kind);
+
 typedef struct ember__table {
     ember_table_config cfg;  // cfg.name points at `name`
     char *name;              // owned copy
     ember__origin origin;
     size_t weight_offset;    // bytes into the weight slab
     size_t row_bytes;        // dim * sizeof(dtype)
+    const struct ember__optim_desc *optim; // cfg.optim.kind's descriptor (optim.c)
     float *m1, *m2;          // optimizer state in the state slab, NULL when unused
     int32_t m1_cols, m2_cols;// dim or 1 (per-row state); 0 when absent
     int64_t key_base;        // first sort key of the table: key = key_base + row
@@ -89,8 +105,8 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
 // gradients of row-wise optimizers whose rows are split over column shards.
 ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad,
                               int64_t n, const float *row_sumsq);
-// out[k] = sum_d (g_d + l2 * w_d)^2 over this piece of row key[k] for the row-wise optimizers
-// (ROWWISE_ADAGRAD, PARTIAL_ROWWISE_ADAM), -1 for the others.
+// out[k] = sum_d (g_d + l2 * w_d)^2 over this piece of row key[k] for the optimizers whose
+// update takes the row's mean of g^2 (the descriptor's rowwise_sumsq), -1 for the others.
 ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out);
 // Table index of a key (binary search over key_base).
 int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key);

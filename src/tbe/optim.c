@@ -12,6 +12,11 @@
 //   PARTIAL_ROWWISE_ADAM  as ADAM with m2 per row fed by mean_d(g^2)                (FBGEMM)
 //   LAMB               r = (m1 / c1) / (sqrt(m2 / c2) + eps) [+ wd * w when DECOUPLED]
 //                      w <- w - lr * (||w|| / ||r||) * r   (trust ratio 1 if either norm is 0)
+//   PARTIAL_ROWWISE_LAMB  as LAMB with m2 per row fed by mean_d(g^2)                 (FBGEMM)
+//   LARS_SGD           local = eta ||w|| / (||g|| + wd ||w||)  (1 if ||w|| or ||g|| is 0)
+//                      m1 <- momentum m1 + lr local (g + wd w);  w <- w - m1       (FBGEMM)
+//                      (its weight decay is part of the formula: mode L2 as written,
+//                      DECOUPLED applies w <- w - lr wd w beside it instead)
 // `step` is the table's backward count including the current one (global step, as torch's
 // SparseAdam counts optimizer steps).
 //
@@ -23,9 +28,82 @@
 // d % 16) and finish with ember__sum16's fixed tree: vectorisable without reassociation flags,
 // and the same bits on every path and thread count.
 #include <math.h>
+#include <string.h>
 
 #include "tbe/dtype.h"
 #include "tbe/kernels.h"
+
+// The descriptor table: one row per optimizer. Everything else asks here (ember_optim_info for
+// the public side; rowwise_sumsq, l2_in_update, adagrad_init and fused for the library).
+#define M1 "momentum1"
+#define M2 "momentum2"
+static const ember__optim_desc DESCS[EMBER_OPT_COUNT] = {
+    //                      name                      n  states      per-row  cw step  sumsq l2in adagrad fused
+    [EMBER_OPT_SGD] = {{"sgd", 0, {NULL, NULL}, {0, 0}, 1, 0}, 0, 0, 0, EMBER__FUSED_SGD},
+    [EMBER_OPT_ADAGRAD] = {{"adagrad", 1, {M1, NULL}, {0, 0}, 1, 0}, 0, 0, 1, EMBER__FUSED_NONE},
+    [EMBER_OPT_ROWWISE_ADAGRAD] = {{"rowwise_adagrad", 1, {M1, NULL}, {1, 0}, 1, 0}, 1, 0, 1,
+                                   EMBER__FUSED_ROWWISE_ADAGRAD},
+    [EMBER_OPT_ADAM] = {{"adam", 2, {M1, M2}, {0, 0}, 1, 1}, 0, 0, 0, EMBER__FUSED_ADAM},
+    [EMBER_OPT_PARTIAL_ROWWISE_ADAM] = {{"partial_rowwise_adam", 2, {M1, M2}, {0, 1}, 1, 1}, 1, 0, 0,
+                                        EMBER__FUSED_NONE},
+    // The trust ratios need whole-row norms: not split by columns.
+    [EMBER_OPT_LAMB] = {{"lamb", 2, {M1, M2}, {0, 0}, 0, 1}, 0, 0, 0, EMBER__FUSED_NONE},
+    [EMBER_OPT_PARTIAL_ROWWISE_LAMB] = {{"partial_rowwise_lamb", 2, {M1, M2}, {0, 1}, 0, 1}, 1, 0, 0,
+                                        EMBER__FUSED_NONE},
+    [EMBER_OPT_LARS_SGD] = {{"lars_sgd", 1, {M1, NULL}, {0, 0}, 0, 0}, 0, 1, 0, EMBER__FUSED_NONE},
+};
+#undef M1
+#undef M2
+
+const ember__optim_desc *ember__optim(ember_optim_kind kind) {
+    return (int)kind >= 0 && (int)kind < EMBER_OPT_COUNT ? &DESCS[kind] : NULL;
+}
+
+ember_status ember_optim_info_get(ember_optim_kind kind, ember_optim_info *info) {
+    const ember__optim_desc *d = ember__optim(kind);
+    if (!d || !info) return EMBER_ERR_INVALID_ARG;
+    *info = d->info;
+    return EMBER_OK;
+}
+
+const char *ember_optim_name(ember_optim_kind kind) {
+    const ember__optim_desc *d = ember__optim(kind);
+    return d ? d->info.name : "unknown";
+}
+
+ember_status ember_optim_parse(const char *name, ember_optim_kind *out) {
+    if (!name || !out) return EMBER_ERR_INVALID_ARG;
+    for (int k = 0; k < EMBER_OPT_COUNT; k++) {
+        if (strcmp(name, DESCS[k].info.name) == 0) {
+            *out = (ember_optim_kind)k;
+            return EMBER_OK;
+        }
+    }
+    return EMBER_ERR_INVALID_ARG;
+}
+
+int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[EMBER_MAX_TENSORS]) {
+    const ember__optim_desc *d = t ? ember__optim(t->optim.kind) : NULL;
+    if (!d || !out) return 0;
+    out[0] = (ember_tensor_info){"weight", t->rows, t->dim, t->dtype};
+    for (int32_t i = 0; i < d->info.num_states; i++)
+        out[1 + i] = (ember_tensor_info){d->info.state_names[i], t->rows, d->info.state_per_row[i] ? 1 : t->dim,
+                                         EMBER_DTYPE_F32};
+    return 1 + d->info.num_states;
+}
+
+void ember_table_config_bytes(const ember_table_config *t, size_t *weight_bytes, size_t *state_bytes) {
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    const int32_t n = ember_table_tensors(t, ti);
+    size_t wb = 0, sb = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const size_t bytes = (size_t)ti[i].rows * (size_t)ti[i].cols * ember__dtype_size(ti[i].dtype);
+        if (i == 0) wb = bytes;
+        else sb += bytes;
+    }
+    if (weight_bytes) *weight_bytes = wb;
+    if (state_bytes) *state_bytes = sb;
+}
 
 void ember__optim_prepare(const ember__table *t, uint64_t seed, ember__optim_step *st) {
     const ember_optim_config *o = &t->cfg.optim;

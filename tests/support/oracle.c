@@ -107,10 +107,30 @@ static void step_row(oracle_table *ot, int64_t r, double *g) {
     const int D = ot->cfg.dim;
     double *w = ot->w + r * D;
     double lr = c->lr, wd = c->weight_decay, eps = c->eps, b1 = c->beta1, b2 = c->beta2;
+    double dec = c->weight_decay_mode == EMBER_WD_DECOUPLED ? wd : 0.0;
+    if (c->kind == EMBER_OPT_LARS_SGD) {
+        // LARS (FBGEMM's LARS_SGD): rate lr * eta |w| / (|g| + l2 |w|), 1 when a norm is 0; momentum
+        // velocity in m1; L2 weight decay inside the formula.
+        double l2 = c->weight_decay_mode == EMBER_WD_L2 ? wd : 0.0, wn = 0, gn = 0;
+        for (int d = 0; d < D; d++) {
+            wn += w[d] * w[d];
+            gn += g[d] * g[d];
+        }
+        wn = sqrt(wn);
+        gn = sqrt(gn);
+        double local = wn > 0 && gn > 0 ? c->eta * wn / (gn + l2 * wn) : 1.0;
+        for (int d = 0; d < D; d++) {
+            double *v = &ot->m1[r * D + d];
+            *v = c->momentum * *v + lr * local * (g[d] + l2 * w[d]);
+            w[d] = w[d] - *v - lr * dec * w[d];
+        }
+        return;
+    }
     if (c->weight_decay_mode == EMBER_WD_L2)
         for (int d = 0; d < D; d++) g[d] += wd * w[d];
-    double dec = c->weight_decay_mode == EMBER_WD_DECOUPLED ? wd : 0.0;
     double t = (double)ot->step;
+    const int rowwise_m2 = c->kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM || c->kind == EMBER_OPT_PARTIAL_ROWWISE_LAMB;
+    const int trust = c->kind == EMBER_OPT_LAMB || c->kind == EMBER_OPT_PARTIAL_ROWWISE_LAMB;
     if (c->kind == EMBER_OPT_SGD) {
         for (int d = 0; d < D; d++) w[d] = w[d] - lr * g[d] - lr * dec * w[d];
     } else if (c->kind == EMBER_OPT_ADAGRAD) {
@@ -128,7 +148,7 @@ static void step_row(oracle_table *ot, int64_t r, double *g) {
         double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
         double *upd = malloc(sizeof(double) * (size_t)D);
         double row_v = 0;
-        if (c->kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM) {
+        if (rowwise_m2) {
             double mean_sq = 0;
             for (int d = 0; d < D; d++) mean_sq += g[d] * g[d] / D;
             ot->m2[r] = b2 * ot->m2[r] + (1 - b2) * mean_sq;
@@ -138,7 +158,7 @@ static void step_row(oracle_table *ot, int64_t r, double *g) {
             double *m = &ot->m1[r * D + d];
             *m = b1 * *m + (1 - b1) * g[d];
             double v;
-            if (c->kind == EMBER_OPT_PARTIAL_ROWWISE_ADAM) {
+            if (rowwise_m2) {
                 v = row_v;
             } else {
                 double *vv = &ot->m2[r * D + d];
@@ -148,7 +168,7 @@ static void step_row(oracle_table *ot, int64_t r, double *g) {
             upd[d] = (*m / c1) / (sqrt(v / c2) + eps) + dec * w[d];
         }
         double ratio = 1;
-        if (c->kind == EMBER_OPT_LAMB) {
+        if (trust) {
             double wn = 0, un = 0;
             for (int d = 0; d < D; d++) {
                 wn += w[d] * w[d];

@@ -11,8 +11,8 @@
 typedef struct oracle_table {
     ember_table_config cfg;
     double *w;   // [rows * dim]
-    double *m1;  // Adagrad [rows*dim]; row-wise Adagrad [rows]; Adam/LAMB [rows*dim]
-    double *m2;  // Adam/LAMB [rows*dim]; partial row-wise Adam [rows]
+    double *m1;  // Adagrad [rows*dim]; row-wise Adagrad [rows]; Adam/LAMB/partial/LARS [rows*dim]
+    double *m2;  // Adam/LAMB [rows*dim]; partial row-wise Adam/LAMB [rows]
     int64_t step;
 } oracle_table;
 

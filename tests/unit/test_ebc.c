@@ -51,6 +51,12 @@ static const tcase cases[] = {
      EMBER_DTYPE_F32, 0},
     {"lamb", -1, 0, EMBER_OPT_LAMB, EMBER_WD_NONE, EMBER_DTYPE_F32, 0},
     {"lamb_decoupled_weighted", EMBER_POOL_MEAN, 1, EMBER_OPT_LAMB, EMBER_WD_DECOUPLED, EMBER_DTYPE_F32, 0},
+    {"partial_rowwise_lamb", -1, 1, EMBER_OPT_PARTIAL_ROWWISE_LAMB, EMBER_WD_NONE, EMBER_DTYPE_F32, 0},
+    {"partial_rowwise_lamb_decoupled", EMBER_POOL_SUM, 0, EMBER_OPT_PARTIAL_ROWWISE_LAMB, EMBER_WD_DECOUPLED,
+     EMBER_DTYPE_F32, 0},
+    {"lars_sgd", -1, 1, EMBER_OPT_LARS_SGD, EMBER_WD_NONE, EMBER_DTYPE_F32, 0},
+    {"lars_sgd_l2", EMBER_POOL_MEAN, 0, EMBER_OPT_LARS_SGD, EMBER_WD_L2, EMBER_DTYPE_F32, 0},
+    {"lars_sgd_decoupled_bf16", EMBER_POOL_SUM, 1, EMBER_OPT_LARS_SGD, EMBER_WD_DECOUPLED, EMBER_DTYPE_BF16, 0},
     {"sgd_bf16", -1, 1, EMBER_OPT_SGD, EMBER_WD_NONE, EMBER_DTYPE_BF16, 0},
     {"rowwise_adagrad_fp16", EMBER_POOL_SUM, 0, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_WD_NONE, EMBER_DTYPE_F16, 0},
     {"adam_bf16_sr", EMBER_POOL_MEAN, 0, EMBER_OPT_ADAM, EMBER_WD_NONE, EMBER_DTYPE_BF16, 1},
@@ -78,6 +84,8 @@ static void make_config(fixture *fx, const tcase *c, ember_bounds_mode bounds) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = c->opt;
         o.lr = c->opt == EMBER_OPT_SGD ? 0.3f : 0.05f;
+        o.eta = 0.5f; // LARS: a trust coefficient large enough for its updates to show
+        o.momentum = 0.8f;
         o.weight_decay_mode = c->wd;
         o.weight_decay = c->wd ? 0.1f : 0.0f;
         o.initial_accumulator = c->opt == EMBER_OPT_ROWWISE_ADAGRAD ? 0.01f : 0.0f;

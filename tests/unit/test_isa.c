@@ -114,6 +114,8 @@ static void make_config(fixture *fx, const tcase *c) {
         o.weight_decay_mode = c->wd;
         o.weight_decay = c->wd ? 0.1f : 0.0f;
         o.initial_accumulator = 0.01f;
+        o.eta = 0.5f;
+        o.momentum = 0.8f;
         tc->optim = o;
         tc->stochastic_rounding = c->sr;
     }
@@ -254,9 +256,9 @@ static int compare_variants(void (*fn)(const variant *, const tcase *, trace *),
     return bad;
 }
 
-static const ember_optim_kind OPTS[] = {EMBER_OPT_SGD,  EMBER_OPT_ADAGRAD,
-                                        EMBER_OPT_ROWWISE_ADAGRAD, EMBER_OPT_ADAM,
-                                        EMBER_OPT_PARTIAL_ROWWISE_ADAM, EMBER_OPT_LAMB};
+static const ember_optim_kind OPTS[] = {EMBER_OPT_SGD,  EMBER_OPT_ADAGRAD, EMBER_OPT_ROWWISE_ADAGRAD,
+                                        EMBER_OPT_ADAM, EMBER_OPT_PARTIAL_ROWWISE_ADAM, EMBER_OPT_LAMB,
+                                        EMBER_OPT_PARTIAL_ROWWISE_LAMB, EMBER_OPT_LARS_SGD};
 static const struct { ember_dtype dt; int sr; } STORES[] = {
     {EMBER_DTYPE_F32, 0}, {EMBER_DTYPE_BF16, 0}, {EMBER_DTYPE_F16, 0}, {EMBER_DTYPE_BF16, 1}, {EMBER_DTYPE_F16, 1}};
 

@@ -4,7 +4,7 @@
 //
 //   pool_run_portable       the pooled forward of one bag run, any dtype, any D, any ids
 //   load_row / store_row    fp32 <-> storage rows (F16C conversions where the target has them)
-//   optim_row               the fused optimizer update of one fp32 row (DESIGN of optim.c)
+//   optim_row               the optimizer update of one fp32 row (tbe/optim_rows.h)
 //   update_row              optim_row on a stored row, with 16-bit rounding (nearest or stochastic)
 //   reduce_segment_portable the coalesced gradient of one touched row
 //   update_segments_impl    the backward loop over touched rows, with the variant's fused path
@@ -135,102 +135,7 @@ static void pool_run_portable(const ember__bag_run *r) {
     }
 }
 
-// ---- optimizers (the formulas are in optim.c's header comment) --------------------------------
-
-// sum_d a[d] * b[d] in the 16-lane order.
-static float dot16(const float *restrict a, const float *restrict b, int32_t D) {
-    float lane[16] = {0};
-    int32_t d = 0;
-    for (; d + 16 <= D; d += 16)
-        for (int k = 0; k < 16; k++) lane[k] += a[d + k] * b[d + k];
-    for (int k = 0; d + k < D; k++) lane[k] += a[d + k] * b[d + k];
-    return ember__sum16(lane);
-}
-
-// Mean over the (global) row of the squared gradient, for the row-wise optimizers.
-static float row_mean_sq(const ember__table *t, const ember__optim_step *st, const float *g) {
-    if (st->row_sumsq >= 0.0f) return st->row_sumsq / (float)t->origin.global_dim;
-    return dot16(g, g, t->cfg.dim) / (float)t->cfg.dim;
-}
-
-// One update of `row` of t: w [dim] fp32 (the stored row itself for fp32 tables), g [dim] the
-// coalesced gradient (clobbered).
-static void optim_row(const ember__table *t, const ember__optim_step *st, int64_t row, float *restrict w,
-                      float *restrict g) {
-    const ember_optim_config *o = &t->cfg.optim;
-    const int32_t D = t->cfg.dim;
-    const float lr = o->lr, wd = o->weight_decay, eps = o->eps;
-    const int decoupled = o->weight_decay_mode == EMBER_WD_DECOUPLED && wd != 0.0f;
-    if (o->weight_decay_mode == EMBER_WD_L2 && wd != 0.0f) {
-        for (int32_t d = 0; d < D; d++) g[d] += wd * w[d];
-    }
-    switch (o->kind) {
-    case EMBER_OPT_SGD:
-        if (decoupled) {
-            for (int32_t d = 0; d < D; d++) w[d] -= lr * (g[d] + wd * w[d]);
-        } else {
-            for (int32_t d = 0; d < D; d++) w[d] -= lr * g[d];
-        }
-        break;
-    case EMBER_OPT_ADAGRAD: {
-        float *restrict m1 = t->m1 + (size_t)row * (size_t)D;
-        for (int32_t d = 0; d < D; d++) m1[d] += g[d] * g[d];
-        if (decoupled) {
-            for (int32_t d = 0; d < D; d++) w[d] -= lr * (g[d] / (sqrtf(m1[d]) + eps) + wd * w[d]);
-        } else {
-            for (int32_t d = 0; d < D; d++) w[d] -= lr * (g[d] / (sqrtf(m1[d]) + eps));
-        }
-        break;
-    }
-    case EMBER_OPT_ROWWISE_ADAGRAD: {
-        float *m1 = t->m1 + row;
-        *m1 += row_mean_sq(t, st, g);
-        const float mult = lr / (sqrtf(*m1) + eps);
-        if (decoupled) {
-            for (int32_t d = 0; d < D; d++) w[d] -= mult * g[d] + lr * wd * w[d];
-        } else {
-            for (int32_t d = 0; d < D; d++) w[d] -= mult * g[d];
-        }
-        break;
-    }
-    case EMBER_OPT_ADAM:
-    case EMBER_OPT_LAMB: {
-        const float b1 = o->beta1, b2 = o->beta2, c1 = st->c1, c2 = st->c2;
-        float *restrict m1 = t->m1 + (size_t)row * (size_t)D;
-        float *restrict m2 = t->m2 + (size_t)row * (size_t)D;
-        // r overwrites g: the update direction per element.
-        for (int32_t d = 0; d < D; d++) {
-            m1[d] = b1 * m1[d] + (1.0f - b1) * g[d];
-            m2[d] = b2 * m2[d] + (1.0f - b2) * g[d] * g[d];
-            g[d] = (m1[d] / c1) / (sqrtf(m2[d] / c2) + eps);
-        }
-        if (decoupled)
-            for (int32_t d = 0; d < D; d++) g[d] += wd * w[d];
-        float scale = lr;
-        if (o->kind == EMBER_OPT_LAMB) {
-            const float wn = dot16(w, w, D), rn = dot16(g, g, D);
-            if (wn > 0.0f && rn > 0.0f) scale = lr * sqrtf(wn) / sqrtf(rn);
-        }
-        for (int32_t d = 0; d < D; d++) w[d] -= scale * g[d];
-        break;
-    }
-    case EMBER_OPT_PARTIAL_ROWWISE_ADAM: {
-        const float b1 = o->beta1, b2 = o->beta2, c1 = st->c1, c2 = st->c2;
-        float *restrict m1 = t->m1 + (size_t)row * (size_t)D;
-        float *m2 = t->m2 + row;
-        *m2 = b2 * *m2 + (1.0f - b2) * row_mean_sq(t, st, g);
-        const float den = sqrtf(*m2 / c2) + eps;
-        for (int32_t d = 0; d < D; d++) {
-            m1[d] = b1 * m1[d] + (1.0f - b1) * g[d];
-            g[d] = (m1[d] / c1) / den;
-        }
-        if (decoupled)
-            for (int32_t d = 0; d < D; d++) g[d] += wd * w[d];
-        for (int32_t d = 0; d < D; d++) w[d] -= lr * g[d];
-        break;
-    }
-    }
-}
+#include "tbe/optim_rows.h"
 
 // One optimizer update of `row` of table tb with gradient g (clobbered); w is scratch [D].
 // fp32 rows are updated in place; 16-bit rows through an fp32 copy.
@@ -311,23 +216,18 @@ update_segments_impl(const ember_ebc *ebc, const ember__segments *s, const float
 
 // avx2.c and avx512.c reduce a segment's gradient and update its row and state in registers for
 // the common optimizers, specialised per (optimizer, storage): `kind` packs both.
-enum { FUSED_SGD = 1, FUSED_ROWWISE_ADAGRAD = 2, FUSED_ADAM = 3 };
+enum { FUSED_SGD = EMBER__FUSED_SGD, FUSED_ROWWISE_ADAGRAD = EMBER__FUSED_ROWWISE_ADAGRAD, FUSED_ADAM = EMBER__FUSED_ADAM };
 enum { STORE_F32 = 0, STORE_BF16 = 4, STORE_F16 = 8, STORE_SR = 16 };
 
-// The fused kind of table tb for a variant whose registers hold `lanes` floats: rows with
-// D % lanes == 0 and D <= 128, SGD, row-wise Adagrad or Adam without weight decay, any storage
-// dtype and rounding; 0 (reduce + update_row) otherwise.
+// The fused kind of table tb for a variant whose registers hold `lanes` floats: the optimizer's
+// register path (its descriptor's `fused`) for rows with D % lanes == 0 and D <= 128, without
+// weight decay, any storage dtype and rounding; 0 (reduce + update_row) otherwise.
 static inline int fused_kind(const ember__table *tb, int32_t lanes) {
     const ember_optim_config *o = &tb->cfg.optim;
     if (tb->cfg.dim % lanes != 0 || tb->cfg.dim > 128) return 0;
     if (o->weight_decay_mode != EMBER_WD_NONE && o->weight_decay != 0.0f) return 0;
-    int kind;
-    switch (o->kind) {
-    case EMBER_OPT_SGD: kind = FUSED_SGD; break;
-    case EMBER_OPT_ROWWISE_ADAGRAD: kind = FUSED_ROWWISE_ADAGRAD; break;
-    case EMBER_OPT_ADAM: kind = FUSED_ADAM; break;
-    default: return 0;
-    }
+    int kind = (int)tb->optim->fused;
+    if (!kind) return 0;
     if (tb->cfg.dtype == EMBER_DTYPE_BF16) kind |= STORE_BF16;
     if (tb->cfg.dtype == EMBER_DTYPE_F16) kind |= STORE_F16;
     if (tb->cfg.dtype != EMBER_DTYPE_F32 && tb->cfg.stochastic_rounding) kind |= STORE_SR;
