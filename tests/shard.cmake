@@ -10,7 +10,8 @@ foreach(np 1 2 3 4)
     ember_mpi_test(dist.${scheme}.none.np${np} ${np} test_shard --scheme ${scheme} --pool none)
   endforeach()
 endforeach()
-# The other optimizers (Adagrad, partial row-wise Adam, LAMB) on every scheme, 3 ranks.
+# The other optimizers (Adagrad, partial row-wise Adam, LAMB, partial row-wise LAMB, LARS-SGD) on
+# every scheme, 3 ranks.
 foreach(scheme dp tw cw rw twrw mixed)
   ember_mpi_test(dist.${scheme}.mean.extra_opts.np3 3 test_shard --scheme ${scheme} --pool mean --extra-opts)
 endforeach()

@@ -74,6 +74,8 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = opt;
         o.lr = opt == EMBER_OPT_SGD ? 0.5f : 0.05f;
+        o.eta = 0.5f; // LARS-SGD: large enough for its updates to show
+        o.momentum = 0.8f;
         ember_pooling p = mixed_pool ? (t % 2 ? EMBER_POOL_MEAN : EMBER_POOL_SUM) : pool_all;
         // A sequence collection needs one dim for every table.
         su->tables[t] = (ember_table_config){su->names[t], ROWS[t], p == EMBER_POOL_NONE ? 4 : DIMS[t], p, EMBER_DTYPE_F32,
@@ -147,8 +149,11 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
     ember_status st = ember_sebc_create(comm, &su.cfg, su.plan, conv, &s);
     int has_cw = 0;
     for (int t = 0; t < NT; t++) has_cw |= su.plan[t].scheme == EMBER_SHARD_COLUMN_WISE;
-    if (opt == EMBER_OPT_LAMB && has_cw) {
-        // LAMB's per-row trust ratio is not offered column-wise: a clear refusal everywhere.
+    ember_optim_info oi;
+    assert_int_equal(ember_optim_info_get(opt, &oi), EMBER_OK);
+    if (!oi.column_wise && has_cw) {
+        // Whole-row norms (LAMB's trust ratio, LARS's rate) are not offered column-wise: a clear
+        // refusal everywhere.
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_UNSUPPORTED && s == NULL);
         ember_comm_destroy(comm);
         ember_ctx_destroy(ctx);
@@ -274,21 +279,21 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
 
 static void distributed_equals_single_process(void **state) {
     (void)state;
-    ember_optim_kind opts[3] = {EMBER_OPT_SGD, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_OPT_ADAM};
-    if (g_extra) {
-        opts[0] = EMBER_OPT_ADAGRAD;
-        opts[1] = EMBER_OPT_PARTIAL_ROWWISE_ADAM;
-        opts[2] = EMBER_OPT_LAMB;
-    }
+    // The optimizer test table: the common three, or (--extra-opts) every other one.
+    static const ember_optim_kind common[] = {EMBER_OPT_SGD, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_OPT_ADAM};
+    static const ember_optim_kind extra[] = {EMBER_OPT_ADAGRAD, EMBER_OPT_PARTIAL_ROWWISE_ADAM, EMBER_OPT_LAMB,
+                                             EMBER_OPT_PARTIAL_ROWWISE_LAMB, EMBER_OPT_LARS_SGD};
+    const ember_optim_kind *opts = g_extra ? extra : common;
+    const int nopts = g_extra ? (int)(sizeof extra / sizeof extra[0]) : (int)(sizeof common / sizeof common[0]);
     if (!strcmp(g_pool, "none")) {
-        for (int o = 0; o < 3; o++)
+        for (int o = 0; o < nopts; o++)
             for (int w = 0; w < 2; w++)
                 run_combo(EMBER_POOL_NONE, 0, w, opts[o], (ember_grad_convention)(o % 2), 3);
         return;
     }
     const ember_pooling pool = !strcmp(g_pool, "mean") ? EMBER_POOL_MEAN : EMBER_POOL_SUM;
     const char *only = getenv("EMBER_TEST_OPT"); // debugging: one optimizer only
-    for (int o = only ? atoi(only) : 0; o < (only ? atoi(only) + 1 : 3); o++)
+    for (int o = only ? atoi(only) : 0; o < (only ? atoi(only) + 1 : nopts); o++)
         for (int w = 0; w < 2; w++)
             for (int c = 0; c < 2; c++) run_combo(pool, !strcmp(g_scheme, "mixed"), w, opts[o], (ember_grad_convention)c, 3);
 }
