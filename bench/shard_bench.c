@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ember.h"
+#include "ember/rng.h"
 
 typedef struct opts {
     int32_t T, D, B, L, iters;
@@ -103,13 +104,10 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         if (R == 0) fprintf(stderr, "ember bench shard: %s: %s\n", name, ember_ctx_errmsg(ctx));
         goto done;
     }
-    // Uniform ids, different on every rank (a counter-based draw).
-    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(R + 1);
+    // Uniform ids, different on every rank (the library's generator, one stream per rank).
+    ember_rng rng = ember_rng_at(20240611u, 0, (uint64_t)R);
     for (int64_t j = 0; j < nnz; j++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        ids[j] = (int64_t)(x % (uint64_t)o->E);
+        ids[j] = (int64_t)(ember_rng_next(&rng) % (uint64_t)o->E);
     }
     for (int64_t i = 0; i < (int64_t)o->T * o->B; i++) len[i] = o->L;
     for (int64_t i = 0; i < nout; i++) grad[i] = 1e-3f * (float)((i % 7) - 3);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "ember.h"
+#include "ember/rng.h"
 #include "limit/limit.h"
 #include "tbe/internal.h" // the gather limit reads the collection's own slab (same rows, same pages)
 
@@ -48,14 +49,9 @@ static int op_has_fwd(int op) { return op == 0 || op >= 4; }
 
 // ---- random numbers and ids ----------------------------------------------------------------------
 
-// SplitMix64: a counter-based stream per (seed, table, distribution), so every case of a run
-// sees the same ids whatever the selection of cases.
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+// The library's counter-based generator (ember/rng.h): a stream per (seed, table, distribution),
+// so every case of a run sees the same ids whatever the selection of cases.
+static uint64_t mix64(uint64_t x) { return ember_splitmix64(x); }
 static double u01(uint64_t x) { return (double)(mix64(x) >> 11) * 0x1p-53; }
 
 // Zipf ids, the recipe of the Python peers (bench/peers/common.py), so that ember and the peers

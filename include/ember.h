@@ -11,5 +11,6 @@
 #include "ember/plan.h"
 #include "ember/state.h"
 #include "ember/lfq.h"
+#include "ember/rng.h"
 
 #endif

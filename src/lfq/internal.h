@@ -8,6 +8,7 @@
 
 #include "core/internal.h"
 #include "ember/lfq.h"
+#include "ember/rng.h"
 
 // Token flags in ember__lfq_ws.sel.
 #define LFQ_SEL_T 1u // selected by the mask: counts in the commitment loss
@@ -81,12 +82,13 @@ typedef struct ember__lfq_kernels {
 extern const ember__lfq_kernels ember__lfq_kernels_f32;
 extern const ember__lfq_kernels ember__lfq_kernels_f64;
 
-// splitmix64: the module's only random source (initialisation, subsampling).
+// The module's random source (initialisation, subsampling): the next value of the library's
+// generator (ember/rng.h) from state *s.
 static inline uint64_t ember__lfq_mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    ember_rng r = {*s};
+    const uint64_t v = ember_rng_next(&r);
+    *s = r.state;
+    return v;
 }
 
 #endif

@@ -1,11 +1,13 @@
-// fp32 <-> fp16/bf16 conversions (round to nearest even), stochastic rounding and the
-// counter-based random numbers used for initialisation and rounding.
+// fp32 <-> fp16/bf16 conversions (round to nearest even) and stochastic rounding (its random
+// bits from ember/rng.h, the library's one generator).
 #ifndef EMBER_TBE_DTYPE_H
 #define EMBER_TBE_DTYPE_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "ember/rng.h"
 
 static inline uint32_t ember__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float ember__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -93,28 +95,13 @@ static inline uint32_t ember__sr_hash(uint32_t row_key, uint32_t d) {
     return h;
 }
 
-// SplitMix64 finaliser: a counter-based generator, so the value for (seed, table, row, col)
-// does not depend on the order or thread in which it is drawn.
-static inline uint64_t ember__mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static inline uint64_t ember__hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 // The stochastic-rounding key of one row update: a function of (seed, table, step, row) only,
 // so the rounding does not depend on threads or on the order rows are updated in.
 static inline uint32_t ember__sr_row_key(uint64_t step_key, int64_t row) {
-    return (uint32_t)(ember__mix64(step_key ^ ember__mix64((uint64_t)row)) >> 32);
+    return (uint32_t)(ember_splitmix64(step_key ^ ember_splitmix64((uint64_t)row)) >> 32);
 }
 
-// Uniform in [0, 1) with 24 random bits.
+// Uniform in [0, 1) with 24 random bits of x.
 static inline float ember__u01(uint64_t x) { return (float)(x >> 40) * 0x1p-24f; }
 
 #endif

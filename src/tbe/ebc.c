@@ -96,15 +96,15 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg
 // Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
 static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
     const ember_init *in = &t->cfg.init;
-    uint64_t k = ember__mix64(seed ^ t->name_hash) ^ ember__mix64((uint64_t)R * (uint64_t)t->origin.global_dim +
+    uint64_t k = ember_splitmix64(seed ^ t->name_hash) ^ ember_splitmix64((uint64_t)R * (uint64_t)t->origin.global_dim +
                                                                    (uint64_t)C);
     switch (in->kind) {
     case EMBER_INIT_ZEROS: return 0.0f;
-    case EMBER_INIT_UNIFORM: return in->a + (in->b - in->a) * ember__u01(ember__mix64(k));
+    case EMBER_INIT_UNIFORM: return in->a + (in->b - in->a) * ember__u01(ember_splitmix64(k));
     case EMBER_INIT_NORMAL: {
         // Box-Muller from two independent uniforms; u1 in (0, 1].
-        double u1 = 1.0 - (double)(ember__mix64(k) >> 11) * 0x1p-53;
-        double u2 = (double)(ember__mix64(k ^ 0x5bd1e995u) >> 11) * 0x1p-53;
+        double u1 = 1.0 - (double)(ember_splitmix64(k) >> 11) * 0x1p-53;
+        double u2 = (double)(ember_splitmix64(k ^ 0x5bd1e995u) >> 11) * 0x1p-53;
         return (float)(in->std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
     }
@@ -198,10 +198,10 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         tb->name = ember__strdup(ctx, cfg->tables[t].name);
         if (!tb->name) goto nomem;
         tb->cfg.name = tb->name;
-        tb->name_hash = ember__hash_str(tb->name);
+        tb->name_hash = ember_hash_str(tb->name);
         if (origins) {
             tb->origin = origins[t];
-            if (tb->origin.global_name) tb->name_hash = ember__hash_str(tb->origin.global_name);
+            if (tb->origin.global_name) tb->name_hash = ember_hash_str(tb->origin.global_name);
             tb->origin.global_name = NULL; // borrowed: only needed here
         } else {
             tb->origin.global_rows = tb->cfg.rows;

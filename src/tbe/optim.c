@@ -110,5 +110,5 @@ void ember__optim_prepare(const ember__table *t, uint64_t seed, ember__optim_ste
     st->c1 = 1.0f - powf(o->beta1, (float)t->step);
     st->c2 = 1.0f - powf(o->beta2, (float)t->step);
     st->row_sumsq = -1.0f;
-    st->sr_key = ember__mix64(seed ^ t->name_hash ^ ember__mix64((uint64_t)t->step));
+    st->sr_key = ember_splitmix64(seed ^ t->name_hash ^ ember_splitmix64((uint64_t)t->step));
 }
