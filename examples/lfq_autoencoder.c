@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
     ember_lfq *q = NULL;
     if ((st = ember_lfq_create(ctx, &cfg, &q)) != EMBER_OK) return fail(ctx, "create", st);
     // To train data-parallel: ember_comm_create(ctx, MPI_COMM_WORLD, &comm), cfg.comm = comm,
-    // each rank its own batch, and ember_lfq_allreduce_grads(q, true) before the optimiser step.
+    // each rank its own batch, and ember_lfq_allreduce_grads(q, EMBER_GRAD_MEAN) before the optimiser step.
 
     int64_t np = 0;
     float *params = ember_lfq_params(q, &np), *grads = ember_lfq_grads(q, NULL);

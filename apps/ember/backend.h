@@ -30,7 +30,7 @@ typedef ember_status (*dlrm_backend_factory)(ember_comm *comm, const ember_ebc_c
                                              const ember_table_plan *plan, ember_grad_convention conv,
                                              dlrm_backend *out);
 
-// The sharded embedding collection of include/ember/shard.h with ember_allreduce_dense_grads.
+// The sharded embedding collection of include/ember/shard.h with ember_comm_allreduce_grads.
 ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                       ember_grad_convention conv, dlrm_backend *out);
 

@@ -20,7 +20,7 @@ static ember_status backward(void *impl, const ember_kjt *kjt, const float *grad
 
 static ember_status reduce_dense_grads(void *impl, float *grad, size_t n) {
     sebc_backend *b = impl;
-    return ember_allreduce_dense_grads(b->comm, b->conv, grad, n);
+    return ember_comm_allreduce_grads(b->comm, b->conv, grad, n);
 }
 
 static void destroy(void *impl) {

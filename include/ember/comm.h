@@ -71,6 +71,25 @@ EMBER_API ember_status ember_comm_allgather_i64(ember_comm *comm, int64_t value,
 EMBER_API ember_status ember_comm_bcast(ember_comm *comm, void *buf, size_t bytes, int32_t root);
 EMBER_API ember_status ember_comm_barrier(ember_comm *comm);
 
+// The gradient convention: which objective W ranks train together, chosen once per model and
+// applied identically to every parameter (sharded tables of every scheme, data-parallel tables,
+// dense parameters through ember_comm_allreduce_grads, LFQ): nothing else rescales a gradient.
+// With GRAD_MEAN and local losses that are means over equal local batches, W ranks train
+// exactly what one process trains on the concatenated global batch.
+typedef enum ember_grad_convention {
+    EMBER_GRAD_MEAN = 0, // J = (1/W) sum_r L_r (the default)
+    EMBER_GRAD_SUM = 1,  // J = sum_r L_r
+} ember_grad_convention;
+
+// All-reduces data-parallel (dense) parameter gradients under the convention, in place:
+// GRAD_SUM sums them over ranks, GRAD_MEAN sums and divides by W.
+// Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (unknown convention, grad NULL with n > 0;
+// every rank returns it), EMBER_ERR_COMM.
+EMBER_API ember_status ember_comm_allreduce_grads(ember_comm *comm, ember_grad_convention conv, float *grad,
+                                                  size_t n);
+EMBER_API ember_status ember_comm_allreduce_grads_f64(ember_comm *comm, ember_grad_convention conv, double *grad,
+                                                      size_t n);
+
 // Bytes this rank has handed to MPI for other ranks since creation or the last reset (its own
 // slice of an exchange is not counted). Local.
 EMBER_API uint64_t ember_comm_bytes_sent(const ember_comm *comm);

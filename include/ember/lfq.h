@@ -42,7 +42,7 @@
 // respect to its own inputs and, through them, the parameters. PSE and L_commit stay rank-local
 // means. With equal token counts on every rank (no softplus), the mean over ranks of the
 // parameter gradients equals the single-process gradient on the concatenated batch (DP
-// averaging, ember_lfq_allreduce_grads with mean = true), and each rank's input gradient is W
+// averaging, ember_lfq_allreduce_grads with EMBER_GRAD_MEAN), and each rank's input gradient is W
 // times the full-batch one (the gradient of sum_s L_s; divide by W for J = (1/W) sum_r L_r).
 //
 // Dtype. Every floating-point buffer passed to or read from a module (x, out, grad_out, grad_x,
@@ -184,11 +184,11 @@ EMBER_API void *ember_lfq_grads(ember_lfq *lfq, int64_t *numel);
 EMBER_API const char *ember_lfq_param_name(ember_lfq_param_id id);
 // Sets every gradient accumulator to zero. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG.
 EMBER_API ember_status ember_lfq_zero_grad(ember_lfq *lfq);
-// Data-parallel gradient synchronisation: all-reduces the gradient slab (sum), then divides by
-// W when `mean` (DESIGN.md §1.3: J = (1/W) sum_r L_r is EMBER_GRAD_MEAN, the default).
+// Data-parallel gradient synchronisation under the gradient convention (ember/comm.h):
+// ember_comm_allreduce_grads on the gradient slab (EMBER_GRAD_MEAN: J = (1/W) sum_r L_r).
 // Collective on the module's comm (local no-op without one). Returns EMBER_OK,
-// EMBER_ERR_INVALID_ARG, EMBER_ERR_COMM.
-EMBER_API ember_status ember_lfq_allreduce_grads(ember_lfq *lfq, bool mean);
+// EMBER_ERR_INVALID_ARG (unknown convention), EMBER_ERR_COMM.
+EMBER_API ember_status ember_lfq_allreduce_grads(ember_lfq *lfq, ember_grad_convention conv);
 
 // Forward pass.
 // x        [B, N, dim] input, module dtype, borrowed (copied where backward needs it).

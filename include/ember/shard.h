@@ -38,11 +38,6 @@ typedef enum ember_shard_scheme {
     EMBER_SHARD_TABLE_ROW_WISE = 4,
 } ember_shard_scheme;
 
-typedef enum ember_grad_convention {
-    EMBER_GRAD_MEAN = 0, // J = (1/W) sum_r L_r
-    EMBER_GRAD_SUM = 1,  // J = sum_r L_r
-} ember_grad_convention;
-
 #define EMBER_PLAN_MAX_RANKS 64
 
 typedef struct ember_table_plan {
@@ -92,12 +87,6 @@ EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, em
 // Bytes this rank sent in the last forward + backward (all schemes), and the analytic count for
 // one table (see docs/sharding.md). Local.
 EMBER_API uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s);
-
-// Allreduces dense parameter gradients under the convention: GRAD_SUM sums them over ranks,
-// GRAD_MEAN sums and divides by W, so dense and sparse parameters train the same objective.
-// Collective on comm.
-EMBER_API ember_status ember_allreduce_dense_grads(ember_comm *comm, ember_grad_convention conv, float *grad,
-                                                   size_t n);
 
 #ifdef __cplusplus
 }

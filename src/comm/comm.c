@@ -207,3 +207,30 @@ ember_status ember_comm_barrier(ember_comm *c) {
     MPI_TRY(c, MPI_Barrier(c->comm), "barrier");
     return EMBER_OK;
 }
+
+// The gradient all-reduce of both dtypes: agree on the arguments, sum, divide by W for MEAN.
+#define ALLREDUCE_GRADS(T, sum_fn)                                                                          \
+    if (!comm) return EMBER_ERR_INVALID_ARG;                                                                \
+    ember_status st = EMBER_OK;                                                                             \
+    if (conv != EMBER_GRAD_MEAN && conv != EMBER_GRAD_SUM)                                                  \
+        st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown gradient convention %d", fn, (int)conv); \
+    else if (n > 0 && !grad)                                                                                \
+        st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "%s: grad is NULL", fn);                        \
+    EMBER_TRY(ember_comm_agree(comm, st));                                                                  \
+    EMBER_TRY(sum_fn(comm, grad, n));                                                                       \
+    if (conv == EMBER_GRAD_MEAN) {                                                                          \
+        const T w = (T)comm->size;                                                                          \
+        for (size_t i = 0; i < n; i++) grad[i] /= w;                                                        \
+    }                                                                                                       \
+    return EMBER_OK;
+
+ember_status ember_comm_allreduce_grads(ember_comm *comm, ember_grad_convention conv, float *grad, size_t n) {
+    const char *fn = "ember_comm_allreduce_grads";
+    ALLREDUCE_GRADS(float, ember_comm_allreduce_sum_f32)
+}
+
+ember_status ember_comm_allreduce_grads_f64(ember_comm *comm, ember_grad_convention conv, double *grad, size_t n) {
+    const char *fn = "ember_comm_allreduce_grads_f64";
+    ALLREDUCE_GRADS(double, ember_comm_allreduce_sum_f64)
+}
+#undef ALLREDUCE_GRADS

@@ -261,24 +261,16 @@ ember_status ember_lfq_zero_grad(ember_lfq *q) {
     return EMBER_OK;
 }
 
-ember_status ember_lfq_allreduce_grads(ember_lfq *q, bool mean) {
+ember_status ember_lfq_allreduce_grads(ember_lfq *q, ember_grad_convention conv) {
     if (!q) return EMBER_ERR_INVALID_ARG;
     ember_comm *comm = q->cfg.comm;
-    if (!comm || q->n_params == 0) return EMBER_OK;
+    EMBER_CHECK(q->ctx, conv == EMBER_GRAD_MEAN || conv == EMBER_GRAD_SUM, EMBER_ERR_INVALID_ARG,
+                "ember_lfq_allreduce_grads: unknown gradient convention %d", (int)conv);
+    if (!comm) return EMBER_OK;
+    // Every rank's module has the same parameters (agreed at creation), so n is the same.
     const size_t n = (size_t)q->n_params;
-    const int32_t W = ember_comm_size(comm);
-    if (q->cfg.dtype == EMBER_LFQ_F64) {
-        double *g = q->grads;
-        EMBER_TRY(ember_comm_allreduce_sum_f64(comm, g, n));
-        if (mean)
-            for (size_t i = 0; i < n; i++) g[i] /= W;
-    } else {
-        float *g = q->grads;
-        EMBER_TRY(ember_comm_allreduce_sum_f32(comm, g, n));
-        if (mean)
-            for (size_t i = 0; i < n; i++) g[i] /= (float)W;
-    }
-    return EMBER_OK;
+    if (q->cfg.dtype == EMBER_LFQ_F64) return ember_comm_allreduce_grads_f64(comm, conv, q->grads, n);
+    return ember_comm_allreduce_grads(comm, conv, q->grads, n);
 }
 
 // EMBER_ERR_NUMERIC naming the first NaN/Inf of buf [B, N, width], or EMBER_OK.

@@ -296,20 +296,3 @@ ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
     }
     return EMBER_OK;
 }
-
-ember_status ember_allreduce_dense_grads(ember_comm *comm, ember_grad_convention conv, float *grad, size_t n) {
-    if (!comm) return EMBER_ERR_INVALID_ARG;
-    ember_status st = EMBER_OK;
-    if (conv != EMBER_GRAD_MEAN && conv != EMBER_GRAD_SUM)
-        st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "ember_allreduce_dense_grads: unknown convention %d",
-                          (int)conv);
-    else if (n > 0 && !grad)
-        st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "ember_allreduce_dense_grads: grad is NULL");
-    EMBER_TRY(ember_comm_agree(comm, st));
-    EMBER_TRY(ember_comm_allreduce_sum_f32(comm, grad, n));
-    if (conv == EMBER_GRAD_MEAN) {
-        const float inv = 1.0f / (float)comm->size;
-        for (size_t i = 0; i < n; i++) grad[i] *= inv;
-    }
-    return EMBER_OK;
-}

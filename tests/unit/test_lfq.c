@@ -659,7 +659,7 @@ static void bad_input_is_rejected_and_changes_nothing(void **state) {
     assert_int_equal(ember_lfq_set_comm(NULL, NULL), EMBER_ERR_INVALID_ARG);
     assert_int_equal(ember_lfq_set_comm(q, NULL), EMBER_OK);
     assert_int_equal(ember_lfq_backward(q, go, 1.0, gx), EMBER_ERR_STATE); // set_comm drops the state
-    assert_int_equal(ember_lfq_allreduce_grads(q, true), EMBER_OK);       // no comm: no-op
+    assert_int_equal(ember_lfq_allreduce_grads(q, EMBER_GRAD_MEAN), EMBER_OK);       // no comm: no-op
 
     free(params0);
     free(grads0);
