@@ -12,7 +12,6 @@
 #include "ember.h"
 #include "ember/rng.h"
 #include "limit/limit.h"
-#include "tbe/internal.h" // the gather limit reads the collection's own slab (same rows, same pages)
 
 // ---- shapes and defaults ------------------------------------------------------------------------
 
@@ -424,8 +423,13 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
     ember_ctx_set_num_threads(r->ctx, threads);
     const int64_t nnz = (int64_t)s->T * s->B * s->L;
     ember_kjt kjt = {s->T, s->B, NULL, in->offsets, in->values[dist], NULL, nnz};
-    gather_in g = {s, dt, {0}, ebc->tables[0].row_bytes, in->values[dist], in->lim_out};
-    for (int32_t t = 0; t < s->T; t++) g.base[t] = ebc->slab + ebc->tables[t].weight_offset;
+    // The limit reads the collection's own rows (the same slab and pages as the kernel).
+    gather_in g = {s, dt, {0}, 0, in->values[dist], in->lim_out};
+    for (int32_t t = 0; t < s->T; t++) {
+        const void *base = NULL;
+        if (ember_ebc_weights_view(ebc, t, &base, &g.row_bytes) != EMBER_OK) return fail(r, "weights view");
+        g.base[t] = base;
+    }
     limit_cfg *lc = &r->limit[si][dt][dist][ti];
     if (lc->pd == 0) *lc = o->calibrate ? calibrate(r->gather, &g, threads) : (limit_cfg){16, 1, 1};
 

@@ -135,6 +135,21 @@ EMBER_API const char *ember_ctx_errmsg(const ember_ctx *ctx);
 EMBER_API ember_status ember_ctx_last_status(const ember_ctx *ctx);
 EMBER_API void ember_ctx_clear_error(ember_ctx *ctx);
 
+// Records a failure on the context as the library does (status + message + " (rank R)"), so a
+// program's own errors travel the same way, e.g. through ember_comm_agree to every rank.
+// Returns `st`. printf-style format. Local.
+EMBER_API ember_status ember_ctx_set_error(ember_ctx *ctx, ember_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+// Memory through the context's allocator hooks, 64-byte aligned and counted in
+// ember_ctx_bytes_outstanding (for programs and bindings that account their own buffers with the
+// library's). NULL on failure (no error recorded); free accepts NULL. Local.
+EMBER_API void *ember_ctx_alloc(ember_ctx *ctx, size_t bytes);
+EMBER_API void ember_ctx_free(ember_ctx *ctx, void *ptr);
+
 // Kernel thread count. Results are bitwise identical for every thread count.
 EMBER_API int32_t ember_ctx_num_threads(const ember_ctx *ctx);
 EMBER_API ember_status ember_ctx_set_num_threads(ember_ctx *ctx, int32_t n);

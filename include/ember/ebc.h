@@ -110,6 +110,10 @@ typedef struct ember_table_config {
     ember_optim_config optim;
     int32_t stochastic_rounding; // 16-bit storage: round updates stochastically (seeded)
 } ember_table_config;
+// Start from this and set name, rows and dim: SUM pooling, fp32, uniform(-0.01, 0.01) init, SGD.
+#define EMBER_TABLE_CONFIG_DEFAULT                                                                          \
+    {NULL, 0, 0, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0.0f},                 \
+     EMBER_OPTIM_CONFIG_DEFAULT, 0}
 
 typedef struct ember_feature_config {
     const char *name; // copied
@@ -126,6 +130,8 @@ typedef struct ember_ebc_config {
     int32_t max_batch_size;     // workspace hints (0: sized on first use)
     int64_t max_nnz;
 } ember_ebc_config;
+// Start from this and set tables/features: bounds ERROR, seed 0, no workspace hints.
+#define EMBER_EBC_CONFIG_DEFAULT {NULL, 0, NULL, 0, EMBER_BOUNDS_ERROR, 0, 0, 0}
 
 typedef struct ember_ebc ember_ebc;
 
@@ -209,6 +215,14 @@ EMBER_API ember_status ember_ebc_set_step(ember_ebc *ebc, int32_t table, int64_t
 // Converts table t's weight storage to `dtype` in place (round to nearest even); its optimizer
 // state stays fp32. The next update lands in the converted storage, which reads then show.
 EMBER_API ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype dtype);
+
+// A read-only view of table t's stored rows, without a copy: row r is the dim values of the
+// table's dtype at (const char *)*data + r * *row_stride. Valid until the collection is
+// destroyed or a dtype conversion re-lays it out (ember_ebc_convert_dtype). For benchmarks and
+// zero-copy bindings; reads through it see what the next forward uses. Local. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (unknown table, NULL pointers).
+EMBER_API ember_status ember_ebc_weights_view(const ember_ebc *ebc, int32_t table, const void **data,
+                                              size_t *row_stride);
 
 // Bytes of table t: weights (rows * dim * sizeof(dtype)) and optimizer state.
 EMBER_API ember_status ember_ebc_table_bytes(const ember_ebc *ebc, int32_t table, size_t *weight_bytes,

@@ -261,6 +261,19 @@ ember_status ember__verror(ember_ctx *ctx, ember_status st, const char *fmt, va_
     return st;
 }
 
+ember_status ember_ctx_set_error(ember_ctx *ctx, ember_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    ember__verror(ctx, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void *ember_ctx_alloc(ember_ctx *ctx, size_t bytes) { return ctx ? ember__alloc(ctx, bytes) : NULL; }
+void ember_ctx_free(ember_ctx *ctx, void *ptr) {
+    if (ctx) ember__free(ctx, ptr);
+}
+
 ember_status ember__error(ember_ctx *ctx, ember_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

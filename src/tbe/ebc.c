@@ -514,6 +514,16 @@ ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype 
     return EMBER_OK;
 }
 
+ember_status ember_ebc_weights_view(const ember_ebc *ebc, int32_t table, const void **data, size_t *row_stride) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_table(ebc, "ember_ebc_weights_view", table));
+    EMBER_CHECK(ebc->ctx, data && row_stride, EMBER_ERR_INVALID_ARG, "ember_ebc_weights_view: NULL output");
+    const ember__table *tb = &ebc->tables[table];
+    *data = ember__row_ptr(ebc, tb, 0);
+    *row_stride = tb->row_bytes;
+    return EMBER_OK;
+}
+
 ember_status ember_ebc_table_bytes(const ember_ebc *ebc, int32_t table, size_t *weight_bytes, size_t *state_bytes) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_table(ebc, "ember_ebc_table_bytes", table));
