@@ -47,6 +47,16 @@ function(ember_cli_test name np status regex count)
   endif()
 endfunction()
 
+# `ember --version` names the MPI library it runs on: the one the build was configured with.
+if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
+  set(_mpi_library "Open MPI")
+elseif(EMBER_MPI_FAMILY STREQUAL "MPICH")
+  set(_mpi_library "(MPICH|Intel\\(R\\) MPI|MVAPICH)")
+else()
+  set(_mpi_library ".")
+endif()
+ember_cli_test(cli.version.np1 1 0 "^mpi: .*${_mpi_library}" 1 --version)
+
 ember_cli_test(dist.train.cli.help 0 0 "^  --num_embeddings_per_feature L" 1 train --help)
 ember_cli_test(dist.train.cli.commands 0 0 "^  train +train DLRM" 1 --help)
 ember_cli_test(dist.train.cli.unknown_command 0 2 "^ember: unknown command 'trian'" 1 trian)

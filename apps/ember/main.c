@@ -1,7 +1,10 @@
 // The `ember` command-line program: dispatches to one subcommand from the table below.
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <mpi.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -32,7 +35,22 @@ static void usage(FILE *f) {
     fprintf(f,
             "\n"
             "  ember <command> --help   options of a command\n"
-            "  ember --version          version and build\n");
+            "  ember --version          version, build and the MPI library it runs on\n");
+}
+
+// The MPI library this process runs on (MPI_Get_library_version may precede MPI_Init): its first
+// line, blanks squeezed ("MPICH Version:\t4.0.2" -> "MPICH Version: 4.0.2").
+static void print_mpi_library(void) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING], line[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, n = 0;
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) len = 0;
+    for (int i = 0; i < len && text[i] != '\0' && text[i] != '\n'; i++) {
+        bool blank = isspace((unsigned char)text[i]);
+        if (!blank) line[n++] = text[i];
+        else if (n > 0 && line[n - 1] != ' ') line[n++] = ' ';
+    }
+    while (n > 0 && line[n - 1] == ' ') n--;
+    printf("mpi: %.*s\n", n, line);
 }
 
 int main(int argc, char **argv) {
@@ -46,7 +64,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        if (!quiet) printf("%s\n", ember_build_info());
+        if (!quiet) {
+            printf("%s\n", ember_build_info());
+            print_mpi_library();
+        }
         return 0;
     }
     for (int i = 0; i < NUM_SUBCOMMANDS; i++) {
