@@ -92,6 +92,18 @@ endforeach()
 ember_cli_test(dist.train.cli.planner_in_list.np2 2 nonzero "^ember train: --sharding plan places every table" 1
                train --sharding ${_list})
 
+# Every error is printed once, by rank 0, and before any rank exits (cli_exit): a launcher that
+# ends the job at the first non-zero exit (Open MPI 5) must not cut rank 0's line. Usage errors
+# of main and of a subcommand, and an error agreed during training, at 2 and 3 ranks.
+foreach(np 2 3)
+  ember_cli_test(dist.cli.unknown_command.np${np} ${np} nonzero "^ember: unknown command 'trian'" 1 trian)
+  ember_cli_test(dist.train.cli.missing_value.np${np} ${np} nonzero "^ember train: --batch_size needs a value" 1
+                 train --batch_size)
+endforeach()
+ember_cli_test(dist.train.cli.unknown_flag.np3 3 nonzero "^ember train: unknown option '--bogus'" 1 train --bogus)
+ember_cli_test(dist.train.cli.batch_below_world.np3 3 nonzero
+               "^ember train: error: --batch_size 2 is smaller than the 3 ranks" 1 train --batch_size 2)
+
 # `ember plan`: the planner from the command line (no MPI).
 ember_cli_test(cli.plan.tables 0 0 "^t_[0-4] (data_parallel|table_wise|row_wise|column_wise)" 5
                plan --num_embeddings_per_feature 1000,20000,100000,50000,4000000 --world_size 3 --adagrad)

@@ -53,7 +53,9 @@ static void print_mpi_library(void) {
     printf("mpi: %.*s\n", n, line);
 }
 
-int main(int argc, char **argv) {
+// Every return of the program goes through cli_exit (cli.h), so no rank exits before every rank's
+// message is written.
+static int run(int argc, char **argv) {
     const bool quiet = cli_launcher_rank() != 0; // usage text once, from rank 0
     if (argc < 2) {
         if (!quiet) usage(stderr);
@@ -76,3 +78,5 @@ int main(int argc, char **argv) {
     if (!quiet) fprintf(stderr, "ember: unknown command '%s' (try 'ember --help')\n", argv[1]);
     return 2;
 }
+
+int main(int argc, char **argv) { return cli_exit(run(argc, argv)); }
