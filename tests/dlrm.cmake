@@ -43,7 +43,9 @@ function(ember_cli_test name np status regex count)
   set_tests_properties(${name} PROPERTIES TIMEOUT 300 LABELS "dist;cli" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}
                        ENVIRONMENT "${EMBER_MPI_ENV}")
   if(np GREATER 0)
-    set_tests_properties(${name} PROPERTIES PROCESSORS ${np})
+    # Under mpiexec: label mpi too, so the MPICH pass (preset mpich) runs it.
+    set_tests_properties(${name} PROPERTIES PROCESSORS ${np} LABELS "dist;cli;mpi")
+    add_dependencies(ember_mpi_tests ember_cli)
   endif()
 endfunction()
 
