@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds (preset `release`, or the one given), and runs every test.
+# After the release suite, the distributed tests (label mpi: everything under mpiexec) run again
+# against MPICH, whose ABI Cray MPICH and Intel MPI share (preset `mpich`, which builds only what
+# those tests need). Extra arguments go to both ctest runs.
 # Usage: scripts/test.sh [release|sanitize] [extra ctest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,3 +12,9 @@ bash scripts/setup.sh
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)" "$@"
+if [ "$preset" = release ]; then
+  cmake --preset mpich >/dev/null
+  cmake --build --preset mpich -j "$(nproc)"
+  echo "test.sh: the distributed tests again, under $(build-mpich/bin/ember --version | sed -n 's/^mpi: //p')"
+  ctest --preset mpich -j "$(nproc)" "$@"
+fi

@@ -43,9 +43,21 @@ function(ember_cli_test name np status regex count)
   set_tests_properties(${name} PROPERTIES TIMEOUT 300 LABELS "dist;cli" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}
                        ENVIRONMENT "${EMBER_MPI_ENV}")
   if(np GREATER 0)
-    set_tests_properties(${name} PROPERTIES PROCESSORS ${np})
+    # Under mpiexec: label mpi too, so the MPICH pass (preset mpich) runs it.
+    set_tests_properties(${name} PROPERTIES PROCESSORS ${np} LABELS "dist;cli;mpi")
+    add_dependencies(ember_mpi_tests ember_cli)
   endif()
 endfunction()
+
+# `ember --version` names the MPI library it runs on: the one the build was configured with.
+if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
+  set(_mpi_library "Open MPI")
+elseif(EMBER_MPI_FAMILY STREQUAL "MPICH")
+  set(_mpi_library "(MPICH|Intel\\(R\\) MPI|MVAPICH)")
+else()
+  set(_mpi_library ".")
+endif()
+ember_cli_test(cli.version.np1 1 0 "^mpi: .*${_mpi_library}" 1 --version)
 
 ember_cli_test(dist.train.cli.help 0 0 "^  --num_embeddings_per_feature L" 1 train --help)
 ember_cli_test(dist.train.cli.commands 0 0 "^  train +train DLRM" 1 --help)
@@ -81,6 +93,18 @@ foreach(i RANGE 1 25)
 endforeach()
 ember_cli_test(dist.train.cli.planner_in_list.np2 2 nonzero "^ember train: --sharding plan places every table" 1
                train --sharding ${_list})
+
+# Every error is printed once, by rank 0, and before any rank exits (cli_exit): a launcher that
+# ends the job at the first non-zero exit (Open MPI 5) must not cut rank 0's line. Usage errors
+# of main and of a subcommand, and an error agreed during training, at 2 and 3 ranks.
+foreach(np 2 3)
+  ember_cli_test(dist.cli.unknown_command.np${np} ${np} nonzero "^ember: unknown command 'trian'" 1 trian)
+  ember_cli_test(dist.train.cli.missing_value.np${np} ${np} nonzero "^ember train: --batch_size needs a value" 1
+                 train --batch_size)
+endforeach()
+ember_cli_test(dist.train.cli.unknown_flag.np3 3 nonzero "^ember train: unknown option '--bogus'" 1 train --bogus)
+ember_cli_test(dist.train.cli.batch_below_world.np3 3 nonzero
+               "^ember train: error: --batch_size 2 is smaller than the 3 ranks" 1 train --batch_size 2)
 
 # `ember plan`: the planner from the command line (no MPI).
 ember_cli_test(cli.plan.tables 0 0 "^t_[0-4] (data_parallel|table_wise|row_wise|column_wise)" 5

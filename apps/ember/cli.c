@@ -5,15 +5,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
 #include "cli.h"
 
-int cli_launcher_rank(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+// What the launchers put in each process's environment (checked with Open MPI 4.1 and 5.0, and
+// the Hydra of MPICH 4.0 and 5.0): Open MPI's mpiexec sets OMPI_COMM_WORLD_RANK and _SIZE (5.0's
+// prterun as well as 4.1's orterun) and PMIX_RANK, as other PMIx launchers do; Hydra, which Intel
+// MPI also uses, sets PMI_RANK and PMI_SIZE.
+static const char *const rank_vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+
+static const char *first_set(const char *const *vars, size_t n) {
+    for (size_t i = 0; i < n; i++) {
         const char *v = getenv(vars[i]);
-        if (v && *v) return atoi(v);
+        if (v && *v) return v;
     }
-    return 0;
+    return NULL;
+}
+
+int cli_launcher_rank(void) {
+    const char *v = first_set(rank_vars, sizeof rank_vars / sizeof rank_vars[0]);
+    return v ? atoi(v) : 0;
+}
+
+// More than one rank, or a launcher that does not say how many (PMIx alone).
+static bool launched_with_peers(void) {
+    if (!first_set(rank_vars, sizeof rank_vars / sizeof rank_vars[0])) return false;
+    const char *size = first_set(size_vars, sizeof size_vars / sizeof size_vars[0]);
+    return !size || atoi(size) != 1;
+}
+
+int cli_exit(int status) {
+    fflush(stdout);
+    fflush(stderr);
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized) return status;
+    if (!initialized) {
+        // A path that never initialised MPI read only the command line, the same on every rank,
+        // so every rank of the launch is here too; it joins MPI just to meet the others.
+        if (!launched_with_peers()) return status;
+        MPI_Init(NULL, NULL);
+    }
+    // Every rank's lines are written (flushed above) before any rank can exit: a launcher that
+    // ends the job at the first non-zero exit (Open MPI 5's prterun) finds nothing unsaid.
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return status;
 }
 
 bool cli_parse_i64(const char *flag, const char *text, int64_t min, int64_t max, int64_t *out, char *err,

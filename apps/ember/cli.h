@@ -7,8 +7,19 @@
 #include <stdint.h>
 
 // The MPI rank this process will have, read from the launcher's environment before MPI_Init
-// (Open MPI, PMIx, MPICH), so that usage errors and help are printed once; 0 without a launcher.
+// (Open MPI 4 and 5, PMIx, MPICH's Hydra), so that usage errors and help are printed once; 0
+// without a launcher.
 int cli_launcher_rank(void);
+
+// The one exit path of the program: flushes stdout and stderr, then, under a launcher with more
+// than one rank, meets every other rank in a barrier (initialising MPI first if the subcommand did
+// not) and finalises MPI; returns `status`. So no rank exits before every rank's message is
+// written: Open MPI 5 kills the whole job at the first non-zero exit, and a rank still about to
+// print its error would print nothing.
+// Collective over the launch: every rank must get here. Paths that never initialised MPI parse
+// only the command line, the same everywhere; paths under MPI agree on their status before they
+// return (train_run), and a rank that dies makes the launcher end the others.
+int cli_exit(int status);
 
 // Strict parsers: the whole string must be the value (no trailing text, no overflow). On failure
 // they write "--flag 'text': reason" into err and return false.

@@ -392,6 +392,7 @@ int cmd_train(int argc, char **argv) {
     }
     ember_comm_destroy(comm);
     ember_ctx_destroy(ctx);
-    MPI_Finalize();
+    // Every rank returns the same status (agreed above); main's exit path (cli_exit) meets the
+    // other ranks and finalises MPI, so rank 0's error is written before any rank exits.
     return st == EMBER_OK ? 0 : 1;
 }

@@ -1,7 +1,10 @@
 // The `ember` command-line program: dispatches to one subcommand from the table below.
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <mpi.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -32,10 +35,27 @@ static void usage(FILE *f) {
     fprintf(f,
             "\n"
             "  ember <command> --help   options of a command\n"
-            "  ember --version          version and build\n");
+            "  ember --version          version, build and the MPI library it runs on\n");
 }
 
-int main(int argc, char **argv) {
+// The MPI library this process runs on (MPI_Get_library_version may precede MPI_Init): its first
+// line, blanks squeezed ("MPICH Version:\t4.0.2" -> "MPICH Version: 4.0.2").
+static void print_mpi_library(void) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING], line[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, n = 0;
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) len = 0;
+    for (int i = 0; i < len && text[i] != '\0' && text[i] != '\n'; i++) {
+        bool blank = isspace((unsigned char)text[i]);
+        if (!blank) line[n++] = text[i];
+        else if (n > 0 && line[n - 1] != ' ') line[n++] = ' ';
+    }
+    while (n > 0 && line[n - 1] == ' ') n--;
+    printf("mpi: %.*s\n", n, line);
+}
+
+// Every return of the program goes through cli_exit (cli.h), so no rank exits before every rank's
+// message is written.
+static int run(int argc, char **argv) {
     const bool quiet = cli_launcher_rank() != 0; // usage text once, from rank 0
     if (argc < 2) {
         if (!quiet) usage(stderr);
@@ -52,6 +72,7 @@ int main(int argc, char **argv) {
         const ember_status st = ember_ctx_create(NULL, &ctx);
         if (!quiet) {
             printf("%s\n", ember_build_info());
+            print_mpi_library();
             if (st == EMBER_OK)
                 printf("kernel variant %s on %s (%s; best here: %s)\n", ember_isa_name(ember_ctx_isa(ctx)),
                        ember_cpu_name(), ember_cpu_features(), ember_isa_name(ember_isa_best()));
@@ -65,3 +86,5 @@ int main(int argc, char **argv) {
     if (!quiet) fprintf(stderr, "ember: unknown command '%s' (try 'ember --help')\n", argv[1]);
     return 2;
 }
+
+int main(int argc, char **argv) { return cli_exit(run(argc, argv)); }
