@@ -75,6 +75,11 @@ ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted mod
                train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
                --metrics cli.csv --plot cli.png --progress lines)
 
+# Threads: --threads 2 on one rank, placed on CPUs of their own (or sharing them, on a 1-CPU
+# host), trains and says so.
+ember_cli_test(dist.train.cli.threads.np1 1 0 "^(  threads     2 per rank \\(--threads\\), |eval AUC [0-9.]+ +planted)" 2
+               train --threads 2 --batch_size 512 --limit_train_batches 10 --limit_val_batches 2 --progress lines)
+
 # The library's planner places the tables (`--sharding plan`); mixing it into a list is refused.
 ember_cli_test(dist.train.cli.planner.np2 2 0 "^eval AUC [0-9.]+ +planted model AUC" 1
                train --sharding plan --batch_size 512 --limit_train_batches 20 --limit_val_batches 2
@@ -92,3 +97,7 @@ ember_cli_test(cli.plan.tables 0 0 "^t_[0-4] (data_parallel|table_wise|row_wise|
 ember_cli_test(cli.plan.no_room 0 1 "^ember plan: .*'t_0'.* fits on no rank" 1
                plan --num_embeddings_per_feature 100000000 --world_size 2 --memory_per_rank 1000000)
 ember_cli_test(cli.plan.bad_flag 0 2 "^ember plan: unknown option '--bogus'" 1 plan --bogus)
+
+# Thread placement of `ember train` (apps/ember/threads.h) on made-up hosts.
+ember_unit_test(dlrm_threads ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_threads.c)
+target_link_libraries(test_dlrm_threads PRIVATE ember_dlrm_support)
