@@ -101,3 +101,12 @@ ember_cli_test(cli.plan.bad_flag 0 2 "^ember plan: unknown option '--bogus'" 1 p
 # Thread placement of `ember train` (apps/ember/threads.h) on made-up hosts.
 ember_unit_test(dlrm_threads ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_threads.c)
 target_link_libraries(test_dlrm_threads PRIVATE ember_dlrm_support)
+
+# bench/train_grid.sh once at a tiny size: every configuration of a 2-core grid (and the
+# oversubscribed row) trains, one JSON line each and the table. Timing stays out of ctest.
+add_test(NAME bench.train_grid.smoke
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect.sh 0 "^(\\{\"ranks\":[0-9]| *ranks +threads +cores)" 5 --
+                 env EMBER_BIN=$<TARGET_FILE:ember_cli> bash ${PROJECT_SOURCE_DIR}/bench/train_grid.sh
+                 --cores 2 --rounds 1 --steps 2 -- --batch_size 256 --limit_val_batches 1)
+set_tests_properties(bench.train_grid.smoke PROPERTIES TIMEOUT 300 LABELS "bench;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
