@@ -260,15 +260,25 @@ static ember_status mpi_check(ember_ctx *ctx, int rc, const char *what) {
 
 // ---- OpenMP's view of the host ----------------------------------------------------------------
 
-// libgomp reads the process's CPU mask once, when it is loaded, and from then on lets a waiting
-// worker spin only while its threads do not outnumber those CPUs; beyond, a worker sleeps after
-// a few hundred spins and each parallel region first wakes it through the kernel, 30 to 50 us in
-// a virtual machine. Under mpiexec's one-core binding every thread of a multi-thread rank is
-// "too many": a region after a serial stretch cost 33-53 us instead of 1-3 us, about 25 regions
-// a step. The mask cannot be widened for libgomp after it is loaded, so the rank widens it and
-// starts itself again (same process, same arguments), and threads_setup then narrows it to the
-// rank's share, knowing the launcher's choice from EMBER_LAUNCHER_CPUS.
+// libgomp (GCC's OpenMP) fixes two things when it is loaded, from the environment and the CPU
+// mask it finds then, and neither can be changed afterwards:
+//  - it lets a waiting worker spin only while its threads do not outnumber the mask's CPUs;
+//    beyond, a worker sleeps after 100 spins and each parallel region first wakes it through
+//    the kernel. Under mpiexec's one-core binding every thread of a multi-thread rank is "too
+//    many": a region after a serial stretch cost 33-53 us instead of 1-3 us here (a virtual
+//    machine), and a step has about 25 regions;
+//  - otherwise a worker spins 300000 times (8 ms on this Zen 3 host) before sleeping. On CPUs
+//    the rank has to itself that is harmless, but beside another busy process a spinning thread
+//    burns the time slices the thread it waits for needs: with the host's second core taken by
+//    a compiler, 1 rank x 2 threads ran at 23k samples/s with the default spin and 30k with
+//    20000 spins (about 0.5 ms; 30k fully passive), and as fast as the default when quiet.
+// So before MPI starts, a rank that runs several threads starts itself again (exec: the same
+// process and arguments) with the host's CPUs in its mask when its threads outnumber the
+// launcher's CPUs, and GOMP_SPINCOUNT=EMBER_SPINCOUNT unless the user chose a wait policy;
+// threads_setup then narrows the mask to the rank's share, knowing the launcher's choice from
+// EMBER_LAUNCHER_CPUS.
 #define LAUNCHER_CPUS "EMBER_LAUNCHER_CPUS"
+#define EMBER_SPINCOUNT "20000"
 
 // Ranks of this host, from the launcher's environment: 1 without a launcher, 0 when unknown.
 static int32_t launcher_local_size(void) {
@@ -284,6 +294,11 @@ static int32_t launcher_local_size(void) {
     return 1;
 }
 
+static bool env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
 void threads_reexec(int argc, char **argv, int32_t requested) {
     if (getenv(LAUNCHER_CPUS) || user_placement()) return;
     cpu_set_t mask, host;
@@ -293,9 +308,13 @@ void threads_reexec(int argc, char **argv, int32_t requested) {
     const int32_t have = CPU_COUNT(&mask), n = CPU_COUNT(&host), local = launcher_local_size();
     const char *env = getenv("OMP_NUM_THREADS");
     int32_t T = requested > 0 ? requested : env && atoi(env) > 0 ? atoi(env) : local > 0 ? n / local : 0;
-    // Only when OpenMP would otherwise count too few CPUs, and the host has a CPU per thread
-    // (more threads than CPUs: short spins are what the shared CPUs need).
-    if (local <= 0 || T <= have || (int64_t)T * local > n) return;
+    if (local <= 0 || T <= 1) return; // one thread: nothing waits; ranks unknown: nothing known
+    // A wider mask when the host has a CPU for every thread of its ranks (else short spins are
+    // what shared CPUs need, and the narrow mask gives them); a shorter spin unless the user
+    // chose, and only where libgomp would spin at all (not with the narrow mask kept).
+    const bool widen = T > have && (int64_t)T * local <= n;
+    const bool spin = !env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY") && (widen || T <= have);
+    if (!widen && !spin) return;
     int32_t ids[CPU_SETSIZE], k = 0;
     for (int32_t c = 0; c < CPU_SETSIZE; c++) {
         if (CPU_ISSET(c, &mask)) ids[k++] = c;
@@ -303,20 +322,26 @@ void threads_reexec(int argc, char **argv, int32_t requested) {
     char list[1024];
     threads_format_cpu_list(ids, k, list, sizeof list);
     char **args = malloc(sizeof(char *) * ((size_t)argc + 2));
-    if (!args || setenv(LAUNCHER_CPUS, list, 1) != 0) {
+    if (!args || setenv(LAUNCHER_CPUS, list, 1) != 0 || (spin && setenv("GOMP_SPINCOUNT", EMBER_SPINCOUNT, 1) != 0)) {
         free(args);
+        unsetenv(LAUNCHER_CPUS);
         return;
     }
     static char name[] = "ember";
     args[0] = name; // argv is the subcommand's: "train", its options
     for (int i = 0; i < argc; i++) args[i + 1] = argv[i];
     args[argc + 1] = NULL;
-    if (sched_setaffinity(0, sizeof host, &host) == 0) {
+    // The program's own path, not /proc/self/exe, which would rename the process "exe".
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0 && (!widen || sched_setaffinity(0, sizeof host, &host) == 0)) {
+        self[len] = '\0';
         fflush(NULL);
-        execv("/proc/self/exe", args);
+        execv(self, args);
         sched_setaffinity(0, sizeof mask, &mask); // exec failed: carry on as launched
     }
     unsetenv(LAUNCHER_CPUS);
+    if (spin) unsetenv("GOMP_SPINCOUNT");
     free(args);
 }
 

@@ -53,11 +53,13 @@ int32_t threads_parse_cpu_list(const char *text, int32_t *ids, int32_t cap);
 void threads_format_cpu_list(const int32_t *ids, int32_t n, char *buf, size_t cap);
 
 // Called before MPI_Init with the subcommand's arguments ("train", options) and --threads
-// (0: not given). When the launcher bound this process to fewer CPUs than its threads and the
-// host has a CPU for every thread of its ranks, starts the program again (exec, same process)
-// with the host's CPUs in its mask, so that OpenMP, which sizes its waiting policy by the mask
-// it finds when it loads, sees them; threads_setup narrows the mask again. Returns when it does
-// not (or cannot) restart. The user's OpenMP placement variables switch it off, as above.
+// (0: not given). For a rank of several threads, starts the program again (exec, same process)
+// so that OpenMP, which fixes its waiting policy from the environment and CPU mask it finds when
+// it loads, finds the host's CPUs in the mask when the launcher bound the rank to fewer CPUs than
+// its threads (threads_setup narrows the mask again) and a spin of about half a millisecond
+// before a waiting worker sleeps (GOMP_SPINCOUNT=20000) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT
+// is set. Returns when it does not (or cannot) restart. The user's OpenMP placement variables
+// switch it off, as above.
 void threads_reexec(int argc, char **argv, int32_t requested);
 
 typedef struct threads_report {
