@@ -21,6 +21,10 @@ foreach(backend ${EMBER_TRAIN_BACKENDS})
   ember_mpi_test(dist.train.${backend}.grad_sum.np2 2 test_train --backend ${backend} --case grad_sum)
   ember_mpi_test(dist.train.${backend}.learns.np2 2 test_train --backend ${backend} --case learns)
   ember_mpi_test(dist.train.${backend}.criteo.np2 2 test_train --backend ${backend} --case trains_on_criteo)
+  # 1, 2 and 3 threads per rank give the same loss curve and eval outputs, bit for bit.
+  foreach(np 1 2)
+    ember_mpi_test(dist.train.${backend}.threads.np${np} ${np} test_train --backend ${backend} --case threads)
+  endforeach()
   foreach(np 1 2)
     ember_mpi_test(dist.train.${backend}.bad_input.np${np} ${np} test_train --backend ${backend} --case bad_input)
   endforeach()
@@ -83,6 +87,11 @@ ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted mod
                train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
                --metrics cli.csv --plot cli.png --progress lines)
 
+# Threads: --threads 2 on one rank, placed on CPUs of their own (or sharing them, on a 1-CPU
+# host), trains and says so.
+ember_cli_test(dist.train.cli.threads.np1 1 0 "^(  threads     2 per rank \\(--threads\\), |eval AUC [0-9.]+ +planted)" 2
+               train --threads 2 --batch_size 512 --limit_train_batches 10 --limit_val_batches 2 --progress lines)
+
 # The library's planner places the tables (`--sharding plan`); mixing it into a list is refused.
 ember_cli_test(dist.train.cli.planner.np2 2 0 "^eval AUC [0-9.]+ +planted model AUC" 1
                train --sharding plan --batch_size 512 --limit_train_batches 20 --limit_val_batches 2
@@ -112,3 +121,16 @@ ember_cli_test(cli.plan.tables 0 0 "^t_[0-4] (data_parallel|table_wise|row_wise|
 ember_cli_test(cli.plan.no_room 0 1 "^ember plan: .*'t_0'.* fits on no rank" 1
                plan --num_embeddings_per_feature 100000000 --world_size 2 --memory_per_rank 1000000)
 ember_cli_test(cli.plan.bad_flag 0 2 "^ember plan: unknown option '--bogus'" 1 plan --bogus)
+
+# Thread placement of `ember train` (apps/ember/threads.h) on made-up hosts.
+ember_unit_test(dlrm_threads ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_threads.c)
+target_link_libraries(test_dlrm_threads PRIVATE ember_dlrm_support)
+
+# bench/train_grid.sh once at a tiny size: every configuration of a 2-core grid (and the
+# oversubscribed row) trains, one JSON line each and the table. Timing stays out of ctest.
+add_test(NAME bench.train_grid.smoke
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/expect.sh 0 "^(\\{\"ranks\":[0-9]| *ranks +threads +cores)" 5 --
+                 env EMBER_BIN=$<TARGET_FILE:ember_cli> bash ${PROJECT_SOURCE_DIR}/bench/train_grid.sh
+                 --cores 2 --rounds 1 --steps 2 -- --batch_size 256 --limit_val_batches 1)
+set_tests_properties(bench.train_grid.smoke PROPERTIES TIMEOUT 300 LABELS "bench;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")

@@ -5,14 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cblas.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cli.h"
 #include "commands.h"
 #include "sharding.h"
+#include "threads.h"
 #include "train.h"
 
 static const char help[] =
@@ -59,7 +55,8 @@ static const char help[] =
     "  --embedding_optimizer sgd|adagrad|rowwise_adagrad|adam|partial_rowwise_adam|lamb\n"
     "                                                                          (default rowwise_adagrad)\n"
     "  --seed N                          data, planted model and initial weights (default 1)\n"
-    "  --threads N                       threads per rank (default: OpenMP's, usually the cores bound)\n"
+    "  --threads N                       threads per rank, each pinned to a CPU of its own (default:\n"
+    "                                    OMP_NUM_THREADS, else the host's CPUs over its ranks)\n"
     "\n"
     "output (rank 0):\n"
     "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
@@ -365,6 +362,7 @@ int cmd_train(int argc, char **argv) {
     }
     o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));
 
+    threads_reexec(argc, argv, threads); // may start the program again, before MPI (threads.h)
     MPI_Init(NULL, NULL);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -376,11 +374,10 @@ int cmd_train(int argc, char **argv) {
     int ok = st == EMBER_OK, all_ok = 0; // agreed before the communicator's collective creation
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
     if (st == EMBER_OK && !all_ok) st = EMBER_ERR_REMOTE;
+    threads_report placement;
+    if (st == EMBER_OK) st = threads_setup(ctx, MPI_COMM_WORLD, threads, &placement); // before any parallel region
     if (st == EMBER_OK) {
-#ifdef _OPENMP
-        if (threads > 0) omp_set_num_threads(threads);
-#endif
-        openblas_set_num_threads(ember_ctx_num_threads(ctx));
+        o.threads_note = placement.text;
         st = ember_comm_create(ctx, MPI_COMM_WORLD, &comm);
     }
     if (st == EMBER_OK) {

@@ -19,6 +19,14 @@ struct criteo_reader {
     bool at_eof;
     criteo_stats stats;
     char line[CRITEO_LINE_MAX];
+    // This rank's lines of the current batch, read in order and then parsed on the rank's
+    // threads: their text (NUL-terminated, back to back), where each starts, its 1-based line
+    // number, and whether it fit the line buffer (1) or not (-1). Sized at the first batch.
+    char *text;
+    size_t text_cap;
+    int64_t *start, *number;
+    int8_t *fits, *parsed;
+    int64_t lines_cap;
 };
 
 ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader **out) {
@@ -59,8 +67,20 @@ ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader
     return EMBER_OK;
 }
 
+static void free_lines(ember_ctx *ctx, criteo_reader *r) {
+    ember__free(ctx, r->text);
+    ember__free(ctx, r->start); // number lies in the same block, as parsed does in fits
+    ember__free(ctx, r->fits);
+    r->text = NULL;
+    r->start = r->number = NULL;
+    r->fits = r->parsed = NULL;
+    r->text_cap = 0;
+    r->lines_cap = 0;
+}
+
 void criteo_close(ember_ctx *ctx, criteo_reader *r) {
     if (!r) return;
+    free_lines(ctx, r);
     if (r->file) fclose(r->file);
     ember__free(ctx, r->path);
     ember__free(ctx, r);
@@ -111,11 +131,12 @@ static const char *feature_name(int field, char *buf, size_t cap) {
     return buf;
 }
 
-// Parses the line in r->line into sample i of b. Returns false with a reason when malformed.
-static bool parse_line(criteo_reader *r, dlrm_batch *b, int32_t i, char *why, size_t cap) {
+// Parses `line` (cut up in place) into sample i of b. Returns false with a reason when malformed.
+// Touches nothing of the reader: lines are parsed on several threads at once.
+static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i, char *why, size_t cap) {
     char *field[CRITEO_NUM_FIELDS];
     int nf = 0;
-    char *p = r->line;
+    char *p = line;
     for (;;) {
         if (nf == CRITEO_NUM_FIELDS) {
             nf++; // too many: counted below
@@ -175,14 +196,14 @@ static bool parse_line(criteo_reader *r, dlrm_batch *b, int32_t i, char *why, si
                      2 + DLRM_NUM_DENSE + f, feature_name(1 + DLRM_NUM_DENSE + f, name, sizeof name), s);
             return false;
         }
-        ids[f] = (int64_t)(h % (uint64_t)r->rows[f]);
+        ids[f] = (int64_t)(h % (uint64_t)rows[f]);
     }
     return true;
 }
 
-// Records a malformed line (once per line, however many epochs); fatal in CRITEO_FATAL mode.
-static ember_status malformed(criteo_reader *r, const char *why) {
-    int64_t line = r->next_line; // 1-based number of the line just read
+// Records malformed line `line` (1-based; once per line, however many epochs); fatal in
+// CRITEO_FATAL mode.
+static ember_status malformed(criteo_reader *r, int64_t line, const char *why) {
     if (r->cfg.malformed == CRITEO_FATAL) {
         return ember__error(r->ctx, EMBER_ERR_FORMAT, "criteo: '%s' line %lld: %s", r->path, (long long)line, why);
     }
@@ -194,6 +215,14 @@ static ember_status malformed(criteo_reader *r, const char *why) {
         r->counted_upto = line;
     }
     return EMBER_OK;
+}
+
+static void move_sample(dlrm_batch *b, int32_t from, int32_t to) {
+    memcpy(b->dense + (size_t)to * DLRM_NUM_DENSE, b->dense + (size_t)from * DLRM_NUM_DENSE,
+           sizeof(float) * DLRM_NUM_DENSE);
+    memcpy(b->ids + (size_t)to * DLRM_NUM_SPARSE, b->ids + (size_t)from * DLRM_NUM_SPARSE,
+           sizeof(int64_t) * DLRM_NUM_SPARSE);
+    b->labels[to] = b->labels[from];
 }
 
 ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
@@ -224,7 +253,23 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         *eof = true;
         return EMBER_OK;
     }
-    // Peek: the batch exists only if line `start` can be read; read on through our share.
+    // Peek: the batch exists only if line `start` can be read; read on through our share and
+    // keep its lines. Reading is serial (one file); parsing, most of the work, is not.
+    if (r->lines_cap < share) {
+        free_lines(r->ctx, r);
+        const size_t n = (size_t)share;
+        r->start = ember__xalloc(r->ctx, sizeof(int64_t) * 2 * n, "criteo line index");
+        r->fits = ember__xalloc(r->ctx, 2 * n, "criteo line index");
+        if (!r->start || !r->fits) {
+            free_lines(r->ctx, r);
+            return EMBER_ERR_NOMEM;
+        }
+        r->number = r->start + n;
+        r->parsed = r->fits + n;
+        r->lines_cap = share;
+    }
+    int32_t nl = 0;
+    size_t used = 0;
     while (r->next_line < mine_end) {
         int got = read_line(r, &st);
         if (st != EMBER_OK) return st;
@@ -234,13 +279,49 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         }
         int64_t idx = r->next_line - 1;
         if (idx < mine) continue;
+        const size_t len = got > 0 ? strlen(r->line) + 1 : 1;
+        if (used + len > r->text_cap) {
+            size_t cap = r->text_cap ? 2 * r->text_cap : 64 * 1024;
+            while (cap < used + len) cap *= 2;
+            char *t = ember__xalloc(r->ctx, cap, "criteo batch text");
+            if (!t) return EMBER_ERR_NOMEM;
+            if (used) memcpy(t, r->text, used);
+            ember__free(r->ctx, r->text);
+            r->text = t;
+            r->text_cap = cap;
+        }
+        if (got > 0) memcpy(r->text + used, r->line, len);
+        else r->text[used] = '\0';
+        r->start[nl] = (int64_t)used;
+        r->number[nl] = r->next_line;
+        r->fits[nl] = (int8_t)got;
+        used += len;
+        nl++;
+    }
+    // Line k of the share goes to sample k; each is independent of the others.
+#pragma omp parallel for schedule(static)
+    for (int32_t k = 0; k < nl; k++) {
+        char line[CRITEO_LINE_MAX], why[160];
+        r->parsed[k] = 0;
+        if (r->fits[k] > 0) {
+            memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
+            r->parsed[k] = parse_line(r->rows, line, b, k, why, sizeof why);
+        }
+    }
+    // In line order: malformed lines are reported (the first one stops a fatal reader) and the
+    // samples after them move up.
+    for (int32_t k = 0; k < nl; k++) {
         char why[160];
-        if (got < 0) {
+        if (r->fits[k] < 0) {
             snprintf(why, sizeof why, "longer than %d bytes", CRITEO_LINE_MAX - 1);
-            EMBER_TRY(malformed(r, why));
-        } else if (!parse_line(r, b, b->size, why, sizeof why)) {
-            EMBER_TRY(malformed(r, why));
+            EMBER_TRY(malformed(r, r->number[k], why));
+        } else if (!r->parsed[k]) {
+            char line[CRITEO_LINE_MAX];
+            memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
+            parse_line(r->rows, line, b, b->size, why, sizeof why); // again, for the reason
+            EMBER_TRY(malformed(r, r->number[k], why));
         } else {
+            if (b->size != k) move_sample(b, k, b->size);
             b->planted[b->size] = NAN;
             b->size++;
         }

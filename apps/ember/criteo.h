@@ -6,7 +6,8 @@
 //   integer x:     log(1 + max(x, 0)) (negative counts are clamped to 0; empty is 0);
 //   categorical h: id = h mod rows_f (h read as a 64-bit hexadecimal number; empty is 0).
 //
-// The file is read line by line through one fixed buffer and never loaded as a whole. Global
+// The file is read line by line through one fixed buffer and never loaded as a whole: only this
+// rank's lines of the current batch are kept, and parsed on the caller's OpenMP threads. Global
 // batch k covers the data lines [first_line + kG, first_line + (k+1)G); rank r parses only its
 // contiguous share of each (dlrm_share) and skips the other lines, so every rank reads the same
 // global batches whatever the world size. A malformed line (wrong field count, a value that is

@@ -136,6 +136,7 @@ ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logi
     const int32_t B = b->size, F = m->num_sparse;
     EMBER_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
     // The KJT is feature-major: bag (f, i) is number f*B + i.
+#pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < B; i++) {
         const int64_t *ids = b->ids + (size_t)i * (size_t)F;
         for (int32_t f = 0; f < F; f++) m->values[(size_t)f * (size_t)B + (size_t)i] = ids[f];
@@ -159,11 +160,16 @@ ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scal
     mlp_backward(&m->bottom, b->dense, B, m->ddense, NULL);
     EMBER_TRY(m->backend->reduce_dense_grads(m->backend->impl, m->grads, (size_t)m->num_params));
     // The reduced gradient is the same on every rank, so every rank takes this exit together.
-    for (int64_t i = 0; i < m->num_params; i++) {
-        EMBER_CHECK(m->ctx, isfinite(m->grads[i]), EMBER_ERR_NUMERIC,
-                    "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
-                    (long long)i, (double)m->grads[i], (long long)m->optim.step);
+    // The first non-finite element, whatever the thread count: the smallest index.
+    const int64_t n = m->num_params;
+    int64_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad)
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(m->grads[i]) && i < bad) bad = i;
     }
+    EMBER_CHECK(m->ctx, bad == n, EMBER_ERR_NUMERIC,
+                "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
+                (long long)bad, bad < n ? (double)m->grads[bad] : 0.0, (long long)m->optim.step);
     dense_optim_step(&m->optim, m->params, m->grads);
     return m->backend->backward(m->backend->impl, &m->kjt, m->demb);
 }

@@ -4,17 +4,33 @@
 
 #include "loss.h"
 
+// Samples per partial sum. The partial sums are added in chunk order, and the chunks depend only
+// on n, so the total has the same bits for any thread count.
+#define BCE_CHUNK 256
+#define BCE_MAX_CHUNKS 64
+
 double bce_with_logits(int32_t n, const float *logit, const float *label, float scale, float *dlogit) {
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        double z = logit[i], y = label[i];
-        sum += (z > 0.0 ? z : 0.0) - z * y + log1p(exp(-fabs(z)));
-        if (dlogit) {
-            // sigmoid without overflow for either sign of z.
-            double p = z >= 0.0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
-            dlogit[i] = (float)((double)scale * (p - y));
+    int32_t chunk = BCE_CHUNK;
+    if (n > chunk * BCE_MAX_CHUNKS) chunk = (n + BCE_MAX_CHUNKS - 1) / BCE_MAX_CHUNKS;
+    const int32_t chunks = (n + chunk - 1) / chunk;
+    double part[BCE_MAX_CHUNKS];
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int32_t c = 0; c < chunks; c++) {
+        const int32_t end = n - c * chunk < chunk ? n : (c + 1) * chunk;
+        double sum = 0.0;
+        for (int32_t i = c * chunk; i < end; i++) {
+            double z = logit[i], y = label[i];
+            sum += (z > 0.0 ? z : 0.0) - z * y + log1p(exp(-fabs(z)));
+            if (dlogit) {
+                // sigmoid without overflow for either sign of z.
+                double p = z >= 0.0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+                dlogit[i] = (float)((double)scale * (p - y));
+            }
         }
+        part[c] = sum;
     }
+    double sum = 0.0;
+    for (int32_t c = 0; c < chunks; c++) sum += part[c];
     return sum;
 }
 

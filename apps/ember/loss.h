@@ -8,6 +8,8 @@
 //   l_i = max(z_i, 0) - z_i y_i + log(1 + exp(-|z_i|)).
 // Returns sum_i l_i (double). When dlogit is not NULL it receives scale * dl_i/dz_i
 // = scale * (sigmoid(z_i) - y_i); the model passes scale = 1/B for a mean over B samples.
+// Runs on the caller's OpenMP threads; the sum is taken over fixed chunks of samples added in
+// order, so it has the same bits for any thread count.
 double bce_with_logits(int32_t n, const float *logit, const float *label, float scale, float *dlogit);
 
 // One (score, label) pair, the scratch unit of auc_exact.

@@ -6,6 +6,10 @@
 // The parameters and their gradients live in slabs owned by the caller (the model keeps all
 // dense parameters in one slab so that one allreduce moves every gradient); the MLP owns only
 // its activations and backward scratch, sized once for `max_batch` rows.
+//
+// Forward and backward run on the caller's OpenMP threads (the default team size), as tiles of
+// fixed size that are single-threaded BLAS calls: the results have the same bits for any thread
+// count. mlp_create tells OpenBLAS to run every call on its caller's thread (process-wide).
 #ifndef EMBER_APP_MLP_H
 #define EMBER_APP_MLP_H
 

@@ -351,6 +351,7 @@ static void print_config(const run *R) {
     fprintf(f, "ember train: DLRM on %d rank%s x %d thread%s, gradient convention %s\n", (int)R->world,
             R->world > 1 ? "s" : "", (int)ember_ctx_num_threads(R->ctx),
             ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", o->grad_convention == EMBER_GRAD_MEAN ? "mean" : "sum");
+    if (o->threads_note) fprintf(f, "  threads     %s\n", o->threads_note);
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
                 (unsigned long long)o->seed, o->zipf_alpha);

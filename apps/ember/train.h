@@ -54,6 +54,7 @@ typedef struct train_options {
     const char *metrics_path;         // .csv or .jsonl, NULL for none
     const char *plot_path;            // .png, NULL for none
     bool progress_bar;                // draw a progress bar (stdout is a terminal) instead of lines
+    const char *threads_note;         // how the threads were chosen and placed (threads.h), or NULL
 } train_options;
 
 // Embedding optimizer names ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",

@@ -283,7 +283,10 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
 
     // Assemble this rank's output.
     const float *rout = s->rcv_out.p;
-    memset(out, 0, sizeof(float) * (size_t)output_size(s, kjt));
+    // Zeroed on the rank's threads too: B x out_dim floats, megabytes a step.
+    const int64_t nzero = output_size(s, kjt);
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+    for (int64_t i = 0; i < nzero; i += 4096) memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
     if (s->sequence) {
         const int64_t *spos = s->snd_pos.p;
         const int32_t D = s->out_dim;
@@ -304,6 +307,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         }
     } else {
         const float *dout = s->dp_out.p;
+        // Samples are independent here and below: each loop over b runs on the rank's threads.
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
         for (int32_t b = 0; b < B; b++) {
             int32_t dc = 0;
             for (int32_t i = 0; i < s->ndp_features; i++) {
@@ -317,6 +322,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         int64_t base = 0;
         for (int32_t q = 0; q < W; q++) {
             const int32_t qd = s->local_out_dim[q];
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
             for (int32_t b = 0; b < B; b++) {
                 const float *src = rout + base + (int64_t)b * qd;
                 for (int32_t k = 0; k < s->nroutes[q]; k++) {
@@ -338,6 +344,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
             const ember__scheme_ops *ops = ember__scheme(s->ts[t].scheme);
             if (!ops || !ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
             const int32_t D = s->tables[t].dim;
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
             for (int32_t b = 0; b < B; b++) {
                 const int64_t n = off[(int64_t)f * B + b + 1] - off[(int64_t)f * B + b];
                 if (n == 0) continue;
@@ -563,13 +570,13 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
     } else {
         const int64_t n = output_size(s, kjt);
-        for (int64_t i = 0; i < n; i++) {
-            if (!isfinite(grad_out[i])) {
-                st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
-                                  (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
-                break;
-            }
-        }
+        int64_t i = n; // the first non-finite element, whatever the thread count
+#pragma omp parallel for schedule(static) reduction(min : i) num_threads(ember__threads(s->ctx))
+        for (int64_t j = 0; j < n; j++)
+            if (!isfinite(grad_out[j]) && j < i) i = j;
+        if (i < n)
+            st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
+                              (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
     }
     const int32_t B = s->batch, nr = s->nroutes[me], lod = s->local_out_dim[me];
     const float scale = grad_scale(s);
@@ -590,9 +597,13 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
         for (int64_t i = 0; i < nsend / (D ? D : 1); i++)
             for (int32_t d = 0; d < D; d++) send[i * D + d] = scale * grad_out[spos[i] * D + d];
     } else {
-        int64_t n = 0;
+        // Sample b's pieces for rank q start at b * local_out_dim[q] in q's block (the counts of
+        // the exchange below): samples are independent, on the rank's threads.
+        int64_t base = 0;
         for (int32_t q = 0; q < W; q++) {
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
             for (int32_t b = 0; b < B; b++) {
+                int64_t n = base + (int64_t)b * s->local_out_dim[q];
                 for (int32_t k = 0; k < s->nroutes[q]; k++) {
                     const ember__route *r = &s->routes[q][k];
                     const int32_t wdt = r->shard->c1 - r->shard->c0;
@@ -606,6 +617,7 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
                     n += wdt;
                 }
             }
+            base += (int64_t)B * s->local_out_dim[q];
         }
     }
     int64_t *sc = s->cnt, *rc = s->cnt + W;
@@ -637,6 +649,7 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
                     for (int32_t d = 0; d < D; d++) gdp[m * D + d] = scale * grad_out[pos[j] * D + d];
             }
         } else {
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
             for (int32_t b = 0; b < B; b++) {
                 int32_t dc = 0;
                 for (int32_t i = 0; i < s->ndp_features; i++) {

@@ -1,6 +1,6 @@
 // DLRM training under MPI: the model's gradients against the naive oracle, W = 1 against W = 2
-// loss curves, learning on the synthetic set, Criteo end to end, and bad input failing on every
-// rank without a hang.
+// loss curves, learning on the synthetic set, Criteo end to end, the same bits for 1, 2 and 3
+// threads per rank, and bad input failing on every rank without a hang.
 //
 //   test_train --case NAME [--backend naive|sebc]
 //
@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "dlrm.h"
 #include "interaction.h"
@@ -348,6 +351,95 @@ static void trains_on_criteo_tsv_and_reports_malformed_lines(void **state) {
     close_session(&s);
 }
 
+// ---- Threads: the same bits for any thread count --------------------------------------------------
+
+enum { THREAD_STEPS = 12 };
+
+// Trains o on `mpi` with `threads` threads per rank: the app's loops take OpenMP's default team
+// size, and the library's the context's, which follows it (ember_ctx_config.num_threads 0).
+static train_result train_threads(MPI_Comm mpi, const train_options *o, int threads, double *losses) {
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+    for (int i = 0; i < THREAD_STEPS; i++) losses[i] = NAN;
+    return train_on(mpi, o, losses, THREAD_STEPS);
+}
+
+// Whether runs with 2 and 3 threads per rank gave the 1-thread run's loss curve and eval outputs
+// bit for bit.
+static bool same_bits_for_any_thread_count(const train_options *o, const char *what) {
+    const int counts[] = {1, 2, 3};
+    double curves[3][THREAD_STEPS];
+    train_result r[3];
+    bool same = true;
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int k = 0; k < 3; k++) {
+        r[k] = train_threads(MPI_COMM_WORLD, o, counts[k], curves[k]);
+        if (k == 0) continue;
+        bool curve = memcmp(curves[0], curves[k], sizeof curves[0]) == 0;
+        bool eval = memcmp(&r[0].eval_loss, &r[k].eval_loss, sizeof(double)) == 0 &&
+                    memcmp(&r[0].eval_auc, &r[k].eval_auc, sizeof(double)) == 0;
+        if (rank == 0 && (!curve || !eval)) {
+            for (int i = 0; i < THREAD_STEPS; i++) {
+                if (memcmp(&curves[0][i], &curves[k][i], sizeof(double)) != 0) {
+                    fprintf(stderr, "%s: step %d loss %.17g with 1 thread, %.17g with %d\n", what, i, curves[0][i],
+                            curves[k][i], counts[k]);
+                    break;
+                }
+            }
+            if (!eval) fprintf(stderr, "%s: eval loss %.17g / AUC %.17g with 1 thread, %.17g / %.17g with %d\n", what,
+                               r[0].eval_loss, r[0].eval_auc, r[k].eval_loss, r[k].eval_auc, counts[k]);
+        }
+        same = same && curve && eval && r[k].steps == r[0].steps;
+    }
+    if (rank == 0) {
+        printf("%s: %lld steps, loss %.6f -> %.6f, eval AUC %.4f, %s for 1, 2 and 3 threads per rank\n", what,
+               (long long)r[0].steps, curves[0][0], curves[0][r[0].steps - 1], r[0].eval_auc,
+               same ? "the same bits" : "DIFFERENT");
+    }
+    return same && r[0].steps > 1;
+}
+
+static void threads_give_the_same_bits(void **state) {
+    (void)state;
+#ifdef _OPENMP
+    const int keep = omp_get_max_threads();
+#endif
+    train_options o = small_options();
+    // Rank shares of 650 or 1300 samples: several row tiles of the MLPs and a ragged last one,
+    // loss chunks, several threads' worth of samples in every parallel loop. The top MLP's first
+    // layer (8 + 351 inputs, 80 outputs) spans 2 x 6 tiles of its weight gradient.
+    o.batch_size = 1300;
+    o.top[0] = 80;
+    o.limit_train_batches = THREAD_STEPS;
+    o.limit_val_batches = 2;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, same_bits_for_any_thread_count(&o, "synthetic, adagrad"));
+    o.dense_optimizer = DENSE_OPT_ADAM;
+    o.embedding_optimizer = EMBER_OPT_ADAM;
+    o.learning_rate = 0.01f;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, same_bits_for_any_thread_count(&o, "synthetic, adam"));
+    // Criteo lines parsed on the threads, malformed ones among them: 4 global batches after the
+    // held-out one, two epochs.
+    char path[128];
+    snprintf(path, sizeof path, "%s/threads.tsv", dir);
+    const int bad[] = {3, 1500, 2701, 5000};
+    write_criteo(path, 6500, bad, 4);
+    o = small_options();
+    o.batch_size = 1300;
+    o.dataset = TRAIN_CRITEO;
+    o.data_path = path;
+    o.limit_train_batches = 0;
+    o.limit_val_batches = 1;
+    o.epochs = 2;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, same_bits_for_any_thread_count(&o, "criteo"));
+#ifdef _OPENMP
+    omp_set_num_threads(keep);
+#endif
+}
+
 // ---- Bad input: every rank fails the same way, nobody hangs ---------------------------------------
 
 static void expect_failure(train_options *o, ember_status want, const char *text) {
@@ -441,6 +533,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(grad_sum_doubles_the_sgd_step),
         cmocka_unit_test(learns_the_planted_model),
         cmocka_unit_test(trains_on_criteo_tsv_and_reports_malformed_lines),
+        cmocka_unit_test(threads_give_the_same_bits),
         cmocka_unit_test(bad_input_fails_on_every_rank),
     };
     // --case picks the tests whose name starts with it.

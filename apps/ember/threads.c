@@ -1,0 +1,520 @@
+// Threads per rank and their CPUs (see threads.h).
+#define _GNU_SOURCE // sched_getaffinity, pthread_setaffinity_np
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/internal.h"
+#include "threads.h"
+
+// ---- Choosing CPUs (pure) ----------------------------------------------------------------------
+
+// Whether candidate a is a better next CPU than b for a rank: least used first, then one of the
+// rank's own part, one the launcher allowed, on its anchor's package, on a core with no hardware
+// thread taken yet (else one of the rank's own cores), nearest to the anchor (above it first),
+// lowest index.
+typedef struct candidate {
+    int32_t claims, outside_part, outside_mask, other_package, core_taken, core_of_other, distance, index;
+} candidate;
+
+static bool better(const candidate *a, const candidate *b) {
+    const int32_t ka[] = {a->claims,     a->outside_part,  a->outside_mask, a->other_package,
+                          a->core_taken, a->core_of_other, a->distance,     a->index};
+    const int32_t kb[] = {b->claims,     b->outside_part,  b->outside_mask, b->other_package,
+                          b->core_taken, b->core_of_other, b->distance,     b->index};
+    for (size_t i = 0; i < sizeof ka / sizeof ka[0]; i++) {
+        if (ka[i] != kb[i]) return ka[i] < kb[i];
+    }
+    return false;
+}
+
+// Whether CPU index a comes before b in core order: by package, then core, then index (a core's
+// hardware threads together), so that runs of that order hold whole cores.
+static bool core_order(const threads_cpu *cpus, int32_t a, int32_t b) {
+    if (cpus[a].package != cpus[b].package) return cpus[a].package < cpus[b].package;
+    if (cpus[a].core != cpus[b].core) return cpus[a].core < cpus[b].core;
+    return a < b;
+}
+
+int32_t threads_assign(int32_t n, const threads_cpu *cpus, int32_t nranks, const uint8_t *allowed,
+                       const int32_t *want, int32_t *pick) {
+    if (n <= 0 || nranks <= 0) return 0;
+    int32_t *claims = calloc((size_t)n, sizeof *claims);
+    int32_t *core_owner = malloc(sizeof(int32_t) * (size_t)n); // the rank that took the core first
+    int32_t *core_of = malloc(sizeof(int32_t) * (size_t)n), *anchor = malloc(sizeof(int32_t) * (size_t)nranks);
+    int32_t *got = calloc((size_t)nranks, sizeof *got), *first = malloc(sizeof(int32_t) * (size_t)nranks);
+    int32_t *order = malloc(sizeof(int32_t) * (size_t)n);
+    uint8_t *pref = calloc((size_t)nranks * (size_t)n, 1);
+    int32_t most = 0;
+    if (!claims || !core_owner || !core_of || !anchor || !got || !first || !order || !pref) goto done;
+    // Hardware threads of one core share its first CPU's index.
+    for (int32_t i = 0; i < n; i++) {
+        core_owner[i] = -1;
+        core_of[i] = i;
+        order[i] = i;
+        for (int32_t j = 0; j < i; j++) {
+            if (cpus[j].package == cpus[i].package && cpus[j].core == cpus[i].core) {
+                core_of[i] = j;
+                break;
+            }
+        }
+    }
+    for (int32_t i = 1; i < n; i++) { // insertion sort: a host has at most CPU_SETSIZE CPUs
+        for (int32_t j = i; j > 0 && core_order(cpus, order[j], order[j - 1]); j--) {
+            const int32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    }
+    // Each rank's own part: when m ranks got the same CPUs from the launcher, the k-th of them
+    // prefers the k-th of m runs of those CPUs in core order; a rank the launcher gave CPUs of
+    // its own prefers all of them. Its anchor is the first CPU of its part.
+    int64_t total = 0;
+    for (int32_t r = 0; r < nranks; r++) {
+        first[r] = (int32_t)total;
+        total += want[r] > 0 ? want[r] : 0;
+        const uint8_t *mine = allowed + (size_t)r * (size_t)n;
+        int32_t k = 0, m = 0, size = 0;
+        for (int32_t q = 0; q < nranks; q++) {
+            if (memcmp(mine, allowed + (size_t)q * (size_t)n, (size_t)n) != 0) continue;
+            if (q < r) k++;
+            m++;
+        }
+        for (int32_t i = 0; i < n; i++) size += mine[i] != 0;
+        const int64_t lo = (int64_t)k * size / m, hi = (int64_t)(k + 1) * size / m;
+        anchor[r] = -1;
+        for (int32_t j = 0, seen = 0; j < n; j++) {
+            const int32_t i = order[j];
+            if (!mine[i]) continue;
+            if (seen >= lo && seen < hi) {
+                pref[(size_t)r * (size_t)n + (size_t)i] = 1;
+                if (anchor[r] < 0) anchor[r] = i;
+            }
+            seen++;
+        }
+        if (anchor[r] < 0) anchor[r] = order[0];
+    }
+    // Ranks take turns, one CPU each, until every thread has one.
+    for (bool more = true; more;) {
+        more = false;
+        for (int32_t r = 0; r < nranks; r++) {
+            if (got[r] >= want[r]) continue;
+            const uint8_t *mine = allowed + (size_t)r * (size_t)n, *own = pref + (size_t)r * (size_t)n;
+            int32_t *chosen = pick + first[r];
+            candidate best = {0};
+            int32_t best_i = -1;
+            for (int32_t i = 0; i < n; i++) {
+                // A CPU twice for one rank only once the rank holds every CPU.
+                bool held = false;
+                for (int32_t j = 0; j < got[r] && !held; j++) held = chosen[j] == i;
+                if (held && got[r] < n) continue;
+                const int32_t d = i - anchor[r];
+                const int32_t owner = core_owner[core_of[i]];
+                candidate c = {claims[i],
+                               own[i] ? 0 : 1,
+                               mine[i] ? 0 : 1,
+                               cpus[i].package != cpus[anchor[r]].package ? 1 : 0,
+                               owner >= 0 ? 1 : 0,
+                               owner >= 0 && owner != r ? 1 : 0,
+                               d < 0 ? -2 * d + 1 : 2 * d,
+                               i};
+                if (best_i < 0 || better(&c, &best)) {
+                    best = c;
+                    best_i = i;
+                }
+            }
+            chosen[got[r]++] = best_i;
+            claims[best_i]++;
+            if (core_owner[core_of[best_i]] < 0) core_owner[core_of[best_i]] = r;
+            if (claims[best_i] > most) most = claims[best_i];
+            if (got[r] < want[r]) more = true;
+        }
+    }
+done:
+    free(claims);
+    free(core_owner);
+    free(core_of);
+    free(anchor);
+    free(got);
+    free(first);
+    free(order);
+    free(pref);
+    return most;
+}
+
+int32_t threads_parse_cpu_list(const char *text, int32_t *ids, int32_t cap) {
+    int32_t n = 0;
+    const char *p = text;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p == '\n' || *p == '\0') return 0;
+    for (;;) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0) return -1;
+        p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < a) return -1;
+            p = end;
+        }
+        for (long i = a; i <= b; i++) {
+            if (n == cap || i > INT32_MAX || (n > 0 && i <= ids[n - 1])) return -1;
+            ids[n++] = (int32_t)i;
+        }
+        if (*p != ',') break;
+        p++;
+    }
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    return *p == '\0' ? n : -1;
+}
+
+void threads_format_cpu_list(const int32_t *ids, int32_t n, char *buf, size_t cap) {
+    size_t len = 0;
+    if (cap == 0) return;
+    buf[0] = '\0';
+    for (int32_t i = 0; i < n;) {
+        int32_t j = i;
+        while (j + 1 < n && ids[j + 1] == ids[j] + 1) j++;
+        int w = j > i ? snprintf(buf + len, cap - len, "%s%d-%d", i ? "," : "", (int)ids[i], (int)ids[j])
+                      : snprintf(buf + len, cap - len, "%s%d", i ? "," : "", (int)ids[i]);
+        if (w < 0 || (size_t)w >= cap - len) return; // truncated, still terminated
+        len += (size_t)w;
+        i = j + 1;
+    }
+}
+
+// ---- The host --------------------------------------------------------------------------------
+
+// Reads a whole small file into buf; false if it cannot.
+static bool read_text(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n > 0;
+}
+
+// The CPUs this process's cgroup may use (cgroup v2, then v1's cpuset controller), else every
+// online CPU. The launcher's binding narrows a process's own mask, not its cgroup: this is the
+// set it may widen to.
+static void host_cpus(cpu_set_t *set) {
+    char text[8192], path[512], line[512];
+    int32_t ids[CPU_SETSIZE];
+    int32_t n = -1;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f && n < 0 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        // "id:controllers:path"; v2 has id 0 and no controllers, v1 names cpuset among them.
+        char *controllers = strchr(line, ':'), *rel = controllers ? strchr(controllers + 1, ':') : NULL;
+        if (!rel) continue;
+        *rel++ = '\0';
+        controllers++;
+        const char *dir = strcmp(rel, "/") == 0 ? "" : rel;
+        bool v1 = false;
+        for (char *c = strtok(controllers, ","); c && !v1; c = strtok(NULL, ",")) v1 = strcmp(c, "cpuset") == 0;
+        int w = -1;
+        if (strcmp(line, "0") == 0 && *controllers == '\0') {
+            w = snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpuset.cpus.effective", dir);
+        } else if (v1) {
+            w = snprintf(path, sizeof path, "/sys/fs/cgroup/cpuset%s/cpuset.effective_cpus", dir);
+        }
+        if (w > 0 && w < (int)sizeof path && read_text(path, text, sizeof text)) {
+            n = threads_parse_cpu_list(text, ids, CPU_SETSIZE);
+        }
+    }
+    if (f) fclose(f);
+    if (n <= 0 && read_text("/sys/devices/system/cpu/online", text, sizeof text)) {
+        n = threads_parse_cpu_list(text, ids, CPU_SETSIZE);
+    }
+    CPU_ZERO(set);
+    for (int32_t i = 0; i < n; i++) CPU_SET(ids[i], set);
+}
+
+// /sys/devices/system/cpu/cpuN/topology/<what>, or fallback.
+static int32_t topology(int32_t cpu, const char *what, int32_t fallback) {
+    char path[128], text[64];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", (int)cpu, what);
+    return read_text(path, text, sizeof text) ? (int32_t)strtol(text, NULL, 10) : fallback;
+}
+
+static bool user_placement(void) {
+    const char *vars[] = {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return true;
+    }
+    return false;
+}
+
+static ember_status mpi_check(ember_ctx *ctx, int rc, const char *what) {
+    return rc == MPI_SUCCESS ? EMBER_OK : ember__error(ctx, EMBER_ERR_COMM, "thread placement: %s: MPI error %d", what, rc);
+}
+
+// ---- OpenMP's view of the host ----------------------------------------------------------------
+
+// libgomp (GCC's OpenMP) fixes two things when it is loaded, from the environment and the CPU
+// mask it finds then, and neither can be changed afterwards:
+//  - it lets a waiting worker spin only while its threads do not outnumber the mask's CPUs;
+//    beyond, a worker sleeps after 100 spins and each parallel region first wakes it through
+//    the kernel. Under mpiexec's one-core binding every thread of a multi-thread rank is "too
+//    many": a region after a serial stretch cost 33-53 us instead of 1-3 us here (a virtual
+//    machine), and a step has about 25 regions;
+//  - otherwise a worker spins 300000 times (8 ms on this Zen 3 host) before sleeping. On CPUs
+//    the rank has to itself that is harmless, but beside another busy process a spinning thread
+//    burns the time slices the thread it waits for needs: with the host's second core taken by
+//    a compiler, 1 rank x 2 threads ran at 23k samples/s with the default spin and 30k with
+//    20000 spins (about 0.5 ms; 30k fully passive), and as fast as the default when quiet.
+// So before MPI starts, a rank that runs several threads starts itself again (exec: the same
+// process and arguments) with the host's CPUs in its mask when its threads outnumber the
+// launcher's CPUs, and GOMP_SPINCOUNT=EMBER_SPINCOUNT unless the user chose a wait policy;
+// threads_setup then narrows the mask to the rank's share, knowing the launcher's choice from
+// EMBER_LAUNCHER_CPUS.
+#define LAUNCHER_CPUS "EMBER_LAUNCHER_CPUS"
+#define EMBER_SPINCOUNT "20000"
+
+// Ranks of this host, from the launcher's environment: 1 without a launcher, 0 when unknown.
+static int32_t launcher_local_size(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    const char *ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+        if (getenv(ranks[i])) return 0;
+    }
+    return 1;
+}
+
+static bool env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+void threads_reexec(int argc, char **argv, int32_t requested) {
+    if (getenv(LAUNCHER_CPUS) || user_placement()) return;
+    cpu_set_t mask, host;
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+    host_cpus(&host);
+    CPU_OR(&host, &host, &mask);
+    const int32_t have = CPU_COUNT(&mask), n = CPU_COUNT(&host), local = launcher_local_size();
+    const char *env = getenv("OMP_NUM_THREADS");
+    int32_t T = requested > 0 ? requested : env && atoi(env) > 0 ? atoi(env) : local > 0 ? n / local : 0;
+    if (local <= 0 || T <= 1) return; // one thread: nothing waits; ranks unknown: nothing known
+    // A wider mask when the host has a CPU for every thread of its ranks (else short spins are
+    // what shared CPUs need, and the narrow mask gives them); a shorter spin unless the user
+    // chose, and only where libgomp would spin at all (not with the narrow mask kept).
+    const bool widen = T > have && (int64_t)T * local <= n;
+    const bool spin = !env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY") && (widen || T <= have);
+    if (!widen && !spin) return;
+    int32_t ids[CPU_SETSIZE], k = 0;
+    for (int32_t c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &mask)) ids[k++] = c;
+    }
+    char list[1024];
+    threads_format_cpu_list(ids, k, list, sizeof list);
+    char **args = malloc(sizeof(char *) * ((size_t)argc + 2));
+    if (!args || setenv(LAUNCHER_CPUS, list, 1) != 0 || (spin && setenv("GOMP_SPINCOUNT", EMBER_SPINCOUNT, 1) != 0)) {
+        free(args);
+        unsetenv(LAUNCHER_CPUS);
+        return;
+    }
+    static char name[] = "ember";
+    args[0] = name; // argv is the subcommand's: "train", its options
+    for (int i = 0; i < argc; i++) args[i + 1] = argv[i];
+    args[argc + 1] = NULL;
+    // The program's own path, not /proc/self/exe, which would rename the process "exe".
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0 && (!widen || sched_setaffinity(0, sizeof host, &host) == 0)) {
+        self[len] = '\0';
+        fflush(NULL);
+        execv(self, args);
+        sched_setaffinity(0, sizeof mask, &mask); // exec failed: carry on as launched
+    }
+    unsetenv(LAUNCHER_CPUS);
+    if (spin) unsetenv("GOMP_SPINCOUNT");
+    free(args);
+}
+
+// What one rank tells the others of its host.
+typedef struct rank_view {
+    cpu_set_t mask; // where the launcher lets it run
+    cpu_set_t host; // what its cgroup allows
+    int32_t want;   // its threads (0: not decided: the host's share)
+    int32_t user;   // 1: the user placed threads through OpenMP's variables
+} rank_view;
+
+// Pins OpenMP thread i to cpus[i] for the T threads of the team every later region reuses
+// (libgomp hands team member i the same pool thread while the team size does not grow).
+static int pin_threads(const int32_t *cpus, int32_t T) {
+    int failed = 0;
+#pragma omp parallel num_threads(T) reduction(+ : failed)
+    {
+        int i = 0;
+#ifdef _OPENMP
+        i = omp_get_thread_num();
+#endif
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[i], &one);
+        failed += pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0;
+    }
+    return failed;
+}
+
+ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, threads_report *report) {
+    memset(report, 0, sizeof *report);
+    MPI_Comm node = MPI_COMM_NULL;
+    int rank = 0, local = 0, nlocal = 1;
+    MPI_Comm_rank(world, &rank);
+    EMBER_TRY(mpi_check(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+                        "host communicator"));
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &nlocal);
+
+    rank_view me;
+    memset(&me, 0, sizeof me);
+    bool got_mask = sched_getaffinity(0, sizeof me.mask, &me.mask) == 0;
+    if (!got_mask) CPU_ZERO(&me.mask);
+    const char *launched = getenv(LAUNCHER_CPUS); // threads_reexec widened the launcher's mask
+    if (launched) {
+        int32_t ids[CPU_SETSIZE], k = threads_parse_cpu_list(launched, ids, CPU_SETSIZE);
+        if (k > 0) {
+            CPU_ZERO(&me.mask);
+            for (int32_t i = 0; i < k; i++) CPU_SET(ids[i], &me.mask);
+            got_mask = true;
+        }
+        unsetenv(LAUNCHER_CPUS); // not for the processes the trainer starts (gnuplot)
+    }
+    host_cpus(&me.host);
+    const char *env = getenv("OMP_NUM_THREADS");
+    const char *how = requested > 0 ? "--threads" : env && *env ? "OMP_NUM_THREADS" : NULL;
+#ifdef _OPENMP
+    me.want = requested > 0 ? requested : how ? omp_get_max_threads() : 0;
+#else
+    me.want = 1;
+#endif
+    me.user = user_placement() || !got_mask;
+
+    ember_status st = EMBER_OK;
+    rank_view *all = ember__xalloc(ctx, sizeof *all * (size_t)nlocal, "thread placement");
+    threads_cpu *cpus = ember__xalloc(ctx, sizeof *cpus * CPU_SETSIZE, "thread placement");
+    uint8_t *allowed = NULL;
+    int32_t *want = NULL, *pick = NULL;
+    if (!all || !cpus) st = EMBER_ERR_NOMEM;
+    int ok = st == EMBER_OK, all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, node) != MPI_SUCCESS) all_ok = 0;
+    if (st == EMBER_OK && !all_ok) st = ember__error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
+    if (st == EMBER_OK) {
+        st = mpi_check(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node), "allgather");
+    }
+    // The host: every CPU some rank's cgroup allows or some rank runs on.
+    int32_t n = 0, user = 0;
+    if (st == EMBER_OK) {
+        cpu_set_t host;
+        CPU_ZERO(&host);
+        for (int r = 0; r < nlocal; r++) {
+            CPU_OR(&host, &host, &all[r].host);
+            CPU_OR(&host, &host, &all[r].mask);
+            user |= all[r].user;
+        }
+        for (int32_t c = 0; c < CPU_SETSIZE; c++) {
+            if (!CPU_ISSET(c, &host)) continue;
+            cpus[n].id = c;
+            cpus[n].package = topology(c, "physical_package_id", 0);
+            cpus[n].core = topology(c, "core_id", c);
+            n++;
+        }
+        if (n == 0) user = 1; // nothing known about the host: leave everything as it is
+    }
+    // The threads: as asked, or the host's CPUs shared out among its ranks.
+    const int32_t share = n / nlocal > 0 ? n / nlocal : 1;
+    int32_t T = me.want > 0 ? me.want : share;
+    char mine[128] = "", launcher[128] = "";
+    int32_t most = 0, host_threads = 0;
+    if (st == EMBER_OK && !user) {
+        allowed = ember__xalloc(ctx, (size_t)nlocal * (size_t)n, "thread placement");
+        want = ember__xalloc(ctx, sizeof(int32_t) * (size_t)nlocal, "thread placement");
+        for (int r = 0; r < nlocal && want; r++) {
+            want[r] = all[r].want > 0 ? all[r].want : share;
+            host_threads += want[r];
+        }
+        pick = want ? ember__xalloc(ctx, sizeof(int32_t) * (size_t)host_threads, "thread placement") : NULL;
+        if (!allowed || !want || !pick) {
+            st = EMBER_ERR_NOMEM;
+        } else {
+            for (int r = 0; r < nlocal; r++) {
+                for (int32_t i = 0; i < n; i++) allowed[(size_t)r * (size_t)n + (size_t)i] = CPU_ISSET(cpus[i].id, &all[r].mask) != 0;
+            }
+            most = threads_assign(n, cpus, nlocal, allowed, want, pick);
+        }
+    }
+    if (st == EMBER_OK && !user && most > 0) {
+        int32_t off = 0, ids[CPU_SETSIZE], nid = 0, was[CPU_SETSIZE], nwas = 0;
+        for (int r = 0; r < local; r++) off += want[r];
+        int32_t *chosen = pick + off;
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int32_t t = 0; t < T; t++) {
+            chosen[t] = cpus[chosen[t]].id;
+            CPU_SET(chosen[t], &set);
+        }
+        // More threads than CPUs: every rank may run anywhere on the host, and the scheduler
+        // balances (3 one-thread ranks on 2 CPUs each get 2/3 of a CPU, instead of two of them
+        // sharing one CPU while the third has one alone).
+        if (most > 1) {
+            for (int32_t i = 0; i < n; i++) CPU_SET(cpus[i].id, &set);
+        }
+        for (int32_t c = 0; c < CPU_SETSIZE; c++) {
+            if (CPU_ISSET(c, &set)) ids[nid++] = c;
+            if (CPU_ISSET(c, &me.mask)) was[nwas++] = c;
+        }
+        threads_format_cpu_list(ids, nid, mine, sizeof mine);
+        threads_format_cpu_list(was, nwas, launcher, sizeof launcher);
+        // The main thread's mask first: OpenMP's workers are created from it.
+        bool moved = sched_setaffinity(0, sizeof set, &set) == 0;
+        report->pinned = moved && most == 1 && pin_threads(chosen, T) == 0;
+        if (!moved) {
+            snprintf(report->text, sizeof report->text, "%d per rank (%s); could not move rank 0 from CPUs %s to %s",
+                     (int)T, how ? how : "the host's CPUs over its ranks", launcher, mine);
+        }
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(T);
+#endif
+    ember_ctx_set_num_threads(ctx, T);
+    report->threads = T;
+    if (st == EMBER_OK && report->text[0] == '\0') {
+        char count[96];
+        if (how) snprintf(count, sizeof count, "%d per rank (%s)", (int)T, how);
+        else snprintf(count, sizeof count, "%d per rank (%d CPUs on the host over its %d rank%s)", (int)T, (int)n,
+                      nlocal, nlocal > 1 ? "s" : "");
+        if (user) {
+            snprintf(report->text, sizeof report->text, "%s, placed by OpenMP and the launcher (%s)", count,
+                     got_mask ? "OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY is set" : "affinity unknown");
+        } else if (report->pinned) {
+            snprintf(report->text, sizeof report->text, "%s, one CPU each; rank 0 on CPU%s %s (mpiexec gave it %s)",
+                     count, strpbrk(mine, ",-") ? "s" : "", mine, launcher);
+        } else {
+            snprintf(report->text, sizeof report->text,
+                     "%s, not pinned: %d threads share this host's %d CPUs (%s; mpiexec gave rank 0 %s)", count,
+                     (int)host_threads, (int)n, mine, launcher);
+        }
+    }
+    ember__free(ctx, pick);
+    ember__free(ctx, want);
+    ember__free(ctx, allowed);
+    ember__free(ctx, cpus);
+    ember__free(ctx, all);
+    MPI_Comm_free(&node);
+    return st;
+}
