@@ -83,9 +83,10 @@ ember_cli_test(dist.train.cli.missing_file.np2 2 nonzero "^ember train: error: .
 ember_cli_test(dist.train.cli.bad_metrics.np2 2 nonzero "^ember train: error: --metrics 'run.txt'" 1
                train --metrics run.txt)
 # A short synthetic run end to end: configuration, evaluations, report, metrics and plot.
-ember_cli_test(dist.train.cli.synthetic.np2 2 0 "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$)" 2
+ember_cli_test(dist.train.cli.synthetic.np2 2 0
+               "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$|digest: losses [0-9a-f]{16} outputs [0-9a-f]{16} dense [0-9a-f]{16} tables [0-9a-f]{16}$)" 3
                train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
-               --metrics cli.csv --plot cli.png --progress lines)
+               --metrics cli.csv --plot cli.png --progress lines --digest)
 
 # Threads: --threads 2 on one rank, placed on CPUs of their own (or sharing them, on a 1-CPU
 # host), trains and says so.

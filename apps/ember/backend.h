@@ -21,6 +21,9 @@ typedef struct dlrm_backend {
     ember_status (*backward)(void *impl, const ember_kjt *kjt, const float *grad_out);
     // grad [n] := the convention's combination over ranks (sum, or sum / W). Collective.
     ember_status (*reduce_dense_grads)(void *impl, float *grad, size_t n);
+    // dst [rows, cols] := table t's named tensor (ember_sebc_read), on rank 0 only. Collective.
+    // NULL when the backend cannot (ember train --digest then leaves the tables out).
+    ember_status (*read)(void *impl, int32_t table, const char *tensor, float *dst);
     void (*destroy)(void *impl); // collective; impl NULL accepted
 } dlrm_backend;
 

@@ -23,6 +23,10 @@ static ember_status reduce_dense_grads(void *impl, float *grad, size_t n) {
     return ember_comm_allreduce_grads(b->comm, b->conv, grad, n);
 }
 
+static ember_status read(void *impl, int32_t table, const char *tensor, float *dst) {
+    return ember_sebc_read(((sebc_backend *)impl)->sebc, table, tensor, dst, 0);
+}
+
 static void destroy(void *impl) {
     sebc_backend *b = impl;
     if (!b) return;
@@ -51,6 +55,7 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->forward = forward;
     out->backward = backward;
     out->reduce_dense_grads = reduce_dense_grads;
+    out->read = read;
     out->destroy = destroy;
     return EMBER_OK;
 }

@@ -65,6 +65,9 @@ static const char help[] =
     "  --progress auto|bar|lines         a progress bar, or a line per evaluation; auto: a bar when\n"
     "                                    stdout is a terminal (under mpiexec it always looks like one:\n"
     "                                    pass lines when redirecting to a log)\n"
+    "  --digest                          end with hashes of the loss curve, eval outputs, dense\n"
+    "                                    parameters and tables' weights and optimizer state\n"
+    "                                    (equal lines: the same numbers, bit for bit)\n"
     "  -h, --help                        this text\n"
     "\n"
     "example:\n"
@@ -99,6 +102,7 @@ enum {
     OPT_METRICS,
     OPT_PLOT,
     OPT_PROGRESS,
+    OPT_DIGEST,
 };
 
 static const struct option options[] = {
@@ -129,6 +133,7 @@ static const struct option options[] = {
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"plot", required_argument, NULL, OPT_PLOT},
     {"progress", required_argument, NULL, OPT_PROGRESS},
+    {"digest", no_argument, NULL, OPT_DIGEST},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -321,6 +326,7 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
             break;
         case OPT_METRICS: o->metrics_path = optarg; break;
         case OPT_PLOT: o->plot_path = optarg; break;
+        case OPT_DIGEST: o->digest = true; break;
         case OPT_PROGRESS:
             if ((k = pick(optarg, progress, 3)) < 0) {
                 choices = "auto, bar, lines";

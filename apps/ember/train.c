@@ -158,7 +158,17 @@ typedef struct run {
     int64_t skipped_batches;
     int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
     double last_draw;       // progress bar refresh time
+    uint64_t digest_losses;  // --digest: every step's global loss, in order
+    uint64_t digest_outputs; // --digest: every evaluation's gathered outputs (rank 0)
 } run;
+
+// FNV-1a over bytes: the run's digest (--digest) compares two builds' numbers bit for bit.
+static uint64_t digest_fold(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+#define DIGEST_SEED 0xcbf29ce484222325ull
 
 static double now_s(void) {
     struct timespec t;
@@ -480,6 +490,7 @@ static ember_status gather_auc(run *R, double *auc) {
     }
     double result[2] = {NAN, R->planted_auc};
     if (st == EMBER_OK && R->rank == 0) {
+        R->digest_outputs = digest_fold(R->digest_outputs, all, sizeof(eval_triple) * (size_t)total);
         for (int64_t i = 0; i < total; i++) {
             score[i] = all[i].logit;
             label[i] = all[i].label;
@@ -575,6 +586,7 @@ static ember_status train_loop(run *R, train_result *res) {
             double loss = 0.0;
             EMBER_TRY(dlrm_train_step(R->model, &R->batch, (float)((double)R->world / (double)global), &loss));
             EMBER_TRY(ember_comm_allreduce_sum_f64(R->comm, &loss, 1));
+            R->digest_losses = digest_fold(R->digest_losses, &loss, sizeof loss);
             if (res->step_loss && step < res->step_loss_cap) res->step_loss[step] = loss / (double)global;
             step++;
             samples += global;
@@ -622,6 +634,34 @@ static ember_status train_loop(run *R, train_result *res) {
         }
     }
     return EMBER_OK;
+}
+
+// --digest: hashes of the loss curve, the eval outputs, the dense parameters and every table's
+// weights and optimizer state (gathered in global coordinates), printed by rank 0. Two builds
+// that train the same numbers print the same line. Collective.
+static ember_status report_digest(run *R) {
+    uint64_t dense = digest_fold(DIGEST_SEED, dlrm_dense_params(R->model),
+                                 sizeof(float) * (size_t)dlrm_num_dense_params(R->model));
+    uint64_t tables = DIGEST_SEED;
+    ember_status st = EMBER_OK;
+    for (int32_t t = 0; t < DLRM_NUM_SPARSE && st == EMBER_OK && R->backend.read; t++) {
+        ember_tensor_info info[EMBER_MAX_TENSORS];
+        const int32_t n = ember_table_tensors(&R->tables[t], info);
+        for (int32_t k = 0; k < n && st == EMBER_OK; k++) {
+            const size_t len = (size_t)info[k].rows * (size_t)info[k].cols;
+            float *buf = ember__xalloc(R->ctx, sizeof(float) * len, "digest buffer");
+            st = ember_comm_agree(R->comm, buf ? EMBER_OK : EMBER_ERR_NOMEM);
+            if (st == EMBER_OK) st = R->backend.read(R->backend.impl, t, info[k].name, buf);
+            if (st == EMBER_OK) tables = digest_fold(tables, buf, sizeof(float) * len);
+            ember__free(R->ctx, buf);
+        }
+    }
+    if (st == EMBER_OK && R->out) {
+        fprintf(R->out, "digest: losses %016llx outputs %016llx dense %016llx tables %016llx\n",
+                (unsigned long long)R->digest_losses, (unsigned long long)R->digest_outputs,
+                (unsigned long long)dense, R->backend.read ? (unsigned long long)tables : 0ull);
+    }
+    return st;
 }
 
 static int by_value(const void *a, const void *b) {
@@ -689,6 +729,7 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     R.out = R.rank == 0 ? out : NULL;
     R.node = MPI_COMM_NULL;
     R.planted_auc = NAN;
+    R.digest_losses = R.digest_outputs = DIGEST_SEED;
     res->steps = 0;
     res->eval_auc = res->eval_loss = res->planted_auc = NAN;
     R.max_local = (o->batch_size + R.world - 1) / R.world;
@@ -739,6 +780,7 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
         print_config(&R);
         st = train_loop(&R, res);
     }
+    if (st == EMBER_OK && o->digest) st = report_digest(&R);
     if (st == EMBER_OK) st = report_malformed(&R, &R.train, o->data_path);
     if (st == EMBER_OK) st = report_malformed(&R, &R.eval, o->eval_data_path ? o->eval_data_path : o->data_path);
     if (st == EMBER_OK && o->plot_path) {

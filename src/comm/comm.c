@@ -208,7 +208,9 @@ ember_status ember_comm_barrier(ember_comm *c) {
     return EMBER_OK;
 }
 
-// The gradient all-reduce of both dtypes: agree on the arguments, sum, divide by W for MEAN.
+// The gradient all-reduce of both dtypes: agree on the arguments, sum, and for MEAN multiply by
+// the dtype's 1/W: the factor the sharded embeddings apply (shard/dist.c), so dense and sparse
+// gradients round alike.
 #define ALLREDUCE_GRADS(T, sum_fn)                                                                          \
     if (!comm) return EMBER_ERR_INVALID_ARG;                                                                \
     ember_status st = EMBER_OK;                                                                             \
@@ -219,8 +221,8 @@ ember_status ember_comm_barrier(ember_comm *c) {
     EMBER_TRY(ember_comm_agree(comm, st));                                                                  \
     EMBER_TRY(sum_fn(comm, grad, n));                                                                       \
     if (conv == EMBER_GRAD_MEAN) {                                                                          \
-        const T w = (T)comm->size;                                                                          \
-        for (size_t i = 0; i < n; i++) grad[i] /= w;                                                        \
+        const T inv = (T)1 / (T)comm->size;                                                                 \
+        for (size_t i = 0; i < n; i++) grad[i] *= inv;                                                      \
     }                                                                                                       \
     return EMBER_OK;
 

@@ -369,6 +369,7 @@ ember_status naive_backend_create(ember_comm *comm, const ember_ebc_config *cfg,
         e->feature_table[f] = cfg->features[f].table;
         e->col_offset[f + 1] = e->col_offset[f] + cfg->tables[cfg->features[f].table].dim;
     }
-    *out = (dlrm_backend){e, naive_forward, naive_backward, naive_reduce, naive_destroy};
+    *out = (dlrm_backend){.impl = e, .forward = naive_forward, .backward = naive_backward,
+                          .reduce_dense_grads = naive_reduce, .destroy = naive_destroy};
     return EMBER_OK;
 }
