@@ -366,7 +366,7 @@ static limit_cfg calibrate(gather_limit_fn gather, const gather_in *g, int threa
     return c[best];
 }
 
-// The fields that name a case: the start of a JSON line (STYLE.md's benchmark fields, up to
+// The fields that name a case: the start of a JSON line (bench/README.md's fields, up to
 // "threads", then the host: kernel variant, CPU model, library build; without the closing brace)
 // or of a table row.
 static void case_key(const run *r, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt, int dist,

@@ -5,7 +5,7 @@
 // fastest plain-C loop that reads the same rows in the same order and sums them (software
 // prefetch, OpenMP over bags like the kernel, prefetch distance calibrated per case), timed in
 // the same iterations, alternating with the operation, so that both see the same machine.
-// Output: one JSON object per line (STYLE.md, "Benchmarks") or a readable table, then the
+// Output: one JSON object per line (bench/README.md, "The line") or a readable table, then the
 // derived target ratios of docs/performance.md.
 #ifndef EMBER_BENCH_TBE_BENCH_H
 #define EMBER_BENCH_TBE_BENCH_H

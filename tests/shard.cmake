@@ -32,7 +32,7 @@ endforeach()
 ember_mpi_test(dist.mixed.sum.empty_rank.np3 3 test_shard --scheme mixed --pool sum --empty0)
 ember_mpi_test(dist.rw.none.empty_rank.np2 2 test_shard --scheme rw --pool none --empty0)
 
-# Named regression scenarios (DESIGN.md §1.3) and error agreement.
+# Named regression scenarios and error agreement.
 ember_test_exe(test_shard_seed ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_shard_seed.c)
 foreach(np 2 4)
   foreach(scheme dp tw cw rw twrw)

@@ -4,7 +4,7 @@ Nothing here imports torch, and numpy is imported only where ids or references a
 that a peer script can still enumerate its cases and print `"skipped"` lines when the peer
 library (or numpy) cannot be imported.
 
-Output: one JSON object per line (shared/STYLE.md, "Benchmarks"), on stdout or appended to --out.
+Output: one JSON object per line (the fields of bench/README.md, "The line"), on stdout or appended to --out.
 
 Id generation recipe (ember's C bench reproduces the distribution, not the exact stream):
   * every (table t, distribution) pair has its own numpy generator,
@@ -211,7 +211,7 @@ def ref_train_step(np, W, state, ids, g, cfg, pool, opt, step):
     """One exact training step in float64, in place on W (list of [E, D]) and state.
 
     Duplicate ids are coalesced first (their gradients summed), then each touched row gets one
-    update; untouched rows are left alone (DESIGN.md §1.5). opt:
+    update; untouched rows are left alone (docs/semantics.md §4). opt:
       sgd:              w -= lr * G
       rowwise_adagrad:  m += mean(G^2 over the row); w -= lr * G / (sqrt(m) + eps)   (FBGEMM)
       adagrad:          s += G^2 (per element);      w -= lr * G / (sqrt(s) + eps)   (torch)
@@ -293,7 +293,7 @@ def time_loop(step, args, budget_iters=200):
 
 
 def set_residual(rec, res):
-    """Stores ref_forward_residual's pair: "residual" (absolute, as STYLE.md names it) and
+    """Stores ref_forward_residual's pair: "residual" (absolute, as bench/README.md names it) and
     "residual_rel" (relative to the largest reference value: training grows the weights, and
     16-bit outputs round relative to their magnitude)."""
     rec["residual"], rec["residual_rel"] = res[0], res[1]

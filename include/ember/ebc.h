@@ -1,5 +1,5 @@
 // ember/ebc.h — a local EmbeddingBagCollection on table-batched storage, with the optimizer
-// fused into backward (DESIGN.md §1.2, §1.5, §1.6).
+// fused into backward (docs/semantics.md §2, §4, §5).
 //
 // A collection owns T tables, each `rows x dim` in its own dtype, laid out in one slab, plus
 // each table's optimizer state beside it. F features read the tables (several features may
@@ -177,7 +177,7 @@ EMBER_API ember_status ember_ebc_set_lr(ember_ebc *ebc, int32_t table, float lr)
 // every step).
 EMBER_API int64_t ember_ebc_step(const ember_ebc *ebc, int32_t table);
 
-// ---- Local state dict (DESIGN.md §1.6) -------------------------------------------------------
+// ---- Local state dict ---------------------------------------------------------------------
 // Each table exposes named tensors: "weight" [rows, dim] and its optimizer's states, named and
 // shaped by ember_optim_info ("momentum1", "momentum2"; [rows, dim] or [rows]); SGD has none.
 // The step counter is read/written with ember_ebc_step/_set_step.

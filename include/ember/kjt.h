@@ -1,4 +1,4 @@
-// ember/kjt.h — keyed jagged tensors: the sparse input of one rank's batch (DESIGN.md §1.1).
+// ember/kjt.h — keyed jagged tensors: the sparse input of one rank's batch (docs/semantics.md §1).
 //
 // A KJT is a borrowed view; ember never frees or modifies the arrays it points to.
 //   F features, local batch size B, bags in feature-major order: bag (f, b) is number f*B + b.

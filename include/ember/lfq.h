@@ -1,5 +1,5 @@
 // ember/lfq.h — Lookup-Free Quantization (LFQ, MAGVIT-v2) with an entropy loss that stays
-// correct under data parallelism (DESIGN.md §1.7; concept page docs/lfq.md).
+// correct under data parallelism (docs/lfq.md).
 //
 // What it computes. For x [B, N, dim] (B samples of N tokens), in this order:
 //   h = x W_inᵀ + b_in                     project_in [C*D, dim] (identity without projections)
@@ -30,7 +30,7 @@
 // (O(K) per token and codebook), so results match vector-quantize-pytorch, not a factorised
 // approximation.
 //
-// Distributed (DESIGN.md §1.7). With a communicator (config.comm or ember_lfq_set_comm) the code
+// Distributed (docs/lfq.md). With a communicator (config.comm or ember_lfq_set_comm) the code
 // distribution is a differentiable all-reduce, the only coupling between ranks:
 //   EMBER_LFQ_MEAN_RANKS   forward  pbar = sum_r pbar_r / W
 //                          backward dL/dpbar_r = sum_s dL_s/dpbar / W

@@ -1,7 +1,7 @@
 // The library context: allocator hooks with byte accounting, threads, log, last error.
 // madvise and MADV_HUGEPAGE are not ISO C: under -std=c11 <sys/mman.h> hides them unless
 // _DEFAULT_SOURCE is defined, and the `#ifdef MADV_HUGEPAGE` below then silently skipped the
-// huge-page advice (DESIGN.md §4: 4 KiB pages make the row gather TLB-bound).
+// huge-page advice (4 KiB pages make the row gather TLB-bound: docs/performance.md).
 #define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 // Internal helpers shared by every layer: error setting, checks, allocation, logging.
-// Not installed; names are ember__ (internal, non-static) per DESIGN.md §2.
+// Not installed; names are ember__ (internal, non-static) by convention (public names are ember_ and live in include/).
 #ifndef EMBER_CORE_INTERNAL_H
 #define EMBER_CORE_INTERNAL_H
 
@@ -46,7 +46,7 @@ void *ember__xalloc(ember_ctx *ctx, size_t bytes, const char *what);
 void ember__free(ember_ctx *ctx, void *p);
 // A counted copy of a NUL-terminated string (NULL on failure, no error set).
 char *ember__strdup(ember_ctx *ctx, const char *s);
-// Large slabs: 2 MiB aligned and advised for transparent huge pages (DESIGN.md §4). Zeroed.
+// Large slabs: 2 MiB aligned and advised for transparent huge pages. Zeroed.
 void *ember__alloc_slab(ember_ctx *ctx, size_t bytes, const char *what);
 void ember__free_slab(ember_ctx *ctx, void *p);
 

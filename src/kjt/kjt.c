@@ -1,4 +1,4 @@
-// KJT validation at the API boundary (DESIGN.md §1.1).
+// KJT validation at the API boundary (docs/semantics.md §1).
 #include "kjt/internal.h"
 
 int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag) {

@@ -284,7 +284,7 @@ static ember_status FN(forward_train)(ember_lfq *q, const void *xv, int32_t B, i
     }
 
     // The code distribution, averaged over the ranks by a differentiable all-reduce whose result
-    // is used (DESIGN.md §1.7). An empty entropy set contributes a zero mean.
+    // is used (docs/lfq.md). An empty entropy set contributes a zero mean.
     double denom;
     if (comm && cfg->dist_mean == EMBER_LFQ_MEAN_TOKENS) {
         int64_t n_glob = n_ent;

@@ -1,4 +1,4 @@
-// Fused backward (DESIGN.md §1.5): sort-and-segment coalescing of duplicate ids, then exactly
+// Fused backward (docs/semantics.md §4): sort-and-segment coalescing of duplicate ids, then exactly
 // one optimizer update per touched row.
 //
 //   1. every kept id at position j of a feature reading table t becomes an entry (row, item)

@@ -1,4 +1,4 @@
-// Pooled forward (DESIGN.md §1.2): a random row gather per bag, the memory-bound kernel. The
+// Pooled forward (docs/semantics.md §2): a random row gather per bag, the memory-bound kernel. The
 // gather loops are the collection's kernel variant (tbe/isa/); this file splits the work.
 //
 // Threads take contiguous ranges of bags (balanced by ids + bags) and every output element is

@@ -1,4 +1,4 @@
-// Fused optimizer row updates (DESIGN.md §1.5). Each touched row gets exactly one update with
+// Fused optimizer row updates (docs/semantics.md §4). Each touched row gets exactly one update with
 // its coalesced gradient g; the arithmetic is fp32 on an fp32 copy of the row (the stored row
 // itself for fp32 tables).
 //

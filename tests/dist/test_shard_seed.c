@@ -1,4 +1,4 @@
-// Named regression scenarios of the sharded collection (DESIGN.md §1.3, §1.4, §1.6) and the
+// Named regression scenarios of the sharded collection and the
 // analytic communication counts. Usage: test_shard_seed CASE [--scheme dp|tw|cw|rw|twrw]
 #include <math.h>
 #include <setjmp.h>

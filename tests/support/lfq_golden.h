@@ -1,4 +1,4 @@
-// Reading the LFQ golden files (shared/specs/lfq.md §6, copied to tests/data/lfq) and comparing
+// Reading the LFQ golden files (tests/data/lfq, described in docs/lfq.md) and comparing
 // against them. Test-side only: shares no code with src/lfq. Needs cJSON (pkg-config libcjson);
 // tests/lfq.cmake links it into the LFQ test executables only.
 #ifndef EMBER_TEST_LFQ_GOLDEN_H

@@ -1,5 +1,5 @@
 // Naive reference EmbeddingBagCollection for tests: double accumulators, plain loops, written
-// from DESIGN.md §1.2/§1.5 and shares no code with src/. Only the public config structs are
+// from docs/semantics.md §2 and §4 and shares no code with src/. Only the public config structs are
 // reused, to describe the same collection.
 #ifndef EMBER_TEST_ORACLE_H
 #define EMBER_TEST_ORACLE_H

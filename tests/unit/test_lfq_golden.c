@@ -1,4 +1,4 @@
-// LFQ against the golden files (shared/specs/lfq.md §6), float64 and float32: every *.json in
+// LFQ against the golden files (docs/lfq.md, "Tests"), float64 and float32: every *.json in
 // $EMBER_LFQ_GOLDEN_DIR (default $EMBER_TEST_DATA/lfq), so new configurations need no code.
 // Per file: training forward (indices exactly; quantized output and the loss breakdown),
 // backward of total = aux + mean((out - target)^2) and of aux alone (input and every parameter
