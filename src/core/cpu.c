@@ -87,16 +87,14 @@ static void detect(cpu_info *c) {
         snprintf(c->name, sizeof c->name, "%s", p);
         for (size_t n = strlen(c->name); n > 0 && c->name[n - 1] == ' '; n--) c->name[n - 1] = '\0';
     }
-    static const struct { size_t off; const char *name; } flags[] = {
-        {offsetof(cpu_info, avx2), "avx2"},         {offsetof(cpu_info, fma), "fma"},
-        {offsetof(cpu_info, f16c), "f16c"},         {offsetof(cpu_info, avx512f), "avx512f"},
-        {offsetof(cpu_info, avx512bw), "avx512bw"}, {offsetof(cpu_info, avx512vl), "avx512vl"},
-        {offsetof(cpu_info, avx512dq), "avx512dq"}, {offsetof(cpu_info, avx512_fp16), "avx512fp16"},
-        {offsetof(cpu_info, avx512_bf16), "avx512bf16"},
+    const struct { int have; const char *name; } flags[] = {
+        {c->avx2, "avx2"},         {c->fma, "fma"},           {c->f16c, "f16c"},
+        {c->avx512f, "avx512f"},   {c->avx512bw, "avx512bw"}, {c->avx512vl, "avx512vl"},
+        {c->avx512dq, "avx512dq"}, {c->avx512_fp16, "avx512fp16"}, {c->avx512_bf16, "avx512bf16"},
     };
     size_t n = 0;
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-        if (!*(const int *)((const char *)c + flags[i].off)) continue;
+        if (!flags[i].have) continue;
         int k = snprintf(c->features + n, sizeof c->features - n, "%s%s", n ? " " : "", flags[i].name);
         if (k > 0 && (size_t)k < sizeof c->features - n) n += (size_t)k;
     }

@@ -33,7 +33,7 @@ struct ember_ctx {
 
 // Records `st` and a formatted message "<msg> (rank R)" on ctx; returns st.
 ember_status ember__error(ember_ctx *ctx, ember_status st, const char *fmt, ...) EMBER__PRINTF(3, 4);
-ember_status ember__verror(ember_ctx *ctx, ember_status st, const char *fmt, va_list ap);
+ember_status ember__verror(ember_ctx *ctx, ember_status st, const char *fmt, va_list ap) EMBER__PRINTF(3, 0);
 // Sends a message to the context's log callback (or stderr) if at or above its level.
 void ember__log(ember_ctx *ctx, ember_log_level level, const char *fmt, ...) EMBER__PRINTF(3, 4);
 

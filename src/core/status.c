@@ -3,7 +3,7 @@
 
 const char *ember_status_name(ember_status st) {
     switch (st) {
-#define NAME_(name, value, msg) case name: return #name + (value == 0 ? 6 : 10);
+#define NAME_(name, value, msg) case name: return &#name[value == 0 ? 6 : 10]; // without EMBER_ / EMBER_ERR_
         EMBER_STATUS_MAP(NAME_)
 #undef NAME_
     }

@@ -153,14 +153,14 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, ember__
     // bag_of [nnz] (weighted pooled only).
     const size_t nent = nnz ? nnz : 1;
     int64_t *ent = ember__ws_get(ebc, WS_ENT, sizeof(int64_t) * (nent * (kind == EMBER__ITEM_POS_POOLED ? 7 : 6) + 1));
-    unsigned char *bagbuf = ember__ws_get(ebc, WS_BAG, (sizeof(float) + sizeof(int64_t)) * (size_t)(nbags + 1));
-    unsigned char *tabbuf = ember__ws_get(ebc, WS_TAB, (sizeof(int64_t) * 3 + sizeof(ember__optim_step)) * (T + 1));
+    void *bagbuf = ember__ws_get(ebc, WS_BAG, (sizeof(float) + sizeof(int64_t)) * (size_t)(nbags + 1));
+    void *tabbuf = ember__ws_get(ebc, WS_TAB, (sizeof(int64_t) * 3 + sizeof(ember__optim_step)) * (T + 1));
     if (!off || !ent || !bagbuf || !tabbuf) return EMBER_ERR_NOMEM;
     int64_t *row = ent, *item = ent + nent, *row_tmp = ent + 2 * nent, *item_tmp = ent + 3 * nent;
     int64_t *seg_tmp = ent + 4 * nent, *seg = ent + 5 * nent, *bag_of = ent + 6 * nent + 1;
-    int64_t *bag_goff = (int64_t *)bagbuf;
-    float *bag_c = (float *)(bagbuf + sizeof(int64_t) * (size_t)(nbags + 1));
-    int64_t *tstart = (int64_t *)tabbuf, *tseg = tstart + (T + 1), *tcount = tseg + (T + 1);
+    int64_t *bag_goff = bagbuf;
+    float *bag_c = (float *)(void *)(bag_goff + nbags + 1);
+    int64_t *tstart = tabbuf, *tseg = tstart + (T + 1), *tcount = tseg + (T + 1);
     ember__optim_step *step = (ember__optim_step *)(tcount + (T + 1));
 
     // Per bag: where its dL/dy slice is, its MEAN scale (kept ids), its entry count by table.

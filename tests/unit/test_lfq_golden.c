@@ -37,6 +37,7 @@ typedef struct report {
     bool ok;
 } report;
 
+static void note_failure(report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note_failure(report *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -123,9 +123,13 @@ static inline simde__m512i emu_mask_add_epi32(simde__m512i src, simde__mmask16 m
 #define _mm512_mullo_epi32 emu_mullo_epi32
 #undef _mm512_mask_add_epi32
 #define _mm512_mask_add_epi32 emu_mask_add_epi32
+#undef _mm512_cmpgt_epu32_mask
 #define _mm512_cmpgt_epu32_mask emu_cmpgt_epu32_mask
+#undef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32 emu_cvtepu16_epi32
+#undef _mm512_cvtph_ps
 #define _mm512_cvtph_ps emu_cvtph_ps
+#undef _mm512_cvtps_ph
 #define _mm512_cvtps_ph emu_cvtps_ph
 
 #define ember__tbe_kernels_avx512 ember__tbe_kernels_avx512_emulated
