@@ -48,26 +48,7 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg
                     (double)tc->init.b);
         EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_NORMAL || (isfinite(tc->init.std) && tc->init.std >= 0),
                     EMBER_ERR_INVALID_ARG, "%s: table '%s': normal std %g", fn, nm, (double)tc->init.std);
-        const ember_optim_config *o = &tc->optim;
-        EMBER_CHECK(ctx, ember__optim(o->kind) != NULL, EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown optimizer %d",
-                    fn, nm, (int)o->kind);
-        EMBER_CHECK(ctx, isfinite(o->lr) && o->lr >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': learning rate %g",
-                    fn, nm, (double)o->lr);
-        EMBER_CHECK(ctx, isfinite(o->eps) && o->eps >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': eps %g", fn, nm,
-                    (double)o->eps);
-        EMBER_CHECK(ctx, o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s': betas (%g, %g) outside [0, 1)", fn, nm, (double)o->beta1, (double)o->beta2);
-        EMBER_CHECK(ctx, isfinite(o->weight_decay) && o->weight_decay >= 0, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s': weight decay %g", fn, nm, (double)o->weight_decay);
-        EMBER_CHECK(ctx, o->weight_decay_mode >= EMBER_WD_NONE && o->weight_decay_mode <= EMBER_WD_DECOUPLED,
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown weight decay mode %d", fn, nm,
-                    (int)o->weight_decay_mode);
-        EMBER_CHECK(ctx, isfinite(o->initial_accumulator) && o->initial_accumulator >= 0, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s': initial accumulator %g", fn, nm, (double)o->initial_accumulator);
-        EMBER_CHECK(ctx, o->kind != EMBER_OPT_LARS_SGD || (isfinite(o->momentum) && o->momentum >= 0 &&
-                                                            o->momentum < 1 && isfinite(o->eta) && o->eta > 0),
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': LARS momentum %g (in [0, 1)) or eta %g (> 0)", fn, nm,
-                    (double)o->momentum, (double)o->eta);
+        EMBER_TRY(ember__optim_check(ctx, fn, nm, &tc->optim));
         for (int32_t u = 0; u < t; u++) {
             EMBER_CHECK(ctx, strcmp(cfg->tables[u].name, tc->name) != 0, EMBER_ERR_INVALID_ARG,
                         "%s: table name '%s' used twice", fn, nm);

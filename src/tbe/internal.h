@@ -34,6 +34,8 @@ typedef struct ember__optim_desc {
 } ember__optim_desc;
 // The descriptor of `kind` (NULL outside the enum).
 const ember__optim_desc *ember__optim(ember_optim_kind kind);
+// Checks a table's optimizer configuration; the message names fn and table nm. Local.
+ember_status ember__optim_check(ember_ctx *ctx, const char *fn, const char *nm, const ember_optim_config *o);
 
 typedef struct ember__table {
     ember_table_config cfg;  // cfg.name points at `name`
