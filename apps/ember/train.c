@@ -11,6 +11,7 @@
 #include "interaction.h"
 #include "loss.h"
 #include "metrics.h"
+#include "planfile.h"
 #include "sharding.h"
 #include "synth.h"
 #include "train.h"
@@ -240,7 +241,7 @@ static void setup_tables(run *R) {
     const float lr = o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         snprintf(R->feature_names[f], sizeof R->feature_names[f], "cat_%d", f);
-        snprintf(R->table_names[f], sizeof R->table_names[f], "t_cat_%d", f);
+        sharding_table_name(f, R->table_names[f], sizeof R->table_names[f]);
         ember_optim_config opt = EMBER_OPTIM_CONFIG_DEFAULT;
         opt.kind = o->embedding_optimizer;
         opt.lr = lr;
@@ -746,18 +747,21 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     }
     if (st == EMBER_OK) {
         setup_tables(&R);
-        if (o->sharding[0] == SHARDING_PLANNER) {
-            // Every rank runs the same pure planner on the same inputs: the same plan everywhere.
-            ember_ebc_config pe = {.tables = R.tables, .num_tables = DLRM_NUM_SPARSE, .features = R.features,
-                                   .num_features = DLRM_NUM_SPARSE};
+        // Every rank reads the same file, or runs the same pure planner on the same inputs: the
+        // same plan everywhere.
+        ember_ebc_config pe = {.tables = R.tables, .num_tables = DLRM_NUM_SPARSE, .features = R.features,
+                               .num_features = DLRM_NUM_SPARSE};
+        if (o->plan_path) {
+            st = planfile_read(R.ctx, o->plan_path, &pe, R.world, R.plan);
+        } else if (o->sharding[0] == SHARDING_AUTO) {
             ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
             pc.world_size = R.world;
-            pc.batch_size = o->batch_size / R.world > 0 ? o->batch_size / R.world : 1;
-            st = ember_comm_agree(comm, ember_plan_create(R.ctx, &pe, &pc, R.plan, NULL));
+            pc.batch_size = o->batch_size / R.world > 0 ? (int32_t)(o->batch_size / R.world) : 1;
+            st = ember_plan_create(R.ctx, &pe, &pc, R.plan, NULL);
         } else {
-            st = ember_comm_agree(comm, sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->rows, o->embedding_dim, o->sharding,
-                                                      R.world, R.node_size, R.plan));
+            st = sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, R.world, R.node_size, R.plan);
         }
+        st = ember_comm_agree(comm, st);
     }
     if (st == EMBER_OK) st = check_memory(&R);
     if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(&R));

@@ -31,7 +31,8 @@ typedef struct train_options {
     int32_t num_bottom;
     int32_t top[TRAIN_MAX_LAYERS];    // over arch layer sizes (last == 1)
     int32_t num_top;
-    int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO or an ember_shard_scheme per table
+    int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO (all tables) or an ember_shard_scheme per table
+    const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;
     // Data.
     train_dataset dataset;
