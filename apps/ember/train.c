@@ -1,4 +1,5 @@
-// The DLRM training driver.
+// The DLRM training driver (train.h): the run's setup, the step loop and its reports; evaluation
+// is eval.c, the data sources source.c.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -7,12 +8,14 @@
 
 #include "appctx.h"
 #include "ember/plan.h"
+#include "digest.h"
 #include "dlrm.h"
+#include "eval.h"
 #include "interaction.h"
-#include "loss.h"
 #include "metrics.h"
 #include "planfile.h"
 #include "sharding.h"
+#include "source.h"
 #include "synth.h"
 #include "train.h"
 
@@ -51,61 +54,6 @@ void train_options_default(train_options *o) {
     o->seed = 1;
 }
 
-// ---- Data sources ------------------------------------------------------------------------------
-
-typedef struct source {
-    const synth *syn;      // synthetic data (shared by the train and eval sources), or
-    criteo_reader *reader; // a Criteo file
-    int split;             // synthetic: 0 train, 1 eval
-    int64_t limit;         // global batches per pass (0: until the data ends)
-    int64_t next;          // next global batch of the pass
-    int64_t global_batch;
-    int32_t rank, world;
-} source;
-
-static ember_status source_rewind(source *s) {
-    s->next = 0;
-    return s->reader ? criteo_rewind(s->reader) : EMBER_OK;
-}
-
-// This rank's share of the next global batch; *eof when the pass is over. Local.
-static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
-    b->size = 0;
-    *eof = s->limit > 0 && s->next >= s->limit;
-    if (*eof) return EMBER_OK;
-    if (s->reader) {
-        APP_TRY(criteo_next(s->reader, b, eof));
-    } else {
-        int64_t first, n = dlrm_share(s->global_batch, s->rank, s->world, &first);
-        synth_fill(s->syn, s->split, s->next * s->global_batch + first, (int32_t)n, b);
-    }
-    if (!*eof) s->next++;
-    return EMBER_OK;
-}
-
-typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
-
-// Reads every rank's share of the next global batch and agrees on what was read: FETCH_END when
-// the data ended on every rank, FETCH_SKIP when some rank got no sample (a final batch smaller
-// than the world, or only malformed lines), else FETCH_OK with *global samples in all.
-// Collective: a read error on any rank fails every rank here, before the step's collectives.
-static ember_status fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
-                          int64_t *global) {
-    bool eof = false;
-    ember_status st = source_next(s, b, &eof);
-    APP_TRY(ember_comm_agree(comm, st));
-    APP_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
-    bool all_eof = true, some_empty = false;
-    *global = 0;
-    for (int32_t r = 0; r < ember_comm_size(comm); r++) {
-        if (sizes[r] >= 0) all_eof = false;
-        if (sizes[r] <= 0) some_empty = true;
-        else *global += sizes[r];
-    }
-    *what = all_eof ? FETCH_END : some_empty ? FETCH_SKIP : FETCH_OK;
-    return EMBER_OK;
-}
-
 // ---- Embedding optimizer names ----------------------------------------------------------------
 
 static const char *const emb_opt_names[] = {"sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
@@ -124,11 +72,6 @@ const char *train_embedding_optimizer_name(ember_optim_kind kind) {
 }
 
 // ---- The run -----------------------------------------------------------------------------------
-
-// One eval sample's outputs, gathered on rank 0 for the exact AUC.
-typedef struct eval_triple {
-    float logit, label, planted;
-} eval_triple;
 
 typedef struct run {
     const train_options *o;
@@ -150,26 +93,15 @@ typedef struct run {
     char table_names[DLRM_NUM_SPARSE][16];
     char feature_names[DLRM_NUM_SPARSE][16];
     int64_t *sizes;         // [W] shares of the current global batch
-    eval_triple *evals;     // [evals_cap] this rank's outputs on the eval set
-    int64_t num_evals, evals_cap;
+    evaluator ev;           // the eval set's outputs and AUCs
     metrics_writer metrics;
     metrics_row *rows;      // [rows_cap] every evaluation (rank 0), for the plot
     int64_t num_rows, rows_cap;
-    double planted_auc;     // NaN until known (synthetic data: at the first evaluation)
     int64_t skipped_batches;
     int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
     double last_draw;       // progress bar refresh time
     uint64_t digest_losses;  // --digest: every step's global loss, in order
-    uint64_t digest_outputs; // --digest: every evaluation's gathered outputs (rank 0)
 } run;
-
-// FNV-1a over bytes: the run's digest (--digest) compares two builds' numbers bit for bit.
-static uint64_t digest_fold(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-#define DIGEST_SEED 0xcbf29ce484222325ull
 
 static double now_s(void) {
     struct timespec t;
@@ -429,115 +361,10 @@ static void progress(run *R, int64_t step, int32_t epoch, double loss, double sp
     fflush(R->out);
 }
 
-static ember_status append_evals(run *R, const float *logits, const dlrm_batch *b) {
-    if (R->num_evals + b->size > R->evals_cap) {
-        int64_t cap = R->evals_cap ? 2 * R->evals_cap : R->max_local * (R->o->limit_val_batches ? R->o->limit_val_batches : 64);
-        if (cap < R->num_evals + b->size) cap = R->num_evals + b->size;
-        eval_triple *p = app_alloc(R->ctx, sizeof(eval_triple) * (size_t)cap, "eval outputs");
-        if (!p) return EMBER_ERR_NOMEM;
-        if (R->num_evals) memcpy(p, R->evals, sizeof(eval_triple) * (size_t)R->num_evals);
-        ember_ctx_free(R->ctx, R->evals);
-        R->evals = p;
-        R->evals_cap = cap;
-    }
-    for (int32_t i = 0; i < b->size; i++) {
-        R->evals[R->num_evals++] = (eval_triple){logits[i], b->labels[i], b->planted[i]};
-    }
-    return EMBER_OK;
-}
-
-// Gathers the eval outputs on rank 0, which computes the exact AUC of the model (and, the first
-// time, of the planted model); every rank returns them. Collective.
-static ember_status gather_auc(run *R, double *auc) {
-    MPI_Comm c = ember_comm_mpi(R->comm);
-    int n = (int)R->num_evals;
-    int *counts = NULL, *displs = NULL;
-    eval_triple *all = NULL;
-    float *score = NULL, *label = NULL;
-    auc_pair *pairs = NULL;
-    int64_t total = 0;
-    ember_status st = EMBER_OK;
-    if (R->num_evals > INT32_MAX) {
-        st = ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples on one rank");
-    } else if (R->rank == 0) {
-        counts = app_alloc(R->ctx, sizeof(int) * 2 * (size_t)R->world, "eval counts");
-        if (!counts) st = EMBER_ERR_NOMEM;
-        else displs = counts + R->world;
-    }
-    st = ember_comm_agree(R->comm, st);
-    if (st == EMBER_OK) st = mpi_error(R->ctx, MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, c), "eval gather");
-    if (st == EMBER_OK && R->rank == 0) {
-        for (int32_t r = 0; r < R->world && st == EMBER_OK; r++) {
-            displs[r] = (int)total;
-            total += counts[r];
-            if (total > INT32_MAX) st = ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples");
-        }
-        if (st == EMBER_OK) {
-            size_t t = (size_t)(total > 0 ? total : 1);
-            all = app_alloc(R->ctx, sizeof(eval_triple) * t, "gathered eval outputs");
-            score = app_alloc(R->ctx, sizeof(float) * 2 * t, "eval scores");
-            pairs = app_alloc(R->ctx, sizeof(auc_pair) * t, "auc scratch");
-            if (!all || !score || !pairs) st = EMBER_ERR_NOMEM;
-            else label = score + t;
-        }
-    }
-    st = ember_comm_agree(R->comm, st);
-    if (st == EMBER_OK) {
-        MPI_Datatype triple;
-        MPI_Type_contiguous(3, MPI_FLOAT, &triple);
-        MPI_Type_commit(&triple);
-        st = mpi_error(R->ctx, MPI_Gatherv(R->evals, n, triple, all, counts, displs, triple, 0, c), "eval gather");
-        MPI_Type_free(&triple);
-    }
-    double result[2] = {NAN, R->planted_auc};
-    if (st == EMBER_OK && R->rank == 0) {
-        R->digest_outputs = digest_fold(R->digest_outputs, all, sizeof(eval_triple) * (size_t)total);
-        for (int64_t i = 0; i < total; i++) {
-            score[i] = all[i].logit;
-            label[i] = all[i].label;
-        }
-        result[0] = auc_exact(total, score, label, pairs);
-        if (isnan(result[1]) && R->o->dataset == TRAIN_SYNTHETIC) {
-            for (int64_t i = 0; i < total; i++) score[i] = all[i].planted;
-            result[1] = auc_exact(total, score, label, pairs);
-        }
-    }
-    if (st == EMBER_OK) st = ember_comm_bcast(R->comm, result, sizeof result, 0);
-    *auc = result[0];
-    R->planted_auc = result[1];
-    ember_ctx_free(R->ctx, counts);
-    ember_ctx_free(R->ctx, all);
-    ember_ctx_free(R->ctx, score);
-    ember_ctx_free(R->ctx, pairs);
-    return st;
-}
-
-// Forward over the whole eval set: mean BCE and exact AUC over the global set. Collective.
-static ember_status evaluate(run *R, double *loss, double *auc) {
-    APP_TRY(ember_comm_agree(R->comm, source_rewind(&R->eval)));
-    R->num_evals = 0;
-    double sums[2] = {0.0, 0.0}; // loss, samples
-    for (;;) {
-        fetched what;
-        int64_t global;
-        APP_TRY(fetch(R->comm, &R->eval, &R->batch, R->sizes, &what, &global));
-        if (what == FETCH_END) break;
-        if (what == FETCH_SKIP) continue;
-        const float *logits;
-        APP_TRY(dlrm_forward(R->model, &R->batch, &logits));
-        sums[0] += bce_with_logits(R->batch.size, logits, R->batch.labels, 0.0f, NULL);
-        sums[1] += R->batch.size;
-        APP_TRY(ember_comm_agree(R->comm, append_evals(R, logits, &R->batch)));
-    }
-    APP_TRY(ember_comm_allreduce_sum_f64(R->comm, sums, 2));
-    *loss = sums[1] > 0.0 ? sums[0] / sums[1] : NAN;
-    return gather_auc(R, auc);
-}
-
 // Evaluates, records a metrics row and reports it. Collective.
 static ember_status eval_point(run *R, metrics_row *row) {
-    APP_TRY(evaluate(R, &row->eval_loss, &row->eval_auc));
-    row->planted_auc = R->planted_auc;
+    APP_TRY(eval_run(&R->ev, &R->eval, R->model, &R->batch, R->sizes, &row->eval_loss, &row->eval_auc));
+    row->planted_auc = R->ev.planted_auc;
     ember_status st = EMBER_OK;
     if (R->rank == 0) {
         if (R->metrics.file) st = metrics_write(R->ctx, &R->metrics, row);
@@ -578,7 +405,7 @@ static ember_status train_loop(run *R, train_result *res) {
             double t0 = now_s();
             fetched what;
             int64_t global;
-            APP_TRY(fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
+            APP_TRY(source_fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
             if (what == FETCH_END) break;
             if (what == FETCH_SKIP) {
                 R->skipped_batches++;
@@ -619,7 +446,7 @@ static ember_status train_loop(run *R, train_result *res) {
     APP_TRY(ember_comm_bcast(R->comm, final, sizeof final, 0));
     res->eval_auc = final[0];
     res->eval_loss = final[1];
-    res->planted_auc = R->planted_auc;
+    res->planted_auc = R->ev.planted_auc;
     if (R->out) {
         fprintf(R->out, "done: %lld steps, %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)step,
                 (long long)samples, train_time, train_time > 0.0 ? (double)samples / train_time : 0.0);
@@ -659,7 +486,7 @@ static ember_status report_digest(run *R) {
     }
     if (st == EMBER_OK && R->out) {
         fprintf(R->out, "digest: losses %016llx outputs %016llx dense %016llx tables %016llx\n",
-                (unsigned long long)R->digest_losses, (unsigned long long)R->digest_outputs,
+                (unsigned long long)R->digest_losses, (unsigned long long)R->ev.digest,
                 (unsigned long long)dense, R->backend.read ? (unsigned long long)tables : 0ull);
     }
     return st;
@@ -713,7 +540,7 @@ static void cleanup(run *R) {
     dlrm_batch_destroy(R->ctx, &R->batch);
     metrics_close(&R->metrics);
     ember_ctx_free(R->ctx, R->sizes);
-    ember_ctx_free(R->ctx, R->evals);
+    eval_free(&R->ev);
     ember_ctx_free(R->ctx, R->rows);
     if (R->node != MPI_COMM_NULL) MPI_Comm_free(&R->node);
 }
@@ -729,11 +556,12 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     R.world = ember_comm_size(comm);
     R.out = R.rank == 0 ? out : NULL;
     R.node = MPI_COMM_NULL;
-    R.planted_auc = NAN;
-    R.digest_losses = R.digest_outputs = DIGEST_SEED;
+    R.digest_losses = DIGEST_SEED;
     res->steps = 0;
     res->eval_auc = res->eval_loss = res->planted_auc = NAN;
     R.max_local = (o->batch_size + R.world - 1) / R.world;
+    eval_init(&R.ev, comm, o->dataset == TRAIN_SYNTHETIC,
+              R.max_local * (o->limit_val_batches ? o->limit_val_batches : 64));
     R.total_steps = o->limit_train_batches * o->epochs;
 
     // Everything that can fail on one rank only is agreed before the next collective.

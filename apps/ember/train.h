@@ -1,6 +1,6 @@
 // train.h — the DLRM training driver behind `ember train`: data, table plan, model, the step
-// loop, evaluation, metrics and the final report. cmd_train.c turns the command line into
-// train_options; tests call train_run directly with any backend factory.
+// loop (evaluating through eval.h), metrics and the final report. cmd_train.c turns the command
+// line into train_options; tests call train_run directly with any backend factory.
 //
 // Objective (DESIGN.md §1.3): global batch g of G samples is split into contiguous rank shares
 // B_r; rank r's loss is L_r = (W/G) sum_{i in share r} l_i, which is the mean over the local batch
