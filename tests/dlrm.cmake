@@ -143,6 +143,19 @@ ember_cli_test(dist.train.cli.plan_scheme.np2 2 nonzero
                "^ember train: error: --plan '.*': table 't_cat_2': scheme 'diagonal' is not one of" 1
                train ${_short} --plan ${_plans}/bad_scheme.json)
 
+# --embedding_optimizer takes every optimizer of the library (ember_optim_parse), the newest too,
+# and an unknown name lists them all.
+foreach(opt partial_rowwise_lamb lars_sgd)
+  ember_cli_test(dist.train.cli.optimizer_${opt}.np2 2 0
+                 "^(  optimizers  dense adagrad lr 0.05, embeddings ${opt} lr 0.05|eval AUC [0-9.]+ +planted)" 2
+                 train --embedding_optimizer ${opt} --batch_size 512 --limit_train_batches 4 --limit_val_batches 1
+                 --eval_interval 0 --progress lines)
+endforeach()
+ember_cli_test(dist.train.cli.optimizer_unknown.np2 2 nonzero
+               "^ember train: --embedding_optimizer 'x': expected one of sgd, .*, partial_rowwise_lamb, lars_sgd " 1
+               train --embedding_optimizer x)
+ember_cli_test(dist.train.cli.optimizer_help 0 0 "\\|partial_rowwise_lamb\\|lars_sgd$" 1 train --help)
+
 # Every error is printed once, by rank 0, and before any rank exits (cli_exit): a launcher that
 # ends the job at the first non-zero exit (Open MPI 5) must not cut rank 0's line. Usage errors
 # of main and of a subcommand, and an error agreed during training, at 2 and 3 ranks.
@@ -161,6 +174,8 @@ ember_cli_test(cli.plan.tables 0 0 "^t_cat_[0-4] (data_parallel|table_wise|row_w
 ember_cli_test(cli.plan.no_room 0 1 "^ember plan: .*'t_cat_0'.* fits on no rank" 1
                plan --num_embeddings_per_feature 100000000 --world_size 2 --memory_per_rank 1000000)
 ember_cli_test(cli.plan.bad_flag 0 2 "^ember plan: unknown option '--bogus'" 1 plan --bogus)
+ember_cli_test(cli.plan.bad_optimizer 0 2 "^ember plan: --embedding_optimizer 'x': expected one of sgd, .*lars_sgd$" 1
+               plan --embedding_optimizer x)
 
 # Thread placement of `ember train` (apps/ember/threads.h) on made-up hosts.
 ember_unit_test(dlrm_threads ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_threads.c)

@@ -15,6 +15,8 @@
 #define PLAN_MAX_TABLES 256
 
 static void usage(FILE *f) {
+    char names[256];
+    cli_optim_names("|", names, sizeof names);
     fprintf(f,
             "usage: ember plan [options]\n"
             "  --num_embeddings_per_feature L   rows of each table, comma list (one table per feature;\n"
@@ -25,12 +27,15 @@ static void usage(FILE *f) {
             "  --batch_size B                   global batch; each rank holds B / W (default 2048)\n"
             "  --pooling_factor P               ids per sample of every feature (default 1)\n"
             "  --memory_per_rank BYTES          embedding storage budget per rank (default: no limit)\n"
-            "  --adagrad                        row-wise Adagrad state in the storage estimate (the default,\n"
-            "                                   as in 'ember train')\n"
+            "  --embedding_optimizer NAME       the tables' optimizer, whose state the storage estimate\n"
+            "                                   counts (default rowwise_adagrad, as 'ember train'), one of\n"
+            "                                   %s\n"
+            "  --adagrad                        --embedding_optimizer rowwise_adagrad\n"
             "  --output FILE                    also write the plan as JSON, for 'ember train --plan FILE'\n"
             "Prints one line per table (name, scheme, ranks), then each rank's storage and bytes per step.\n"
             "Tables are named t_cat_0, t_cat_1, ... as in 'ember train'; with the same sizes, world and\n"
-            "batch, 'ember train --sharding auto' places them the same way.\n");
+            "batch, 'ember train --sharding auto' places them the same way.\n",
+            names);
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -42,6 +47,7 @@ int cmd_plan(int argc, char **argv) {
                                        {"memory_per_rank", 1, 0, 'm'},
                                        {"num_embeddings", 1, 0, 'N'},
                                        {"adagrad", 0, 0, 'a'},
+                                       {"embedding_optimizer", 1, 0, 'e'},
                                        {"output", 1, 0, 'o'},
                                        {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -53,7 +59,7 @@ int cmd_plan(int argc, char **argv) {
     memcpy(rows, defaults.rows, sizeof defaults.rows);
     ember_optim_kind optim = defaults.embedding_optimizer;
     const char *output = NULL;
-    char err[256];
+    char err[512];
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -74,6 +80,14 @@ int cmd_plan(int argc, char **argv) {
             ntables = DLRM_NUM_SPARSE;
             break;
         case 'a': optim = EMBER_OPT_ROWWISE_ADAGRAD; break;
+        case 'e':
+            if (ember_optim_parse(optarg, &optim) != EMBER_OK) {
+                char names[256];
+                cli_optim_names(", ", names, sizeof names);
+                snprintf(err, sizeof err, "--embedding_optimizer '%.64s': expected one of %s", optarg, names);
+                ok = false;
+            }
+            break;
         case 'o': output = optarg; break;
         case 'h': usage(stdout); return 0;
         default:

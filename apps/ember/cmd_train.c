@@ -53,8 +53,8 @@ static const char help[] =
     "  --adagrad                         Adagrad for the dense part and row-wise Adagrad for the tables,\n"
     "                                    as TorchRec's flag (the default here)\n"
     "  --dense_optimizer sgd|adagrad|adam                                      (default adagrad)\n"
-    "  --embedding_optimizer sgd|adagrad|rowwise_adagrad|adam|partial_rowwise_adam|lamb\n"
-    "                                                                          (default rowwise_adagrad)\n"
+    "  --embedding_optimizer NAME        the tables' optimizer (default rowwise_adagrad), one of\n"
+    "                                    %s\n"
     "  --seed N                          data, planted model and initial weights (default 1)\n"
     "  --threads N                       threads per rank, each pinned to a CPU of its own (default:\n"
     "                                    OMP_NUM_THREADS, else the host's CPUs over its ranks)\n"
@@ -209,6 +209,7 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
     int n, c, k, idx = -1;
     char flag[64];
     const char *choices = "";
+    char optim_names[256];
     bool sharding_given = false;
     opterr = 0; // messages are ours, printed once
     optind = 1;
@@ -316,11 +317,11 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
             o->dense_optimizer = (dense_optim_kind)k;
             break;
         case OPT_EMBEDDING_OPTIMIZER:
-            if ((k = train_embedding_optimizer_parse(optarg)) < 0) {
-                choices = "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam, lamb";
+            if (ember_optim_parse(optarg, &o->embedding_optimizer) != EMBER_OK) {
+                cli_optim_names(", ", optim_names, sizeof optim_names);
+                choices = optim_names;
                 goto bad_choice;
             }
-            o->embedding_optimizer = (ember_optim_kind)k;
             break;
         case OPT_SEED:
             if (!cli_parse_i64("--seed", optarg, 0, INT64_MAX, &v, err, cap)) return false;
@@ -373,7 +374,9 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     if (want_help) {
-        if (speak) fputs(help, stdout);
+        char names[256];
+        cli_optim_names("|", names, sizeof names);
+        if (speak) printf(help, names);
         return 0;
     }
     o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));

@@ -54,23 +54,6 @@ void train_options_default(train_options *o) {
     o->seed = 1;
 }
 
-// ---- Embedding optimizer names ----------------------------------------------------------------
-
-static const char *const emb_opt_names[] = {"sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
-                                            "lamb"}; // the order of ember_optim_kind
-
-int train_embedding_optimizer_parse(const char *name) {
-    for (int i = 0; i < (int)(sizeof emb_opt_names / sizeof emb_opt_names[0]); i++) {
-        if (strcmp(name, emb_opt_names[i]) == 0) return i;
-    }
-    return -1;
-}
-
-const char *train_embedding_optimizer_name(ember_optim_kind kind) {
-    return (int)kind >= 0 && (int)kind < (int)(sizeof emb_opt_names / sizeof emb_opt_names[0]) ? emb_opt_names[kind]
-                                                                                              : "unknown";
-}
-
 // ---- The run -----------------------------------------------------------------------------------
 
 typedef struct run {
@@ -319,7 +302,7 @@ static void print_config(const run *R) {
     for (int l = 0; l < o->num_top; l++) fprintf(f, "-%d", (int)o->top[l]);
     fprintf(f, ": %lld dense parameters\n", (long long)dlrm_num_dense_params(R->model));
     fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),
-            (double)o->learning_rate, train_embedding_optimizer_name(o->embedding_optimizer),
+            (double)o->learning_rate, ember_optim_name(o->embedding_optimizer),
             (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate));
     double rows = 0.0;
     for (int t = 0; t < DLRM_NUM_SPARSE; t++) rows += (double)o->rows[t];

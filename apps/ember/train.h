@@ -59,11 +59,6 @@ typedef struct train_options {
     const char *threads_note;         // how the threads were chosen and placed (threads.h), or NULL
 } train_options;
 
-// Embedding optimizer names ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
-// "lamb"): parse returns the ember_optim_kind, or -1 for an unknown name.
-int train_embedding_optimizer_parse(const char *name);
-const char *train_embedding_optimizer_name(ember_optim_kind kind);
-
 // The defaults of `ember train` (the main job: see docs/dlrm.md for how they were chosen).
 void train_options_default(train_options *o);
 
