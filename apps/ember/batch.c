@@ -9,8 +9,8 @@ ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_den
                                dlrm_batch *b) {
     memset(b, 0, sizeof *b);
     APP_CHECK(ctx, capacity >= 1 && num_dense >= 0 && num_sparse >= 0, EMBER_ERR_INVALID_ARG,
-                "batch: capacity %d, %d dense and %d sparse features", (int)capacity, (int)num_dense,
-                (int)num_sparse);
+              "batch: capacity %d, %d dense and %d sparse features", (int)capacity, (int)num_dense,
+              (int)num_sparse);
     size_t cap = (size_t)capacity;
     b->dense = app_alloc(ctx, sizeof(float) * cap * (size_t)num_dense, "batch dense features");
     b->ids = app_alloc(ctx, sizeof(int64_t) * cap * (size_t)num_sparse, "batch ids");

@@ -39,7 +39,7 @@ ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader
                 (long long)cfg->max_lines);
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "criteo: feature cat_%d has %lld rows", f,
-                    (long long)cfg->rows[f]);
+                  (long long)cfg->rows[f]);
     }
     criteo_reader *r = app_alloc(ctx, sizeof *r, "criteo reader");
     if (!r) return EMBER_ERR_NOMEM;
@@ -105,8 +105,10 @@ static int read_line(criteo_reader *r, ember_status *st) {
     *st = EMBER_OK;
     if (r->at_eof) return 0;
     if (!fgets(r->line, sizeof r->line, r->file)) {
-        if (ferror(r->file)) *st = ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: reading '%s' line %lld: %s", r->path,
-                                                (long long)r->next_line + 1, strerror(errno));
+        if (ferror(r->file)) {
+            *st = ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: reading '%s' line %lld: %s", r->path,
+                                      (long long)r->next_line + 1, strerror(errno));
+        }
         r->at_eof = true;
         return 0;
     }
@@ -205,7 +207,8 @@ static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i
 // CRITEO_FATAL mode.
 static ember_status malformed(criteo_reader *r, int64_t line, const char *why) {
     if (r->cfg.malformed == CRITEO_FATAL) {
-        return ember_ctx_set_error(r->ctx, EMBER_ERR_FORMAT, "criteo: '%s' line %lld: %s", r->path, (long long)line, why);
+        return ember_ctx_set_error(r->ctx, EMBER_ERR_FORMAT, "criteo: '%s' line %lld: %s", r->path, (long long)line,
+                                   why);
     }
     if (line > r->counted_upto) {
         criteo_stats *s = &r->stats;

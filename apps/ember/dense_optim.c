@@ -23,15 +23,15 @@ ember_status dense_optim_create(ember_ctx *ctx, const dense_optim_config *cfg, i
     memset(o, 0, sizeof *o);
     dense_optim_config c = *cfg;
     APP_CHECK(ctx, c.kind == DENSE_OPT_SGD || c.kind == DENSE_OPT_ADAGRAD || c.kind == DENSE_OPT_ADAM,
-                EMBER_ERR_INVALID_ARG, "dense optimizer: unknown kind %d", (int)c.kind);
+              EMBER_ERR_INVALID_ARG, "dense optimizer: unknown kind %d", (int)c.kind);
     APP_CHECK(ctx, isfinite(c.lr) && c.lr > 0.0f, EMBER_ERR_INVALID_ARG, "dense optimizer: learning rate %g",
-                (double)c.lr);
+              (double)c.lr);
     if (c.eps == 0.0f) c.eps = c.kind == DENSE_OPT_ADAGRAD ? 1e-10f : 1e-8f;
     if (c.beta1 == 0.0f) c.beta1 = 0.9f;
     if (c.beta2 == 0.0f) c.beta2 = 0.999f;
     APP_CHECK(ctx, c.eps > 0.0f && c.beta1 > 0.0f && c.beta1 < 1.0f && c.beta2 > 0.0f && c.beta2 < 1.0f,
-                EMBER_ERR_INVALID_ARG, "dense optimizer: eps %g, betas %g %g", (double)c.eps, (double)c.beta1,
-                (double)c.beta2);
+              EMBER_ERR_INVALID_ARG, "dense optimizer: eps %g, betas %g %g", (double)c.eps, (double)c.beta1,
+              (double)c.beta2);
     APP_CHECK(ctx, n >= 0, EMBER_ERR_INVALID_ARG, "dense optimizer: %lld parameters", (long long)n);
     o->cfg = c;
     o->n = n;

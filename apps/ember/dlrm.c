@@ -37,31 +37,31 @@ static ember_status check_sizes(ember_ctx *ctx, const char *flag, const int32_t 
     APP_CHECK(ctx, n >= 1 && sizes, EMBER_ERR_INVALID_ARG, "%s: no layer sizes", flag);
     for (int32_t l = 0; l < n; l++) {
         APP_CHECK(ctx, sizes[l] >= 1 && sizes[l] <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
-                    "%s: layer %d has size %d, expected 1..%d", flag, (int)l + 1, (int)sizes[l], DLRM_MAX_WIDTH);
+                  "%s: layer %d has size %d, expected 1..%d", flag, (int)l + 1, (int)sizes[l], DLRM_MAX_WIDTH);
     }
     return EMBER_OK;
 }
 
 ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *c) {
     APP_CHECK(ctx, c->num_dense >= 1 && c->num_sparse >= 1, EMBER_ERR_INVALID_ARG,
-                "dlrm: %d dense and %d sparse features", (int)c->num_dense, (int)c->num_sparse);
+              "dlrm: %d dense and %d sparse features", (int)c->num_dense, (int)c->num_sparse);
     APP_CHECK(ctx, c->embedding_dim >= 1 && c->embedding_dim <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
-                "--embedding_dim %d: expected 1..%d", (int)c->embedding_dim, DLRM_MAX_WIDTH);
+              "--embedding_dim %d: expected 1..%d", (int)c->embedding_dim, DLRM_MAX_WIDTH);
     APP_CHECK(ctx, c->max_batch >= 1 && c->max_batch <= DLRM_MAX_BATCH, EMBER_ERR_INVALID_ARG,
-                "local batch of %d samples: expected 1..%d per rank", (int)c->max_batch, DLRM_MAX_BATCH);
+              "local batch of %d samples: expected 1..%d per rank", (int)c->max_batch, DLRM_MAX_BATCH);
     APP_TRY(check_sizes(ctx, "--dense_arch_layer_sizes", c->bottom_sizes, c->num_bottom));
     APP_TRY(check_sizes(ctx, "--over_arch_layer_sizes", c->top_sizes, c->num_top));
     APP_CHECK(ctx, c->bottom_sizes[c->num_bottom - 1] == c->embedding_dim, EMBER_ERR_INVALID_ARG,
-                "--dense_arch_layer_sizes ends with %d but --embedding_dim is %d: the dense vector meets the "
-                "embeddings in dot products, so they must match",
-                (int)c->bottom_sizes[c->num_bottom - 1], (int)c->embedding_dim);
+              "--dense_arch_layer_sizes ends with %d but --embedding_dim is %d: the dense vector meets the "
+              "embeddings in dot products, so they must match",
+              (int)c->bottom_sizes[c->num_bottom - 1], (int)c->embedding_dim);
     APP_CHECK(ctx, c->top_sizes[c->num_top - 1] == 1, EMBER_ERR_INVALID_ARG,
-                "--over_arch_layer_sizes ends with %d: the last layer must be 1 (one logit)",
-                (int)c->top_sizes[c->num_top - 1]);
+              "--over_arch_layer_sizes ends with %d: the last layer must be 1 (one logit)",
+              (int)c->top_sizes[c->num_top - 1]);
     int64_t inter = interaction_out_dim(c->num_sparse, c->embedding_dim);
     APP_CHECK(ctx, inter <= 4 * DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
-                "%d features of dim %d give %lld interaction outputs, too many", (int)c->num_sparse,
-                (int)c->embedding_dim, (long long)inter);
+              "%d features of dim %d give %lld interaction outputs, too many", (int)c->num_sparse,
+              (int)c->embedding_dim, (long long)inter);
     return EMBER_OK;
 }
 
@@ -167,8 +167,8 @@ ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scal
         if (!isfinite(m->grads[i]) && i < bad) bad = i;
     }
     APP_CHECK(m->ctx, bad == n, EMBER_ERR_NUMERIC,
-                "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
-                (long long)bad, bad < n ? (double)m->grads[bad] : 0.0, (long long)m->optim.step);
+              "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
+              (long long)bad, bad < n ? (double)m->grads[bad] : 0.0, (long long)m->optim.step);
     dense_optim_step(&m->optim, m->params, m->grads);
     return m->backend->backward(m->backend->impl, &m->kjt, m->demb);
 }

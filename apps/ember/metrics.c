@@ -22,7 +22,8 @@ static bool ends_with(const char *s, const char *suffix) {
 ember_status metrics_format_of(ember_ctx *ctx, const char *path, metrics_format *fmt) {
     if (ends_with(path, ".csv")) *fmt = METRICS_CSV;
     else if (ends_with(path, ".jsonl") || ends_with(path, ".json")) *fmt = METRICS_JSONL;
-    else return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--metrics '%s': the name must end in .csv or .jsonl", path);
+    else return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--metrics '%s': the name must end in .csv or .jsonl",
+                                    path);
     return EMBER_OK;
 }
 
@@ -30,7 +31,9 @@ ember_status metrics_open(ember_ctx *ctx, const char *path, metrics_writer *w) {
     memset(w, 0, sizeof *w);
     APP_TRY(metrics_format_of(ctx, path, &w->format));
     w->file = fopen(path, "w");
-    if (!w->file) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "--metrics: cannot create '%s': %s", path, strerror(errno));
+    if (!w->file) {
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "--metrics: cannot create '%s': %s", path, strerror(errno));
+    }
     if (w->format == METRICS_CSV) {
         fprintf(w->file, "step,epoch,samples,train_loss,eval_loss,eval_auc,planted_auc,samples_per_s\n");
     }
@@ -63,7 +66,9 @@ ember_status metrics_write(ember_ctx *ctx, metrics_writer *w, const metrics_row 
         }
         fputs("}\n", f);
     }
-    if (fflush(f) != 0 || ferror(f)) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "--metrics: write failed: %s", strerror(errno));
+    if (fflush(f) != 0 || ferror(f)) {
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "--metrics: write failed: %s", strerror(errno));
+    }
     return EMBER_OK;
 }
 
@@ -86,7 +91,7 @@ ember_status plot_check_gnuplot(ember_ctx *ctx) {
         p += n + (colon ? 1 : 0);
     }
     return ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED,
-                        "--plot needs gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
+                               "--plot needs gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
 }
 
 // Writes s as a gnuplot single-quoted string ('' stands for one quote).
@@ -160,7 +165,7 @@ ember_status plot_write(ember_ctx *ctx, const char *png_path, const metrics_row 
             st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "--plot: cannot run gnuplot: %s", strerror(rc));
         } else if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
             st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "--plot: gnuplot failed on '%s' (exit status %d)", gp,
-                              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+                                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         }
     }
 done:

@@ -59,7 +59,7 @@ ember_status mlp_create(ember_ctx *ctx, int32_t in, const int32_t *sizes, int32_
     memset(m, 0, sizeof *m);
     blas_single_threaded();
     APP_CHECK(ctx, n >= 1 && in >= 1 && max_batch >= 1, EMBER_ERR_INVALID_ARG,
-                "mlp: %d layers, input width %d, batch %d", (int)n, (int)in, (int)max_batch);
+              "mlp: %d layers, input width %d, batch %d", (int)n, (int)in, (int)max_batch);
     m->layers = app_alloc(ctx, sizeof(mlp_layer) * (size_t)n, "mlp layers");
     if (!m->layers) return EMBER_ERR_NOMEM;
     memset(m->layers, 0, sizeof(mlp_layer) * (size_t)n);

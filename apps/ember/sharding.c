@@ -42,20 +42,21 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, cons
         case EMBER_SHARD_COLUMN_WISE:
             p->num_shards = world < dim ? world : dim;
             APP_CHECK(ctx, p->num_shards <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                        "--sharding cw: table %d would need %d column shards, at most %d", (int)t,
-                        (int)p->num_shards, EMBER_PLAN_MAX_RANKS);
+                      "--sharding cw: table %d would need %d column shards, at most %d", (int)t,
+                      (int)p->num_shards, EMBER_PLAN_MAX_RANKS);
             for (int32_t i = 0; i < p->num_shards; i++) p->ranks[i] = (next_rank + i) % world;
             next_rank = (next_rank + 1) % world;
             break;
         case EMBER_SHARD_TABLE_ROW_WISE:
             APP_CHECK(ctx, group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                        "--sharding twrw: a group of %d ranks, at most %d", (int)group_size, EMBER_PLAN_MAX_RANKS);
+                      "--sharding twrw: a group of %d ranks, at most %d", (int)group_size, EMBER_PLAN_MAX_RANKS);
             p->group_size = group_size;
             for (int32_t i = 0; i < group_size; i++) p->ranks[i] = next_group * group_size + i;
             next_group = (next_group + 1) % (world / group_size);
             break;
         default:
-            return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t, scheme);
+            return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t,
+                                       scheme);
         }
     }
     return EMBER_OK;

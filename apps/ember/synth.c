@@ -103,12 +103,12 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
     *out = NULL;
     const int32_t nd = cfg->num_dense, nf = cfg->num_sparse;
     APP_CHECK(ctx, nd >= 0 && nf >= 0 && (nf == 0 || cfg->rows), EMBER_ERR_INVALID_ARG,
-                "synthetic data: %d dense, %d sparse features", (int)nd, (int)nf);
+              "synthetic data: %d dense, %d sparse features", (int)nd, (int)nf);
     APP_CHECK(ctx, isfinite(cfg->zipf_alpha) && cfg->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
-                "synthetic data: zipf alpha %g must be >= 0", cfg->zipf_alpha);
+              "synthetic data: zipf alpha %g must be >= 0", cfg->zipf_alpha);
     for (int32_t f = 0; f < nf; f++) {
         APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "synthetic data: feature %d has %lld rows",
-                    (int)f, (long long)cfg->rows[f]);
+                  (int)f, (long long)cfg->rows[f]);
     }
     synth *s = app_alloc(ctx, sizeof *s, "synthetic data set");
     if (!s) return EMBER_ERR_NOMEM;

@@ -255,7 +255,8 @@ static bool user_placement(void) {
 }
 
 static ember_status mpi_check(ember_ctx *ctx, int rc, const char *what) {
-    return rc == MPI_SUCCESS ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_COMM, "thread placement: %s: MPI error %d", what, rc);
+    if (rc == MPI_SUCCESS) return EMBER_OK;
+    return ember_ctx_set_error(ctx, EMBER_ERR_COMM, "thread placement: %s: MPI error %d", what, rc);
 }
 
 // ---- OpenMP's view of the host ----------------------------------------------------------------
@@ -413,7 +414,9 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     if (!all || !cpus) st = EMBER_ERR_NOMEM;
     int ok = st == EMBER_OK, all_ok = 0;
     if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, node) != MPI_SUCCESS) all_ok = 0;
-    if (st == EMBER_OK && !all_ok) st = ember_ctx_set_error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
+    if (st == EMBER_OK && !all_ok) {
+        st = ember_ctx_set_error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
+    }
     if (st == EMBER_OK) {
         st = mpi_check(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node), "allgather");
     }

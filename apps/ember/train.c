@@ -111,32 +111,32 @@ static dlrm_config model_config(const train_options *o, int64_t max_local) {
 // Checks everything that depends only on the options (identical on every rank). Local.
 static ember_status validate_options(ember_ctx *ctx, const train_options *o, int32_t world) {
     APP_CHECK(ctx, o->batch_size >= world, EMBER_ERR_INVALID_ARG,
-                "--batch_size %lld is smaller than the %d ranks: every rank needs a sample of each global batch",
-                (long long)o->batch_size, (int)world);
+              "--batch_size %lld is smaller than the %d ranks: every rank needs a sample of each global batch",
+              (long long)o->batch_size, (int)world);
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         APP_CHECK(ctx, o->rows[f] >= 1 && o->rows[f] <= ((int64_t)1 << 48), EMBER_ERR_INVALID_ARG,
-                    "--num_embeddings_per_feature: feature cat_%d has %lld rows, expected 1..2^48", f,
-                    (long long)o->rows[f]);
+                  "--num_embeddings_per_feature: feature cat_%d has %lld rows, expected 1..2^48", f,
+                  (long long)o->rows[f]);
     }
     APP_CHECK(ctx, o->epochs >= 1, EMBER_ERR_INVALID_ARG, "--epochs %d: expected >= 1", (int)o->epochs);
     APP_CHECK(ctx, o->limit_train_batches >= 0 && o->limit_val_batches >= 0 && o->eval_interval >= 0,
-                EMBER_ERR_INVALID_ARG, "--limit_train_batches, --limit_val_batches and --eval_interval must be >= 0");
+              EMBER_ERR_INVALID_ARG, "--limit_train_batches, --limit_val_batches and --eval_interval must be >= 0");
     APP_CHECK(ctx, isfinite(o->learning_rate) && o->learning_rate > 0.0f, EMBER_ERR_INVALID_ARG,
-                "--learning_rate %g: expected a positive number", (double)o->learning_rate);
+              "--learning_rate %g: expected a positive number", (double)o->learning_rate);
     APP_CHECK(ctx, isfinite(o->embedding_learning_rate) && o->embedding_learning_rate >= 0.0f,
-                EMBER_ERR_INVALID_ARG, "--embedding_learning_rate %g: expected a positive number",
-                (double)o->embedding_learning_rate);
+              EMBER_ERR_INVALID_ARG, "--embedding_learning_rate %g: expected a positive number",
+              (double)o->embedding_learning_rate);
     if (o->dataset == TRAIN_SYNTHETIC) {
         APP_CHECK(ctx, o->limit_train_batches >= 1 && o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
-                    "--dataset synthetic: --limit_train_batches and --limit_val_batches set the sizes of the "
-                    "generated sets and must be >= 1");
+                  "--dataset synthetic: --limit_train_batches and --limit_val_batches set the sizes of the "
+                  "generated sets and must be >= 1");
         APP_CHECK(ctx, isfinite(o->zipf_alpha) && o->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
-                    "--zipf_alpha %g: expected a number >= 0", o->zipf_alpha);
+                  "--zipf_alpha %g: expected a number >= 0", o->zipf_alpha);
     } else {
         APP_CHECK(ctx, o->data_path != NULL, EMBER_ERR_INVALID_ARG, "--dataset criteo needs --data_path FILE");
         APP_CHECK(ctx, o->eval_data_path != NULL || o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
-                    "--dataset criteo without --eval_data_path holds out the first --limit_val_batches global "
-                    "batches of --data_path for evaluation: give --limit_val_batches N >= 1");
+                  "--dataset criteo without --eval_data_path holds out the first --limit_val_batches global "
+                  "batches of --data_path for evaluation: give --limit_val_batches N >= 1");
     }
     if (o->metrics_path) {
         metrics_format fmt;
@@ -219,10 +219,11 @@ static ember_status check_memory(run *R) {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     if (st == EMBER_OK && avail > 0.0 && host > avail) {
         st = ember_ctx_set_error(R->ctx, EMBER_ERR_NOMEM,
-                          "the model needs %.1f GiB on this host (%.1f GiB on this rank, most for table %s: %lld rows x "
-                          "%d, %s) but %.1f GiB is available: smaller --num_embeddings_per_feature, or more hosts",
-                          host / gib, mine / gib, R->table_names[largest], (long long)R->o->rows[largest],
-                          (int)R->o->embedding_dim, sharding_name(R->plan[largest].scheme), avail / gib);
+                                 "the model needs %.1f GiB on this host (%.1f GiB on this rank, most for table %s: "
+                                 "%lld rows x %d, %s) but %.1f GiB is available: smaller "
+                                 "--num_embeddings_per_feature, or more hosts",
+                                 host / gib, mine / gib, R->table_names[largest], (long long)R->o->rows[largest],
+                                 (int)R->o->embedding_dim, sharding_name(R->plan[largest].scheme), avail / gib);
     }
     return ember_comm_agree(R->comm, st);
 }
