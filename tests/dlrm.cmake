@@ -93,7 +93,8 @@ ember_cli_test(dist.train.cli.synthetic.np2 2 0
 ember_cli_test(dist.train.cli.threads.np1 1 0 "^(  threads     2 per rank \\(--threads\\), |eval AUC [0-9.]+ +planted)" 2
                train --threads 2 --batch_size 512 --limit_train_batches 10 --limit_val_batches 2 --progress lines)
 
-# The library's planner places the tables (`--sharding plan`); mixing it into a list is refused.
+# The library's planner places the tables (--sharding auto, the default, or its synonym plan);
+# mixing it into a list is refused.
 ember_cli_test(dist.train.cli.planner.np2 2 0 "^eval AUC [0-9.]+ +planted model AUC" 1
                train --sharding plan --batch_size 512 --limit_train_batches 20 --limit_val_batches 2
                --eval_interval 20 --progress lines)
@@ -103,6 +104,57 @@ foreach(i RANGE 1 25)
 endforeach()
 ember_cli_test(dist.train.cli.planner_in_list.np2 2 nonzero "^ember train: --sharding plan places every table" 1
                train --sharding ${_list})
+string(REPLACE "plan," "auto," _list "${_list}")
+ember_cli_test(dist.train.cli.auto_in_list.np2 2 nonzero "^ember train: --sharding auto places every table" 1
+               train --sharding ${_list})
+
+# Plan files: `ember plan --output` -> `ember train --plan` round trip, a hand-written plan is
+# followed table by table, and a bad plan file is one error line naming the table and value,
+# a non-zero exit and no hang on any rank.
+add_test(NAME dist.train.cli.plan_roundtrip.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/plan_roundtrip.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.plan_roundtrip.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+set(_plans ${CMAKE_CURRENT_SOURCE_DIR}/data/plans)
+set(_short --batch_size 512 --limit_train_batches 2 --limit_val_batches 1 --eval_interval 0 --progress lines)
+ember_cli_test(dist.train.cli.plan_file.np2 2 0 "^    t_cat_[0-9]+ +[0-9]+ rows  tw   rank 1$" 26
+               train ${_short} --plan ${_plans}/all_tw_rank1.json)
+ember_cli_test(dist.train.cli.plan_and_sharding.np2 2 nonzero "^ember train: --sharding and --plan both place" 1
+               train --sharding rw --plan ${_plans}/all_tw_rank1.json)
+ember_cli_test(dist.train.cli.plan_missing.np2 2 nonzero "^ember train: error: --plan: cannot open 'nonexistent.json'" 1
+               train ${_short} --plan nonexistent.json)
+ember_cli_test(dist.train.cli.plan_not_json.np2 2 nonzero "^ember train: error: --plan '.*bad_json.json': not valid JSON" 1
+               train ${_short} --plan ${_plans}/bad_json.json)
+ember_cli_test(dist.train.cli.plan_world.np3 3 nonzero
+               "^ember train: error: --plan '.*': world_size 2, but this run has 3 ranks" 1
+               train ${_short} --plan ${_plans}/all_tw_rank1.json)
+ember_cli_test(dist.train.cli.plan_count.np2 2 nonzero "^ember train: error: --plan '.*': 3 tables, the model has 26" 1
+               train ${_short} --plan ${_plans}/bad_count.json)
+ember_cli_test(dist.train.cli.plan_name.np2 2 nonzero
+               "^ember train: error: --plan '.*': table 't_cat_99' is not a table of the model \\(t_cat_0 to t_cat_25\\)" 1
+               train ${_short} --plan ${_plans}/bad_name.json)
+ember_cli_test(dist.train.cli.plan_twice.np2 2 nonzero "^ember train: error: --plan '.*': table 't_cat_3' is listed twice" 1
+               train ${_short} --plan ${_plans}/bad_twice.json)
+ember_cli_test(dist.train.cli.plan_rank.np2 2 nonzero
+               "^ember train: error: --plan '.*': table 't_cat_7': rank 5 is not one of the 2 ranks of this run" 1
+               train ${_short} --plan ${_plans}/bad_rank.json)
+ember_cli_test(dist.train.cli.plan_scheme.np2 2 nonzero
+               "^ember train: error: --plan '.*': table 't_cat_2': scheme 'diagonal' is not one of" 1
+               train ${_short} --plan ${_plans}/bad_scheme.json)
+
+# --embedding_optimizer takes every optimizer of the library (ember_optim_parse), the newest too,
+# and an unknown name lists them all.
+foreach(opt partial_rowwise_lamb lars_sgd)
+  ember_cli_test(dist.train.cli.optimizer_${opt}.np2 2 0
+                 "^(  optimizers  dense adagrad lr 0.05, embeddings ${opt} lr 0.05|eval AUC [0-9.]+ +planted)" 2
+                 train --embedding_optimizer ${opt} --batch_size 512 --limit_train_batches 4 --limit_val_batches 1
+                 --eval_interval 0 --progress lines)
+endforeach()
+ember_cli_test(dist.train.cli.optimizer_unknown.np2 2 nonzero
+               "^ember train: --embedding_optimizer 'x': expected one of sgd, .*, partial_rowwise_lamb, lars_sgd " 1
+               train --embedding_optimizer x)
+ember_cli_test(dist.train.cli.optimizer_help 0 0 "\\|partial_rowwise_lamb\\|lars_sgd$" 1 train --help)
 
 # Every error is printed once, by rank 0, and before any rank exits (cli_exit): a launcher that
 # ends the job at the first non-zero exit (Open MPI 5) must not cut rank 0's line. Usage errors
@@ -117,11 +169,13 @@ ember_cli_test(dist.train.cli.batch_below_world.np3 3 nonzero
                "^ember train: error: --batch_size 2 is smaller than the 3 ranks" 1 train --batch_size 2)
 
 # `ember plan`: the planner from the command line (no MPI).
-ember_cli_test(cli.plan.tables 0 0 "^t_[0-4] (data_parallel|table_wise|row_wise|column_wise)" 5
+ember_cli_test(cli.plan.tables 0 0 "^t_cat_[0-4] (data_parallel|table_wise|row_wise|column_wise)" 5
                plan --num_embeddings_per_feature 1000,20000,100000,50000,4000000 --world_size 3 --adagrad)
-ember_cli_test(cli.plan.no_room 0 1 "^ember plan: .*'t_0'.* fits on no rank" 1
+ember_cli_test(cli.plan.no_room 0 1 "^ember plan: .*'t_cat_0'.* fits on no rank" 1
                plan --num_embeddings_per_feature 100000000 --world_size 2 --memory_per_rank 1000000)
 ember_cli_test(cli.plan.bad_flag 0 2 "^ember plan: unknown option '--bogus'" 1 plan --bogus)
+ember_cli_test(cli.plan.bad_optimizer 0 2 "^ember plan: --embedding_optimizer 'x': expected one of sgd, .*lars_sgd$" 1
+               plan --embedding_optimizer x)
 
 # Thread placement of `ember train` (apps/ember/threads.h) on made-up hosts.
 ember_unit_test(dlrm_threads ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_threads.c)

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "core/internal.h"
+#include "appctx.h"
 
 typedef struct sebc_backend {
     ember_comm *comm; // borrowed
@@ -31,24 +31,24 @@ static void destroy(void *impl) {
     sebc_backend *b = impl;
     if (!b) return;
     ember_sebc_destroy(b->sebc);
-    ember__free(ember_comm_ctx(b->comm), b);
+    ember_ctx_free(ember_comm_ctx(b->comm), b);
 }
 
 ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                       ember_grad_convention conv, dlrm_backend *out) {
     memset(out, 0, sizeof *out);
     ember_ctx *ctx = ember_comm_ctx(comm);
-    sebc_backend *b = ember__xalloc(ctx, sizeof *b, "embedding backend");
+    sebc_backend *b = app_alloc(ctx, sizeof *b, "embedding backend");
     ember_status st = ember_comm_agree(comm, b ? EMBER_OK : EMBER_ERR_NOMEM);
     if (st != EMBER_OK) {
-        ember__free(ctx, b);
+        ember_ctx_free(ctx, b);
         return st;
     }
     b->comm = comm;
     b->conv = conv;
     st = ember_sebc_create(comm, cfg, plan, conv, &b->sebc);
     if (st != EMBER_OK) {
-        ember__free(ctx, b);
+        ember_ctx_free(ctx, b);
         return st;
     }
     out->impl = b;

@@ -3,19 +3,19 @@
 #include <string.h>
 
 #include "batch.h"
-#include "core/internal.h"
+#include "appctx.h"
 
 ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_dense, int32_t num_sparse,
                                dlrm_batch *b) {
     memset(b, 0, sizeof *b);
-    EMBER_CHECK(ctx, capacity >= 1 && num_dense >= 0 && num_sparse >= 0, EMBER_ERR_INVALID_ARG,
-                "batch: capacity %d, %d dense and %d sparse features", (int)capacity, (int)num_dense,
-                (int)num_sparse);
+    APP_CHECK(ctx, capacity >= 1 && num_dense >= 0 && num_sparse >= 0, EMBER_ERR_INVALID_ARG,
+              "batch: capacity %d, %d dense and %d sparse features", (int)capacity, (int)num_dense,
+              (int)num_sparse);
     size_t cap = (size_t)capacity;
-    b->dense = ember__xalloc(ctx, sizeof(float) * cap * (size_t)num_dense, "batch dense features");
-    b->ids = ember__xalloc(ctx, sizeof(int64_t) * cap * (size_t)num_sparse, "batch ids");
-    b->labels = ember__xalloc(ctx, sizeof(float) * cap, "batch labels");
-    b->planted = ember__xalloc(ctx, sizeof(float) * cap, "batch planted logits");
+    b->dense = app_alloc(ctx, sizeof(float) * cap * (size_t)num_dense, "batch dense features");
+    b->ids = app_alloc(ctx, sizeof(int64_t) * cap * (size_t)num_sparse, "batch ids");
+    b->labels = app_alloc(ctx, sizeof(float) * cap, "batch labels");
+    b->planted = app_alloc(ctx, sizeof(float) * cap, "batch planted logits");
     if (!b->dense || !b->ids || !b->labels || !b->planted) {
         dlrm_batch_destroy(ctx, b);
         return EMBER_ERR_NOMEM;
@@ -28,10 +28,10 @@ ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_den
 }
 
 void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b) {
-    ember__free(ctx, b->dense);
-    ember__free(ctx, b->ids);
-    ember__free(ctx, b->labels);
-    ember__free(ctx, b->planted);
+    ember_ctx_free(ctx, b->dense);
+    ember_ctx_free(ctx, b->ids);
+    ember_ctx_free(ctx, b->labels);
+    ember_ctx_free(ctx, b->planted);
     memset(b, 0, sizeof *b);
 }
 

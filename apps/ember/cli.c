@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "cli.h"
+#include "ember/ebc.h"
 
 // What the launchers put in each process's environment (checked with Open MPI 4.1 and 5.0, and
 // the Hydra of MPICH 4.0 and 5.0): Open MPI's mpiexec sets OMPI_COMM_WORLD_RANK and _SIZE (5.0's
@@ -105,5 +106,15 @@ bool cli_parse_i64_list(const char *flag, const char *text, int64_t min, int64_t
         if (!cli_parse_i64(flag, item, min, max, &items[(*n)++], err, cap)) return false;
         if (!comma) return true;
         p = comma + 1;
+    }
+}
+
+void cli_optim_names(const char *sep, char *buf, size_t cap) {
+    size_t n = 0;
+    if (cap) buf[0] = '\0';
+    for (int k = 0; k < EMBER_OPT_COUNT && n < cap; k++) {
+        int len = snprintf(buf + n, cap - n, "%s%s", k ? sep : "", ember_optim_name((ember_optim_kind)k));
+        if (len < 0) break;
+        n += (size_t)len;
     }
 }

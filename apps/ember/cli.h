@@ -1,4 +1,5 @@
-// cli.h — helpers shared by the subcommands: launcher rank and strict option-value parsing.
+// cli.h — helpers shared by the subcommands: launcher rank, strict option-value parsing and the
+// library's names for option values.
 #ifndef EMBER_APP_CLI_H
 #define EMBER_APP_CLI_H
 
@@ -29,5 +30,9 @@ bool cli_parse_double(const char *flag, const char *text, double *out, char *err
 // A comma-separated list of integers in [min, max]: at most `cap_items` items, *n receives the count.
 bool cli_parse_i64_list(const char *flag, const char *text, int64_t min, int64_t max, int64_t *items, int cap_items,
                         int *n, char *err, size_t cap);
+
+// The library's embedding optimizers by name (ember_optim_name), joined by `sep`:
+// "sgd, adagrad, rowwise_adagrad, ..." for messages and help. Truncated to cap.
+void cli_optim_names(const char *sep, char *buf, size_t cap);
 
 #endif

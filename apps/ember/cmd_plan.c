@@ -1,5 +1,6 @@
 // `ember plan`: prints the planner's placement (include/ember/plan.h) for a DLRM-shaped set of
-// tables, one per feature, with the per-rank storage and step bytes it estimates. Local: no MPI.
+// tables, one per feature, with the per-rank storage and step bytes it estimates, and writes it
+// as a plan file for `ember train --plan`. Local: no MPI.
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,20 +8,34 @@
 #include "cli.h"
 #include "commands.h"
 #include "ember.h"
+#include "planfile.h"
+#include "sharding.h"
+#include "train.h"
 
 #define PLAN_MAX_TABLES 256
 
 static void usage(FILE *f) {
+    char names[256];
+    cli_optim_names("|", names, sizeof names);
     fprintf(f,
             "usage: ember plan [options]\n"
-            "  --num_embeddings_per_feature L   rows of each table, comma list (one table per feature)\n"
+            "  --num_embeddings_per_feature L   rows of each table, comma list (one table per feature;\n"
+            "                                   default: the 26 tables of 'ember train')\n"
+            "  --num_embeddings N               rows of every one of the 26 tables of 'ember train'\n"
             "  --embedding_dim D                columns of every table (default 16)\n"
             "  --world_size W                   ranks to plan for (default 2)\n"
             "  --batch_size B                   global batch; each rank holds B / W (default 2048)\n"
             "  --pooling_factor P               ids per sample of every feature (default 1)\n"
             "  --memory_per_rank BYTES          embedding storage budget per rank (default: no limit)\n"
-            "  --adagrad                        row-wise Adagrad state in the storage estimate (default SGD)\n"
-            "Prints one line per table (name, scheme, ranks), then each rank's storage and bytes per step.\n");
+            "  --embedding_optimizer NAME       the tables' optimizer, whose state the storage estimate\n"
+            "                                   counts (default rowwise_adagrad, as 'ember train'), one of\n"
+            "                                   %s\n"
+            "  --adagrad                        --embedding_optimizer rowwise_adagrad\n"
+            "  --output FILE                    also write the plan as JSON, for 'ember train --plan FILE'\n"
+            "Prints one line per table (name, scheme, ranks), then each rank's storage and bytes per step.\n"
+            "Tables are named t_cat_0, t_cat_1, ... as in 'ember train'; with the same sizes, world and\n"
+            "batch, 'ember train --sharding auto' places them the same way.\n",
+            names);
 }
 
 int cmd_plan(int argc, char **argv) {
@@ -30,13 +45,21 @@ int cmd_plan(int argc, char **argv) {
                                        {"batch_size", 1, 0, 'b'},
                                        {"pooling_factor", 1, 0, 'p'},
                                        {"memory_per_rank", 1, 0, 'm'},
+                                       {"num_embeddings", 1, 0, 'N'},
                                        {"adagrad", 0, 0, 'a'},
+                                       {"embedding_optimizer", 1, 0, 'e'},
+                                       {"output", 1, 0, 'o'},
                                        {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
-    int64_t rows[PLAN_MAX_TABLES], dim = 16, world = 2, batch = 2048, memory = 0;
+    train_options defaults;
+    train_options_default(&defaults);
+    int64_t rows[PLAN_MAX_TABLES], dim = defaults.embedding_dim, world = 2, batch = defaults.batch_size, memory = 0;
     double pooling = 1.0;
-    int ntables = 0, adagrad = 0, c;
-    char err[256];
+    int ntables = DLRM_NUM_SPARSE, c;
+    memcpy(rows, defaults.rows, sizeof defaults.rows);
+    ember_optim_kind optim = defaults.embedding_optimizer;
+    const char *output = NULL;
+    char err[512];
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -51,7 +74,21 @@ int cmd_plan(int argc, char **argv) {
         case 'b': ok = cli_parse_i64("--batch_size", optarg, 1, 1 << 30, &batch, err, sizeof err); break;
         case 'p': ok = cli_parse_double("--pooling_factor", optarg, &pooling, err, sizeof err) && pooling > 0; break;
         case 'm': ok = cli_parse_i64("--memory_per_rank", optarg, 0, INT64_MAX, &memory, err, sizeof err); break;
-        case 'a': adagrad = 1; break;
+        case 'N':
+            ok = cli_parse_i64("--num_embeddings", optarg, 1, INT64_MAX / 4, &rows[0], err, sizeof err);
+            for (int t = 1; t < DLRM_NUM_SPARSE; t++) rows[t] = rows[0];
+            ntables = DLRM_NUM_SPARSE;
+            break;
+        case 'a': optim = EMBER_OPT_ROWWISE_ADAGRAD; break;
+        case 'e':
+            if (ember_optim_parse(optarg, &optim) != EMBER_OK) {
+                char names[256];
+                cli_optim_names(", ", names, sizeof names);
+                snprintf(err, sizeof err, "--embedding_optimizer '%.64s': expected one of %s", optarg, names);
+                ok = false;
+            }
+            break;
+        case 'o': output = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "ember plan: unknown option '%s' (try 'ember plan --help')\n", argv[optind - 1]);
@@ -62,18 +99,14 @@ int cmd_plan(int argc, char **argv) {
             return 2;
         }
     }
-    if (ntables == 0) {
-        fprintf(stderr, "ember plan: --num_embeddings_per_feature is required\n");
-        return 2;
-    }
     ember_table_config tables[PLAN_MAX_TABLES];
     ember_feature_config features[PLAN_MAX_TABLES];
     float pf[PLAN_MAX_TABLES];
     char names[PLAN_MAX_TABLES][16];
     for (int t = 0; t < ntables; t++) {
-        snprintf(names[t], sizeof names[t], "t_%d", t);
+        sharding_table_name(t, names[t], sizeof names[t]);
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
-        if (adagrad) o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+        o.kind = optim;
         tables[t] = (ember_table_config){names[t], rows[t], (int32_t)dim, EMBER_POOL_SUM, EMBER_DTYPE_F32,
                                          {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0};
         features[t] = (ember_feature_config){names[t], t};
@@ -90,6 +123,7 @@ int cmd_plan(int argc, char **argv) {
     ember_table_plan plan[PLAN_MAX_TABLES];
     ember_plan_stats stats;
     ember_status st = ember_plan_create(ctx, &ec, &pc, plan, &stats);
+    if (st == EMBER_OK && output) st = planfile_write(ctx, output, &ec, plan, (int32_t)world);
     if (st != EMBER_OK) {
         fprintf(stderr, "ember plan: %s\n", ember_ctx_errmsg(ctx));
         ember_ctx_destroy(ctx);

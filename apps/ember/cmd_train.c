@@ -26,10 +26,11 @@ static const char help[] =
     "                                    (default: 26 sizes from 4 to 100000, see docs/dlrm.md)\n"
     "  --dense_arch_layer_sizes L        bottom MLP layer sizes, last = embedding_dim (default 64,16)\n"
     "  --over_arch_layer_sizes L         top MLP layer sizes, last = 1 (default 64,32,1)\n"
-    "  --sharding S|L                    auto, plan, dp, tw, cw, rw or twrw for every table, or 26 of them\n"
-    "                                    (plan: the library's planner places every table)\n"
-    "                                    comma-separated (default auto: tables <= 1 MiB dp, >= 4 MiB rw,\n"
-    "                                    others tw round-robin)\n"
+    "  --sharding S|L                    auto (the default; plan is a synonym): the library's planner\n"
+    "                                    places every table; or dp, tw, cw, rw or twrw for every\n"
+    "                                    table, or 26 of them comma-separated\n"
+    "  --plan FILE                       the tables' placement from a plan file that\n"
+    "                                    'ember plan --output FILE' wrote (instead of --sharding)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
     "\n"
     "data:\n"
@@ -52,8 +53,8 @@ static const char help[] =
     "  --adagrad                         Adagrad for the dense part and row-wise Adagrad for the tables,\n"
     "                                    as TorchRec's flag (the default here)\n"
     "  --dense_optimizer sgd|adagrad|adam                                      (default adagrad)\n"
-    "  --embedding_optimizer sgd|adagrad|rowwise_adagrad|adam|partial_rowwise_adam|lamb\n"
-    "                                                                          (default rowwise_adagrad)\n"
+    "  --embedding_optimizer NAME        the tables' optimizer (default rowwise_adagrad), one of\n"
+    "                                    %s\n"
     "  --seed N                          data, planted model and initial weights (default 1)\n"
     "  --threads N                       threads per rank, each pinned to a CPU of its own (default:\n"
     "                                    OMP_NUM_THREADS, else the host's CPUs over its ranks)\n"
@@ -81,6 +82,7 @@ enum {
     OPT_DENSE_ARCH,
     OPT_OVER_ARCH,
     OPT_SHARDING,
+    OPT_PLAN,
     OPT_GRAD_CONVENTION,
     OPT_DATASET,
     OPT_DATA_PATH,
@@ -112,6 +114,7 @@ static const struct option options[] = {
     {"dense_arch_layer_sizes", required_argument, NULL, OPT_DENSE_ARCH},
     {"over_arch_layer_sizes", required_argument, NULL, OPT_OVER_ARCH},
     {"sharding", required_argument, NULL, OPT_SHARDING},
+    {"plan", required_argument, NULL, OPT_PLAN},
     {"grad_convention", required_argument, NULL, OPT_GRAD_CONVENTION},
     {"dataset", required_argument, NULL, OPT_DATASET},
     {"data_path", required_argument, NULL, OPT_DATA_PATH},
@@ -158,7 +161,7 @@ static bool parse_per_feature(const char *flag, int count, int got, char *err, s
 }
 
 static bool parse_sharding(const char *text, int *sharding, char *err, size_t cap) {
-    char item[16];
+    char item[16], planner[16] = "";
     int n = 0, got[DLRM_NUM_SPARSE];
     for (const char *p = text;;) {
         const char *comma = strchr(p, ',');
@@ -172,18 +175,18 @@ static bool parse_sharding(const char *text, int *sharding, char *err, size_t ca
             snprintf(err, cap, "--sharding: more than %d schemes", DLRM_NUM_SPARSE);
             return false;
         }
+        if (s == SHARDING_AUTO) memcpy(planner, item, sizeof item);
         got[n++] = s;
         if (!comma) break;
         p = comma + 1;
     }
+    if (planner[0] && n > 1) {
+        snprintf(err, cap, "--sharding %s places every table (the library's planner): give it alone, not in a list",
+                 planner);
+        return false;
+    }
     if (!parse_per_feature("--sharding", DLRM_NUM_SPARSE, n, err, cap)) return false;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) sharding[f] = got[n == 1 ? 0 : f];
-    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-        if ((sharding[f] == SHARDING_PLANNER) != (sharding[0] == SHARDING_PLANNER)) {
-            snprintf(err, cap, "--sharding plan places every table: give it alone, not in a list");
-            return false;
-        }
-    }
     return true;
 }
 
@@ -206,6 +209,8 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
     int n, c, k, idx = -1;
     char flag[64];
     const char *choices = "";
+    char optim_names[256];
+    bool sharding_given = false;
     opterr = 0; // messages are ours, printed once
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", options, &idx)) != -1) {
@@ -240,7 +245,9 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
             break;
         case OPT_SHARDING:
             if (!parse_sharding(optarg, o->sharding, err, cap)) return false;
+            sharding_given = true;
             break;
+        case OPT_PLAN: o->plan_path = optarg; break;
         case OPT_GRAD_CONVENTION:
             if ((k = pick(optarg, conventions, 2)) < 0) {
                 choices = "mean, sum";
@@ -310,11 +317,11 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
             o->dense_optimizer = (dense_optim_kind)k;
             break;
         case OPT_EMBEDDING_OPTIMIZER:
-            if ((k = train_embedding_optimizer_parse(optarg)) < 0) {
-                choices = "sgd, adagrad, rowwise_adagrad, adam, partial_rowwise_adam, lamb";
+            if (ember_optim_parse(optarg, &o->embedding_optimizer) != EMBER_OK) {
+                cli_optim_names(", ", optim_names, sizeof optim_names);
+                choices = optim_names;
                 goto bad_choice;
             }
-            o->embedding_optimizer = (ember_optim_kind)k;
             break;
         case OPT_SEED:
             if (!cli_parse_i64("--seed", optarg, 0, INT64_MAX, &v, err, cap)) return false;
@@ -346,6 +353,10 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
         snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
         return false;
     }
+    if (sharding_given && o->plan_path) {
+        snprintf(err, cap, "--sharding and --plan both place the tables: give one");
+        return false;
+    }
     return true;
 }
 
@@ -363,7 +374,9 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     if (want_help) {
-        if (speak) fputs(help, stdout);
+        char names[256];
+        cli_optim_names("|", names, sizeof names);
+        if (speak) printf(help, names);
         return 0;
     }
     o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));

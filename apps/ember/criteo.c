@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "criteo.h"
 
 struct criteo_reader {
@@ -31,32 +31,32 @@ struct criteo_reader {
 
 ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader **out) {
     *out = NULL;
-    EMBER_CHECK(ctx, cfg->path && cfg->rows, EMBER_ERR_INVALID_ARG, "criteo: no data path");
-    EMBER_CHECK(ctx, cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world && cfg->global_batch >= 1 &&
+    APP_CHECK(ctx, cfg->path && cfg->rows, EMBER_ERR_INVALID_ARG, "criteo: no data path");
+    APP_CHECK(ctx, cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world && cfg->global_batch >= 1 &&
                          cfg->first_line >= 0 && cfg->max_lines >= 0,
                 EMBER_ERR_INVALID_ARG, "criteo: rank %d of %d, global batch %lld, lines %lld + %lld", (int)cfg->rank,
                 (int)cfg->world, (long long)cfg->global_batch, (long long)cfg->first_line,
                 (long long)cfg->max_lines);
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-        EMBER_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "criteo: feature cat_%d has %lld rows", f,
-                    (long long)cfg->rows[f]);
+        APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "criteo: feature cat_%d has %lld rows", f,
+                  (long long)cfg->rows[f]);
     }
-    criteo_reader *r = ember__xalloc(ctx, sizeof *r, "criteo reader");
+    criteo_reader *r = app_alloc(ctx, sizeof *r, "criteo reader");
     if (!r) return EMBER_ERR_NOMEM;
     memset(r, 0, sizeof *r);
     size_t len = strlen(cfg->path) + 1;
-    r->path = ember__xalloc(ctx, len, "criteo path");
+    r->path = app_alloc(ctx, len, "criteo path");
     if (!r->path) {
-        ember__free(ctx, r);
+        ember_ctx_free(ctx, r);
         return EMBER_ERR_NOMEM;
     }
     memcpy(r->path, cfg->path, len);
     r->file = fopen(cfg->path, "rb");
     if (!r->file) {
         int e = errno;
-        ember__free(ctx, r->path);
-        ember__free(ctx, r);
-        return ember__error(ctx, EMBER_ERR_IO, "criteo: cannot open '%s': %s", cfg->path, strerror(e));
+        ember_ctx_free(ctx, r->path);
+        ember_ctx_free(ctx, r);
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "criteo: cannot open '%s': %s", cfg->path, strerror(e));
     }
     r->ctx = ctx;
     r->cfg = *cfg;
@@ -68,9 +68,9 @@ ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader
 }
 
 static void free_lines(ember_ctx *ctx, criteo_reader *r) {
-    ember__free(ctx, r->text);
-    ember__free(ctx, r->start); // number lies in the same block, as parsed does in fits
-    ember__free(ctx, r->fits);
+    ember_ctx_free(ctx, r->text);
+    ember_ctx_free(ctx, r->start); // number lies in the same block, as parsed does in fits
+    ember_ctx_free(ctx, r->fits);
     r->text = NULL;
     r->start = r->number = NULL;
     r->fits = r->parsed = NULL;
@@ -82,13 +82,13 @@ void criteo_close(ember_ctx *ctx, criteo_reader *r) {
     if (!r) return;
     free_lines(ctx, r);
     if (r->file) fclose(r->file);
-    ember__free(ctx, r->path);
-    ember__free(ctx, r);
+    ember_ctx_free(ctx, r->path);
+    ember_ctx_free(ctx, r);
 }
 
 ember_status criteo_rewind(criteo_reader *r) {
     if (fseek(r->file, 0, SEEK_SET) != 0) {
-        return ember__error(r->ctx, EMBER_ERR_IO, "criteo: cannot rewind '%s': %s", r->path, strerror(errno));
+        return ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: cannot rewind '%s': %s", r->path, strerror(errno));
     }
     clearerr(r->file);
     r->next_line = 0;
@@ -105,8 +105,10 @@ static int read_line(criteo_reader *r, ember_status *st) {
     *st = EMBER_OK;
     if (r->at_eof) return 0;
     if (!fgets(r->line, sizeof r->line, r->file)) {
-        if (ferror(r->file)) *st = ember__error(r->ctx, EMBER_ERR_IO, "criteo: reading '%s' line %lld: %s", r->path,
-                                                (long long)r->next_line + 1, strerror(errno));
+        if (ferror(r->file)) {
+            *st = ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: reading '%s' line %lld: %s", r->path,
+                                      (long long)r->next_line + 1, strerror(errno));
+        }
         r->at_eof = true;
         return 0;
     }
@@ -205,7 +207,8 @@ static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i
 // CRITEO_FATAL mode.
 static ember_status malformed(criteo_reader *r, int64_t line, const char *why) {
     if (r->cfg.malformed == CRITEO_FATAL) {
-        return ember__error(r->ctx, EMBER_ERR_FORMAT, "criteo: '%s' line %lld: %s", r->path, (long long)line, why);
+        return ember_ctx_set_error(r->ctx, EMBER_ERR_FORMAT, "criteo: '%s' line %lld: %s", r->path, (long long)line,
+                                   why);
     }
     if (line > r->counted_upto) {
         criteo_stats *s = &r->stats;
@@ -226,7 +229,7 @@ static void move_sample(dlrm_batch *b, int32_t from, int32_t to) {
 }
 
 ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
-    EMBER_ASSERT(b->num_dense == DLRM_NUM_DENSE && b->num_sparse == DLRM_NUM_SPARSE);
+    APP_ASSERT(b->num_dense == DLRM_NUM_DENSE && b->num_sparse == DLRM_NUM_SPARSE);
     const criteo_config *c = &r->cfg;
     b->size = 0;
     *eof = false;
@@ -241,7 +244,7 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
     int64_t offset, share = dlrm_share(c->global_batch, c->rank, c->world, &offset);
     int64_t mine = start + offset, mine_end = mine + share;
     if (mine_end > end) mine_end = end;
-    EMBER_ASSERT(share <= b->capacity);
+    APP_ASSERT(share <= b->capacity);
     ember_status st;
     // Skip to the batch start, noting whether the batch has any line at all.
     while (r->next_line < start) {
@@ -258,8 +261,8 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
     if (r->lines_cap < share) {
         free_lines(r->ctx, r);
         const size_t n = (size_t)share;
-        r->start = ember__xalloc(r->ctx, sizeof(int64_t) * 2 * n, "criteo line index");
-        r->fits = ember__xalloc(r->ctx, 2 * n, "criteo line index");
+        r->start = app_alloc(r->ctx, sizeof(int64_t) * 2 * n, "criteo line index");
+        r->fits = app_alloc(r->ctx, 2 * n, "criteo line index");
         if (!r->start || !r->fits) {
             free_lines(r->ctx, r);
             return EMBER_ERR_NOMEM;
@@ -283,10 +286,10 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         if (used + len > r->text_cap) {
             size_t cap = r->text_cap ? 2 * r->text_cap : 64 * 1024;
             while (cap < used + len) cap *= 2;
-            char *t = ember__xalloc(r->ctx, cap, "criteo batch text");
+            char *t = app_alloc(r->ctx, cap, "criteo batch text");
             if (!t) return EMBER_ERR_NOMEM;
             if (used) memcpy(t, r->text, used);
-            ember__free(r->ctx, r->text);
+            ember_ctx_free(r->ctx, r->text);
             r->text = t;
             r->text_cap = cap;
         }
@@ -314,12 +317,12 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         char why[160];
         if (r->fits[k] < 0) {
             snprintf(why, sizeof why, "longer than %d bytes", CRITEO_LINE_MAX - 1);
-            EMBER_TRY(malformed(r, r->number[k], why));
+            APP_TRY(malformed(r, r->number[k], why));
         } else if (!r->parsed[k]) {
             char line[CRITEO_LINE_MAX];
             memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
             parse_line(r->rows, line, b, b->size, why, sizeof why); // again, for the reason
-            EMBER_TRY(malformed(r, r->number[k], why));
+            APP_TRY(malformed(r, r->number[k], why));
         } else {
             if (b->size != k) move_sample(b, k, b->size);
             b->planted[b->size] = NAN;

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "dense_optim.h"
 
 // Parameters below which one thread updates them all: a parallel region costs a few
@@ -22,37 +22,37 @@ const char *dense_optim_name(dense_optim_kind kind) {
 ember_status dense_optim_create(ember_ctx *ctx, const dense_optim_config *cfg, int64_t n, dense_optim *o) {
     memset(o, 0, sizeof *o);
     dense_optim_config c = *cfg;
-    EMBER_CHECK(ctx, c.kind == DENSE_OPT_SGD || c.kind == DENSE_OPT_ADAGRAD || c.kind == DENSE_OPT_ADAM,
-                EMBER_ERR_INVALID_ARG, "dense optimizer: unknown kind %d", (int)c.kind);
-    EMBER_CHECK(ctx, isfinite(c.lr) && c.lr > 0.0f, EMBER_ERR_INVALID_ARG, "dense optimizer: learning rate %g",
-                (double)c.lr);
+    APP_CHECK(ctx, c.kind == DENSE_OPT_SGD || c.kind == DENSE_OPT_ADAGRAD || c.kind == DENSE_OPT_ADAM,
+              EMBER_ERR_INVALID_ARG, "dense optimizer: unknown kind %d", (int)c.kind);
+    APP_CHECK(ctx, isfinite(c.lr) && c.lr > 0.0f, EMBER_ERR_INVALID_ARG, "dense optimizer: learning rate %g",
+              (double)c.lr);
     if (c.eps == 0.0f) c.eps = c.kind == DENSE_OPT_ADAGRAD ? 1e-10f : 1e-8f;
     if (c.beta1 == 0.0f) c.beta1 = 0.9f;
     if (c.beta2 == 0.0f) c.beta2 = 0.999f;
-    EMBER_CHECK(ctx, c.eps > 0.0f && c.beta1 > 0.0f && c.beta1 < 1.0f && c.beta2 > 0.0f && c.beta2 < 1.0f,
-                EMBER_ERR_INVALID_ARG, "dense optimizer: eps %g, betas %g %g", (double)c.eps, (double)c.beta1,
-                (double)c.beta2);
-    EMBER_CHECK(ctx, n >= 0, EMBER_ERR_INVALID_ARG, "dense optimizer: %lld parameters", (long long)n);
+    APP_CHECK(ctx, c.eps > 0.0f && c.beta1 > 0.0f && c.beta1 < 1.0f && c.beta2 > 0.0f && c.beta2 < 1.0f,
+              EMBER_ERR_INVALID_ARG, "dense optimizer: eps %g, betas %g %g", (double)c.eps, (double)c.beta1,
+              (double)c.beta2);
+    APP_CHECK(ctx, n >= 0, EMBER_ERR_INVALID_ARG, "dense optimizer: %lld parameters", (long long)n);
     o->cfg = c;
     o->n = n;
     size_t bytes = sizeof(float) * (size_t)n;
     if (c.kind != DENSE_OPT_SGD) {
-        o->m1 = ember__calloc(ctx, bytes);
-        if (!o->m1) return ember__error(ctx, EMBER_ERR_NOMEM, "cannot allocate %zu bytes of optimizer state", bytes);
+        o->m1 = app_calloc(ctx, bytes, "dense optimizer state");
+        if (!o->m1) return EMBER_ERR_NOMEM;
     }
     if (c.kind == DENSE_OPT_ADAM) {
-        o->m2 = ember__calloc(ctx, bytes);
+        o->m2 = app_calloc(ctx, bytes, "dense optimizer state");
         if (!o->m2) {
             dense_optim_destroy(ctx, o);
-            return ember__error(ctx, EMBER_ERR_NOMEM, "cannot allocate %zu bytes of optimizer state", bytes);
+            return EMBER_ERR_NOMEM;
         }
     }
     return EMBER_OK;
 }
 
 void dense_optim_destroy(ember_ctx *ctx, dense_optim *o) {
-    ember__free(ctx, o->m1);
-    ember__free(ctx, o->m2);
+    ember_ctx_free(ctx, o->m1);
+    ember_ctx_free(ctx, o->m2);
     memset(o, 0, sizeof *o);
 }
 

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "dlrm.h"
 #include "interaction.h"
 #include "loss.h"
@@ -34,34 +34,34 @@ struct dlrm_model {
 };
 
 static ember_status check_sizes(ember_ctx *ctx, const char *flag, const int32_t *sizes, int32_t n) {
-    EMBER_CHECK(ctx, n >= 1 && sizes, EMBER_ERR_INVALID_ARG, "%s: no layer sizes", flag);
+    APP_CHECK(ctx, n >= 1 && sizes, EMBER_ERR_INVALID_ARG, "%s: no layer sizes", flag);
     for (int32_t l = 0; l < n; l++) {
-        EMBER_CHECK(ctx, sizes[l] >= 1 && sizes[l] <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
-                    "%s: layer %d has size %d, expected 1..%d", flag, (int)l + 1, (int)sizes[l], DLRM_MAX_WIDTH);
+        APP_CHECK(ctx, sizes[l] >= 1 && sizes[l] <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
+                  "%s: layer %d has size %d, expected 1..%d", flag, (int)l + 1, (int)sizes[l], DLRM_MAX_WIDTH);
     }
     return EMBER_OK;
 }
 
 ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *c) {
-    EMBER_CHECK(ctx, c->num_dense >= 1 && c->num_sparse >= 1, EMBER_ERR_INVALID_ARG,
-                "dlrm: %d dense and %d sparse features", (int)c->num_dense, (int)c->num_sparse);
-    EMBER_CHECK(ctx, c->embedding_dim >= 1 && c->embedding_dim <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
-                "--embedding_dim %d: expected 1..%d", (int)c->embedding_dim, DLRM_MAX_WIDTH);
-    EMBER_CHECK(ctx, c->max_batch >= 1 && c->max_batch <= DLRM_MAX_BATCH, EMBER_ERR_INVALID_ARG,
-                "local batch of %d samples: expected 1..%d per rank", (int)c->max_batch, DLRM_MAX_BATCH);
-    EMBER_TRY(check_sizes(ctx, "--dense_arch_layer_sizes", c->bottom_sizes, c->num_bottom));
-    EMBER_TRY(check_sizes(ctx, "--over_arch_layer_sizes", c->top_sizes, c->num_top));
-    EMBER_CHECK(ctx, c->bottom_sizes[c->num_bottom - 1] == c->embedding_dim, EMBER_ERR_INVALID_ARG,
-                "--dense_arch_layer_sizes ends with %d but --embedding_dim is %d: the dense vector meets the "
-                "embeddings in dot products, so they must match",
-                (int)c->bottom_sizes[c->num_bottom - 1], (int)c->embedding_dim);
-    EMBER_CHECK(ctx, c->top_sizes[c->num_top - 1] == 1, EMBER_ERR_INVALID_ARG,
-                "--over_arch_layer_sizes ends with %d: the last layer must be 1 (one logit)",
-                (int)c->top_sizes[c->num_top - 1]);
+    APP_CHECK(ctx, c->num_dense >= 1 && c->num_sparse >= 1, EMBER_ERR_INVALID_ARG,
+              "dlrm: %d dense and %d sparse features", (int)c->num_dense, (int)c->num_sparse);
+    APP_CHECK(ctx, c->embedding_dim >= 1 && c->embedding_dim <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
+              "--embedding_dim %d: expected 1..%d", (int)c->embedding_dim, DLRM_MAX_WIDTH);
+    APP_CHECK(ctx, c->max_batch >= 1 && c->max_batch <= DLRM_MAX_BATCH, EMBER_ERR_INVALID_ARG,
+              "local batch of %d samples: expected 1..%d per rank", (int)c->max_batch, DLRM_MAX_BATCH);
+    APP_TRY(check_sizes(ctx, "--dense_arch_layer_sizes", c->bottom_sizes, c->num_bottom));
+    APP_TRY(check_sizes(ctx, "--over_arch_layer_sizes", c->top_sizes, c->num_top));
+    APP_CHECK(ctx, c->bottom_sizes[c->num_bottom - 1] == c->embedding_dim, EMBER_ERR_INVALID_ARG,
+              "--dense_arch_layer_sizes ends with %d but --embedding_dim is %d: the dense vector meets the "
+              "embeddings in dot products, so they must match",
+              (int)c->bottom_sizes[c->num_bottom - 1], (int)c->embedding_dim);
+    APP_CHECK(ctx, c->top_sizes[c->num_top - 1] == 1, EMBER_ERR_INVALID_ARG,
+              "--over_arch_layer_sizes ends with %d: the last layer must be 1 (one logit)",
+              (int)c->top_sizes[c->num_top - 1]);
     int64_t inter = interaction_out_dim(c->num_sparse, c->embedding_dim);
-    EMBER_CHECK(ctx, inter <= 4 * DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
-                "%d features of dim %d give %lld interaction outputs, too many", (int)c->num_sparse,
-                (int)c->embedding_dim, (long long)inter);
+    APP_CHECK(ctx, inter <= 4 * DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
+              "%d features of dim %d give %lld interaction outputs, too many", (int)c->num_sparse,
+              (int)c->embedding_dim, (long long)inter);
     return EMBER_OK;
 }
 
@@ -73,14 +73,14 @@ void dlrm_destroy(dlrm_model *m) {
     dense_optim_destroy(ctx, &m->optim);
     void *bufs[] = {m->params, m->grads, m->emb, m->inter, m->dlogit, m->dinter,
                     m->ddense, m->demb, m->lengths, m->offsets, m->values};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
-    ember__free(ctx, m);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember_ctx_free(ctx, bufs[i]);
+    ember_ctx_free(ctx, m);
 }
 
 ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *backend, dlrm_model **out) {
     *out = NULL;
-    EMBER_TRY(dlrm_validate(ctx, cfg));
-    dlrm_model *m = ember__xalloc(ctx, sizeof *m, "dlrm model");
+    APP_TRY(dlrm_validate(ctx, cfg));
+    dlrm_model *m = app_alloc(ctx, sizeof *m, "dlrm model");
     if (!m) return EMBER_ERR_NOMEM;
     memset(m, 0, sizeof *m);
     m->ctx = ctx;
@@ -95,18 +95,17 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
     const size_t B = (size_t)cfg->max_batch, FD = (size_t)cfg->num_sparse * (size_t)cfg->embedding_dim;
     const size_t nbags = (size_t)cfg->num_sparse * B, iw = (size_t)m->inter_width;
     ember_status st = EMBER_ERR_NOMEM;
-    if (!(m->params = ember__xalloc(ctx, sizeof(float) * (size_t)m->num_params, "dense parameters")) ||
-        !(m->grads = ember__calloc(ctx, sizeof(float) * (size_t)m->num_params)) ||
-        !(m->emb = ember__xalloc(ctx, sizeof(float) * B * FD, "pooled embeddings")) ||
-        !(m->inter = ember__xalloc(ctx, sizeof(float) * B * iw, "interaction output")) ||
-        !(m->dlogit = ember__xalloc(ctx, sizeof(float) * B, "logit gradient")) ||
-        !(m->dinter = ember__xalloc(ctx, sizeof(float) * B * iw, "interaction gradient")) ||
-        !(m->ddense = ember__xalloc(ctx, sizeof(float) * B * (size_t)m->dim, "dense vector gradient")) ||
-        !(m->demb = ember__xalloc(ctx, sizeof(float) * B * FD, "embedding gradient")) ||
-        !(m->lengths = ember__xalloc(ctx, sizeof(int32_t) * nbags, "kjt lengths")) ||
-        !(m->offsets = ember__xalloc(ctx, sizeof(int64_t) * (nbags + 1), "kjt offsets")) ||
-        !(m->values = ember__xalloc(ctx, sizeof(int64_t) * nbags, "kjt values"))) {
-        if (!m->grads) ember__error(ctx, EMBER_ERR_NOMEM, "cannot allocate the dense gradient slab");
+    if (!(m->params = app_alloc(ctx, sizeof(float) * (size_t)m->num_params, "dense parameters")) ||
+        !(m->grads = app_calloc(ctx, sizeof(float) * (size_t)m->num_params, "dense gradients")) ||
+        !(m->emb = app_alloc(ctx, sizeof(float) * B * FD, "pooled embeddings")) ||
+        !(m->inter = app_alloc(ctx, sizeof(float) * B * iw, "interaction output")) ||
+        !(m->dlogit = app_alloc(ctx, sizeof(float) * B, "logit gradient")) ||
+        !(m->dinter = app_alloc(ctx, sizeof(float) * B * iw, "interaction gradient")) ||
+        !(m->ddense = app_alloc(ctx, sizeof(float) * B * (size_t)m->dim, "dense vector gradient")) ||
+        !(m->demb = app_alloc(ctx, sizeof(float) * B * FD, "embedding gradient")) ||
+        !(m->lengths = app_alloc(ctx, sizeof(int32_t) * nbags, "kjt lengths")) ||
+        !(m->offsets = app_alloc(ctx, sizeof(int64_t) * (nbags + 1), "kjt offsets")) ||
+        !(m->values = app_alloc(ctx, sizeof(int64_t) * nbags, "kjt values"))) {
         goto fail;
     }
     if ((st = mlp_create(ctx, cfg->num_dense, cfg->bottom_sizes, cfg->num_bottom, true, cfg->max_batch, m->params,
@@ -134,7 +133,7 @@ const float *dlrm_dense_grads(const dlrm_model *m) { return m->grads; }
 
 ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logits) {
     const int32_t B = b->size, F = m->num_sparse;
-    EMBER_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
+    APP_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
     // The KJT is feature-major: bag (f, i) is number f*B + i.
 #pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < B; i++) {
@@ -144,7 +143,7 @@ ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logi
     m->kjt = (ember_kjt){.num_features = F, .batch_size = B, .lengths = m->lengths, .offsets = m->offsets,
                          .values = m->values, .weights = NULL, .nnz = (int64_t)F * B};
     m->dense_out = mlp_forward(&m->bottom, b->dense, B);
-    EMBER_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
+    APP_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
     interaction_forward(B, F, m->dim, m->dense_out, m->emb, m->inter);
     *logits = mlp_forward(&m->top, m->inter, B);
     return EMBER_OK;
@@ -153,12 +152,12 @@ ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logi
 ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scale, double *loss_sum) {
     const int32_t B = b->size;
     const float *logits;
-    EMBER_TRY(dlrm_forward(m, b, &logits));
+    APP_TRY(dlrm_forward(m, b, &logits));
     *loss_sum = bce_with_logits(B, logits, b->labels, loss_scale, m->dlogit);
     mlp_backward(&m->top, m->inter, B, m->dlogit, m->dinter);
     interaction_backward(B, m->num_sparse, m->dim, m->dense_out, m->emb, m->dinter, m->ddense, m->demb);
     mlp_backward(&m->bottom, b->dense, B, m->ddense, NULL);
-    EMBER_TRY(m->backend->reduce_dense_grads(m->backend->impl, m->grads, (size_t)m->num_params));
+    APP_TRY(m->backend->reduce_dense_grads(m->backend->impl, m->grads, (size_t)m->num_params));
     // The reduced gradient is the same on every rank, so every rank takes this exit together.
     // The first non-finite element, whatever the thread count: the smallest index.
     const int64_t n = m->num_params;
@@ -167,9 +166,9 @@ ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scal
     for (int64_t i = 0; i < n; i++) {
         if (!isfinite(m->grads[i]) && i < bad) bad = i;
     }
-    EMBER_CHECK(m->ctx, bad == n, EMBER_ERR_NUMERIC,
-                "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
-                (long long)bad, bad < n ? (double)m->grads[bad] : 0.0, (long long)m->optim.step);
+    APP_CHECK(m->ctx, bad == n, EMBER_ERR_NUMERIC,
+              "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
+              (long long)bad, bad < n ? (double)m->grads[bad] : 0.0, (long long)m->optim.step);
     dense_optim_step(&m->optim, m->params, m->grads);
     return m->backend->backward(m->backend->impl, &m->kjt, m->demb);
 }

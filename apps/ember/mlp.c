@@ -16,9 +16,9 @@
 #include <omp.h>
 #endif
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "mlp.h"
-#include "rng.h"
+#include "ember/rng.h"
 
 // Rows of the batch per tile in y = x W^T and dx = g W: 16 tiles for the default 2048 samples,
 // few enough that the repacked W (up to 64 x 367 for the default top MLP) stays a few percent of
@@ -58,9 +58,9 @@ ember_status mlp_create(ember_ctx *ctx, int32_t in, const int32_t *sizes, int32_
                         int32_t max_batch, float *params, float *grads, mlp *m) {
     memset(m, 0, sizeof *m);
     blas_single_threaded();
-    EMBER_CHECK(ctx, n >= 1 && in >= 1 && max_batch >= 1, EMBER_ERR_INVALID_ARG,
-                "mlp: %d layers, input width %d, batch %d", (int)n, (int)in, (int)max_batch);
-    m->layers = ember__xalloc(ctx, sizeof(mlp_layer) * (size_t)n, "mlp layers");
+    APP_CHECK(ctx, n >= 1 && in >= 1 && max_batch >= 1, EMBER_ERR_INVALID_ARG,
+              "mlp: %d layers, input width %d, batch %d", (int)n, (int)in, (int)max_batch);
+    m->layers = app_alloc(ctx, sizeof(mlp_layer) * (size_t)n, "mlp layers");
     if (!m->layers) return EMBER_ERR_NOMEM;
     memset(m->layers, 0, sizeof(mlp_layer) * (size_t)n);
     m->num_layers = n;
@@ -69,7 +69,7 @@ ember_status mlp_create(ember_ctx *ctx, int32_t in, const int32_t *sizes, int32_
     int32_t width = in, widest = in;
     for (int32_t l = 0; l < n; l++) {
         mlp_layer *L = &m->layers[l];
-        EMBER_CHECK(ctx, sizes[l] >= 1, EMBER_ERR_INVALID_ARG, "mlp: layer %d has size %d", (int)l, (int)sizes[l]);
+        APP_CHECK(ctx, sizes[l] >= 1, EMBER_ERR_INVALID_ARG, "mlp: layer %d has size %d", (int)l, (int)sizes[l]);
         L->in = width;
         L->out = sizes[l];
         L->relu = l < n - 1 || relu_last;
@@ -81,7 +81,7 @@ ember_status mlp_create(ember_ctx *ctx, int32_t in, const int32_t *sizes, int32_
         L->db = grads;
         params += L->out;
         grads += L->out;
-        L->y = ember__xalloc(ctx, sizeof(float) * (size_t)max_batch * (size_t)L->out, "mlp activations");
+        L->y = app_alloc(ctx, sizeof(float) * (size_t)max_batch * (size_t)L->out, "mlp activations");
         if (!L->y) {
             mlp_destroy(ctx, m);
             return EMBER_ERR_NOMEM;
@@ -90,7 +90,7 @@ ember_status mlp_create(ember_ctx *ctx, int32_t in, const int32_t *sizes, int32_
         if (width > widest) widest = width;
     }
     for (int i = 0; i < 2; i++) {
-        m->scratch[i] = ember__xalloc(ctx, sizeof(float) * (size_t)max_batch * (size_t)widest, "mlp scratch");
+        m->scratch[i] = app_alloc(ctx, sizeof(float) * (size_t)max_batch * (size_t)widest, "mlp scratch");
         if (!m->scratch[i]) {
             mlp_destroy(ctx, m);
             return EMBER_ERR_NOMEM;
@@ -101,11 +101,11 @@ ember_status mlp_create(ember_ctx *ctx, int32_t in, const int32_t *sizes, int32_
 
 void mlp_destroy(ember_ctx *ctx, mlp *m) {
     if (m->layers) {
-        for (int32_t l = 0; l < m->num_layers; l++) ember__free(ctx, m->layers[l].y);
-        ember__free(ctx, m->layers);
+        for (int32_t l = 0; l < m->num_layers; l++) ember_ctx_free(ctx, m->layers[l].y);
+        ember_ctx_free(ctx, m->layers);
     }
-    ember__free(ctx, m->scratch[0]);
-    ember__free(ctx, m->scratch[1]);
+    ember_ctx_free(ctx, m->scratch[0]);
+    ember_ctx_free(ctx, m->scratch[1]);
     memset(m, 0, sizeof *m);
 }
 
@@ -113,15 +113,15 @@ void mlp_init_params(mlp *m, uint64_t seed, uint64_t stream) {
     for (int32_t l = 0; l < m->num_layers; l++) {
         mlp_layer *L = &m->layers[l];
         double bound = 1.0 / sqrt((double)L->in);
-        rng r = rng_at(seed, stream, (uint64_t)l);
+        ember_rng r = ember_rng_at(seed, stream, (uint64_t)l);
         size_t nw = (size_t)L->out * (size_t)L->in;
-        for (size_t i = 0; i < nw; i++) L->w[i] = (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
-        for (int32_t i = 0; i < L->out; i++) L->b[i] = (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
+        for (size_t i = 0; i < nw; i++) L->w[i] = (float)((2.0 * ember_rng_uniform(&r) - 1.0) * bound);
+        for (int32_t i = 0; i < L->out; i++) L->b[i] = (float)((2.0 * ember_rng_uniform(&r) - 1.0) * bound);
     }
 }
 
 const float *mlp_forward(mlp *m, const float *x, int32_t batch) {
-    EMBER_ASSERT(batch >= 0 && batch <= m->max_batch);
+    APP_ASSERT(batch >= 0 && batch <= m->max_batch);
     const int32_t row_tiles = tiles(batch, MLP_ROW_TILE);
     // One team for the whole stack; the barrier after each layer's loop orders the layers.
 #pragma omp parallel if (row_tiles > 1)
@@ -149,7 +149,7 @@ const float *mlp_forward(mlp *m, const float *x, int32_t batch) {
 }
 
 void mlp_backward(mlp *m, const float *x, int32_t batch, const float *dy, float *dx) {
-    EMBER_ASSERT(batch >= 0 && batch <= m->max_batch);
+    APP_ASSERT(batch >= 0 && batch <= m->max_batch);
     const int32_t row_tiles = tiles(batch, MLP_ROW_TILE);
 #pragma omp parallel
     {

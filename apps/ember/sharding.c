@@ -1,14 +1,14 @@
-// Table plans for `ember train`.
+// Table names and the explicit --sharding plans of `ember train`, and the bytes a rank holds.
+#include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "sharding.h"
 
 static const char *const names[] = {"dp", "tw", "cw", "rw", "twrw"};
 
 int sharding_parse(const char *name) {
-    if (strcmp(name, "auto") == 0) return SHARDING_AUTO;
-    if (strcmp(name, "plan") == 0) return SHARDING_PLANNER;
+    if (strcmp(name, "auto") == 0 || strcmp(name, "plan") == 0) return SHARDING_AUTO;
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         if (strcmp(name, names[i]) == 0) return i; // the order of ember_shard_scheme
     }
@@ -17,11 +17,12 @@ int sharding_parse(const char *name) {
 
 const char *sharding_name(int scheme) {
     if (scheme == SHARDING_AUTO) return "auto";
-    if (scheme == SHARDING_PLANNER) return "plan";
     return scheme >= 0 && scheme < (int)(sizeof names / sizeof names[0]) ? names[scheme] : "unknown";
 }
 
-ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *rows, int32_t dim, const int *choice,
+void sharding_table_name(int32_t t, char *buf, size_t cap) { snprintf(buf, cap, "t_cat_%d", (int)t); }
+
+ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, const int *choice,
                            int32_t world, int32_t group_size, ember_table_plan *plan) {
     if (group_size < 1 || group_size > world || world % group_size != 0) group_size = world;
     int32_t next_rank = 0, next_group = 0;
@@ -29,12 +30,6 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *ro
         ember_table_plan *p = &plan[t];
         memset(p, 0, sizeof *p);
         int scheme = choice[t];
-        if (scheme == SHARDING_AUTO) {
-            double bytes = (double)rows[t] * (double)dim * 4.0;
-            scheme = bytes <= SHARDING_DP_MAX_BYTES   ? EMBER_SHARD_DATA_PARALLEL
-                     : bytes >= SHARDING_RW_MIN_BYTES ? EMBER_SHARD_ROW_WISE
-                                                      : EMBER_SHARD_TABLE_WISE;
-        }
         p->scheme = (ember_shard_scheme)scheme;
         switch (p->scheme) {
         case EMBER_SHARD_DATA_PARALLEL:
@@ -46,21 +41,22 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *ro
             break;
         case EMBER_SHARD_COLUMN_WISE:
             p->num_shards = world < dim ? world : dim;
-            EMBER_CHECK(ctx, p->num_shards <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                        "--sharding cw: table %d would need %d column shards, at most %d", (int)t,
-                        (int)p->num_shards, EMBER_PLAN_MAX_RANKS);
+            APP_CHECK(ctx, p->num_shards <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
+                      "--sharding cw: table %d would need %d column shards, at most %d", (int)t,
+                      (int)p->num_shards, EMBER_PLAN_MAX_RANKS);
             for (int32_t i = 0; i < p->num_shards; i++) p->ranks[i] = (next_rank + i) % world;
             next_rank = (next_rank + 1) % world;
             break;
         case EMBER_SHARD_TABLE_ROW_WISE:
-            EMBER_CHECK(ctx, group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                        "--sharding twrw: a group of %d ranks, at most %d", (int)group_size, EMBER_PLAN_MAX_RANKS);
+            APP_CHECK(ctx, group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
+                      "--sharding twrw: a group of %d ranks, at most %d", (int)group_size, EMBER_PLAN_MAX_RANKS);
             p->group_size = group_size;
             for (int32_t i = 0; i < group_size; i++) p->ranks[i] = next_group * group_size + i;
             next_group = (next_group + 1) % (world / group_size);
             break;
         default:
-            return ember__error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t, scheme);
+            return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t,
+                                       scheme);
         }
     }
     return EMBER_OK;

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "synth.h"
 
 // ---- Zipf by rejection-inversion ---------------------------------------------------------------
@@ -35,9 +35,9 @@ void zipf_init(zipf *z, int64_t n, double alpha) {
     z->s = 2.0 - zipf_H_inv(z, zipf_H(z, 2.5) - zipf_h(z, 2.0));
 }
 
-int64_t zipf_draw(const zipf *z, rng *r) {
+int64_t zipf_draw(const zipf *z, ember_rng *r) {
     for (;;) {
-        double u = z->h_n + rng_uniform(r) * (z->h_x1 - z->h_n);
+        double u = z->h_n + ember_rng_uniform(r) * (z->h_x1 - z->h_n);
         double x = zipf_H_inv(z, u);
         int64_t k = (int64_t)(x + 0.5);
         if (k < 1) k = 1;
@@ -76,51 +76,51 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b) {
 
 // The raw effect of an id: N(0, 1) from (seed, feature, id).
 static double raw_effect(const synth *s, int32_t feature, int64_t id) {
-    rng r = rng_at(s->cfg.seed, STREAM_EFFECT, rng_key((uint64_t)feature, (uint64_t)id));
-    return rng_normal(&r);
+    ember_rng r = ember_rng_at(s->cfg.seed, STREAM_EFFECT, ember_rng_key((uint64_t)feature, (uint64_t)id));
+    return ember_rng_normal(&r);
 }
 
 // A Zipf rank through feature f's permutation: (a k + c) mod rows, without overflow.
-static int64_t draw_id(const synth *s, int32_t f, rng *r) {
+static int64_t draw_id(const synth *s, int32_t f, ember_rng *r) {
     uint64_t rows = (uint64_t)s->rows[f], k = (uint64_t)zipf_draw(&s->zipf[f], r) - 1;
     return (int64_t)(((unsigned __int128)s->perm[2 * f] * k + s->perm[2 * f + 1]) % rows);
 }
 
 void synth_destroy(ember_ctx *ctx, synth *s) {
     if (!s) return;
-    ember__free(ctx, s->rows);
-    ember__free(ctx, s->w);
-    ember__free(ctx, s->mu);
-    ember__free(ctx, s->sigma);
-    ember__free(ctx, s->center);
-    ember__free(ctx, s->scale);
-    ember__free(ctx, s->perm);
-    ember__free(ctx, s->zipf);
-    ember__free(ctx, s);
+    ember_ctx_free(ctx, s->rows);
+    ember_ctx_free(ctx, s->w);
+    ember_ctx_free(ctx, s->mu);
+    ember_ctx_free(ctx, s->sigma);
+    ember_ctx_free(ctx, s->center);
+    ember_ctx_free(ctx, s->scale);
+    ember_ctx_free(ctx, s->perm);
+    ember_ctx_free(ctx, s->zipf);
+    ember_ctx_free(ctx, s);
 }
 
 ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) {
     *out = NULL;
     const int32_t nd = cfg->num_dense, nf = cfg->num_sparse;
-    EMBER_CHECK(ctx, nd >= 0 && nf >= 0 && (nf == 0 || cfg->rows), EMBER_ERR_INVALID_ARG,
-                "synthetic data: %d dense, %d sparse features", (int)nd, (int)nf);
-    EMBER_CHECK(ctx, isfinite(cfg->zipf_alpha) && cfg->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
-                "synthetic data: zipf alpha %g must be >= 0", cfg->zipf_alpha);
+    APP_CHECK(ctx, nd >= 0 && nf >= 0 && (nf == 0 || cfg->rows), EMBER_ERR_INVALID_ARG,
+              "synthetic data: %d dense, %d sparse features", (int)nd, (int)nf);
+    APP_CHECK(ctx, isfinite(cfg->zipf_alpha) && cfg->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
+              "synthetic data: zipf alpha %g must be >= 0", cfg->zipf_alpha);
     for (int32_t f = 0; f < nf; f++) {
-        EMBER_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "synthetic data: feature %d has %lld rows",
-                    (int)f, (long long)cfg->rows[f]);
+        APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "synthetic data: feature %d has %lld rows",
+                  (int)f, (long long)cfg->rows[f]);
     }
-    synth *s = ember__xalloc(ctx, sizeof *s, "synthetic data set");
+    synth *s = app_alloc(ctx, sizeof *s, "synthetic data set");
     if (!s) return EMBER_ERR_NOMEM;
     memset(s, 0, sizeof *s);
-    s->rows = ember__xalloc(ctx, sizeof(int64_t) * (size_t)nf, "synthetic table sizes");
-    s->w = ember__xalloc(ctx, sizeof(double) * (size_t)nd, "planted dense weights");
-    s->mu = ember__xalloc(ctx, sizeof(double) * (size_t)nd, "planted dense offsets");
-    s->sigma = ember__xalloc(ctx, sizeof(double) * (size_t)nf, "planted effect scales");
-    s->center = ember__xalloc(ctx, sizeof(double) * (size_t)nf, "planted effect centers");
-    s->scale = ember__xalloc(ctx, sizeof(double) * (size_t)nf, "planted effect scales");
-    s->perm = ember__xalloc(ctx, sizeof(uint64_t) * 2 * (size_t)nf, "id permutations");
-    s->zipf = ember__xalloc(ctx, sizeof(zipf) * (size_t)nf, "zipf samplers");
+    s->rows = app_alloc(ctx, sizeof(int64_t) * (size_t)nf, "synthetic table sizes");
+    s->w = app_alloc(ctx, sizeof(double) * (size_t)nd, "planted dense weights");
+    s->mu = app_alloc(ctx, sizeof(double) * (size_t)nd, "planted dense offsets");
+    s->sigma = app_alloc(ctx, sizeof(double) * (size_t)nf, "planted effect scales");
+    s->center = app_alloc(ctx, sizeof(double) * (size_t)nf, "planted effect centers");
+    s->scale = app_alloc(ctx, sizeof(double) * (size_t)nf, "planted effect scales");
+    s->perm = app_alloc(ctx, sizeof(uint64_t) * 2 * (size_t)nf, "id permutations");
+    s->zipf = app_alloc(ctx, sizeof(zipf) * (size_t)nf, "zipf samplers");
     if (!s->rows || !s->w || !s->mu || !s->sigma || !s->center || !s->scale || !s->perm || !s->zipf) {
         synth_destroy(ctx, s);
         return EMBER_ERR_NOMEM;
@@ -129,26 +129,26 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
     s->cfg = *cfg;
     s->cfg.rows = s->rows;
 
-    rng r = rng_at(cfg->seed, STREAM_MODEL, 0);
+    ember_rng r = ember_rng_at(cfg->seed, STREAM_MODEL, 0);
     double norm = 0.0;
     for (int32_t j = 0; j < nd; j++) {
-        s->w[j] = rng_normal(&r);
-        s->mu[j] = -1.0 + 3.0 * rng_uniform(&r);
+        s->w[j] = ember_rng_normal(&r);
+        s->mu[j] = -1.0 + 3.0 * ember_rng_uniform(&r);
         norm += s->w[j] * s->w[j];
     }
     for (int32_t j = 0; j < nd; j++) s->w[j] *= norm > 0.0 ? cfg->dense_scale / sqrt(norm) : 0.0;
     double var = 0.0;
     for (int32_t f = 0; f < nf; f++) {
-        s->sigma[f] = 0.25 + rng_uniform(&r); // features matter unequally, none is pure noise
+        s->sigma[f] = 0.25 + ember_rng_uniform(&r); // features matter unequally, none is pure noise
         var += s->sigma[f] * s->sigma[f];
     }
     for (int32_t f = 0; f < nf; f++) s->sigma[f] *= cfg->sparse_scale / sqrt(var);
     for (int32_t f = 0; f < nf; f++) {
         uint64_t n = (uint64_t)s->rows[f];
-        uint64_t a = 1 + rng_next(&r) % n;
+        uint64_t a = 1 + ember_rng_next(&r) % n;
         while (gcd_u64(a, n) != 1) a = a % n + 1; // 1 is coprime with n: terminates
         s->perm[2 * f] = a;
-        s->perm[2 * f + 1] = rng_next(&r) % n;
+        s->perm[2 * f + 1] = ember_rng_next(&r) % n;
         zipf_init(&s->zipf[f], s->rows[f], cfg->zipf_alpha);
     }
     // Under Zipf traffic a few hot ids carry most samples, so raw N(0, 1) effects do not average
@@ -156,7 +156,7 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
     // and deviation under its own id distribution (estimated from the seed), so that the planted
     // logit has mean `bias` and per-id spread `sparse_scale` as configured, whatever the tables.
     for (int32_t f = 0; f < nf; f++) {
-        rng c = rng_at(cfg->seed, STREAM_CALIBRATE, (uint64_t)f);
+        ember_rng c = ember_rng_at(cfg->seed, STREAM_CALIBRATE, (uint64_t)f);
         double sum = 0.0, sum2 = 0.0;
         for (int i = 0; i < CALIBRATION_DRAWS; i++) {
             double e = raw_effect(s, f, draw_id(s, f, &c));
@@ -178,17 +178,17 @@ double synth_effect(const synth *s, int32_t feature, int64_t id) {
 }
 
 void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch *b) {
-    EMBER_ASSERT(n >= 0 && n <= b->capacity && b->num_dense == s->cfg.num_dense &&
+    APP_ASSERT(n >= 0 && n <= b->capacity && b->num_dense == s->cfg.num_dense &&
                  b->num_sparse == s->cfg.num_sparse);
     const int32_t nd = s->cfg.num_dense, nf = s->cfg.num_sparse;
     b->size = n;
 #pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < n; i++) {
-        rng r = rng_at(s->cfg.seed, STREAM_SAMPLES + (uint64_t)split, (uint64_t)(first + i));
+        ember_rng r = ember_rng_at(s->cfg.seed, STREAM_SAMPLES + (uint64_t)split, (uint64_t)(first + i));
         double z = s->cfg.bias;
         float *x = b->dense + (size_t)i * (size_t)nd;
         for (int32_t j = 0; j < nd; j++) {
-            double u = rng_normal(&r), t = s->mu[j] + u;
+            double u = ember_rng_normal(&r), t = s->mu[j] + u;
             x[j] = (float)(t > 30.0 ? t : log1p(exp(t)));
             z += s->w[j] * u;
         }
@@ -198,6 +198,6 @@ void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch 
             z += synth_effect(s, f, ids[f]);
         }
         b->planted[i] = (float)z;
-        b->labels[i] = rng_uniform(&r) < 1.0 / (1.0 + exp(-z)) ? 1.0f : 0.0f;
+        b->labels[i] = ember_rng_uniform(&r) < 1.0 / (1.0 + exp(-z)) ? 1.0f : 0.0f;
     }
 }

@@ -25,7 +25,7 @@
 
 #include "batch.h"
 #include "ember/core.h"
-#include "rng.h"
+#include "ember/rng.h"
 
 // Zipf(alpha) on {1..n}: P(k) proportional to k^-alpha (alpha = 0: uniform). Sampled in O(1)
 // expected time by rejection-inversion (Hoermann and Derflinger, "Rejection-inversion to
@@ -38,7 +38,7 @@ typedef struct zipf {
 } zipf;
 
 void zipf_init(zipf *z, int64_t n, double alpha);
-int64_t zipf_draw(const zipf *z, rng *r); // in [1, n]
+int64_t zipf_draw(const zipf *z, ember_rng *r); // in [1, n]
 
 typedef struct synth_config {
     uint64_t seed;

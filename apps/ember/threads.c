@@ -11,7 +11,7 @@
 #include <omp.h>
 #endif
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "threads.h"
 
 // ---- Choosing CPUs (pure) ----------------------------------------------------------------------
@@ -255,7 +255,8 @@ static bool user_placement(void) {
 }
 
 static ember_status mpi_check(ember_ctx *ctx, int rc, const char *what) {
-    return rc == MPI_SUCCESS ? EMBER_OK : ember__error(ctx, EMBER_ERR_COMM, "thread placement: %s: MPI error %d", what, rc);
+    if (rc == MPI_SUCCESS) return EMBER_OK;
+    return ember_ctx_set_error(ctx, EMBER_ERR_COMM, "thread placement: %s: MPI error %d", what, rc);
 }
 
 // ---- OpenMP's view of the host ----------------------------------------------------------------
@@ -376,7 +377,7 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     MPI_Comm node = MPI_COMM_NULL;
     int rank = 0, local = 0, nlocal = 1;
     MPI_Comm_rank(world, &rank);
-    EMBER_TRY(mpi_check(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+    APP_TRY(mpi_check(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
                         "host communicator"));
     MPI_Comm_rank(node, &local);
     MPI_Comm_size(node, &nlocal);
@@ -406,14 +407,16 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     me.user = user_placement() || !got_mask;
 
     ember_status st = EMBER_OK;
-    rank_view *all = ember__xalloc(ctx, sizeof *all * (size_t)nlocal, "thread placement");
-    threads_cpu *cpus = ember__xalloc(ctx, sizeof *cpus * CPU_SETSIZE, "thread placement");
+    rank_view *all = app_alloc(ctx, sizeof *all * (size_t)nlocal, "thread placement");
+    threads_cpu *cpus = app_alloc(ctx, sizeof *cpus * CPU_SETSIZE, "thread placement");
     uint8_t *allowed = NULL;
     int32_t *want = NULL, *pick = NULL;
     if (!all || !cpus) st = EMBER_ERR_NOMEM;
     int ok = st == EMBER_OK, all_ok = 0;
     if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, node) != MPI_SUCCESS) all_ok = 0;
-    if (st == EMBER_OK && !all_ok) st = ember__error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
+    if (st == EMBER_OK && !all_ok) {
+        st = ember_ctx_set_error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
+    }
     if (st == EMBER_OK) {
         st = mpi_check(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node), "allgather");
     }
@@ -442,13 +445,13 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     char mine[128] = "", launcher[128] = "";
     int32_t most = 0, host_threads = 0;
     if (st == EMBER_OK && !user) {
-        allowed = ember__xalloc(ctx, (size_t)nlocal * (size_t)n, "thread placement");
-        want = ember__xalloc(ctx, sizeof(int32_t) * (size_t)nlocal, "thread placement");
+        allowed = app_alloc(ctx, (size_t)nlocal * (size_t)n, "thread placement");
+        want = app_alloc(ctx, sizeof(int32_t) * (size_t)nlocal, "thread placement");
         for (int r = 0; r < nlocal && want; r++) {
             want[r] = all[r].want > 0 ? all[r].want : share;
             host_threads += want[r];
         }
-        pick = want ? ember__xalloc(ctx, sizeof(int32_t) * (size_t)host_threads, "thread placement") : NULL;
+        pick = want ? app_alloc(ctx, sizeof(int32_t) * (size_t)host_threads, "thread placement") : NULL;
         if (!allowed || !want || !pick) {
             st = EMBER_ERR_NOMEM;
         } else {
@@ -510,11 +513,11 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
                      (int)host_threads, (int)n, mine, launcher);
         }
     }
-    ember__free(ctx, pick);
-    ember__free(ctx, want);
-    ember__free(ctx, allowed);
-    ember__free(ctx, cpus);
-    ember__free(ctx, all);
+    ember_ctx_free(ctx, pick);
+    ember_ctx_free(ctx, want);
+    ember_ctx_free(ctx, allowed);
+    ember_ctx_free(ctx, cpus);
+    ember_ctx_free(ctx, all);
     MPI_Comm_free(&node);
     return st;
 }

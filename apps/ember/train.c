@@ -1,17 +1,21 @@
-// The DLRM training driver.
+// The DLRM training driver (train.h): the run's setup, the step loop and its reports; evaluation
+// is eval.c, the data sources source.c.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/internal.h"
+#include "appctx.h"
 #include "ember/plan.h"
+#include "digest.h"
 #include "dlrm.h"
+#include "eval.h"
 #include "interaction.h"
-#include "loss.h"
 #include "metrics.h"
+#include "planfile.h"
 #include "sharding.h"
+#include "source.h"
 #include "synth.h"
 #include "train.h"
 
@@ -50,84 +54,7 @@ void train_options_default(train_options *o) {
     o->seed = 1;
 }
 
-// ---- Data sources ------------------------------------------------------------------------------
-
-typedef struct source {
-    const synth *syn;      // synthetic data (shared by the train and eval sources), or
-    criteo_reader *reader; // a Criteo file
-    int split;             // synthetic: 0 train, 1 eval
-    int64_t limit;         // global batches per pass (0: until the data ends)
-    int64_t next;          // next global batch of the pass
-    int64_t global_batch;
-    int32_t rank, world;
-} source;
-
-static ember_status source_rewind(source *s) {
-    s->next = 0;
-    return s->reader ? criteo_rewind(s->reader) : EMBER_OK;
-}
-
-// This rank's share of the next global batch; *eof when the pass is over. Local.
-static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
-    b->size = 0;
-    *eof = s->limit > 0 && s->next >= s->limit;
-    if (*eof) return EMBER_OK;
-    if (s->reader) {
-        EMBER_TRY(criteo_next(s->reader, b, eof));
-    } else {
-        int64_t first, n = dlrm_share(s->global_batch, s->rank, s->world, &first);
-        synth_fill(s->syn, s->split, s->next * s->global_batch + first, (int32_t)n, b);
-    }
-    if (!*eof) s->next++;
-    return EMBER_OK;
-}
-
-typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
-
-// Reads every rank's share of the next global batch and agrees on what was read: FETCH_END when
-// the data ended on every rank, FETCH_SKIP when some rank got no sample (a final batch smaller
-// than the world, or only malformed lines), else FETCH_OK with *global samples in all.
-// Collective: a read error on any rank fails every rank here, before the step's collectives.
-static ember_status fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
-                          int64_t *global) {
-    bool eof = false;
-    ember_status st = source_next(s, b, &eof);
-    EMBER_TRY(ember_comm_agree(comm, st));
-    EMBER_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
-    bool all_eof = true, some_empty = false;
-    *global = 0;
-    for (int32_t r = 0; r < ember_comm_size(comm); r++) {
-        if (sizes[r] >= 0) all_eof = false;
-        if (sizes[r] <= 0) some_empty = true;
-        else *global += sizes[r];
-    }
-    *what = all_eof ? FETCH_END : some_empty ? FETCH_SKIP : FETCH_OK;
-    return EMBER_OK;
-}
-
-// ---- Embedding optimizer names ----------------------------------------------------------------
-
-static const char *const emb_opt_names[] = {"sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
-                                            "lamb"}; // the order of ember_optim_kind
-
-int train_embedding_optimizer_parse(const char *name) {
-    for (int i = 0; i < (int)(sizeof emb_opt_names / sizeof emb_opt_names[0]); i++) {
-        if (strcmp(name, emb_opt_names[i]) == 0) return i;
-    }
-    return -1;
-}
-
-const char *train_embedding_optimizer_name(ember_optim_kind kind) {
-    return (int)kind >= 0 && (int)kind < (int)(sizeof emb_opt_names / sizeof emb_opt_names[0]) ? emb_opt_names[kind]
-                                                                                              : "unknown";
-}
-
 // ---- The run -----------------------------------------------------------------------------------
-
-// One eval sample's outputs, gathered on rank 0 for the exact AUC.
-typedef struct eval_triple {
-    float logit, label, planted;
-} eval_triple;
 
 typedef struct run {
     const train_options *o;
@@ -149,26 +76,15 @@ typedef struct run {
     char table_names[DLRM_NUM_SPARSE][16];
     char feature_names[DLRM_NUM_SPARSE][16];
     int64_t *sizes;         // [W] shares of the current global batch
-    eval_triple *evals;     // [evals_cap] this rank's outputs on the eval set
-    int64_t num_evals, evals_cap;
+    evaluator ev;           // the eval set's outputs and AUCs
     metrics_writer metrics;
     metrics_row *rows;      // [rows_cap] every evaluation (rank 0), for the plot
     int64_t num_rows, rows_cap;
-    double planted_auc;     // NaN until known (synthetic data: at the first evaluation)
     int64_t skipped_batches;
     int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
     double last_draw;       // progress bar refresh time
     uint64_t digest_losses;  // --digest: every step's global loss, in order
-    uint64_t digest_outputs; // --digest: every evaluation's gathered outputs (rank 0)
 } run;
-
-// FNV-1a over bytes: the run's digest (--digest) compares two builds' numbers bit for bit.
-static uint64_t digest_fold(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-#define DIGEST_SEED 0xcbf29ce484222325ull
 
 static double now_s(void) {
     struct timespec t;
@@ -194,45 +110,45 @@ static dlrm_config model_config(const train_options *o, int64_t max_local) {
 
 // Checks everything that depends only on the options (identical on every rank). Local.
 static ember_status validate_options(ember_ctx *ctx, const train_options *o, int32_t world) {
-    EMBER_CHECK(ctx, o->batch_size >= world, EMBER_ERR_INVALID_ARG,
-                "--batch_size %lld is smaller than the %d ranks: every rank needs a sample of each global batch",
-                (long long)o->batch_size, (int)world);
+    APP_CHECK(ctx, o->batch_size >= world, EMBER_ERR_INVALID_ARG,
+              "--batch_size %lld is smaller than the %d ranks: every rank needs a sample of each global batch",
+              (long long)o->batch_size, (int)world);
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-        EMBER_CHECK(ctx, o->rows[f] >= 1 && o->rows[f] <= ((int64_t)1 << 48), EMBER_ERR_INVALID_ARG,
-                    "--num_embeddings_per_feature: feature cat_%d has %lld rows, expected 1..2^48", f,
-                    (long long)o->rows[f]);
+        APP_CHECK(ctx, o->rows[f] >= 1 && o->rows[f] <= ((int64_t)1 << 48), EMBER_ERR_INVALID_ARG,
+                  "--num_embeddings_per_feature: feature cat_%d has %lld rows, expected 1..2^48", f,
+                  (long long)o->rows[f]);
     }
-    EMBER_CHECK(ctx, o->epochs >= 1, EMBER_ERR_INVALID_ARG, "--epochs %d: expected >= 1", (int)o->epochs);
-    EMBER_CHECK(ctx, o->limit_train_batches >= 0 && o->limit_val_batches >= 0 && o->eval_interval >= 0,
-                EMBER_ERR_INVALID_ARG, "--limit_train_batches, --limit_val_batches and --eval_interval must be >= 0");
-    EMBER_CHECK(ctx, isfinite(o->learning_rate) && o->learning_rate > 0.0f, EMBER_ERR_INVALID_ARG,
-                "--learning_rate %g: expected a positive number", (double)o->learning_rate);
-    EMBER_CHECK(ctx, isfinite(o->embedding_learning_rate) && o->embedding_learning_rate >= 0.0f,
-                EMBER_ERR_INVALID_ARG, "--embedding_learning_rate %g: expected a positive number",
-                (double)o->embedding_learning_rate);
+    APP_CHECK(ctx, o->epochs >= 1, EMBER_ERR_INVALID_ARG, "--epochs %d: expected >= 1", (int)o->epochs);
+    APP_CHECK(ctx, o->limit_train_batches >= 0 && o->limit_val_batches >= 0 && o->eval_interval >= 0,
+              EMBER_ERR_INVALID_ARG, "--limit_train_batches, --limit_val_batches and --eval_interval must be >= 0");
+    APP_CHECK(ctx, isfinite(o->learning_rate) && o->learning_rate > 0.0f, EMBER_ERR_INVALID_ARG,
+              "--learning_rate %g: expected a positive number", (double)o->learning_rate);
+    APP_CHECK(ctx, isfinite(o->embedding_learning_rate) && o->embedding_learning_rate >= 0.0f,
+              EMBER_ERR_INVALID_ARG, "--embedding_learning_rate %g: expected a positive number",
+              (double)o->embedding_learning_rate);
     if (o->dataset == TRAIN_SYNTHETIC) {
-        EMBER_CHECK(ctx, o->limit_train_batches >= 1 && o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
-                    "--dataset synthetic: --limit_train_batches and --limit_val_batches set the sizes of the "
-                    "generated sets and must be >= 1");
-        EMBER_CHECK(ctx, isfinite(o->zipf_alpha) && o->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
-                    "--zipf_alpha %g: expected a number >= 0", o->zipf_alpha);
+        APP_CHECK(ctx, o->limit_train_batches >= 1 && o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
+                  "--dataset synthetic: --limit_train_batches and --limit_val_batches set the sizes of the "
+                  "generated sets and must be >= 1");
+        APP_CHECK(ctx, isfinite(o->zipf_alpha) && o->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
+                  "--zipf_alpha %g: expected a number >= 0", o->zipf_alpha);
     } else {
-        EMBER_CHECK(ctx, o->data_path != NULL, EMBER_ERR_INVALID_ARG, "--dataset criteo needs --data_path FILE");
-        EMBER_CHECK(ctx, o->eval_data_path != NULL || o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
-                    "--dataset criteo without --eval_data_path holds out the first --limit_val_batches global "
-                    "batches of --data_path for evaluation: give --limit_val_batches N >= 1");
+        APP_CHECK(ctx, o->data_path != NULL, EMBER_ERR_INVALID_ARG, "--dataset criteo needs --data_path FILE");
+        APP_CHECK(ctx, o->eval_data_path != NULL || o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
+                  "--dataset criteo without --eval_data_path holds out the first --limit_val_batches global "
+                  "batches of --data_path for evaluation: give --limit_val_batches N >= 1");
     }
     if (o->metrics_path) {
         metrics_format fmt;
-        EMBER_TRY(metrics_format_of(ctx, o->metrics_path, &fmt));
+        APP_TRY(metrics_format_of(ctx, o->metrics_path, &fmt));
     }
-    if (o->plot_path) EMBER_TRY(plot_check_gnuplot(ctx));
+    if (o->plot_path) APP_TRY(plot_check_gnuplot(ctx));
     dlrm_config mc = model_config(o, (o->batch_size + world - 1) / world);
     return dlrm_validate(ctx, &mc);
 }
 
 static ember_status mpi_error(ember_ctx *ctx, int rc, const char *what) {
-    return rc == MPI_SUCCESS ? EMBER_OK : ember__error(ctx, EMBER_ERR_COMM, "%s: MPI error %d", what, rc);
+    return rc == MPI_SUCCESS ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_COMM, "%s: MPI error %d", what, rc);
 }
 
 static void setup_tables(run *R) {
@@ -240,7 +156,7 @@ static void setup_tables(run *R) {
     const float lr = o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         snprintf(R->feature_names[f], sizeof R->feature_names[f], "cat_%d", f);
-        snprintf(R->table_names[f], sizeof R->table_names[f], "t_cat_%d", f);
+        sharding_table_name(f, R->table_names[f], sizeof R->table_names[f]);
         ember_optim_config opt = EMBER_OPTIM_CONFIG_DEFAULT;
         opt.kind = o->embedding_optimizer;
         opt.lr = lr;
@@ -302,11 +218,12 @@ static ember_status check_memory(run *R) {
     double avail = mem_available();
     const double gib = 1024.0 * 1024.0 * 1024.0;
     if (st == EMBER_OK && avail > 0.0 && host > avail) {
-        st = ember__error(R->ctx, EMBER_ERR_NOMEM,
-                          "the model needs %.1f GiB on this host (%.1f GiB on this rank, most for table %s: %lld rows x "
-                          "%d, %s) but %.1f GiB is available: smaller --num_embeddings_per_feature, or more hosts",
-                          host / gib, mine / gib, R->table_names[largest], (long long)R->o->rows[largest],
-                          (int)R->o->embedding_dim, sharding_name(R->plan[largest].scheme), avail / gib);
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_NOMEM,
+                                 "the model needs %.1f GiB on this host (%.1f GiB on this rank, most for table %s: "
+                                 "%lld rows x %d, %s) but %.1f GiB is available: smaller "
+                                 "--num_embeddings_per_feature, or more hosts",
+                                 host / gib, mine / gib, R->table_names[largest], (long long)R->o->rows[largest],
+                                 (int)R->o->embedding_dim, sharding_name(R->plan[largest].scheme), avail / gib);
     }
     return ember_comm_agree(R->comm, st);
 }
@@ -328,7 +245,7 @@ static ember_status open_data(run *R) {
                            .dense_scale = SYNTH_DENSE_SCALE,
                            .sparse_scale = SYNTH_SPARSE_SCALE,
                            .bias = SYNTH_BIAS};
-        EMBER_TRY(synth_create(R->ctx, &sc, &R->syn));
+        APP_TRY(synth_create(R->ctx, &sc, &R->syn));
         R->train.syn = R->eval.syn = R->syn;
     } else {
         const int64_t eval_lines = o->limit_val_batches * o->batch_size;
@@ -340,17 +257,17 @@ static ember_status open_data(run *R) {
                             .first_line = o->eval_data_path ? 0 : eval_lines,
                             .max_lines = 0,
                             .malformed = o->malformed};
-        EMBER_TRY(criteo_open(R->ctx, &tc, &R->train.reader));
+        APP_TRY(criteo_open(R->ctx, &tc, &R->train.reader));
         criteo_config ec = tc;
         ec.path = o->eval_data_path ? o->eval_data_path : o->data_path;
         ec.first_line = 0;
         ec.max_lines = eval_lines;
-        EMBER_TRY(criteo_open(R->ctx, &ec, &R->eval.reader));
+        APP_TRY(criteo_open(R->ctx, &ec, &R->eval.reader));
     }
-    EMBER_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->batch));
-    R->sizes = ember__xalloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
+    APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->batch));
+    R->sizes = app_alloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
     if (!R->sizes) return EMBER_ERR_NOMEM;
-    if (R->rank == 0 && o->metrics_path) EMBER_TRY(metrics_open(R->ctx, o->metrics_path, &R->metrics));
+    if (R->rank == 0 && o->metrics_path) APP_TRY(metrics_open(R->ctx, o->metrics_path, &R->metrics));
     return EMBER_OK;
 }
 
@@ -386,7 +303,7 @@ static void print_config(const run *R) {
     for (int l = 0; l < o->num_top; l++) fprintf(f, "-%d", (int)o->top[l]);
     fprintf(f, ": %lld dense parameters\n", (long long)dlrm_num_dense_params(R->model));
     fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),
-            (double)o->learning_rate, train_embedding_optimizer_name(o->embedding_optimizer),
+            (double)o->learning_rate, ember_optim_name(o->embedding_optimizer),
             (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate));
     double rows = 0.0;
     for (int t = 0; t < DLRM_NUM_SPARSE; t++) rows += (double)o->rows[t];
@@ -428,126 +345,21 @@ static void progress(run *R, int64_t step, int32_t epoch, double loss, double sp
     fflush(R->out);
 }
 
-static ember_status append_evals(run *R, const float *logits, const dlrm_batch *b) {
-    if (R->num_evals + b->size > R->evals_cap) {
-        int64_t cap = R->evals_cap ? 2 * R->evals_cap : R->max_local * (R->o->limit_val_batches ? R->o->limit_val_batches : 64);
-        if (cap < R->num_evals + b->size) cap = R->num_evals + b->size;
-        eval_triple *p = ember__xalloc(R->ctx, sizeof(eval_triple) * (size_t)cap, "eval outputs");
-        if (!p) return EMBER_ERR_NOMEM;
-        if (R->num_evals) memcpy(p, R->evals, sizeof(eval_triple) * (size_t)R->num_evals);
-        ember__free(R->ctx, R->evals);
-        R->evals = p;
-        R->evals_cap = cap;
-    }
-    for (int32_t i = 0; i < b->size; i++) {
-        R->evals[R->num_evals++] = (eval_triple){logits[i], b->labels[i], b->planted[i]};
-    }
-    return EMBER_OK;
-}
-
-// Gathers the eval outputs on rank 0, which computes the exact AUC of the model (and, the first
-// time, of the planted model); every rank returns them. Collective.
-static ember_status gather_auc(run *R, double *auc) {
-    MPI_Comm c = ember_comm_mpi(R->comm);
-    int n = (int)R->num_evals;
-    int *counts = NULL, *displs = NULL;
-    eval_triple *all = NULL;
-    float *score = NULL, *label = NULL;
-    auc_pair *pairs = NULL;
-    int64_t total = 0;
-    ember_status st = EMBER_OK;
-    if (R->num_evals > INT32_MAX) {
-        st = ember__error(R->ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples on one rank");
-    } else if (R->rank == 0) {
-        counts = ember__xalloc(R->ctx, sizeof(int) * 2 * (size_t)R->world, "eval counts");
-        if (!counts) st = EMBER_ERR_NOMEM;
-        else displs = counts + R->world;
-    }
-    st = ember_comm_agree(R->comm, st);
-    if (st == EMBER_OK) st = mpi_error(R->ctx, MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, c), "eval gather");
-    if (st == EMBER_OK && R->rank == 0) {
-        for (int32_t r = 0; r < R->world && st == EMBER_OK; r++) {
-            displs[r] = (int)total;
-            total += counts[r];
-            if (total > INT32_MAX) st = ember__error(R->ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples");
-        }
-        if (st == EMBER_OK) {
-            size_t t = (size_t)(total > 0 ? total : 1);
-            all = ember__xalloc(R->ctx, sizeof(eval_triple) * t, "gathered eval outputs");
-            score = ember__xalloc(R->ctx, sizeof(float) * 2 * t, "eval scores");
-            pairs = ember__xalloc(R->ctx, sizeof(auc_pair) * t, "auc scratch");
-            if (!all || !score || !pairs) st = EMBER_ERR_NOMEM;
-            else label = score + t;
-        }
-    }
-    st = ember_comm_agree(R->comm, st);
-    if (st == EMBER_OK) {
-        MPI_Datatype triple;
-        MPI_Type_contiguous(3, MPI_FLOAT, &triple);
-        MPI_Type_commit(&triple);
-        st = mpi_error(R->ctx, MPI_Gatherv(R->evals, n, triple, all, counts, displs, triple, 0, c), "eval gather");
-        MPI_Type_free(&triple);
-    }
-    double result[2] = {NAN, R->planted_auc};
-    if (st == EMBER_OK && R->rank == 0) {
-        R->digest_outputs = digest_fold(R->digest_outputs, all, sizeof(eval_triple) * (size_t)total);
-        for (int64_t i = 0; i < total; i++) {
-            score[i] = all[i].logit;
-            label[i] = all[i].label;
-        }
-        result[0] = auc_exact(total, score, label, pairs);
-        if (isnan(result[1]) && R->o->dataset == TRAIN_SYNTHETIC) {
-            for (int64_t i = 0; i < total; i++) score[i] = all[i].planted;
-            result[1] = auc_exact(total, score, label, pairs);
-        }
-    }
-    if (st == EMBER_OK) st = ember_comm_bcast(R->comm, result, sizeof result, 0);
-    *auc = result[0];
-    R->planted_auc = result[1];
-    ember__free(R->ctx, counts);
-    ember__free(R->ctx, all);
-    ember__free(R->ctx, score);
-    ember__free(R->ctx, pairs);
-    return st;
-}
-
-// Forward over the whole eval set: mean BCE and exact AUC over the global set. Collective.
-static ember_status evaluate(run *R, double *loss, double *auc) {
-    EMBER_TRY(ember_comm_agree(R->comm, source_rewind(&R->eval)));
-    R->num_evals = 0;
-    double sums[2] = {0.0, 0.0}; // loss, samples
-    for (;;) {
-        fetched what;
-        int64_t global;
-        EMBER_TRY(fetch(R->comm, &R->eval, &R->batch, R->sizes, &what, &global));
-        if (what == FETCH_END) break;
-        if (what == FETCH_SKIP) continue;
-        const float *logits;
-        EMBER_TRY(dlrm_forward(R->model, &R->batch, &logits));
-        sums[0] += bce_with_logits(R->batch.size, logits, R->batch.labels, 0.0f, NULL);
-        sums[1] += R->batch.size;
-        EMBER_TRY(ember_comm_agree(R->comm, append_evals(R, logits, &R->batch)));
-    }
-    EMBER_TRY(ember_comm_allreduce_sum_f64(R->comm, sums, 2));
-    *loss = sums[1] > 0.0 ? sums[0] / sums[1] : NAN;
-    return gather_auc(R, auc);
-}
-
 // Evaluates, records a metrics row and reports it. Collective.
 static ember_status eval_point(run *R, metrics_row *row) {
-    EMBER_TRY(evaluate(R, &row->eval_loss, &row->eval_auc));
-    row->planted_auc = R->planted_auc;
+    APP_TRY(eval_run(&R->ev, &R->eval, R->model, &R->batch, R->sizes, &row->eval_loss, &row->eval_auc));
+    row->planted_auc = R->ev.planted_auc;
     ember_status st = EMBER_OK;
     if (R->rank == 0) {
         if (R->metrics.file) st = metrics_write(R->ctx, &R->metrics, row);
         if (st == EMBER_OK && R->num_rows == R->rows_cap) {
             int64_t cap = R->rows_cap ? 2 * R->rows_cap : 64;
-            metrics_row *p = ember__xalloc(R->ctx, sizeof *p * (size_t)cap, "metrics rows");
+            metrics_row *p = app_alloc(R->ctx, sizeof *p * (size_t)cap, "metrics rows");
             if (!p) {
                 st = EMBER_ERR_NOMEM;
             } else {
                 if (R->num_rows) memcpy(p, R->rows, sizeof *p * (size_t)R->num_rows);
-                ember__free(R->ctx, R->rows);
+                ember_ctx_free(R->ctx, R->rows);
                 R->rows = p;
                 R->rows_cap = cap;
             }
@@ -572,20 +384,20 @@ static ember_status train_loop(run *R, train_result *res) {
     double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0;
     int32_t epoch = 0;
     for (epoch = 0; epoch < o->epochs; epoch++) {
-        EMBER_TRY(ember_comm_agree(R->comm, source_rewind(&R->train)));
+        APP_TRY(ember_comm_agree(R->comm, source_rewind(&R->train)));
         for (;;) {
             double t0 = now_s();
             fetched what;
             int64_t global;
-            EMBER_TRY(fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
+            APP_TRY(source_fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
             if (what == FETCH_END) break;
             if (what == FETCH_SKIP) {
                 R->skipped_batches++;
                 continue;
             }
             double loss = 0.0;
-            EMBER_TRY(dlrm_train_step(R->model, &R->batch, (float)((double)R->world / (double)global), &loss));
-            EMBER_TRY(ember_comm_allreduce_sum_f64(R->comm, &loss, 1));
+            APP_TRY(dlrm_train_step(R->model, &R->batch, (float)((double)R->world / (double)global), &loss));
+            APP_TRY(ember_comm_allreduce_sum_f64(R->comm, &loss, 1));
             R->digest_losses = digest_fold(R->digest_losses, &loss, sizeof loss);
             if (res->step_loss && step < res->step_loss_cap) res->step_loss[step] = loss / (double)global;
             step++;
@@ -599,7 +411,7 @@ static ember_status train_loop(run *R, train_result *res) {
             if (o->eval_interval > 0 && step % o->eval_interval == 0) {
                 metrics_row row = {.step = step, .epoch = epoch, .samples = samples,
                                    .train_loss = win_loss / win_samples, .samples_per_s = win_samples / win_time};
-                EMBER_TRY(eval_point(R, &row));
+                APP_TRY(eval_point(R, &row));
                 last_eval = step;
                 win_loss = win_samples = win_time = 0.0;
             }
@@ -609,16 +421,16 @@ static ember_status train_loop(run *R, train_result *res) {
         metrics_row row = {.step = step, .epoch = epoch > 0 ? epoch - 1 : 0, .samples = samples,
                            .train_loss = win_samples > 0.0 ? win_loss / win_samples : NAN,
                            .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN};
-        EMBER_TRY(eval_point(R, &row));
+        APP_TRY(eval_point(R, &row));
     }
     res->steps = step;
     res->seconds = train_time;
     const metrics_row *last = R->rank == 0 ? &R->rows[R->num_rows - 1] : NULL;
     double final[2] = {last ? last->eval_auc : 0.0, last ? last->eval_loss : 0.0};
-    EMBER_TRY(ember_comm_bcast(R->comm, final, sizeof final, 0));
+    APP_TRY(ember_comm_bcast(R->comm, final, sizeof final, 0));
     res->eval_auc = final[0];
     res->eval_loss = final[1];
-    res->planted_auc = R->planted_auc;
+    res->planted_auc = R->ev.planted_auc;
     if (R->out) {
         fprintf(R->out, "done: %lld steps, %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)step,
                 (long long)samples, train_time, train_time > 0.0 ? (double)samples / train_time : 0.0);
@@ -649,16 +461,16 @@ static ember_status report_digest(run *R) {
         const int32_t n = ember_table_tensors(&R->tables[t], info);
         for (int32_t k = 0; k < n && st == EMBER_OK; k++) {
             const size_t len = (size_t)info[k].rows * (size_t)info[k].cols;
-            float *buf = ember__xalloc(R->ctx, sizeof(float) * len, "digest buffer");
+            float *buf = app_alloc(R->ctx, sizeof(float) * len, "digest buffer");
             st = ember_comm_agree(R->comm, buf ? EMBER_OK : EMBER_ERR_NOMEM);
             if (st == EMBER_OK) st = R->backend.read(R->backend.impl, t, info[k].name, buf);
             if (st == EMBER_OK) tables = digest_fold(tables, buf, sizeof(float) * len);
-            ember__free(R->ctx, buf);
+            ember_ctx_free(R->ctx, buf);
         }
     }
     if (st == EMBER_OK && R->out) {
         fprintf(R->out, "digest: losses %016llx outputs %016llx dense %016llx tables %016llx\n",
-                (unsigned long long)R->digest_losses, (unsigned long long)R->digest_outputs,
+                (unsigned long long)R->digest_losses, (unsigned long long)R->ev.digest,
                 (unsigned long long)dense, R->backend.read ? (unsigned long long)tables : 0ull);
     }
     return st;
@@ -673,8 +485,8 @@ static int by_value(const void *a, const void *b) {
 static ember_status report_malformed(run *R, const source *s, const char *path) {
     if (!s->reader) return EMBER_OK;
     const size_t W = (size_t)R->world;
-    criteo_stats *all = ember__xalloc(R->ctx, sizeof(criteo_stats) * W, "malformed line report");
-    int64_t *counts = ember__xalloc(R->ctx, sizeof(int64_t) * W * (1 + CRITEO_MAX_REPORTED), "malformed line report");
+    criteo_stats *all = app_alloc(R->ctx, sizeof(criteo_stats) * W, "malformed line report");
+    int64_t *counts = app_alloc(R->ctx, sizeof(int64_t) * W * (1 + CRITEO_MAX_REPORTED), "malformed line report");
     ember_status st = ember_comm_agree(R->comm, all && counts ? EMBER_OK : EMBER_ERR_NOMEM);
     if (st == EMBER_OK) {
         for (size_t r = 0; r < W; r++) counts[r] = 1;
@@ -698,8 +510,8 @@ static ember_status report_malformed(run *R, const source *s, const char *path) 
                     all[first].first_reason);
         }
     }
-    ember__free(R->ctx, all);
-    ember__free(R->ctx, counts);
+    ember_ctx_free(R->ctx, all);
+    ember_ctx_free(R->ctx, counts);
     return st;
 }
 
@@ -711,9 +523,9 @@ static void cleanup(run *R) {
     synth_destroy(R->ctx, R->syn);
     dlrm_batch_destroy(R->ctx, &R->batch);
     metrics_close(&R->metrics);
-    ember__free(R->ctx, R->sizes);
-    ember__free(R->ctx, R->evals);
-    ember__free(R->ctx, R->rows);
+    ember_ctx_free(R->ctx, R->sizes);
+    eval_free(&R->ev);
+    ember_ctx_free(R->ctx, R->rows);
     if (R->node != MPI_COMM_NULL) MPI_Comm_free(&R->node);
 }
 
@@ -728,11 +540,12 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     R.world = ember_comm_size(comm);
     R.out = R.rank == 0 ? out : NULL;
     R.node = MPI_COMM_NULL;
-    R.planted_auc = NAN;
-    R.digest_losses = R.digest_outputs = DIGEST_SEED;
+    R.digest_losses = DIGEST_SEED;
     res->steps = 0;
     res->eval_auc = res->eval_loss = res->planted_auc = NAN;
     R.max_local = (o->batch_size + R.world - 1) / R.world;
+    eval_init(&R.ev, comm, o->dataset == TRAIN_SYNTHETIC,
+              R.max_local * (o->limit_val_batches ? o->limit_val_batches : 64));
     R.total_steps = o->limit_train_batches * o->epochs;
 
     // Everything that can fail on one rank only is agreed before the next collective.
@@ -746,18 +559,21 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     }
     if (st == EMBER_OK) {
         setup_tables(&R);
-        if (o->sharding[0] == SHARDING_PLANNER) {
-            // Every rank runs the same pure planner on the same inputs: the same plan everywhere.
-            ember_ebc_config pe = {.tables = R.tables, .num_tables = DLRM_NUM_SPARSE, .features = R.features,
-                                   .num_features = DLRM_NUM_SPARSE};
+        // Every rank reads the same file, or runs the same pure planner on the same inputs: the
+        // same plan everywhere.
+        ember_ebc_config pe = {.tables = R.tables, .num_tables = DLRM_NUM_SPARSE, .features = R.features,
+                               .num_features = DLRM_NUM_SPARSE};
+        if (o->plan_path) {
+            st = planfile_read(R.ctx, o->plan_path, &pe, R.world, R.plan);
+        } else if (o->sharding[0] == SHARDING_AUTO) {
             ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
             pc.world_size = R.world;
-            pc.batch_size = o->batch_size / R.world > 0 ? o->batch_size / R.world : 1;
-            st = ember_comm_agree(comm, ember_plan_create(R.ctx, &pe, &pc, R.plan, NULL));
+            pc.batch_size = o->batch_size / R.world > 0 ? (int32_t)(o->batch_size / R.world) : 1;
+            st = ember_plan_create(R.ctx, &pe, &pc, R.plan, NULL);
         } else {
-            st = ember_comm_agree(comm, sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->rows, o->embedding_dim, o->sharding,
-                                                      R.world, R.node_size, R.plan));
+            st = sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, R.world, R.node_size, R.plan);
         }
+        st = ember_comm_agree(comm, st);
     }
     if (st == EMBER_OK) st = check_memory(&R);
     if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(&R));

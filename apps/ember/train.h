@@ -1,6 +1,6 @@
 // train.h — the DLRM training driver behind `ember train`: data, table plan, model, the step
-// loop, evaluation, metrics and the final report. cmd_train.c turns the command line into
-// train_options; tests call train_run directly with any backend factory.
+// loop (evaluating through eval.h), metrics and the final report. cmd_train.c turns the command
+// line into train_options; tests call train_run directly with any backend factory.
 //
 // Objective (DESIGN.md §1.3): global batch g of G samples is split into contiguous rank shares
 // B_r; rank r's loss is L_r = (W/G) sum_{i in share r} l_i, which is the mean over the local batch
@@ -31,7 +31,8 @@ typedef struct train_options {
     int32_t num_bottom;
     int32_t top[TRAIN_MAX_LAYERS];    // over arch layer sizes (last == 1)
     int32_t num_top;
-    int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO or an ember_shard_scheme per table
+    int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO (all tables) or an ember_shard_scheme per table
+    const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;
     // Data.
     train_dataset dataset;
@@ -57,11 +58,6 @@ typedef struct train_options {
     bool digest;                      // print hashes of the run's numbers at the end (--digest)
     const char *threads_note;         // how the threads were chosen and placed (threads.h), or NULL
 } train_options;
-
-// Embedding optimizer names ("sgd", "adagrad", "rowwise_adagrad", "adam", "partial_rowwise_adam",
-// "lamb"): parse returns the ember_optim_kind, or -1 for an unknown name.
-int train_embedding_optimizer_parse(const char *name);
-const char *train_embedding_optimizer_name(ember_optim_kind kind);
 
 // The defaults of `ember train` (the main job: see docs/dlrm.md for how they were chosen).
 void train_options_default(train_options *o);

@@ -112,7 +112,7 @@ static void zipf_draws_follow_the_power_law(void **state) {
         zipf z;
         zipf_init(&z, N, alphas[a]);
         memset(count, 0, sizeof(int64_t) * (N + 1));
-        rng r = rng_at(5, 6, a);
+        ember_rng r = ember_rng_at(5, 6, a);
         for (int i = 0; i < DRAWS; i++) {
             int64_t k = zipf_draw(&z, &r);
             assert_true(k >= 1 && k <= N);
@@ -138,7 +138,7 @@ static void zipf_draws_follow_the_power_law(void **state) {
     free(count);
     // A table of one row and a huge table both work.
     zipf z;
-    rng r = rng_at(1, 2, 3);
+    ember_rng r = ember_rng_at(1, 2, 3);
     zipf_init(&z, 1, 1.05);
     assert_int_equal(zipf_draw(&z, &r), 1);
     zipf_init(&z, (int64_t)1 << 40, 1.05);

@@ -1,4 +1,4 @@
-// `ember train` outputs and plan: metrics files (CSV, JSONL), the gnuplot plot, the automatic
+// `ember train` outputs and plan: metrics files (CSV, JSONL), the gnuplot plot, the explicit
 // sharding rule and per-rank memory.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -93,37 +93,37 @@ static void plot_runs_gnuplot_or_says_it_is_missing(void **state) {
     ember_ctx_destroy(ctx);
 }
 
-static void sharding_auto_rule_and_round_robin(void **state) {
+static void sharding_explicit_round_robin(void **state) {
     (void)state;
     ember_ctx *ctx;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
-    // At dim 16: 16384 rows = 1 MiB (dp), 65536 rows = 4 MiB (rw).
-    const int64_t rows[6] = {10, 16384, 16385, 65535, 65536, 50000};
-    int choice[6];
-    for (int t = 0; t < 6; t++) choice[t] = SHARDING_AUTO;
-    ember_table_plan plan[6];
-    assert_int_equal(sharding_plan(ctx, 6, rows, 16, choice, 3, 3, plan), EMBER_OK);
-    const ember_shard_scheme want[6] = {EMBER_SHARD_DATA_PARALLEL, EMBER_SHARD_DATA_PARALLEL, EMBER_SHARD_TABLE_WISE,
-                                        EMBER_SHARD_TABLE_WISE, EMBER_SHARD_ROW_WISE, EMBER_SHARD_TABLE_WISE};
-    for (int t = 0; t < 6; t++) assert_int_equal(plan[t].scheme, want[t]);
-    assert_int_equal(plan[2].ranks[0], 0); // table-wise tables go round-robin
-    assert_int_equal(plan[3].ranks[0], 1);
-    assert_int_equal(plan[5].ranks[0], 2);
+    // Table-wise tables go round-robin over the ranks; dp and rw use every rank.
+    int choice[5] = {EMBER_SHARD_TABLE_WISE, EMBER_SHARD_DATA_PARALLEL, EMBER_SHARD_TABLE_WISE, EMBER_SHARD_ROW_WISE,
+                     EMBER_SHARD_TABLE_WISE};
+    ember_table_plan plan[5];
+    assert_int_equal(sharding_plan(ctx, 5, 16, choice, 3, 3, plan), EMBER_OK);
+    for (int t = 0; t < 5; t++) assert_int_equal(plan[t].scheme, choice[t]);
+    assert_int_equal(plan[0].ranks[0], 0);
+    assert_int_equal(plan[2].ranks[0], 1);
+    assert_int_equal(plan[4].ranks[0], 2);
     // Explicit schemes: cw slices min(W, dim) ways; twrw groups of the host's ranks.
-    const int64_t four[4] = {100, 100, 100, 100};
     int cw[4] = {EMBER_SHARD_COLUMN_WISE, EMBER_SHARD_COLUMN_WISE, EMBER_SHARD_TABLE_ROW_WISE,
                  EMBER_SHARD_TABLE_ROW_WISE};
-    assert_int_equal(sharding_plan(ctx, 4, four, 2, cw, 4, 2, plan), EMBER_OK);
+    assert_int_equal(sharding_plan(ctx, 4, 2, cw, 4, 2, plan), EMBER_OK);
     assert_int_equal(plan[0].num_shards, 2);
     assert_true(plan[0].ranks[0] == 0 && plan[0].ranks[1] == 1);
     assert_true(plan[1].ranks[0] == 1 && plan[1].ranks[1] == 2);
     assert_int_equal(plan[2].group_size, 2);
     assert_true(plan[2].ranks[0] == 0 && plan[2].ranks[1] == 1);
     assert_true(plan[3].ranks[0] == 2 && plan[3].ranks[1] == 3);
-    assert_int_equal(sharding_plan(ctx, 4, four, 2, cw, 4, 3, plan), EMBER_OK); // 3 does not divide 4
+    assert_int_equal(sharding_plan(ctx, 4, 2, cw, 4, 3, plan), EMBER_OK); // 3 does not divide 4
     assert_int_equal(plan[2].group_size, 4);
     assert_int_equal(sharding_parse("twrw"), EMBER_SHARD_TABLE_ROW_WISE);
     assert_int_equal(sharding_parse("auto"), SHARDING_AUTO);
+    assert_int_equal(sharding_parse("plan"), SHARDING_AUTO); // a synonym: the library's planner
+    char name[16];
+    sharding_table_name(25, name, sizeof name);
+    assert_string_equal(name, "t_cat_25");
     assert_int_equal(sharding_parse("rows"), -2);
     assert_string_equal(sharding_name(EMBER_SHARD_COLUMN_WISE), "cw");
     ember_ctx_destroy(ctx);
@@ -152,7 +152,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(metrics_writes_csv_and_jsonl_rows),
         cmocka_unit_test(plot_runs_gnuplot_or_says_it_is_missing),
-        cmocka_unit_test(sharding_auto_rule_and_round_robin),
+        cmocka_unit_test(sharding_explicit_round_robin),
         cmocka_unit_test(sharding_bytes_per_rank),
     };
     return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);

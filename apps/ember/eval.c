@@ -1,0 +1,137 @@
+// Evaluation of `ember train` (eval.h): the eval set's forward pass, loss and exact AUC.
+#include <math.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "appctx.h"
+#include "digest.h"
+#include "eval.h"
+#include "loss.h"
+
+void eval_init(evaluator *E, ember_comm *comm, bool with_planted, int64_t cap_hint) {
+    memset(E, 0, sizeof *E);
+    E->comm = comm;
+    E->with_planted = with_planted;
+    E->cap_hint = cap_hint > 0 ? cap_hint : 1;
+    E->planted_auc = NAN;
+    E->digest = DIGEST_SEED;
+}
+
+void eval_free(evaluator *E) {
+    if (E->comm) ember_ctx_free(ember_comm_ctx(E->comm), E->outputs);
+    E->outputs = NULL;
+    E->num = E->cap = 0;
+}
+
+static ember_status mpi_error(ember_ctx *ctx, int rc, const char *what) {
+    return rc == MPI_SUCCESS ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_COMM, "%s: MPI error %d", what, rc);
+}
+
+static ember_status append_outputs(evaluator *E, const float *logits, const dlrm_batch *b) {
+    ember_ctx *ctx = ember_comm_ctx(E->comm);
+    if (E->num + b->size > E->cap) {
+        int64_t cap = E->cap ? 2 * E->cap : E->cap_hint;
+        if (cap < E->num + b->size) cap = E->num + b->size;
+        eval_triple *p = app_alloc(ctx, sizeof(eval_triple) * (size_t)cap, "eval outputs");
+        if (!p) return EMBER_ERR_NOMEM;
+        if (E->num) memcpy(p, E->outputs, sizeof(eval_triple) * (size_t)E->num);
+        ember_ctx_free(ctx, E->outputs);
+        E->outputs = p;
+        E->cap = cap;
+    }
+    for (int32_t i = 0; i < b->size; i++) {
+        E->outputs[E->num++] = (eval_triple){logits[i], b->labels[i], b->planted[i]};
+    }
+    return EMBER_OK;
+}
+
+// Gathers the eval outputs on rank 0, which computes the exact AUC of the model (and, the first
+// time, of the planted model); every rank returns them. Collective.
+static ember_status gather_auc(evaluator *E, double *auc) {
+    ember_ctx *ctx = ember_comm_ctx(E->comm);
+    const int32_t rank = ember_comm_rank(E->comm), world = ember_comm_size(E->comm);
+    MPI_Comm c = ember_comm_mpi(E->comm);
+    int n = (int)E->num;
+    int *counts = NULL, *displs = NULL;
+    eval_triple *all = NULL;
+    float *score = NULL, *label = NULL;
+    auc_pair *pairs = NULL;
+    int64_t total = 0;
+    ember_status st = EMBER_OK;
+    if (E->num > INT32_MAX) {
+        st = ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples on one rank");
+    } else if (rank == 0) {
+        counts = app_alloc(ctx, sizeof(int) * 2 * (size_t)world, "eval counts");
+        if (!counts) st = EMBER_ERR_NOMEM;
+        else displs = counts + world;
+    }
+    st = ember_comm_agree(E->comm, st);
+    if (st == EMBER_OK) st = mpi_error(ctx, MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, c), "eval gather");
+    if (st == EMBER_OK && rank == 0) {
+        for (int32_t r = 0; r < world && st == EMBER_OK; r++) {
+            displs[r] = (int)total;
+            total += counts[r];
+            if (total > INT32_MAX) st = ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples");
+        }
+        if (st == EMBER_OK) {
+            size_t t = (size_t)(total > 0 ? total : 1);
+            all = app_alloc(ctx, sizeof(eval_triple) * t, "gathered eval outputs");
+            score = app_alloc(ctx, sizeof(float) * 2 * t, "eval scores");
+            pairs = app_alloc(ctx, sizeof(auc_pair) * t, "auc scratch");
+            if (!all || !score || !pairs) st = EMBER_ERR_NOMEM;
+            else label = score + t;
+        }
+    }
+    st = ember_comm_agree(E->comm, st);
+    if (st == EMBER_OK) {
+        MPI_Datatype triple;
+        MPI_Type_contiguous(3, MPI_FLOAT, &triple);
+        MPI_Type_commit(&triple);
+        st = mpi_error(ctx, MPI_Gatherv(E->outputs, n, triple, all, counts, displs, triple, 0, c), "eval gather");
+        MPI_Type_free(&triple);
+    }
+    double result[2] = {NAN, E->planted_auc};
+    if (st == EMBER_OK && rank == 0) {
+        E->digest = digest_fold(E->digest, all, sizeof(eval_triple) * (size_t)total);
+        for (int64_t i = 0; i < total; i++) {
+            score[i] = all[i].logit;
+            label[i] = all[i].label;
+        }
+        result[0] = auc_exact(total, score, label, pairs);
+        if (isnan(result[1]) && E->with_planted) {
+            for (int64_t i = 0; i < total; i++) score[i] = all[i].planted;
+            result[1] = auc_exact(total, score, label, pairs);
+        }
+    }
+    if (st == EMBER_OK) st = ember_comm_bcast(E->comm, result, sizeof result, 0);
+    *auc = result[0];
+    E->planted_auc = result[1];
+    ember_ctx_free(ctx, counts);
+    ember_ctx_free(ctx, all);
+    ember_ctx_free(ctx, score);
+    ember_ctx_free(ctx, pairs);
+    return st;
+}
+
+ember_status eval_run(evaluator *E, source *s, dlrm_model *m, dlrm_batch *b, int64_t *sizes, double *loss,
+                      double *auc) {
+    APP_TRY(ember_comm_agree(E->comm, source_rewind(s)));
+    E->num = 0;
+    double sums[2] = {0.0, 0.0}; // loss, samples
+    for (;;) {
+        fetched what;
+        int64_t global;
+        APP_TRY(source_fetch(E->comm, s, b, sizes, &what, &global));
+        if (what == FETCH_END) break;
+        if (what == FETCH_SKIP) continue;
+        const float *logits;
+        APP_TRY(dlrm_forward(m, b, &logits));
+        sums[0] += bce_with_logits(b->size, logits, b->labels, 0.0f, NULL);
+        sums[1] += b->size;
+        APP_TRY(ember_comm_agree(E->comm, append_outputs(E, logits, b)));
+    }
+    APP_TRY(ember_comm_allreduce_sum_f64(E->comm, sums, 2));
+    *loss = sums[1] > 0.0 ? sums[0] / sums[1] : NAN;
+    return gather_auc(E, auc);
+}

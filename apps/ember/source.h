@@ -1,0 +1,36 @@
+// source.h — the data sources of `ember train`: the synthetic set or a Criteo file, read one
+// global batch at a time (each rank its share), with the ranks agreeing on what was read.
+#ifndef EMBER_APP_SOURCE_H
+#define EMBER_APP_SOURCE_H
+
+#include <stdint.h>
+
+#include "batch.h"
+#include "criteo.h"
+#include "ember/comm.h"
+#include "synth.h"
+
+typedef struct source {
+    const synth *syn;      // synthetic data (shared by the train and eval sources), or
+    criteo_reader *reader; // a Criteo file
+    int split;             // synthetic: 0 train, 1 eval
+    int64_t limit;         // global batches per pass (0: until the data ends)
+    int64_t next;          // next global batch of the pass
+    int64_t global_batch;
+    int32_t rank, world;
+} source;
+
+// Starts a pass from the first batch. Local.
+ember_status source_rewind(source *s);
+
+typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
+
+// Reads every rank's share of the next global batch into b and agrees on what was read
+// (sizes[W]: every rank's share, -1 at its end): FETCH_END when the data ended on every rank,
+// FETCH_SKIP when some rank got no sample (a final batch smaller than the world, or only
+// malformed lines), else FETCH_OK with *global samples in all.
+// Collective: a read error on any rank fails every rank here, before the step's collectives.
+ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
+                          int64_t *global);
+
+#endif
