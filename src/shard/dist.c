@@ -47,86 +47,6 @@ static ember_status sanitise(ember_sebc *s, const ember_kjt *kjt) {
     return EMBER_OK;
 }
 
-// Routes the sanitised ids to their owners: for each destination q, for each of q's routes,
-// the lengths of this rank's B bags restricted to the shard's rows, and the ids (relative to the
-// shard's first row), weights and original positions in the same order.
-static ember_status pack_input(ember_sebc *s, int32_t B) {
-    const int64_t *off = s->san_off.p;
-    const int64_t *val = s->san_val.p;
-    const float *w = s->san_w.p;
-    const int64_t *pos = s->san_pos.p;
-    int64_t nlen = 0, nid_bound = 0;
-    for (int32_t q = 0; q < s->W; q++) {
-        nlen += (int64_t)s->nroutes[q] * B;
-        for (int32_t k = 0; k < s->nroutes[q]; k++) {
-            const int32_t f = s->routes[q][k].feature;
-            nid_bound += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
-        }
-    }
-    int32_t *slen = RESERVE(s, snd_len, int32_t, nlen);
-    int64_t *sval = RESERVE(s, snd_val, int64_t, nid_bound);
-    float *sw = RESERVE(s, snd_w, float, nid_bound);
-    int64_t *spos = RESERVE(s, snd_pos, int64_t, nid_bound);
-    if (!slen || !sval || !sw || !spos) return EMBER_ERR_NOMEM;
-    int64_t L = 0, n = 0;
-    for (int32_t q = 0; q < s->W; q++) {
-        const int64_t n0 = n;
-        for (int32_t k = 0; k < s->nroutes[q]; k++) {
-            const ember__route *r = &s->routes[q][k];
-            const int64_t r0 = r->shard->r0, r1 = r->shard->r1;
-            for (int32_t b = 0; b < B; b++) {
-                const int64_t bag = (int64_t)r->feature * B + b;
-                int32_t len = 0;
-                for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
-                    if (val[j] < r0 || val[j] >= r1) continue;
-                    sval[n] = val[j] - r0;
-                    sw[n] = w[j];
-                    spos[n] = pos[j];
-                    n++;
-                    len++;
-                }
-                slen[L++] = len;
-            }
-        }
-        s->send_ids[q] = n - n0;
-    }
-    return EMBER_OK;
-}
-
-// The data-parallel features' sub-KJT, from the sanitised ids.
-static ember_status pack_dp(ember_sebc *s, int32_t B) {
-    const int64_t *off = s->san_off.p;
-    int64_t nnz = 0;
-    for (int32_t i = 0; i < s->ndp_features; i++) {
-        const int32_t f = s->dp_features[i];
-        nnz += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
-    }
-    const int32_t nf = s->ndp_features ? s->ndp_features : 1;
-    int64_t *doff = RESERVE(s, dp_off, int64_t, (int64_t)nf * B + 1);
-    int64_t *dval = RESERVE(s, dp_val, int64_t, nnz);
-    float *dw = RESERVE(s, dp_w, float, nnz);
-    float *dout = RESERVE(s, dp_out, float, s->sequence ? nnz * s->out_dim : (int64_t)B * s->dp_out_dim);
-    if (!doff || !dval || !dw || !dout) return EMBER_ERR_NOMEM;
-    int64_t m = 0;
-    doff[0] = 0;
-    for (int32_t i = 0; i < s->ndp_features; i++) {
-        const int32_t f = s->dp_features[i];
-        for (int32_t b = 0; b < B; b++) {
-            const int64_t bag = (int64_t)f * B + b;
-            for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
-                dval[m] = ((const int64_t *)s->san_val.p)[j];
-                dw[m] = ((const float *)s->san_w.p)[j];
-                m++;
-            }
-            doff[(int64_t)i * B + b + 1] = m;
-        }
-    }
-    if (s->ndp_features == 0)
-        for (int32_t b = 0; b < B; b++) doff[b + 1] = 0;
-    s->dp_kjt = (ember_kjt){nf, B, NULL, doff, dval, s->weighted ? dw : NULL, m};
-    return EMBER_OK;
-}
-
 // Owner side: the local KJT over every source's bags. Local feature k (route k) has
 // Btot = sum_s B_s bags, source s's at [boff_s, boff_s + B_s).
 static ember_status build_local(ember_sebc *s) {
@@ -215,7 +135,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     s->has_forward = 0;
     ember_status st = check_inputs(s, fn, kjt, out, "out");
     if (st == EMBER_OK) st = sanitise(s, kjt);
-    if (st == EMBER_OK) st = pack_input(s, kjt->batch_size);
+    if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
     EMBER_TRY(ember_comm_agree(c, st));
     const int32_t B = kjt->batch_size;
     // Batch sizes and whether any rank carries weights (then every rank sends weights).
@@ -240,9 +160,10 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     if (!RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) || !RESERVE(s, rcv_val, int64_t, nrecv) ||
         !RESERVE(s, rcv_w, float, nrecv) || !RESERVE(s, rcv_out, float, nout) ||
         !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
-        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
+        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
+        !RESERVE(s, dp_out, float, s->sequence ? s->dp_kjt.nnz * s->out_dim : (int64_t)B * s->dp_out_dim))
         st = EMBER_ERR_NOMEM;
-    if (st == EMBER_OK) st = pack_dp(s, B);
+    if (!s->weighted) s->dp_kjt.weights = NULL;
     EMBER_TRY(ember_comm_agree(c, st));
 
     // Input dist: lengths, ids, weights.

@@ -21,6 +21,8 @@ typedef struct ember__shard {
     int32_t local_table;    // index of the block in the owner's local collection
 } ember__shard;
 
+typedef struct ember__table_shards ember__table_shards;
+
 // One scheme: validates a table's plan and cuts the table into shards.
 typedef struct ember__scheme_ops {
     const char *name;
@@ -31,6 +33,10 @@ typedef struct ember__scheme_ops {
     // Pieces hold row blocks whose partial pools are summed at the home rank (RW, TWRW);
     // otherwise they are column blocks of complete pools, concatenated.
     int partial;
+    // Bucketize: the row block of a valid id (shards are cut block-major: block k's column
+    // slices are shards [k * ncols, (k + 1) * ncols)). Called once per id of a table with more
+    // than one row block.
+    int32_t (*bucket)(const ember__table_shards *ts, int64_t id);
 } ember__scheme_ops;
 
 extern const ember__scheme_ops ember__scheme_tw, ember__scheme_cw, ember__scheme_rw, ember__scheme_twrw;
@@ -41,6 +47,11 @@ static inline int64_t ember__split_begin(int64_t n, int32_t k, int32_t i) {
     int64_t base = n / k, rem = n % k;
     return (int64_t)i * base + (i < rem ? i : rem);
 }
+// The part of that split holding element x (0 <= x < n).
+static inline int32_t ember__split_index(int64_t n, int32_t k, int64_t x) {
+    const int64_t base = n / k, rem = n % k, big = rem * (base + 1);
+    return (int32_t)(x < big ? x / (base + 1) : rem + (x - big) / base);
+}
 
 typedef struct ember__route {
     int32_t feature;        // global feature index
@@ -50,12 +61,15 @@ typedef struct ember__route {
     int32_t partial;        // summed (row blocks) rather than placed
 } ember__route;
 
-typedef struct ember__table_shards {
+struct ember__table_shards {
     ember_shard_scheme scheme;
+    const ember__scheme_ops *ops;
+    int64_t rows;
     int32_t nshards;
+    int32_t nblocks;        // row blocks (0 for DP); nshards / nblocks column slices each
     ember__shard *shards;   // [nshards]; NULL for DP
     int32_t dp_local;       // DP: index in the DP collection
-} ember__table_shards;
+};
 
 struct ember_sebc {
     ember_ctx *ctx;
@@ -77,6 +91,9 @@ struct ember_sebc {
     int32_t *nroutes;             // [W]
     ember__route **routes;        // [W][nroutes[q]]
     int32_t *local_out_dim;       // [W] sum of the routes' widths at owner q
+    int32_t *route_base;          // [W+1] global index of owner q's first route
+    int32_t *froute_off;          // [F+1] feature f's shards' routes are froute[froute_off[f] ..]
+    int32_t *froute;              // global route index of (feature, shard), in shard order
     ember_ebc *local;             // this rank's shards (NULL if it owns none)
     ember_ebc *dp;                // replicas of the DP tables (NULL if none)
     int32_t cw_rowwise;           // some column-wise table has a row-wise optimizer
@@ -90,7 +107,9 @@ struct ember_sebc {
     int64_t *send_ids, *recv_ids; // [W] id counts sent to / received from each rank
     int64_t *cnt;                 // [4W] scratch counts for the collectives
     ember__buf san_off, san_val, san_w, san_pos;  // sanitised KJT: offsets [F*B+1], ids, weights, positions
+    ember__buf san_blk;                           // row block of every sanitised id
     ember__buf snd_len, snd_val, snd_w, snd_pos;  // routed input, grouped by destination
+    ember__buf snd_cur;                           // bucketize's write cursor per (route, bag)
     ember__buf rcv_len, rcv_val, rcv_w;
     ember__buf loc_len, loc_val, loc_w;           // the owner's local KJT
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
@@ -99,6 +118,19 @@ struct ember_sebc {
     ember__buf ss_mine, ss_send, ss_recv;         // column-wise row-wise optimizers: row sums of g^2
     ember_kjt local_kjt, dp_kjt;
     uint64_t bytes_last_step, bytes_at_forward;
+    int64_t ids_examined;         // ids bucketize looked at in the last forward
+    int legacy_bucketize;         // measurement only: the O(W * nnz) path
 };
+
+// Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
+// the replicas (its weights are set by the caller once the step's weighting is agreed).
+ember_status ember__bucketize(ember_sebc *s, int32_t B);
+
+// Ids bucketize examined in the last forward: nnz of the local batch whatever W (the legacy
+// path examines a row-wise feature's ids once per destination).
+int64_t ember__sebc_ids_examined_last_step(const ember_sebc *s);
+// Measurement only (ember bench shard): on = 1 routes with the legacy O(W * nnz) path. Same
+// results either way.
+void ember__sebc_set_legacy_bucketize(ember_sebc *s, int on);
 
 #endif

@@ -46,13 +46,13 @@ void ember_sebc_destroy(ember_sebc *s) {
         for (int32_t f = 0; f < s->F; f++) ember__free(ctx, s->feature_names[f]);
     if (s->table_names)
         for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->table_names[t]);
-    ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->snd_len, &s->snd_val, &s->snd_w,
+    ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->san_blk, &s->snd_cur, &s->snd_len, &s->snd_val, &s->snd_w,
                           &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_len, &s->loc_val, &s->loc_w,
                           &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
                           &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
     void *arrays[] = {s->tables, s->feature_table, s->feature_col, s->feature_rows, s->feature_names, s->table_names,
-                      s->ts, s->nroutes, s->routes, s->local_out_dim, s->dp_features, s->Bs, s->send_ids,
+                      s->ts, s->nroutes, s->routes, s->local_out_dim, s->route_base, s->froute_off, s->froute, s->dp_features, s->Bs, s->send_ids,
                       s->recv_ids, s->cnt};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
     ember__free(ctx, s);
@@ -74,6 +74,8 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     ALLOC(s->nroutes, W);
     ALLOC(s->routes, W);
     ALLOC(s->local_out_dim, W);
+    ALLOC(s->route_base, W + 1);
+    ALLOC(s->froute_off, F + 1);
     ALLOC(s->dp_features, F);
     ALLOC(s->Bs, W);
     ALLOC(s->send_ids, W);
@@ -109,7 +111,9 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     for (int32_t t = 0; t < T; t++) {
         ember__table_shards *ts = &s->ts[t];
         ts->scheme = plan[t].scheme;
+        ts->rows = cfg->tables[t].rows;
         const ember__scheme_ops *ops = ember__scheme(ts->scheme);
+        ts->ops = ops;
         if (!ops) {
             ts->dp_local = ndp_tables++;
             continue;
@@ -124,9 +128,12 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
             ember__shard *sh = &ts->shards[i];
             sh->local_table = nlocal[sh->owner]++;
             if (sh->owner == s->rank) my_tables++;
+            ts->nblocks += sh->c0 == 0;
         }
     }
     ember__buf_free(ctx, &nl);
+    for (int32_t f = 0; f < F; f++) s->froute_off[f + 1] = s->froute_off[f] + s->ts[s->feature_table[f]].nshards;
+    ALLOC(s->froute, s->froute_off[F] ? s->froute_off[F] : 1);
     // Routes per owner, in feature order then shard order.
     for (int32_t q = 0; q < W; q++) {
         int32_t n = 0;
@@ -145,11 +152,13 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
             for (int32_t i = 0; i < ts->nshards; i++) {
                 if (ts->shards[i].owner != q) continue;
                 const ember__shard *sh = &ts->shards[i];
-                s->routes[q][n++] = (ember__route){f, t, sh, lc, ember__scheme(ts->scheme)->partial};
+                s->froute[s->froute_off[f] + i] = s->route_base[q] + n;
+                s->routes[q][n++] = (ember__route){f, t, sh, lc, ts->ops->partial};
                 lc += sh->c1 - sh->c0;
             }
         }
         s->local_out_dim[q] = s->sequence ? s->out_dim : lc;
+        s->route_base[q + 1] = s->route_base[q] + s->nroutes[q];
     }
     // This rank's local collection of blocks: one local table per owned block, one local
     // feature per route. Partial (row-block) pools are SUMs: MEAN divides at the home rank.
