@@ -202,11 +202,9 @@ int shard_bench_main(int argc, char **argv) {
     ember_comm *comm = NULL;
     int rc = 1;
     if (ember_ctx_create(NULL, &ctx) == EMBER_OK && ember_comm_create(ctx, MPI_COMM_WORLD, &comm) == EMBER_OK) {
-        static const struct { ember_shard_scheme s; const char *name; } schemes[] = {
-            {EMBER_SHARD_DATA_PARALLEL, "dp"}, {EMBER_SHARD_TABLE_WISE, "tw"}, {EMBER_SHARD_COLUMN_WISE, "cw"},
-            {EMBER_SHARD_ROW_WISE, "rw"},      {EMBER_SHARD_TABLE_ROW_WISE, "twrw"}};
         rc = 0;
-        for (int i = 0; i < 5; i++) rc |= run_scheme(comm, &o, schemes[i].s, schemes[i].name);
+        for (int i = 0; i < EMBER__NSCHEMES; i++)
+            rc |= run_scheme(comm, &o, (ember_shard_scheme)i, ember_shard_scheme_short_name((ember_shard_scheme)i));
     }
     ember_comm_destroy(comm);
     ember_ctx_destroy(ctx);

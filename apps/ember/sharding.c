@@ -4,21 +4,17 @@
 #include "core/internal.h"
 #include "sharding.h"
 
-static const char *const names[] = {"dp", "tw", "cw", "rw", "twrw"};
-
 int sharding_parse(const char *name) {
     if (strcmp(name, "auto") == 0) return SHARDING_AUTO;
     if (strcmp(name, "plan") == 0) return SHARDING_PLANNER;
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
-        if (strcmp(name, names[i]) == 0) return i; // the order of ember_shard_scheme
-    }
-    return -2;
+    ember_shard_scheme s;
+    return ember_shard_scheme_parse(name, &s) == 0 ? (int)s : -2;
 }
 
 const char *sharding_name(int scheme) {
     if (scheme == SHARDING_AUTO) return "auto";
     if (scheme == SHARDING_PLANNER) return "plan";
-    return scheme >= 0 && scheme < (int)(sizeof names / sizeof names[0]) ? names[scheme] : "unknown";
+    return ember_shard_scheme_short_name((ember_shard_scheme)scheme);
 }
 
 ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, const int64_t *rows, int32_t dim, const int *choice,

@@ -47,6 +47,13 @@ typedef struct ember_table_plan {
     int32_t ranks[EMBER_PLAN_MAX_RANKS]; // TW: ranks[0]; CW: one per shard; TWRW: the group
 } ember_table_plan;
 
+// Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"
+// (plan descriptions) and "dp", "tw", "cw", "rw", "twrw" (command lines); "unknown" outside the
+// enum. parse accepts either name: 0 and *out set, or -1 (*out unchanged).
+EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
+EMBER_API const char *ember_shard_scheme_short_name(ember_shard_scheme s);
+EMBER_API int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out);
+
 typedef struct ember_sebc ember_sebc;
 
 // Creates the sharded collection. Every rank passes the same cfg and plan[num_tables]; each

@@ -56,7 +56,7 @@ static ember_status legacy_pack_input(ember_sebc *s, int32_t B) {
     return EMBER_OK;
 }
 
-// The replicated features' sub-KJT: features in order, their kept ids.
+// The replicated features' sub-KJT (features in order, their kept ids) and room for its output.
 static ember_status pack_replicas(ember_sebc *s, int32_t B) {
     const int64_t *off = s->san_off.p;
     int64_t nnz = 0;
@@ -68,7 +68,8 @@ static ember_status pack_replicas(ember_sebc *s, int32_t B) {
     int64_t *doff = RESERVE(s, dp_off, int64_t, (int64_t)nf * B + 1);
     int64_t *dval = RESERVE(s, dp_val, int64_t, nnz);
     float *dw = RESERVE(s, dp_w, float, nnz);
-    if (!doff || !dval || !dw) return EMBER_ERR_NOMEM;
+    float *dout = RESERVE(s, dp_out, float, s->sequence ? nnz * s->out_dim : (int64_t)B * s->dp_out_dim);
+    if (!doff || !dval || !dw || !dout) return EMBER_ERR_NOMEM;
     s->ids_examined += nnz;
     int64_t m = 0;
     doff[0] = 0;

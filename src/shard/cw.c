@@ -39,4 +39,17 @@ static int32_t bucket(const ember__table_shards *ts, int64_t id) {
     return 0;
 }
 
-const ember__scheme_ops ember__scheme_cw = {.name = "column_wise", .validate = validate, .cut = cut, .partial = 0, .bucket = bucket};
+// Every rank sends its ids and lengths to each slice; each slice's owner pools every bag over
+// its columns and returns them.
+static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step) {
+    (void)rows;
+    const int k = p->num_shards;
+    for (int q = 0; q < W; q++) step[q] = k * (B * L * 8 + B * 4) + B * out;
+    for (int i = 0; i < k; i++) step[p->ranks[i]] += W * B * L * row / k + (W - 1) * B * out / k;
+}
+
+const ember__scheme_ops ember__scheme_cw = {
+    .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
+    .cut = cut, .partial = 0, .bucket = bucket, .step_bytes = step_bytes,
+};

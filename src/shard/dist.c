@@ -160,11 +160,15 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     if (!RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) || !RESERVE(s, rcv_val, int64_t, nrecv) ||
         !RESERVE(s, rcv_w, float, nrecv) || !RESERVE(s, rcv_out, float, nout) ||
         !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
-        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
-        !RESERVE(s, dp_out, float, s->sequence ? s->dp_kjt.nnz * s->out_dim : (int64_t)B * s->dp_out_dim))
+        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
         st = EMBER_ERR_NOMEM;
-    if (!s->weighted) s->dp_kjt.weights = NULL;
     EMBER_TRY(ember_comm_agree(c, st));
+
+    // The output starts at zero (schemes that pool at home write into it before the output
+    // dist), on the rank's threads too: B x out_dim floats, megabytes a step.
+    const int64_t nzero = output_size(s, kjt);
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+    for (int64_t i = 0; i < nzero; i += 4096) memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
 
     // Input dist: lengths, ids, weights.
     int64_t *sc = s->cnt, *rc = s->cnt + W;
@@ -180,7 +184,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         st = build_local(s);
         if (st == EMBER_OK) st = ember_ebc_forward(s->local, &s->local_kjt, s->loc_out.p);
     }
-    if (st == EMBER_OK && s->dp && s->ndp_features > 0) st = ember_ebc_forward(s->dp, &s->dp_kjt, s->dp_out.p);
+    for (int32_t k = 0; k < EMBER__NSCHEMES; k++)
+        if (st == EMBER_OK && ember__schemes[k]->home_forward) st = ember__schemes[k]->home_forward(s, out);
     // Local failures here are internal (inputs were validated): agree before the output dist.
     st = ember_comm_agree(c, st);
     if (st != EMBER_OK) return st;
@@ -204,10 +209,6 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
 
     // Assemble this rank's output.
     const float *rout = s->rcv_out.p;
-    // Zeroed on the rank's threads too: B x out_dim floats, megabytes a step.
-    const int64_t nzero = output_size(s, kjt);
-#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-    for (int64_t i = 0; i < nzero; i += 4096) memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
     if (s->sequence) {
         const int64_t *spos = s->snd_pos.p;
         const int32_t D = s->out_dim;
@@ -215,30 +216,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         for (int32_t q = 0; q < W; q++)
             for (int64_t i = 0; i < s->send_ids[q]; i++, n++)
                 memcpy(out + spos[n] * D, rout + n * D, sizeof(float) * (size_t)D);
-        if (s->ndp_features > 0) {
-            // DP rows follow the sub-KJT's value order: features in order, their kept ids.
-            const int64_t *off = s->san_off.p, *pos = s->san_pos.p;
-            const float *dout = s->dp_out.p;
-            int64_t m = 0;
-            for (int32_t i = 0; i < s->ndp_features; i++) {
-                const int32_t f = s->dp_features[i];
-                for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++, m++)
-                    memcpy(out + pos[j] * D, dout + m * D, sizeof(float) * (size_t)D);
-            }
-        }
     } else {
-        const float *dout = s->dp_out.p;
         // Samples are independent here and below: each loop over b runs on the rank's threads.
-#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-        for (int32_t b = 0; b < B; b++) {
-            int32_t dc = 0;
-            for (int32_t i = 0; i < s->ndp_features; i++) {
-                const int32_t f = s->dp_features[i], D = s->tables[s->feature_table[f]].dim;
-                memcpy(out + (size_t)b * s->out_dim + s->feature_col[f], dout + (size_t)b * s->dp_out_dim + dc,
-                       sizeof(float) * (size_t)D);
-                dc += D;
-            }
-        }
         // Owners' blocks, in rank order: placed (whole bags) or added (row-block partial sums).
         int64_t base = 0;
         for (int32_t q = 0; q < W; q++) {
@@ -262,8 +241,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         const int64_t *off = s->san_off.p;
         for (int32_t f = 0; f < s->F; f++) {
             const int32_t t = s->feature_table[f];
-            const ember__scheme_ops *ops = ember__scheme(s->ts[t].scheme);
-            if (!ops || !ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
+            if (!s->ts[t].ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
             const int32_t D = s->tables[t].dim;
 #pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
             for (int32_t b = 0; b < B; b++) {
@@ -277,86 +255,6 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     }
     s->has_forward = 1;
     return EMBER_OK;
-}
-
-// Data-parallel backward: each rank's coalesced row gradients (already scaled by the
-// convention) are gathered on every rank in rank order and summed per row in that order, so
-// every replica applies bitwise the same update.
-static ember_status dp_backward(ember_sebc *s, const float *grad_dp) {
-    ember_comm *c = s->comm;
-    const int32_t W = s->W;
-    ember__sparse_grad g = {0};
-    ember_status st = ember__ebc_coalesce(s->dp, &s->dp_kjt, grad_dp, &g);
-    EMBER_TRY(ember_comm_agree(c, st));
-    int64_t *nk = s->cnt, *ng = s->cnt + W;
-    EMBER_TRY(ember_comm_allgather_i64(c, g.n, nk));
-    EMBER_TRY(ember_comm_allgather_i64(c, g.goff[g.n], ng));
-    int64_t tk = 0, tg = 0;
-    for (int32_t q = 0; q < W; q++) {
-        tk += nk[q];
-        tg += ng[q];
-    }
-    // keys: gathered [tk], merged [tk], merged offsets [tk+1], gathered offsets [tk + W];
-    // grads: gathered [tg], merged [tg].
-    int64_t *keys = RESERVE(s, dp_keys, int64_t, 4 * tk + W + 1);
-    float *grads = RESERVE(s, dp_grads, float, 2 * tg);
-    int64_t *order = RESERVE(s, dp_counts, int64_t, W);
-    st = keys && grads && order ? EMBER_OK : EMBER_ERR_NOMEM;
-    EMBER_TRY(ember_comm_agree(c, st));
-    int64_t *mkeys = keys + tk, *moff = keys + 2 * tk, *goffs = keys + 3 * tk + 1;
-    float *mgrads = grads + tg;
-    EMBER_TRY(ember_comm_allgatherv(c, g.key, g.n, keys, nk, sizeof(int64_t)));
-    EMBER_TRY(ember_comm_allgatherv(c, g.grad, g.goff[g.n], grads, ng, sizeof(float)));
-    // Offsets of every gathered row's gradient: each rank's rows are laid out in its key order
-    // with the width of the key's table.
-    int64_t k = 0, go = 0;
-    for (int32_t q = 0; q < W; q++) {
-        for (int64_t i = 0; i < nk[q]; i++, k++) {
-            goffs[k] = go;
-            go += s->dp->tables[ember__ebc_key_table(s->dp, keys[k])].cfg.dim;
-        }
-    }
-    goffs[tk] = go;
-    // Each rank's keys are sorted and unique: a W-way merge by repeated minimum, adding the
-    // ranks' rows for equal keys in rank order.
-    int64_t *head = order; // [W] next gathered index per rank
-    int64_t start = 0;
-    for (int32_t q = 0; q < W; q++) {
-        head[q] = start;
-        start += nk[q];
-    }
-    int64_t nm = 0, mg = 0;
-    for (;;) {
-        int64_t best = -1;
-        int32_t bq = -1;
-        int64_t end = 0;
-        for (int32_t q = 0; q < W; q++) {
-            end += nk[q];
-            if (head[q] < end && (bq < 0 || keys[head[q]] < best)) {
-                best = keys[head[q]];
-                bq = q;
-            }
-        }
-        if (bq < 0) break;
-        const int32_t D = s->dp->tables[ember__ebc_key_table(s->dp, best)].cfg.dim;
-        mkeys[nm] = best;
-        moff[nm] = mg;
-        memset(mgrads + mg, 0, sizeof(float) * (size_t)D);
-        // Ranks in order: each contributes its (unique) row for this key, if any.
-        int64_t e = 0;
-        for (int32_t q = 0; q < W; q++) {
-            e += nk[q];
-            if (head[q] < e && keys[head[q]] == best) {
-                const float *src = grads + goffs[head[q]];
-                for (int32_t d = 0; d < D; d++) mgrads[mg + d] += src[d];
-                head[q]++;
-            }
-        }
-        mg += D;
-        nm++;
-    }
-    moff[nm] = mg;
-    return ember__ebc_apply(s->dp, mkeys, moff, mgrads, nm, NULL);
 }
 
 // Keys of local table lt in a coalesced gradient: [*lo, *hi).
@@ -557,32 +455,9 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
     st = local_backward(s, s->loc_out.p);
     // Internal failures only (inputs were checked): agree before the data-parallel collectives.
     EMBER_TRY(ember_comm_agree(c, st));
-    if (s->dp) {
-        // The DP collection's own gradient: this rank's output slices, scaled.
-        float *gdp = s->dp_out.p;
-        if (s->sequence) {
-            const int64_t *pos = s->san_pos.p;
-            const int32_t D = s->out_dim;
-            int64_t m = 0;
-            for (int32_t i = 0; i < s->ndp_features; i++) {
-                const int32_t f = s->dp_features[i];
-                for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++, m++)
-                    for (int32_t d = 0; d < D; d++) gdp[m * D + d] = scale * grad_out[pos[j] * D + d];
-            }
-        } else {
-#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-            for (int32_t b = 0; b < B; b++) {
-                int32_t dc = 0;
-                for (int32_t i = 0; i < s->ndp_features; i++) {
-                    const int32_t f = s->dp_features[i], D = s->tables[s->feature_table[f]].dim;
-                    const float *src = grad_out + (size_t)b * s->out_dim + s->feature_col[f];
-                    for (int32_t d = 0; d < D; d++) gdp[(size_t)b * s->dp_out_dim + dc + d] = scale * src[d];
-                    dc += D;
-                }
-            }
-        }
-        st = dp_backward(s, gdp);
-    }
+    // Schemes with rank-local state exchange and apply their own gradients.
+    for (int32_t k = 0; k < EMBER__NSCHEMES; k++)
+        if (st == EMBER_OK && ember__schemes[k]->backward_sync) st = ember__schemes[k]->backward_sync(s, grad_out);
     s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
     return ember_comm_agree(c, st);
 }

@@ -1,12 +1,13 @@
-// Internal layout of the sharded collection (DESIGN.md §1.4).
+// Internal layout of the sharded collection.
 //
-// Every non-data-parallel table is cut into shards, each a block of rows x columns on one
-// owner rank. Each (feature, shard) pair is a *route*: the feature's ids that fall in the
-// shard's rows travel from every sample's home rank to the shard's owner, which pools them in
-// its local collection, and the pooled rows travel back. The schemes differ only in how they
-// cut a table and whether the pieces' outputs are concatenated (table-wise, column-wise) or
-// summed (row-wise, table-row-wise); that is each scheme's ops table below, one file each.
-// Data-parallel tables keep a full replica in a separate local collection.
+// Every routed table is cut into shards, each a block of rows x columns on one owner rank.
+// Each (feature, shard) pair is a *route*: the feature's ids that fall in the shard's rows
+// travel from every sample's home rank to the shard's owner, which pools them in its local
+// collection, and the pooled rows travel back. The schemes differ in how they cut a table,
+// where an id goes, and whether the pieces' outputs are concatenated (table-wise, column-wise)
+// or summed (row-wise, table-row-wise); that is each scheme's ops table below, one file each.
+// A scheme may instead keep its tables at home (data-parallel: a full replica on every rank,
+// in a collection of its own, dp.c) through the ops' optional hooks.
 #ifndef EMBER_SHARD_INTERNAL_H
 #define EMBER_SHARD_INTERNAL_H
 
@@ -23,24 +24,45 @@ typedef struct ember__shard {
 
 typedef struct ember__table_shards ember__table_shards;
 
-// One scheme: validates a table's plan and cuts the table into shards.
+// One scheme: how a table's plan is checked, how the table is cut into shards, where each id
+// goes, and what the scheme adds to a step besides the routed data. One file per scheme; a new
+// scheme is its file, its enum value and its entry in ember__schemes.
 typedef struct ember__scheme_ops {
-    const char *name;
+    ember_shard_scheme scheme;
+    const char *name;        // "table_wise" (plan descriptions)
+    const char *short_name;  // "tw" (command lines)
     // Checks plan against the table and world size; message names the table.
     ember_status (*validate)(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W);
-    // Number of shards, and the shards themselves (owner, rows, columns) when out is not NULL.
+    // Number of shards, and the shards themselves (owner, rows, columns) when out is not NULL,
+    // block-major: the column slices of row block k are shards [k * ncols, (k + 1) * ncols).
+    // Zero shards: the table is not routed (it stays home, see build_home).
     int32_t (*cut)(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out);
     // Pieces hold row blocks whose partial pools are summed at the home rank (RW, TWRW);
     // otherwise they are column blocks of complete pools, concatenated.
     int partial;
-    // Bucketize: the row block of a valid id (shards are cut block-major: block k's column
-    // slices are shards [k * ncols, (k + 1) * ncols)). Called once per id of a table with more
-    // than one row block.
+    // Bucketize: the row block of a valid id (-1: it stays home). Called once per id of a
+    // table with more than one row block.
     int32_t (*bucket)(const ember__table_shards *ts, int64_t id);
+    // Optional, for schemes that keep rank-local state instead of shards: creates it once the
+    // shards and routes exist (local_cfg: the bounds and limits of the local collections),
+    // pools the ids that stay home into out (zeroed) during forward, and after the routed
+    // backward exchanges and applies their gradients (collective; grad_out as the caller gave it).
+    ember_status (*build_home)(ember_sebc *s, const ember_ebc_config *local_cfg);
+    ember_status (*home_forward)(ember_sebc *s, float *out);
+    ember_status (*backward_sync)(ember_sebc *s, const float *grad_out);
+    // The planner's estimate: bytes each rank reads and sends per step for one table of the
+    // plan p; B samples per rank, L ids per sample, row/out bytes of a stored/pooled row.
+    void (*step_bytes)(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step);
 } ember__scheme_ops;
 
-extern const ember__scheme_ops ember__scheme_tw, ember__scheme_cw, ember__scheme_rw, ember__scheme_twrw;
-const ember__scheme_ops *ember__scheme(ember_shard_scheme s); // NULL for DATA_PARALLEL
+#define EMBER__NSCHEMES 5
+extern const ember__scheme_ops ember__scheme_dp, ember__scheme_tw, ember__scheme_cw, ember__scheme_rw,
+    ember__scheme_twrw;
+// Indexed by ember_shard_scheme.
+extern const ember__scheme_ops *const ember__schemes[EMBER__NSCHEMES];
+// The ops of a valid scheme (never NULL).
+static inline const ember__scheme_ops *ember__scheme(ember_shard_scheme s) { return ember__schemes[s]; }
 
 // Contiguous split of n into k parts: the first n % k parts get one more.
 static inline int64_t ember__split_begin(int64_t n, int32_t k, int32_t i) {
@@ -122,8 +144,12 @@ struct ember_sebc {
     int legacy_bucketize;         // measurement only: the O(W * nnz) path
 };
 
+// The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a
+// local table of a collection; 0 when there is no such piece.
+int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table);
+
 // Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
-// the replicas (its weights are set by the caller once the step's weighting is agreed).
+// the replicas (its weights are dropped at home_forward if no rank sends weights).
 ember_status ember__bucketize(ember_sebc *s, int32_t B);
 
 // Ids bucketize examined in the last forward: nnz of the local batch whatever W (the legacy

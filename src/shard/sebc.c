@@ -4,15 +4,25 @@
 
 #include "shard/internal.h"
 
-const ember__scheme_ops *ember__scheme(ember_shard_scheme s) {
-    switch (s) {
-    case EMBER_SHARD_TABLE_WISE: return &ember__scheme_tw;
-    case EMBER_SHARD_COLUMN_WISE: return &ember__scheme_cw;
-    case EMBER_SHARD_ROW_WISE: return &ember__scheme_rw;
-    case EMBER_SHARD_TABLE_ROW_WISE: return &ember__scheme_twrw;
-    case EMBER_SHARD_DATA_PARALLEL: return NULL;
+const ember__scheme_ops *const ember__schemes[EMBER__NSCHEMES] = {
+    &ember__scheme_dp, &ember__scheme_tw, &ember__scheme_cw, &ember__scheme_rw, &ember__scheme_twrw};
+
+const char *ember_shard_scheme_name(ember_shard_scheme s) {
+    return s >= 0 && s < EMBER__NSCHEMES ? ember__schemes[s]->name : "unknown";
+}
+
+const char *ember_shard_scheme_short_name(ember_shard_scheme s) {
+    return s >= 0 && s < EMBER__NSCHEMES ? ember__schemes[s]->short_name : "unknown";
+}
+
+int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
+    for (int32_t k = 0; name && k < EMBER__NSCHEMES; k++) {
+        if (strcmp(name, ember__schemes[k]->name) == 0 || strcmp(name, ember__schemes[k]->short_name) == 0) {
+            if (out) *out = ember__schemes[k]->scheme;
+            return 0;
+        }
     }
-    return NULL;
+    return -1;
 }
 
 static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, const ember_table_plan *plan,
@@ -24,11 +34,9 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
                 "%s: unknown gradient convention %d", fn, (int)conv);
     for (int32_t t = 0; t < cfg->num_tables; t++) {
         const ember_table_plan *p = &plan[t];
-        EMBER_CHECK(ctx, p->scheme >= EMBER_SHARD_DATA_PARALLEL && p->scheme <= EMBER_SHARD_TABLE_ROW_WISE,
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name,
-                    (int)p->scheme);
-        const ember__scheme_ops *ops = ember__scheme(p->scheme);
-        if (ops) EMBER_TRY(ops->validate(ctx, &cfg->tables[t], p, W));
+        EMBER_CHECK(ctx, p->scheme >= 0 && p->scheme < EMBER__NSCHEMES, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name, (int)p->scheme);
+        EMBER_TRY(ember__scheme(p->scheme)->validate(ctx, &cfg->tables[t], p, W));
     }
     return EMBER_OK;
 }
@@ -51,9 +59,10 @@ void ember_sebc_destroy(ember_sebc *s) {
                           &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
                           &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
-    void *arrays[] = {s->tables, s->feature_table, s->feature_col, s->feature_rows, s->feature_names, s->table_names,
-                      s->ts, s->nroutes, s->routes, s->local_out_dim, s->route_base, s->froute_off, s->froute, s->dp_features, s->Bs, s->send_ids,
-                      s->recv_ids, s->cnt};
+    void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,
+                      s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
+                      s->route_base, s->froute_off,    s->froute,        s->dp_features,  s->Bs,
+                      s->send_ids,   s->recv_ids,      s->cnt};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
     ember__free(ctx, s);
 }
@@ -107,21 +116,17 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         if (!nlocal) return EMBER_ERR_NOMEM;
         memset(nlocal, 0, sizeof(int32_t) * (size_t)W);
     }
-    int32_t my_tables = 0, ndp_tables = 0;
+    int32_t my_tables = 0;
     for (int32_t t = 0; t < T; t++) {
         ember__table_shards *ts = &s->ts[t];
         ts->scheme = plan[t].scheme;
         ts->rows = cfg->tables[t].rows;
         const ember__scheme_ops *ops = ember__scheme(ts->scheme);
         ts->ops = ops;
-        if (!ops) {
-            ts->dp_local = ndp_tables++;
-            continue;
-        }
         if (ts->scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
             s->cw_rowwise = 1;
         ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
-        ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)ts->nshards);
+        ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)(ts->nshards ? ts->nshards : 1));
         if (!ts->shards) { ember__buf_free(ctx, &nl); return EMBER_ERR_NOMEM; }
         ops->cut(&cfg->tables[t], &plan[t], W, ts->shards);
         for (int32_t i = 0; i < ts->nshards; i++) {
@@ -186,7 +191,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
                 c.name = name;
                 c.rows = sh->r1 - sh->r0;
                 c.dim = sh->c1 - sh->c0;
-                if (ember__scheme(ts->scheme)->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
+                if (ts->ops->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
                 lt[sh->local_table] = c;
                 lo[sh->local_table] = (ember__origin){sh->r0, cfg->tables[t].rows, sh->c0, cfg->tables[t].dim,
                                                        cfg->tables[t].name};
@@ -210,33 +215,9 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         st = ember__ebc_create_ex(ctx, &lc, lo, &s->local);
         if (st != EMBER_OK) goto done;
     }
-    // Data-parallel replicas.
-    if (ndp_tables > 0) {
-        ember_table_config *dt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)ndp_tables);
-        ember_feature_config *df = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)F);
-        if (!dt || !df) { st = EMBER_ERR_NOMEM; goto done; }
-        for (int32_t t = 0; t < T; t++)
-            if (s->ts[t].scheme == EMBER_SHARD_DATA_PARALLEL) dt[s->ts[t].dp_local] = cfg->tables[t];
-        int32_t n = 0, dcol = 0;
-        for (int32_t f = 0; f < F; f++) {
-            const int32_t t = s->feature_table[f];
-            if (s->ts[t].scheme != EMBER_SHARD_DATA_PARALLEL) continue;
-            df[n] = (ember_feature_config){cfg->features[f].name, s->ts[t].dp_local};
-            s->dp_features[n++] = f;
-            dcol += cfg->tables[t].dim;
-        }
-        s->ndp_features = n;
-        s->dp_out_dim = s->sequence ? s->out_dim : dcol;
-        if (n == 0) {
-            df[0] = (ember_feature_config){"unused", 0};
-            n = 1;
-        }
-        lc.tables = dt;
-        lc.num_tables = ndp_tables;
-        lc.features = df;
-        lc.num_features = n;
-        st = ember__ebc_create_ex(ctx, &lc, NULL, &s->dp);
-    }
+    // Schemes with rank-local state of their own (the data-parallel replicas).
+    for (int32_t k = 0; k < EMBER__NSCHEMES && st == EMBER_OK; k++)
+        if (ember__schemes[k]->build_home) st = ember__schemes[k]->build_home(s, &lc);
 done:
     ember__buf_free(ctx, &tb);
     ember__buf_free(ctx, &fb);
@@ -283,6 +264,23 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
     return EMBER_OK;
 }
 
+int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table) {
+    const ember__table_shards *ts = &s->ts[t];
+    if (ts->ops->build_home) { // rank-local state: the replica
+        if (i > 0 || !s->dp) return 0;
+        *ebc = s->dp;
+        *local_table = ts->dp_local;
+        return 1;
+    }
+    for (int32_t k = 0; k < ts->nshards; k++) {
+        if (ts->shards[k].owner != s->rank || i-- > 0) continue;
+        *ebc = s->local;
+        *local_table = ts->shards[k].local_table;
+        return 1;
+    }
+    return 0;
+}
+
 int32_t ember_sebc_output_dim(const ember_sebc *s) { return s ? s->out_dim : 0; }
 ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s) { return s ? s->conv : EMBER_GRAD_MEAN; }
 uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s) { return s ? s->bytes_last_step : 0; }
@@ -295,13 +293,9 @@ ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
     for (int32_t t = 0; t < s->T; t++) {
         if (table != -1 && t != table) continue;
         s->tables[t].optim.lr = lr;
-        const ember__table_shards *ts = &s->ts[t];
-        if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
-            EMBER_TRY(ember_ebc_set_lr(s->dp, ts->dp_local, lr));
-            continue;
-        }
-        for (int32_t i = 0; i < ts->nshards; i++)
-            if (ts->shards[i].owner == s->rank) EMBER_TRY(ember_ebc_set_lr(s->local, ts->shards[i].local_table, lr));
+        ember_ebc *e;
+        int32_t lt;
+        for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) EMBER_TRY(ember_ebc_set_lr(e, lt, lr));
     }
     return EMBER_OK;
 }

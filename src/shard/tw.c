@@ -21,4 +21,19 @@ static int32_t bucket(const ember__table_shards *ts, int64_t id) {
     return 0;
 }
 
-const ember__scheme_ops ember__scheme_tw = {.name = "table_wise", .validate = validate, .cut = cut, .partial = 0, .bucket = bucket};
+// The owner pools every rank's bags and returns their rows; the others send ids and lengths
+// and receive rows, then send their gradients.
+static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step) {
+    (void)rows;
+    const int r = p->ranks[0];
+    for (int q = 0; q < W; q++) {
+        if (q == r) step[q] = W * B * L * row + (W - 1) * B * out;  // pools every bag, returns rows
+        else step[q] = B * L * 8 + B * 4 + B * out;                  // ids out, gradients out
+    }
+}
+
+const ember__scheme_ops ember__scheme_tw = {
+    .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
+    .cut = cut, .partial = 0, .bucket = bucket, .step_bytes = step_bytes,
+};
