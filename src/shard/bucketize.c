@@ -1,4 +1,5 @@
-// Bucketize: sends every sanitised id of the local batch to the routes that pool it, and the
+// The home rank's side of the input: applies the bounds mode to the local batch, then
+// bucketize sends every sanitised id of the local batch to the routes that pool it, and the
 // data-parallel features' ids to the local replicas' sub-KJT. Each id's destination is computed
 // once (its table's row block, by the scheme's bucket hook), whatever the world size.
 #include <string.h>
@@ -6,6 +7,39 @@
 #include "shard/internal.h"
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+// Applies the bounds mode once, at the home rank: kept ids (clamped where asked), their weights
+// and original positions, with offsets per bag. Routed pieces then carry only valid ids.
+ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt) {
+    const int32_t B = kjt->batch_size;
+    const int64_t nbags = (int64_t)s->F * B;
+    int64_t *off = RESERVE(s, san_off, int64_t, nbags + 1);
+    int64_t *val = RESERVE(s, san_val, int64_t, kjt->nnz);
+    float *w = RESERVE(s, san_w, float, kjt->nnz);
+    int64_t *pos = RESERVE(s, san_pos, int64_t, kjt->nnz);
+    if (!off || !val || !w || !pos) return EMBER_ERR_NOMEM;
+    int64_t start = 0, m = 0;
+    off[0] = 0;
+    for (int64_t i = 0; i < nbags; i++) {
+        const int64_t rows = s->feature_rows[i / B];
+        const int64_t len = kjt->lengths ? kjt->lengths[i] : kjt->offsets[i + 1] - kjt->offsets[i];
+        for (int64_t j = start; j < start + len; j++) {
+            int64_t id = kjt->values[j];
+            if (id < 0 || id >= rows) {
+                if (s->bounds == EMBER_BOUNDS_SKIP) continue;
+                id = id < 0 ? 0 : rows - 1;
+            }
+            val[m] = id;
+            w[m] = kjt->weights ? kjt->weights[j] : 1.0f;
+            pos[m] = j;
+            m++;
+        }
+        start += len;
+        off[i + 1] = m;
+    }
+    return EMBER_OK;
+}
+
 
 void ember__sebc_set_legacy_bucketize(ember_sebc *s, int on) { s->legacy_bucketize = on; }
 int64_t ember__sebc_ids_examined_last_step(const ember_sebc *s) { return s->ids_examined; }

@@ -184,7 +184,7 @@ static ember_status exchange_and_apply(ember_sebc *s, const float *grad_dp) {
 static ember_status backward_sync(ember_sebc *s, const float *grad_out) {
     if (!s->dp) return EMBER_OK;
     const int32_t B = s->batch;
-    const float scale = s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f;
+    const float scale = ember__grad_scale(s);
     float *gdp = s->dp_out.p;
     if (s->sequence) {
         const int64_t *off = s->san_off.p, *pos = s->san_pos.p;

@@ -148,6 +148,15 @@ struct ember_sebc {
 // local table of a collection; 0 when there is no such piece.
 int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table);
 
+// The convention's factor on every gradient handed to an update (1/W for MEAN).
+static inline float ember__grad_scale(const ember_sebc *s) { return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f; }
+
+// Applies the bounds mode once, at the home rank: san_* (kept ids, their weights and original
+// positions, offsets per bag). Routed pieces then carry only valid ids.
+ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt);
+// Sequence outputs between the owner's local order and the per-source order (forward.c).
+void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir);
+
 // Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
 // the replicas (its weights are dropped at home_forward if no rank sends weights).
 ember_status ember__bucketize(ember_sebc *s, int32_t B);
