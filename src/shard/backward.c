@@ -39,7 +39,8 @@ static int has_shard_on(const ember__table_shards *ts, int32_t q) {
 // shard, so the per-row state stays identical across shards).
 static ember_status local_backward(ember_sebc *s, float *grad) {
     const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
-    if (!s->cw_rowwise) return s->local && nr > 0 ? ember_ebc_backward(s->local, &s->local_kjt, grad, NULL) : EMBER_OK;
+    if (!s->cw_rowwise)
+        return s->local && nr > 0 ? ember__ebc_backward_unchecked(s->local, &s->local_kjt, grad, NULL) : EMBER_OK;
     ember_comm *c = s->comm;
     ember__sparse_grad g = {0};
     float *mine = NULL;

@@ -13,8 +13,9 @@ static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
     return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
 }
 
-// Owner side: the local KJT over every source's bags. Local feature k (route k) has
-// Btot = sum_s B_s bags, source s's at [boff_s, boff_s + B_s).
+// Owner side: the local KJT over every source's bags, with offsets (the unchecked pooling and
+// update take them as they are). Local feature k (route k) has Btot = sum_s B_s bags, source
+// s's at [boff_s, boff_s + B_s).
 static ember_status build_local(ember_sebc *s) {
     const int32_t W = s->W, nr = s->nroutes[s->rank];
     int64_t Btot = 0, nnz = 0;
@@ -22,35 +23,39 @@ static ember_status build_local(ember_sebc *s) {
         Btot += s->Bs[q];
         nnz += s->recv_ids[q];
     }
-    int32_t *len = RESERVE(s, loc_len, int32_t, (int64_t)nr * Btot);
+    int64_t *off = RESERVE(s, loc_off, int64_t, (int64_t)nr * Btot + 1);
     int64_t *val = RESERVE(s, loc_val, int64_t, nnz);
     float *w = RESERVE(s, loc_w, float, nnz);
-    if (!len || !val || !w) return EMBER_ERR_NOMEM;
+    if (!off || !val || !w) return EMBER_ERR_NOMEM;
     const int32_t *rlen = s->rcv_len.p;
     const int64_t *rval = s->rcv_val.p;
     const float *rw = s->rcv_w.p;
-    // Ids arrive grouped by source, then route; the local KJT wants route, then source.
-    int64_t n = 0;
+    // Ids arrive grouped by source, then route; the local KJT wants route, then source. Source
+    // q's next lengths and ids are at lcur[q] and vcur[q] (its routes come in order).
+    int64_t *lcur = s->cnt + 2 * W, *vcur = s->cnt + 3 * W; // free until the output dist
+    int64_t l = 0, v = 0;
+    for (int32_t q = 0; q < W; q++) {
+        lcur[q] = l;
+        vcur[q] = v;
+        l += nr * s->Bs[q];
+        v += s->recv_ids[q];
+    }
+    int64_t n = 0, i = 0;
+    off[0] = 0;
     for (int32_t k = 0; k < nr; k++) {
-        int64_t lbase = 0, vbase = 0, boff = 0;
         for (int32_t q = 0; q < W; q++) {
-            const int32_t *ql = rlen + lbase;
-            int64_t skip = 0;
-            for (int64_t i = 0; i < (int64_t)k * s->Bs[q]; i++) skip += ql[i];
+            const int64_t v0 = vcur[q];
             for (int64_t b = 0; b < s->Bs[q]; b++) {
-                const int32_t l = ql[(int64_t)k * s->Bs[q] + b];
-                len[(int64_t)k * Btot + boff + b] = l;
-                memcpy(val + n, rval + vbase + skip, sizeof(int64_t) * (size_t)l);
-                if (s->weighted) memcpy(w + n, rw + vbase + skip, sizeof(float) * (size_t)l);
-                n += l;
-                skip += l;
+                vcur[q] += rlen[lcur[q]++];
+                off[++i] = n + vcur[q] - v0;
             }
-            lbase += (int64_t)nr * s->Bs[q];
-            vbase += s->recv_ids[q];
-            boff += s->Bs[q];
+            const int64_t m = vcur[q] - v0;
+            memcpy(val + n, rval + v0, sizeof(int64_t) * (size_t)m);
+            if (s->weighted) memcpy(w + n, rw + v0, sizeof(float) * (size_t)m);
+            n += m;
         }
     }
-    s->local_kjt = (ember_kjt){nr, (int32_t)Btot, len, NULL, val, s->weighted ? w : NULL, nnz};
+    s->local_kjt = (ember_kjt){nr, (int32_t)Btot, NULL, off, val, s->weighted ? w : NULL, nnz};
     return EMBER_OK;
 }
 
@@ -59,24 +64,19 @@ static ember_status build_local(ember_sebc *s) {
 // source, dir = 1 unpacks per source -> local.
 void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir) {
     const int32_t D = s->out_dim, nr = s->nroutes[s->rank], W = s->W;
-    const int32_t *len = s->local_kjt.lengths;
-    const int64_t Btot = s->local_kjt.batch_size;
-    // Rows of (route k, source q) in local order start at lo; in per-source order at so.
-    int64_t lo = 0;
+    const int64_t *off = s->local_kjt.offsets;
+    // Rows of (route k, source q) in local order start at off[bag]; in per-source order at so[q].
     int64_t *so = s->cnt + 2 * W; // not in use by the caller's exchange at this point
-    int64_t acc = 0;
+    int64_t acc = 0, bag = 0;
     for (int32_t q = 0; q < W; q++) { so[q] = acc; acc += s->recv_ids[q]; }
     for (int32_t k = 0; k < nr; k++) {
-        int64_t boff = 0;
         for (int32_t q = 0; q < W; q++) {
-            int64_t n = 0;
-            for (int64_t b = 0; b < s->Bs[q]; b++) n += len[(int64_t)k * Btot + boff + b];
+            const int64_t lo = off[bag], n = off[bag + s->Bs[q]] - lo;
             float *a = local + lo * D, *c = by_source + so[q] * D;
             if (dir == 0) memcpy(c, a, sizeof(float) * (size_t)(n * D));
             else memcpy(a, c, sizeof(float) * (size_t)(n * D));
-            lo += n;
             so[q] += n;
-            boff += s->Bs[q];
+            bag += s->Bs[q];
         }
     }
 }
@@ -148,7 +148,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {
         st = build_local(s);
-        if (st == EMBER_OK) st = ember_ebc_forward(s->local, &s->local_kjt, s->loc_out.p);
+        if (st == EMBER_OK) ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
     }
     for (int32_t k = 0; k < EMBER__NSCHEMES; k++)
         if (st == EMBER_OK && ember__schemes[k]->home_forward) st = ember__schemes[k]->home_forward(s, out);

@@ -133,7 +133,7 @@ struct ember_sebc {
     ember__buf snd_len, snd_val, snd_w, snd_pos;  // routed input, grouped by destination
     ember__buf snd_cur;                           // bucketize's write cursor per (route, bag)
     ember__buf rcv_len, rcv_val, rcv_w;
-    ember__buf loc_len, loc_val, loc_w;           // the owner's local KJT
+    ember__buf loc_off, loc_val, loc_w;           // the owner's local KJT
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
     ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
     ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange

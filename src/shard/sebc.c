@@ -55,7 +55,7 @@ void ember_sebc_destroy(ember_sebc *s) {
     if (s->table_names)
         for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->table_names[t]);
     ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->san_blk, &s->snd_cur, &s->snd_len, &s->snd_val, &s->snd_w,
-                          &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_len, &s->loc_val, &s->loc_w,
+                          &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_off, &s->loc_val, &s->loc_w,
                           &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
                           &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
