@@ -126,7 +126,8 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         if (ts->scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
             s->cw_rowwise = 1;
         ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
-        ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)(ts->nshards ? ts->nshards : 1));
+        if (ts->nshards == 0) continue; // kept at home (build_home)
+        ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)ts->nshards);
         if (!ts->shards) { ember__buf_free(ctx, &nl); return EMBER_ERR_NOMEM; }
         ops->cut(&cfg->tables[t], &plan[t], W, ts->shards);
         for (int32_t i = 0; i < ts->nshards; i++) {
