@@ -25,11 +25,13 @@ static void usage(FILE *f) {
             "  --dim D           columns (default 64)\n"
             "  --batch_size B    samples per rank (default 512)\n"
             "  --pooling L       ids per bag (default 20)\n"
-            "  --iters N         timed steps per scheme after one warm-up (default 10)\n"
+            "  --iters N         timed steps per scheme and bucketize path after one warm-up (default 10)\n"
             "  --quick           tiny sizes, 2 steps (smoke test)\n"
             "One JSON line per scheme (dp, tw, cw, rw, twrw) from rank 0: bytes sent per rank per step\n"
             "(max and mean over ranks), ms per step (median over steps of the slowest rank), and the\n"
-            "forward's residual against an unsharded collection with the same weights.\n");
+            "forward's residual against an unsharded collection with the same weights. Steps alternate\n"
+            "between the O(nnz) bucketize and the legacy O(W * nnz) one (ms_med vs ms_med_legacy); both\n"
+            "report the ids bucketize examined per step on the busiest rank, next to the local nnz.\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
@@ -98,7 +100,8 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     int32_t *len = malloc(sizeof(int32_t) * (size_t)o->T * (size_t)o->B);
     float *out = malloc(sizeof(float) * (size_t)nout), *ref_out = malloc(sizeof(float) * (size_t)nout);
     float *grad = malloc(sizeof(float) * (size_t)nout);
-    double *ms = malloc(sizeof(double) * (size_t)o->iters);
+    double *ms = malloc(sizeof(double) * (size_t)o->iters), *ms_legacy = malloc(sizeof(double) * (size_t)o->iters);
+    int64_t examined[2] = {0, 0}; // new, legacy: max over ranks
     ember_status st = ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, &s);
     if (st != EMBER_OK) {
         if (R == 0) fprintf(stderr, "ember bench shard: %s: %s\n", name, ember_ctx_errmsg(ctx));
@@ -128,14 +131,19 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad); // warm-up step
     uint64_t bytes_max = 0;
     double bytes_sum = 0;
-    for (int it = 0; st == EMBER_OK && it < o->iters; it++) {
+    for (int it = 0; st == EMBER_OK && it < 2 * o->iters; it++) {
+        const int legacy = it & 1; // alternating, so both paths see the same machine state
+        ember_sebc_set_reference_bucketize(s, legacy);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         st = ember_sebc_forward(s, &kjt, out);
         if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad);
         double dt = (MPI_Wtime() - t0) * 1e3, slowest = 0;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        ms[it] = slowest;
+        (legacy ? ms_legacy : ms)[it / 2] = slowest;
+        int64_t ex = ember_sebc_ids_examined_last_step(s), exmax = 0;
+        MPI_Allreduce(&ex, &exmax, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        examined[legacy] = exmax;
         uint64_t b = ember_sebc_bytes_sent_last_step(s), bmax = 0, bsum = 0;
         MPI_Allreduce(&b, &bmax, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&b, &bsum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -149,12 +157,16 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         goto done;
     }
     qsort(ms, (size_t)o->iters, sizeof(double), cmp_double);
+    qsort(ms_legacy, (size_t)o->iters, sizeof(double), cmp_double);
     if (R == 0) {
         printf("{\"bench\":\"shard\",\"impl\":\"ember\",\"scheme\":\"%s\",\"W\":%d,\"T\":%d,\"E\":%lld,\"D\":%d,"
                "\"B\":%d,\"L\":%d,\"optimizer\":\"rowwise_adagrad\",\"bytes_per_rank_max\":%llu,"
-               "\"bytes_per_rank_mean\":%.0f,\"ms_med\":%.3f,\"ms_min\":%.3f,\"iters\":%d,\"residual\":%.3g}\n",
+               "\"bytes_per_rank_mean\":%.0f,\"ms_med\":%.3f,\"ms_min\":%.3f,\"ms_med_legacy\":%.3f,"
+               "\"ms_min_legacy\":%.3f,\"nnz\":%lld,\"ids_examined\":%lld,\"ids_examined_legacy\":%lld,"
+               "\"iters\":%d,\"residual\":%.3g}\n",
                name, W, o->T, (long long)o->E, o->D, o->B, o->L, (unsigned long long)bytes_max, bytes_sum / W,
-               ms[o->iters / 2], ms[0], o->iters, worst);
+               ms[o->iters / 2], ms[0], ms_legacy[o->iters / 2], ms_legacy[0], (long long)nnz,
+               (long long)examined[0], (long long)examined[1], o->iters, worst);
         fflush(stdout);
     }
     rc = !(worst <= 1e-5) && !isnan(worst);
@@ -170,6 +182,7 @@ done:
     free(ref_out);
     free(grad);
     free(ms);
+    free(ms_legacy);
     return rc;
 }
 
@@ -188,11 +201,9 @@ int shard_bench_main(int argc, char **argv) {
     ember_comm *comm = NULL;
     int rc = 1;
     if (ember_ctx_create(NULL, &ctx) == EMBER_OK && ember_comm_create(ctx, MPI_COMM_WORLD, &comm) == EMBER_OK) {
-        static const struct { ember_shard_scheme s; const char *name; } schemes[] = {
-            {EMBER_SHARD_DATA_PARALLEL, "dp"}, {EMBER_SHARD_TABLE_WISE, "tw"}, {EMBER_SHARD_COLUMN_WISE, "cw"},
-            {EMBER_SHARD_ROW_WISE, "rw"},      {EMBER_SHARD_TABLE_ROW_WISE, "twrw"}};
         rc = 0;
-        for (int i = 0; i < 5; i++) rc |= run_scheme(comm, &o, schemes[i].s, schemes[i].name);
+        for (int i = 0; i < EMBER_SHARD_COUNT; i++)
+            rc |= run_scheme(comm, &o, (ember_shard_scheme)i, ember_shard_scheme_short_name((ember_shard_scheme)i));
     }
     ember_comm_destroy(comm);
     ember_ctx_destroy(ctx);

@@ -5,19 +5,15 @@
 #include "appctx.h"
 #include "sharding.h"
 
-static const char *const names[] = {"dp", "tw", "cw", "rw", "twrw"};
-
 int sharding_parse(const char *name) {
     if (strcmp(name, "auto") == 0 || strcmp(name, "plan") == 0) return SHARDING_AUTO;
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
-        if (strcmp(name, names[i]) == 0) return i; // the order of ember_shard_scheme
-    }
-    return -2;
+    ember_shard_scheme s;
+    return ember_shard_scheme_parse(name, &s) == 0 ? (int)s : -2;
 }
 
 const char *sharding_name(int scheme) {
     if (scheme == SHARDING_AUTO) return "auto";
-    return scheme >= 0 && scheme < (int)(sizeof names / sizeof names[0]) ? names[scheme] : "unknown";
+    return ember_shard_scheme_short_name((ember_shard_scheme)scheme);
 }
 
 void sharding_table_name(int32_t t, char *buf, size_t cap) { snprintf(buf, cap, "t_cat_%d", (int)t); }
@@ -60,41 +56,4 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, cons
         }
     }
     return EMBER_OK;
-}
-
-// Floats of optimizer state per row of a table of `dim` columns (the optimizer's descriptor).
-static int64_t state_floats(ember_optim_kind kind, int32_t dim) {
-    ember_optim_info oi;
-    if (ember_optim_info_get(kind, &oi) != EMBER_OK) return 0;
-    int64_t n = 0;
-    for (int32_t i = 0; i < oi.num_states; i++) n += oi.state_per_row[i] ? 1 : dim;
-    return n;
-}
-
-// Part i of n of a count split as evenly as possible, the first count % n parts one larger.
-static int64_t part(int64_t count, int32_t i, int32_t n) { return count / n + (i < count % n ? 1 : 0); }
-
-double sharding_table_bytes(const ember_table_plan *p, int64_t rows, int32_t dim, ember_optim_kind kind,
-                            int32_t rank, int32_t world) {
-    const double row_floats = (double)dim + (double)state_floats(kind, dim);
-    switch (p->scheme) {
-    case EMBER_SHARD_DATA_PARALLEL: return 4.0 * (double)rows * row_floats;
-    case EMBER_SHARD_TABLE_WISE: return p->ranks[0] == rank ? 4.0 * (double)rows * row_floats : 0.0;
-    case EMBER_SHARD_COLUMN_WISE: {
-        double bytes = 0.0;
-        for (int32_t i = 0; i < p->num_shards; i++) {
-            if (p->ranks[i] != rank) continue;
-            int32_t cols = (int32_t)part(dim, i, p->num_shards);
-            bytes += 4.0 * (double)rows * ((double)cols + (double)state_floats(kind, cols));
-        }
-        return bytes;
-    }
-    case EMBER_SHARD_ROW_WISE: return 4.0 * (double)part(rows, rank, world) * row_floats;
-    case EMBER_SHARD_TABLE_ROW_WISE:
-        for (int32_t i = 0; i < p->group_size; i++) {
-            if (p->ranks[i] == rank) return 4.0 * (double)part(rows, i, p->group_size) * row_floats;
-        }
-        return 0.0;
-    }
-    return 0.0;
 }

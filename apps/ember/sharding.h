@@ -33,8 +33,5 @@ void sharding_table_name(int32_t t, char *buf, size_t cap);
 ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, const int *choice,
                            int32_t world, int32_t group_size, ember_table_plan *plan);
 
-// Bytes of weights and optimizer state (ember/ebc.h's layouts) that `rank` holds of a table.
-double sharding_table_bytes(const ember_table_plan *plan, int64_t rows, int32_t dim, ember_optim_kind kind,
-                            int32_t rank, int32_t world);
 
 #endif

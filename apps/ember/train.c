@@ -179,8 +179,11 @@ static double bytes_needed(const run *R, int32_t *largest) {
     const train_options *o = R->o;
     double total = 0.0, big = -1.0;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-        double b = sharding_table_bytes(&R->plan[f], o->rows[f], o->embedding_dim, o->embedding_optimizer, R->rank,
-                                        R->world);
+        size_t w = 0, st = 0;
+        // The plan was validated by the planner or the plan-file check: a refusal here counts 0.
+        if (ember_shard_rank_bytes(R->ctx, &R->tables[f], &R->plan[f], R->world, R->rank, &w, &st) != EMBER_OK)
+            w = st = 0;
+        const double b = (double)w + (double)st;
         total += b;
         if (b > big) {
             big = b;

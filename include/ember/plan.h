@@ -52,9 +52,6 @@ EMBER_API ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config 
 EMBER_API size_t ember_plan_describe(const ember_ebc_config *ebc_cfg, const ember_table_plan *plan, char *buf,
                                      size_t cap);
 
-// Short name of a scheme ("data_parallel", "table_wise", ...).
-EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
-
 #ifdef __cplusplus
 }
 #endif

@@ -36,6 +36,7 @@ typedef enum ember_shard_scheme {
     EMBER_SHARD_COLUMN_WISE = 2,
     EMBER_SHARD_ROW_WISE = 3,
     EMBER_SHARD_TABLE_ROW_WISE = 4,
+    EMBER_SHARD_COUNT         // number of schemes
 } ember_shard_scheme;
 
 #define EMBER_PLAN_MAX_RANKS 64
@@ -46,6 +47,13 @@ typedef struct ember_table_plan {
     int32_t group_size;  // TABLE_ROW_WISE: ranks in the group
     int32_t ranks[EMBER_PLAN_MAX_RANKS]; // TW: ranks[0]; CW: one per shard; TWRW: the group
 } ember_table_plan;
+
+// Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"
+// (plan descriptions) and "dp", "tw", "cw", "rw", "twrw" (command lines); "unknown" outside the
+// enum. parse accepts either name: 0 and *out set, or -1 (*out unchanged).
+EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
+EMBER_API const char *ember_shard_scheme_short_name(ember_shard_scheme s);
+EMBER_API int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out);
 
 typedef struct ember_sebc ember_sebc;
 
@@ -84,9 +92,24 @@ EMBER_API ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char
 // Converts table t's storage dtype on every rank that holds a piece of it. Collective on comm.
 EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype);
 
+// Bytes rank `rank` of W holds for table t under plan p: its pieces' weights in the table's dtype
+// and their optimizer state (ember_table_config_bytes of each piece; a data-parallel table is a
+// full replica on every rank). The CLI's memory check uses it. Local. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (NULL argument, rank outside [0, W), a plan ember_sebc_create would
+// refuse: the message names the table), EMBER_ERR_NOMEM.
+EMBER_API ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p,
+                                              int32_t W, int32_t rank, size_t *weight_bytes, size_t *state_bytes);
+
 // Bytes this rank sent in the last forward + backward (all schemes), and the analytic count for
 // one table (see docs/sharding.md). Local.
 EMBER_API uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s);
+// Ids the routing (bucketize) examined in the last forward: the local batch's nnz whatever W and
+// the scheme (each id's destination is computed once). Local.
+EMBER_API int64_t ember_sebc_ids_examined_last_step(const ember_sebc *s);
+// For measurement only (`ember bench shard`): on = 1 routes with the former O(W x nnz) scan,
+// which examines a row-wise feature's ids once per destination rank. The results are the same
+// bits either way. Local; a NULL s is ignored.
+EMBER_API void ember_sebc_set_reference_bucketize(ember_sebc *s, int on);
 
 #ifdef __cplusplus
 }

@@ -209,8 +209,8 @@ ember_status ember_comm_barrier(ember_comm *c) {
 }
 
 // The gradient all-reduce of both dtypes: agree on the arguments, sum, and for MEAN multiply by
-// the dtype's 1/W: the factor the sharded embeddings apply (shard/dist.c), so dense and sparse
-// gradients round alike.
+// the dtype's 1/W: the factor the sharded embeddings apply (ember__grad_scale in
+// shard/internal.h), so dense and sparse gradients round alike.
 #define ALLREDUCE_GRADS(T, sum_fn)                                                                          \
     if (!comm) return EMBER_ERR_INVALID_ARG;                                                                \
     ember_status st = EMBER_OK;                                                                             \

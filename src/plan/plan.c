@@ -4,19 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
 #include "ember/plan.h"
-
-const char *ember_shard_scheme_name(ember_shard_scheme s) {
-    switch (s) {
-    case EMBER_SHARD_DATA_PARALLEL: return "data_parallel";
-    case EMBER_SHARD_TABLE_WISE: return "table_wise";
-    case EMBER_SHARD_COLUMN_WISE: return "column_wise";
-    case EMBER_SHARD_ROW_WISE: return "row_wise";
-    case EMBER_SHARD_TABLE_ROW_WISE: return "table_row_wise";
-    }
-    return "unknown";
-}
+#include "shard/internal.h"
 
 // Weights plus optimizer state of a whole table (the optimizer descriptor's count).
 static size_t table_bytes(const ember_table_config *t) {
@@ -32,39 +21,16 @@ typedef struct option {
     double step[EMBER_PLAN_MAX_RANKS];
 } option;
 
-// Per-step bytes, with L = ids per sample of the table, B samples per rank, W ranks,
-// row = bytes of one stored row, out = bytes of one pooled output row (dim * 4).
-static void cost_tw(option *o, int W, double B, double L, double row, double out, int r) {
-    memset(o, 0, sizeof *o);
-    o->plan.scheme = EMBER_SHARD_TABLE_WISE;
-    o->plan.ranks[0] = r;
-    for (int q = 0; q < W; q++) {
-        if (q == r) o->step[q] = W * B * L * row + (W - 1) * B * out;  // pools every bag, returns rows
-        else o->step[q] = B * L * 8 + B * 4 + B * out;                  // ids out, gradients out
-    }
+// Option o's per-step bytes, from its scheme's estimate (L = ids per sample of the table, B
+// samples per rank, row = bytes of one stored row, out = bytes of one pooled output row).
+static void cost(option *o, int W, double B, double L, double row, double out, double rows) {
+    ember__scheme(o->plan.scheme)->step_bytes(&o->plan, W, B, L, row, out, rows, o->step);
 }
 
-static void cost_rw(option *o, int W, double B, double L, double row, double out) {
+// A candidate plan of scheme s (every other field zero).
+static void option_init(option *o, ember_shard_scheme s) {
     memset(o, 0, sizeof *o);
-    o->plan.scheme = EMBER_SHARD_ROW_WISE;
-    for (int q = 0; q < W; q++)
-        o->step[q] = B * L * row + B * L * 8 * (W - 1) / W + (W - 1) * B * 4 + 2 * (W - 1) * B * out;
-}
-
-static void cost_cw(option *o, int W, double B, double L, double row, double out, int k, const int *ranks) {
-    memset(o, 0, sizeof *o);
-    o->plan.scheme = EMBER_SHARD_COLUMN_WISE;
-    o->plan.num_shards = k;
-    for (int i = 0; i < k; i++) o->plan.ranks[i] = ranks[i];
-    for (int q = 0; q < W; q++) o->step[q] = k * (B * L * 8 + B * 4) + B * out;
-    for (int i = 0; i < k; i++) o->step[ranks[i]] += W * B * L * row / k + (W - 1) * B * out / k;
-}
-
-static void cost_dp(option *o, int W, double B, double L, double row, double out, double rows) {
-    memset(o, 0, sizeof *o);
-    o->plan.scheme = EMBER_SHARD_DATA_PARALLEL;
-    double touched = B * L < rows ? B * L : rows;
-    for (int q = 0; q < W; q++) o->step[q] = B * L * row + (W - 1) * touched * (8 + out);
+    o->plan.scheme = s;
 }
 
 ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const ember_plan_config *pc,
@@ -137,11 +103,13 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         for (int kind = 0; kind < 4 + W; kind++) {
             if (kind == 0) {
                 if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max) continue;
-                cost_dp(&cand, W, B, L, row, out, (double)tc->rows);
+                option_init(&cand, EMBER_SHARD_DATA_PARALLEL);
+                cost(&cand, W, B, L, row, out, (double)tc->rows);
                 for (int q = 0; q < W; q++) cand.storage[q] = bytes;
             } else if (kind == 1) {
                 if (!(allow & (1 << EMBER_SHARD_ROW_WISE)) || W == 1 || tc->rows < W) continue;
-                cost_rw(&cand, W, B, L, row, out);
+                option_init(&cand, EMBER_SHARD_ROW_WISE);
+                cost(&cand, W, B, L, row, out, (double)tc->rows);
                 for (int q = 0; q < W; q++) cand.storage[q] = bytes / (size_t)W + bytes % (size_t)W;
             } else if (kind == 2 || kind == 3) {
                 // Column-wise in 2 or 4 slices of at least 16 columns, on the least loaded ranks.
@@ -151,12 +119,17 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 if (ember_optim_info_get(tc->optim.kind, &oi) != EMBER_OK || !oi.column_wise ||
                     tc->pooling == EMBER_POOL_NONE)
                     continue;
-                cost_cw(&cand, W, B, L, row, out, k, by_load);
+                option_init(&cand, EMBER_SHARD_COLUMN_WISE);
+                cand.plan.num_shards = k;
+                for (int j = 0; j < k; j++) cand.plan.ranks[j] = by_load[j];
+                cost(&cand, W, B, L, row, out, (double)tc->rows);
                 for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
             } else {
                 if (!(allow & (1 << EMBER_SHARD_TABLE_WISE))) continue;
                 const int r = kind - 4;
-                cost_tw(&cand, W, B, L, row, out, r);
+                option_init(&cand, EMBER_SHARD_TABLE_WISE);
+                cand.plan.ranks[0] = r;
+                cost(&cand, W, B, L, row, out, (double)tc->rows);
                 cand.storage[r] = bytes;
             }
             double score = 0, total = 0;

@@ -33,4 +33,23 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return p->num_shards;
 }
 
-const ember__scheme_ops ember__scheme_cw = {"column_wise", validate, cut, 0};
+// One row block: every id goes to all of the table's shards.
+static int32_t bucket(const ember__table_shards *ts, int64_t id) {
+    (void)ts; (void)id;
+    return 0;
+}
+
+// Every rank sends its ids and lengths to each slice; each slice's owner pools every bag over
+// its columns and returns them.
+static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step) {
+    (void)rows;
+    const int k = p->num_shards;
+    for (int q = 0; q < W; q++) step[q] = k * (B * L * 8 + B * 4) + B * out;
+    for (int i = 0; i < k; i++) step[p->ranks[i]] += W * B * L * row / k + (W - 1) * B * out / k;
+}
+
+const ember__scheme_ops ember__scheme_cw = {
+    .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
+    .cut = cut, .partial = 0, .bucket = bucket, .step_bytes = step_bytes,
+};

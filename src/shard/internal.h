@@ -1,12 +1,13 @@
-// Internal layout of the sharded collection (DESIGN.md §1.4).
+// Internal layout of the sharded collection.
 //
-// Every non-data-parallel table is cut into shards, each a block of rows x columns on one
-// owner rank. Each (feature, shard) pair is a *route*: the feature's ids that fall in the
-// shard's rows travel from every sample's home rank to the shard's owner, which pools them in
-// its local collection, and the pooled rows travel back. The schemes differ only in how they
-// cut a table and whether the pieces' outputs are concatenated (table-wise, column-wise) or
-// summed (row-wise, table-row-wise); that is each scheme's ops table below, one file each.
-// Data-parallel tables keep a full replica in a separate local collection.
+// Every routed table is cut into shards, each a block of rows x columns on one owner rank.
+// Each (feature, shard) pair is a *route*: the feature's ids that fall in the shard's rows
+// travel from every sample's home rank to the shard's owner, which pools them in its local
+// collection, and the pooled rows travel back. The schemes differ in how they cut a table,
+// where an id goes, and whether the pieces' outputs are concatenated (table-wise, column-wise)
+// or summed (row-wise, table-row-wise); that is each scheme's ops table below, one file each.
+// A scheme may instead keep its tables at home (data-parallel: a full replica on every rank,
+// in a collection of its own, dp.c) through the ops' optional hooks.
 #ifndef EMBER_SHARD_INTERNAL_H
 #define EMBER_SHARD_INTERNAL_H
 
@@ -21,25 +22,56 @@ typedef struct ember__shard {
     int32_t local_table;    // index of the block in the owner's local collection
 } ember__shard;
 
-// One scheme: validates a table's plan and cuts the table into shards.
+typedef struct ember__table_shards ember__table_shards;
+
+// One scheme: how a table's plan is checked, how the table is cut into shards, where each id
+// goes, and what the scheme adds to a step besides the routed data. One file per scheme; a new
+// scheme is its file, its enum value and its entry in ember__schemes.
 typedef struct ember__scheme_ops {
-    const char *name;
+    ember_shard_scheme scheme;
+    const char *name;        // "table_wise" (plan descriptions)
+    const char *short_name;  // "tw" (command lines)
     // Checks plan against the table and world size; message names the table.
     ember_status (*validate)(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W);
-    // Number of shards, and the shards themselves (owner, rows, columns) when out is not NULL.
+    // Number of shards, and the shards themselves (owner, rows, columns) when out is not NULL,
+    // block-major: the column slices of row block k are shards [k * ncols, (k + 1) * ncols).
+    // Zero shards: the table is not routed (it stays home, see build_home).
     int32_t (*cut)(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out);
     // Pieces hold row blocks whose partial pools are summed at the home rank (RW, TWRW);
     // otherwise they are column blocks of complete pools, concatenated.
     int partial;
+    // Bucketize: the row block of a valid id (-1: it stays home). Called once per id of a
+    // table with more than one row block.
+    int32_t (*bucket)(const ember__table_shards *ts, int64_t id);
+    // Optional, for schemes that keep rank-local state instead of shards: creates it once the
+    // shards and routes exist (local_cfg: the bounds and limits of the local collections),
+    // pools the ids that stay home into out (zeroed) during forward, and after the routed
+    // backward exchanges and applies their gradients (collective; grad_out as the caller gave it).
+    ember_status (*build_home)(ember_sebc *s, const ember_ebc_config *local_cfg);
+    ember_status (*home_forward)(ember_sebc *s, float *out);
+    ember_status (*backward_sync)(ember_sebc *s, const float *grad_out);
+    // The planner's estimate: bytes each rank reads and sends per step for one table of the
+    // plan p; B samples per rank, L ids per sample, row/out bytes of a stored/pooled row.
+    void (*step_bytes)(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step);
 } ember__scheme_ops;
 
-extern const ember__scheme_ops ember__scheme_tw, ember__scheme_cw, ember__scheme_rw, ember__scheme_twrw;
-const ember__scheme_ops *ember__scheme(ember_shard_scheme s); // NULL for DATA_PARALLEL
+extern const ember__scheme_ops ember__scheme_dp, ember__scheme_tw, ember__scheme_cw, ember__scheme_rw,
+    ember__scheme_twrw;
+// Indexed by ember_shard_scheme.
+extern const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT];
+// The ops of a valid scheme (never NULL).
+static inline const ember__scheme_ops *ember__scheme(ember_shard_scheme s) { return ember__schemes[s]; }
 
 // Contiguous split of n into k parts: the first n % k parts get one more.
 static inline int64_t ember__split_begin(int64_t n, int32_t k, int32_t i) {
     int64_t base = n / k, rem = n % k;
     return (int64_t)i * base + (i < rem ? i : rem);
+}
+// The part of that split holding element x (0 <= x < n).
+static inline int32_t ember__split_index(int64_t n, int32_t k, int64_t x) {
+    const int64_t base = n / k, rem = n % k, big = rem * (base + 1);
+    return (int32_t)(x < big ? x / (base + 1) : rem + (x - big) / base);
 }
 
 typedef struct ember__route {
@@ -50,12 +82,15 @@ typedef struct ember__route {
     int32_t partial;        // summed (row blocks) rather than placed
 } ember__route;
 
-typedef struct ember__table_shards {
+struct ember__table_shards {
     ember_shard_scheme scheme;
+    const ember__scheme_ops *ops;
+    int64_t rows;
     int32_t nshards;
+    int32_t nblocks;        // row blocks (0 for DP); nshards / nblocks column slices each
     ember__shard *shards;   // [nshards]; NULL for DP
     int32_t dp_local;       // DP: index in the DP collection
-} ember__table_shards;
+};
 
 struct ember_sebc {
     ember_ctx *ctx;
@@ -77,6 +112,9 @@ struct ember_sebc {
     int32_t *nroutes;             // [W]
     ember__route **routes;        // [W][nroutes[q]]
     int32_t *local_out_dim;       // [W] sum of the routes' widths at owner q
+    int32_t *route_base;          // [W+1] global index of owner q's first route
+    int32_t *froute_off;          // [F+1] feature f's shards' routes are froute[froute_off[f] ..]
+    int32_t *froute;              // global route index of (feature, shard), in shard order
     ember_ebc *local;             // this rank's shards (NULL if it owns none)
     ember_ebc *dp;                // replicas of the DP tables (NULL if none)
     int32_t cw_rowwise;           // some column-wise table has a row-wise optimizer
@@ -90,15 +128,37 @@ struct ember_sebc {
     int64_t *send_ids, *recv_ids; // [W] id counts sent to / received from each rank
     int64_t *cnt;                 // [4W] scratch counts for the collectives
     ember__buf san_off, san_val, san_w, san_pos;  // sanitised KJT: offsets [F*B+1], ids, weights, positions
+    ember__buf san_blk;                           // row block of every sanitised id
     ember__buf snd_len, snd_val, snd_w, snd_pos;  // routed input, grouped by destination
+    ember__buf snd_cur;                           // bucketize's write cursor per (route, bag)
     ember__buf rcv_len, rcv_val, rcv_w;
-    ember__buf loc_len, loc_val, loc_w;           // the owner's local KJT
+    ember__buf loc_off, loc_val, loc_w;           // the owner's local KJT
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
     ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
     ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange
     ember__buf ss_mine, ss_send, ss_recv;         // column-wise row-wise optimizers: row sums of g^2
     ember_kjt local_kjt, dp_kjt;
     uint64_t bytes_last_step, bytes_at_forward;
+    int64_t ids_examined;         // ids bucketize looked at in the last forward
+    int legacy_bucketize;         // measurement only: the O(W * nnz) path
 };
+
+// The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a
+// local table of a collection; 0 when there is no such piece.
+int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table);
+
+// The convention's factor on every gradient handed to an update (1/W for MEAN).
+static inline float ember__grad_scale(const ember_sebc *s) { return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f; }
+
+// Applies the bounds mode once, at the home rank: san_* (kept ids, their weights and original
+// positions, offsets per bag). Routed pieces then carry only valid ids.
+ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt);
+// Sequence outputs between the owner's local order and the per-source order (forward.c).
+void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir);
+
+// Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
+// the replicas (its weights are dropped at home_forward if no rank sends weights).
+ember_status ember__bucketize(ember_sebc *s, int32_t B);
+
 
 #endif

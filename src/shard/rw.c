@@ -22,4 +22,20 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return n;
 }
 
-const ember__scheme_ops ember__scheme_rw = {"row_wise", validate, cut, 1};
+// The row blocks are the contiguous split of the rows (the empty ones have no shard, and
+// they come last).
+static int32_t bucket(const ember__table_shards *ts, int64_t id) { return ember__split_index(ts->rows, ts->nblocks, id); }
+
+// Every rank pools its block's share of all bags, sends the ids of the other blocks and the
+// lengths, returns partial rows and sends gradients.
+static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step) {
+    (void)p; (void)rows;
+    for (int q = 0; q < W; q++)
+        step[q] = B * L * row + B * L * 8 * (W - 1) / W + (W - 1) * B * 4 + 2 * (W - 1) * B * out;
+}
+
+const ember__scheme_ops ember__scheme_rw = {
+    .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .validate = validate, .cut = cut,
+    .partial = 1, .bucket = bucket, .step_bytes = step_bytes,
+};

@@ -4,15 +4,25 @@
 
 #include "shard/internal.h"
 
-const ember__scheme_ops *ember__scheme(ember_shard_scheme s) {
-    switch (s) {
-    case EMBER_SHARD_TABLE_WISE: return &ember__scheme_tw;
-    case EMBER_SHARD_COLUMN_WISE: return &ember__scheme_cw;
-    case EMBER_SHARD_ROW_WISE: return &ember__scheme_rw;
-    case EMBER_SHARD_TABLE_ROW_WISE: return &ember__scheme_twrw;
-    case EMBER_SHARD_DATA_PARALLEL: return NULL;
+const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT] = {
+    &ember__scheme_dp, &ember__scheme_tw, &ember__scheme_cw, &ember__scheme_rw, &ember__scheme_twrw};
+
+const char *ember_shard_scheme_name(ember_shard_scheme s) {
+    return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->name : "unknown";
+}
+
+const char *ember_shard_scheme_short_name(ember_shard_scheme s) {
+    return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->short_name : "unknown";
+}
+
+int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
+    for (int32_t k = 0; name && k < EMBER_SHARD_COUNT; k++) {
+        if (strcmp(name, ember__schemes[k]->name) == 0 || strcmp(name, ember__schemes[k]->short_name) == 0) {
+            if (out) *out = ember__schemes[k]->scheme;
+            return 0;
+        }
     }
-    return NULL;
+    return -1;
 }
 
 static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, const ember_table_plan *plan,
@@ -24,11 +34,9 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
                 "%s: unknown gradient convention %d", fn, (int)conv);
     for (int32_t t = 0; t < cfg->num_tables; t++) {
         const ember_table_plan *p = &plan[t];
-        EMBER_CHECK(ctx, p->scheme >= EMBER_SHARD_DATA_PARALLEL && p->scheme <= EMBER_SHARD_TABLE_ROW_WISE,
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name,
-                    (int)p->scheme);
-        const ember__scheme_ops *ops = ember__scheme(p->scheme);
-        if (ops) EMBER_TRY(ops->validate(ctx, &cfg->tables[t], p, W));
+        EMBER_CHECK(ctx, p->scheme >= 0 && p->scheme < EMBER_SHARD_COUNT, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name, (int)p->scheme);
+        EMBER_TRY(ember__scheme(p->scheme)->validate(ctx, &cfg->tables[t], p, W));
     }
     return EMBER_OK;
 }
@@ -46,14 +54,15 @@ void ember_sebc_destroy(ember_sebc *s) {
         for (int32_t f = 0; f < s->F; f++) ember__free(ctx, s->feature_names[f]);
     if (s->table_names)
         for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->table_names[t]);
-    ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->snd_len, &s->snd_val, &s->snd_w,
-                          &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_len, &s->loc_val, &s->loc_w,
+    ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->san_blk, &s->snd_cur, &s->snd_len, &s->snd_val, &s->snd_w,
+                          &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_off, &s->loc_val, &s->loc_w,
                           &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
                           &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
-    void *arrays[] = {s->tables, s->feature_table, s->feature_col, s->feature_rows, s->feature_names, s->table_names,
-                      s->ts, s->nroutes, s->routes, s->local_out_dim, s->dp_features, s->Bs, s->send_ids,
-                      s->recv_ids, s->cnt};
+    void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,
+                      s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
+                      s->route_base, s->froute_off,    s->froute,        s->dp_features,  s->Bs,
+                      s->send_ids,   s->recv_ids,      s->cnt};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
     ember__free(ctx, s);
 }
@@ -74,6 +83,8 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     ALLOC(s->nroutes, W);
     ALLOC(s->routes, W);
     ALLOC(s->local_out_dim, W);
+    ALLOC(s->route_base, W + 1);
+    ALLOC(s->froute_off, F + 1);
     ALLOC(s->dp_features, F);
     ALLOC(s->Bs, W);
     ALLOC(s->send_ids, W);
@@ -105,18 +116,17 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         if (!nlocal) return EMBER_ERR_NOMEM;
         memset(nlocal, 0, sizeof(int32_t) * (size_t)W);
     }
-    int32_t my_tables = 0, ndp_tables = 0;
+    int32_t my_tables = 0;
     for (int32_t t = 0; t < T; t++) {
         ember__table_shards *ts = &s->ts[t];
         ts->scheme = plan[t].scheme;
+        ts->rows = cfg->tables[t].rows;
         const ember__scheme_ops *ops = ember__scheme(ts->scheme);
-        if (!ops) {
-            ts->dp_local = ndp_tables++;
-            continue;
-        }
+        ts->ops = ops;
         if (ts->scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
             s->cw_rowwise = 1;
         ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
+        if (ts->nshards == 0) continue; // kept at home (build_home)
         ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)ts->nshards);
         if (!ts->shards) { ember__buf_free(ctx, &nl); return EMBER_ERR_NOMEM; }
         ops->cut(&cfg->tables[t], &plan[t], W, ts->shards);
@@ -124,9 +134,12 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
             ember__shard *sh = &ts->shards[i];
             sh->local_table = nlocal[sh->owner]++;
             if (sh->owner == s->rank) my_tables++;
+            ts->nblocks += sh->c0 == 0;
         }
     }
     ember__buf_free(ctx, &nl);
+    for (int32_t f = 0; f < F; f++) s->froute_off[f + 1] = s->froute_off[f] + s->ts[s->feature_table[f]].nshards;
+    ALLOC(s->froute, s->froute_off[F] ? s->froute_off[F] : 1);
     // Routes per owner, in feature order then shard order.
     for (int32_t q = 0; q < W; q++) {
         int32_t n = 0;
@@ -145,11 +158,13 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
             for (int32_t i = 0; i < ts->nshards; i++) {
                 if (ts->shards[i].owner != q) continue;
                 const ember__shard *sh = &ts->shards[i];
-                s->routes[q][n++] = (ember__route){f, t, sh, lc, ember__scheme(ts->scheme)->partial};
+                s->froute[s->froute_off[f] + i] = s->route_base[q] + n;
+                s->routes[q][n++] = (ember__route){f, t, sh, lc, ts->ops->partial};
                 lc += sh->c1 - sh->c0;
             }
         }
         s->local_out_dim[q] = s->sequence ? s->out_dim : lc;
+        s->route_base[q + 1] = s->route_base[q] + s->nroutes[q];
     }
     // This rank's local collection of blocks: one local table per owned block, one local
     // feature per route. Partial (row-block) pools are SUMs: MEAN divides at the home rank.
@@ -177,7 +192,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
                 c.name = name;
                 c.rows = sh->r1 - sh->r0;
                 c.dim = sh->c1 - sh->c0;
-                if (ember__scheme(ts->scheme)->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
+                if (ts->ops->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
                 lt[sh->local_table] = c;
                 lo[sh->local_table] = (ember__origin){sh->r0, cfg->tables[t].rows, sh->c0, cfg->tables[t].dim,
                                                        cfg->tables[t].name};
@@ -201,33 +216,9 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         st = ember__ebc_create_ex(ctx, &lc, lo, &s->local);
         if (st != EMBER_OK) goto done;
     }
-    // Data-parallel replicas.
-    if (ndp_tables > 0) {
-        ember_table_config *dt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)ndp_tables);
-        ember_feature_config *df = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)F);
-        if (!dt || !df) { st = EMBER_ERR_NOMEM; goto done; }
-        for (int32_t t = 0; t < T; t++)
-            if (s->ts[t].scheme == EMBER_SHARD_DATA_PARALLEL) dt[s->ts[t].dp_local] = cfg->tables[t];
-        int32_t n = 0, dcol = 0;
-        for (int32_t f = 0; f < F; f++) {
-            const int32_t t = s->feature_table[f];
-            if (s->ts[t].scheme != EMBER_SHARD_DATA_PARALLEL) continue;
-            df[n] = (ember_feature_config){cfg->features[f].name, s->ts[t].dp_local};
-            s->dp_features[n++] = f;
-            dcol += cfg->tables[t].dim;
-        }
-        s->ndp_features = n;
-        s->dp_out_dim = s->sequence ? s->out_dim : dcol;
-        if (n == 0) {
-            df[0] = (ember_feature_config){"unused", 0};
-            n = 1;
-        }
-        lc.tables = dt;
-        lc.num_tables = ndp_tables;
-        lc.features = df;
-        lc.num_features = n;
-        st = ember__ebc_create_ex(ctx, &lc, NULL, &s->dp);
-    }
+    // Schemes with rank-local state of their own (the data-parallel replicas).
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT && st == EMBER_OK; k++)
+        if (ember__schemes[k]->build_home) st = ember__schemes[k]->build_home(s, &lc);
 done:
     ember__buf_free(ctx, &tb);
     ember__buf_free(ctx, &fb);
@@ -235,6 +226,38 @@ done:
     ember__buf_free(ctx, &names);
     return st;
 #undef ALLOC
+}
+
+ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W,
+                                    int32_t rank, size_t *weight_bytes, size_t *state_bytes) {
+    if (!ctx) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(ctx, t && p && weight_bytes && state_bytes && W >= 1 && rank >= 0 && rank < W, EMBER_ERR_INVALID_ARG,
+                "ember_shard_rank_bytes: NULL argument or rank %d outside [0, %d)", (int)rank, (int)W);
+    EMBER_CHECK(ctx, p->scheme >= 0 && p->scheme < EMBER_SHARD_COUNT, EMBER_ERR_INVALID_ARG,
+                "ember_shard_rank_bytes: table '%s': unknown scheme %d", t->name ? t->name : "?", (int)p->scheme);
+    const ember__scheme_ops *ops = ember__schemes[p->scheme];
+    EMBER_TRY(ops->validate(ctx, t, p, W));
+    *weight_bytes = *state_bytes = 0;
+    if (ops->build_home) { // a rank-local replica of the whole table on every rank
+        ember_table_config_bytes(t, weight_bytes, state_bytes);
+        return EMBER_OK;
+    }
+    const int32_t n = ops->cut(t, p, W, NULL);
+    ember__shard *sh = ember__xalloc(ctx, sizeof(ember__shard) * (size_t)(n > 0 ? n : 1), "shard list");
+    if (!sh) return EMBER_ERR_NOMEM;
+    ops->cut(t, p, W, sh);
+    for (int32_t i = 0; i < n; i++) {
+        if (sh[i].owner != rank) continue;
+        ember_table_config piece = *t;
+        piece.rows = sh[i].r1 - sh[i].r0;
+        piece.dim = sh[i].c1 - sh[i].c0;
+        size_t w = 0, st = 0;
+        ember_table_config_bytes(&piece, &w, &st);
+        *weight_bytes += w;
+        *state_bytes += st;
+    }
+    ember__free(ctx, sh);
+    return EMBER_OK;
 }
 
 ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
@@ -274,6 +297,23 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
     return EMBER_OK;
 }
 
+int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table) {
+    const ember__table_shards *ts = &s->ts[t];
+    if (ts->ops->build_home) { // rank-local state: the replica
+        if (i > 0 || !s->dp) return 0;
+        *ebc = s->dp;
+        *local_table = ts->dp_local;
+        return 1;
+    }
+    for (int32_t k = 0; k < ts->nshards; k++) {
+        if (ts->shards[k].owner != s->rank || i-- > 0) continue;
+        *ebc = s->local;
+        *local_table = ts->shards[k].local_table;
+        return 1;
+    }
+    return 0;
+}
+
 int32_t ember_sebc_output_dim(const ember_sebc *s) { return s ? s->out_dim : 0; }
 ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s) { return s ? s->conv : EMBER_GRAD_MEAN; }
 uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s) { return s ? s->bytes_last_step : 0; }
@@ -286,13 +326,9 @@ ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
     for (int32_t t = 0; t < s->T; t++) {
         if (table != -1 && t != table) continue;
         s->tables[t].optim.lr = lr;
-        const ember__table_shards *ts = &s->ts[t];
-        if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
-            EMBER_TRY(ember_ebc_set_lr(s->dp, ts->dp_local, lr));
-            continue;
-        }
-        for (int32_t i = 0; i < ts->nshards; i++)
-            if (ts->shards[i].owner == s->rank) EMBER_TRY(ember_ebc_set_lr(s->local, ts->shards[i].local_table, lr));
+        ember_ebc *e;
+        int32_t lt;
+        for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) EMBER_TRY(ember_ebc_set_lr(e, lt, lr));
     }
     return EMBER_OK;
 }

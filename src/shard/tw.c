@@ -15,4 +15,25 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return 1;
 }
 
-const ember__scheme_ops ember__scheme_tw = {"table_wise", validate, cut, 0};
+// One row block: every id goes to all of the table's shards.
+static int32_t bucket(const ember__table_shards *ts, int64_t id) {
+    (void)ts; (void)id;
+    return 0;
+}
+
+// The owner pools every rank's bags and returns their rows; the others send ids and lengths
+// and receive rows, then send their gradients.
+static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step) {
+    (void)rows;
+    const int r = p->ranks[0];
+    for (int q = 0; q < W; q++) {
+        if (q == r) step[q] = W * B * L * row + (W - 1) * B * out;  // pools every bag, returns rows
+        else step[q] = B * L * 8 + B * 4 + B * out;                  // ids out, gradients out
+    }
+}
+
+const ember__scheme_ops ember__scheme_tw = {
+    .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
+    .cut = cut, .partial = 0, .bucket = bucket, .step_bytes = step_bytes,
+};

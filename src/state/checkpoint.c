@@ -26,20 +26,18 @@ static int tensors_of(const ember_table_config *t, int32_t cols[EMBER_MAX_TENSOR
 // The table's step counter: every piece of it holds the same count.
 static ember_status table_step(ember_sebc *s, int32_t t, int64_t *step) {
     int64_t v = -1;
-    const ember__table_shards *ts = &s->ts[t];
-    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) v = ember_ebc_step(s->dp, ts->dp_local);
-    for (int32_t i = 0; i < ts->nshards; i++)
-        if (ts->shards[i].owner == s->rank) v = ember_ebc_step(s->local, ts->shards[i].local_table);
+    ember_ebc *e;
+    int32_t lt;
+    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) v = ember_ebc_step(e, lt);
     EMBER_TRY(ember_comm_allreduce_max_i64(s->comm, &v, 1));
     *step = v < 0 ? 0 : v;
     return EMBER_OK;
 }
 
 static void set_table_step(ember_sebc *s, int32_t t, int64_t step) {
-    const ember__table_shards *ts = &s->ts[t];
-    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) ember_ebc_set_step(s->dp, ts->dp_local, step);
-    for (int32_t i = 0; i < ts->nshards; i++)
-        if (ts->shards[i].owner == s->rank) ember_ebc_set_step(s->local, ts->shards[i].local_table, step);
+    ember_ebc *e;
+    int32_t lt;
+    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) ember_ebc_set_step(e, lt, step);
 }
 
 typedef struct writer {

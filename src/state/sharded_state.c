@@ -1,6 +1,7 @@
 // Global state dict of a sharded collection (DESIGN.md §1.6): every table is read and written
 // as one plain [rows, cols] array whatever its scheme. Reads gather the owned blocks, writes
-// scatter them; data-parallel tables are read from the local replica (all replicas are equal).
+// scatter them; replicated (data-parallel) tables are read from this rank's replica (all
+// replicas are equal).
 #include <string.h>
 
 #include "shard/internal.h"
@@ -48,9 +49,11 @@ ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, f
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
     const int32_t dim = s->tables[table < 0 || table >= s->T ? 0 : table].dim;
-    if (st == EMBER_OK && ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
-        if (root < 0 || root == s->rank)
-            st = ember_ebc_read(s->dp, ts->dp_local, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, dst);
+    ember_ebc *e;
+    int32_t lt;
+    if (st == EMBER_OK && ts->nshards == 0) { // replicated: every rank holds the whole table
+        if ((root < 0 || root == s->rank) && ember__piece(s, table, 0, &e, &lt))
+            st = ember_ebc_read(e, lt, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, dst);
         return ember_comm_agree(s->comm, st);
     }
     // Pack this rank's blocks in shard order.
@@ -115,8 +118,11 @@ ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, 
     EMBER_TRY(ember_comm_agree(s->comm, st));
     if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, sizeof(float) * (size_t)total, root));
     const ember__table_shards *ts = &s->ts[table];
-    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
-        st = ember_ebc_write(s->dp, ts->dp_local, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, full);
+    ember_ebc *e;
+    int32_t lt;
+    if (ts->nshards == 0) { // replicated
+        if (ember__piece(s, table, 0, &e, &lt))
+            st = ember_ebc_write(e, lt, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, full);
         return ember_comm_agree(s->comm, st);
     }
     const int32_t dim = s->tables[table].dim;
@@ -146,13 +152,9 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
     else if (dtype < EMBER_DTYPE_F32 || dtype > EMBER_DTYPE_BF16)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: unknown dtype %d", (int)dtype);
     EMBER_TRY(ember_comm_agree(s->comm, st));
-    const ember__table_shards *ts = &s->ts[table];
-    if (ts->scheme == EMBER_SHARD_DATA_PARALLEL) {
-        st = ember_ebc_convert_dtype(s->dp, ts->dp_local, dtype);
-    } else {
-        for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++)
-            if (ts->shards[i].owner == s->rank) st = ember_ebc_convert_dtype(s->local, ts->shards[i].local_table, dtype);
-    }
+    ember_ebc *e;
+    int32_t lt;
+    for (int32_t i = 0; st == EMBER_OK && ember__piece(s, table, i, &e, &lt); i++) st = ember_ebc_convert_dtype(e, lt, dtype);
     if (st == EMBER_OK) s->tables[table].dtype = dtype;
     return ember_comm_agree(s->comm, st);
 }

@@ -257,6 +257,11 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
     EMBER_TRY(ember__ebc_check_backward(ebc, fn, kjt, grad_out));
     EMBER_CHECK(ebc->ctx, !grad_weights || kjt->weights, EMBER_ERR_INVALID_ARG,
                 "%s: grad_weights requested but the kjt has no weights", fn);
+    return ember__ebc_backward_unchecked(ebc, kjt, grad_out, grad_weights);
+}
+
+ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+                                           float *grad_weights) {
     ember__segments s;
     EMBER_TRY(build_segments(ebc, kjt, &s));
     float *scratch = row_scratch(ebc);

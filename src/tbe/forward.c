@@ -77,22 +77,31 @@ static void sequence_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t
     }
 }
 
-ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
-    if (!ebc) return EMBER_ERR_INVALID_ARG;
-    int64_t oor;
-    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor));
-    const int64_t *off = ember__ebc_offsets(ebc, kjt);
-    if (!off) return EMBER_ERR_NOMEM;
+// The pooling of a validated KJT with offsets `off`; resolve: some ids need the bounds mode.
+static void forward_off(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out) {
     if (ebc->sequence) {
         sequence_forward(ebc, kjt, off, out);
-        return EMBER_OK;
+        return;
     }
     const int64_t nbags = (int64_t)ebc->F * kjt->batch_size;
     const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
     // Chunks of bags balanced by ids plus a bag's fixed cost (zeroing and storing its output row).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++)
-        pool_range(ebc, kjt, off, ember__split(off, nbags, 8, c, nc), ember__split(off, nbags, 8, c + 1, nc), oor > 0,
+        pool_range(ebc, kjt, off, ember__split(off, nbags, 8, c, nc), ember__split(off, nbags, 8, c + 1, nc), resolve,
                    out);
+}
+
+void ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
+    forward_off(ebc, kjt, kjt->offsets, 0, out);
+}
+
+ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    int64_t oor;
+    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor));
+    const int64_t *off = ember__ebc_offsets(ebc, kjt);
+    if (!off) return EMBER_ERR_NOMEM;
+    forward_off(ebc, kjt, off, oor > 0, out);
     return EMBER_OK;
 }

@@ -95,6 +95,14 @@ typedef struct ember__sparse_grad {
     const float *grad;
 } ember__sparse_grad;
 
+// Unchecked entry points for layers that validated the KJT and the gradient themselves (the
+// sharded collection checks once, at the home rank): the KJT carries offsets, every id is a row
+// of its table, out/grad_out are non-NULL where needed and grad_out is finite. The public
+// ember_ebc_forward/backward check, then run the same code.
+void ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out);
+ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+                                           float *grad_weights);
+
 // Validates kjt and grad_out (finite) the way backward does, without changing anything.
 ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *caller, const ember_kjt *kjt,
                                        const float *grad_out);

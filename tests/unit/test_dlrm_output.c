@@ -129,23 +129,56 @@ static void sharding_explicit_round_robin(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// Bytes rank r of W holds of a rows x dim table under plan p (the library's count, which the
+// trainer's memory check uses): weights in the table's dtype plus fp32 optimizer state.
+static double rank_bytes(const ember_table_plan *p, int64_t rows, int32_t dim, ember_optim_kind kind,
+                         ember_dtype dtype, int32_t r, int32_t W) {
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "t";
+    t.rows = rows;
+    t.dim = dim;
+    t.dtype = dtype;
+    t.optim.kind = kind;
+    size_t w = 0, st = 0;
+    assert_int_equal(ember_shard_rank_bytes(ctx, &t, p, W, r, &w, &st), EMBER_OK);
+    ember_ctx_destroy(ctx);
+    return (double)w + (double)st;
+}
+
 static void sharding_bytes_per_rank(void **state) {
     (void)state;
+    const ember_dtype F32 = EMBER_DTYPE_F32;
     ember_table_plan p = {.scheme = EMBER_SHARD_ROW_WISE};
     // 10 rows over 3 ranks: 4, 3, 3 rows of (8 weights + 1 row-wise Adagrad state) floats.
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_ROWWISE_ADAGRAD, 0, 3) == 4 * 4 * 9.0);
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_ROWWISE_ADAGRAD, 2, 3) == 4 * 3 * 9.0);
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_ROWWISE_ADAGRAD, F32, 0, 3) == 4 * 4 * 9.0);
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_ROWWISE_ADAGRAD, F32, 2, 3) == 4 * 3 * 9.0);
+    // bf16 weights count 2 bytes, the fp32 state 4.
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_DTYPE_BF16, 0, 3) == 4 * (2 * 8.0 + 4));
     p.scheme = EMBER_SHARD_DATA_PARALLEL;
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_ADAM, 1, 3) == 4 * 10 * 24.0);
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_ADAM, F32, 1, 3) == 4 * 10 * 24.0);
     p.scheme = EMBER_SHARD_TABLE_WISE;
     p.ranks[0] = 2;
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_SGD, 2, 3) == 4 * 10 * 8.0);
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_SGD, 0, 3) == 0.0);
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 2, 3) == 4 * 10 * 8.0);
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 0, 3) == 0.0);
     p.scheme = EMBER_SHARD_COLUMN_WISE;
     p.num_shards = 3;
     p.ranks[0] = 1, p.ranks[1] = 2, p.ranks[2] = 0;
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_SGD, 1, 3) == 4 * 10 * 3.0); // columns 3, 3, 2
-    assert_true(sharding_table_bytes(&p, 10, 8, EMBER_OPT_SGD, 0, 3) == 4 * 10 * 2.0);
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 1, 3) == 4 * 10 * 3.0); // columns 3, 3, 2
+    assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 0, 3) == 4 * 10 * 2.0);
+    // A plan the collection would refuse is refused here too, with the table named.
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "big";
+    t.rows = 10;
+    t.dim = 8;
+    p.ranks[2] = 7;
+    size_t w, st;
+    assert_int_equal(ember_shard_rank_bytes(ctx, &t, &p, 3, 0, &w, &st), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "'big'"));
+    ember_ctx_destroy(ctx);
 }
 
 int main(void) {

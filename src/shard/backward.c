@@ -1,0 +1,220 @@
+// Backward of the sharded collection: the gradients of the routed pieces travel home -> owner,
+// each owner applies its fused update (column shards of row-wise optimizers first exchange
+// their per-row sums of squares), then the schemes that keep tables at home sync theirs.
+#include <math.h>
+#include <string.h>
+
+#include "shard/internal.h"
+
+#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
+    return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
+}
+
+// Keys of local table lt in a coalesced gradient: [*lo, *hi).
+static void key_range(const ember_ebc *e, const ember__sparse_grad *g, int32_t lt, int64_t *lo, int64_t *hi) {
+    const int64_t a = e->tables[lt].key_base, b = a + e->tables[lt].cfg.rows;
+    int64_t i = 0;
+    while (i < g->n && g->key[i] < a) i++;
+    *lo = i;
+    while (i < g->n && g->key[i] < b) i++;
+    *hi = i;
+}
+
+static int is_cw_rowwise(const ember_sebc *s, int32_t t) {
+    return s->ts[t].scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(s->tables[t].optim.kind)->rowwise_sumsq;
+}
+
+static int has_shard_on(const ember__table_shards *ts, int32_t q) {
+    for (int32_t i = 0; i < ts->nshards; i++)
+        if (ts->shards[i].owner == q) return 1;
+    return 0;
+}
+
+// The owner's fused update. A row-wise optimizer on a column-wise table needs the mean of g^2
+// over the whole row, which is split over the table's column shards: every shard of a table
+// sees the same bags, hence the same touched rows in the same order, so the shards exchange
+// their per-row partial sums of squares and add them in shard order (the same sum on every
+// shard, so the per-row state stays identical across shards).
+static ember_status local_backward(ember_sebc *s, float *grad) {
+    const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
+    if (!s->cw_rowwise)
+        return s->local && nr > 0 ? ember__ebc_backward_unchecked(s->local, &s->local_kjt, grad, NULL) : EMBER_OK;
+    ember_comm *c = s->comm;
+    ember__sparse_grad g = {0};
+    float *mine = NULL;
+    ember_status st = EMBER_OK;
+    if (s->local && nr > 0) {
+        st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &g);
+        if (st == EMBER_OK) mine = RESERVE(s, ss_mine, float, g.n);
+        if (st == EMBER_OK && !mine) st = EMBER_ERR_NOMEM;
+        if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &g, mine);
+    }
+    // Sizes: shard i of a CW row-wise table t carries u_t values (its touched rows).
+    int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
+    for (int32_t q = 0; q < W; q++) {
+        sc[q] = rc[q] = 0;
+        if (q == me) continue;
+        for (int32_t t = 0; t < s->T; t++) {
+            const ember__table_shards *ts = &s->ts[t];
+            if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me) || !has_shard_on(ts, q)) continue;
+            int64_t lo = 0, hi = 0;
+            for (int32_t i = 0; i < ts->nshards; i++)
+                if (ts->shards[i].owner == me) key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+            for (int32_t i = 0; i < ts->nshards; i++) {
+                if (ts->shards[i].owner == me) sc[q] += hi - lo;
+                if (ts->shards[i].owner == q) rc[q] += hi - lo;
+            }
+        }
+        nsend += sc[q];
+        nrecv += rc[q];
+    }
+    // The send buffer later holds one table's per-row totals too: at most g.n values.
+    float *snd = RESERVE(s, ss_send, float, nsend > g.n ? nsend : g.n), *rcv = RESERVE(s, ss_recv, float, nrecv);
+    if (st == EMBER_OK && (!snd || !rcv)) st = EMBER_ERR_NOMEM;
+    EMBER_TRY(ember_comm_agree(c, st));
+    int64_t n = 0;
+    for (int32_t q = 0; q < W; q++) {
+        if (q == me) continue;
+        for (int32_t t = 0; t < s->T; t++) {
+            const ember__table_shards *ts = &s->ts[t];
+            if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me) || !has_shard_on(ts, q)) continue;
+            for (int32_t i = 0; i < ts->nshards; i++) {
+                if (ts->shards[i].owner != me) continue;
+                int64_t lo, hi;
+                key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+                memcpy(snd + n, mine + lo, sizeof(float) * (size_t)(hi - lo));
+                n += hi - lo;
+            }
+        }
+    }
+    EMBER_TRY(ember_comm_alltoallv(c, snd, sc, rcv, rc, sizeof(float)));
+    if (!(s->local && nr > 0)) return EMBER_OK;
+    // Received pieces: from each rank q in order, its shards of each shared table in order.
+    int64_t *qoff = s->cnt + 2 * W; // start of rank q's data in rcv
+    for (int32_t q = 0, o = 0; q < W; q++) {
+        qoff[q] = o;
+        o += (int32_t)rc[q];
+    }
+    for (int32_t t = 0; t < s->T; t++) {
+        const ember__table_shards *ts = &s->ts[t];
+        if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me)) continue;
+        int64_t lo = 0, hi = 0;
+        int32_t first_mine = -1;
+        for (int32_t i = 0; i < ts->nshards; i++)
+            if (ts->shards[i].owner == me && first_mine < 0) first_mine = i;
+        key_range(s->local, &g, ts->shards[first_mine].local_table, &lo, &hi);
+        const int64_t u = hi - lo;
+        float *total = snd; // the send buffer is free again: [u] sums in shard order
+        for (int64_t k = 0; k < u; k++) total[k] = 0.0f;
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            const ember__shard *sh = &ts->shards[i];
+            const float *part;
+            if (sh->owner == me) {
+                int64_t l2, h2;
+                key_range(s->local, &g, sh->local_table, &l2, &h2);
+                part = mine + l2;
+            } else {
+                part = rcv + qoff[sh->owner];
+                qoff[sh->owner] += u;
+            }
+            for (int64_t k = 0; k < u; k++) total[k] += part[k];
+        }
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            if (ts->shards[i].owner != me) continue;
+            int64_t l2, h2;
+            key_range(s->local, &g, ts->shards[i].local_table, &l2, &h2);
+            memcpy(mine + l2, total, sizeof(float) * (size_t)u);
+        }
+    }
+    return ember__ebc_apply(s->local, g.key, g.goff, g.grad, g.n, mine);
+}
+
+ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_backward";
+    ember_comm *c = s->comm;
+    const int32_t W = s->W, me = s->rank;
+    ember_status st = EMBER_OK;
+    if (!s->has_forward) {
+        st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", fn);
+    } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F) {
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: the kjt is not the one of the preceding forward", fn);
+    } else if (!grad_out && output_size(s, kjt) > 0) {
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
+    } else {
+        const int64_t n = output_size(s, kjt);
+        int64_t i = n; // the first non-finite element, whatever the thread count
+#pragma omp parallel for schedule(static) reduction(min : i) num_threads(ember__threads(s->ctx))
+        for (int64_t j = 0; j < n; j++)
+            if (!isfinite(grad_out[j]) && j < i) i = j;
+        if (i < n)
+            st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
+                              (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
+    }
+    const int32_t B = s->batch, nr = s->nroutes[me], lod = s->local_out_dim[me];
+    const float scale = ember__grad_scale(s);
+    int64_t nsend = 0;
+    for (int32_t q = 0; q < W; q++)
+        nsend += s->sequence ? s->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
+    float *send = RESERVE(s, rcv_out, float, nsend); // the forward's receive buffer, reused
+    if (st == EMBER_OK && !send) st = EMBER_ERR_NOMEM;
+    EMBER_TRY(ember_comm_agree(c, st));
+    s->has_forward = 0;
+
+    // Gradients of the routed pieces, home -> owner, scaled by the convention (and, for
+    // row-block MEAN, by 1/|I| of the global bag).
+    const int64_t *off = s->san_off.p;
+    if (s->sequence) {
+        const int64_t *spos = s->snd_pos.p;
+        const int32_t D = s->out_dim;
+        for (int64_t i = 0; i < nsend / (D ? D : 1); i++)
+            for (int32_t d = 0; d < D; d++) send[i * D + d] = scale * grad_out[spos[i] * D + d];
+    } else {
+        // Sample b's pieces for rank q start at b * local_out_dim[q] in q's block (the counts of
+        // the exchange below): samples are independent, on the rank's threads.
+        int64_t base = 0;
+        for (int32_t q = 0; q < W; q++) {
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+            for (int32_t b = 0; b < B; b++) {
+                int64_t n = base + (int64_t)b * s->local_out_dim[q];
+                for (int32_t k = 0; k < s->nroutes[q]; k++) {
+                    const ember__route *r = &s->routes[q][k];
+                    const int32_t wdt = r->shard->c1 - r->shard->c0;
+                    float sc = scale;
+                    if (r->partial && s->tables[r->table].pooling == EMBER_POOL_MEAN) {
+                        const int64_t bag = (int64_t)r->feature * B + b, len = off[bag + 1] - off[bag];
+                        if (len > 0) sc = scale / (float)len;
+                    }
+                    const float *src = grad_out + (size_t)b * s->out_dim + s->feature_col[r->feature] + r->shard->c0;
+                    for (int32_t d = 0; d < wdt; d++) send[n + d] = sc * src[d];
+                    n += wdt;
+                }
+            }
+            base += (int64_t)B * s->local_out_dim[q];
+        }
+    }
+    int64_t *sc = s->cnt, *rc = s->cnt + W;
+    for (int32_t q = 0; q < W; q++) {
+        if (s->sequence) {
+            sc[q] = s->send_ids[q] * s->out_dim;
+            rc[q] = s->recv_ids[q] * s->out_dim;
+        } else {
+            sc[q] = (int64_t)B * s->local_out_dim[q];
+            rc[q] = s->Bs[q] * lod;
+        }
+    }
+    float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
+    EMBER_TRY(ember_comm_alltoallv(c, send, sc, recv, rc, sizeof(float)));
+    if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
+    st = local_backward(s, s->loc_out.p);
+    // Internal failures only (inputs were checked): agree before the data-parallel collectives.
+    EMBER_TRY(ember_comm_agree(c, st));
+    // Schemes with rank-local state exchange and apply their own gradients.
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (st == EMBER_OK && ember__schemes[k]->backward_sync) st = ember__schemes[k]->backward_sync(s, grad_out);
+    s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
+    return ember_comm_agree(c, st);
+}
+

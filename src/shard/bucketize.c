@@ -1,0 +1,204 @@
+// The home rank's side of the input: applies the bounds mode to the local batch, then
+// bucketize sends every sanitised id of the local batch to the routes that pool it, and the
+// data-parallel features' ids to the local replicas' sub-KJT. Each id's destination is computed
+// once (its table's row block, by the scheme's bucket hook), whatever the world size.
+#include <string.h>
+
+#include "shard/internal.h"
+
+#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+// Applies the bounds mode once, at the home rank: kept ids (clamped where asked), their weights
+// and original positions, with offsets per bag. Routed pieces then carry only valid ids.
+ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt) {
+    const int32_t B = kjt->batch_size;
+    const int64_t nbags = (int64_t)s->F * B;
+    int64_t *off = RESERVE(s, san_off, int64_t, nbags + 1);
+    int64_t *val = RESERVE(s, san_val, int64_t, kjt->nnz);
+    float *w = RESERVE(s, san_w, float, kjt->nnz);
+    int64_t *pos = RESERVE(s, san_pos, int64_t, kjt->nnz);
+    if (!off || !val || !w || !pos) return EMBER_ERR_NOMEM;
+    int64_t start = 0, m = 0;
+    off[0] = 0;
+    for (int64_t i = 0; i < nbags; i++) {
+        const int64_t rows = s->feature_rows[i / B];
+        const int64_t len = kjt->lengths ? kjt->lengths[i] : kjt->offsets[i + 1] - kjt->offsets[i];
+        for (int64_t j = start; j < start + len; j++) {
+            int64_t id = kjt->values[j];
+            if (id < 0 || id >= rows) {
+                if (s->bounds == EMBER_BOUNDS_SKIP) continue;
+                id = id < 0 ? 0 : rows - 1;
+            }
+            val[m] = id;
+            w[m] = kjt->weights ? kjt->weights[j] : 1.0f;
+            pos[m] = j;
+            m++;
+        }
+        start += len;
+        off[i + 1] = m;
+    }
+    return EMBER_OK;
+}
+
+
+void ember_sebc_set_reference_bucketize(ember_sebc *s, int on) {
+    if (s) s->legacy_bucketize = on;
+}
+int64_t ember_sebc_ids_examined_last_step(const ember_sebc *s) { return s ? s->ids_examined : 0; }
+
+// The old path, kept for measurement only: every route scans all of its feature's ids, so a
+// row-wise feature's ids are examined once per destination rank.
+static ember_status legacy_pack_input(ember_sebc *s, int32_t B) {
+    const int64_t *off = s->san_off.p;
+    const int64_t *val = s->san_val.p;
+    const float *w = s->san_w.p;
+    const int64_t *pos = s->san_pos.p;
+    int64_t nlen = 0, nid_bound = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        nlen += (int64_t)s->nroutes[q] * B;
+        for (int32_t k = 0; k < s->nroutes[q]; k++) {
+            const int32_t f = s->routes[q][k].feature;
+            nid_bound += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
+        }
+    }
+    int32_t *slen = RESERVE(s, snd_len, int32_t, nlen);
+    int64_t *sval = RESERVE(s, snd_val, int64_t, nid_bound);
+    float *sw = RESERVE(s, snd_w, float, nid_bound);
+    int64_t *spos = RESERVE(s, snd_pos, int64_t, nid_bound);
+    if (!slen || !sval || !sw || !spos) return EMBER_ERR_NOMEM;
+    s->ids_examined += nid_bound;
+    int64_t L = 0, n = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        const int64_t n0 = n;
+        for (int32_t k = 0; k < s->nroutes[q]; k++) {
+            const ember__route *r = &s->routes[q][k];
+            const int64_t r0 = r->shard->r0, r1 = r->shard->r1;
+            for (int32_t b = 0; b < B; b++) {
+                const int64_t bag = (int64_t)r->feature * B + b;
+                int32_t len = 0;
+                for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
+                    if (val[j] < r0 || val[j] >= r1) continue;
+                    sval[n] = val[j] - r0;
+                    sw[n] = w[j];
+                    spos[n] = pos[j];
+                    n++;
+                    len++;
+                }
+                slen[L++] = len;
+            }
+        }
+        s->send_ids[q] = n - n0;
+    }
+    return EMBER_OK;
+}
+
+// The replicated features' sub-KJT (features in order, their kept ids) and room for its output.
+static ember_status pack_replicas(ember_sebc *s, int32_t B) {
+    const int64_t *off = s->san_off.p;
+    int64_t nnz = 0;
+    for (int32_t i = 0; i < s->ndp_features; i++) {
+        const int32_t f = s->dp_features[i];
+        nnz += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
+    }
+    const int32_t nf = s->ndp_features ? s->ndp_features : 1;
+    int64_t *doff = RESERVE(s, dp_off, int64_t, (int64_t)nf * B + 1);
+    int64_t *dval = RESERVE(s, dp_val, int64_t, nnz);
+    float *dw = RESERVE(s, dp_w, float, nnz);
+    float *dout = RESERVE(s, dp_out, float, s->sequence ? nnz * s->out_dim : (int64_t)B * s->dp_out_dim);
+    if (!doff || !dval || !dw || !dout) return EMBER_ERR_NOMEM;
+    s->ids_examined += nnz;
+    int64_t m = 0;
+    doff[0] = 0;
+    for (int32_t i = 0; i < s->ndp_features; i++) {
+        const int32_t f = s->dp_features[i];
+        const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
+        memcpy(dval + m, (const int64_t *)s->san_val.p + j0, sizeof(int64_t) * (size_t)(j1 - j0));
+        memcpy(dw + m, (const float *)s->san_w.p + j0, sizeof(float) * (size_t)(j1 - j0));
+        for (int32_t b = 0; b < B; b++) doff[(int64_t)i * B + b + 1] = m + off[(int64_t)f * B + b + 1] - j0;
+        m += j1 - j0;
+    }
+    if (s->ndp_features == 0)
+        for (int32_t b = 0; b < B; b++) doff[b + 1] = 0;
+    s->dp_kjt = (ember_kjt){nf, B, NULL, doff, dval, dw, m};
+    return EMBER_OK;
+}
+
+// For each destination q, for each of q's routes, the lengths of this rank's B bags restricted
+// to the route's shard, then the ids (relative to the shard's first row), weights and original
+// positions in the same order. Route g (global index: owners in order, then their routes) has
+// its B lengths at snd_len[g * B]. Two passes: count per (route, bag), then place.
+static ember_status pack_input(ember_sebc *s, int32_t B) {
+    const int32_t F = s->F, G = s->route_base[s->W];
+    const int64_t *off = s->san_off.p;
+    const int64_t *val = s->san_val.p;
+    const float *w = s->san_w.p;
+    const int64_t *pos = s->san_pos.p;
+    const int64_t nsan = off[(int64_t)F * B];
+    int64_t nid = 0;
+    for (int32_t f = 0; f < F; f++) {
+        const ember__table_shards *ts = &s->ts[s->feature_table[f]];
+        if (ts->nblocks > 0) nid += (off[(int64_t)(f + 1) * B] - off[(int64_t)f * B]) * (ts->nshards / ts->nblocks);
+    }
+    int32_t *slen = RESERVE(s, snd_len, int32_t, (int64_t)G * B);
+    int64_t *cur = RESERVE(s, snd_cur, int64_t, (int64_t)G * B);
+    int32_t *blk = RESERVE(s, san_blk, int32_t, nsan);
+    int64_t *sval = RESERVE(s, snd_val, int64_t, nid);
+    float *sw = RESERVE(s, snd_w, float, nid);
+    int64_t *spos = RESERVE(s, snd_pos, int64_t, nid);
+    if (!slen || !cur || !blk || !sval || !sw || !spos) return EMBER_ERR_NOMEM;
+    memset(slen, 0, sizeof(int32_t) * (size_t)G * (size_t)B);
+    // Count: the row block of every id, once.
+    for (int32_t f = 0; f < F; f++) {
+        const ember__table_shards *ts = &s->ts[s->feature_table[f]];
+        if (ts->nblocks == 0) continue; // replicated: pack_replicas
+        const int32_t ncols = ts->nshards / ts->nblocks, *fr = s->froute + s->froute_off[f];
+        s->ids_examined += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
+        for (int32_t b = 0; b < B; b++) {
+            const int64_t bag = (int64_t)f * B + b;
+            if (ts->nblocks == 1) {
+                for (int32_t c = 0; c < ncols; c++) slen[(int64_t)fr[c] * B + b] = (int32_t)(off[bag + 1] - off[bag]);
+                continue;
+            }
+            for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
+                const int32_t k = ts->ops->bucket(ts, val[j]);
+                blk[j] = k;
+                for (int32_t c = 0; c < ncols; c++) slen[(int64_t)fr[k * ncols + c] * B + b]++;
+            }
+        }
+    }
+    int64_t n = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        const int64_t n0 = n;
+        for (int64_t i = (int64_t)s->route_base[q] * B; i < (int64_t)s->route_base[q + 1] * B; i++) {
+            cur[i] = n;
+            n += slen[i];
+        }
+        s->send_ids[q] = n - n0;
+    }
+    // Place, in value order within every (route, bag).
+    for (int32_t f = 0; f < F; f++) {
+        const ember__table_shards *ts = &s->ts[s->feature_table[f]];
+        if (ts->nblocks == 0) continue;
+        const int32_t ncols = ts->nshards / ts->nblocks, *fr = s->froute + s->froute_off[f];
+        for (int32_t b = 0; b < B; b++) {
+            const int64_t bag = (int64_t)f * B + b;
+            for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
+                const int32_t k = ts->nblocks == 1 ? 0 : blk[j];
+                const int64_t id = val[j] - ts->shards[k * ncols].r0;
+                for (int32_t c = 0; c < ncols; c++) {
+                    const int64_t p = cur[(int64_t)fr[k * ncols + c] * B + b]++;
+                    sval[p] = id;
+                    sw[p] = w[j];
+                    spos[p] = pos[j];
+                }
+            }
+        }
+    }
+    return EMBER_OK;
+}
+
+ember_status ember__bucketize(ember_sebc *s, int32_t B) {
+    s->ids_examined = 0;
+    EMBER_TRY(s->legacy_bucketize ? legacy_pack_input(s, B) : pack_input(s, B));
+    return pack_replicas(s, B);
+}

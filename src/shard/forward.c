@@ -1,0 +1,225 @@
+// Forward of the sharded collection: validation at home, input dist, the owners' pooling,
+// output dist and the assembly of each rank's output. Every call validates locally, agrees on
+// the status across ranks, and only then communicates; allocations whose size depends on other
+// ranks are agreed on again before the data moves, so one rank's failure never leaves the
+// others waiting.
+#include <string.h>
+
+#include "shard/internal.h"
+
+#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
+    return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
+}
+
+// Owner side: the local KJT over every source's bags, with offsets (the unchecked pooling and
+// update take them as they are). Local feature k (route k) has Btot = sum_s B_s bags, source
+// s's at [boff_s, boff_s + B_s).
+static ember_status build_local(ember_sebc *s) {
+    const int32_t W = s->W, nr = s->nroutes[s->rank];
+    int64_t Btot = 0, nnz = 0;
+    for (int32_t q = 0; q < W; q++) {
+        Btot += s->Bs[q];
+        nnz += s->recv_ids[q];
+    }
+    int64_t *off = RESERVE(s, loc_off, int64_t, (int64_t)nr * Btot + 1);
+    int64_t *val = RESERVE(s, loc_val, int64_t, nnz);
+    float *w = RESERVE(s, loc_w, float, nnz);
+    if (!off || !val || !w) return EMBER_ERR_NOMEM;
+    const int32_t *rlen = s->rcv_len.p;
+    const int64_t *rval = s->rcv_val.p;
+    const float *rw = s->rcv_w.p;
+    // Ids arrive grouped by source, then route; the local KJT wants route, then source. Source
+    // q's next lengths and ids are at lcur[q] and vcur[q] (its routes come in order).
+    int64_t *lcur = s->cnt + 2 * W, *vcur = s->cnt + 3 * W; // free until the output dist
+    int64_t l = 0, v = 0;
+    for (int32_t q = 0; q < W; q++) {
+        lcur[q] = l;
+        vcur[q] = v;
+        l += nr * s->Bs[q];
+        v += s->recv_ids[q];
+    }
+    int64_t n = 0, i = 0;
+    off[0] = 0;
+    for (int32_t k = 0; k < nr; k++) {
+        for (int32_t q = 0; q < W; q++) {
+            const int64_t v0 = vcur[q];
+            for (int64_t b = 0; b < s->Bs[q]; b++) {
+                vcur[q] += rlen[lcur[q]++];
+                off[++i] = n + vcur[q] - v0;
+            }
+            const int64_t m = vcur[q] - v0;
+            memcpy(val + n, rval + v0, sizeof(int64_t) * (size_t)m);
+            if (s->weighted) memcpy(w + n, rw + v0, sizeof(float) * (size_t)m);
+            n += m;
+        }
+    }
+    s->local_kjt = (ember_kjt){nr, (int32_t)Btot, NULL, off, val, s->weighted ? w : NULL, nnz};
+    return EMBER_OK;
+}
+
+// Sequence outputs: the owner's rows are in local value order (route, source); each source
+// wants its own rows in the order it sent them (source, route). dir = 0 packs local -> per
+// source, dir = 1 unpacks per source -> local.
+void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir) {
+    const int32_t D = s->out_dim, nr = s->nroutes[s->rank], W = s->W;
+    const int64_t *off = s->local_kjt.offsets;
+    // Rows of (route k, source q) in local order start at off[bag]; in per-source order at so[q].
+    int64_t *so = s->cnt + 2 * W; // not in use by the caller's exchange at this point
+    int64_t acc = 0, bag = 0;
+    for (int32_t q = 0; q < W; q++) { so[q] = acc; acc += s->recv_ids[q]; }
+    for (int32_t k = 0; k < nr; k++) {
+        for (int32_t q = 0; q < W; q++) {
+            const int64_t lo = off[bag], n = off[bag + s->Bs[q]] - lo;
+            float *a = local + lo * D, *c = by_source + so[q] * D;
+            if (dir == 0) memcpy(c, a, sizeof(float) * (size_t)(n * D));
+            else memcpy(a, c, sizeof(float) * (size_t)(n * D));
+            so[q] += n;
+            bag += s->Bs[q];
+        }
+    }
+}
+
+static ember_status check_inputs(ember_sebc *s, const char *fn, const ember_kjt *kjt, const void *buf,
+                                 const char *bufname) {
+    int64_t oor = 0;
+    EMBER_TRY(ember__kjt_validate(s->ctx, fn, kjt, s->F, s->feature_rows, (const char *const *)s->feature_names,
+                                  s->bounds, &oor));
+    EMBER_CHECK(s->ctx, buf != NULL || output_size(s, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: %s is NULL", fn, bufname);
+    if (oor > 0 && s->bounds == EMBER_BOUNDS_CLAMP)
+        ember__log(s->ctx, EMBER_LOG_WARN, "%s: %lld ids outside their tables were clamped", fn, (long long)oor);
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_forward";
+    ember_comm *c = s->comm;
+    const int32_t W = s->W, me = s->rank;
+    s->bytes_at_forward = ember_comm_bytes_sent(c);
+    s->has_forward = 0;
+    ember_status st = check_inputs(s, fn, kjt, out, "out");
+    if (st == EMBER_OK) st = ember__sanitise(s, kjt);
+    if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
+    EMBER_TRY(ember_comm_agree(c, st));
+    const int32_t B = kjt->batch_size;
+    // Batch sizes and whether any rank carries weights (then every rank sends weights).
+    int64_t *Bw = s->cnt;
+    EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw));
+    s->weighted = 0;
+    for (int32_t q = 0; q < W; q++) {
+        s->Bs[q] = Bw[q] / 2;
+        s->weighted |= (int32_t)(Bw[q] & 1);
+    }
+    s->batch = B;
+    EMBER_TRY(ember_comm_alltoall_i64(c, s->send_ids, s->recv_ids));
+    // Receive buffers and outputs, sized from the peers' counts; agreed before data moves.
+    const int32_t nr = s->nroutes[me], lod = s->local_out_dim[me];
+    int64_t Btot = 0, nrecv = 0, nout = 0;
+    for (int32_t q = 0; q < W; q++) {
+        Btot += s->Bs[q];
+        nrecv += s->recv_ids[q];
+        nout += s->sequence ? s->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
+    }
+    st = EMBER_OK;
+    if (!RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) || !RESERVE(s, rcv_val, int64_t, nrecv) ||
+        !RESERVE(s, rcv_w, float, nrecv) || !RESERVE(s, rcv_out, float, nout) ||
+        !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
+        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
+        st = EMBER_ERR_NOMEM;
+    EMBER_TRY(ember_comm_agree(c, st));
+
+    // The output starts at zero (schemes that pool at home write into it before the output
+    // dist), on the rank's threads too: B x out_dim floats, megabytes a step.
+    const int64_t nzero = output_size(s, kjt);
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+    for (int64_t i = 0; i < nzero; i += 4096) memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
+
+    // Input dist: lengths, ids, weights.
+    int64_t *sc = s->cnt, *rc = s->cnt + W;
+    for (int32_t q = 0; q < W; q++) {
+        sc[q] = (int64_t)s->nroutes[q] * B;
+        rc[q] = (int64_t)nr * s->Bs[q];
+    }
+    st = ember_comm_alltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t));
+    if (st == EMBER_OK) st = ember_comm_alltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t));
+    if (st == EMBER_OK && s->weighted)
+        st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
+    if (st == EMBER_OK && s->local && nr > 0) {
+        st = build_local(s);
+        if (st == EMBER_OK) ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
+    }
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (st == EMBER_OK && ember__schemes[k]->home_forward) st = ember__schemes[k]->home_forward(s, out);
+    // Local failures here are internal (inputs were validated): agree before the output dist.
+    st = ember_comm_agree(c, st);
+    if (st != EMBER_OK) return st;
+
+    // Output dist: owner -> home. Pooled rows of source q are contiguous in the local output.
+    const float *send = s->loc_out.p;
+    for (int32_t q = 0; q < W; q++) {
+        if (s->sequence) {
+            sc[q] = s->recv_ids[q] * s->out_dim;
+            rc[q] = s->send_ids[q] * s->out_dim;
+        } else {
+            sc[q] = s->Bs[q] * lod;
+            rc[q] = (int64_t)B * s->local_out_dim[q];
+        }
+    }
+    if (s->sequence && nr > 0) {
+        ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 0);
+        send = s->snd_out.p;
+    }
+    EMBER_TRY(ember_comm_alltoallv(c, send, sc, s->rcv_out.p, rc, sizeof(float)));
+
+    // Assemble this rank's output.
+    const float *rout = s->rcv_out.p;
+    if (s->sequence) {
+        const int64_t *spos = s->snd_pos.p;
+        const int32_t D = s->out_dim;
+        int64_t n = 0;
+        for (int32_t q = 0; q < W; q++)
+            for (int64_t i = 0; i < s->send_ids[q]; i++, n++)
+                memcpy(out + spos[n] * D, rout + n * D, sizeof(float) * (size_t)D);
+    } else {
+        // Samples are independent here and below: each loop over b runs on the rank's threads.
+        // Owners' blocks, in rank order: placed (whole bags) or added (row-block partial sums).
+        int64_t base = 0;
+        for (int32_t q = 0; q < W; q++) {
+            const int32_t qd = s->local_out_dim[q];
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+            for (int32_t b = 0; b < B; b++) {
+                const float *src = rout + base + (int64_t)b * qd;
+                for (int32_t k = 0; k < s->nroutes[q]; k++) {
+                    const ember__route *r = &s->routes[q][k];
+                    const int32_t wdt = r->shard->c1 - r->shard->c0;
+                    float *dst = out + (size_t)b * s->out_dim + s->feature_col[r->feature] + r->shard->c0;
+                    if (r->partial)
+                        for (int32_t d = 0; d < wdt; d++) dst[d] += src[r->local_col + d];
+                    else
+                        memcpy(dst, src + r->local_col, sizeof(float) * (size_t)wdt);
+                }
+            }
+            base += (int64_t)B * qd;
+        }
+        // Row-wise MEAN: divide the summed partials once by the global bag length.
+        const int64_t *off = s->san_off.p;
+        for (int32_t f = 0; f < s->F; f++) {
+            const int32_t t = s->feature_table[f];
+            if (!s->ts[t].ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
+            const int32_t D = s->tables[t].dim;
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+            for (int32_t b = 0; b < B; b++) {
+                const int64_t n = off[(int64_t)f * B + b + 1] - off[(int64_t)f * B + b];
+                if (n == 0) continue;
+                const float inv = 1.0f / (float)n;
+                float *dst = out + (size_t)b * s->out_dim + s->feature_col[f];
+                for (int32_t d = 0; d < D; d++) dst[d] *= inv;
+            }
+        }
+    }
+    s->has_forward = 1;
+    return EMBER_OK;
+}
+
