@@ -70,6 +70,16 @@ EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_confi
 EMBER_API void ember_sebc_destroy(ember_sebc *s);
 
 EMBER_API int32_t ember_sebc_output_dim(const ember_sebc *s);
+// The communicator it was created on, its number of tables, and table t's configuration as given
+// to ember_sebc_create (NULL outside [0, T)). Local; the pointers live as long as s.
+EMBER_API ember_comm *ember_sebc_comm(const ember_sebc *s);
+EMBER_API int32_t ember_sebc_num_tables(const ember_sebc *s);
+EMBER_API const ember_table_config *ember_sebc_table(const ember_sebc *s, int32_t t);
+// Table t's optimizer step counter (backward calls applied; bias correction), the same on every
+// rank. step: Collective. set_step: Local, on every rank holding a piece of t (call it on all).
+// Return EMBER_OK or EMBER_ERR_INVALID_ARG (t outside [0, T), step NULL or negative).
+EMBER_API ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step);
+EMBER_API ember_status ember_sebc_set_step(ember_sebc *s, int32_t t, int64_t step);
 EMBER_API ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s);
 
 // Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]).

@@ -315,6 +315,37 @@ int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int
 }
 
 int32_t ember_sebc_output_dim(const ember_sebc *s) { return s ? s->out_dim : 0; }
+ember_comm *ember_sebc_comm(const ember_sebc *s) { return s ? s->comm : NULL; }
+int32_t ember_sebc_num_tables(const ember_sebc *s) { return s ? s->T : 0; }
+const ember_table_config *ember_sebc_table(const ember_sebc *s, int32_t t) {
+    return s && t >= 0 && t < s->T ? &s->tables[t] : NULL;
+}
+
+ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_status st = EMBER_OK;
+    if (t < 0 || t >= s->T || !step)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: table %d outside [0, %d) or step NULL",
+                          (int)t, (int)s->T);
+    EMBER_TRY(ember_comm_agree(s->comm, st));
+    int64_t v = -1;
+    ember_ebc *e;
+    int32_t lt;
+    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) v = ember_ebc_step(e, lt);
+    EMBER_TRY(ember_comm_allreduce_max_i64(s->comm, &v, 1));
+    *step = v < 0 ? 0 : v;
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_set_step(ember_sebc *s, int32_t t, int64_t step) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(s->ctx, t >= 0 && t < s->T && step >= 0, EMBER_ERR_INVALID_ARG,
+                "ember_sebc_set_step: table %d outside [0, %d) or step %lld < 0", (int)t, (int)s->T, (long long)step);
+    ember_ebc *e;
+    int32_t lt;
+    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) ember_ebc_set_step(e, lt, step);
+    return EMBER_OK;
+}
 ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s) { return s ? s->conv : EMBER_GRAD_MEAN; }
 uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s) { return s ? s->bytes_last_step : 0; }
 

@@ -4,8 +4,40 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "shard/internal.h"
+#include "ember/shard.h"
 #include "ember/state.h"
+
+// Only the public API: the collection's communicator, tables, step counters and state dict.
+#define CHECK(ctx, cond, st, ...) \
+    do {                          \
+        if (!(cond)) return ember_ctx_set_error((ctx), (st), __VA_ARGS__); \
+    } while (0)
+#define TRY(expr)                       \
+    do {                                \
+        const ember_status st_ = (expr); \
+        if (st_ != EMBER_OK) return st_; \
+    } while (0)
+
+// A grow-only scratch buffer from the context's allocator.
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static void *reserve(ember_ctx *ctx, scratch *b, size_t bytes) {
+    if (bytes <= b->cap && b->p) return b->p;
+    ember_ctx_free(ctx, b->p);
+    b->p = ember_ctx_alloc(ctx, bytes ? bytes : 1);
+    b->cap = b->p ? bytes : 0;
+    if (!b->p) ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "checkpoint: cannot allocate %zu bytes", bytes);
+    return b->p;
+}
+
+static void release(ember_ctx *ctx, scratch *b) {
+    ember_ctx_free(ctx, b->p);
+    b->p = NULL;
+    b->cap = 0;
+}
 
 #define MAGIC "EMBERCK1"
 #define VERSION 1u
@@ -21,23 +53,6 @@ static int tensors_of(const ember_table_config *t, int32_t cols[EMBER_MAX_TENSOR
         names[i] = ti[i].name;
     }
     return n;
-}
-
-// The table's step counter: every piece of it holds the same count.
-static ember_status table_step(ember_sebc *s, int32_t t, int64_t *step) {
-    int64_t v = -1;
-    ember_ebc *e;
-    int32_t lt;
-    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) v = ember_ebc_step(e, lt);
-    EMBER_TRY(ember_comm_allreduce_max_i64(s->comm, &v, 1));
-    *step = v < 0 ? 0 : v;
-    return EMBER_OK;
-}
-
-static void set_table_step(ember_sebc *s, int32_t t, int64_t step) {
-    ember_ebc *e;
-    int32_t lt;
-    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) ember_ebc_set_step(e, lt, step);
 }
 
 typedef struct writer {
@@ -60,28 +75,32 @@ static void put_str(writer *w, const char *s) {
 
 ember_status ember_checkpoint_save(ember_sebc *s, const char *path) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_comm *comm = ember_sebc_comm(s);
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    const int32_t rank = ember_comm_rank(comm), T = ember_sebc_num_tables(s);
+    (void)T;
     const char *fn = "ember_checkpoint_save";
     ember_status st = EMBER_OK;
     writer w = {NULL, 1469598103934665603ull, 1};
-    if (!path) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
-    else if (s->rank == 0 && !(w.f = fopen(path, "wb")))
-        st = ember__error(s->ctx, EMBER_ERR_IO, "%s: cannot open '%s' for writing", fn, path);
-    EMBER_TRY(ember_comm_agree(s->comm, st));
-    ember__buf buf = {0};
-    if (s->rank == 0) {
+    if (!path) st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
+    else if (rank == 0 && !(w.f = fopen(path, "wb")))
+        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: cannot open '%s' for writing", fn, path);
+    TRY(ember_comm_agree(comm, st));
+    scratch buf = {0};
+    if (rank == 0) {
         put(&w, MAGIC, 8);
         put_u32(&w, VERSION);
-        put_u32(&w, (uint32_t)s->T);
+        put_u32(&w, (uint32_t)T);
     }
-    for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
-        const ember_table_config *tc = &s->tables[t];
+    for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
+        const ember_table_config *tc = ember_sebc_table(s, t);
         int32_t cols[EMBER_MAX_TENSORS] = {0};
         const char *tensor_name[EMBER_MAX_TENSORS] = {0};
         const int nt = tensors_of(tc, cols, tensor_name);
         int64_t step = 0;
-        st = table_step(s, t, &step);
+        st = ember_sebc_step(s, t, &step);
         if (st != EMBER_OK) break;
-        if (s->rank == 0) {
+        if (rank == 0) {
             put_str(&w, tc->name);
             put(&w, &tc->rows, 8);
             put(&w, &tc->dim, 4);
@@ -95,24 +114,24 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *path) {
             const size_t n = (size_t)tc->rows * (size_t)cols[i];
             float *data = NULL;
             ember_status a = EMBER_OK;
-            if (s->rank == 0 && !(data = ember__buf_reserve(s->ctx, &buf, sizeof(float) * n))) a = EMBER_ERR_NOMEM;
-            st = ember_comm_agree(s->comm, a);
+            if (rank == 0 && !(data = reserve(ctx, &buf, sizeof(float) * n))) a = EMBER_ERR_NOMEM;
+            st = ember_comm_agree(comm, a);
             if (st == EMBER_OK) st = ember_sebc_read(s, t, tensor_name[i], data, 0);
-            if (st == EMBER_OK && s->rank == 0) {
+            if (st == EMBER_OK && rank == 0) {
                 put_str(&w, tensor_name[i]);
                 put(&w, &cols[i], 4);
                 put(&w, data, sizeof(float) * n);
             }
         }
     }
-    ember__buf_free(s->ctx, &buf);
-    if (s->rank == 0 && w.f) {
+    release(ctx, &buf);
+    if (rank == 0 && w.f) {
         uint64_t h = w.h;
         put(&w, &h, 8);
         if (fclose(w.f) != 0) w.ok = 0;
-        if (st == EMBER_OK && !w.ok) st = ember__error(s->ctx, EMBER_ERR_IO, "%s: writing '%s' failed", fn, path);
+        if (st == EMBER_OK && !w.ok) st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: writing '%s' failed", fn, path);
     }
-    return ember_comm_agree(s->comm, st);
+    return ember_comm_agree(comm, st);
 }
 
 // Rank 0's view of one table in the file.
@@ -163,7 +182,8 @@ static void get_str(reader *r, char *dst, size_t cap) {
 
 // Reads and checks the whole file (structure and checksum), indexing each table.
 static ember_status index_file(ember_sebc *s, const char *path, FILE *f, entry **out, uint32_t *count,
-                               ember__buf *ebuf) {
+                               scratch *ebuf) {
+    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
     const char *fn = "ember_checkpoint_load";
     reader r = {f, 1469598103934665603ull, 1};
     char magic[8];
@@ -171,9 +191,9 @@ static ember_status index_file(ember_sebc *s, const char *path, FILE *f, entry *
     get(&r, magic, 8);
     get(&r, &version, 4);
     get(&r, &n, 4);
-    EMBER_CHECK(s->ctx, r.ok && memcmp(magic, MAGIC, 8) == 0 && version == VERSION && n < 1000000,
+    CHECK(ctx, r.ok && memcmp(magic, MAGIC, 8) == 0 && version == VERSION && n < 1000000,
                 EMBER_ERR_FORMAT, "%s: '%s' is not an ember checkpoint (version %u)", fn, path, version);
-    entry *e = ember__buf_reserve(s->ctx, ebuf, sizeof(entry) * (n ? n : 1));
+    entry *e = reserve(ctx, ebuf, sizeof(entry) * (n ? n : 1));
     if (!e) return EMBER_ERR_NOMEM;
     for (uint32_t i = 0; i < n && r.ok; i++) {
         get_str(&r, e[i].name, sizeof e[i].name);
@@ -198,8 +218,8 @@ static ember_status index_file(ember_sebc *s, const char *path, FILE *f, entry *
     }
     uint64_t want = r.h, got = 0;
     if (r.ok && fread(&got, 1, 8, f) != 8) r.ok = 0;
-    EMBER_CHECK(s->ctx, r.ok, EMBER_ERR_FORMAT, "%s: '%s' is truncated or malformed", fn, path);
-    EMBER_CHECK(s->ctx, got == want, EMBER_ERR_FORMAT, "%s: '%s' fails its checksum", fn, path);
+    CHECK(ctx, r.ok, EMBER_ERR_FORMAT, "%s: '%s' is truncated or malformed", fn, path);
+    CHECK(ctx, got == want, EMBER_ERR_FORMAT, "%s: '%s' fails its checksum", fn, path);
     *out = e;
     *count = n;
     return EMBER_OK;
@@ -207,26 +227,30 @@ static ember_status index_file(ember_sebc *s, const char *path, FILE *f, entry *
 
 ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_comm *comm = ember_sebc_comm(s);
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    const int32_t rank = ember_comm_rank(comm), T = ember_sebc_num_tables(s);
+    (void)T;
     const char *fn = "ember_checkpoint_load";
     ember_status st = EMBER_OK;
     FILE *f = NULL;
     entry *e = NULL;
     uint32_t n = 0;
-    ember__buf ebuf = {0}, buf = {0}, meta = {0};
+    scratch ebuf = {0}, buf = {0}, meta = {0};
     // Per collection table: index of its entry in the file, step, dtype (rank 0 fills them).
-    int64_t *m = ember__buf_reserve(s->ctx, &meta, sizeof(int64_t) * 3 * (size_t)s->T);
+    int64_t *m = reserve(ctx, &meta, sizeof(int64_t) * 3 * (size_t)T);
     if (!m) st = EMBER_ERR_NOMEM;
-    if (st == EMBER_OK && !path) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
-    if (st == EMBER_OK && s->rank == 0) {
-        if (!(f = fopen(path, "rb"))) st = ember__error(s->ctx, EMBER_ERR_IO, "%s: cannot open '%s'", fn, path);
+    if (st == EMBER_OK && !path) st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
+    if (st == EMBER_OK && rank == 0) {
+        if (!(f = fopen(path, "rb"))) st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: cannot open '%s'", fn, path);
         if (st == EMBER_OK) st = index_file(s, path, f, &e, &n, &ebuf);
-        for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
-            const ember_table_config *tc = &s->tables[t];
+        for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
+            const ember_table_config *tc = ember_sebc_table(s, t);
             int64_t found = -1;
             for (uint32_t i = 0; i < n; i++)
                 if (strcmp(e[i].name, tc->name) == 0) found = i;
             if (found < 0) {
-                st = ember__error(s->ctx, EMBER_ERR_FORMAT, "%s: table '%s' is not in '%s'", fn, tc->name, path);
+                st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' is not in '%s'", fn, tc->name, path);
                 break;
             }
             const entry *x = &e[found];
@@ -237,7 +261,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
                        x->ntensors == nt;
             for (int k = 0; k < nt && same; k++) same = x->cols[k] == cols[k];
             if (!same) {
-                st = ember__error(s->ctx, EMBER_ERR_FORMAT,
+                st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
                                   "%s: table '%s' is %lld x %d with optimizer %d in '%s', %lld x %d with %d here", fn,
                                   tc->name, (long long)x->rows, (int)x->dim, (int)x->kind, path, (long long)tc->rows,
                                   (int)tc->dim, (int)tc->optim.kind);
@@ -248,10 +272,10 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
             m[3 * t + 2] = x->dtype;
         }
     }
-    st = ember_comm_agree(s->comm, st);
-    if (st == EMBER_OK) st = ember_comm_bcast(s->comm, m, sizeof(int64_t) * 3 * (size_t)s->T, 0);
-    for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
-        const ember_table_config *tc = &s->tables[t];
+    st = ember_comm_agree(comm, st);
+    if (st == EMBER_OK) st = ember_comm_bcast(comm, m, sizeof(int64_t) * 3 * (size_t)T, 0);
+    for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
+        const ember_table_config *tc = ember_sebc_table(s, t);
         if ((int64_t)tc->dtype != m[3 * t + 2]) st = ember_sebc_convert_dtype(s, t, (ember_dtype)m[3 * t + 2]);
         int32_t cols[EMBER_MAX_TENSORS] = {0};
         const char *tensor_name[EMBER_MAX_TENSORS] = {0};
@@ -260,22 +284,22 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
             const size_t cnt = (size_t)tc->rows * (size_t)cols[k];
             float *data = NULL;
             ember_status a = EMBER_OK;
-            if (s->rank == 0) {
+            if (rank == 0) {
                 const entry *x = &e[m[3 * t]];
-                data = ember__buf_reserve(s->ctx, &buf, sizeof(float) * cnt);
+                data = reserve(ctx, &buf, sizeof(float) * cnt);
                 if (!data) a = EMBER_ERR_NOMEM;
                 else if (fseek(f, x->offset[k], SEEK_SET) != 0 || fread(data, sizeof(float), cnt, f) != cnt)
-                    a = ember__error(s->ctx, EMBER_ERR_IO, "%s: reading table '%s' from '%s' failed", fn, tc->name,
+                    a = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: reading table '%s' from '%s' failed", fn, tc->name,
                                      path);
             }
-            st = ember_comm_agree(s->comm, a);
+            st = ember_comm_agree(comm, a);
             if (st == EMBER_OK) st = ember_sebc_write(s, t, tensor_name[k], data, 0);
         }
-        if (st == EMBER_OK) set_table_step(s, t, m[3 * t + 1]);
+        if (st == EMBER_OK) ember_sebc_set_step(s, t, m[3 * t + 1]);
     }
     if (f) fclose(f);
-    ember__buf_free(s->ctx, &ebuf);
-    ember__buf_free(s->ctx, &buf);
-    ember__buf_free(s->ctx, &meta);
+    release(ctx, &ebuf);
+    release(ctx, &buf);
+    release(ctx, &meta);
     return st;
 }

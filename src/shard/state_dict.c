@@ -1,5 +1,5 @@
-// Global state dict of a sharded collection (DESIGN.md §1.6): every table is read and written
-// as one plain [rows, cols] array whatever its scheme. Reads gather the owned blocks, writes
+// Global state dict of a sharded collection, beside the schemes whose pieces it walks: every
+// table is read and written as one plain [rows, cols] array whatever its scheme. Reads gather the owned blocks, writes
 // scatter them; replicated (data-parallel) tables are read from this rank's replica (all
 // replicas are equal).
 #include <string.h>
