@@ -33,12 +33,6 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return p->num_shards;
 }
 
-// One row block: every id goes to all of the table's shards.
-static int32_t bucket(const ember__table_shards *ts, int64_t id) {
-    (void)ts; (void)id;
-    return 0;
-}
-
 // Every rank sends its ids and lengths to each slice; each slice's owner pools every bag over
 // its columns and returns them.
 static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
@@ -51,5 +45,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_cw = {
     .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
-    .cut = cut, .partial = 0, .bucket = bucket, .step_bytes = step_bytes,
+    .cut = cut, .partial = 0, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
 };

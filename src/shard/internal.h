@@ -56,6 +56,9 @@ typedef struct ember__scheme_ops {
                        double *step);
 } ember__scheme_ops;
 
+// The bucket of a scheme with one row block (every id goes to all of the table's shards).
+int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id);
+
 extern const ember__scheme_ops ember__scheme_dp, ember__scheme_tw, ember__scheme_cw, ember__scheme_rw,
     ember__scheme_twrw;
 // Indexed by ember_shard_scheme.

@@ -15,12 +15,6 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return 1;
 }
 
-// One row block: every id goes to all of the table's shards.
-static int32_t bucket(const ember__table_shards *ts, int64_t id) {
-    (void)ts; (void)id;
-    return 0;
-}
-
 // The owner pools every rank's bags and returns their rows; the others send ids and lengths
 // and receive rows, then send their gradients.
 static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
@@ -35,5 +29,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_tw = {
     .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
-    .cut = cut, .partial = 0, .bucket = bucket, .step_bytes = step_bytes,
+    .cut = cut, .partial = 0, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
 };
