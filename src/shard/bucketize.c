@@ -24,11 +24,8 @@ ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt) {
         const int64_t rows = s->feature_rows[i / B];
         const int64_t len = kjt->lengths ? kjt->lengths[i] : kjt->offsets[i + 1] - kjt->offsets[i];
         for (int64_t j = start; j < start + len; j++) {
-            int64_t id = kjt->values[j];
-            if (id < 0 || id >= rows) {
-                if (s->bounds == EMBER_BOUNDS_SKIP) continue;
-                id = id < 0 ? 0 : rows - 1;
-            }
+            const int64_t id = ember__resolve_id(kjt->values[j], rows, s->bounds);
+            if (id < 0) continue;
             val[m] = id;
             w[m] = kjt->weights ? kjt->weights[j] : 1.0f;
             pos[m] = j;

@@ -122,10 +122,7 @@ static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32
         for (int64_t i = (int64_t)f * B; i < (int64_t)(f + 1) * B; i++) {
             for (int64_t j = s->off[i]; j < s->off[i + 1]; j++) {
                 int64_t id = kjt->values[j];
-                if (resolve_ids && (id < 0 || id >= rows)) {
-                    if (ebc->bounds == EMBER_BOUNDS_SKIP) continue;
-                    id = id < 0 ? 0 : rows - 1;
-                }
+                if (resolve_ids && (id = ember__resolve_id(id, rows, ebc->bounds)) < 0) continue;
                 row[e] = id;
                 item[e] = s->kind == EMBER__ITEM_BAG ? i : j;
                 e++;
@@ -221,13 +218,10 @@ static void weight_grads(ember_ebc *ebc, const ember__segments *s, const float *
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
         const int32_t D = tb->cfg.dim;
         for (int64_t j = s->off[i]; j < s->off[i + 1]; j++) {
-            int64_t id = kjt->values[j];
-            if (id < 0 || id >= tb->cfg.rows) {
-                if (ebc->bounds == EMBER_BOUNDS_SKIP) {
-                    grad_weights[j] = 0.0f;
-                    continue;
-                }
-                id = id < 0 ? 0 : tb->cfg.rows - 1;
+            const int64_t id = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+            if (id < 0) {
+                grad_weights[j] = 0.0f;
+                continue;
             }
             ember__load_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, id), row, D);
             const float *go = ebc->sequence ? grad_out + (size_t)j * (size_t)ebc->out_dim : grad_out + s->bag_goff[i];

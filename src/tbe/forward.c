@@ -48,13 +48,6 @@ static void pool_range(const ember_ebc *ebc, const ember_kjt *kjt, const int64_t
     }
 }
 
-// Resolves an id under the bounds mode: the row to read, or -1 to skip it.
-static inline int64_t resolve(int64_t id, int64_t rows, ember_bounds_mode mode) {
-    if (id >= 0 && id < rows) return id;
-    if (mode == EMBER_BOUNDS_SKIP) return -1;
-    return id < 0 ? 0 : rows - 1;
-}
-
 static void sequence_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, float *out) {
     const int32_t B = kjt->batch_size, D = ebc->out_dim;
     const int64_t nbags = (int64_t)ebc->F * B;
@@ -63,7 +56,7 @@ static void sequence_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
         for (int64_t j = off[i]; j < off[i + 1]; j++) {
             float *o = out + j * D;
-            int64_t r = resolve(kjt->values[j], tb->cfg.rows, ebc->bounds);
+            int64_t r = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
             if (r < 0) {
                 memset(o, 0, sizeof(float) * (size_t)D);
                 continue;

@@ -72,13 +72,6 @@ static inline void store_row16(ember_dtype dt, void *dst, const float *restrict 
 
 // ---- forward ---------------------------------------------------------------------------------
 
-// Resolves an id under the bounds mode: the row to read, or -1 to skip it.
-static inline int64_t resolve(int64_t id, int64_t rows, ember_bounds_mode mode) {
-    if (id >= 0 && id < rows) return id;
-    if (mode == EMBER_BOUNDS_SKIP) return -1;
-    return id < 0 ? 0 : rows - 1;
-}
-
 // acc[d] += w * x[d] in id order (vectorised over d). Also the path for ids outside the table
 // (CLAMP/SKIP), where each id is resolved and MEAN counts kept ids.
 static void pool_run_portable(const ember__bag_run *r) {
@@ -92,10 +85,10 @@ static void pool_run_portable(const ember__bag_run *r) {
         int64_t kept = 0;
         for (int64_t j = r->off[k]; j < r->off[k + 1]; j++) {
             if (j + r->pd < r->pf_end) {
-                int64_t p = rs ? resolve(r->values[j + r->pd], r->rows, r->bounds) : r->values[j + r->pd];
+                int64_t p = rs ? ember__resolve_id(r->values[j + r->pd], r->rows, r->bounds) : r->values[j + r->pd];
                 if (p >= 0) ember__prefetch_row(r->base + (size_t)p * r->rb, r->rb);
             }
-            const int64_t row = rs ? resolve(r->values[j], r->rows, r->bounds) : r->values[j];
+            const int64_t row = rs ? ember__resolve_id(r->values[j], r->rows, r->bounds) : r->values[j];
             if (row < 0) continue;
             kept++;
             const void *x = r->base + (size_t)row * r->rb;
