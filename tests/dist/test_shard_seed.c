@@ -350,8 +350,8 @@ static void checkpoint_errors(void **state) {
 // measurement) gives the same outputs.
 static void bucketize_examines_each_id_once(void **state) {
     (void)state;
-    const char *schemes[5] = {"dp", "tw", "cw", "rw", "twrw"};
-    for (int si = 0; si < 5; si++) {
+    const char *schemes[6] = {"dp", "tw", "cw", "rw", "twrw", "grid"};
+    for (int si = 0; si < 6; si++) {
         env e;
         env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
                  EMBER_GRAD_MEAN, 11, 4);
