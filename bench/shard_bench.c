@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "  --pooling L       ids per bag (default 20)\n"
             "  --iters N         timed steps per scheme and bucketize path after one warm-up (default 10)\n"
             "  --quick           tiny sizes, 2 steps (smoke test)\n"
-            "One JSON line per scheme (dp, tw, cw, rw, twrw) from rank 0: bytes sent per rank per step\n"
+            "One JSON line per scheme (dp, tw, cw, rw, twrw, grid) from rank 0: bytes sent per rank per step\n"
             "(max and mean over ranks), ms per step (median over steps of the slowest rank), and the\n"
             "forward's residual against an unsharded collection with the same weights. Steps alternate\n"
             "between the O(nnz) bucketize and the legacy O(W * nnz) one (ms_med vs ms_med_legacy); both\n"
@@ -89,6 +89,13 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         if (scheme == EMBER_SHARD_TABLE_ROW_WISE) {
             plan[t].group_size = W >= 2 ? 2 : 1;
             for (int i = 0; i < plan[t].group_size; i++) plan[t].ranks[i] = (t * plan[t].group_size + i) % W;
+        }
+        if (scheme == EMBER_SHARD_GRID) { // 2 column slices, each row-wise over 2 ranks
+            plan[t].num_shards = o->D < 2 ? o->D : 2;
+            plan[t].group_size = W >= 2 ? 2 : 1;
+            const int g = plan[t].group_size;
+            for (int c = 0; c < plan[t].num_shards; c++)
+                for (int k = 0; k < g; k++) plan[t].ranks[c * g + k] = (t + c + k) % W;
         }
     }
     ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, o->B, (int64_t)o->B * o->T * o->L};

@@ -27,8 +27,9 @@ static const char help[] =
     "  --dense_arch_layer_sizes L        bottom MLP layer sizes, last = embedding_dim (default 64,16)\n"
     "  --over_arch_layer_sizes L         top MLP layer sizes, last = 1 (default 64,32,1)\n"
     "  --sharding S|L                    auto (the default; plan is a synonym): the library's planner\n"
-    "                                    places every table; or dp, tw, cw, rw or twrw for every\n"
-    "                                    table, or 26 of them comma-separated\n"
+    "                                    places every table; or dp, tw, cw, rw, twrw or grid for\n"
+    "                                    every table, or 26 of them comma-separated (grid: 2\n"
+    "                                    column slices, each row-wise over W / 2 ranks)\n"
     "  --plan FILE                       the tables' placement from a plan file that\n"
     "                                    'ember plan --output FILE' wrote (instead of --sharding)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
@@ -168,7 +169,7 @@ static bool parse_sharding(const char *text, int *sharding, char *err, size_t ca
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         int s = len < sizeof item ? (memcpy(item, p, len), item[len] = '\0', sharding_parse(item)) : -2;
         if (s == -2) {
-            snprintf(err, cap, "--sharding '%.*s': expected auto, plan, dp, tw, cw, rw or twrw", (int)len, p);
+            snprintf(err, cap, "--sharding '%.*s': expected auto, plan, dp, tw, cw, rw, twrw or grid", (int)len, p);
             return false;
         }
         if (n == DLRM_NUM_SPARSE) {

@@ -50,6 +50,13 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, cons
             for (int32_t i = 0; i < group_size; i++) p->ranks[i] = next_group * group_size + i;
             next_group = (next_group + 1) % (world / group_size);
             break;
+        case EMBER_SHARD_GRID:
+            // Two column slices (one if dim is 1), each row-wise over world / 2 ranks (1 if W = 1).
+            p->num_shards = dim < 2 ? dim : 2;
+            p->group_size = world < 2 ? 1 : world / 2;
+            for (int32_t i = 0; i < p->num_shards * p->group_size; i++) p->ranks[i] = (next_rank + i) % world;
+            next_rank = (next_rank + 1) % world;
+            break;
         default:
             return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t,
                                        scheme);

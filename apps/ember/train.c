@@ -318,6 +318,7 @@ static void print_config(const run *R) {
         int n = p->scheme == EMBER_SHARD_TABLE_WISE    ? 1
                 : p->scheme == EMBER_SHARD_COLUMN_WISE ? p->num_shards
                 : p->scheme == EMBER_SHARD_TABLE_ROW_WISE ? p->group_size
+                : p->scheme == EMBER_SHARD_GRID ? p->num_shards * p->group_size
                                                           : 0;
         if (n > 0) {
             fprintf(f, " rank%s", n > 1 ? "s" : "");

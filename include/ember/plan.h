@@ -29,7 +29,8 @@ typedef struct ember_plan_config {
     int32_t batch_size;          // local batch size per rank (samples per step)
     size_t memory_per_rank;      // bytes available for embedding storage on each rank (0: unlimited)
     const float *pooling_factor; // [num_features] mean ids per sample, or NULL (1 each)
-    int32_t allow;               // bit mask of (1 << ember_shard_scheme) allowed; 0: all
+    int32_t allow;               // bit mask of (1 << ember_shard_scheme) allowed; 0: all but GRID
+                                 // (GRID is offered only when its bit is set)
     size_t dp_max_bytes;         // data-parallel only for tables up to this size (0: 1 MiB)
 } ember_plan_config;
 #define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0}

@@ -19,6 +19,11 @@
 //                    blocks get one more row), block r on rank r; partial sums are
 //                    reduce-scattered, MEAN divides once by the global bag length.
 //   TABLE_ROW_WISE   ROW_WISE within the group ranks[0..group_size) (rows split over the group).
+//   GRID             COLUMN_WISE slices, each ROW_WISE over a group: columns split into num_shards
+//                    slices, rows into group_size blocks; slice c's row block k lives on
+//                    ranks[c * group_size + k] (num_shards * group_size entries; a rank appears at
+//                    most once per slice's group, and may hold blocks of several slices). Partial
+//                    sums as ROW_WISE, per slice.
 // Data flows and byte counts are in docs/sharding.md.
 #ifndef EMBER_SHARD_H
 #define EMBER_SHARD_H
@@ -36,6 +41,7 @@ typedef enum ember_shard_scheme {
     EMBER_SHARD_COLUMN_WISE = 2,
     EMBER_SHARD_ROW_WISE = 3,
     EMBER_SHARD_TABLE_ROW_WISE = 4,
+    EMBER_SHARD_GRID = 5,
     EMBER_SHARD_COUNT         // number of schemes
 } ember_shard_scheme;
 
@@ -43,13 +49,14 @@ typedef enum ember_shard_scheme {
 
 typedef struct ember_table_plan {
     ember_shard_scheme scheme;
-    int32_t num_shards;  // COLUMN_WISE: number of column slices (divides dim unevenly allowed)
-    int32_t group_size;  // TABLE_ROW_WISE: ranks in the group
-    int32_t ranks[EMBER_PLAN_MAX_RANKS]; // TW: ranks[0]; CW: one per shard; TWRW: the group
+    int32_t num_shards;  // COLUMN_WISE, GRID: number of column slices (divides dim unevenly allowed)
+    int32_t group_size;  // TABLE_ROW_WISE, GRID: ranks in the (each slice's) group
+    int32_t ranks[EMBER_PLAN_MAX_RANKS]; // TW: ranks[0]; CW: one per shard; TWRW: the group;
+                                         // GRID: ranks[c * group_size + k] holds slice c, row block k
 } ember_table_plan;
 
-// Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise"
-// (plan descriptions) and "dp", "tw", "cw", "rw", "twrw" (command lines); "unknown" outside the
+// Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
+// "grid_shard" (plan descriptions) and "dp", "tw", "cw", "rw", "twrw", "grid" (command lines); "unknown" outside the
 // enum. parse accepts either name: 0 and *out set, or -1 (*out unchanged).
 EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
 EMBER_API const char *ember_shard_scheme_short_name(ember_shard_scheme s);

@@ -100,7 +100,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             }
             by_load[b + 1] = v;
         }
-        for (int kind = 0; kind < 4 + W; kind++) {
+        for (int kind = 0; kind < 5 + W; kind++) {
             if (kind == 0) {
                 if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max) continue;
                 option_init(&cand, EMBER_SHARD_DATA_PARALLEL);
@@ -124,6 +124,22 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 for (int j = 0; j < k; j++) cand.plan.ranks[j] = by_load[j];
                 cost(&cand, W, B, L, row, out, (double)tc->rows);
                 for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
+            } else if (kind == 4 + W) {
+                // Grid, only when named in pc->allow: 2 column slices of at least 16 columns, each
+                // row-wise over W / 2 of the least loaded ranks.
+                const int k = 2, g = W / 2;
+                if (!(pc->allow & (1 << EMBER_SHARD_GRID)) || W < 4 || tc->dim < 16 * k || tc->rows < g) continue;
+                ember_optim_info oi;
+                if (ember_optim_info_get(tc->optim.kind, &oi) != EMBER_OK || !oi.column_wise ||
+                    tc->pooling == EMBER_POOL_NONE)
+                    continue;
+                option_init(&cand, EMBER_SHARD_GRID);
+                cand.plan.num_shards = k;
+                cand.plan.group_size = g;
+                for (int j = 0; j < k * g; j++) cand.plan.ranks[j] = by_load[j];
+                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                const size_t n = (size_t)(k * g);
+                for (int s = 0; s < k * g; s++) cand.storage[by_load[s]] = bytes / n + bytes % n;
             } else {
                 if (!(allow & (1 << EMBER_SHARD_TABLE_WISE))) continue;
                 const int r = kind - 4;
@@ -174,6 +190,7 @@ size_t ember_plan_describe(const ember_ebc_config *ec, const ember_table_plan *p
         int count = p->scheme == EMBER_SHARD_TABLE_WISE      ? 1
                     : p->scheme == EMBER_SHARD_COLUMN_WISE   ? p->num_shards
                     : p->scheme == EMBER_SHARD_TABLE_ROW_WISE ? p->group_size
+                    : p->scheme == EMBER_SHARD_GRID           ? p->num_shards * p->group_size
                                                               : 0;
         size_t rl = 0;
         for (int i = 0; i < count && rl + 8 < sizeof ranks; i++)

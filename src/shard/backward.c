@@ -1,6 +1,7 @@
 // Backward of the sharded collection: the gradients of the routed pieces travel home -> owner,
-// each owner applies its fused update (column shards of row-wise optimizers first exchange
-// their per-row sums of squares), then the schemes that keep tables at home sync theirs.
+// each owner applies its fused update (column slices of row-wise optimizers first exchange
+// their per-row sums of squares within each row block), then the schemes that keep tables at
+// home sync theirs.
 #include <math.h>
 #include <string.h>
 
@@ -22,21 +23,32 @@ static void key_range(const ember_ebc *e, const ember__sparse_grad *g, int32_t l
     *hi = i;
 }
 
-static int is_cw_rowwise(const ember_sebc *s, int32_t t) {
-    return s->ts[t].scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(s->tables[t].optim.kind)->rowwise_sumsq;
+static int is_sliced_rowwise(const ember_sebc *s, int32_t t) {
+    return s->ts[t].ops->column_slices && ember__optim(s->tables[t].optim.kind)->rowwise_sumsq;
 }
 
-static int has_shard_on(const ember__table_shards *ts, int32_t q) {
-    for (int32_t i = 0; i < ts->nshards; i++)
+// Row block k of a table is its shards [k * nc, (k + 1) * nc), nc = nshards / nblocks (one block
+// for column-wise): [*i0, *i1).
+static void block_shards(const ember__table_shards *ts, int32_t k, int32_t *i0, int32_t *i1) {
+    const int32_t nc = ts->nshards / ts->nblocks;
+    *i0 = k * nc;
+    *i1 = (k + 1) * nc;
+}
+
+static int block_on(const ember__table_shards *ts, int32_t k, int32_t q) {
+    int32_t i0, i1;
+    block_shards(ts, k, &i0, &i1);
+    for (int32_t i = i0; i < i1; i++)
         if (ts->shards[i].owner == q) return 1;
     return 0;
 }
 
-// The owner's fused update. A row-wise optimizer on a column-wise table needs the mean of g^2
-// over the whole row, which is split over the table's column shards: every shard of a table
-// sees the same bags, hence the same touched rows in the same order, so the shards exchange
-// their per-row partial sums of squares and add them in shard order (the same sum on every
-// shard, so the per-row state stays identical across shards).
+// The owner's fused update. A row-wise optimizer on a column-sliced table (column-wise, grid)
+// needs the mean of g^2 over the whole row, which is split over the column slices of the row's
+// block: every shard of a row block sees the same bags' ids of that block, hence the same
+// touched rows in the same order, so the shards of each row block exchange their per-row partial
+// sums of squares and add them in shard order (the same sum on every shard of the block, so the
+// per-row state stays identical across its slices). Column-wise is one row block.
 static ember_status local_backward(ember_sebc *s, float *grad) {
     const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
     if (!s->cw_rowwise)
@@ -51,26 +63,32 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
         if (st == EMBER_OK && !mine) st = EMBER_ERR_NOMEM;
         if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &g, mine);
     }
-    // Sizes: shard i of a CW row-wise table t carries u_t values (its touched rows).
+    // Sizes: shard i of row block k of a column-sliced row-wise table carries u values (the
+    // block's touched rows), to every other rank holding a shard of the same block.
     int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
     for (int32_t q = 0; q < W; q++) {
         sc[q] = rc[q] = 0;
         if (q == me) continue;
         for (int32_t t = 0; t < s->T; t++) {
             const ember__table_shards *ts = &s->ts[t];
-            if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me) || !has_shard_on(ts, q)) continue;
-            int64_t lo = 0, hi = 0;
-            for (int32_t i = 0; i < ts->nshards; i++)
-                if (ts->shards[i].owner == me) key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
-            for (int32_t i = 0; i < ts->nshards; i++) {
-                if (ts->shards[i].owner == me) sc[q] += hi - lo;
-                if (ts->shards[i].owner == q) rc[q] += hi - lo;
+            if (!is_sliced_rowwise(s, t)) continue;
+            for (int32_t k = 0; k < ts->nblocks; k++) {
+                if (!block_on(ts, k, me) || !block_on(ts, k, q)) continue;
+                int32_t i0, i1;
+                block_shards(ts, k, &i0, &i1);
+                int64_t lo = 0, hi = 0;
+                for (int32_t i = i0; i < i1; i++)
+                    if (ts->shards[i].owner == me) key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+                for (int32_t i = i0; i < i1; i++) {
+                    if (ts->shards[i].owner == me) sc[q] += hi - lo;
+                    if (ts->shards[i].owner == q) rc[q] += hi - lo;
+                }
             }
         }
         nsend += sc[q];
         nrecv += rc[q];
     }
-    // The send buffer later holds one table's per-row totals too: at most g.n values.
+    // The send buffer later holds one row block's per-row totals too: at most g.n values.
     float *snd = RESERVE(s, ss_send, float, nsend > g.n ? nsend : g.n), *rcv = RESERVE(s, ss_recv, float, nrecv);
     if (st == EMBER_OK && (!snd || !rcv)) st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
@@ -79,19 +97,24 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
         if (q == me) continue;
         for (int32_t t = 0; t < s->T; t++) {
             const ember__table_shards *ts = &s->ts[t];
-            if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me) || !has_shard_on(ts, q)) continue;
-            for (int32_t i = 0; i < ts->nshards; i++) {
-                if (ts->shards[i].owner != me) continue;
-                int64_t lo, hi;
-                key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
-                memcpy(snd + n, mine + lo, sizeof(float) * (size_t)(hi - lo));
-                n += hi - lo;
+            if (!is_sliced_rowwise(s, t)) continue;
+            for (int32_t k = 0; k < ts->nblocks; k++) {
+                if (!block_on(ts, k, me) || !block_on(ts, k, q)) continue;
+                int32_t i0, i1;
+                block_shards(ts, k, &i0, &i1);
+                for (int32_t i = i0; i < i1; i++) {
+                    if (ts->shards[i].owner != me) continue;
+                    int64_t lo, hi;
+                    key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+                    memcpy(snd + n, mine + lo, sizeof(float) * (size_t)(hi - lo));
+                    n += hi - lo;
+                }
             }
         }
     }
     EMBER_TRY(ember_comm_alltoallv(c, snd, sc, rcv, rc, sizeof(float)));
     if (!(s->local && nr > 0)) return EMBER_OK;
-    // Received pieces: from each rank q in order, its shards of each shared table in order.
+    // Received pieces: from each rank q in order, its shards of each shared row block in order.
     int64_t *qoff = s->cnt + 2 * W; // start of rank q's data in rcv
     for (int32_t q = 0, o = 0; q < W; q++) {
         qoff[q] = o;
@@ -99,33 +122,38 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
     }
     for (int32_t t = 0; t < s->T; t++) {
         const ember__table_shards *ts = &s->ts[t];
-        if (!is_cw_rowwise(s, t) || !has_shard_on(ts, me)) continue;
-        int64_t lo = 0, hi = 0;
-        int32_t first_mine = -1;
-        for (int32_t i = 0; i < ts->nshards; i++)
-            if (ts->shards[i].owner == me && first_mine < 0) first_mine = i;
-        key_range(s->local, &g, ts->shards[first_mine].local_table, &lo, &hi);
-        const int64_t u = hi - lo;
-        float *total = snd; // the send buffer is free again: [u] sums in shard order
-        for (int64_t k = 0; k < u; k++) total[k] = 0.0f;
-        for (int32_t i = 0; i < ts->nshards; i++) {
-            const ember__shard *sh = &ts->shards[i];
-            const float *part;
-            if (sh->owner == me) {
-                int64_t l2, h2;
-                key_range(s->local, &g, sh->local_table, &l2, &h2);
-                part = mine + l2;
-            } else {
-                part = rcv + qoff[sh->owner];
-                qoff[sh->owner] += u;
+        if (!is_sliced_rowwise(s, t)) continue;
+        for (int32_t k = 0; k < ts->nblocks; k++) {
+            if (!block_on(ts, k, me)) continue;
+            int32_t i0, i1;
+            block_shards(ts, k, &i0, &i1);
+            int64_t lo = 0, hi = 0;
+            int32_t first_mine = -1;
+            for (int32_t i = i0; i < i1; i++)
+                if (ts->shards[i].owner == me && first_mine < 0) first_mine = i;
+            key_range(s->local, &g, ts->shards[first_mine].local_table, &lo, &hi);
+            const int64_t u = hi - lo;
+            float *total = snd; // the send buffer is free again: [u] sums in shard order
+            for (int64_t j = 0; j < u; j++) total[j] = 0.0f;
+            for (int32_t i = i0; i < i1; i++) {
+                const ember__shard *sh = &ts->shards[i];
+                const float *part;
+                if (sh->owner == me) {
+                    int64_t l2, h2;
+                    key_range(s->local, &g, sh->local_table, &l2, &h2);
+                    part = mine + l2;
+                } else {
+                    part = rcv + qoff[sh->owner];
+                    qoff[sh->owner] += u;
+                }
+                for (int64_t j = 0; j < u; j++) total[j] += part[j];
             }
-            for (int64_t k = 0; k < u; k++) total[k] += part[k];
-        }
-        for (int32_t i = 0; i < ts->nshards; i++) {
-            if (ts->shards[i].owner != me) continue;
-            int64_t l2, h2;
-            key_range(s->local, &g, ts->shards[i].local_table, &l2, &h2);
-            memcpy(mine + l2, total, sizeof(float) * (size_t)u);
+            for (int32_t i = i0; i < i1; i++) {
+                if (ts->shards[i].owner != me) continue;
+                int64_t l2, h2;
+                key_range(s->local, &g, ts->shards[i].local_table, &l2, &h2);
+                memcpy(mine + l2, total, sizeof(float) * (size_t)u);
+            }
         }
     }
     return ember__ebc_apply(s->local, g.key, g.goff, g.grad, g.n, mine);

@@ -42,6 +42,10 @@ int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id) {
     return 0;
 }
 
+int32_t ember__bucket_row_split(const ember__table_shards *ts, int64_t id) {
+    return ember__split_index(ts->rows, ts->nblocks, id);
+}
+
 void ember_sebc_set_reference_bucketize(ember_sebc *s, int on) {
     if (s) s->legacy_bucketize = on;
 }

@@ -5,7 +5,7 @@
 // travel from every sample's home rank to the shard's owner, which pools them in its local
 // collection, and the pooled rows travel back. The schemes differ in how they cut a table,
 // where an id goes, and whether the pieces' outputs are concatenated (table-wise, column-wise)
-// or summed (row-wise, table-row-wise); that is each scheme's ops table below, one file each.
+// or summed (row-wise, table-row-wise, grid: column slices of row blocks); that is each scheme's ops table below, one file each.
 // A scheme may instead keep its tables at home (data-parallel: a full replica on every rank,
 // in a collection of its own, dp.c) through the ops' optional hooks.
 #ifndef EMBER_SHARD_INTERNAL_H
@@ -40,6 +40,9 @@ typedef struct ember__scheme_ops {
     // Pieces hold row blocks whose partial pools are summed at the home rank (RW, TWRW);
     // otherwise they are column blocks of complete pools, concatenated.
     int partial;
+    // Pieces are column slices of their row block: a row-wise optimizer's per-row state needs
+    // the sum of g^2 over the whole row, exchanged among the shards of a row block (CW, GRID).
+    int column_slices;
     // Bucketize: the row block of a valid id (-1: it stays home). Called once per id of a
     // table with more than one row block.
     int32_t (*bucket)(const ember__table_shards *ts, int64_t id);
@@ -58,9 +61,12 @@ typedef struct ember__scheme_ops {
 
 // The bucket of a scheme with one row block (every id goes to all of the table's shards).
 int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id);
+// The bucket of the row-split schemes (rw, twrw, grid): row blocks are the contiguous split of
+// the rows (empty blocks have no shard and come last).
+int32_t ember__bucket_row_split(const ember__table_shards *ts, int64_t id);
 
 extern const ember__scheme_ops ember__scheme_dp, ember__scheme_tw, ember__scheme_cw, ember__scheme_rw,
-    ember__scheme_twrw;
+    ember__scheme_twrw, ember__scheme_grid;
 // Indexed by ember_shard_scheme.
 extern const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT];
 // The ops of a valid scheme (never NULL).
@@ -120,7 +126,7 @@ struct ember_sebc {
     int32_t *froute;              // global route index of (feature, shard), in shard order
     ember_ebc *local;             // this rank's shards (NULL if it owns none)
     ember_ebc *dp;                // replicas of the DP tables (NULL if none)
-    int32_t cw_rowwise;           // some column-wise table has a row-wise optimizer
+    int32_t cw_rowwise;           // some column-sliced (CW, GRID) table has a row-wise optimizer
     int32_t ndp_features;
     int32_t *dp_features;         // [ndp_features] global feature index of DP feature i
     int32_t dp_out_dim;
@@ -139,7 +145,7 @@ struct ember_sebc {
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
     ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
     ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange
-    ember__buf ss_mine, ss_send, ss_recv;         // column-wise row-wise optimizers: row sums of g^2
+    ember__buf ss_mine, ss_send, ss_recv;         // column-sliced row-wise optimizers: row sums of g^2
     ember_kjt local_kjt, dp_kjt;
     uint64_t bytes_last_step, bytes_at_forward;
     int64_t ids_examined;         // ids bucketize looked at in the last forward

@@ -22,10 +22,6 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return n;
 }
 
-// The row blocks are the contiguous split of the rows (the empty ones have no shard, and
-// they come last).
-static int32_t bucket(const ember__table_shards *ts, int64_t id) { return ember__split_index(ts->rows, ts->nblocks, id); }
-
 // Every rank pools its block's share of all bags, sends the ids of the other blocks and the
 // lengths, returns partial rows and sends gradients.
 static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
@@ -37,5 +33,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_rw = {
     .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .validate = validate, .cut = cut,
-    .partial = 1, .bucket = bucket, .step_bytes = step_bytes,
+    .partial = 1, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
 };

@@ -5,7 +5,8 @@
 #include "shard/internal.h"
 
 const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT] = {
-    &ember__scheme_dp, &ember__scheme_tw, &ember__scheme_cw, &ember__scheme_rw, &ember__scheme_twrw};
+    &ember__scheme_dp, &ember__scheme_tw, &ember__scheme_cw, &ember__scheme_rw, &ember__scheme_twrw,
+    &ember__scheme_grid};
 
 const char *ember_shard_scheme_name(ember_shard_scheme s) {
     return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->name : "unknown";
@@ -123,7 +124,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         ts->rows = cfg->tables[t].rows;
         const ember__scheme_ops *ops = ember__scheme(ts->scheme);
         ts->ops = ops;
-        if (ts->scheme == EMBER_SHARD_COLUMN_WISE && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
+        if (ops->column_slices && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
             s->cw_rowwise = 1;
         ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
         if (ts->nshards == 0) continue; // kept at home (build_home)

@@ -30,11 +30,7 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return n;
 }
 
-// The row blocks are the contiguous split of the rows (the empty ones have no shard, and
-// they come last).
-static int32_t bucket(const ember__table_shards *ts, int64_t id) { return ember__split_index(ts->rows, ts->nblocks, id); }
-
 const ember__scheme_ops ember__scheme_twrw = { // not a planner option: no step_bytes
     .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw", .validate = validate,
-    .cut = cut, .partial = 1, .bucket = bucket,
+    .cut = cut, .partial = 1, .bucket = ember__bucket_row_split,
 };

@@ -1,7 +1,7 @@
 // Sharded collection: distributed training equals the single-process collection trained on the
 // concatenated global batch, for every scheme, pooling, weighting, optimizer and gradient
 // convention, with unequal local batches; plus the named regression scenarios.
-// Usage: test_shard --scheme dp|tw|cw|rw|twrw|mixed [--pool sum|mean|none]   (the matrix)
+// Usage: test_shard --scheme dp|tw|cw|rw|twrw|grid|mixed [--pool sum|mean|none]   (the matrix)
 //        test_shard --seed                                                     (regressions)
 #include <math.h>
 #include <setjmp.h>
@@ -37,6 +37,7 @@ static ember_shard_scheme parse_scheme(const char *s, int t) {
     if (!strcmp(s, "cw")) return EMBER_SHARD_COLUMN_WISE;
     if (!strcmp(s, "rw")) return EMBER_SHARD_ROW_WISE;
     if (!strcmp(s, "twrw")) return EMBER_SHARD_TABLE_ROW_WISE;
+    if (!strcmp(s, "grid")) return EMBER_SHARD_GRID;
     return (ember_shard_scheme)(t % 5); // mixed: every scheme in one collection
 }
 
@@ -53,6 +54,15 @@ static ember_table_plan make_plan(ember_shard_scheme sc, int t) {
     case EMBER_SHARD_TABLE_ROW_WISE:
         p.group_size = W < 2 ? W : 2;
         for (int i = 0; i < p.group_size; i++) p.ranks[i] = (W - 1 - i + t) % W;
+        break;
+    case EMBER_SHARD_GRID:
+        // Slice c's row block k on rank t + k (+ c on odd tables): even tables hold both slices
+        // of a row block on one rank, odd ones two row blocks on one rank (W = 2); table 1 (one
+        // row) leaves its second row block empty.
+        p.num_shards = DIMS[t] < 2 ? DIMS[t] : 2;
+        p.group_size = W < 2 ? W : 2;
+        for (int c = 0; c < p.num_shards; c++)
+            for (int k = 0; k < p.group_size; k++) p.ranks[c * p.group_size + k] = (t + k + (t % 2 ? c : 0)) % W;
         break;
     default: break;
     }
@@ -148,7 +158,8 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
     ember_ebc *ref = NULL;
     ember_status st = ember_sebc_create(comm, &su.cfg, su.plan, conv, &s);
     int has_cw = 0;
-    for (int t = 0; t < NT; t++) has_cw |= su.plan[t].scheme == EMBER_SHARD_COLUMN_WISE;
+    for (int t = 0; t < NT; t++)
+        has_cw |= su.plan[t].scheme == EMBER_SHARD_COLUMN_WISE || su.plan[t].scheme == EMBER_SHARD_GRID;
     ember_optim_info oi;
     assert_int_equal(ember_optim_info_get(opt, &oi), EMBER_OK);
     if (!oi.column_wise && has_cw) {

@@ -1,5 +1,5 @@
 // Named regression scenarios of the sharded collection and the
-// analytic communication counts. Usage: test_shard_seed CASE [--scheme dp|tw|cw|rw|twrw]
+// analytic communication counts. Usage: test_shard_seed CASE [--scheme dp|tw|cw|rw|twrw|grid]
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +28,12 @@ static ember_table_plan plan_for(const char *scheme) {
         p.scheme = EMBER_SHARD_TABLE_ROW_WISE;
         p.group_size = W;
         for (int i = 0; i < W; i++) p.ranks[i] = W - 1 - i;
+    } else if (!strcmp(scheme, "grid")) {
+        p.scheme = EMBER_SHARD_GRID; // 2 slices x W row blocks, slice c's block k on rank k + c
+        p.num_shards = 2;
+        p.group_size = W;
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < W; k++) p.ranks[c * W + k] = (k + c) % W;
     } else p.scheme = EMBER_SHARD_ROW_WISE;
     return p;
 }
@@ -184,6 +190,65 @@ static void bad_rank(void **state) {
     }
 }
 
+// A grid plan ember_sebc_create must refuse on every rank, naming the table and the value;
+// ember_shard_rank_bytes (local) refuses it the same way.
+static void grid_refused(const ember_table_config *t, const ember_table_plan *p, ember_status want,
+                         const char *what) {
+    ember_ctx *ctx = NULL;
+    ember_comm *comm = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
+    ember_feature_config f = {"keys", 0};
+    ember_ebc_config cfg = {t, 1, &f, 1, EMBER_BOUNDS_ERROR, 5, 0, 0};
+    ember_sebc *s = NULL;
+    ember_status st = ember_sebc_create(comm, &cfg, p, EMBER_GRAD_MEAN, &s);
+    if (st != want || !strstr(ember_ctx_errmsg(ctx), "'grid_t'") || !strstr(ember_ctx_errmsg(ctx), what))
+        fprintf(stderr, "rank %d: status %d: %s\n", R, (int)st, ember_ctx_errmsg(ctx));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == want && s == NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), "'grid_t'") != NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), what) != NULL);
+    size_t wb = 0, sb = 0;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_shard_rank_bytes(ctx, t, p, W, 0, &wb, &sb) == want);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), what) != NULL);
+    ember_comm_destroy(comm);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(ctx) == 0);
+    ember_ctx_destroy(ctx);
+}
+
+static void grid_bad_plan(void **state) {
+    (void)state;
+    ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+    o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    ember_table_config t = {"grid_t", 8, 4, EMBER_POOL_MEAN, EMBER_DTYPE_F32,
+                            (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+    ember_table_plan p;
+    memset(&p, 0, sizeof p);
+    p.scheme = EMBER_SHARD_GRID;
+    p.num_shards = 2;
+    p.group_size = 2; // W >= 2
+    // Rank 1 twice in slice 1's group {1, 1}.
+    p.ranks[0] = 0, p.ranks[1] = 1, p.ranks[2] = 1, p.ranks[3] = 1;
+    grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "rank 1 twice in the group of grid slice 1");
+    // More column slices than columns.
+    p.num_shards = 5;
+    for (int i = 0; i < 10; i++) p.ranks[i] = i % 2;
+    grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "grid num_shards 5 outside [1, dim 4]");
+    // A group larger than the world, a rank outside it.
+    p.num_shards = 2;
+    p.group_size = W + 1;
+    grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "grid group size");
+    p.group_size = 2;
+    p.ranks[0] = 0, p.ranks[1] = W, p.ranks[2] = 0, p.ranks[3] = 1;
+    grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "grid slice 0 row block 1 on rank");
+    // Whole-row norms are not split by columns; sequences are not sliced.
+    p.ranks[1] = 1;
+    t.optim.kind = EMBER_OPT_LAMB;
+    grid_refused(&t, &p, EMBER_ERR_UNSUPPORTED, "optimizer lamb");
+    t.optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    t.pooling = EMBER_POOL_NONE;
+    grid_refused(&t, &p, EMBER_ERR_UNSUPPORTED, "sequence");
+}
+
 // Bytes sent per rank per step against each scheme's analytic count (docs/sharding.md).
 // Control messages: 2 (W-1) int64 in forward (batch sizes, id counts). One feature, B = 2 + r
 // bags of 3 ids each, D = 4, unweighted.
@@ -285,8 +350,8 @@ static void checkpoint_errors(void **state) {
 // measurement) gives the same outputs.
 static void bucketize_examines_each_id_once(void **state) {
     (void)state;
-    const char *schemes[5] = {"dp", "tw", "cw", "rw", "twrw"};
-    for (int si = 0; si < 5; si++) {
+    const char *schemes[6] = {"dp", "tw", "cw", "rw", "twrw", "grid"};
+    for (int si = 0; si < 6; si++) {
         env e;
         env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
                  EMBER_GRAD_MEAN, 11, 4);
@@ -319,7 +384,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(rw_grad_not_scaled), cmocka_unit_test(rw_mean_global_length),
         cmocka_unit_test(dp_dtype_conversion), cmocka_unit_test(bad_rank),
         cmocka_unit_test(bytes_match_analytic_count), cmocka_unit_test(checkpoint_errors),
-        cmocka_unit_test(bucketize_examines_each_id_once),
+        cmocka_unit_test(bucketize_examines_each_id_once), cmocka_unit_test(grid_bad_plan),
     };
     const int nall = (int)(sizeof all / sizeof all[0]);
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];

@@ -100,11 +100,48 @@ static void allowed_schemes_and_bad_inputs(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// Grid is offered only when pc->allow names it: then a 2 x (W / 2) grid over distinct ranks that
+// the sharded collection accepts; the default allow never picks it.
+static void grid_only_when_allowed(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t[1] = {table("g", 100000, 64)};
+    ember_feature_config f[1] = {{"x", 0}};
+    ember_ebc_config ec = {t, 1, f, 1, EMBER_BOUNDS_ERROR, 1, 0, 0};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = 4;
+    pc.batch_size = 256;
+    ember_table_plan plan[1];
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_OK);
+    assert_int_not_equal(plan[0].scheme, EMBER_SHARD_GRID);
+    pc.allow = 1 << EMBER_SHARD_GRID;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_OK);
+    assert_int_equal(plan[0].scheme, EMBER_SHARD_GRID);
+    assert_int_equal(plan[0].num_shards, 2);
+    assert_int_equal(plan[0].group_size, 2);
+    int seen = 0;
+    for (int i = 0; i < 4; i++) seen |= 1 << plan[0].ranks[i];
+    assert_int_equal(seen, 0xf);
+    size_t total = 0;
+    for (int q = 0; q < 4; q++) {
+        size_t w = 0, st = 0;
+        assert_int_equal(ember_shard_rank_bytes(ctx, &t[0], &plan[0], 4, q, &w, &st), EMBER_OK);
+        total += w;
+    }
+    assert_int_equal(total, (size_t)100000 * 64 * 4);
+    char buf[256];
+    ember_plan_describe(&ec, plan, buf, sizeof buf);
+    assert_non_null(strstr(buf, "g grid_shard ranks="));
+    ember_ctx_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_tables_are_data_parallel_equal_tables_spread),
         cmocka_unit_test(memory_budget_forces_row_wise_and_is_respected),
         cmocka_unit_test(allowed_schemes_and_bad_inputs),
+        cmocka_unit_test(grid_only_when_allowed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

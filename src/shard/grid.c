@@ -1,0 +1,73 @@
+// Grid: the columns split into num_shards contiguous slices (as column-wise), each slice
+// row-wise over a group of group_size ranks (as table-row-wise): slice c's row block k lives on
+// ranks[c * group_size + k]. Each id travels to the num_shards shards of its row block; each
+// owner pools a partial SUM over its rows and columns, the home rank adds the row blocks'
+// partials into each slice's columns and MEAN divides once by the global bag length.
+#include "shard/internal.h"
+
+static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
+    EMBER_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= t->dim, EMBER_ERR_INVALID_ARG,
+                "ember_sebc_create: table '%s': grid num_shards %d outside [1, dim %d]", t->name, (int)p->num_shards,
+                (int)t->dim);
+    EMBER_CHECK(ctx, p->group_size >= 1 && p->group_size <= W, EMBER_ERR_INVALID_ARG,
+                "ember_sebc_create: table '%s': grid group size %d outside [1, %d]", t->name, (int)p->group_size,
+                (int)W);
+    EMBER_CHECK(ctx, (int64_t)p->num_shards * p->group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
+                "ember_sebc_create: table '%s': grid of %d x %d shards, at most %d", t->name, (int)p->num_shards,
+                (int)p->group_size, EMBER_PLAN_MAX_RANKS);
+    const int32_t g = p->group_size;
+    for (int32_t c = 0; c < p->num_shards; c++) {
+        for (int32_t k = 0; k < g; k++) {
+            const int32_t r = p->ranks[c * g + k];
+            EMBER_CHECK(ctx, r >= 0 && r < W, EMBER_ERR_INVALID_ARG,
+                        "ember_sebc_create: table '%s': grid slice %d row block %d on rank %d outside [0, %d)",
+                        t->name, (int)c, (int)k, (int)r, (int)W);
+            for (int32_t j = 0; j < k; j++)
+                EMBER_CHECK(ctx, p->ranks[c * g + j] != r, EMBER_ERR_INVALID_ARG,
+                            "ember_sebc_create: table '%s': rank %d twice in the group of grid slice %d", t->name,
+                            (int)r, (int)c);
+        }
+    }
+    EMBER_CHECK(ctx, t->pooling != EMBER_POOL_NONE, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': grid sharding of a sequence (NONE) table", t->name);
+    // As column-wise: whole-row norms (LAMB's trust ratio, LARS's rate) are not split by columns.
+    EMBER_CHECK(ctx, ember__optim(t->optim.kind)->info.column_wise, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': optimizer %s needs whole-row norms: not supported by grid sharding",
+                t->name, ember_optim_name(t->optim.kind));
+    return EMBER_OK;
+}
+
+// Block-major: row block k's column slices are shards [k * num_shards, (k + 1) * num_shards).
+// A table with fewer rows than group_size leaves the last row blocks empty: they get no shards.
+static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out) {
+    (void)W;
+    const int32_t g = p->group_size, nc = p->num_shards;
+    int32_t n = 0;
+    for (int32_t k = 0; k < g; k++) {
+        const int64_t r0 = ember__split_begin(t->rows, g, k), r1 = ember__split_begin(t->rows, g, k + 1);
+        if (r1 == r0) continue;
+        for (int32_t c = 0; c < nc; c++) {
+            if (out)
+                out[n] = (ember__shard){p->ranks[c * g + k], r0, r1, (int32_t)ember__split_begin(t->dim, nc, c),
+                                        (int32_t)ember__split_begin(t->dim, nc, c + 1), -1};
+            n++;
+        }
+    }
+    return n;
+}
+
+// Every rank sends each id to the num_shards slices of its row block, and the lengths to every
+// shard; each shard pools its rows' share of every bag over its columns and returns partial
+// slices, the gradients travel back the same way.
+static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
+                       double *step) {
+    (void)rows;
+    const int k = p->num_shards, g = p->group_size;
+    for (int q = 0; q < W; q++) step[q] = k * (B * L * 8 + g * B * 4) + 2 * g * B * out;
+    for (int i = 0; i < k * g; i++) step[p->ranks[i]] += W * B * L * row / (k * g) + 2 * (W - 1) * B * out / k;
+}
+
+const ember__scheme_ops ember__scheme_grid = {
+    .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid", .validate = validate, .cut = cut,
+    .partial = 1, .column_slices = 1, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
+};
