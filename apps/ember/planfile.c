@@ -13,17 +13,6 @@
 
 #define NUM_SCHEMES EMBER_SHARD_COUNT // the values of ember_shard_scheme
 
-// How many entries of ranks[] a plan uses.
-static int32_t ranks_used(const ember_table_plan *p) {
-    switch (p->scheme) {
-    case EMBER_SHARD_TABLE_WISE: return 1;
-    case EMBER_SHARD_COLUMN_WISE: return p->num_shards;
-    case EMBER_SHARD_TABLE_ROW_WISE: return p->group_size;
-    case EMBER_SHARD_GRID: return p->num_shards * p->group_size;
-    default: return 0;
-    }
-}
-
 ember_status planfile_write(ember_ctx *ctx, const char *path, const ember_ebc_config *ec,
                             const ember_table_plan *plan, int32_t world) {
     cJSON *root = cJSON_CreateObject();
@@ -34,12 +23,11 @@ ember_status planfile_write(ember_ctx *ctx, const char *path, const ember_ebc_co
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", ec->tables[t].name);
         cJSON_AddStringToObject(e, "scheme", ember_shard_scheme_name(p->scheme));
-        if (p->scheme == EMBER_SHARD_COLUMN_WISE || p->scheme == EMBER_SHARD_GRID)
-            cJSON_AddNumberToObject(e, "shards", p->num_shards);
-        if (p->scheme == EMBER_SHARD_TABLE_ROW_WISE || p->scheme == EMBER_SHARD_GRID)
-            cJSON_AddNumberToObject(e, "group", p->group_size);
+        const unsigned uses = ember_shard_scheme_plan_fields(p->scheme);
+        if (uses & EMBER_PLAN_USES_SHARDS) cJSON_AddNumberToObject(e, "shards", p->num_shards);
+        if (uses & EMBER_PLAN_USES_GROUP) cJSON_AddNumberToObject(e, "group", p->group_size);
         cJSON *ranks = cJSON_AddArrayToObject(e, "ranks");
-        for (int32_t i = 0; i < ranks_used(p); i++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(p->ranks[i]));
+        for (int32_t i = 0; i < ember_table_plan_num_ranks(p); i++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(p->ranks[i]));
         cJSON_AddItemToArray(tables, e);
     }
     char *text = cJSON_Print(root);
@@ -105,30 +93,35 @@ static ember_status read_entry(ember_ctx *ctx, const char *path, const cJSON *e,
                                 strcmp(scheme->valuestring, ember_shard_scheme_name((ember_shard_scheme)s)) == 0)) {
         s++;
     }
-    APP_CHECK(ctx, s < NUM_SCHEMES, EMBER_ERR_INVALID_ARG,
-              "--plan '%s': table '%s': scheme '%s' is not one of data_parallel, table_wise, column_wise, row_wise, "
-              "table_row_wise, grid_shard",
-              path, name, cJSON_IsString(scheme) ? scheme->valuestring : "(missing)");
+    if (s == NUM_SCHEMES) {
+        char known[160] = "";
+        for (int k = 0, n = 0; k < NUM_SCHEMES && n >= 0 && (size_t)n < sizeof known; k++)
+            n += snprintf(known + n, sizeof known - (size_t)n, "%s%s", k ? ", " : "",
+                          ember_shard_scheme_name((ember_shard_scheme)k));
+        return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--plan '%s': table '%s': scheme '%s' is not one of %s",
+                                   path, name, cJSON_IsString(scheme) ? scheme->valuestring : "(missing)", known);
+    }
     p->scheme = (ember_shard_scheme)s;
     APP_CHECK(ctx, get_int(e, "shards", 0, &p->num_shards) && get_int(e, "group", 0, &p->group_size),
               EMBER_ERR_INVALID_ARG, "--plan '%s': table '%s': shards and group must be integers", path, name);
-    if (p->scheme == EMBER_SHARD_COLUMN_WISE || p->scheme == EMBER_SHARD_GRID) {
+    const unsigned uses = ember_shard_scheme_plan_fields(p->scheme);
+    if (uses & EMBER_PLAN_USES_SHARDS) {
         const int32_t most = tc->dim < EMBER_PLAN_MAX_RANKS ? tc->dim : EMBER_PLAN_MAX_RANKS;
         APP_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= most, EMBER_ERR_INVALID_ARG,
                   "--plan '%s': table '%s': shards %d, expected 1 to %d", path, name, (int)p->num_shards, (int)most);
     }
-    if (p->scheme == EMBER_SHARD_TABLE_ROW_WISE || p->scheme == EMBER_SHARD_GRID) {
+    if (uses & EMBER_PLAN_USES_GROUP) {
         APP_CHECK(ctx, p->group_size >= 1 && p->group_size <= world, EMBER_ERR_INVALID_ARG,
                   "--plan '%s': table '%s': group %d, expected 1 to the %d ranks of this run", path, name,
                   (int)p->group_size, (int)world);
     }
-    if (p->scheme == EMBER_SHARD_GRID) {
+    if ((uses & EMBER_PLAN_USES_SHARDS) && (uses & EMBER_PLAN_USES_GROUP)) {
         APP_CHECK(ctx, (int64_t)p->num_shards * p->group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
                   "--plan '%s': table '%s': shards %d x group %d, at most %d ranks listed", path, name,
                   (int)p->num_shards, (int)p->group_size, EMBER_PLAN_MAX_RANKS);
     }
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(e, "ranks");
-    const int32_t want = ranks_used(p), got = cJSON_IsArray(ranks) ? cJSON_GetArraySize(ranks) : 0;
+    const int32_t want = ember_table_plan_num_ranks(p), got = cJSON_IsArray(ranks) ? cJSON_GetArraySize(ranks) : 0;
     APP_CHECK(ctx, got == want, EMBER_ERR_INVALID_ARG, "--plan '%s': table '%s': %d ranks listed, %s takes %d", path,
               name, (int)got, ember_shard_scheme_name(p->scheme), (int)want);
     for (int32_t i = 0; i < want; i++) {

@@ -55,12 +55,23 @@ typedef struct ember_table_plan {
                                          // GRID: ranks[c * group_size + k] holds slice c, row block k
 } ember_table_plan;
 
+// The entries of plan->ranks its scheme reads: 1 (tw), num_shards (cw), group_size (twrw),
+// num_shards * group_size (grid), 0 (dp, rw, or a scheme outside the enum). Local.
+EMBER_API int32_t ember_table_plan_num_ranks(const ember_table_plan *plan);
+
 // Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
 // "grid_shard" (plan descriptions) and "dp", "tw", "cw", "rw", "twrw", "grid" (command lines); "unknown" outside the
 // enum. parse accepts either name: 0 and *out set, or -1 (*out unchanged).
 EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
 EMBER_API const char *ember_shard_scheme_short_name(ember_shard_scheme s);
 EMBER_API int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out);
+
+// Which fields of an ember_table_plan a scheme reads: ranks (tw, cw, twrw, grid), num_shards (cw,
+// grid), group_size (twrw, grid); 0 outside the enum. Local.
+#define EMBER_PLAN_USES_RANKS 1u
+#define EMBER_PLAN_USES_SHARDS 2u
+#define EMBER_PLAN_USES_GROUP 4u
+EMBER_API unsigned ember_shard_scheme_plan_fields(ember_shard_scheme s);
 
 typedef struct ember_sebc ember_sebc;
 

@@ -187,11 +187,7 @@ size_t ember_plan_describe(const ember_ebc_config *ec, const ember_table_plan *p
     for (int t = 0; ec && plan && t < ec->num_tables; t++) {
         const ember_table_plan *p = &plan[t];
         char line[256], ranks[160] = "";
-        int count = p->scheme == EMBER_SHARD_TABLE_WISE      ? 1
-                    : p->scheme == EMBER_SHARD_COLUMN_WISE   ? p->num_shards
-                    : p->scheme == EMBER_SHARD_TABLE_ROW_WISE ? p->group_size
-                    : p->scheme == EMBER_SHARD_GRID           ? p->num_shards * p->group_size
-                                                              : 0;
+        const int count = ember_table_plan_num_ranks(p);
         size_t rl = 0;
         for (int i = 0; i < count && rl + 8 < sizeof ranks; i++)
             rl += (size_t)snprintf(ranks + rl, sizeof ranks - rl, "%s%d", i ? "," : "", (int)p->ranks[i]);

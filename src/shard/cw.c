@@ -45,5 +45,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_cw = {
     .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
-    .cut = cut, .partial = 0, .column_slices = 1, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
+    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS, .column_slices = 1, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
 };

@@ -221,6 +221,6 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_dp = {
     .scheme = EMBER_SHARD_DATA_PARALLEL, .name = "data_parallel", .short_name = "dp", .validate = validate,
-    .cut = cut, .partial = 0, .bucket = bucket, .build_home = build_home, .home_forward = home_forward,
+    .cut = cut, .partial = 0, .plan_fields = 0, .bucket = bucket, .build_home = build_home, .home_forward = home_forward,
     .backward_sync = backward_sync, .step_bytes = step_bytes,
 };

@@ -69,5 +69,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_grid = {
     .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid", .validate = validate, .cut = cut,
-    .partial = 1, .column_slices = 1, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
+    .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP, .column_slices = 1, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
 };

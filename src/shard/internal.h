@@ -40,6 +40,9 @@ typedef struct ember__scheme_ops {
     // Pieces hold row blocks whose partial pools are summed at the home rank (RW, TWRW);
     // otherwise they are column blocks of complete pools, concatenated.
     int partial;
+    // The plan fields the scheme reads (EMBER_PLAN_USES_*): what ember_shard_scheme_plan_fields
+    // and ember_table_plan_num_ranks report.
+    unsigned plan_fields;
     // Pieces are column slices of their row block: a row-wise optimizer's per-row state needs
     // the sum of g^2 over the whole row, exchanged among the shards of a row block (CW, GRID).
     int column_slices;

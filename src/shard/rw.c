@@ -33,5 +33,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_rw = {
     .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .validate = validate, .cut = cut,
-    .partial = 1, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
+    .partial = 1, .plan_fields = 0, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
 };

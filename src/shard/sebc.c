@@ -16,6 +16,16 @@ const char *ember_shard_scheme_short_name(ember_shard_scheme s) {
     return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->short_name : "unknown";
 }
 
+unsigned ember_shard_scheme_plan_fields(ember_shard_scheme s) {
+    return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->plan_fields : 0u;
+}
+
+int32_t ember_table_plan_num_ranks(const ember_table_plan *p) {
+    const unsigned u = p ? ember_shard_scheme_plan_fields(p->scheme) : 0u;
+    if (!(u & EMBER_PLAN_USES_RANKS)) return 0;
+    return ((u & EMBER_PLAN_USES_SHARDS) ? p->num_shards : 1) * ((u & EMBER_PLAN_USES_GROUP) ? p->group_size : 1);
+}
+
 int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
     for (int32_t k = 0; name && k < EMBER_SHARD_COUNT; k++) {
         if (strcmp(name, ember__schemes[k]->name) == 0 || strcmp(name, ember__schemes[k]->short_name) == 0) {

@@ -29,5 +29,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 
 const ember__scheme_ops ember__scheme_tw = {
     .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
-    .cut = cut, .partial = 0, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
+    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
 };

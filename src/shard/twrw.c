@@ -32,5 +32,5 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
 
 const ember__scheme_ops ember__scheme_twrw = { // not a planner option: no step_bytes
     .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw", .validate = validate,
-    .cut = cut, .partial = 1, .bucket = ember__bucket_row_split,
+    .cut = cut, .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_GROUP, .bucket = ember__bucket_row_split,
 };
