@@ -1,6 +1,6 @@
 // backend.h — what the DLRM dense part needs from the library, behind one small table:
 // the sharded EmbeddingBagCollection (forward, backward with its fused optimizer) and the
-// allreduce of the dense gradients under the model's gradient convention (DESIGN.md §1.3).
+// allreduce of the dense gradients under the model's gradient convention (docs/semantics.md §3).
 //
 // The CLI uses dlrm_backend_sebc_create (include/ember/shard.h). Tests can pass another factory,
 // e.g. the naive replicated collection in tests/support/dlrm/, to check the dense part and the

@@ -2,7 +2,7 @@
 // loop (evaluating through eval.h), metrics and the final report. cmd_train.c turns the command
 // line into train_options; tests call train_run directly with any backend factory.
 //
-// Objective (DESIGN.md §1.3): global batch g of G samples is split into contiguous rank shares
+// Objective (docs/semantics.md §3): global batch g of G samples is split into contiguous rank shares
 // B_r; rank r's loss is L_r = (W/G) sum_{i in share r} l_i, which is the mean over the local batch
 // whenever the shares are equal, and under GRAD_MEAN makes J = (1/W) sum_r L_r the mean BCE over
 // the global batch exactly, also for uneven shares (a last partial batch). The reported train

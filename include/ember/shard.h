@@ -1,5 +1,5 @@
 // ember/shard.h — an EmbeddingBagCollection sharded over the ranks of an ember_comm
-// (DESIGN.md §1.3, §1.4, §1.6).
+// (docs/semantics.md §3, §6; docs/sharding.md).
 //
 // Every rank passes its own local KJT (local batch sizes may differ between ranks) and receives
 // exactly the pooled rows of its local batch that an unsharded collection holding the same
