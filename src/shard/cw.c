@@ -12,14 +12,7 @@ static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const 
                     "ember_sebc_create: table '%s': column shard %d on rank %d outside [0, %d)", t->name, (int)i,
                     (int)p->ranks[i], (int)W);
     }
-    EMBER_CHECK(ctx, t->pooling != EMBER_POOL_NONE, EMBER_ERR_UNSUPPORTED,
-                "ember_sebc_create: table '%s': column-wise sharding of a sequence (NONE) table", t->name);
-    // Optimizers whose update needs whole-row norms (LAMB's trust ratio, LARS's rate) would need
-    // more exchanges per step: their descriptor says they are not split by columns.
-    EMBER_CHECK(ctx, ember__optim(t->optim.kind)->info.column_wise, EMBER_ERR_UNSUPPORTED,
-                "ember_sebc_create: table '%s': optimizer %s needs whole-row norms: not supported column-wise",
-                t->name, ember_optim_name(t->optim.kind));
-    return EMBER_OK;
+    return ember__check_column_slices(ctx, t, "column-wise sharding");
 }
 
 static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32_t W, ember__shard *out) {

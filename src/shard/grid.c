@@ -28,13 +28,7 @@ static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const 
                             (int)r, (int)c);
         }
     }
-    EMBER_CHECK(ctx, t->pooling != EMBER_POOL_NONE, EMBER_ERR_UNSUPPORTED,
-                "ember_sebc_create: table '%s': grid sharding of a sequence (NONE) table", t->name);
-    // As column-wise: whole-row norms (LAMB's trust ratio, LARS's rate) are not split by columns.
-    EMBER_CHECK(ctx, ember__optim(t->optim.kind)->info.column_wise, EMBER_ERR_UNSUPPORTED,
-                "ember_sebc_create: table '%s': optimizer %s needs whole-row norms: not supported by grid sharding",
-                t->name, ember_optim_name(t->optim.kind));
-    return EMBER_OK;
+    return ember__check_column_slices(ctx, t, "grid sharding");
 }
 
 // Block-major: row block k's column slices are shards [k * num_shards, (k + 1) * num_shards).

@@ -62,6 +62,12 @@ typedef struct ember__scheme_ops {
                        double *step);
 } ember__scheme_ops;
 
+// What every scheme that splits a table's columns requires (cw, grid): pooled bags (a sequence
+// table's rows are not summed per slice), and an optimizer whose descriptor allows column slices
+// (whole-row norms, as LAMB's trust ratio and LARS's rate, would need more exchanges per step).
+// `scheme` names it in the message.
+ember_status ember__check_column_slices(ember_ctx *ctx, const ember_table_config *t, const char *scheme);
+
 // The bucket of a scheme with one row block (every id goes to all of the table's shards).
 int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id);
 // The bucket of the row-split schemes (rw, twrw, grid): row blocks are the contiguous split of

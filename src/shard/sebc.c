@@ -16,6 +16,15 @@ const char *ember_shard_scheme_short_name(ember_shard_scheme s) {
     return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->short_name : "unknown";
 }
 
+ember_status ember__check_column_slices(ember_ctx *ctx, const ember_table_config *t, const char *scheme) {
+    EMBER_CHECK(ctx, t->pooling != EMBER_POOL_NONE, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': %s of a sequence (NONE) table", t->name, scheme);
+    EMBER_CHECK(ctx, ember__optim(t->optim.kind)->info.column_wise, EMBER_ERR_UNSUPPORTED,
+                "ember_sebc_create: table '%s': optimizer %s needs whole-row norms: not supported by %s", t->name,
+                ember_optim_name(t->optim.kind), scheme);
+    return EMBER_OK;
+}
+
 unsigned ember_shard_scheme_plan_fields(ember_shard_scheme s) {
     return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->plan_fields : 0u;
 }
