@@ -71,7 +71,13 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     ember_table_config *tc = calloc((size_t)o->T, sizeof *tc);
     ember_feature_config *fc = calloc((size_t)o->T, sizeof *fc);
     ember_table_plan *plan = calloc((size_t)o->T, sizeof *plan);
+    int32_t *rank_pool = calloc((size_t)o->T * (size_t)(W + 4), sizeof *rank_pool);
     char(*names)[16] = calloc((size_t)o->T * 2, 16);
+    if (!tc || !fc || !plan || !rank_pool || !names) {
+        fprintf(stderr, "shard bench: out of memory\n");
+        free(tc), free(fc), free(plan), free(rank_pool), free(names);
+        return 1;
+    }
     for (int t = 0; t < o->T; t++) {
         snprintf(names[2 * t], 16, "t%d", t);
         snprintf(names[2 * t + 1], 16, "f%d", t);
@@ -81,21 +87,23 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
                                      {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0}, oc, 0};
         fc[t] = (ember_feature_config){names[2 * t + 1], t};
         plan[t].scheme = scheme;
-        if (scheme == EMBER_SHARD_TABLE_WISE) plan[t].ranks[0] = t % W;
+        plan[t].ranks = rank_pool + (size_t)t * (size_t)(W + 4); // at most W (cw) or 4 (grid) entries
+        if (scheme == EMBER_SHARD_TABLE_WISE) plan[t].ranks[plan[t].num_ranks++] = t % W;
         if (scheme == EMBER_SHARD_COLUMN_WISE) {
             plan[t].num_shards = W < o->D ? W : o->D;
-            for (int i = 0; i < plan[t].num_shards; i++) plan[t].ranks[i] = (t + i) % W;
+            for (int i = 0; i < plan[t].num_shards; i++) plan[t].ranks[plan[t].num_ranks++] = (t + i) % W;
         }
         if (scheme == EMBER_SHARD_TABLE_ROW_WISE) {
             plan[t].group_size = W >= 2 ? 2 : 1;
-            for (int i = 0; i < plan[t].group_size; i++) plan[t].ranks[i] = (t * plan[t].group_size + i) % W;
+            for (int i = 0; i < plan[t].group_size; i++)
+                plan[t].ranks[plan[t].num_ranks++] = (t * plan[t].group_size + i) % W;
         }
         if (scheme == EMBER_SHARD_GRID) { // 2 column slices, each row-wise over 2 ranks
             plan[t].num_shards = o->D < 2 ? o->D : 2;
             plan[t].group_size = W >= 2 ? 2 : 1;
             const int g = plan[t].group_size;
             for (int c = 0; c < plan[t].num_shards; c++)
-                for (int k = 0; k < g; k++) plan[t].ranks[c * g + k] = (t + c + k) % W;
+                for (int k = 0; k < g; k++) plan[t].ranks[plan[t].num_ranks++] = (t + c + k) % W;
         }
     }
     ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, o->B, (int64_t)o->B * o->T * o->L};
@@ -182,6 +190,7 @@ done:
     free(tc);
     free(fc);
     free(plan);
+    free(rank_pool);
     free(names);
     free(ids);
     free(len);

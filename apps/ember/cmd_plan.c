@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "                                   default: the 26 tables of 'ember train')\n"
             "  --num_embeddings N               rows of every one of the 26 tables of 'ember train'\n"
             "  --embedding_dim D                columns of every table (default 16)\n"
-            "  --world_size W                   ranks to plan for (default 2)\n"
+            "  --world_size W                   ranks to plan for, 1 to 65536 (default 2)\n"
             "  --batch_size B                   global batch; each rank holds B / W (default 2048)\n"
             "  --pooling_factor P               ids per sample of every feature (default 1)\n"
             "  --memory_per_rank BYTES          embedding storage budget per rank (default: no limit)\n"
@@ -70,7 +70,7 @@ int cmd_plan(int argc, char **argv) {
                                     &ntables, err, sizeof err);
             break;
         case 'd': ok = cli_parse_i64("--embedding_dim", optarg, 1, 1 << 20, &dim, err, sizeof err); break;
-        case 'w': ok = cli_parse_i64("--world_size", optarg, 1, EMBER_PLAN_MAX_RANKS, &world, err, sizeof err); break;
+        case 'w': ok = cli_parse_i64("--world_size", optarg, 1, 65536, &world, err, sizeof err); break;
         case 'b': ok = cli_parse_i64("--batch_size", optarg, 1, 1 << 30, &batch, err, sizeof err); break;
         case 'p': ok = cli_parse_double("--pooling_factor", optarg, &pooling, err, sizeof err) && pooling > 0; break;
         case 'm': ok = cli_parse_i64("--memory_per_rank", optarg, 0, INT64_MAX, &memory, err, sizeof err); break;
@@ -121,20 +121,29 @@ int cmd_plan(int argc, char **argv) {
     ember_ctx *ctx = NULL;
     if (ember_ctx_create(NULL, &ctx) != EMBER_OK) return 1;
     ember_table_plan plan[PLAN_MAX_TABLES];
-    ember_plan_stats stats;
-    ember_status st = ember_plan_create(ctx, &ec, &pc, plan, &stats);
+    ember_plan_stats stats = {ember_ctx_alloc(ctx, sizeof(size_t) * (size_t)world),
+                              ember_ctx_alloc(ctx, sizeof(double) * (size_t)world)};
+    ember_status st = stats.storage_bytes && stats.step_bytes
+                          ? ember_plan_create(ctx, &ec, &pc, plan, &stats)
+                          : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "out of memory for %lld ranks", (long long)world);
+    const int planned = st == EMBER_OK;
     if (st == EMBER_OK && output) st = planfile_write(ctx, output, &ec, plan, (int32_t)world);
-    if (st != EMBER_OK) {
+    const size_t need = st == EMBER_OK ? ember_plan_describe(&ec, plan, NULL, 0) + 1 : 0;
+    char *text = need ? ember_ctx_alloc(ctx, need) : NULL;
+    if (st == EMBER_OK && !text) st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "out of memory for the description");
+    if (st == EMBER_OK) {
+        ember_plan_describe(&ec, plan, text, need);
+        fputs(text, stdout);
+        for (int q = 0; q < world; q++)
+            printf("rank %d: storage %.1f MiB, %.2f MB per step\n", q, (double)stats.storage_bytes[q] / (1 << 20),
+                   stats.step_bytes[q] / 1e6);
+    } else {
         fprintf(stderr, "ember plan: %s\n", ember_ctx_errmsg(ctx));
-        ember_ctx_destroy(ctx);
-        return 1;
     }
-    char text[PLAN_MAX_TABLES * 96];
-    ember_plan_describe(&ec, plan, text, sizeof text);
-    fputs(text, stdout);
-    for (int q = 0; q < world; q++)
-        printf("rank %d: storage %.1f MiB, %.2f MB per step\n", q, (double)stats.storage_bytes[q] / (1 << 20),
-               stats.step_bytes[q] / 1e6);
+    ember_ctx_free(ctx, text);
+    if (planned) ember_plan_release(ctx, plan, ntables);
+    ember_ctx_free(ctx, stats.storage_bytes);
+    ember_ctx_free(ctx, stats.step_bytes);
     ember_ctx_destroy(ctx);
-    return 0;
+    return st == EMBER_OK ? 0 : 1;
 }

@@ -27,7 +27,7 @@ ember_status planfile_write(ember_ctx *ctx, const char *path, const ember_ebc_co
         if (uses & EMBER_PLAN_USES_SHARDS) cJSON_AddNumberToObject(e, "shards", p->num_shards);
         if (uses & EMBER_PLAN_USES_GROUP) cJSON_AddNumberToObject(e, "group", p->group_size);
         cJSON *ranks = cJSON_AddArrayToObject(e, "ranks");
-        for (int32_t i = 0; i < ember_table_plan_num_ranks(p); i++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(p->ranks[i]));
+        for (int32_t i = 0; i < p->num_ranks; i++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(p->ranks[i]));
         cJSON_AddItemToArray(tables, e);
     }
     char *text = cJSON_Print(root);
@@ -86,7 +86,6 @@ static bool get_int(const cJSON *e, const char *key, int32_t dflt, int32_t *out)
 // One table entry into p; `name` is the table's name, for messages.
 static ember_status read_entry(ember_ctx *ctx, const char *path, const cJSON *e, const char *name,
                                const ember_table_config *tc, int32_t world, ember_table_plan *p) {
-    memset(p, 0, sizeof *p);
     const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(e, "scheme");
     int s = 0;
     while (s < NUM_SCHEMES && !(cJSON_IsString(scheme) &&
@@ -106,24 +105,24 @@ static ember_status read_entry(ember_ctx *ctx, const char *path, const cJSON *e,
               EMBER_ERR_INVALID_ARG, "--plan '%s': table '%s': shards and group must be integers", path, name);
     const unsigned uses = ember_shard_scheme_plan_fields(p->scheme);
     if (uses & EMBER_PLAN_USES_SHARDS) {
-        const int32_t most = tc->dim < EMBER_PLAN_MAX_RANKS ? tc->dim : EMBER_PLAN_MAX_RANKS;
-        APP_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= most, EMBER_ERR_INVALID_ARG,
-                  "--plan '%s': table '%s': shards %d, expected 1 to %d", path, name, (int)p->num_shards, (int)most);
+        APP_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= tc->dim, EMBER_ERR_INVALID_ARG,
+                  "--plan '%s': table '%s': shards %d, expected 1 to %d", path, name, (int)p->num_shards, (int)tc->dim);
     }
     if (uses & EMBER_PLAN_USES_GROUP) {
         APP_CHECK(ctx, p->group_size >= 1 && p->group_size <= world, EMBER_ERR_INVALID_ARG,
                   "--plan '%s': table '%s': group %d, expected 1 to the %d ranks of this run", path, name,
                   (int)p->group_size, (int)world);
     }
-    if ((uses & EMBER_PLAN_USES_SHARDS) && (uses & EMBER_PLAN_USES_GROUP)) {
-        APP_CHECK(ctx, (int64_t)p->num_shards * p->group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                  "--plan '%s': table '%s': shards %d x group %d, at most %d ranks listed", path, name,
-                  (int)p->num_shards, (int)p->group_size, EMBER_PLAN_MAX_RANKS);
-    }
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(e, "ranks");
-    const int32_t want = ember_table_plan_num_ranks(p), got = cJSON_IsArray(ranks) ? cJSON_GetArraySize(ranks) : 0;
+    const int32_t want = ember_table_plan_ranks_needed(p), got = cJSON_IsArray(ranks) ? cJSON_GetArraySize(ranks) : 0;
     APP_CHECK(ctx, got == want, EMBER_ERR_INVALID_ARG, "--plan '%s': table '%s': %d ranks listed, %s takes %d", path,
               name, (int)got, ember_shard_scheme_name(p->scheme), (int)want);
+    if (want > 0) {
+        p->ranks = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)want);
+        APP_CHECK(ctx, p->ranks, EMBER_ERR_NOMEM, "--plan '%s': table '%s': out of memory for %d ranks", path, name,
+                  (int)want);
+        p->num_ranks = want;
+    }
     for (int32_t i = 0; i < want; i++) {
         const cJSON *r = cJSON_GetArrayItem(ranks, i);
         APP_CHECK(ctx, cJSON_IsNumber(r) && r->valuedouble >= 0 && r->valuedouble < world &&
@@ -176,7 +175,9 @@ ember_status planfile_read(ember_ctx *ctx, const char *path, const ember_ebc_con
         st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--plan '%s': not valid JSON (at byte %ld)", path,
                                  at && at >= text ? (long)(at - text) : -1L);
     } else {
+        for (int32_t t = 0; t < ec->num_tables; t++) plan[t] = (ember_table_plan){0};
         st = read_plan(ctx, path, root, ec, world, plan);
+        if (st != EMBER_OK) ember_plan_release(ctx, plan, ec->num_tables);
     }
     cJSON_Delete(root);
     free(text);

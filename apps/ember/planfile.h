@@ -23,7 +23,9 @@ ember_status planfile_write(ember_ctx *ctx, const char *path, const ember_ebc_co
 // Reads `path` into plan[ec->num_tables] (in ec's table order, matched by name) and checks it
 // against the model and the run: one entry per table of ec, each named once, known schemes,
 // shard and group counts in range, every rank in [0, world), world_size == world. A failure
-// records one message naming the file, the table and the value. ec has at least one table. Local.
+// records one message naming the file, the table and the value and leaves nothing allocated;
+// on success each ranks array comes from ctx's allocator (ember_plan_release frees them). ec has at
+// least one table. Local.
 ember_status planfile_read(ember_ctx *ctx, const char *path, const ember_ebc_config *ec, int32_t world,
                            ember_table_plan *plan);
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "appctx.h"
+#include "ember/plan.h"
 #include "sharding.h"
 
 int sharding_parse(const char *name) {
@@ -18,13 +19,25 @@ const char *sharding_name(int scheme) {
 
 void sharding_table_name(int32_t t, char *buf, size_t cap) { snprintf(buf, cap, "t_cat_%d", (int)t); }
 
+// Table t's ranks array of n entries, through ctx's allocator (ember_plan_release frees it).
+static int32_t *plan_ranks(ember_ctx *ctx, ember_table_plan *p, int32_t n) {
+    p->num_ranks = n;
+    p->ranks = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)n);
+    if (!p->ranks) {
+        p->num_ranks = 0;
+        ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "--sharding: out of memory for %d ranks", (int)n);
+    }
+    return p->ranks;
+}
+
 ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, const int *choice,
                            int32_t world, int32_t group_size, ember_table_plan *plan) {
     if (group_size < 1 || group_size > world || world % group_size != 0) group_size = world;
     int32_t next_rank = 0, next_group = 0;
-    for (int32_t t = 0; t < num_tables; t++) {
+    for (int32_t t = 0; t < num_tables; t++) plan[t] = (ember_table_plan){0};
+    ember_status st = EMBER_OK;
+    for (int32_t t = 0; t < num_tables && st == EMBER_OK; t++) {
         ember_table_plan *p = &plan[t];
-        memset(p, 0, sizeof *p);
         int scheme = choice[t];
         p->scheme = (ember_shard_scheme)scheme;
         switch (p->scheme) {
@@ -32,35 +45,34 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, cons
         case EMBER_SHARD_ROW_WISE:
             break;
         case EMBER_SHARD_TABLE_WISE:
-            p->ranks[0] = next_rank;
+            if (!plan_ranks(ctx, p, 1)) st = EMBER_ERR_NOMEM;
+            else p->ranks[0] = next_rank;
             next_rank = (next_rank + 1) % world;
             break;
         case EMBER_SHARD_COLUMN_WISE:
             p->num_shards = world < dim ? world : dim;
-            APP_CHECK(ctx, p->num_shards <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                      "--sharding cw: table %d would need %d column shards, at most %d", (int)t,
-                      (int)p->num_shards, EMBER_PLAN_MAX_RANKS);
-            for (int32_t i = 0; i < p->num_shards; i++) p->ranks[i] = (next_rank + i) % world;
+            if (!plan_ranks(ctx, p, p->num_shards)) st = EMBER_ERR_NOMEM;
+            else for (int32_t i = 0; i < p->num_shards; i++) p->ranks[i] = (next_rank + i) % world;
             next_rank = (next_rank + 1) % world;
             break;
         case EMBER_SHARD_TABLE_ROW_WISE:
-            APP_CHECK(ctx, group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                      "--sharding twrw: a group of %d ranks, at most %d", (int)group_size, EMBER_PLAN_MAX_RANKS);
             p->group_size = group_size;
-            for (int32_t i = 0; i < group_size; i++) p->ranks[i] = next_group * group_size + i;
+            if (!plan_ranks(ctx, p, group_size)) st = EMBER_ERR_NOMEM;
+            else for (int32_t i = 0; i < group_size; i++) p->ranks[i] = next_group * group_size + i;
             next_group = (next_group + 1) % (world / group_size);
             break;
         case EMBER_SHARD_GRID:
             // Two column slices (one if dim is 1), each row-wise over world / 2 ranks (1 if W = 1).
             p->num_shards = dim < 2 ? dim : 2;
             p->group_size = world < 2 ? 1 : world / 2;
-            for (int32_t i = 0; i < p->num_shards * p->group_size; i++) p->ranks[i] = (next_rank + i) % world;
+            if (!plan_ranks(ctx, p, p->num_shards * p->group_size)) st = EMBER_ERR_NOMEM;
+            else for (int32_t i = 0; i < p->num_ranks; i++) p->ranks[i] = (next_rank + i) % world;
             next_rank = (next_rank + 1) % world;
             break;
         default:
-            return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t,
-                                       scheme);
+            st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t, scheme);
         }
     }
-    return EMBER_OK;
+    if (st != EMBER_OK) ember_plan_release(ctx, plan, num_tables);
+    return st;
 }

@@ -29,7 +29,8 @@ void sharding_table_name(int32_t t, char *buf, size_t cap);
 
 // plan[t] for each table t of `dim` columns from choice[t] (an explicit scheme each).
 // group_size: ranks per TWRW group (a divisor of world; anything else means all ranks).
-// Returns EMBER_ERR_INVALID_ARG when a scheme needs more ranks than a plan can list.
+// Each ranks array comes from ctx's allocator: ember_plan_release frees them. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (a choice outside the schemes), EMBER_ERR_NOMEM (nothing left allocated).
 ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, const int *choice,
                            int32_t world, int32_t group_size, ember_table_plan *plan);
 

@@ -315,11 +315,7 @@ static void print_config(const run *R) {
     for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
         const ember_table_plan *p = &R->plan[t];
         fprintf(f, "    %-9s %12lld rows  %-4s", R->table_names[t], (long long)o->rows[t], sharding_name(p->scheme));
-        int n = p->scheme == EMBER_SHARD_TABLE_WISE    ? 1
-                : p->scheme == EMBER_SHARD_COLUMN_WISE ? p->num_shards
-                : p->scheme == EMBER_SHARD_TABLE_ROW_WISE ? p->group_size
-                : p->scheme == EMBER_SHARD_GRID ? p->num_shards * p->group_size
-                                                          : 0;
+        const int n = p->num_ranks;
         if (n > 0) {
             fprintf(f, " rank%s", n > 1 ? "s" : "");
             for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : " ", (int)p->ranks[i]);
@@ -530,6 +526,7 @@ static void cleanup(run *R) {
     ember_ctx_free(R->ctx, R->sizes);
     eval_free(&R->ev);
     ember_ctx_free(R->ctx, R->rows);
+    ember_plan_release(R->ctx, R->plan, DLRM_NUM_SPARSE);
     if (R->node != MPI_COMM_NULL) MPI_Comm_free(&R->node);
 }
 

@@ -45,19 +45,21 @@ typedef enum ember_shard_scheme {
     EMBER_SHARD_COUNT         // number of schemes
 } ember_shard_scheme;
 
-#define EMBER_PLAN_MAX_RANKS 64
-
+// One table's placement. ranks is pointer + count, so a plan has no rank ceiling: the array is
+// the caller's (ember_sebc_create and ember_shard_rank_bytes only read it during the call), or
+// the planner's (ember_plan_create allocates it; ember_plan_release frees it).
 typedef struct ember_table_plan {
     ember_shard_scheme scheme;
     int32_t num_shards;  // COLUMN_WISE, GRID: number of column slices (divides dim unevenly allowed)
     int32_t group_size;  // TABLE_ROW_WISE, GRID: ranks in the (each slice's) group
-    int32_t ranks[EMBER_PLAN_MAX_RANKS]; // TW: ranks[0]; CW: one per shard; TWRW: the group;
-                                         // GRID: ranks[c * group_size + k] holds slice c, row block k
+    int32_t num_ranks;   // entries in ranks: exactly ember_table_plan_ranks_needed (0 for dp, rw)
+    int32_t *ranks;      // [num_ranks] (NULL when 0). TW: ranks[0]; CW: one per slice; TWRW: the
+                         // group; GRID: ranks[c * group_size + k] holds slice c, row block k
 } ember_table_plan;
 
 // The entries of plan->ranks its scheme reads: 1 (tw), num_shards (cw), group_size (twrw),
 // num_shards * group_size (grid), 0 (dp, rw, or a scheme outside the enum). Local.
-EMBER_API int32_t ember_table_plan_num_ranks(const ember_table_plan *plan);
+EMBER_API int32_t ember_table_plan_ranks_needed(const ember_table_plan *plan);
 
 // Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
 // "grid_shard" (plan descriptions) and "dp", "tw", "cw", "rw", "twrw", "grid" (command lines); "unknown" outside the
@@ -79,7 +81,7 @@ typedef struct ember_sebc ember_sebc;
 // rank allocates only the shards it owns, initialised to the values the unsharded collection
 // would hold (same seed). comm is borrowed and must outlive the object.
 // Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad plan: rank outside the
-// communicator, shard count > dim, ...), EMBER_ERR_NOMEM, EMBER_ERR_COMM; every rank returns the
+// communicator, shard count > dim, num_ranks not what the scheme reads, ...), EMBER_ERR_NOMEM, EMBER_ERR_COMM; every rank returns the
 // same status.
 EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg,
                                          const ember_table_plan *plan, ember_grad_convention conv,

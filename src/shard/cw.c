@@ -4,7 +4,7 @@
 #include "shard/internal.h"
 
 static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
-    EMBER_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= t->dim && p->num_shards <= EMBER_PLAN_MAX_RANKS,
+    EMBER_CHECK(ctx, p->num_shards >= 1 && p->num_shards <= t->dim,
                 EMBER_ERR_INVALID_ARG, "ember_sebc_create: table '%s': column-wise num_shards %d outside [1, dim %d]",
                 t->name, (int)p->num_shards, (int)t->dim);
     for (int32_t i = 0; i < p->num_shards; i++) {

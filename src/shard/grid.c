@@ -12,9 +12,6 @@ static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const 
     EMBER_CHECK(ctx, p->group_size >= 1 && p->group_size <= W, EMBER_ERR_INVALID_ARG,
                 "ember_sebc_create: table '%s': grid group size %d outside [1, %d]", t->name, (int)p->group_size,
                 (int)W);
-    EMBER_CHECK(ctx, (int64_t)p->num_shards * p->group_size <= EMBER_PLAN_MAX_RANKS, EMBER_ERR_INVALID_ARG,
-                "ember_sebc_create: table '%s': grid of %d x %d shards, at most %d", t->name, (int)p->num_shards,
-                (int)p->group_size, EMBER_PLAN_MAX_RANKS);
     const int32_t g = p->group_size;
     for (int32_t c = 0; c < p->num_shards; c++) {
         for (int32_t k = 0; k < g; k++) {

@@ -41,7 +41,7 @@ typedef struct ember__scheme_ops {
     // otherwise they are column blocks of complete pools, concatenated.
     int partial;
     // The plan fields the scheme reads (EMBER_PLAN_USES_*): what ember_shard_scheme_plan_fields
-    // and ember_table_plan_num_ranks report.
+    // and ember_table_plan_ranks_needed report.
     unsigned plan_fields;
     // Pieces are column slices of their row block: a row-wise optimizer's per-row state needs
     // the sum of g^2 over the whole row, exchanged among the shards of a row block (CW, GRID).

@@ -29,10 +29,11 @@ unsigned ember_shard_scheme_plan_fields(ember_shard_scheme s) {
     return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->plan_fields : 0u;
 }
 
-int32_t ember_table_plan_num_ranks(const ember_table_plan *p) {
+int32_t ember_table_plan_ranks_needed(const ember_table_plan *p) {
     const unsigned u = p ? ember_shard_scheme_plan_fields(p->scheme) : 0u;
     if (!(u & EMBER_PLAN_USES_RANKS)) return 0;
-    return ((u & EMBER_PLAN_USES_SHARDS) ? p->num_shards : 1) * ((u & EMBER_PLAN_USES_GROUP) ? p->group_size : 1);
+    const int64_t k = (u & EMBER_PLAN_USES_SHARDS) ? p->num_shards : 1, g = (u & EMBER_PLAN_USES_GROUP) ? p->group_size : 1;
+    return k < 1 || g < 1 || k * g > INT32_MAX ? -1 : (int32_t)(k * g);
 }
 
 int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
@@ -43,6 +44,18 @@ int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
         }
     }
     return -1;
+}
+
+// The ranks array holds exactly the entries the scheme reads (after its counts are checked).
+static ember_status check_plan_ranks(ember_ctx *ctx, const char *fn, const ember_table_config *t,
+                                     const ember_table_plan *p) {
+    const int32_t need = ember_table_plan_ranks_needed(p);
+    EMBER_CHECK(ctx, need >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': %s with %d shards x group %d", fn, t->name,
+                ember_shard_scheme_name(p->scheme), (int)p->num_shards, (int)p->group_size);
+    EMBER_CHECK(ctx, p->num_ranks == need && (need == 0 || p->ranks), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s': %d ranks given%s, %s reads %d", fn, t->name, (int)p->num_ranks,
+                p->ranks || !p->num_ranks ? "" : " (ranks is NULL)", ember_shard_scheme_name(p->scheme), (int)need);
+    return EMBER_OK;
 }
 
 static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, const ember_table_plan *plan,
@@ -56,6 +69,7 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
         const ember_table_plan *p = &plan[t];
         EMBER_CHECK(ctx, p->scheme >= 0 && p->scheme < EMBER_SHARD_COUNT, EMBER_ERR_INVALID_ARG,
                     "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name, (int)p->scheme);
+        EMBER_TRY(check_plan_ranks(ctx, fn, &cfg->tables[t], p));
         EMBER_TRY(ember__scheme(p->scheme)->validate(ctx, &cfg->tables[t], p, W));
     }
     return EMBER_OK;
@@ -128,14 +142,10 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     }
     s->out_dim = s->sequence ? cfg->tables[cfg->features[0].table].dim : col;
     // Shards, with each block's index in its owner's local collection.
-    int32_t nlocal_tables[EMBER_PLAN_MAX_RANKS * 4] = {0};
-    int32_t *nlocal = nlocal_tables;
     ember__buf nl = {0};
-    if (W > (int32_t)(sizeof nlocal_tables / sizeof nlocal_tables[0])) {
-        nlocal = ember__buf_reserve(ctx, &nl, sizeof(int32_t) * (size_t)W);
-        if (!nlocal) return EMBER_ERR_NOMEM;
-        memset(nlocal, 0, sizeof(int32_t) * (size_t)W);
-    }
+    int32_t *nlocal = ember__buf_reserve(ctx, &nl, sizeof(int32_t) * (size_t)W);
+    if (!nlocal) return EMBER_ERR_NOMEM;
+    memset(nlocal, 0, sizeof(int32_t) * (size_t)W);
     int32_t my_tables = 0;
     for (int32_t t = 0; t < T; t++) {
         ember__table_shards *ts = &s->ts[t];
@@ -256,6 +266,7 @@ ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t,
     EMBER_CHECK(ctx, p->scheme >= 0 && p->scheme < EMBER_SHARD_COUNT, EMBER_ERR_INVALID_ARG,
                 "ember_shard_rank_bytes: table '%s': unknown scheme %d", t->name ? t->name : "?", (int)p->scheme);
     const ember__scheme_ops *ops = ember__schemes[p->scheme];
+    EMBER_TRY(check_plan_ranks(ctx, "ember_shard_rank_bytes", t, p));
     EMBER_TRY(ops->validate(ctx, t, p, W));
     *weight_bytes = *state_bytes = 0;
     if (ops->build_home) { // a rank-local replica of the whole table on every rank

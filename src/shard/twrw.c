@@ -3,7 +3,7 @@
 #include "shard/internal.h"
 
 static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
-    EMBER_CHECK(ctx, p->group_size >= 1 && p->group_size <= W && p->group_size <= EMBER_PLAN_MAX_RANKS,
+    EMBER_CHECK(ctx, p->group_size >= 1 && p->group_size <= W,
                 EMBER_ERR_INVALID_ARG, "ember_sebc_create: table '%s': table-row-wise group size %d outside [1, %d]",
                 t->name, (int)p->group_size, (int)W);
     for (int32_t i = 0; i < p->group_size; i++) {

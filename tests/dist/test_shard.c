@@ -41,19 +41,21 @@ static ember_shard_scheme parse_scheme(const char *s, int t) {
     return (ember_shard_scheme)(t % 5); // mixed: every scheme in one collection
 }
 
-static ember_table_plan make_plan(ember_shard_scheme sc, int t) {
+// Table t's plan under scheme sc; its ranks live in store (at least 8 entries).
+static ember_table_plan make_plan(ember_shard_scheme sc, int t, int32_t *store) {
     ember_table_plan p;
     memset(&p, 0, sizeof p);
     p.scheme = sc;
+    p.ranks = store;
     switch (sc) {
-    case EMBER_SHARD_TABLE_WISE: p.ranks[0] = (t + 1) % W; break;
+    case EMBER_SHARD_TABLE_WISE: p.ranks[p.num_ranks++] = (t + 1) % W; break;
     case EMBER_SHARD_COLUMN_WISE:
         p.num_shards = DIMS[t] < 3 ? DIMS[t] : 3;
-        for (int i = 0; i < p.num_shards; i++) p.ranks[i] = (t + i) % W;
+        for (int i = 0; i < p.num_shards; i++) p.ranks[p.num_ranks++] = (t + i) % W;
         break;
     case EMBER_SHARD_TABLE_ROW_WISE:
         p.group_size = W < 2 ? W : 2;
-        for (int i = 0; i < p.group_size; i++) p.ranks[i] = (W - 1 - i + t) % W;
+        for (int i = 0; i < p.group_size; i++) p.ranks[p.num_ranks++] = (W - 1 - i + t) % W;
         break;
     case EMBER_SHARD_GRID:
         // Slice c's row block k on rank t + k (+ c on odd tables): even tables hold both slices
@@ -61,6 +63,7 @@ static ember_table_plan make_plan(ember_shard_scheme sc, int t) {
         // row) leaves its second row block empty.
         p.num_shards = DIMS[t] < 2 ? DIMS[t] : 2;
         p.group_size = W < 2 ? W : 2;
+        p.num_ranks = p.num_shards * p.group_size;
         for (int c = 0; c < p.num_shards; c++)
             for (int k = 0; k < p.group_size; k++) p.ranks[c * p.group_size + k] = (t + k + (t % 2 ? c : 0)) % W;
         break;
@@ -73,6 +76,7 @@ typedef struct setup {
     ember_table_config tables[NT];
     ember_feature_config features[NF];
     ember_table_plan plan[NT];
+    int32_t ranks[NT][8]; // the plans' ranks
     ember_ebc_config cfg;
     char names[NT + NF][8];
 } setup;
@@ -90,7 +94,7 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         // A sequence collection needs one dim for every table.
         su->tables[t] = (ember_table_config){su->names[t], ROWS[t], p == EMBER_POOL_NONE ? 4 : DIMS[t], p, EMBER_DTYPE_F32,
                                              {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0};
-        su->plan[t] = make_plan(parse_scheme(g_scheme, t), t);
+        su->plan[t] = make_plan(parse_scheme(g_scheme, t), t, su->ranks[t]);
     }
     for (int f = 0; f < NF; f++) {
         snprintf(su->names[NT + f], 8, "f%d", f);
@@ -106,6 +110,15 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         pc.batch_size = 4;
         pc.dp_max_bytes = 64;
         assert_int_equal(ember_plan_create(pctx, &su->cfg, &pc, su->plan, NULL), EMBER_OK);
+        for (int t = 0; t < NT; t++) { // keep the planner's ranks in the setup's own arrays
+            assert_true(su->plan[t].num_ranks <= 8);
+            if (su->plan[t].num_ranks) memcpy(su->ranks[t], su->plan[t].ranks, sizeof(int32_t) * (size_t)su->plan[t].num_ranks);
+        }
+        ember_plan_release(pctx, su->plan, NT);
+        for (int t = 0; t < NT; t++) {
+            su->plan[t].num_ranks = ember_table_plan_ranks_needed(&su->plan[t]);
+            su->plan[t].ranks = su->ranks[t];
+        }
         ember_ctx_destroy(pctx);
     }
 }
@@ -195,7 +208,7 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
             ember_sebc_destroy(s);
             s = NULL;
-            for (int t = 0; t < NT; t++) su.plan[t] = make_plan((ember_shard_scheme)((parse_scheme(g_scheme, t) + 2) % 5), t);
+            for (int t = 0; t < NT; t++) su.plan[t] = make_plan((ember_shard_scheme)((parse_scheme(g_scheme, t) + 2) % 5), t, su.ranks[t]);
             st = ember_sebc_create(comm, &su.cfg, su.plan, conv, &s);
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
             st = ember_checkpoint_load(s, path);

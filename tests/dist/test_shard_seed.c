@@ -18,9 +18,12 @@
 static int W, R;
 static const char *g_case = "", *g_scheme = "rw";
 
+static int32_t g_ranks[16]; // the ranks of plan_for's plan (W <= 4)
+
 static ember_table_plan plan_for(const char *scheme) {
     ember_table_plan p;
     memset(&p, 0, sizeof p);
+    p.ranks = g_ranks;
     if (!strcmp(scheme, "dp")) p.scheme = EMBER_SHARD_DATA_PARALLEL;
     else if (!strcmp(scheme, "tw")) { p.scheme = EMBER_SHARD_TABLE_WISE; p.ranks[0] = W - 1; }
     else if (!strcmp(scheme, "cw")) { p.scheme = EMBER_SHARD_COLUMN_WISE; p.num_shards = 2; p.ranks[0] = 0; p.ranks[1] = W - 1; }
@@ -35,6 +38,8 @@ static ember_table_plan plan_for(const char *scheme) {
         for (int c = 0; c < 2; c++)
             for (int k = 0; k < W; k++) p.ranks[c * W + k] = (k + c) % W;
     } else p.scheme = EMBER_SHARD_ROW_WISE;
+    p.num_ranks = ember_table_plan_ranks_needed(&p);
+    if (!p.num_ranks) p.ranks = NULL;
     return p;
 }
 
@@ -222,22 +227,35 @@ static void grid_bad_plan(void **state) {
     ember_table_config t = {"grid_t", 8, 4, EMBER_POOL_MEAN, EMBER_DTYPE_F32,
                             (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
     ember_table_plan p;
+    int32_t ranks[16];
     memset(&p, 0, sizeof p);
     p.scheme = EMBER_SHARD_GRID;
     p.num_shards = 2;
     p.group_size = 2; // W >= 2
+    p.ranks = ranks;
+    // A ranks array that does not hold num_shards x group_size entries.
+    p.num_ranks = 3;
+    ranks[0] = 0, ranks[1] = 1, ranks[2] = 0;
+    grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "3 ranks given, grid_shard reads 4");
+    p.num_ranks = 4;
+    p.ranks = NULL;
+    grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "(ranks is NULL)");
+    p.ranks = ranks;
     // Rank 1 twice in slice 1's group {1, 1}.
     p.ranks[0] = 0, p.ranks[1] = 1, p.ranks[2] = 1, p.ranks[3] = 1;
     grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "rank 1 twice in the group of grid slice 1");
     // More column slices than columns.
     p.num_shards = 5;
+    p.num_ranks = 10;
     for (int i = 0; i < 10; i++) p.ranks[i] = i % 2;
     grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "grid num_shards 5 outside [1, dim 4]");
     // A group larger than the world, a rank outside it.
     p.num_shards = 2;
     p.group_size = W + 1;
+    p.num_ranks = 2 * (W + 1);
     grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "grid group size");
     p.group_size = 2;
+    p.num_ranks = 4;
     p.ranks[0] = 0, p.ranks[1] = W, p.ranks[2] = 0, p.ranks[3] = 1;
     grid_refused(&t, &p, EMBER_ERR_INVALID_ARG, "grid slice 0 row block 1 on rank");
     // Whole-row norms are not split by columns; sequences are not sliced.

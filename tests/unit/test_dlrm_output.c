@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "ember/plan.h"
 #include "tmpdir.h"
 #include "metrics.h"
 #include "sharding.h"
@@ -106,6 +107,8 @@ static void sharding_explicit_round_robin(void **state) {
     assert_int_equal(plan[0].ranks[0], 0);
     assert_int_equal(plan[2].ranks[0], 1);
     assert_int_equal(plan[4].ranks[0], 2);
+    assert_true(plan[1].num_ranks == 0 && plan[1].ranks == NULL && plan[4].num_ranks == 1);
+    ember_plan_release(ctx, plan, 5);
     // Explicit schemes: cw slices min(W, dim) ways; twrw groups of the host's ranks.
     int cw[4] = {EMBER_SHARD_COLUMN_WISE, EMBER_SHARD_COLUMN_WISE, EMBER_SHARD_TABLE_ROW_WISE,
                  EMBER_SHARD_TABLE_ROW_WISE};
@@ -116,8 +119,12 @@ static void sharding_explicit_round_robin(void **state) {
     assert_int_equal(plan[2].group_size, 2);
     assert_true(plan[2].ranks[0] == 0 && plan[2].ranks[1] == 1);
     assert_true(plan[3].ranks[0] == 2 && plan[3].ranks[1] == 3);
+    ember_plan_release(ctx, plan, 4);
     assert_int_equal(sharding_plan(ctx, 4, 2, cw, 4, 3, plan), EMBER_OK); // 3 does not divide 4
     assert_int_equal(plan[2].group_size, 4);
+    assert_int_equal(plan[2].num_ranks, 4);
+    ember_plan_release(ctx, plan, 4);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
     assert_int_equal(sharding_parse("twrw"), EMBER_SHARD_TABLE_ROW_WISE);
     assert_int_equal(sharding_parse("auto"), SHARDING_AUTO);
     assert_int_equal(sharding_parse("plan"), SHARDING_AUTO); // a synonym: the library's planner
@@ -158,12 +165,15 @@ static void sharding_bytes_per_rank(void **state) {
     assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_DTYPE_BF16, 0, 3) == 4 * (2 * 8.0 + 4));
     p.scheme = EMBER_SHARD_DATA_PARALLEL;
     assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_ADAM, F32, 1, 3) == 4 * 10 * 24.0);
+    int32_t ranks[3] = {2};
     p.scheme = EMBER_SHARD_TABLE_WISE;
-    p.ranks[0] = 2;
+    p.ranks = ranks;
+    p.num_ranks = 1;
     assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 2, 3) == 4 * 10 * 8.0);
     assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 0, 3) == 0.0);
     p.scheme = EMBER_SHARD_COLUMN_WISE;
     p.num_shards = 3;
+    p.num_ranks = 3;
     p.ranks[0] = 1, p.ranks[1] = 2, p.ranks[2] = 0;
     assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 1, 3) == 4 * 10 * 3.0); // columns 3, 3, 2
     assert_true(rank_bytes(&p, 10, 8, EMBER_OPT_SGD, F32, 0, 3) == 4 * 10 * 2.0);
@@ -178,6 +188,10 @@ static void sharding_bytes_per_rank(void **state) {
     size_t w, st;
     assert_int_equal(ember_shard_rank_bytes(ctx, &t, &p, 3, 0, &w, &st), EMBER_ERR_INVALID_ARG);
     assert_non_null(strstr(ember_ctx_errmsg(ctx), "'big'"));
+    p.ranks[2] = 0;
+    p.num_ranks = 2; // fewer ranks than shards
+    assert_int_equal(ember_shard_rank_bytes(ctx, &t, &p, 3, 0, &w, &st), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "table 'big': 2 ranks given, column_wise reads 3"));
     ember_ctx_destroy(ctx);
 }
 
