@@ -10,6 +10,7 @@
 
 #include "ember.h"
 #include "ember/rng.h"
+#include "report.h"
 
 typedef struct opts {
     int32_t T, D, B, L, iters;
@@ -57,11 +58,6 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1};
     if (o->T < 1 || o->E < 1 || o->D < 1 || o->B < 1 || o->L < 0 || o->iters < 1) return 2;
     return 0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 // One scheme: a collection of T tables, all sharded by `scheme`; returns 0 when it ran.
@@ -150,10 +146,10 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         const int legacy = it & 1; // alternating, so both paths see the same machine state
         ember_sebc_set_reference_bucketize(s, legacy);
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
+        const double t0 = bench_now_ms();
         st = ember_sebc_forward(s, &kjt, out);
         if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad);
-        double dt = (MPI_Wtime() - t0) * 1e3, slowest = 0;
+        double dt = bench_now_ms() - t0, slowest = 0;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         (legacy ? ms_legacy : ms)[it / 2] = slowest;
         int64_t ex = ember_sebc_ids_examined_last_step(s), exmax = 0;
@@ -171,18 +167,30 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         if (R == 0) fprintf(stderr, "ember bench shard: %s: %s\n", name, ember_ctx_errmsg(ctx));
         goto done;
     }
-    qsort(ms, (size_t)o->iters, sizeof(double), cmp_double);
-    qsort(ms_legacy, (size_t)o->iters, sizeof(double), cmp_double);
     if (R == 0) {
-        printf("{\"bench\":\"shard\",\"impl\":\"ember\",\"scheme\":\"%s\",\"W\":%d,\"T\":%d,\"E\":%lld,\"D\":%d,"
-               "\"B\":%d,\"L\":%d,\"optimizer\":\"rowwise_adagrad\",\"bytes_per_rank_max\":%llu,"
-               "\"bytes_per_rank_mean\":%.0f,\"ms_med\":%.3f,\"ms_min\":%.3f,\"ms_med_legacy\":%.3f,"
-               "\"ms_min_legacy\":%.3f,\"nnz\":%lld,\"ids_examined\":%lld,\"ids_examined_legacy\":%lld,"
-               "\"iters\":%d,\"residual\":%.3g}\n",
-               name, W, o->T, (long long)o->E, o->D, o->B, o->L, (unsigned long long)bytes_max, bytes_sum / W,
-               ms[o->iters / 2], ms[0], ms_legacy[o->iters / 2], ms_legacy[0], (long long)nnz,
-               (long long)examined[0], (long long)examined[1], o->iters, worst);
-        fflush(stdout);
+        bench_json j;
+        bench_json_begin(&j, stdout, "shard");
+        bench_json_str(&j, "scheme", name);
+        bench_json_int(&j, "W", W);
+        bench_json_int(&j, "T", o->T);
+        bench_json_int(&j, "E", o->E);
+        bench_json_int(&j, "D", o->D);
+        bench_json_int(&j, "B", o->B);
+        bench_json_int(&j, "L", o->L);
+        bench_json_str(&j, "optimizer", "rowwise_adagrad");
+        bench_json_host(&j, ctx);
+        bench_json_int(&j, "bytes_per_rank_max", (long long)bytes_max);
+        bench_json_fixed(&j, "bytes_per_rank_mean", bytes_sum / W, 0);
+        bench_json_fixed(&j, "ms_min", bench_min(ms, o->iters), 3);
+        bench_json_fixed(&j, "ms_med", bench_median(ms, o->iters), 3);
+        bench_json_fixed(&j, "ms_min_legacy", bench_min(ms_legacy, o->iters), 3);
+        bench_json_fixed(&j, "ms_med_legacy", bench_median(ms_legacy, o->iters), 3);
+        bench_json_int(&j, "nnz", nnz);
+        bench_json_int(&j, "ids_examined", examined[0]);
+        bench_json_int(&j, "ids_examined_legacy", examined[1]);
+        bench_json_int(&j, "iters", o->iters);
+        bench_json_sig(&j, "residual", worst);
+        bench_json_end(&j);
     }
     rc = !(worst <= 1e-5) && !isnan(worst);
 done:

@@ -12,6 +12,7 @@
 #include "ember.h"
 #include "ember/rng.h"
 #include "limit/limit.h"
+#include "report.h"
 
 // ---- shapes and defaults ------------------------------------------------------------------------
 
@@ -107,30 +108,6 @@ static void make_grad(size_t n, uint64_t seed, float *g) {
 
 // ---- the gather limit ------------------------------------------------------------------------------
 // limit/limit.h: the loop, one copy per kernel variant, run in the context's variant.
-
-// ---- timing -----------------------------------------------------------------------------------------
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double vmin(const double *v, int n) {
-    double m = v[0];
-    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
-    return m;
-}
 
 // ---- one run's state ----------------------------------------------------------------------------------
 
@@ -355,34 +332,41 @@ static limit_cfg calibrate(gather_limit_fn gather, const gather_in *g, int threa
     }
     for (int r = 0; r < ROUNDS; r++) {
         for (int k = 0; k < NC; k++) {
-            const double t0 = now_ms();
+            const double t0 = bench_now_ms();
             gather(g, c[k], threads);
-            v[k][r] = now_ms() - t0;
+            v[k][r] = bench_now_ms() - t0;
         }
     }
     int best = 0;
     for (int k = 1; k < NC; k++)
-        if (median(v[k], ROUNDS) < median(v[best], ROUNDS)) best = k;
+        if (bench_median(v[k], ROUNDS) < bench_median(v[best], ROUNDS)) best = k;
     return c[best];
 }
 
 // The fields that name a case: the start of a JSON line (bench/README.md's fields, up to
-// "threads", then the host: kernel variant, CPU model, library build; without the closing brace)
-// or of a table row.
-static void case_key(const run *r, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt, int dist,
-                     int threads) {
+// "threads", then the host: kernel variant, CPU model, library build; j is left open) or of a
+// table row.
+static void case_key(const run *r, bench_json *j, const char *op, const tbe_bench_shape *s, int pool, ember_dtype dt,
+                     int dist, int threads) {
     const tbe_bench_opts *o = r->o;
     const char *pn = pool ? "mean" : "sum", *dn = dist ? "zipf" : "uniform";
-    if (o->json)
-        fprintf(o->out,
-                "{\"bench\":\"tbe\",\"impl\":\"ember\",\"op\":\"%s\",\"pool\":\"%s\",\"dtype\":\"%s\",\"T\":%d,"
-                "\"E\":%lld,\"D\":%d,\"B\":%d,\"L\":%d,\"dist\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"cpu\":\"%s\","
-                "\"build\":\"%s\"",
-                op, pn, DTYPE_NAMES[dt], (int)s->T, (long long)s->E, (int)s->D, (int)s->B, (int)s->L, dn, threads,
-                ember_isa_name(ember_ctx_isa(r->ctx)), ember_cpu_name(), ember_build_info());
-    else
+    if (o->json) {
+        bench_json_begin(j, o->out, "tbe");
+        bench_json_str(j, "op", op);
+        bench_json_str(j, "pool", pn);
+        bench_json_str(j, "dtype", DTYPE_NAMES[dt]);
+        bench_json_int(j, "T", s->T);
+        bench_json_int(j, "E", s->E);
+        bench_json_int(j, "D", s->D);
+        bench_json_int(j, "B", s->B);
+        bench_json_int(j, "L", s->L);
+        bench_json_str(j, "dist", dn);
+        bench_json_int(j, "threads", threads);
+        bench_json_host(j, r->ctx);
+    } else {
         fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt", op, pn, DTYPE_NAMES[dt], dn, (int)s->T,
                 (long long)s->E, threads);
+    }
 }
 
 static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_min, double residual, int iters,
@@ -390,16 +374,24 @@ static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_mi
     const tbe_bench_opts *o = r->o;
     const double bytes = (double)s->B * s->T * s->L * s->D * (double)(x->dtype == EMBER_DTYPE_F32 ? 4 : 2);
     const double gbps = bytes / (x->ms_med * 1e-3) / 1e9, lgbps = bytes / (x->limit_med * 1e-3) / 1e9;
-    case_key(r, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
+    bench_json j;
+    case_key(r, &j, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
     if (o->json) {
-        fprintf(o->out,
-                ",\"ms_med\":%.4f,\"ms_min\":%.4f,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"residual\":%.3g,"
-                "\"iters\":%d,\"limit_ms\":%.4f,\"limit_loop\":\"prefetch %d %s, sums in %s\"",
-                x->ms_med, ms_min, gbps, lgbps, x->limit_med / x->ms_med, residual, iters, x->limit_med, lc.pd,
-                lc.hint ? "L2" : "L1", lc.regs ? "registers" : "memory");
-        if (x->fwd_med > 0) fprintf(o->out, ",\"fwd_ms\":%.4f", x->fwd_med);
-        if (x->one_med > 0) fprintf(o->out, ",\"ms_1t\":%.4f", x->one_med);
-        fprintf(o->out, "}\n");
+        char loop[64];
+        snprintf(loop, sizeof loop, "prefetch %d %s, sums in %s", lc.pd, lc.hint ? "L2" : "L1",
+                 lc.regs ? "registers" : "memory");
+        bench_json_fixed(&j, "ms_med", x->ms_med, 4);
+        bench_json_fixed(&j, "ms_min", ms_min, 4);
+        bench_json_fixed(&j, "gbps", gbps, 3);
+        bench_json_fixed(&j, "limit_gbps", lgbps, 3);
+        bench_json_fixed(&j, "ratio", x->limit_med / x->ms_med, 4);
+        bench_json_sig(&j, "residual", residual);
+        bench_json_int(&j, "iters", iters);
+        bench_json_fixed(&j, "limit_ms", x->limit_med, 4);
+        bench_json_str(&j, "limit_loop", loop);
+        if (x->fwd_med > 0) bench_json_fixed(&j, "fwd_ms", x->fwd_med, 4);
+        if (x->one_med > 0) bench_json_fixed(&j, "ms_1t", x->one_med, 4);
+        bench_json_end(&j);
     } else {
         fprintf(o->out, " %9.3f %9.3f %7.2f %7.2f %6.3f %9.2e", x->ms_med, ms_min, gbps, lgbps,
                 x->limit_med / x->ms_med, residual);
@@ -473,7 +465,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
             const int ph = active[(it + q) % na];
             ember_status st = EMBER_OK;
             if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, 1);
-            const double t0 = now_ms();
+            const double t0 = bench_now_ms();
             if (ph == PH_LIMIT) {
                 r->gather(&g, *lc, threads);
             } else if (ph == PH_FWD) {
@@ -482,7 +474,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
                 if (op_has_fwd(op)) st = ember_ebc_forward(ebc, &kjt, in->out);
                 if (st == EMBER_OK && op_is_train(op)) st = ember_ebc_backward(ebc, &kjt, in->grad, NULL);
             }
-            const double t = now_ms() - t0;
+            const double t = bench_now_ms() - t0;
             if (ph == PH_OP1) ember_ctx_set_num_threads(r->ctx, threads);
             if (st != EMBER_OK) {
                 free(ms);
@@ -491,9 +483,9 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
             if (it >= o->warmup) ms[ph * n + it - o->warmup] = t;
         }
     }
-    result x = {si, op, pool, dist, threads, dt, median(ms + PH_OP * n, n), median(ms + PH_LIMIT * n, n),
-                op >= 1 && op <= 3 ? median(ms + PH_FWD * n, n) : 0, threads > 1 ? median(ms + PH_OP1 * n, n) : 0};
-    emit(r, s, &x, vmin(ms + PH_OP * n, n), residual, n, *lc);
+    result x = {si, op, pool, dist, threads, dt, bench_median(ms + PH_OP * n, n), bench_median(ms + PH_LIMIT * n, n),
+                op >= 1 && op <= 3 ? bench_median(ms + PH_FWD * n, n) : 0, threads > 1 ? bench_median(ms + PH_OP1 * n, n) : 0};
+    emit(r, s, &x, bench_min(ms + PH_OP * n, n), residual, n, *lc);
     record(r, x);
     free(ms);
 }
@@ -528,8 +520,14 @@ static void emit_skipped(run *r, const tbe_bench_shape *s, unsigned ops, int poo
         for (int op = 0; op < NUM_OPS; op++) {
             if (!(ops & (1u << op))) continue;
             for (int ti = 0; ti < o->nthreads; ti++) {
-                case_key(r, OP_NAMES[op], s, pool, dt, dist, o->threads[ti]);
-                fprintf(o->out, o->json ? ",\"skipped\":\"%s\"}\n" : " skipped: %s\n", why);
+                bench_json j;
+                case_key(r, &j, OP_NAMES[op], s, pool, dt, dist, o->threads[ti]);
+                if (o->json) {
+                    bench_json_str(&j, "skipped", why);
+                    bench_json_end(&j);
+                } else {
+                    fprintf(o->out, " skipped: %s\n", why);
+                }
             }
         }
     }
@@ -629,17 +627,26 @@ static void target_line(const run *r, const result *x, const char *name, double 
     const tbe_bench_opts *o = r->o;
     const int met = strcmp(cmp, ">=") == 0 ? value >= goal : value <= goal;
     if (o->json) {
-        fprintf(o->out,
-                "{\"bench\":\"tbe_target\",\"impl\":\"ember\",\"isa\":\"%s\",\"target\":\"%s\",\"pool\":\"%s\","
-                "\"dtype\":\"%s\",\"T\":%d,\"E\":%lld,\"dist\":\"%s\",\"threads\":%d,\"value\":%.3f,\"goal\":\"%s %.2f\","
-                "\"met\":%s",
-                ember_isa_name(ember_ctx_isa(r->ctx)), name, x->pool ? "mean" : "sum", DTYPE_NAMES[x->dtype], (int)o->shapes[x->shape].T,
-                (long long)o->shapes[x->shape].E, x->dist ? "zipf" : "uniform", x->threads, value, cmp, goal,
-                met ? "true" : "false");
-        if (limit > 0) fprintf(o->out, ",\"limit_value\":%.3f", limit);
-        fprintf(o->out, "}\n");
+        char want[32];
+        snprintf(want, sizeof want, "%s %.2f", cmp, goal);
+        bench_json j;
+        bench_json_begin(&j, o->out, "tbe_target");
+        bench_json_host(&j, r->ctx);
+        bench_json_str(&j, "target", name);
+        bench_json_str(&j, "pool", x->pool ? "mean" : "sum");
+        bench_json_str(&j, "dtype", DTYPE_NAMES[x->dtype]);
+        bench_json_int(&j, "T", o->shapes[x->shape].T);
+        bench_json_int(&j, "E", o->shapes[x->shape].E);
+        bench_json_str(&j, "dist", x->dist ? "zipf" : "uniform");
+        bench_json_int(&j, "threads", x->threads);
+        bench_json_fixed(&j, "value", value, 3);
+        bench_json_str(&j, "goal", want);
+        bench_json_bool(&j, "met", met);
+        if (limit > 0) bench_json_fixed(&j, "limit_value", limit, 3);
+        bench_json_end(&j);
     } else {
-        case_key(r, name, &o->shapes[x->shape], x->pool, x->dtype, x->dist, x->threads);
+        bench_json unused;
+        case_key(r, &unused, name, &o->shapes[x->shape], x->pool, x->dtype, x->dist, x->threads);
         fprintf(o->out, " %7.3f  %s %.2f  %s", value, cmp, goal, met ? "met" : "NOT MET");
         if (limit > 0) fprintf(o->out, "  (limit loops: %.3f)", limit);
         fprintf(o->out, "\n");

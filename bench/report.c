@@ -1,0 +1,93 @@
+// The benchmarks' shared timer, statistics and JSON line writer (report.h).
+#define _POSIX_C_SOURCE 200809L
+
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+double bench_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void bench_sort(double *v, int n) {
+    if (n > 1) qsort(v, (size_t)n, sizeof(double), cmp_double);
+}
+
+double bench_median(double *v, int n) {
+    if (n < 1) return NAN;
+    bench_sort(v, n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double bench_min(const double *v, int n) {
+    double m = n > 0 ? v[0] : NAN;
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static void put_key(bench_json *j, const char *key) { fprintf(j->out, ",\"%s\":", key); }
+
+static void put_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; s && *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c < 0x20) fprintf(out, "\\u%04x", c);
+        else fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+void bench_json_begin(bench_json *j, FILE *out, const char *bench) {
+    j->out = out;
+    fputs("{\"bench\":", out);
+    put_string(out, bench);
+    fputs(",\"impl\":\"ember\"", out);
+}
+
+void bench_json_str(bench_json *j, const char *key, const char *value) {
+    put_key(j, key);
+    put_string(j->out, value);
+}
+
+void bench_json_int(bench_json *j, const char *key, long long value) {
+    put_key(j, key);
+    fprintf(j->out, "%lld", value);
+}
+
+void bench_json_bool(bench_json *j, const char *key, int value) {
+    put_key(j, key);
+    fputs(value ? "true" : "false", j->out);
+}
+
+void bench_json_fixed(bench_json *j, const char *key, double value, int decimals) {
+    put_key(j, key);
+    if (isfinite(value)) fprintf(j->out, "%.*f", decimals, value);
+    else fputs("null", j->out);
+}
+
+void bench_json_sig(bench_json *j, const char *key, double value) {
+    put_key(j, key);
+    if (isfinite(value)) fprintf(j->out, "%.3g", value);
+    else fputs("null", j->out);
+}
+
+void bench_json_host(bench_json *j, const ember_ctx *ctx) {
+    bench_json_str(j, "isa", ember_isa_name(ember_ctx_isa(ctx)));
+    bench_json_str(j, "cpu", ember_cpu_name());
+    bench_json_str(j, "build", ember_build_info());
+}
+
+void bench_json_end(bench_json *j) {
+    fputs("}\n", j->out);
+    fflush(j->out);
+}
