@@ -58,7 +58,8 @@ typedef struct ember_table_plan {
 } ember_table_plan;
 
 // The entries of plan->ranks its scheme reads: 1 (tw), num_shards (cw), group_size (twrw),
-// num_shards * group_size (grid), 0 (dp, rw, or a scheme outside the enum). Local.
+// num_shards * group_size (grid), 0 (dp, rw, or a scheme outside the enum); -1 when a count it
+// reads is below 1 or their product does not fit an int32_t. Local.
 EMBER_API int32_t ember_table_plan_ranks_needed(const ember_table_plan *plan);
 
 // Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
@@ -81,8 +82,8 @@ typedef struct ember_sebc ember_sebc;
 // rank allocates only the shards it owns, initialised to the values the unsharded collection
 // would hold (same seed). comm is borrowed and must outlive the object.
 // Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad plan: rank outside the
-// communicator, shard count > dim, num_ranks not what the scheme reads, ...), EMBER_ERR_NOMEM, EMBER_ERR_COMM; every rank returns the
-// same status.
+// communicator, shard count > dim, num_ranks not what the scheme reads, ...), EMBER_ERR_NOMEM,
+// EMBER_ERR_COMM; every rank returns the same status.
 EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg,
                                          const ember_table_plan *plan, ember_grad_convention conv,
                                          ember_sebc **out);
