@@ -65,3 +65,13 @@ foreach(np 2 3)
   ember_mpi_test(dist.errors.bad_rank.np${np} ${np} test_shard_seed bad_rank)
   ember_mpi_test(dist.errors.checkpoint.np${np} ${np} test_shard_seed checkpoint_errors)
 endforeach()
+
+# Crash-safe saves: a rank SIGKILLed at random moments of a save, 20 times; the checkpoint at the
+# path always loads whole (under 1 and 2 ranks) and never goes back to an older one.
+ember_test_exe(ckpt_saver dist/ckpt_saver.c)
+add_dependencies(ember_mpi_tests ckpt_saver)
+add_test(NAME dist.checkpoint.kill_loop.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_kill.sh $<TARGET_FILE:ckpt_saver> 20 2
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.checkpoint.kill_loop.np2 PROPERTIES TIMEOUT 600 LABELS "dist;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")

@@ -11,9 +11,14 @@
 // u32 tensor count, then per tensor: u32 name length, name, i32 cols, rows*cols f32;
 // finally u64 FNV-1a checksum of every byte before it.
 //
+// Saving is crash-safe: rank 0 writes "<path>.partial", fsyncs it and renames it over `path` only
+// when complete, so a kill at any instant, a full disk or an I/O error leaves the previous
+// checkpoint at `path` loadable (a failed save removes the partial file; a killed one leaves it
+// for the next save to replace).
+//
 // Both calls are Collective on the collection's communicator; rank 0 does the file I/O and
 // every rank returns the same status. Errors: EMBER_ERR_IO (cannot open/write/read, message
-// names the path), EMBER_ERR_FORMAT (bad magic, truncated file, checksum mismatch, table
+// names the path and the OS reason), EMBER_ERR_FORMAT (bad magic, truncated file, checksum mismatch, table
 // missing or of another shape; the collection is unchanged), EMBER_ERR_NOMEM.
 #ifndef EMBER_STATE_H
 #define EMBER_STATE_H

@@ -1,11 +1,13 @@
 // Checkpoints in global coordinates (include/ember/state.h): rank 0 streams each table's global
 // tensors (gathered with ember_sebc_read) to the file, and on load reads them back and scatters
 // them with ember_sebc_write into whatever sharding the collection has.
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ember/shard.h"
 #include "ember/state.h"
+#include "state/durable.h"
 
 // Only the public API: the collection's communicator, tables, step counters and state dict.
 #define CHECK(ctx, cond, st, ...) \
@@ -56,15 +58,14 @@ static int tensors_of(const ember_table_config *t, int32_t cols[EMBER_MAX_TENSOR
 }
 
 typedef struct writer {
-    FILE *f;
+    ember__dfile d; // rank 0's file (a durable file: the previous checkpoint stays until commit)
     uint64_t h;
-    int ok;
 } writer;
 
 static void put(writer *w, const void *p, size_t n) {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++) w->h = (w->h ^ b[i]) * 1099511628211ull;
-    if (w->ok && fwrite(p, 1, n, w->f) != n) w->ok = 0;
+    ember__dfile_write(&w->d, p, n);
 }
 
 static void put_u32(writer *w, uint32_t v) { put(w, &v, 4); }
@@ -81,10 +82,15 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *path) {
     (void)T;
     const char *fn = "ember_checkpoint_save";
     ember_status st = EMBER_OK;
-    writer w = {NULL, 1469598103934665603ull, 1};
+    writer w; // rank 0's file
+    memset(&w, 0, sizeof w);
+    w.h = 1469598103934665603ull;
+    int opened = 0;
     if (!path) st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
-    else if (rank == 0 && !(w.f = fopen(path, "wb")))
-        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: cannot open '%s' for writing", fn, path);
+    else if (rank == 0 && ember__dfile_open(&w.d, path) != 0)
+        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: cannot open '%s.partial' for writing: %s", fn, path,
+                                 strerror(w.d.err));
+    else opened = rank == 0;
     TRY(ember_comm_agree(comm, st));
     scratch buf = {0};
     if (rank == 0) {
@@ -125,11 +131,14 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *path) {
         }
     }
     release(ctx, &buf);
-    if (rank == 0 && w.f) {
+    if (opened) {
         uint64_t h = w.h;
         put(&w, &h, 8);
-        if (fclose(w.f) != 0) w.ok = 0;
-        if (st == EMBER_OK && !w.ok) st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: writing '%s' failed", fn, path);
+        // The commit: only a complete, fsync'd file replaces the previous checkpoint.
+        if (st != EMBER_OK) ember__dfile_abort(&w.d);
+        else if (ember__dfile_commit(&w.d) != 0)
+            st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: writing '%s' failed: %s (the previous checkpoint is kept)",
+                                     fn, path, strerror(w.d.err));
     }
     return ember_comm_agree(comm, st);
 }
@@ -242,7 +251,8 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
     if (!m) st = EMBER_ERR_NOMEM;
     if (st == EMBER_OK && !path) st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: path is NULL", fn);
     if (st == EMBER_OK && rank == 0) {
-        if (!(f = fopen(path, "rb"))) st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: cannot open '%s'", fn, path);
+        if (!(f = fopen(path, "rb")))
+            st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
         if (st == EMBER_OK) st = index_file(s, path, f, &e, &n, &ebuf);
         for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
             const ember_table_config *tc = ember_sebc_table(s, t);
@@ -289,8 +299,8 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *path) {
                 data = reserve(ctx, &buf, sizeof(float) * cnt);
                 if (!data) a = EMBER_ERR_NOMEM;
                 else if (fseek(f, x->offset[k], SEEK_SET) != 0 || fread(data, sizeof(float), cnt, f) != cnt)
-                    a = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: reading table '%s' from '%s' failed", fn, tc->name,
-                                     path);
+                    a = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: reading table '%s' from '%s' failed: %s", fn,
+                                            tc->name, path, ferror(f) ? strerror(errno) : "file shorter than indexed");
             }
             st = ember_comm_agree(comm, a);
             if (st == EMBER_OK) st = ember_sebc_write(s, t, tensor_name[k], data, 0);

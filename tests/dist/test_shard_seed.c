@@ -1,5 +1,6 @@
 // Named regression scenarios of the sharded collection and the
 // analytic communication counts. Usage: test_shard_seed CASE [--scheme dp|tw|cw|rw|twrw|grid]
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include "ember.h"
 #include "mpi_assert.h"
 #include "shard/internal.h"
+#include "state/durable.h"
 
 static int W, R;
 static const char *g_case = "", *g_scheme = "rw";
@@ -336,8 +338,28 @@ static void checkpoint_errors(void **state) {
     char path[64];
     snprintf(path, sizeof path, "ckpt_errors_np%d.bin", W);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, "no/such/file.bin") == EMBER_ERR_IO);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "no/such/file.bin") != NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "no/such/file.bin': No such file") != NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, "no/such/dir.bin") == EMBER_ERR_IO);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "no/such/dir.bin.partial' for writing: No such") != NULL);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, path) == EMBER_OK);
+    // A full disk during the next save (injected on rank 0 after 100 bytes, then for real the
+    // partial file's flush) fails on every rank, removes the partial file and keeps the previous
+    // checkpoint, which still loads the weights it was saved with.
+    {
+        char partial[80];
+        snprintf(partial, sizeof partial, "%s.partial", path);
+        float other[32];
+        for (int i = 0; i < 32; i++) other[i] = (float)i;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(e.s, 0, "weight", other, -1) == EMBER_OK);
+        if (R == 0) ember__dfile_fail_after(100, ENOSPC);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, path) == EMBER_ERR_IO);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "No space left on device") != NULL &&
+                                            strstr(ember_ctx_errmsg(e.ctx), path) != NULL);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, fopen(partial, "rb") == NULL);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, path) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
+    }
     if (R == 0) {
         // Flip one byte in the middle of the weights.
         FILE *f = fopen(path, "r+b");
