@@ -69,8 +69,10 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     ember_table_plan *plan = calloc((size_t)o->T, sizeof *plan);
     int32_t *rank_pool = calloc((size_t)o->T * (size_t)(W + 4), sizeof *rank_pool);
     char(*names)[16] = calloc((size_t)o->T * 2, 16);
-    if (!tc || !fc || !plan || !rank_pool || !names) {
-        fprintf(stderr, "shard bench: out of memory\n");
+    int have = tc && fc && plan && rank_pool && names; // every rank gives up together
+    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!have) {
+        if (R == 0) fprintf(stderr, "ember bench shard: %s: out of memory for the configuration\n", name);
         free(tc), free(fc), free(plan), free(rank_pool), free(names);
         return 1;
     }
