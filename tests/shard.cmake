@@ -63,7 +63,13 @@ endforeach()
 foreach(np 2 3)
   ember_mpi_test(dist.errors.grid_bad_plan.np${np} ${np} test_shard_seed grid_bad_plan)
   ember_mpi_test(dist.errors.bad_rank.np${np} ${np} test_shard_seed bad_rank)
-  ember_mpi_test(dist.errors.checkpoint.np${np} ${np} test_shard_seed checkpoint_errors)
+endforeach()
+
+# Checkpoints (tests/dist/test_ckpt.c): resharding into every world size up to W under other
+# plans, bounded memory, the commit protocol's failures, blobs, clean-up of killed saves.
+ember_test_exe(test_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_ckpt.c)
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.checkpoint.np${np} ${np} test_ckpt)
 endforeach()
 
 # Crash-safe saves: a rank SIGKILLed at random moments of a save, 20 times; the checkpoint at the

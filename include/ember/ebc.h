@@ -36,6 +36,9 @@ typedef enum ember_pooling { EMBER_POOL_SUM = 0, EMBER_POOL_MEAN = 1, EMBER_POOL
 // Storage dtype of a table's weights. Gathers and updates accumulate in fp32; optimizer state
 // is always fp32.
 typedef enum ember_dtype { EMBER_DTYPE_F32 = 0, EMBER_DTYPE_F16 = 1, EMBER_DTYPE_BF16 = 2 } ember_dtype;
+// "fp32", "fp16", "bf16" ("unknown" outside the enum); parse: 0 and *out set, or -1. Local.
+EMBER_API const char *ember_dtype_name(ember_dtype dt);
+EMBER_API int ember_dtype_parse(const char *name, ember_dtype *out);
 
 typedef enum ember_init_kind {
     EMBER_INIT_ZEROS = 0,

@@ -115,11 +115,50 @@ EMBER_API ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr)
 
 // Global state dict: reads table t's named tensor (as in ember_ebc_read) as one global
 // [rows, cols] array in fp32, gathered onto `root` (root = -1: onto every rank); writes scatter
-// a global array given on `root` (-1: every rank passes the same array).
-// Collective on comm.
+// a global array given on `root` (-1: every rank passes the same array). The whole array passes
+// through one rank: for tables larger than a rank's memory use the pieces below (checkpoints do).
+// The _as forms take the array's dtype: F32 for every tensor, or the table's own 16-bit dtype
+// for the weight of a 16-bit table (its native bits, no rounding either way).
+// Collective on comm. Return EMBER_OK, EMBER_ERR_INVALID_ARG (table outside [0, T), no such
+// tensor, root outside [-1, W), NULL buffer where one is read, a dtype the tensor is not stored
+// in), EMBER_ERR_NOMEM, EMBER_ERR_COMM; every rank returns the same status.
 EMBER_API ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root);
 EMBER_API ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src,
                                         int32_t root);
+EMBER_API ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype,
+                                          void *dst, int32_t root);
+EMBER_API ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype,
+                                           const void *src, int32_t root);
+
+// Pieces: the blocks of a table this rank holds, read and written in place (no communication),
+// so that a program can stream a table of any size to and from its own storage (ember/state.h
+// does). Piece i of table t covers rows [row_begin, row_end) and, of the [rows, dim] tensors
+// (the weight, element-wise optimizer state), columns [col_begin, col_end); of a per-row tensor
+// ([rows, 1]: row-wise optimizer state) it holds the single column of the same rows. Column-
+// sliced schemes (cw, grid) keep the per-row state of a row in every slice holding that row, all
+// equal: the piece with col_begin == 0 is its canonical copy. A data-parallel table is one piece
+// covering the whole table on every rank, with replicated = 1. Pieces are numbered 0..n-1 in
+// shard order; they do not change during the collection's life.
+typedef struct ember_piece {
+    int64_t row_begin, row_end; // global rows
+    int32_t col_begin, col_end; // global columns of [rows, dim] tensors
+    int32_t replicated;         // 1: every rank holds this same, whole-table piece (data parallel)
+} ember_piece;
+
+// Number of pieces of table t on this rank (0 for t outside [0, T)). Local.
+EMBER_API int32_t ember_sebc_num_pieces(const ember_sebc *s, int32_t t);
+// Piece i of table t. Local. Returns EMBER_OK or EMBER_ERR_INVALID_ARG (no such piece, out NULL).
+EMBER_API ember_status ember_sebc_piece(const ember_sebc *s, int32_t t, int32_t i, ember_piece *out);
+// Rows [row_begin, row_end) (global row numbers inside the piece) of the piece's part of a named
+// tensor, as [row_end - row_begin, piece columns] row-major (per-row tensors: 1 column), in
+// `dtype` (as ember_sebc_read_as). Writes round to nearest-even into 16-bit storage.
+// Local. Return EMBER_OK or EMBER_ERR_INVALID_ARG (no such piece or tensor, rows outside the
+// piece, NULL buffer, a dtype the tensor is not stored in).
+EMBER_API ember_status ember_sebc_piece_read(ember_sebc *s, int32_t t, int32_t i, const char *tensor,
+                                             int64_t row_begin, int64_t row_end, ember_dtype dtype, void *dst);
+EMBER_API ember_status ember_sebc_piece_write(ember_sebc *s, int32_t t, int32_t i, const char *tensor,
+                                              int64_t row_begin, int64_t row_end, ember_dtype dtype,
+                                              const void *src);
 // Converts table t's storage dtype on every rank that holds a piece of it. Collective on comm.
 EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype);
 

@@ -1,27 +1,40 @@
-// ember/state.h — checkpoints of a sharded collection, in global coordinates.
+// ember/state.h — checkpoints of a sharded collection: a directory every rank writes its own
+// pieces into, in parallel, committed by a manifest; loadable under any world size and plan.
 //
-// A checkpoint holds every table as plain global tensors ("weight" [rows, dim] and the
-// optimizer state of its optimizer, fp32) plus its step counter and storage dtype, whatever the
-// sharding that wrote it. Loading scatters them into the collection's own shards, so a
-// checkpoint written by W ranks under one plan loads into W' ranks under another plan
-// (resharding): tables are matched by name and must agree in rows, dim and optimizer.
+// What a checkpoint holds: every table's weight and optimizer state in global coordinates
+// (stored as the pieces that wrote them, in the weight's own dtype: fp32, fp16 or bf16 bits;
+// optimizer state fp32), each table's step counter, and the caller's named blobs (a trainer's
+// dense parameters, its position in the data, its configuration: opaque bytes to the library).
+// Loading matches tables by name; they must agree in rows, dim and optimizer. Each rank reads
+// only the stored records overlapping the pieces it holds (resharding: any W, any plan).
 //
-// File format (little-endian): "EMBERCK1", u32 version (1), u32 table count, then per table:
-// u32 name length, name bytes, i64 rows, i32 dim, i32 optimizer kind, i32 dtype, i64 step,
-// u32 tensor count, then per tensor: u32 name length, name, i32 cols, rows*cols f32;
-// finally u64 FNV-1a checksum of every byte before it.
+// Layout of DIR (documented for readers outside ember in docs/checkpoints.md):
+//   manifest.json           the commit point: format, generation, world size, tables (name,
+//                           rows, dim, optimizer, dtype, step, and per tensor its records: file,
+//                           byte offset, global rows [r0, r1) and columns [c0, c1), dtype,
+//                           CRC-32), blobs (name, file, offset, bytes, CRC-32)
+//   g<G>-r<R>.bin           rank R's records of generation G: raw little-endian row-major
+//                           blocks [r1 - r0, c1 - c0], back to back
+// A record is at most the chunk size (one row when a row is larger).
 //
-// Saving is crash-safe: rank 0 writes "<path>.partial", fsyncs it and renames it over `path` only
-// when complete, so a kill at any instant, a full disk or an I/O error leaves the previous
-// checkpoint at `path` loadable (a failed save removes the partial file; a killed one leaves it
-// for the next save to replace).
+// Commit protocol (crash safety): a save writes generation G = previous + 1. Every rank writes
+// its file under "<name>.partial", flushes, fsyncs and renames it; when every rank's file is
+// durable, rank 0 writes manifest.json the same way (temporary name, fsync, rename, directory
+// fsync): that rename is the commit. Until it, manifest.json names the previous generation's
+// files, which no save touches; after it, rank 0 removes every g*-r*.bin file (and leftover
+// .partial) the new manifest does not name. A kill of any rank at any instant, a full disk or an
+// I/O error leaves the previous checkpoint loadable; a failed save removes what it wrote, a
+// killed one leaves files the next save removes. Loading checks every record's CRC-32 and the
+// manifest's structure: a torn or foreign checkpoint is refused, never half-loaded into tables.
+// The directory must be one every rank sees (one host, or a shared file system).
 //
-// Both calls are Collective on the collection's communicator; rank 0 does the file I/O and
-// every rank returns the same status. Errors: EMBER_ERR_IO (cannot open/write/read, message
-// names the path and the OS reason), EMBER_ERR_FORMAT (bad magic, truncated file, checksum mismatch, table
-// missing or of another shape; the collection is unchanged), EMBER_ERR_NOMEM.
+// Memory: saving stages one record at a time, loading one record plus at most one chunk of the
+// destination piece: peak extra memory per rank is bounded by about 2 x chunk_bytes (plus the
+// parsed manifest), whatever the table sizes. All of it goes through the context's allocator.
 #ifndef EMBER_STATE_H
 #define EMBER_STATE_H
+
+#include <stddef.h>
 
 #include "ember/shard.h"
 
@@ -29,8 +42,78 @@
 extern "C" {
 #endif
 
-EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *path);
-EMBER_API ember_status ember_checkpoint_load(ember_sebc *s, const char *path);
+// A caller's named blob: `bytes` bytes at `data` (identical on every rank; rank 0 writes it).
+// Names: 1..127 bytes of letters, digits and "._-".
+typedef struct ember_checkpoint_blob {
+    const char *name;
+    const void *data;
+    size_t bytes;
+} ember_checkpoint_blob;
+
+typedef struct ember_checkpoint_options {
+    size_t chunk_bytes;                 // record / staging size; 0: EMBER_CHECKPOINT_CHUNK_DEFAULT
+    const ember_checkpoint_blob *blobs; // saved with the tables (save only)
+    int32_t num_blobs;
+} ember_checkpoint_options;
+#define EMBER_CHECKPOINT_CHUNK_DEFAULT ((size_t)8 << 20)
+#define EMBER_CHECKPOINT_OPTIONS_DEFAULT {0, NULL, 0}
+
+// Saves every table (and opts' blobs) into directory `dir` (created if missing; its parent must
+// exist), replacing the checkpoint there only at the commit. opts may be NULL (defaults).
+// Collective on the collection's communicator; every rank returns the same status.
+// Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL dir, bad blob name or size), EMBER_ERR_IO (the
+// message names the path and the OS reason; the previous checkpoint is kept), EMBER_ERR_NOMEM,
+// EMBER_ERR_COMM.
+EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_checkpoint_options *opts);
+
+// Loads every table of the collection from `dir` (converting a table's storage dtype to the
+// stored one, and setting its step counter). opts may be NULL; only chunk_bytes is read.
+// Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (missing directory or file:
+// path and OS reason), EMBER_ERR_FORMAT (no manifest, malformed manifest: the field is named; a
+// table missing or of another shape or optimizer: "table 'x' rows: 1000 in the checkpoint, 999
+// here"; a record failing its CRC-32), EMBER_ERR_NOMEM, EMBER_ERR_COMM. Shape and manifest
+// errors are found before any table changes; a record failing its check after some tables were
+// written leaves the collection partly loaded (the status says so: load again or recreate it).
+EMBER_API ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_checkpoint_options *opts);
+
+// ---- Inspecting a checkpoint (no collection needed) -------------------------------------------
+
+typedef struct ember_checkpoint ember_checkpoint;
+
+typedef struct ember_checkpoint_table {
+    const char *name;
+    int64_t rows;
+    int32_t dim;
+    ember_optim_kind optim;
+    ember_dtype dtype;       // the weight's stored dtype
+    int64_t step;
+    int32_t num_records;     // over all of its tensors
+    uint64_t bytes;          // stored bytes over all of its tensors
+} ember_checkpoint_table;
+
+// Reads and checks dir/manifest.json (not the data files). Local: any process may inspect a
+// checkpoint. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO, EMBER_ERR_FORMAT,
+// EMBER_ERR_NOMEM. *out is NULL on failure; close with ember_checkpoint_close (NULL accepted).
+EMBER_API ember_status ember_checkpoint_open(ember_ctx *ctx, const char *dir, ember_checkpoint **out);
+EMBER_API void ember_checkpoint_close(ember_checkpoint *c);
+// Generation (saves into this directory so far) and the world size that wrote it. Local.
+EMBER_API int64_t ember_checkpoint_generation(const ember_checkpoint *c);
+EMBER_API int32_t ember_checkpoint_world_size(const ember_checkpoint *c);
+EMBER_API int32_t ember_checkpoint_num_tables(const ember_checkpoint *c);
+// Table i (0 <= i < num_tables): EMBER_OK or EMBER_ERR_INVALID_ARG. Strings live as long as c.
+EMBER_API ember_status ember_checkpoint_table_info(const ember_checkpoint *c, int32_t i, ember_checkpoint_table *out);
+EMBER_API int32_t ember_checkpoint_num_blobs(const ember_checkpoint *c);
+// Blob i's name and size: EMBER_OK or EMBER_ERR_INVALID_ARG.
+EMBER_API ember_status ember_checkpoint_blob_info(const ember_checkpoint *c, int32_t i, const char **name,
+                                                  size_t *bytes);
+// Reads blob `name` into dst (cap bytes), checking its CRC-32; *bytes (may be NULL) is its size.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (no such blob: the message says so; cap smaller
+// than the blob), EMBER_ERR_IO, EMBER_ERR_FORMAT (CRC mismatch, file too short).
+EMBER_API ember_status ember_checkpoint_read_blob(ember_checkpoint *c, const char *name, void *dst, size_t cap,
+                                                  size_t *bytes);
+// Reads every record of every table and blob and checks its CRC-32 (`ember ckpt info --verify`).
+// Local. Returns EMBER_OK, EMBER_ERR_IO, EMBER_ERR_FORMAT (naming the first bad record), EMBER_ERR_NOMEM.
+EMBER_API ember_status ember_checkpoint_verify(ember_checkpoint *c);
 
 #ifdef __cplusplus
 }

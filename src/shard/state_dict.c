@@ -42,18 +42,36 @@ static void shard_cols(const ember__shard *sh, int32_t cols, int32_t dim, int32_
     }
 }
 
+// Bytes of one element of a state-dict array in `dtype` (0: not a dtype).
+static size_t elem_bytes(ember_dtype dtype) {
+    return dtype == EMBER_DTYPE_F32 ? 4 : dtype == EMBER_DTYPE_F16 || dtype == EMBER_DTYPE_BF16 ? 2 : 0;
+}
+
 ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root) {
+    return ember_sebc_read_as(s, table, tensor, EMBER_DTYPE_F32, dst, root);
+}
+
+ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src, int32_t root) {
+    return ember_sebc_write_as(s, table, tensor, EMBER_DTYPE_F32, src, root);
+}
+
+ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, void *dst_,
+                                int32_t root) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_sebc_read";
     int32_t cols = 0;
+    unsigned char *dst = dst_;
+    const size_t es = elem_bytes(dtype);
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
+    if (st == EMBER_OK && es == 0)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
     const int32_t dim = s->tables[table < 0 || table >= s->T ? 0 : table].dim;
     ember_ebc *e;
     int32_t lt;
     if (st == EMBER_OK && ts->nshards == 0) { // replicated: every rank holds the whole table
         if ((root < 0 || root == s->rank) && ember__piece(s, table, 0, &e, &lt))
-            st = ember_ebc_read(e, lt, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, dst);
+            st = ember_ebc_read(e, lt, tensor, 0, s->tables[table].rows, dtype, dst);
         return ember_comm_agree(s->comm, st);
     }
     // Pack this rank's blocks in shard order.
@@ -67,8 +85,8 @@ ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, f
         }
     }
     int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols * ts->nshards : 0;
-    float *send = st == EMBER_OK ? ember__buf_reserve(s->ctx, &s->snd_out, sizeof(float) * (size_t)(mine + 1)) : NULL;
-    float *recv = st == EMBER_OK ? ember__buf_reserve(s->ctx, &s->rcv_out, sizeof(float) * (size_t)(total + 1)) : NULL;
+    unsigned char *send = st == EMBER_OK ? ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)(mine + 1)) : NULL;
+    unsigned char *recv = st == EMBER_OK ? ember__buf_reserve(s->ctx, &s->rcv_out, es * (size_t)(total + 1)) : NULL;
     if (st == EMBER_OK && (!send || !recv)) st = EMBER_ERR_NOMEM;
     int64_t n = 0;
     for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
@@ -76,13 +94,13 @@ ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, f
         if (sh->owner != s->rank) continue;
         int32_t c0, w;
         shard_cols(sh, cols, dim, &c0, &w);
-        st = ember_ebc_read(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, EMBER_DTYPE_F32, send + n);
+        st = ember_ebc_read(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, dtype, send + es * (size_t)n);
         n += (sh->r1 - sh->r0) * w;
     }
     EMBER_TRY(ember_comm_agree(s->comm, st));
     int64_t *counts = s->cnt;
     EMBER_TRY(ember_comm_allgather_i64(s->comm, mine, counts));
-    EMBER_TRY(ember_comm_allgatherv(s->comm, send, mine, recv, counts, sizeof(float)));
+    EMBER_TRY(ember_comm_allgatherv(s->comm, send, mine, recv, counts, es));
     if (root >= 0 && root != s->rank) return EMBER_OK;
     // Unpack: rank q's blocks follow each other in shard order.
     int64_t base = 0;
@@ -94,35 +112,39 @@ ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, f
             int32_t c0, w;
             shard_cols(sh, cols, dim, &c0, &w);
             for (int64_t r = sh->r0; r < sh->r1; r++, o += w)
-                memcpy(dst + r * cols + c0, recv + o, sizeof(float) * (size_t)w);
+                memcpy(dst + es * (size_t)(r * cols + c0), recv + es * (size_t)o, es * (size_t)w);
         }
         base += counts[q];
     }
     return EMBER_OK;
 }
 
-ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src, int32_t root) {
+ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, const void *src,
+                                 int32_t root) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_sebc_write";
     int32_t cols = 0;
+    const size_t es = elem_bytes(dtype);
     ember_status st = check(s, fn, table, tensor, src, root, &cols);
+    if (st == EMBER_OK && es == 0)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
-    const float *full = src;
-    float *buf = NULL;
+    const unsigned char *full = src;
+    unsigned char *buf = NULL;
     if (st == EMBER_OK && root >= 0) {
-        buf = ember__buf_reserve(s->ctx, &s->rcv_out, sizeof(float) * (size_t)(total + 1));
+        buf = ember__buf_reserve(s->ctx, &s->rcv_out, es * (size_t)(total + 1));
         if (!buf) st = EMBER_ERR_NOMEM;
-        else if (root == s->rank) memcpy(buf, src, sizeof(float) * (size_t)total);
+        else if (root == s->rank) memcpy(buf, src, es * (size_t)total);
         full = buf;
     }
     EMBER_TRY(ember_comm_agree(s->comm, st));
-    if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, sizeof(float) * (size_t)total, root));
+    if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, es * (size_t)total, root));
     const ember__table_shards *ts = &s->ts[table];
     ember_ebc *e;
     int32_t lt;
     if (ts->nshards == 0) { // replicated
         if (ember__piece(s, table, 0, &e, &lt))
-            st = ember_ebc_write(e, lt, tensor, 0, s->tables[table].rows, EMBER_DTYPE_F32, full);
+            st = ember_ebc_write(e, lt, tensor, 0, s->tables[table].rows, dtype, full);
         return ember_comm_agree(s->comm, st);
     }
     const int32_t dim = s->tables[table].dim;
@@ -131,14 +153,14 @@ ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, 
         if (sh->owner != s->rank) continue;
         int32_t c0, w;
         shard_cols(sh, cols, dim, &c0, &w);
-        float *blk = ember__buf_reserve(s->ctx, &s->snd_out, sizeof(float) * (size_t)((sh->r1 - sh->r0) * w + 1));
+        unsigned char *blk = ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)((sh->r1 - sh->r0) * w + 1));
         if (!blk) {
             st = EMBER_ERR_NOMEM;
             break;
         }
         for (int64_t r = sh->r0; r < sh->r1; r++)
-            memcpy(blk + (r - sh->r0) * w, full + r * cols + c0, sizeof(float) * (size_t)w);
-        st = ember_ebc_write(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, EMBER_DTYPE_F32, blk);
+            memcpy(blk + es * (size_t)((r - sh->r0) * w), full + es * (size_t)(r * cols + c0), es * (size_t)w);
+        st = ember_ebc_write(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, dtype, blk);
     }
     return ember_comm_agree(s->comm, st);
 }
@@ -157,4 +179,62 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
     for (int32_t i = 0; st == EMBER_OK && ember__piece(s, table, i, &e, &lt); i++) st = ember_ebc_convert_dtype(e, lt, dtype);
     if (st == EMBER_OK) s->tables[table].dtype = dtype;
     return ember_comm_agree(s->comm, st);
+}
+
+// ---- Pieces (shard.h): this rank's blocks of a table, read and written in place ---------------
+
+int32_t ember_sebc_num_pieces(const ember_sebc *s, int32_t t) {
+    if (!s || t < 0 || t >= s->T) return 0;
+    ember_ebc *e;
+    int32_t lt, n = 0;
+    while (ember__piece(s, t, n, &e, &lt)) n++;
+    return n;
+}
+
+// The shard behind piece i of table t (NULL for a replica). Caller checked that the piece exists.
+static const ember__shard *piece_shard(const ember_sebc *s, int32_t t, int32_t i) {
+    const ember__table_shards *ts = &s->ts[t];
+    for (int32_t k = 0; k < ts->nshards; k++)
+        if (ts->shards[k].owner == s->rank && i-- == 0) return &ts->shards[k];
+    return NULL;
+}
+
+ember_status ember_sebc_piece(const ember_sebc *s, int32_t t, int32_t i, ember_piece *out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_ebc *e;
+    int32_t lt;
+    EMBER_CHECK(s->ctx, out && t >= 0 && t < s->T && i >= 0 && ember__piece(s, t, i, &e, &lt), EMBER_ERR_INVALID_ARG,
+                "ember_sebc_piece: table %d has no piece %d on this rank", (int)t, (int)i);
+    const ember__shard *sh = piece_shard(s, t, i);
+    const ember_table_config *tc = &s->tables[t];
+    *out = sh ? (ember_piece){sh->r0, sh->r1, sh->c0, sh->c1, 0} : (ember_piece){0, tc->rows, 0, tc->dim, 1};
+    return EMBER_OK;
+}
+
+static ember_status piece_io(ember_sebc *s, const char *fn, int32_t t, int32_t i, const char *tensor,
+                             int64_t row_begin, int64_t row_end, ember_dtype dtype, const void *src, void *dst,
+                             int write) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_ebc *e;
+    int32_t lt;
+    EMBER_CHECK(s->ctx, t >= 0 && t < s->T && i >= 0 && ember__piece(s, t, i, &e, &lt), EMBER_ERR_INVALID_ARG,
+                "%s: table %d has no piece %d on this rank", fn, (int)t, (int)i);
+    const ember__shard *sh = piece_shard(s, t, i);
+    const int64_t r0 = sh ? sh->r0 : 0, r1 = sh ? sh->r1 : s->tables[t].rows;
+    EMBER_CHECK(s->ctx, row_begin >= r0 && row_begin <= row_end && row_end <= r1, EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' rows [%lld, %lld) are not inside the piece's [%lld, %lld)", fn, s->tables[t].name,
+                (long long)row_begin, (long long)row_end, (long long)r0, (long long)r1);
+    EMBER_CHECK(s->ctx, write ? src != NULL : dst != NULL, EMBER_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
+    if (write) return ember_ebc_write(e, lt, tensor, row_begin - r0, row_end - r0, dtype, src);
+    return ember_ebc_read(e, lt, tensor, row_begin - r0, row_end - r0, dtype, dst);
+}
+
+ember_status ember_sebc_piece_read(ember_sebc *s, int32_t t, int32_t i, const char *tensor, int64_t row_begin,
+                                   int64_t row_end, ember_dtype dtype, void *dst) {
+    return piece_io(s, "ember_sebc_piece_read", t, i, tensor, row_begin, row_end, dtype, NULL, dst, 0);
+}
+
+ember_status ember_sebc_piece_write(ember_sebc *s, int32_t t, int32_t i, const char *tensor, int64_t row_begin,
+                                    int64_t row_end, ember_dtype dtype, const void *src) {
+    return piece_io(s, "ember_sebc_piece_write", t, i, tensor, row_begin, row_end, dtype, src, NULL, 1);
 }

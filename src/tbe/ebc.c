@@ -8,13 +8,23 @@
 
 size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
 
-const char *ember__dtype_name(ember_dtype dt) {
+const char *ember_dtype_name(ember_dtype dt) {
     switch (dt) {
     case EMBER_DTYPE_F32: return "fp32";
     case EMBER_DTYPE_F16: return "fp16";
     case EMBER_DTYPE_BF16: return "bf16";
     }
     return "unknown";
+}
+
+int ember_dtype_parse(const char *name, ember_dtype *out) {
+    for (int d = EMBER_DTYPE_F32; name && d <= EMBER_DTYPE_BF16; d++) {
+        if (strcmp(name, ember_dtype_name((ember_dtype)d)) == 0) {
+            *out = (ember_dtype)d;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg) {
@@ -400,7 +410,7 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
     EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
-                "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember__dtype_name(dtype));
+                "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember_dtype_name(dtype));
     const int64_t n = row_end - row_begin;
     if (which) {
         memcpy(dst, st + (size_t)row_begin * (size_t)cols, sizeof(float) * (size_t)n * (size_t)cols);
@@ -425,7 +435,7 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
     EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
-                ember__dtype_name(dtype));
+                ember_dtype_name(dtype));
     const int64_t n = row_end - row_begin;
     if (which) {
         memcpy(st + (size_t)row_begin * (size_t)cols, src, sizeof(float) * (size_t)n * (size_t)cols);

@@ -126,7 +126,6 @@ void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes);
 
 // dtype helpers
 size_t ember__dtype_size(ember_dtype dt);
-const char *ember__dtype_name(ember_dtype dt);
 
 // Pointer to row r of table t.
 static inline unsigned char *ember__row_ptr(const ember_ebc *ebc, const ember__table *t, int64_t r) {

@@ -7,7 +7,7 @@ set -u
 saver=$1 kills=$2 np=$3 mpiexec=$4 npflag=$5
 shift 5
 dir=$(mktemp -d)
-ck=$dir/ck.bin
+ck=$dir/ck
 job=0
 cleanup() { [ "$job" -gt 0 ] && kill -9 -- "-$job" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
@@ -49,7 +49,7 @@ for k in $(seq "$kills"); do
   victim=$((RANDOM % np))
   kill -9 "$(cat "$ck.pid.$victim")"
   reap
-  [ -e "$ck.partial" ] && partial=$((partial + 1))
+  ls "$ck"/*.partial >/dev/null 2>&1 && partial=$((partial + 1))
   # Load on one rank and on NP ranks in turn (a checkpoint loads under any world size).
   vnp=$(( k % 2 ? 1 : np ))
   out=$("$mpiexec" "$npflag" "$vnp" "$@" "$saver" verify "$ck" 2>&1)
@@ -62,6 +62,6 @@ for k in $(seq "$kills"); do
     last=$step
   fi
 done
-echo "ckpt_kill: $kills kills of a random rank during saves; the partial file was left by $partial of them;" \
+echo "ckpt_kill: $kills kills of a random rank during saves; a save was mid-write (partial files left) at $partial of them;" \
      "the checkpoint loaded whole and no older after $((kills - torn)) of $kills"
 [ "$torn" -eq 0 ]

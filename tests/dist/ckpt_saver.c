@@ -1,6 +1,6 @@
 // The process the checkpoint kill loop (ckpt_kill.sh) kills: a row-wise sharded table whose
-// every weight and optimizer-state value equals the save's number, saved again and again to one
-// path; and the check that whatever is at the path loads whole and consistent.
+// every weight and optimizer-state value equals the save's number, saved again and again into one
+// checkpoint directory; and the check that whatever is there loads whole and consistent.
 //   ckpt_saver save PATH FIRST   saves with numbers FIRST, FIRST + 1, ... until killed; each
 //                                rank first writes its pid to PATH.pid.<rank>
 //   ckpt_saver verify PATH       loads PATH (any world size) and checks that every value equals
@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < ROWS; i++) m[i] = (float)k;
             if (ember_sebc_write(s, 0, "weight", w, -1) != EMBER_OK ||
                 ember_sebc_write(s, 0, "momentum1", m, -1) != EMBER_OK || ember_sebc_set_step(s, 0, k) != EMBER_OK ||
-                ember_checkpoint_save(s, argv[2]) != EMBER_OK) {
+                ember_checkpoint_save(s, argv[2], NULL) != EMBER_OK) {
                 fprintf(stderr, "ckpt_saver: save %ld: %s\n", k, ember_ctx_errmsg(ctx));
                 goto done;
             }
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         }
     } else if (strcmp(argv[1], "verify") == 0) {
         int64_t step = -1;
-        if (ember_checkpoint_load(s, argv[2]) != EMBER_OK || ember_sebc_step(s, 0, &step) != EMBER_OK ||
+        if (ember_checkpoint_load(s, argv[2], NULL) != EMBER_OK || ember_sebc_step(s, 0, &step) != EMBER_OK ||
             ember_sebc_read(s, 0, "weight", w, -1) != EMBER_OK || ember_sebc_read(s, 0, "momentum1", m, -1) != EMBER_OK) {
             fprintf(stderr, "ckpt_saver: verify '%s': %s\n", argv[2], ember_ctx_errmsg(ctx));
             rc = 1;

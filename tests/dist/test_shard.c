@@ -17,6 +17,7 @@
 #include "ember.h"
 #include "gen.h"
 #include "mpi_assert.h"
+#include "tmpdir.h"
 
 #define NT 5
 #define NF 6
@@ -203,18 +204,18 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
             // Save under this plan, rebuild under another (every table two schemes further
             // along), load, and go on: the result must still equal the uninterrupted process.
             char path[96];
-            snprintf(path, sizeof path, "ckpt_%s_%s_np%d.bin", g_scheme, g_pool, W);
-            st = ember_checkpoint_save(s, path);
+            snprintf(path, sizeof path, "ckpt_%s_%s_np%d", g_scheme, g_pool, W);
+            st = ember_checkpoint_save(s, path, NULL);
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
             ember_sebc_destroy(s);
             s = NULL;
             for (int t = 0; t < NT; t++) su.plan[t] = make_plan((ember_shard_scheme)((parse_scheme(g_scheme, t) + 2) % 5), t, su.ranks[t]);
             st = ember_sebc_create(comm, &su.cfg, su.plan, conv, &s);
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
-            st = ember_checkpoint_load(s, path);
+            st = ember_checkpoint_load(s, path, NULL);
             if (st != EMBER_OK) fprintf(stderr, "rank %d: %s\n", R, ember_ctx_errmsg(ctx));
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
-            if (R == 0) remove(path);
+            if (R == 0) test_remove_tree(path);
         }
         gen_kjt g, l;
         gen_kjt_make(&g, &rng, NF, Bglob, rows, 4, 0.3, weighted);

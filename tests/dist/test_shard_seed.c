@@ -1,6 +1,5 @@
 // Named regression scenarios of the sharded collection and the
 // analytic communication counts. Usage: test_shard_seed CASE [--scheme dp|tw|cw|rw|twrw|grid]
-#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +14,6 @@
 #include "ember.h"
 #include "mpi_assert.h"
 #include "shard/internal.h"
-#include "state/durable.h"
 
 static int W, R;
 static const char *g_case = "", *g_scheme = "rw";
@@ -327,64 +325,6 @@ static void bytes_match_analytic_count(void **state) {
     }
 }
 
-// Checkpoint failures: a missing file, a corrupted byte and a table of another shape fail on
-// every rank with the same status and leave the collection as it was.
-static void checkpoint_errors(void **state) {
-    (void)state;
-    env e;
-    env_open(&e, "rw", EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_ADAM, EMBER_GRAD_MEAN, 8, 4);
-    float before[32], after[32];
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", before, -1) == EMBER_OK);
-    char path[64];
-    snprintf(path, sizeof path, "ckpt_errors_np%d.bin", W);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, "no/such/file.bin") == EMBER_ERR_IO);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "no/such/file.bin': No such file") != NULL);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, "no/such/dir.bin") == EMBER_ERR_IO);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "no/such/dir.bin.partial' for writing: No such") != NULL);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, path) == EMBER_OK);
-    // A full disk during the next save (injected on rank 0 after 100 bytes, then for real the
-    // partial file's flush) fails on every rank, removes the partial file and keeps the previous
-    // checkpoint, which still loads the weights it was saved with.
-    {
-        char partial[80];
-        snprintf(partial, sizeof partial, "%s.partial", path);
-        float other[32];
-        for (int i = 0; i < 32; i++) other[i] = (float)i;
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(e.s, 0, "weight", other, -1) == EMBER_OK);
-        if (R == 0) ember__dfile_fail_after(100, ENOSPC);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(e.s, path) == EMBER_ERR_IO);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "No space left on device") != NULL &&
-                                            strstr(ember_ctx_errmsg(e.ctx), path) != NULL);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, fopen(partial, "rb") == NULL);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, path) == EMBER_OK);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
-    }
-    if (R == 0) {
-        // Flip one byte in the middle of the weights.
-        FILE *f = fopen(path, "r+b");
-        fseek(f, 80, SEEK_SET);
-        int c = fgetc(f);
-        fseek(f, 80, SEEK_SET);
-        fputc(c ^ 0x40, f);
-        fclose(f);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, path) == EMBER_ERR_FORMAT);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "checksum") != NULL);
-    // Same name, other shape.
-    env o;
-    env_open(&o, "tw", EMBER_POOL_SUM, (ember_init){EMBER_INIT_ZEROS, 0, 0, 0}, EMBER_OPT_ADAM, EMBER_GRAD_MEAN, 9, 4);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(o.s, path) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(e.s, path) == EMBER_ERR_FORMAT);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "'table'") != NULL);
-    env_close(&o);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
-    if (R == 0) remove(path);
-    env_close(&e);
-}
-
 // Bucketize computes each id's destination once: the ids it examines in a step are the local
 // batch's nnz whatever the scheme and world size, and the legacy O(W * nnz) path (kept for
 // measurement) gives the same outputs.
@@ -423,7 +363,7 @@ int main(int argc, char **argv) {
     struct CMUnitTest all[] = {
         cmocka_unit_test(rw_grad_not_scaled), cmocka_unit_test(rw_mean_global_length),
         cmocka_unit_test(dp_dtype_conversion), cmocka_unit_test(bad_rank),
-        cmocka_unit_test(bytes_match_analytic_count), cmocka_unit_test(checkpoint_errors),
+        cmocka_unit_test(bytes_match_analytic_count),
         cmocka_unit_test(bucketize_examines_each_id_once), cmocka_unit_test(grid_bad_plan),
     };
     const int nall = (int)(sizeof all / sizeof all[0]);

@@ -12,9 +12,13 @@ int test_tmpdir_make(void **state) {
     return mkdtemp(test_tmpdir) ? 0 : -1;
 }
 
+int test_remove_tree(const char *path) {
+    char cmd[600];
+    if (snprintf(cmd, sizeof cmd, "rm -rf '%s'", path) >= (int)sizeof cmd) return -1;
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 int test_tmpdir_remove(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_remove_tree(test_tmpdir);
 }

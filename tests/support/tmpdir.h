@@ -7,5 +7,7 @@ extern char test_tmpdir[64];
 // Setup: mkdtemp("/tmp/ember_test_XXXXXX"). Teardown: removes it and everything in it.
 int test_tmpdir_make(void **state);
 int test_tmpdir_remove(void **state);
+// Removes a file or directory tree (a checkpoint directory): 0 or -1.
+int test_remove_tree(const char *path);
 
 #endif

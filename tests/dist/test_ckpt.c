@@ -1,0 +1,550 @@
+// Checkpoint directories (include/ember/state.h) under mpiexec -n W:
+//   reshard_every_world_size  a checkpoint saved by W ranks under one plan loads bitwise into
+//                             every world size 1..W under other plans (and back), every scheme,
+//                             fp32/fp16/bf16 weights, per-row and element-wise optimizer state,
+//                             a one-row table, records cut much smaller than a piece
+//   bounded_memory            a table many times the chunk saves and loads with the peak of the
+//                             context's allocations under 2 chunks (+ the manifest's records)
+//   commit_protocol           failures: missing/foreign directories, a full disk on the last
+//                             rank and at the manifest (the previous checkpoint stays, nothing is
+//                             left), a damaged record, other shapes and optimizers (named in
+//                             words); blobs; leftovers of killed saves removed by the next one
+#define _DEFAULT_SOURCE // mkdtemp
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ember.h"
+#include "gen.h"
+#include "mpi_assert.h"
+#include "state/durable.h"
+#include "tmpdir.h"
+
+static int W, R;
+
+// ---- A counting allocator: the peak of the bytes outstanding -------------------------------------
+
+typedef struct counter {
+    size_t now, peak;
+} counter;
+
+static void *count_alloc(void *user, size_t size) {
+    counter *c = user;
+    unsigned char *p = aligned_alloc(64, ((size + 64 + 63) / 64) * 64);
+    if (!p) return NULL;
+    memcpy(p, &size, sizeof size);
+    c->now += size;
+    if (c->now > c->peak) c->peak = c->now;
+    return p + 64;
+}
+
+static void count_free(void *user, void *ptr) {
+    if (!ptr) return;
+    counter *c = user;
+    unsigned char *p = (unsigned char *)ptr - 64;
+    size_t size;
+    memcpy(&size, p, sizeof size);
+    c->now -= size;
+    free(p);
+}
+
+// ---- Collections ----------------------------------------------------------------------------------
+
+enum { T = 5, SCHEMES = 6 };
+static const char *const NAMES[T] = {"w32", "h16", "b16", "one", "grid"};
+static const int64_t ROWS[T] = {41, 29, 17, 1, 33};
+static const int32_t DIMS[T] = {6, 5, 4, 3, 8};
+static const ember_dtype DTYPES[T] = {EMBER_DTYPE_F32, EMBER_DTYPE_F16, EMBER_DTYPE_BF16, EMBER_DTYPE_F32,
+                                      EMBER_DTYPE_F32};
+static const ember_optim_kind OPTS[T] = {EMBER_OPT_ROWWISE_ADAGRAD, EMBER_OPT_ADAM, EMBER_OPT_ADAGRAD, EMBER_OPT_SGD,
+                                         EMBER_OPT_PARTIAL_ROWWISE_ADAM};
+
+// Table t under scheme s on w ranks (ranks: the caller's buffer of 16).
+static ember_table_plan plan_of(int s, int t, int w, int32_t *ranks) {
+    ember_table_plan p;
+    memset(&p, 0, sizeof p);
+    p.ranks = ranks;
+    switch (s % SCHEMES) {
+    case 0: p.scheme = EMBER_SHARD_DATA_PARALLEL; break;
+    case 1: p.scheme = EMBER_SHARD_TABLE_WISE; ranks[0] = t % w; break;
+    case 2:
+        p.scheme = EMBER_SHARD_COLUMN_WISE;
+        p.num_shards = 2 + t % 2 <= DIMS[t] ? 2 + t % 2 : DIMS[t];
+        for (int i = 0; i < p.num_shards; i++) ranks[i] = (t + i) % w;
+        break;
+    case 3: p.scheme = EMBER_SHARD_ROW_WISE; break;
+    case 4:
+        p.scheme = EMBER_SHARD_TABLE_ROW_WISE;
+        p.group_size = w;
+        for (int i = 0; i < w; i++) ranks[i] = w - 1 - i;
+        break;
+    default:
+        p.scheme = EMBER_SHARD_GRID;
+        p.num_shards = 2;
+        p.group_size = w;
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < w; k++) ranks[c * w + k] = (k + c) % w;
+    }
+    p.num_ranks = ember_table_plan_ranks_needed(&p);
+    if (!p.num_ranks) p.ranks = NULL;
+    return p;
+}
+
+typedef struct coll {
+    ember_ctx *ctx;
+    ember_comm *comm;
+    ember_sebc *s;
+    counter mem;
+} coll;
+
+// The five tables on `comm`, table t under scheme (shift + t) (or all under `only` >= 0).
+static ember_status coll_open(coll *c, MPI_Comm comm, int shift) {
+    memset(c, 0, sizeof *c);
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    cc.allocator = (ember_allocator){count_alloc, count_free, &c->mem};
+    if (ember_ctx_create(&cc, &c->ctx) != EMBER_OK || ember_comm_create(c->ctx, comm, &c->comm) != EMBER_OK)
+        return EMBER_ERR_INVALID_ARG;
+    int w = 0;
+    MPI_Comm_size(comm, &w);
+    ember_table_config tc[T];
+    ember_feature_config fc[T];
+    ember_table_plan plan[T];
+    int32_t ranks[T][16];
+    for (int t = 0; t < T; t++) {
+        ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+        o.kind = OPTS[t];
+        tc[t] = (ember_table_config){NAMES[t], ROWS[t], DIMS[t], EMBER_POOL_SUM, DTYPES[t],
+                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+        fc[t] = (ember_feature_config){NAMES[t], t};
+        plan[t] = plan_of(shift + t, t, w, ranks[t]);
+    }
+    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0};
+    return ember_sebc_create(c->comm, &cfg, plan, EMBER_GRAD_MEAN, &c->s);
+}
+
+static void coll_close(coll *c) {
+    ember_sebc_destroy(c->s);
+    ember_comm_destroy(c->comm);
+    ember_ctx_destroy(c->ctx);
+}
+
+// Every tensor of every table as stored (native dtype), gathered on every rank, plus the steps.
+typedef struct snapshot {
+    unsigned char *data[T][EMBER_MAX_TENSORS];
+    size_t bytes[T][EMBER_MAX_TENSORS];
+    int64_t step[T];
+} snapshot;
+
+static ember_status snap(ember_sebc *s, snapshot *z) {
+    memset(z, 0, sizeof *z);
+    ember_status st = EMBER_OK;
+    for (int t = 0; t < T && st == EMBER_OK; t++) {
+        ember_tensor_info ti[EMBER_MAX_TENSORS];
+        const int32_t n = ember_table_tensors(ember_sebc_table(s, t), ti);
+        for (int k = 0; k < n && st == EMBER_OK; k++) {
+            const ember_dtype dt = k == 0 ? ember_sebc_table(s, t)->dtype : EMBER_DTYPE_F32;
+            z->bytes[t][k] = (size_t)ti[k].rows * (size_t)ti[k].cols * (dt == EMBER_DTYPE_F32 ? 4 : 2);
+            z->data[t][k] = malloc(z->bytes[t][k]);
+            st = ember_sebc_read_as(s, t, ti[k].name, dt, z->data[t][k], -1);
+        }
+        if (st == EMBER_OK) st = ember_sebc_step(s, t, &z->step[t]);
+    }
+    return st;
+}
+
+static bool snap_equal(const snapshot *a, const snapshot *b) {
+    for (int t = 0; t < T; t++) {
+        if (a->step[t] != b->step[t]) return false;
+        for (int k = 0; k < EMBER_MAX_TENSORS; k++)
+            if (a->bytes[t][k] != b->bytes[t][k] || (a->bytes[t][k] && memcmp(a->data[t][k], b->data[t][k], a->bytes[t][k])))
+                return false;
+    }
+    return true;
+}
+
+static void snap_free(snapshot *z) {
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < EMBER_MAX_TENSORS; k++) free(z->data[t][k]);
+}
+
+// Distinct values in every tensor (rounded into 16-bit weights by the write) and steps 100 + t.
+static ember_status fill(ember_sebc *s, uint64_t seed) {
+    test_rng rng = {seed};
+    ember_status st = EMBER_OK;
+    for (int t = 0; t < T && st == EMBER_OK; t++) {
+        ember_tensor_info ti[EMBER_MAX_TENSORS];
+        const int32_t n = ember_table_tensors(ember_sebc_table(s, t), ti);
+        for (int k = 0; k < n && st == EMBER_OK; k++) {
+            const size_t cnt = (size_t)ti[k].rows * (size_t)ti[k].cols;
+            float *v = malloc(sizeof(float) * cnt);
+            for (size_t i = 0; i < cnt; i++) v[i] = (float)(k ? rng_uniform(&rng) : rng_uniform(&rng) * 2 - 1);
+            st = ember_sebc_write(s, t, ti[k].name, v, -1);
+            free(v);
+        }
+        if (st == EMBER_OK) st = ember_sebc_set_step(s, t, 100 + t);
+    }
+    return st;
+}
+
+// A directory every rank knows: made by rank 0 under the test's scratch directory.
+static void shared_dir(char *dst, size_t cap, const char *name) {
+    char base[64] = "";
+    if (R == 0) snprintf(base, sizeof base, "%s", test_tmpdir);
+    MPI_Bcast(base, sizeof base, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(dst, cap, "%s/%s", base, name);
+}
+
+static int scratch_setup(void **state) {
+    int rc = R == 0 ? test_tmpdir_make(state) : 0;
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return rc;
+}
+
+static int scratch_teardown(void **state) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return R == 0 ? test_tmpdir_remove(state) : 0;
+}
+
+static void reshard_every_world_size(void **state) {
+    (void)state;
+    coll a;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, coll_open(&a, MPI_COMM_WORLD, 2) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, fill(a.s, 11) == EMBER_OK);
+    snapshot ref;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
+    char dir[128];
+    shared_dir(dir, sizeof dir, "reshard");
+    // Records of at most 40 bytes: every piece is cut into many, and a loader's piece of other
+    // columns patches rows from several records.
+    ember_checkpoint_options small = {40, NULL, 0};
+    ember_status st = ember_checkpoint_save(a.s, dir, &small);
+    if (st != EMBER_OK) fprintf(stderr, "rank %d: %s\n", R, ember_ctx_errmsg(a.ctx));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
+    for (int w = 1; w <= W; w++) {
+        for (int shift = 0; shift < SCHEMES; shift += 1) {
+            // Into w ranks under every rotation of the schemes, then saved there and loaded back
+            // into the W-rank collection (refilled first, so the load must change everything).
+            MPI_Comm sub;
+            MPI_Comm_split(MPI_COMM_WORLD, R < w ? 0 : MPI_UNDEFINED, R, &sub);
+            bool ok = true;
+            char back[160];
+            snprintf(back, sizeof back, "%s_back_%d_%d", dir, w, shift);
+            if (sub != MPI_COMM_NULL) {
+                coll b;
+                ok = coll_open(&b, sub, shift) == EMBER_OK;
+                st = ok ? ember_checkpoint_load(b.s, dir, shift % 2 ? &small : NULL) : EMBER_ERR_INVALID_ARG;
+                if (st != EMBER_OK) fprintf(stderr, "rank %d (w %d, shift %d): %s\n", R, w, shift, ember_ctx_errmsg(b.ctx));
+                snapshot z;
+                ok = ok && st == EMBER_OK && snap(b.s, &z) == EMBER_OK;
+                if (ok) {
+                    if (!snap_equal(&ref, &z)) {
+                        fprintf(stderr, "rank %d: loaded under w %d, shift %d: not bitwise the saved state\n", R, w, shift);
+                        ok = false;
+                    }
+                    snap_free(&z);
+                }
+                ok = ok && ember_checkpoint_save(b.s, back, shift % 3 ? &small : NULL) == EMBER_OK;
+                coll_close(&b);
+                MPI_Comm_free(&sub);
+            }
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, fill(a.s, 99) == EMBER_OK);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, back, NULL) == EMBER_OK);
+            snapshot z;
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &z) == EMBER_OK);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap_equal(&ref, &z));
+            snap_free(&z);
+        }
+    }
+    snap_free(&ref);
+    coll_close(&a);
+}
+
+// ---- Bounded memory ---------------------------------------------------------------------------
+
+static void bounded_memory(void **state) {
+    (void)state;
+    enum { BIG_ROWS = 120000, BIG_DIM = 16 };
+    const size_t chunk = 256 << 10;
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    counter mem = {0, 0};
+    cc.allocator = (ember_allocator){count_alloc, count_free, &mem};
+    ember_ctx *ctx = NULL;
+    ember_comm *comm = NULL;
+    assert_int_equal(ember_ctx_create(&cc, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
+    ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+    o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    ember_table_config tc = {"big", BIG_ROWS, BIG_DIM, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+    ember_feature_config fc = {"f", 0};
+    ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 3, 0, 0};
+    int32_t ranks[16];
+    ember_table_plan rw = plan_of(3, 0, W, ranks);
+    ember_sebc *s = NULL, *s2 = NULL;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(comm, &cfg, &rw, EMBER_GRAD_MEAN, &s) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_set_step(s, 0, 5) == EMBER_OK);
+    char dir[128];
+    shared_dir(dir, sizeof dir, "big");
+    ember_checkpoint_options opts = {chunk, NULL, 0};
+    const size_t table_bytes = mem.now; // the collection: this rank's piece and its buffers
+    mem.peak = mem.now;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(s, dir, &opts) == EMBER_OK);
+    const size_t save_extra = mem.peak - table_bytes;
+    // Loaded into column slices on other ranks: records of other columns, patched chunk by chunk.
+    ember_table_plan cw = {EMBER_SHARD_COLUMN_WISE, 3, 0, 3, ranks};
+    for (int i = 0; i < 3; i++) ranks[i] = (i + 1) % W;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(comm, &cfg, &cw, EMBER_GRAD_MEAN, &s2) == EMBER_OK);
+    const size_t before_load = mem.now;
+    mem.peak = mem.now;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(s2, dir, &opts) == EMBER_OK);
+    const size_t load_extra = mem.peak - before_load;
+    // The bound: two chunks, plus the manifest's text and records (a few hundred bytes a record).
+    const size_t bound = 2 * chunk + (64 << 10);
+    const double piece_mib = (double)BIG_ROWS * (BIG_DIM + 1) * 4.0 / W / (1 << 20);
+    if (R == 0)
+        printf("bounded_memory: W %d, table %.1f MiB (%.1f MiB per rank), chunk %zu KiB: peak extra %zu KiB saving, "
+               "%zu KiB loading (bound %zu KiB)\n",
+               W, (double)BIG_ROWS * (BIG_DIM + 1) * 4.0 / (1 << 20), piece_mib, chunk >> 10, save_extra >> 10,
+               load_extra >> 10, bound >> 10);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, save_extra <= bound && load_extra <= bound);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, piece_mib * (1 << 20) > 4.0 * (double)chunk); // several chunks per piece
+    // And the values arrived (compared through the gathering state dict, outside the measure).
+    float *x = malloc(sizeof(float) * BIG_ROWS * BIG_DIM), *y = malloc(sizeof(float) * BIG_ROWS * BIG_DIM);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", x, -1) == EMBER_OK &&
+                                        ember_sebc_read(s2, 0, "weight", y, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(x, y, sizeof(float) * BIG_ROWS * BIG_DIM) == 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "momentum1", x, -1) == EMBER_OK &&
+                                        ember_sebc_read(s2, 0, "momentum1", y, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(x, y, sizeof(float) * BIG_ROWS) == 0);
+    int64_t step = 0;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_step(s2, 0, &step) == EMBER_OK && step == 5);
+    free(x);
+    free(y);
+    ember_sebc_destroy(s);
+    ember_sebc_destroy(s2);
+    ember_comm_destroy(comm);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(ctx) == 0);
+    ember_ctx_destroy(ctx);
+}
+
+// ---- Commit protocol and errors -------------------------------------------------------------------
+
+static bool has(const ember_ctx *ctx, const char *text) {
+    const bool yes = strstr(ember_ctx_errmsg(ctx), text) != NULL;
+    if (!yes) fprintf(stderr, "rank %d: message \"%s\" lacks \"%s\"\n", R, ember_ctx_errmsg(ctx), text);
+    return yes;
+}
+
+// Names in dir matching a suffix or a prefix (counted by rank 0, broadcast).
+static int count_names(const char *dir, const char *prefix, const char *suffix) {
+    int n = 0;
+    if (R == 0) {
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            const size_t l = strlen(e->d_name), s = strlen(suffix);
+            if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && l >= s && strcmp(e->d_name + l - s, suffix) == 0) n++;
+        }
+        if (d) closedir(d);
+    }
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return n;
+}
+
+static void touch(const char *dir, const char *name, const char *text) {
+    if (R != 0) return;
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static long file_size(const char *dir, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void commit_protocol(void **state) {
+    (void)state;
+    coll a;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, coll_open(&a, MPI_COMM_WORLD, 1) == EMBER_OK);
+    ember_ctx *ctx = a.ctx;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, fill(a.s, 5) == EMBER_OK);
+    snapshot ref, z;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
+    char dir[128], empty[128];
+    shared_dir(dir, sizeof dir, "ck");
+    shared_dir(empty, sizeof empty, "empty");
+    if (R == 0) mkdir(empty, 0777);
+
+    // Nothing there, or not a checkpoint: the path and the reason, on every rank.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_ERR_IO);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "/ck': cannot open: No such file or directory"));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, empty, NULL) == EMBER_ERR_FORMAT);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "has no manifest.json"));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, "no/such/dir", NULL) == EMBER_ERR_IO);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "cannot create directory 'no/such/dir': No such file or directory"));
+
+    // Blobs: checked on every rank before anything is written.
+    const double dense[3] = {1.5, -2.25, 3.0};
+    const char json[] = "{\"step\": 7}";
+    ember_checkpoint_blob blobs[3] = {{"dense.params", dense, sizeof dense}, {"trainer.json", json, sizeof json - 1},
+                                      {"bad/name", json, 1}};
+    ember_checkpoint_options bad = {0, blobs, 3}, good = {0, blobs, 2};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &bad) == EMBER_ERR_INVALID_ARG);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "blob 2 name 'bad/name'"));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &good) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, count_names(dir, "g1-r", ".bin") >= 1 && count_names(dir, "", ".partial") == 0);
+    {
+        ember_checkpoint *c = NULL;
+        double back[3] = {0};
+        char text[64] = "";
+        size_t n = 0;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_generation(c) == 1 && ember_checkpoint_world_size(c) == W &&
+                                            ember_checkpoint_num_tables(c) == T && ember_checkpoint_num_blobs(c) == 2);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_read_blob(c, "dense.params", back, sizeof back, &n) == EMBER_OK &&
+                                            n == sizeof dense && memcmp(back, dense, sizeof dense) == 0);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_read_blob(c, "trainer.json", text, sizeof text, &n) == EMBER_OK &&
+                                            n == strlen(json) && memcmp(text, json, n) == 0);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_read_blob(c, "trainer.json", text, 3, &n) == EMBER_ERR_INVALID_ARG);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_read_blob(c, "nope", text, 3, &n) == EMBER_ERR_INVALID_ARG &&
+                                            has(ctx, "has no blob 'nope'"));
+        ember_checkpoint_table info;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_table_info(c, 1, &info) == EMBER_OK &&
+                                            strcmp(info.name, "h16") == 0 && info.rows == 29 && info.dim == 5 &&
+                                            info.optim == EMBER_OPT_ADAM && info.dtype == EMBER_DTYPE_F16 &&
+                                            info.step == 101 && info.bytes == 29 * 5 * (2 + 4 + 4));
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_verify(c) == EMBER_OK);
+        ember_checkpoint_close(c);
+    }
+
+    // A full disk on the last rank while it writes its records: every rank fails with the reason,
+    // nothing of the new generation remains, and the previous checkpoint loads as it was.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, fill(a.s, 6) == EMBER_OK);
+    if (R == W - 1) ember__dfile_fail_after(50, ENOSPC);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &good) == EMBER_ERR_IO);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "No space left on device") && has(ctx, "previous checkpoint is kept"));
+    ember__dfile_fail_after(-1, 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, count_names(dir, "g2-", "") == 0 && count_names(dir, "", ".partial") == 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &z) == EMBER_OK && snap_equal(&ref, &z));
+    snap_free(&z);
+
+    // A full disk at the commit itself (rank 0's manifest, after every record is durable).
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, fill(a.s, 7) == EMBER_OK);
+    long data0 = file_size(dir, "g1-r0.bin");
+    MPI_Bcast(&data0, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    if (R == 0) ember__dfile_fail_after(data0 + 10, ENOSPC); // same records as generation 1
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &good) == EMBER_ERR_IO);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "manifest.json' failed: No space left on device"));
+    ember__dfile_fail_after(-1, 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, count_names(dir, "g2-", "") == 0 && count_names(dir, "", ".partial") == 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &z) == EMBER_OK && snap_equal(&ref, &z));
+    snap_free(&z);
+
+    // What killed saves leave behind goes at the next commit; other files stay.
+    touch(dir, "g7-r0.bin.partial", "torn");
+    touch(dir, "g7-r9.bin", "torn");
+    touch(dir, "manifest.json.partial", "{");
+    touch(dir, "notes.txt", "mine");
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &good) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, count_names(dir, "g7-", "") == 0 && count_names(dir, "", ".partial") == 0 &&
+                                        count_names(dir, "g1-", "") == 0 && count_names(dir, "g8-", ".bin") >= 1 &&
+                                        count_names(dir, "notes.txt", "") == 1);
+
+    // A damaged record: refused with its CRC, naming table and rows.
+    if (R == 0) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/g8-r0.bin", dir);
+        FILE *f = fopen(path, "r+b");
+        fseek(f, 10, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, 10, SEEK_SET);
+        fputc(c ^ 0x40, f);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_ERR_FORMAT);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "fails its CRC-32"));
+    {
+        ember_checkpoint *c = NULL;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_verify(c) == EMBER_ERR_FORMAT && has(ctx, "fails its CRC-32"));
+        ember_checkpoint_close(c);
+    }
+
+    // Another shape or optimizer under the same name: refused before any table changes, in words.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, NULL) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
+    {
+        ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+        ember_table_config tc = {"w32", 40, 6, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0};
+        ember_feature_config fc = {"f", 0};
+        ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 1, 0, 0};
+        ember_table_plan dp = {EMBER_SHARD_DATA_PARALLEL, 0, 0, 0, NULL};
+        ember_sebc *o1 = NULL;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(a.comm, &cfg, &dp, EMBER_GRAD_MEAN, &o1) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(o1, dir, NULL) == EMBER_ERR_FORMAT);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "table 'w32' rows: 41 in checkpoint"));
+        ember_sebc_destroy(o1);
+        tc.rows = 41;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(a.comm, &cfg, &dp, EMBER_GRAD_MEAN, &o1) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(o1, dir, NULL) == EMBER_ERR_FORMAT);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "optimizer: rowwise_adagrad in checkpoint") && has(ctx, ", sgd here"));
+        ember_sebc_destroy(o1);
+        tc.name = "absent";
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(a.comm, &cfg, &dp, EMBER_GRAD_MEAN, &o1) == EMBER_OK);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(o1, dir, NULL) == EMBER_ERR_FORMAT &&
+                                            has(ctx, "table 'absent' is not in checkpoint"));
+        ember_sebc_destroy(o1);
+    }
+    // A manifest that is not one: refused, the collection unchanged.
+    touch(empty, "manifest.json", "{\"format\": \"ember-checkpoint\", \"version\": 3}");
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, empty, NULL) == EMBER_ERR_FORMAT &&
+                                        has(ctx, "'version' is not 2"));
+    touch(empty, "manifest.json", "{\"format\": \"ember-checkpoint\", ");
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, empty, NULL) == EMBER_ERR_FORMAT &&
+                                        has(ctx, "not valid JSON"));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &z) == EMBER_OK && snap_equal(&ref, &z));
+    snap_free(&z);
+    snap_free(&ref);
+    coll_close(&a);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    const char *only = argc > 1 ? argv[1] : "";
+    struct CMUnitTest all[] = {
+        cmocka_unit_test(reshard_every_world_size),
+        cmocka_unit_test(bounded_memory),
+        cmocka_unit_test(commit_protocol),
+    };
+    struct CMUnitTest chosen[sizeof all / sizeof all[0]];
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!only[0] || strstr(all[i].name, only)) chosen[n++] = all[i];
+    int fails = _cmocka_run_group_tests("checkpoint", chosen, (size_t)n, scratch_setup, scratch_teardown);
+    MPI_Finalize();
+    return fails;
+}
