@@ -81,3 +81,9 @@ add_test(NAME dist.checkpoint.kill_loop.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.checkpoint.kill_loop.np2 PROPERTIES TIMEOUT 600 LABELS "dist;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# A real full disk (a 32 MiB tmpfs; skipped with the reason where mounting one is not allowed).
+add_test(NAME dist.checkpoint.tmpfs_full.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_tmpfs.sh $<TARGET_FILE:ckpt_saver> 2
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.checkpoint.tmpfs_full.np2 PROPERTIES TIMEOUT 300 LABELS "dist;mpi" PROCESSORS 2
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
