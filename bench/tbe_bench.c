@@ -35,7 +35,6 @@ static const tbe_bench_shape SHAPE_QUICK = {4, 1000, 32, 16, 5};
 static const char *const OP_NAMES[] = {"fwd", "train_sgd", "train_rowwise_adagrad", "train_adam",
                                        "step_sgd", "step_rowwise_adagrad", "step_adam"};
 enum { NUM_OPS = 7 };
-static const char *const DTYPE_NAMES[] = {"fp32", "fp16", "bf16"};
 
 static ember_optim_kind op_optim(int op) {
     switch (op) {
@@ -354,7 +353,7 @@ static void case_key(const run *r, bench_json *j, const char *op, const tbe_benc
         bench_json_begin(j, o->out, "tbe");
         bench_json_str(j, "op", op);
         bench_json_str(j, "pool", pn);
-        bench_json_str(j, "dtype", DTYPE_NAMES[dt]);
+        bench_json_str(j, "dtype", ember_dtype_name((ember_dtype)dt));
         bench_json_int(j, "T", s->T);
         bench_json_int(j, "E", s->E);
         bench_json_int(j, "D", s->D);
@@ -364,7 +363,7 @@ static void case_key(const run *r, bench_json *j, const char *op, const tbe_benc
         bench_json_int(j, "threads", threads);
         bench_json_host(j, r->ctx);
     } else {
-        fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt", op, pn, DTYPE_NAMES[dt], dn, (int)s->T,
+        fprintf(o->out, "%-26s %-4s %-4s %-7s T=%-2d E=%-7lld %2dt", op, pn, ember_dtype_name((ember_dtype)dt), dn, (int)s->T,
                 (long long)s->E, threads);
     }
 }
@@ -634,7 +633,7 @@ static void target_line(const run *r, const result *x, const char *name, double 
         bench_json_host(&j, r->ctx);
         bench_json_str(&j, "target", name);
         bench_json_str(&j, "pool", x->pool ? "mean" : "sum");
-        bench_json_str(&j, "dtype", DTYPE_NAMES[x->dtype]);
+        bench_json_str(&j, "dtype", ember_dtype_name((ember_dtype)x->dtype));
         bench_json_int(&j, "T", o->shapes[x->shape].T);
         bench_json_int(&j, "E", o->shapes[x->shape].E);
         bench_json_str(&j, "dist", x->dist ? "zipf" : "uniform");
@@ -863,7 +862,9 @@ int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o) {
         } else if (!strcmp(name, "--pool") || !strcmp(name, "--pools")) {
             bad = parse_list(v, pools, 2, &o->pools);
         } else if (!strcmp(name, "--dtype") || !strcmp(name, "--dtypes")) {
-            bad = parse_list(v, DTYPE_NAMES, 3, &o->dtypes);
+            const char *dtypes[3];
+            for (int d = 0; d < 3; d++) dtypes[d] = ember_dtype_name((ember_dtype)d);
+            bad = parse_list(v, dtypes, 3, &o->dtypes);
         } else if (!strcmp(name, "--dist") || !strcmp(name, "--dists")) {
             bad = parse_list(v, dists, 2, &o->dists);
         } else if (!strcmp(name, "--threads")) {
