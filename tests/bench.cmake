@@ -26,3 +26,9 @@ foreach(np 1 2 3)
   ember_mpi_test(bench.shard.np${np} ${np} ember_cli bench shard --quick)
   set_tests_properties(bench.shard.np${np} PROPERTIES LABELS "bench;mpi")
 endforeach()
+# `ember bench ckpt` once at a tiny size: save, loads from the page cache and the disk, a
+# resharding load; the exit status checks the sampled rows and steps after every load.
+foreach(np 1 2)
+  ember_mpi_test(bench.ckpt.np${np} ${np} ember_cli bench ckpt --quick)
+  set_tests_properties(bench.ckpt.np${np} PROPERTIES LABELS "bench;mpi")
+endforeach()

@@ -87,3 +87,19 @@ add_test(NAME dist.checkpoint.tmpfs_full.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.checkpoint.tmpfs_full.np2 PROPERTIES TIMEOUT 300 LABELS "dist;mpi" PROCESSORS 2
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
+
+# Checkpoints readable outside ember: a checkpoint of every dtype, optimizer-state shape and
+# scheme (64-byte records, two blobs) read back with the Python standard library and numpy alone
+# (tests/python/read_checkpoint.py: CRC-32 of every record, each element covered exactly once,
+# steps, blobs) and compared bitwise with the gathered state dict. Debian's interpreter, where
+# apt's python3-numpy lives (scripts/setup.sh); without numpy the test fails, naming the fix.
+ember_test_exe(ckpt_dump dist/ckpt_dump.c)
+add_dependencies(ember_mpi_tests ckpt_dump)
+foreach(np 2 3)
+  add_test(NAME dist.checkpoint.numpy_reader.np${np}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_numpy.sh $<TARGET_FILE:ckpt_dump>
+                   ${CMAKE_CURRENT_SOURCE_DIR}/python/read_checkpoint.py /usr/bin/python3 ${np}
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
+  set_tests_properties(dist.checkpoint.numpy_reader.np${np} PROPERTIES TIMEOUT 300 LABELS "dist;mpi"
+                       PROCESSORS ${np} ENVIRONMENT "${EMBER_MPI_ENV}")
+endforeach()
