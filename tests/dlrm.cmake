@@ -29,6 +29,14 @@ foreach(backend ${EMBER_TRAIN_BACKENDS})
     ember_mpi_test(dist.train.${backend}.bad_input.np${np} ${np} test_train --backend ${backend} --case bad_input)
   endforeach()
 endforeach()
+# Checkpoints (the sharded collection saves and loads them): train N steps uninterrupted, or K
+# steps, save, and resume in a fresh run to N: the same bits at the same world size for every
+# embedding optimizer (dense sgd, adagrad, adam in turn), and within fp32 round-off when the
+# checkpoint of 2 ranks is resumed by 1 and by 3.
+foreach(np 1 2)
+  ember_mpi_test(dist.train.sebc.resume.np${np} ${np} test_train --backend sebc --case resume_is_exact)
+endforeach()
+ember_mpi_test(dist.train.sebc.resume_world.np3 3 test_train --backend sebc --case resume_under_another_world_size)
 
 ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
 target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)
@@ -116,6 +124,25 @@ add_test(NAME dist.train.cli.plan_roundtrip.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.plan_roundtrip.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# Checkpoints from the command line: `train --save_dir` killed after its first checkpoint,
+# `train --resume` ends with the uninterrupted run's digest, `ckpt info --verify`, `eval --load`,
+# and a resume with another model refused in one line.
+add_test(NAME dist.train.cli.resume_kill.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/resume_kill.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.resume_kill.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
+               "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1
+               train --resume nonexistent)
+ember_cli_test(dist.train.cli.interval_without_dir 0 2
+               "^ember train: --checkpoint_interval saves checkpoints: give --save_dir DIR" 1
+               train --checkpoint_interval 10)
+ember_cli_test(cli.eval.help 0 0 "^  --load DIR " 1 eval --help)
+ember_cli_test(cli.eval.no_load 0 2 "^ember eval: --load DIR is required" 1 eval)
+ember_cli_test(cli.ckpt.help 0 0 "^usage: ember ckpt info \\[--verify\\] DIR" 1 ckpt --help)
+ember_cli_test(cli.ckpt.missing 0 1 "^ember ckpt info: error: checkpoint 'nonexistent': cannot open it" 1
+               ckpt info nonexistent)
 set(_plans ${CMAKE_CURRENT_SOURCE_DIR}/data/plans)
 set(_short --batch_size 512 --limit_train_batches 2 --limit_val_batches 1 --eval_interval 0 --progress lines)
 ember_cli_test(dist.train.cli.plan_file.np2 2 0 "^    t_cat_[0-9]+ +[0-9]+ rows  tw   rank 1$" 26

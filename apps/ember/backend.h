@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "ember/shard.h"
+#include "ember/state.h"
 
 typedef struct dlrm_backend {
     void *impl;
@@ -24,6 +25,12 @@ typedef struct dlrm_backend {
     // dst [rows, cols] := table t's named tensor (ember_sebc_read), on rank 0 only. Collective.
     // NULL when the backend cannot (ember train --digest then leaves the tables out).
     ember_status (*read)(void *impl, int32_t table, const char *tensor, float *dst);
+    // Checkpoints (include/ember/state.h): save writes every table, its optimizer state and step
+    // counter, and opts' blobs, into checkpoint directory `dir`; load reads every table back
+    // (any world size and plan). Collective. NULL when the backend cannot: ember train then
+    // refuses --save_dir and --resume, and ember eval --load, with a message saying so.
+    ember_status (*save)(void *impl, const char *dir, const ember_checkpoint_options *opts);
+    ember_status (*load)(void *impl, const char *dir);
     void (*destroy)(void *impl); // collective; impl NULL accepted
 } dlrm_backend;
 

@@ -27,6 +27,14 @@ static ember_status read(void *impl, int32_t table, const char *tensor, float *d
     return ember_sebc_read(((sebc_backend *)impl)->sebc, table, tensor, dst, 0);
 }
 
+static ember_status save(void *impl, const char *dir, const ember_checkpoint_options *opts) {
+    return ember_checkpoint_save(((sebc_backend *)impl)->sebc, dir, opts);
+}
+
+static ember_status load(void *impl, const char *dir) {
+    return ember_checkpoint_load(((sebc_backend *)impl)->sebc, dir, NULL);
+}
+
 static void destroy(void *impl) {
     sebc_backend *b = impl;
     if (!b) return;
@@ -56,6 +64,8 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->backward = backward;
     out->reduce_dense_grads = reduce_dense_grads;
     out->read = read;
+    out->save = save;
+    out->load = load;
     out->destroy = destroy;
     return EMBER_OK;
 }

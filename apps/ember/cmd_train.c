@@ -60,6 +60,18 @@ static const char help[] =
     "  --threads N                       threads per rank, each pinned to a CPU of its own (default:\n"
     "                                    OMP_NUM_THREADS, else the host's CPUs over its ranks)\n"
     "\n"
+    "checkpoints (docs/dlrm.md, Resume):\n"
+    "  --save_dir DIR                    save DIR/step-<step, 10 digits>/ (tables, dense parameters,\n"
+    "                                    optimizer state, data position) every --checkpoint_interval\n"
+    "                                    steps and at the end\n"
+    "  --checkpoint_interval N           steps between checkpoints (default 0: only at the end)\n"
+    "  --keep_checkpoints K              keep the newest K checkpoints in DIR (default 3)\n"
+    "  --resume DIR                      go on from the latest committed checkpoint of save directory\n"
+    "                                    DIR (or from checkpoint directory DIR) to the configured end;\n"
+    "                                    the model must be the same, the batch limits and epochs may\n"
+    "                                    grow. Without --save_dir, saving goes on into DIR's save\n"
+    "                                    directory with the checkpoint's interval and count\n"
+    "\n"
     "output (rank 0):\n"
     "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
     "                                    eval loss, eval AUC, planted AUC, samples/s\n"
@@ -72,9 +84,11 @@ static const char help[] =
     "                                    (equal lines: the same numbers, bit for bit)\n"
     "  -h, --help                        this text\n"
     "\n"
-    "example:\n"
+    "examples:\n"
     "  mpiexec -n 2 build/bin/ember train --batch_size 2048 --limit_train_batches 1000 \\\n"
-    "      --metrics dlrm.csv --plot dlrm.png\n";
+    "      --metrics dlrm.csv --plot dlrm.png\n"
+    "  mpiexec -n 2 build/bin/ember train --save_dir ckpt --checkpoint_interval 200   (killed at step 700)\n"
+    "  mpiexec -n 2 build/bin/ember train --resume ckpt       (on from step 600, saving into ckpt)\n";
 
 enum {
     OPT_EMBEDDING_DIM = 256,
@@ -106,6 +120,10 @@ enum {
     OPT_PLOT,
     OPT_PROGRESS,
     OPT_DIGEST,
+    OPT_SAVE_DIR,
+    OPT_CHECKPOINT_INTERVAL,
+    OPT_KEEP_CHECKPOINTS,
+    OPT_RESUME,
 };
 
 static const struct option options[] = {
@@ -138,6 +156,10 @@ static const struct option options[] = {
     {"plot", required_argument, NULL, OPT_PLOT},
     {"progress", required_argument, NULL, OPT_PROGRESS},
     {"digest", no_argument, NULL, OPT_DIGEST},
+    {"save_dir", required_argument, NULL, OPT_SAVE_DIR},
+    {"checkpoint_interval", required_argument, NULL, OPT_CHECKPOINT_INTERVAL},
+    {"keep_checkpoints", required_argument, NULL, OPT_KEEP_CHECKPOINTS},
+    {"resume", required_argument, NULL, OPT_RESUME},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -335,6 +357,18 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
         case OPT_METRICS: o->metrics_path = optarg; break;
         case OPT_PLOT: o->plot_path = optarg; break;
         case OPT_DIGEST: o->digest = true; break;
+        case OPT_SAVE_DIR: o->save_dir = optarg; break;
+        case OPT_RESUME: o->resume = optarg; break;
+        case OPT_CHECKPOINT_INTERVAL:
+            if (!cli_parse_i64("--checkpoint_interval", optarg, 0, (int64_t)1 << 40, &o->checkpoint_interval, err,
+                               cap)) {
+                return false;
+            }
+            break;
+        case OPT_KEEP_CHECKPOINTS:
+            if (!cli_parse_i64("--keep_checkpoints", optarg, 1, MAX_INT32, &v, err, cap)) return false;
+            o->keep_checkpoints = (int32_t)v;
+            break;
         case OPT_PROGRESS:
             if ((k = pick(optarg, progress, 3)) < 0) {
                 choices = "auto, bar, lines";
@@ -352,6 +386,11 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
     }
     if (optind < argc) {
         snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
+        return false;
+    }
+    if ((o->checkpoint_interval >= 0 || o->keep_checkpoints > 0) && !o->save_dir && !o->resume) {
+        snprintf(err, cap, "%s saves checkpoints: give --save_dir DIR (or --resume DIR)",
+                 o->checkpoint_interval >= 0 ? "--checkpoint_interval" : "--keep_checkpoints");
         return false;
     }
     if (sharding_given && o->plan_path) {

@@ -12,6 +12,13 @@
 // embeddings under mpiexec. See docs/dlrm.md.
 int cmd_train(int argc, char **argv);
 
+// `ember eval --load DIR`: the eval loss and AUC of a checkpoint of `ember train --save_dir`,
+// under mpiexec. See docs/dlrm.md (Resume).
+int cmd_eval(int argc, char **argv);
+
+// `ember ckpt info DIR [--verify]`: what a checkpoint holds. Local: no MPI. See docs/dlrm.md.
+int cmd_ckpt(int argc, char **argv);
+
 // `ember bench tbe`: the table-batched embedding kernels against the in-run gather limit, one
 // JSON object per case with --json. See docs/performance.md.
 int cmd_bench(int argc, char **argv);

@@ -97,6 +97,12 @@ ember_status criteo_rewind(criteo_reader *r) {
     return EMBER_OK;
 }
 
+ember_status criteo_seek(criteo_reader *r, int64_t batch) {
+    APP_TRY(criteo_rewind(r));
+    r->batch = batch;
+    return EMBER_OK;
+}
+
 const criteo_stats *criteo_get_stats(const criteo_reader *r) { return &r->stats; }
 
 // Reads the next physical line into r->line without its line ending. Returns 1 for a line,

@@ -56,6 +56,9 @@ void criteo_close(ember_ctx *ctx, criteo_reader *r);
 
 // Back to global batch 0 (the next epoch).
 ember_status criteo_rewind(criteo_reader *r);
+// Back to the start, then on to global batch `batch` (>= 0): the next criteo_next reads it,
+// skipping the lines before it unparsed (their malformed lines are not counted).
+ember_status criteo_seek(criteo_reader *r, int64_t batch);
 
 // Reads this rank's share of the next global batch into b (b->size samples, fewer than the share
 // when lines were malformed or the file ended inside the batch). *eof is true, and b->size 0, when

@@ -130,6 +130,7 @@ fail:
 int64_t dlrm_num_dense_params(const dlrm_model *m) { return m->num_params; }
 float *dlrm_dense_params(dlrm_model *m) { return m->params; }
 const float *dlrm_dense_grads(const dlrm_model *m) { return m->grads; }
+dense_optim *dlrm_dense_optim(dlrm_model *m) { return &m->optim; }
 
 ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logits) {
     const int32_t B = b->size, F = m->num_sparse;

@@ -57,5 +57,7 @@ ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scal
 int64_t dlrm_num_dense_params(const dlrm_model *m);
 float *dlrm_dense_params(dlrm_model *m);
 const float *dlrm_dense_grads(const dlrm_model *m);
+// The dense optimizer: its state (m1, m2) and step counter, which checkpoints save and restore.
+dense_optim *dlrm_dense_optim(dlrm_model *m);
 
 #endif

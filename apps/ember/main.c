@@ -19,6 +19,8 @@ typedef struct subcommand {
 // One row per subcommand (see commands.h to add one).
 static const subcommand subcommands[] = {
     {"train", cmd_train, "train DLRM on synthetic or Criteo click data (data-parallel dense, sharded embeddings)"},
+    {"eval", cmd_eval, "evaluate a saved DLRM checkpoint (ember train --save_dir) on its eval set or a Criteo file"},
+    {"ckpt", cmd_ckpt, "inspect a checkpoint: ckpt info DIR [--verify] (tables, blobs, the trainer's position)"},
     {"plan", cmd_plan, "place tables on ranks with the planner (per-rank storage and bytes per step)"},
     {"bench", cmd_bench, "benchmark the embedding kernels against the machine's gather limit (bench tbe)"},
 };

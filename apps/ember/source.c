@@ -9,6 +9,11 @@ ember_status source_rewind(source *s) {
     return s->reader ? criteo_rewind(s->reader) : EMBER_OK;
 }
 
+ember_status source_seek(source *s, int64_t batch) {
+    s->next = batch;
+    return s->reader ? criteo_seek(s->reader, batch) : EMBER_OK;
+}
+
 // This rank's share of the next global batch; *eof when the pass is over. Local.
 static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
     b->size = 0;

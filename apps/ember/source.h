@@ -22,6 +22,9 @@ typedef struct source {
 
 // Starts a pass from the first batch. Local.
 ember_status source_rewind(source *s);
+// Starts a pass from global batch `batch` (resuming: the batches before it are not read again;
+// a Criteo reader skips their lines unparsed). Local.
+ember_status source_seek(source *s, int64_t batch);
 
 typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
 

@@ -18,6 +18,7 @@
 #include "source.h"
 #include "synth.h"
 #include "train.h"
+#include "trainstate.h"
 
 // ---- Defaults (the main job) -------------------------------------------------------------------
 // 26 tables from 4 to 100k rows, as Criteo's (hashed) cardinalities spread over orders of
@@ -52,12 +53,18 @@ void train_options_default(train_options *o) {
     o->dense_optimizer = DENSE_OPT_ADAGRAD;
     o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
     o->seed = 1;
+    o->checkpoint_interval = -1; // the resumed checkpoint's, else 0: only at the end
+    o->keep_checkpoints = 0;     // the resumed checkpoint's, else 3
 }
+
+#define DEFAULT_KEEP_CHECKPOINTS 3
 
 // ---- The run -----------------------------------------------------------------------------------
 
 typedef struct run {
-    const train_options *o;
+    const train_options *o; // &opts
+    train_options opts;     // the run's options: as given, with the checkpoint's filled in
+    bool eval_only;         // ember eval --load: one evaluation of a saved model
     ember_comm *comm;
     ember_ctx *ctx;
     FILE *out;              // rank 0's report stream; NULL elsewhere or when silent
@@ -84,6 +91,15 @@ typedef struct run {
     int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
     double last_draw;       // progress bar refresh time
     uint64_t digest_losses;  // --digest: every step's global loss, in order
+    // Checkpoints.
+    bool resumed;                          // the model starts from ckpt_path
+    char ckpt_path[TRAINSTATE_PATH_MAX];   // the checkpoint resumed from (or loaded by ember eval)
+    char ckpt_save_dir[TRAINSTATE_PATH_MAX]; // the save directory it lies in, or ""
+    trainstate ckpt;                       // its trainer.json
+    int64_t ckpt_generation;
+    int32_t ckpt_world;
+    char save_dir[TRAINSTATE_PATH_MAX];    // where this run saves, or "" for nowhere
+    train_position start;                  // where training starts: zero, or the checkpoint's position
 } run;
 
 static double now_s(void) {
@@ -143,6 +159,10 @@ static ember_status validate_options(ember_ctx *ctx, const train_options *o, int
         APP_TRY(metrics_format_of(ctx, o->metrics_path, &fmt));
     }
     if (o->plot_path) APP_TRY(plot_check_gnuplot(ctx));
+    APP_CHECK(ctx, o->checkpoint_interval >= 0, EMBER_ERR_INVALID_ARG, "--checkpoint_interval %lld: expected >= 0",
+              (long long)o->checkpoint_interval);
+    APP_CHECK(ctx, o->keep_checkpoints >= 1, EMBER_ERR_INVALID_ARG, "--keep_checkpoints %d: expected >= 1",
+              (int)o->keep_checkpoints);
     dlrm_config mc = model_config(o, (o->batch_size + world - 1) / world);
     return dlrm_validate(ctx, &mc);
 }
@@ -260,7 +280,7 @@ static ember_status open_data(run *R) {
                             .first_line = o->eval_data_path ? 0 : eval_lines,
                             .max_lines = 0,
                             .malformed = o->malformed};
-        APP_TRY(criteo_open(R->ctx, &tc, &R->train.reader));
+        if (!R->eval_only) APP_TRY(criteo_open(R->ctx, &tc, &R->train.reader));
         criteo_config ec = tc;
         ec.path = o->eval_data_path ? o->eval_data_path : o->data_path;
         ec.first_line = 0;
@@ -324,6 +344,19 @@ static void print_config(const run *R) {
         }
         fputc('\n', f);
     }
+    if (R->resumed) {
+        const train_position *p = &R->start;
+        fprintf(f, "  resume      '%s': step %lld, epoch %d, next batch %lld (written by %d rank%s, generation %lld)\n",
+                R->ckpt_path, (long long)p->steps, (int)p->epoch, (long long)p->next_batch, (int)R->ckpt_world,
+                R->ckpt_world > 1 ? "s" : "", (long long)R->ckpt_generation);
+    }
+    if (R->save_dir[0]) {
+        fprintf(f, "  checkpoints ");
+        if (o->checkpoint_interval > 0) fprintf(f, "every %lld steps and ", (long long)o->checkpoint_interval);
+        fprintf(f, "at the end into '%s/step-*', keeping the newest %d\n", R->save_dir, (int)o->keep_checkpoints);
+    } else if (R->resumed) {
+        fprintf(f, "  checkpoints none (the checkpoint is not in a save directory: --save_dir DIR saves)\n");
+    }
     fflush(f);
 }
 
@@ -378,13 +411,123 @@ static ember_status eval_point(run *R, metrics_row *row) {
     return ember_comm_agree(R->comm, st);
 }
 
+// ---- Checkpoints -------------------------------------------------------------------------------
+
+// Saves the run after `step` into save_dir/step-<step>/: the tables through the backend
+// (include/ember/state.h) with trainer.json and the dense blobs (trainstate.h), then removes the
+// checkpoints beyond --keep_checkpoints. Collective.
+static ember_status save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples) {
+    const double t0 = now_s();
+    char path[TRAINSTATE_PATH_MAX + 32];
+    ember_status st = EMBER_OK;
+    if (!ckpt_step_path(R->save_dir, step, path, sizeof path)) {
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_INVALID_ARG, "--save_dir '%s': path too long", R->save_dir);
+    }
+    // The blobs must be the same on every rank: rank 0's eval digest goes to all.
+    uint64_t outputs = R->ev.digest;
+    if (st == EMBER_OK) st = ember_comm_bcast(R->comm, &outputs, sizeof outputs, 0);
+    trainstate ts = {.cfg = *R->o,
+                     .world_size = R->world,
+                     .num_dense_params = dlrm_num_dense_params(R->model),
+                     .pos = {.epoch = epoch, .next_batch = R->train.next, .steps = step, .samples = samples,
+                             .skipped_batches = R->skipped_batches},
+                     .dense_step = dlrm_dense_optim(R->model)->step,
+                     .digest_losses = R->digest_losses,
+                     .digest_outputs = outputs};
+    char *json = NULL;
+    void *scratch = NULL;
+    ember_checkpoint_blob blobs[4];
+    int32_t n = 0;
+    if (st == EMBER_OK) st = trainstate_encode(R->ctx, &ts, &json);
+    if (st == EMBER_OK) {
+        blobs[0] = (ember_checkpoint_blob){.name = TRAINSTATE_BLOB, .data = json, .bytes = strlen(json)};
+        st = trainstate_dense_blobs(R->ctx, R->model, blobs + 1, &n, &scratch);
+    }
+    st = ember_comm_agree(R->comm, st);
+    if (st == EMBER_OK) {
+        ember_checkpoint_options opts = EMBER_CHECKPOINT_OPTIONS_DEFAULT;
+        opts.blobs = blobs;
+        opts.num_blobs = 1 + n;
+        st = R->backend.save(R->backend.impl, path, &opts);
+    }
+    trainstate_text_free(json);
+    ember_ctx_free(R->ctx, scratch);
+    int32_t removed = 0;
+    if (st == EMBER_OK) {
+        ember_status pruned = R->rank == 0 ? ckpt_prune(R->ctx, R->save_dir, step, R->o->keep_checkpoints, &removed)
+                                           : EMBER_OK;
+        st = ember_comm_agree(R->comm, pruned);
+    }
+    if (st == EMBER_OK && R->out) {
+        if (R->o->progress_bar) fputs("\r\033[K", R->out);
+        fprintf(R->out, "checkpoint '%s' saved in %.2f s", path, now_s() - t0);
+        if (removed) fprintf(R->out, "; removed %d older", (int)removed);
+        fputc('\n', R->out);
+        fflush(R->out);
+    }
+    return st;
+}
+
+// Finds the checkpoint `dir` names (rank 0 looks, every rank learns it) and reads its trainer
+// state. Collective.
+static ember_status open_checkpoint(run *R, const char *flag, const char *dir) {
+    struct {
+        char path[TRAINSTATE_PATH_MAX], save_dir[TRAINSTATE_PATH_MAX];
+    } *where = app_calloc(R->ctx, sizeof *where, "checkpoint path");
+    ember_status st = where ? EMBER_OK : EMBER_ERR_NOMEM;
+    if (st == EMBER_OK && R->rank == 0) st = ckpt_resolve(R->ctx, flag, dir, where->path, where->save_dir);
+    st = ember_comm_agree(R->comm, st);
+    if (st == EMBER_OK) st = ember_comm_bcast(R->comm, where, sizeof *where, 0);
+    if (st == EMBER_OK) {
+        memcpy(R->ckpt_path, where->path, sizeof R->ckpt_path);
+        memcpy(R->ckpt_save_dir, where->save_dir, sizeof R->ckpt_save_dir);
+        ember_checkpoint *c = NULL;
+        st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
+        if (st == EMBER_OK) {
+            R->ckpt_generation = ember_checkpoint_generation(c);
+            R->ckpt_world = ember_checkpoint_world_size(c);
+            st = trainstate_read(R->ctx, c, R->ckpt_path, &R->ckpt);
+        }
+        ember_checkpoint_close(c);
+        st = ember_comm_agree(R->comm, st);
+    }
+    ember_ctx_free(R->ctx, where);
+    if (st == EMBER_OK) {
+        R->resumed = true;
+        R->start = R->ckpt.pos;
+    }
+    return st;
+}
+
+// Loads the checkpoint into the created model: the tables through the backend, the dense
+// parameters and optimizer state, the digests' running values. Collective.
+static ember_status restore(run *R) {
+    APP_TRY(R->backend.load(R->backend.impl, R->ckpt_path));
+    ember_checkpoint *c = NULL;
+    ember_status st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
+    if (st == EMBER_OK) st = trainstate_read_dense(R->ctx, c, R->ckpt_path, R->model, R->ckpt.dense_step);
+    ember_checkpoint_close(c);
+    APP_TRY(ember_comm_agree(R->comm, st));
+    R->digest_losses = R->ckpt.digest_losses;
+    if (!R->eval_only) R->ev.digest = R->ckpt.digest_outputs;
+    return EMBER_OK;
+}
+
+// ---- Training ----------------------------------------------------------------------------------
+
 static ember_status train_loop(run *R, train_result *res) {
     const train_options *o = R->o;
-    int64_t step = 0, samples = 0, last_eval = -1;
+    const train_position *p = &R->start;
+    int64_t step = p->steps, samples = p->samples, last_eval = -1, last_save = R->resumed ? p->steps : -1;
     double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0;
-    int32_t epoch = 0;
-    for (epoch = 0; epoch < o->epochs; epoch++) {
-        APP_TRY(ember_comm_agree(R->comm, source_rewind(&R->train)));
+    int32_t epoch = p->epoch, last_epoch = p->epoch;
+    R->skipped_batches = p->skipped_batches;
+    for (; epoch < o->epochs; epoch++) {
+        // A resumed run goes on from its batch; every later epoch starts from the first.
+        const bool resume_here = R->resumed && epoch == p->epoch;
+        APP_TRY(ember_comm_agree(R->comm, resume_here ? source_seek(&R->train, p->next_batch)
+                                                      : source_rewind(&R->train)));
+        last_epoch = epoch;
         for (;;) {
             double t0 = now_s();
             fetched what;
@@ -415,14 +558,19 @@ static ember_status train_loop(run *R, train_result *res) {
                 last_eval = step;
                 win_loss = win_samples = win_time = 0.0;
             }
+            if (R->save_dir[0] && o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0) {
+                APP_TRY(save_checkpoint(R, epoch, step, samples));
+                last_save = step;
+            }
         }
     }
     if (last_eval != step) {
-        metrics_row row = {.step = step, .epoch = epoch > 0 ? epoch - 1 : 0, .samples = samples,
+        metrics_row row = {.step = step, .epoch = last_epoch, .samples = samples,
                            .train_loss = win_samples > 0.0 ? win_loss / win_samples : NAN,
                            .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN};
         APP_TRY(eval_point(R, &row));
     }
+    if (R->save_dir[0] && step != last_save) APP_TRY(save_checkpoint(R, last_epoch, step, samples));
     res->steps = step;
     res->seconds = train_time;
     const metrics_row *last = R->rank == 0 ? &R->rows[R->num_rows - 1] : NULL;
@@ -432,8 +580,12 @@ static ember_status train_loop(run *R, train_result *res) {
     res->eval_loss = final[1];
     res->planted_auc = R->ev.planted_auc;
     if (R->out) {
-        fprintf(R->out, "done: %lld steps, %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)step,
-                (long long)samples, train_time, train_time > 0.0 ? (double)samples / train_time : 0.0);
+        const int64_t run_samples = samples - p->samples;
+        fprintf(R->out, "done: %lld steps", (long long)step);
+        if (R->resumed) fprintf(R->out, " (%lld after resuming at step %lld)", (long long)(step - p->steps),
+                                (long long)p->steps);
+        fprintf(R->out, ", %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)run_samples,
+                train_time, train_time > 0.0 ? (double)run_samples / train_time : 0.0);
         fprintf(R->out, "eval AUC %.4f", res->eval_auc);
         if (!isnan(res->planted_auc)) {
             fprintf(R->out, "   planted model AUC %.4f (gap %.4f)", res->planted_auc,
@@ -448,12 +600,32 @@ static ember_status train_loop(run *R, train_result *res) {
     return EMBER_OK;
 }
 
-// --digest: hashes of the loss curve, the eval outputs, the dense parameters and every table's
-// weights and optimizer state (gathered in global coordinates), printed by rank 0. Two builds
-// that train the same numbers print the same line. Collective.
-static ember_status report_digest(run *R) {
-    uint64_t dense = digest_fold(DIGEST_SEED, dlrm_dense_params(R->model),
-                                 sizeof(float) * (size_t)dlrm_num_dense_params(R->model));
+// The final state's hashes (--digest: printed by rank 0; two builds that train the same numbers
+// print the same line) and the caller's copies of it: the dense parameters and optimizer state,
+// every table's weights and optimizer state gathered in global coordinates. Collective.
+static ember_status final_state(run *R, train_result *res) {
+    dlrm_model *m = R->model;
+    const int64_t np = dlrm_num_dense_params(m);
+    const dense_optim *opt = dlrm_dense_optim(m);
+    // Whether any rank wants the tables read (a collective), or copied to every rank.
+    int64_t want[2] = {R->o->digest || res->tables || res->dense_state, res->tables != NULL};
+    APP_TRY(ember_comm_allreduce_max_i64(R->comm, want, 2));
+    uint64_t outputs = R->ev.digest;
+    APP_TRY(ember_comm_bcast(R->comm, &outputs, sizeof outputs, 0));
+    res->digest_losses = R->digest_losses;
+    res->digest_outputs = outputs;
+    res->digest_dense = digest_fold(DIGEST_SEED, dlrm_dense_params(m), sizeof(float) * (size_t)np);
+    res->digest_tables = 0;
+    res->dense_state_len = res->tables_len = 0;
+    const float *dense[3] = {dlrm_dense_params(m), opt->m1, opt->m2};
+    for (int i = 0; i < 3; i++) {
+        if (!dense[i]) continue;
+        for (int64_t k = 0; k < np && res->dense_state; k++) {
+            if (res->dense_state_len + k < res->dense_state_cap) res->dense_state[res->dense_state_len + k] = dense[i][k];
+        }
+        res->dense_state_len += np;
+    }
+    if (!want[0]) return EMBER_OK;
     uint64_t tables = DIGEST_SEED;
     ember_status st = EMBER_OK;
     for (int32_t t = 0; t < DLRM_NUM_SPARSE && st == EMBER_OK && R->backend.read; t++) {
@@ -465,15 +637,25 @@ static ember_status report_digest(run *R) {
             st = ember_comm_agree(R->comm, buf ? EMBER_OK : EMBER_ERR_NOMEM);
             if (st == EMBER_OK) st = R->backend.read(R->backend.impl, t, info[k].name, buf);
             if (st == EMBER_OK) tables = digest_fold(tables, buf, sizeof(float) * len);
+            if (st == EMBER_OK && want[1]) st = ember_comm_bcast(R->comm, buf, sizeof(float) * len, 0);
+            if (st == EMBER_OK && want[1]) {
+                for (size_t i = 0; i < len && res->tables; i++) {
+                    if (res->tables_len + (int64_t)i < res->tables_cap) res->tables[res->tables_len + (int64_t)i] = buf[i];
+                }
+                res->tables_len += (int64_t)len;
+            }
             ember_ctx_free(R->ctx, buf);
         }
     }
-    if (st == EMBER_OK && R->out) {
+    APP_TRY(st);
+    APP_TRY(ember_comm_bcast(R->comm, &tables, sizeof tables, 0)); // read gathers onto rank 0
+    if (R->backend.read) res->digest_tables = tables;
+    if (R->o->digest && R->out) {
         fprintf(R->out, "digest: losses %016llx outputs %016llx dense %016llx tables %016llx\n",
-                (unsigned long long)R->digest_losses, (unsigned long long)R->ev.digest,
-                (unsigned long long)dense, R->backend.read ? (unsigned long long)tables : 0ull);
+                (unsigned long long)res->digest_losses, (unsigned long long)res->digest_outputs,
+                (unsigned long long)res->digest_dense, (unsigned long long)res->digest_tables);
     }
-    return st;
+    return EMBER_OK;
 }
 
 static int by_value(const void *a, const void *b) {
@@ -528,88 +710,243 @@ static void cleanup(run *R) {
     ember_ctx_free(R->ctx, R->rows);
     ember_plan_release(R->ctx, R->plan, DLRM_NUM_SPARSE);
     if (R->node != MPI_COMM_NULL) MPI_Comm_free(&R->node);
+    trainstate_free(&R->ckpt);
+}
+
+static void begin(run *R, ember_comm *comm, const train_options *o, FILE *out, train_result *res) {
+    memset(R, 0, sizeof *R);
+    R->opts = *o;
+    R->o = &R->opts;
+    R->comm = comm;
+    R->ctx = ember_comm_ctx(comm);
+    R->rank = ember_comm_rank(comm);
+    R->world = ember_comm_size(comm);
+    R->out = R->rank == 0 ? out : NULL;
+    R->node = MPI_COMM_NULL;
+    R->digest_losses = DIGEST_SEED;
+    res->steps = res->resumed_step = 0;
+    res->eval_auc = res->eval_loss = res->planted_auc = NAN;
+    res->dense_state_len = res->tables_len = 0;
+}
+
+// ember eval --load: the checkpoint's outputs on the eval set. Collective.
+static ember_status evaluate_once(run *R, train_result *res) {
+    const train_options *o = R->o;
+    if (R->out) {
+        const train_position *p = &R->start;
+        fprintf(R->out, "ember eval: '%s': DLRM after %lld steps (epoch %d), written by %d rank%s; on %d rank%s\n",
+                R->ckpt_path, (long long)p->steps, (int)p->epoch, (int)R->ckpt_world, R->ckpt_world > 1 ? "s" : "",
+                (int)R->world, R->world > 1 ? "s" : "");
+        if (o->dataset == TRAIN_SYNTHETIC) {
+            fprintf(R->out, "  data        synthetic eval split, seed %llu, zipf alpha %g: %lld global batches of %lld\n",
+                    (unsigned long long)o->seed, o->zipf_alpha, (long long)o->limit_val_batches,
+                    (long long)o->batch_size);
+        } else {
+            const char *path = o->eval_data_path ? o->eval_data_path : o->data_path;
+            fprintf(R->out, "  data        criteo '%s', ", path);
+            if (o->limit_val_batches) {
+                fprintf(R->out, "%s%lld global batches of %lld\n", o->eval_data_path ? "" : "its held-out first ",
+                        (long long)o->limit_val_batches, (long long)o->batch_size);
+            } else {
+                fprintf(R->out, "the whole file in global batches of %lld\n", (long long)o->batch_size);
+            }
+        }
+        fflush(R->out);
+    }
+    double loss = NAN, auc = NAN;
+    APP_TRY(eval_run(&R->ev, &R->eval, R->model, &R->batch, R->sizes, &loss, &auc));
+    res->steps = R->start.steps;
+    res->eval_loss = loss;
+    res->eval_auc = auc;
+    res->planted_auc = R->ev.planted_auc;
+    if (R->out) {
+        fprintf(R->out, "eval loss %.5f  eval AUC %.4f", loss, auc);
+        if (!isnan(res->planted_auc)) fprintf(R->out, "  (planted model AUC %.4f)", res->planted_auc);
+        fputc('\n', R->out);
+        fflush(R->out);
+    }
+    return EMBER_OK;
+}
+
+// Everything after the options are settled: placement, data, model, the checkpoint's state, then
+// training (or one evaluation). Collective.
+static ember_status run_model(run *R, dlrm_backend_factory factory, train_result *res) {
+    const train_options *o = R->o;
+    ember_comm *comm = R->comm;
+    R->max_local = (o->batch_size + R->world - 1) / R->world;
+    eval_init(&R->ev, comm, o->dataset == TRAIN_SYNTHETIC,
+              R->max_local * (o->limit_val_batches ? o->limit_val_batches : 64));
+    R->total_steps = o->limit_train_batches * o->epochs;
+
+    // Everything that can fail on one rank only is agreed before the next collective.
+    ember_status st = ember_comm_agree(comm, validate_options(R->ctx, o, R->world));
+    if (st == EMBER_OK) {
+        st = mpi_error(R->ctx,
+                       MPI_Comm_split_type(ember_comm_mpi(comm), MPI_COMM_TYPE_SHARED, R->rank, MPI_INFO_NULL,
+                                           &R->node),
+                       "host communicator");
+        if (st == EMBER_OK) MPI_Comm_size(R->node, &R->node_size);
+        st = ember_comm_agree(comm, st);
+    }
+    if (st == EMBER_OK) {
+        setup_tables(R);
+        // Every rank reads the same file, or runs the same pure planner on the same inputs: the
+        // same plan everywhere.
+        ember_ebc_config pe = {.tables = R->tables, .num_tables = DLRM_NUM_SPARSE, .features = R->features,
+                               .num_features = DLRM_NUM_SPARSE};
+        if (o->plan_path) {
+            st = planfile_read(R->ctx, o->plan_path, &pe, R->world, R->plan);
+        } else if (o->sharding[0] == SHARDING_AUTO) {
+            ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+            pc.world_size = R->world;
+            pc.batch_size = o->batch_size / R->world > 0 ? (int32_t)(o->batch_size / R->world) : 1;
+            st = ember_plan_create(R->ctx, &pe, &pc, R->plan, NULL);
+        } else {
+            st = sharding_plan(R->ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, R->world, R->node_size,
+                               R->plan);
+        }
+        st = ember_comm_agree(comm, st);
+    }
+    if (st == EMBER_OK) st = check_memory(R);
+    if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(R));
+    if (st == EMBER_OK) {
+        ember_ebc_config ec = {.tables = R->tables,
+                               .num_tables = DLRM_NUM_SPARSE,
+                               .features = R->features,
+                               .num_features = DLRM_NUM_SPARSE,
+                               .bounds = EMBER_BOUNDS_ERROR,
+                               .seed = o->seed,
+                               .max_batch_size = (int32_t)R->max_local,
+                               .max_nnz = DLRM_NUM_SPARSE * R->max_local};
+        st = factory(comm, &ec, R->plan, o->grad_convention, &R->backend);
+    }
+    // The backend is the same on every rank: these verdicts are too.
+    if (st == EMBER_OK && R->resumed && !R->backend.load) {
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED, "%s: this embedding backend cannot load checkpoints",
+                                 R->eval_only ? "--load" : "--resume");
+    }
+    if (st == EMBER_OK && R->save_dir[0] && !R->backend.save) {
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED, "--save_dir: this embedding backend cannot save "
+                                                                "checkpoints");
+    }
+    if (st == EMBER_OK && R->save_dir[0]) {
+        st = ember_comm_agree(comm, R->rank == 0 ? ckpt_make_save_dir(R->ctx, R->save_dir) : EMBER_OK);
+    }
+    if (st == EMBER_OK) {
+        dlrm_config mc = model_config(o, R->max_local);
+        st = ember_comm_agree(comm, dlrm_create(R->ctx, &mc, &R->backend, &R->model));
+    }
+    if (st == EMBER_OK && R->resumed) st = restore(R);
+    if (st == EMBER_OK && R->eval_only) {
+        st = evaluate_once(R, res);
+        if (st == EMBER_OK) st = final_state(R, res);
+        if (st == EMBER_OK) {
+            st = report_malformed(R, &R->eval, o->eval_data_path ? o->eval_data_path : o->data_path);
+        }
+        return st;
+    }
+    if (st == EMBER_OK) {
+        print_config(R);
+        res->resumed_step = R->start.steps;
+        st = train_loop(R, res);
+    }
+    if (st == EMBER_OK) st = final_state(R, res);
+    if (st == EMBER_OK) st = report_malformed(R, &R->train, o->data_path);
+    if (st == EMBER_OK) st = report_malformed(R, &R->eval, o->eval_data_path ? o->eval_data_path : o->data_path);
+    if (st == EMBER_OK && o->plot_path) {
+        ember_status plot = EMBER_OK;
+        if (R->rank == 0) {
+            char title[128];
+            snprintf(title, sizeof title, "ember train: DLRM, %s data, %d rank%s",
+                     o->dataset == TRAIN_SYNTHETIC ? "synthetic" : "criteo", (int)R->world, R->world > 1 ? "s" : "");
+            plot = plot_write(R->ctx, o->plot_path, R->rows, R->num_rows, title);
+            if (plot == EMBER_OK && R->out) fprintf(R->out, "plot: %s\n", o->plot_path);
+        }
+        st = ember_comm_agree(comm, plot);
+    }
+    return st;
 }
 
 ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_factory factory, FILE *out,
                        train_result *res) {
     run R;
-    memset(&R, 0, sizeof R);
-    R.o = o;
-    R.comm = comm;
-    R.ctx = ember_comm_ctx(comm);
-    R.rank = ember_comm_rank(comm);
-    R.world = ember_comm_size(comm);
-    R.out = R.rank == 0 ? out : NULL;
-    R.node = MPI_COMM_NULL;
-    R.digest_losses = DIGEST_SEED;
-    res->steps = 0;
-    res->eval_auc = res->eval_loss = res->planted_auc = NAN;
-    R.max_local = (o->batch_size + R.world - 1) / R.world;
-    eval_init(&R.ev, comm, o->dataset == TRAIN_SYNTHETIC,
-              R.max_local * (o->limit_val_batches ? o->limit_val_batches : 64));
-    R.total_steps = o->limit_train_batches * o->epochs;
-
-    // Everything that can fail on one rank only is agreed before the next collective.
-    ember_status st = ember_comm_agree(comm, validate_options(R.ctx, o, R.world));
-    if (st == EMBER_OK) {
-        st = mpi_error(R.ctx,
-                       MPI_Comm_split_type(ember_comm_mpi(comm), MPI_COMM_TYPE_SHARED, R.rank, MPI_INFO_NULL, &R.node),
-                       "host communicator");
-        if (st == EMBER_OK) MPI_Comm_size(R.node, &R.node_size);
-        st = ember_comm_agree(comm, st);
+    begin(&R, comm, o, out, res);
+    ember_status st = EMBER_OK;
+    if (o->resume) {
+        // The model must be the one the checkpoint holds, refused before anything is built.
+        st = open_checkpoint(&R, "--resume", o->resume);
+        if (st == EMBER_OK) st = ember_comm_agree(comm, trainstate_check(R.ctx, &R.ckpt, o));
     }
     if (st == EMBER_OK) {
-        setup_tables(&R);
-        // Every rank reads the same file, or runs the same pure planner on the same inputs: the
-        // same plan everywhere.
-        ember_ebc_config pe = {.tables = R.tables, .num_tables = DLRM_NUM_SPARSE, .features = R.features,
-                               .num_features = DLRM_NUM_SPARSE};
-        if (o->plan_path) {
-            st = planfile_read(R.ctx, o->plan_path, &pe, R.world, R.plan);
-        } else if (o->sharding[0] == SHARDING_AUTO) {
-            ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
-            pc.world_size = R.world;
-            pc.batch_size = o->batch_size / R.world > 0 ? (int32_t)(o->batch_size / R.world) : 1;
-            st = ember_plan_create(R.ctx, &pe, &pc, R.plan, NULL);
+        // Saving: --save_dir, else the save directory the resumed checkpoint lies in; interval and
+        // count as given, else as the checkpoint's run had them, else the defaults.
+        train_options *e = &R.opts;
+        const char *dir = o->save_dir ? o->save_dir : R.resumed ? R.ckpt_save_dir : "";
+        if (strlen(dir) >= sizeof R.save_dir) {
+            st = ember_ctx_set_error(R.ctx, EMBER_ERR_INVALID_ARG, "--save_dir '%s': path too long", dir);
         } else {
-            st = sharding_plan(R.ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, R.world, R.node_size, R.plan);
+            snprintf(R.save_dir, sizeof R.save_dir, "%s", dir);
         }
+        if (o->checkpoint_interval > 0 && !R.save_dir[0]) {
+            st = ember_ctx_set_error(R.ctx, EMBER_ERR_INVALID_ARG,
+                                     "--checkpoint_interval %lld: give --save_dir DIR to save into",
+                                     (long long)o->checkpoint_interval);
+        }
+        e->save_dir = R.save_dir[0] ? R.save_dir : NULL;
+        if (e->checkpoint_interval < 0) e->checkpoint_interval = R.resumed ? R.ckpt.cfg.checkpoint_interval : 0;
+        if (e->keep_checkpoints == 0) e->keep_checkpoints = R.resumed ? R.ckpt.cfg.keep_checkpoints
+                                                                      : DEFAULT_KEEP_CHECKPOINTS;
         st = ember_comm_agree(comm, st);
     }
-    if (st == EMBER_OK) st = check_memory(&R);
-    if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(&R));
+    if (st == EMBER_OK) st = run_model(&R, factory, res);
+    cleanup(&R);
+    return st;
+}
+
+ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_factory factory, FILE *out,
+                        train_result *res) {
+    train_options o;
+    train_options_default(&o);
+    run R;
+    begin(&R, comm, &o, out, res);
+    R.eval_only = true;
+    ember_status st = open_checkpoint(&R, "--load", e->load);
     if (st == EMBER_OK) {
-        ember_ebc_config ec = {.tables = R.tables,
-                               .num_tables = DLRM_NUM_SPARSE,
-                               .features = R.features,
-                               .num_features = DLRM_NUM_SPARSE,
-                               .bounds = EMBER_BOUNDS_ERROR,
-                               .seed = o->seed,
-                               .max_batch_size = (int32_t)R.max_local,
-                               .max_nnz = DLRM_NUM_SPARSE * R.max_local};
-        st = factory(comm, &ec, R.plan, o->grad_convention, &R.backend);
-    }
-    if (st == EMBER_OK) {
-        dlrm_config mc = model_config(o, R.max_local);
-        st = ember_comm_agree(comm, dlrm_create(R.ctx, &mc, &R.backend, &R.model));
-    }
-    if (st == EMBER_OK) {
-        print_config(&R);
-        st = train_loop(&R, res);
-    }
-    if (st == EMBER_OK && o->digest) st = report_digest(&R);
-    if (st == EMBER_OK) st = report_malformed(&R, &R.train, o->data_path);
-    if (st == EMBER_OK) st = report_malformed(&R, &R.eval, o->eval_data_path ? o->eval_data_path : o->data_path);
-    if (st == EMBER_OK && o->plot_path) {
-        ember_status plot = EMBER_OK;
-        if (R.rank == 0) {
-            char title[128];
-            snprintf(title, sizeof title, "ember train: DLRM, %s data, %d rank%s",
-                     o->dataset == TRAIN_SYNTHETIC ? "synthetic" : "criteo", (int)R.world, R.world > 1 ? "s" : "");
-            plot = plot_write(R.ctx, o->plot_path, R.rows, R.num_rows, title);
-            if (plot == EMBER_OK && R.out) fprintf(R.out, "plot: %s\n", o->plot_path);
+        // The checkpoint's model and data; placed by the planner for this world; no output files.
+        train_options *x = &R.opts;
+        const train_options *c = &R.ckpt.cfg;
+        x->embedding_dim = c->embedding_dim;
+        memcpy(x->rows, c->rows, sizeof x->rows);
+        memcpy(x->bottom, c->bottom, sizeof x->bottom);
+        x->num_bottom = c->num_bottom;
+        memcpy(x->top, c->top, sizeof x->top);
+        x->num_top = c->num_top;
+        x->grad_convention = c->grad_convention;
+        x->dataset = c->dataset;
+        x->data_path = c->data_path;
+        x->eval_data_path = c->eval_data_path;
+        x->zipf_alpha = c->zipf_alpha;
+        x->malformed = c->malformed;
+        x->batch_size = c->batch_size;
+        x->epochs = c->epochs;
+        x->limit_train_batches = c->limit_train_batches;
+        x->limit_val_batches = c->limit_val_batches;
+        x->learning_rate = c->learning_rate;
+        x->embedding_learning_rate = c->embedding_learning_rate;
+        x->dense_optimizer = c->dense_optimizer;
+        x->embedding_optimizer = c->embedding_optimizer;
+        x->seed = c->seed;
+        x->checkpoint_interval = 0;
+        x->keep_checkpoints = 1;
+        x->digest = e->digest;
+        x->threads_note = e->threads_note;
+        if (e->data_path) {
+            x->dataset = TRAIN_CRITEO;
+            x->data_path = x->eval_data_path = e->data_path;
+            x->limit_val_batches = 0;
         }
-        st = ember_comm_agree(comm, plot);
+        if (e->limit_val_batches >= 0) x->limit_val_batches = e->limit_val_batches;
+        st = run_model(&R, factory, res);
     }
     cleanup(&R);
     return st;

@@ -7,6 +7,12 @@
 // whenever the shares are equal, and under GRAD_MEAN makes J = (1/W) sum_r L_r the mean BCE over
 // the global batch exactly, also for uneven shares (a last partial batch). The reported train
 // loss is that global mean: sum over ranks of the local sums, divided by G.
+//
+// Checkpoints (docs/dlrm.md, Resume): with save_dir the run saves save_dir/step-<step>/ through
+// the backend's save (the tables) with its own state as blobs (trainstate.h: configuration,
+// position, dense parameters and optimizer state); with resume it refuses another model, loads
+// all of it under any world size and plan, and trains on from the saved position: at the same
+// world size the run then computes the uninterrupted run's bits.
 #ifndef EMBER_APP_TRAIN_H
 #define EMBER_APP_TRAIN_H
 
@@ -51,6 +57,17 @@ typedef struct train_options {
     dense_optim_kind dense_optimizer;
     ember_optim_kind embedding_optimizer;
     uint64_t seed;
+    // Checkpoints (docs/dlrm.md, Resume; trainstate.h).
+    const char *save_dir;             // saves DIR/step-<step, 10 digits>/ every checkpoint_interval
+                                      // steps and at the end; NULL: none (but see resume)
+    int64_t checkpoint_interval;      // steps between saves, 0: only at the end; -1 (default): the
+                                      // resumed checkpoint's, else 0
+    int32_t keep_checkpoints;         // committed checkpoints kept in save_dir, >= 1; 0 (default): the
+                                      // resumed checkpoint's, else 3
+    const char *resume;               // resume from this checkpoint directory, or from the latest
+                                      // committed one of this save directory; NULL: start afresh.
+                                      // Without save_dir, saving goes on into the save directory it
+                                      // lies in (none for a checkpoint directory not named step-*)
     // Output.
     const char *metrics_path;         // .csv or .jsonl, NULL for none
     const char *plot_path;            // .png, NULL for none
@@ -68,8 +85,21 @@ typedef struct train_result {
     double eval_loss;
     double planted_auc;  // synthetic data; NaN otherwise
     double seconds;      // wall time of the training steps (evaluation excluded)
-    double *step_loss;   // optional caller buffer: global train loss of step s at [s]
-    int64_t step_loss_cap;
+    double *step_loss;   // optional caller buffer: global train loss of step s at [s] (steps count
+    int64_t step_loss_cap; // from the start of the run: a resumed run fills [resumed step, steps))
+    int64_t resumed_step; // the step the run resumed at (0 when it started afresh)
+    // The final state, as --digest prints it (FNV-1a, digest.h; set when o->digest, dense_state or
+    // tables is given): every step's loss, the eval outputs, the dense parameters, every table's
+    // weights and optimizer state in global coordinates.
+    uint64_t digest_losses, digest_outputs, digest_dense, digest_tables;
+    // Optional caller buffers, filled on every rank at the end: the dense parameters, then the
+    // dense optimizer's m1 and m2 as it has them; every table in order, each tensor as
+    // ember_table_tensors lists it ([rows, cols] fp32, global coordinates). *_len: the floats
+    // the state has (written up to the capacity).
+    float *dense_state;
+    int64_t dense_state_cap, dense_state_len;
+    float *tables;
+    int64_t tables_cap, tables_len;
 } train_result;
 
 // Trains as configured. Every check that could fail on one rank only (files, memory, a malformed
@@ -79,5 +109,22 @@ typedef struct train_result {
 // Collective on comm.
 ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_factory factory, FILE *out,
                        train_result *res);
+
+// `ember eval --load`: a saved model on an eval set.
+typedef struct eval_options {
+    const char *load;          // a checkpoint directory, or a save directory (its latest checkpoint)
+    const char *data_path;     // a Criteo TSV to evaluate on; NULL: the checkpoint's eval set (the
+                               // synthetic eval split, or the run's Criteo eval data)
+    int64_t limit_val_batches; // eval global batches; -1: the checkpoint's (with data_path: 0, the
+                               // whole file)
+    bool digest;               // print the digest line of the outputs and the loaded state
+    const char *threads_note;
+} eval_options;
+
+// Builds the checkpoint's model (its configuration from trainer.json, placed by the planner for
+// this world size), loads it and evaluates it once: res gets eval_loss, eval_auc, planted_auc and
+// the digests. Rank 0 reports to `out`. Collective on comm; every rank returns the same status.
+ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_factory factory, FILE *out,
+                        train_result *res);
 
 #endif

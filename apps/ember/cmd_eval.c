@@ -1,0 +1,115 @@
+// `ember eval --load DIR`: the eval loss and AUC of a model `ember train --save_dir` saved, under
+// any world size (the tables are placed by the planner for this run).
+#define _GNU_SOURCE // getopt_long
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "threads.h"
+#include "train.h"
+
+static const char help[] =
+    "usage: ember eval --load DIR [options]     (distributed: mpiexec -n N ember eval ...)\n"
+    "\n"
+    "Evaluates a DLRM checkpoint of 'ember train --save_dir': rebuilds its model (configuration\n"
+    "from the checkpoint), loads its tables and dense parameters and prints the eval loss and the\n"
+    "exact AUC (synthetic data: beside the planted model's).\n"
+    "\n"
+    "  --load DIR                 a checkpoint directory (DIR/step-0000000100), or a save directory:\n"
+    "                             its latest committed checkpoint\n"
+    "  --data_path FILE           evaluate on this Criteo TSV (default: the checkpoint's eval set:\n"
+    "                             the synthetic eval split of its seed, or its Criteo eval data)\n"
+    "  --limit_val_batches N      eval global batches (default: the checkpoint's; with --data_path\n"
+    "                             0, the whole file)\n"
+    "  --threads N                threads per rank (as ember train)\n"
+    "  --digest                   end with the hashes of the outputs and of the loaded state, as\n"
+    "                             ember train --digest prints them\n"
+    "  -h, --help                 this text\n";
+
+int cmd_eval(int argc, char **argv) {
+    static const struct option lo[] = {{"load", required_argument, NULL, 'l'},
+                                       {"data_path", required_argument, NULL, 'd'},
+                                       {"limit_val_batches", required_argument, NULL, 'v'},
+                                       {"threads", required_argument, NULL, 't'},
+                                       {"digest", no_argument, NULL, 'g'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+    const bool speak = cli_launcher_rank() == 0;
+    eval_options e = {.limit_val_batches = -1};
+    int64_t v = 0;
+    int32_t threads = 0;
+    char err[512] = "";
+    bool ok = true;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while (ok && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'l': e.load = optarg; break;
+        case 'd': e.data_path = optarg; break;
+        case 'v':
+            ok = cli_parse_i64("--limit_val_batches", optarg, 0, (int64_t)1 << 40, &e.limit_val_batches, err,
+                               sizeof err);
+            break;
+        case 't':
+            ok = cli_parse_i64("--threads", optarg, 0, 4096, &v, err, sizeof err);
+            threads = (int32_t)v;
+            break;
+        case 'g': e.digest = true; break;
+        case 'h':
+            if (speak) fputs(help, stdout);
+            return 0;
+        case ':':
+            snprintf(err, sizeof err, "%s needs a value", argv[optind - 1]);
+            ok = false;
+            break;
+        default:
+            snprintf(err, sizeof err, "unknown option '%s'", argv[optind - 1]);
+            ok = false;
+            break;
+        }
+    }
+    if (ok && optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
+        ok = false;
+    }
+    if (ok && !e.load) {
+        snprintf(err, sizeof err, "--load DIR is required: the checkpoint to evaluate");
+        ok = false;
+    }
+    if (!ok) {
+        if (speak) fprintf(stderr, "ember eval: %s (try 'ember eval --help')\n", err);
+        return 2;
+    }
+
+    threads_reexec(argc, argv, threads); // may start the program again, before MPI (threads.h)
+    MPI_Init(NULL, NULL);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    ember_ctx *ctx = NULL;
+    ember_comm *comm = NULL;
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    cc.num_threads = threads;
+    ember_status st = ember_ctx_create(&cc, &ctx);
+    int mine = st == EMBER_OK, all = 0; // agreed before the communicator's collective creation
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (st == EMBER_OK && !all) st = EMBER_ERR_REMOTE;
+    threads_report placement;
+    if (st == EMBER_OK) st = threads_setup(ctx, MPI_COMM_WORLD, threads, &placement);
+    if (st == EMBER_OK) {
+        e.threads_note = placement.text;
+        st = ember_comm_create(ctx, MPI_COMM_WORLD, &comm);
+    }
+    if (st == EMBER_OK) {
+        train_result res = {0};
+        st = eval_saved(comm, &e, dlrm_backend_sebc_create, stdout, &res);
+    }
+    if (st != EMBER_OK && rank == 0) {
+        fprintf(stderr, "ember eval: error: %s\n", ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
+    }
+    ember_comm_destroy(comm);
+    ember_ctx_destroy(ctx);
+    return st == EMBER_OK ? 0 : 1;
+}

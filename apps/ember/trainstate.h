@@ -1,0 +1,130 @@
+// trainstate.h — the trainer's part of a checkpoint, and the save directories of `ember train`.
+//
+// A checkpoint of `ember train` is one library checkpoint directory (include/ember/state.h:
+// every table's weights, optimizer state and step counter) holding these blobs besides:
+//   trainer.json   the configuration (model, data, training) and the run's position, JSON text:
+//                  {"format": "ember-train/1", "world_size", "model": {...}, "data": {...},
+//                   "training": {...}, "position": {"epoch", "next_batch", "steps", "samples",
+//                   "skipped_batches"}, "dense_optimizer": {"kind", "step"}, "digest": {...}}
+//                  (docs/dlrm.md, Resume, lists every field);
+//   dense.params   the dense parameter slab, little-endian f32 [n] (dlrm.h's layout);
+//   dense.m1       the dense optimizer's first state (Adagrad's sum of squares, Adam's first
+//                  moment), little-endian f32 [n]; absent for SGD;
+//   dense.m2       Adam's second moment, little-endian f32 [n]; Adam only.
+// The run has no random generator with mutable state: synthetic sample i of a split is a pure
+// function of (seed, split, i) (synth.h), the dense and embedding initial values are drawn from
+// the seed when the model is created (then overwritten by the checkpoint), and the fp32 tables
+// use no stochastic rounding. The seed, the data position and the parameters are the whole state.
+//
+// A save directory (--save_dir DIR) holds one checkpoint per saved step, DIR/step-<step, 10
+// digits>/; a step directory without manifest.json is a save that never committed.
+#ifndef EMBER_APP_TRAINSTATE_H
+#define EMBER_APP_TRAINSTATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlrm.h"
+#include "ember/state.h"
+#include "train.h"
+
+#define TRAINSTATE_FORMAT "ember-train/1"
+#define TRAINSTATE_BLOB "trainer.json"
+#define TRAINSTATE_PATH_MAX 4096
+
+// Where a run stands after its last step: the next training batch to read is global batch
+// `next_batch` of epoch `epoch` (== the training set's batch count at the end of an epoch).
+typedef struct train_position {
+    int32_t epoch;
+    int64_t next_batch;
+    int64_t steps;           // optimizer steps taken since the start of the run
+    int64_t samples;         // training samples consumed by those steps
+    int64_t skipped_batches; // global batches some rank had no sample of (Criteo)
+} train_position;
+
+typedef struct trainstate {
+    train_options cfg;        // the run's options: model, data and training fields (the rest zero);
+                              // cfg.data_path / eval_data_path point into this state
+    int32_t world_size;       // ranks that wrote it
+    int64_t num_dense_params; // n of the dense blobs
+    train_position pos;
+    int64_t dense_step;       // the dense optimizer's step counter (Adam's bias correction)
+    uint64_t digest_losses;   // --digest's running hashes up to pos: every step's loss and every
+    uint64_t digest_outputs;  // evaluation's outputs, so a resumed run ends with the same line
+    char *data_path, *eval_data_path; // malloc'd (trainstate_free), or NULL
+} trainstate;
+
+void trainstate_free(trainstate *ts);
+
+// trainer.json of ts, NUL-terminated in *text (free with trainstate_text_free). Local.
+// Returns EMBER_OK or EMBER_ERR_NOMEM.
+ember_status trainstate_encode(ember_ctx *ctx, const trainstate *ts, char **text);
+void trainstate_text_free(char *text); // NULL accepted
+
+// Reads and parses trainer.json of an open checkpoint `dir` into *ts (trainstate_free it, also on
+// failure). Local. Returns EMBER_OK, EMBER_ERR_FORMAT ("'DIR' is not a checkpoint of ember train:
+// it has no trainer.json", or a field named as missing or malformed), EMBER_ERR_IO,
+// EMBER_ERR_NOMEM.
+ember_status trainstate_read(ember_ctx *ctx, ember_checkpoint *c, const char *dir, trainstate *ts);
+
+// Checks that `here` trains the model the checkpoint holds: embedding dim, rows of every feature,
+// both MLPs' layer sizes, the dense and embedding optimizers, the gradient convention, the global
+// batch, the dataset (synthetic: seed and Zipf exponent; Criteo: the held-out head of
+// --data_path), the seed. The first difference is the error, e.g. "--resume: embedding
+// optimizer is adam in the checkpoint, rowwise_adagrad here". Learning rates, epochs, batch
+// limits, evaluation, threads, sharding and the world size may change. Local.
+// Returns EMBER_OK or EMBER_ERR_INVALID_ARG.
+ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_options *here);
+
+// The dense blobs of model m (dense.params, and dense.m1 / dense.m2 as its optimizer has them)
+// into blobs[*n] (at most 3). On a little-endian host they point at the model's own arrays; else
+// at a converted copy in *scratch (free with ember_ctx_free; NULL when none). Local.
+// Returns EMBER_OK or EMBER_ERR_NOMEM.
+ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpoint_blob *blobs, int32_t *n,
+                                    void **scratch);
+
+// Reads the dense blobs of an open checkpoint into model m and sets its optimizer's step.
+// Local. Returns EMBER_OK, EMBER_ERR_FORMAT (a blob missing or of another size than the model's
+// parameter count: named), EMBER_ERR_IO, EMBER_ERR_NOMEM.
+ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *dir, dlrm_model *m,
+                                   int64_t dense_step);
+
+// ---- Save directories ------------------------------------------------------------------------
+
+// "DIR/step-0000000042" into out[cap]; false when it does not fit.
+bool ckpt_step_path(const char *save_dir, int64_t step, char *out, size_t cap);
+
+// The step of a directory entry named "step-" and at least 10 digits, else -1.
+int64_t ckpt_step_of(const char *name);
+
+// Creates save directory `dir` if missing (its parent must exist). Local. Returns EMBER_OK or
+// EMBER_ERR_IO ("--save_dir 'DIR': cannot create it: reason", or "... is not a directory").
+ember_status ckpt_make_save_dir(ember_ctx *ctx, const char *dir);
+
+typedef struct ckpt_entry {
+    int64_t step;
+    bool committed; // holds manifest.json
+} ckpt_entry;
+
+// The step-* directories of save directory `dir`, highest step first, in *out[*n] (free() it).
+// Local. Returns EMBER_OK, EMBER_ERR_IO ("FLAG 'DIR': cannot open it: reason"), EMBER_ERR_NOMEM.
+ember_status ckpt_list(ember_ctx *ctx, const char *flag, const char *dir, ckpt_entry **out, int32_t *n);
+
+// Finds the checkpoint `dir` names for `flag` (--resume, --load, ckpt info): dir itself when it
+// holds manifest.json, else the highest step-* directory in it whose manifest opens
+// (ember_checkpoint_open). *path gets it; *save_dir the save directory it lies in (dir, or the
+// parent of a directory named step-*), or "" for a checkpoint directory of another name.
+// Local. Returns EMBER_OK, EMBER_ERR_IO (dir missing, or no committed checkpoint in it: the
+// message says which), EMBER_ERR_INVALID_ARG (a path longer than TRAINSTATE_PATH_MAX).
+ember_status ckpt_resolve(ember_ctx *ctx, const char *flag, const char *dir, char path[TRAINSTATE_PATH_MAX],
+                          char save_dir[TRAINSTATE_PATH_MAX]);
+
+// After checkpoint `step` of save directory `dir` committed: keeps it and the keep - 1 newest
+// committed step directories below it, removes the older committed ones and every unfinished one
+// (no manifest.json) below `step`; directories of higher steps and anything not named step-* are
+// left alone. *removed (may be NULL) counts the directories removed. Local.
+// Returns EMBER_OK or EMBER_ERR_IO (the path and the reason).
+ember_status ckpt_prune(ember_ctx *ctx, const char *dir, int64_t step, int32_t keep, int32_t *removed);
+
+#endif
