@@ -84,32 +84,14 @@ int cmd_eval(int argc, char **argv) {
         return 2;
     }
 
-    threads_reexec(argc, argv, threads); // may start the program again, before MPI (threads.h)
-    MPI_Init(NULL, NULL);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
-    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
-    cc.num_threads = threads;
-    ember_status st = ember_ctx_create(&cc, &ctx);
-    int mine = st == EMBER_OK, all = 0; // agreed before the communicator's collective creation
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    if (st == EMBER_OK && !all) st = EMBER_ERR_REMOTE;
     threads_report placement;
-    if (st == EMBER_OK) st = threads_setup(ctx, MPI_COMM_WORLD, threads, &placement);
+    ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
         e.threads_note = placement.text;
-        st = ember_comm_create(ctx, MPI_COMM_WORLD, &comm);
-    }
-    if (st == EMBER_OK) {
         train_result res = {0};
         st = eval_saved(comm, &e, dlrm_backend_sebc_create, stdout, &res);
     }
-    if (st != EMBER_OK && rank == 0) {
-        fprintf(stderr, "ember eval: error: %s\n", ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
-    }
-    ember_comm_destroy(comm);
-    ember_ctx_destroy(ctx);
-    return st == EMBER_OK ? 0 : 1;
+    return threads_finish_mpi("eval", st, ctx, comm);
 }

@@ -421,34 +421,14 @@ int cmd_train(int argc, char **argv) {
     }
     o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));
 
-    threads_reexec(argc, argv, threads); // may start the program again, before MPI (threads.h)
-    MPI_Init(NULL, NULL);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
-    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
-    cc.num_threads = threads;
-    ember_status st = ember_ctx_create(&cc, &ctx);
-    int ok = st == EMBER_OK, all_ok = 0; // agreed before the communicator's collective creation
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    if (st == EMBER_OK && !all_ok) st = EMBER_ERR_REMOTE;
     threads_report placement;
-    if (st == EMBER_OK) st = threads_setup(ctx, MPI_COMM_WORLD, threads, &placement); // before any parallel region
+    ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
         o.threads_note = placement.text;
-        st = ember_comm_create(ctx, MPI_COMM_WORLD, &comm);
-    }
-    if (st == EMBER_OK) {
         train_result res = {0};
         st = train_run(comm, &o, dlrm_backend_sebc_create, stdout, &res);
     }
-    if (st != EMBER_OK && rank == 0) {
-        fprintf(stderr, "ember train: error: %s\n", ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
-    }
-    ember_comm_destroy(comm);
-    ember_ctx_destroy(ctx);
-    // Every rank returns the same status (agreed above); main's exit path (cli_exit) meets the
-    // other ranks and finalises MPI, so rank 0's error is written before any rank exits.
-    return st == EMBER_OK ? 0 : 1;
+    return threads_finish_mpi("train", st, ctx, comm);
 }

@@ -521,3 +521,30 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     MPI_Comm_free(&node);
     return st;
 }
+
+ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_ctx **ctx, ember_comm **comm,
+                               threads_report *placement) {
+    *ctx = NULL;
+    *comm = NULL;
+    threads_reexec(argc, argv, requested); // may start the program again, before MPI
+    MPI_Init(NULL, NULL);
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    cc.num_threads = requested;
+    ember_status st = ember_ctx_create(&cc, ctx);
+    int ok = st == EMBER_OK, all_ok = 0; // agreed before the communicator's collective creation
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (st == EMBER_OK && !all_ok) st = EMBER_ERR_REMOTE;
+    if (st == EMBER_OK) st = threads_setup(*ctx, MPI_COMM_WORLD, requested, placement); // before any parallel region
+    if (st == EMBER_OK) st = ember_comm_create(*ctx, MPI_COMM_WORLD, comm);
+    return st;
+}
+
+int threads_finish_mpi(const char *cmd, ember_status st, ember_ctx *ctx, ember_comm *comm) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (st != EMBER_OK && rank == 0)
+        fprintf(stderr, "ember %s: error: %s\n", cmd, ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
+    ember_comm_destroy(comm);
+    ember_ctx_destroy(ctx);
+    return st == EMBER_OK ? 0 : 1;
+}

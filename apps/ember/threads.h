@@ -29,7 +29,7 @@
 
 #include <mpi.h>
 
-#include "ember/core.h"
+#include "ember/comm.h"
 
 // One CPU of the host, as the kernel numbers it, with its package (socket) and core: hardware
 // threads of one core share (package, core).
@@ -74,5 +74,16 @@ typedef struct threads_report {
 // (a container that forbids it) is reported in the text, not an error.
 // Collective on world. Returns EMBER_OK, EMBER_ERR_COMM, EMBER_ERR_NOMEM.
 ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, threads_report *report);
+
+// The start of a subcommand that runs under MPI (train, eval): threads_reexec, MPI_Init, a
+// context of `requested` kernel threads (agreed across ranks before anything collective),
+// threads_setup, then the world communicator; *note gets the placement's text. *ctx and *comm
+// are NULL where not created. Collective over the launch; every rank returns the same status.
+ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_ctx **ctx, ember_comm **comm,
+                               threads_report *placement);
+// The end of it: rank 0 prints "ember CMD: error: MESSAGE" when st failed; destroys comm and
+// ctx; returns the exit code (0 or 1). main's exit path (cli_exit) then meets the other ranks and
+// finalises MPI, so rank 0's error is written before any rank exits.
+int threads_finish_mpi(const char *cmd, ember_status st, ember_ctx *ctx, ember_comm *comm);
 
 #endif
