@@ -452,24 +452,10 @@ static int run(ember_comm *comm, const opts *o) {
     return rc;
 }
 
+static int run_opts(ember_comm *comm, const void *o) { return run(comm, o); }
+
 int ckpt_bench_main(int argc, char **argv) {
     opts o;
     const int p = parse(argc, argv, &o);
-    MPI_Init(NULL, NULL);
-    int R = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &R);
-    if (p) {
-        if (R == 0) usage(p == 1 ? stdout : stderr);
-        MPI_Finalize();
-        return p == 1 ? 0 : 2;
-    }
-    ember_ctx *ctx = NULL;
-    ember_comm *comm = NULL;
-    int rc = 1;
-    if (ember_ctx_create(NULL, &ctx) == EMBER_OK && ember_comm_create(ctx, MPI_COMM_WORLD, &comm) == EMBER_OK)
-        rc = run(comm, &o);
-    ember_comm_destroy(comm);
-    ember_ctx_destroy(ctx);
-    MPI_Finalize();
-    return rc;
+    return bench_mpi_main(p, usage, run_opts, &o);
 }

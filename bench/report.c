@@ -91,3 +91,24 @@ void bench_json_end(bench_json *j) {
     fputs("}\n", j->out);
     fflush(j->out);
 }
+
+int bench_mpi_main(int parse_rc, void (*usage)(FILE *), int (*run)(ember_comm *comm, const void *opts),
+                   const void *opts) {
+    MPI_Init(NULL, NULL);
+    int R = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    if (parse_rc) {
+        if (R == 0) usage(parse_rc == 1 ? stdout : stderr);
+        MPI_Finalize();
+        return parse_rc == 1 ? 0 : 2;
+    }
+    ember_ctx *ctx = NULL;
+    ember_comm *comm = NULL;
+    int rc = 1;
+    if (ember_ctx_create(NULL, &ctx) == EMBER_OK && ember_comm_create(ctx, MPI_COMM_WORLD, &comm) == EMBER_OK)
+        rc = run(comm, opts);
+    ember_comm_destroy(comm);
+    ember_ctx_destroy(ctx);
+    MPI_Finalize();
+    return rc;
+}

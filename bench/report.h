@@ -1,5 +1,5 @@
 // report.h — what every benchmark of ember_bench shares, so that none keeps its own copy: the
-// timer, order statistics over repeated timings, and the writer of the one-JSON-line-per-case
+// frame of an MPI benchmark's main, the timer, order statistics over repeated timings, and the writer of the one-JSON-line-per-case
 // output (bench/README.md lists the fields; every line names its host: kernel variant, CPU model
 // and library build).
 //
@@ -10,6 +10,14 @@
 #include <stdio.h>
 
 #include "ember.h"
+
+// The frame of an MPI benchmark's main (`ember bench shard|ckpt`): parse_rc is what its option
+// parser returned (0: run; 1: --help; else a usage error). Initialises MPI; when not running, rank
+// 0 prints usage (stdout for --help, stderr else); else creates a context and the world
+// communicator and calls run(comm, opts). Finalises MPI and returns the exit code (0 help, 2 usage
+// error, 1 set-up failure, else run's).
+int bench_mpi_main(int parse_rc, void (*usage)(FILE *), int (*run)(ember_comm *comm, const void *opts),
+                   const void *opts);
 
 // Monotonic wall clock in milliseconds (CLOCK_MONOTONIC).
 double bench_now_ms(void);

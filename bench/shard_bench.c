@@ -212,27 +212,17 @@ done:
     return rc;
 }
 
+// Every scheme in turn.
+static int run_all(ember_comm *comm, const void *arg) {
+    const opts *o = arg;
+    int rc = 0;
+    for (int i = 0; i < EMBER_SHARD_COUNT; i++)
+        rc |= run_scheme(comm, o, (ember_shard_scheme)i, ember_shard_scheme_short_name((ember_shard_scheme)i));
+    return rc;
+}
+
 int shard_bench_main(int argc, char **argv) {
     opts o;
     int p = parse(argc, argv, &o);
-    MPI_Init(NULL, NULL);
-    int R = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &R);
-    if (p) {
-        if (R == 0) usage(p == 1 ? stdout : stderr);
-        MPI_Finalize();
-        return p == 1 ? 0 : 2;
-    }
-    ember_ctx *ctx = NULL;
-    ember_comm *comm = NULL;
-    int rc = 1;
-    if (ember_ctx_create(NULL, &ctx) == EMBER_OK && ember_comm_create(ctx, MPI_COMM_WORLD, &comm) == EMBER_OK) {
-        rc = 0;
-        for (int i = 0; i < EMBER_SHARD_COUNT; i++)
-            rc |= run_scheme(comm, &o, (ember_shard_scheme)i, ember_shard_scheme_short_name((ember_shard_scheme)i));
-    }
-    ember_comm_destroy(comm);
-    ember_ctx_destroy(ctx);
-    MPI_Finalize();
-    return rc;
+    return bench_mpi_main(p, usage, run_all, &o);
 }

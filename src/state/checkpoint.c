@@ -607,6 +607,16 @@ static void collect_garbage(const char *dir, int64_t generation) {
     closedir(d);
 }
 
+// Opens this rank's data file at its first record (a rank with nothing to write writes no file).
+static ember_status open_once(ember_ctx *ctx, ember__dfile *df, const char *path, int *opened) {
+    if (*opened) return EMBER_OK;
+    if (ember__dfile_open(df, path) != 0)
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot open '%s.partial': %s", path,
+                                   strerror(df->err));
+    *opened = 1;
+    return EMBER_OK;
+}
+
 // This rank's records: its pieces (the canonical copy of each value: per-row state from the
 // col_begin == 0 piece, a data-parallel table from rank t % W) and, on rank 0, the blobs.
 static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *df, int *opened, int64_t generation,
@@ -621,15 +631,6 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
     void *buf = NULL;
     size_t cap = 0;
     ember_status st = EMBER_OK;
-#define OPEN_ONCE()                                                                                              \
-    do {                                                                                                         \
-        if (!*opened) {                                                                                          \
-            if (ember__dfile_open(df, path) != 0)                                                                \
-                st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot open '%s.partial': %s", \
-                                         path, strerror(df->err));                                               \
-            *opened = st == EMBER_OK;                                                                            \
-        }                                                                                                        \
-    } while (0)
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
         const ember_table_config *tc = ember_sebc_table(s, t);
         ember_tensor_info ti[EMBER_MAX_TENSORS];
@@ -654,7 +655,7 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
                         break;
                     }
                 }
-                OPEN_ONCE();
+                if (st == EMBER_OK) st = open_once(ctx, df, path, opened);
                 for (int64_t r = p.row_begin; r < p.row_end && st == EMBER_OK; r += per) {
                     const int64_t e = r + per < p.row_end ? r + per : p.row_end;
                     st = ember_sebc_piece_read(s, t, i, ti[k].name, r, e, dt, buf);
@@ -670,14 +671,14 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
         }
     }
     for (int32_t b = 0; rank == 0 && o && b < o->num_blobs && st == EMBER_OK; b++) {
-        OPEN_ONCE();
+        st = open_once(ctx, df, path, opened);
+        if (st != EMBER_OK) break;
         const ember_checkpoint_blob *x = &o->blobs[b];
         const wrote y = {-1, b, rank, 0, 0, 0, offset, 0, 0, x->bytes, (uint32_t)crc32_z(0, x->data, (z_size_t)x->bytes), 0};
         ember__dfile_write(df, x->data, x->bytes);
         offset += (int64_t)x->bytes;
         if (!add_wrote(w, &y)) st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate");
     }
-#undef OPEN_ONCE
     ember_ctx_free(ctx, buf);
     if (st == EMBER_OK && *opened && df->err)
         st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: writing '%s.partial' failed: %s (the previous checkpoint is kept)", path,
@@ -937,9 +938,16 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     int32_t *index = st == EMBER_OK ? zalloc(ctx, sizeof(int32_t) * (size_t)(T ? T : 1)) : NULL;
     if (st == EMBER_OK && !index) st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate");
     if (st == EMBER_OK) st = match_tables(s, c, index);
-    // Buffers: the largest stored record, and one chunk of a destination piece.
+    // Buffers: the largest stored record, and one chunk of a destination piece (at least one row
+    // of the widest tensor).
     uint64_t most = 1;
     for (int32_t j = 0; st == EMBER_OK && j < c->nrecords; j++) most = c->records[j].bytes > most ? c->records[j].bytes : most;
+    for (int32_t i = 0; st == EMBER_OK && i < c->ntables; i++)
+        for (int32_t k = 0; k < c->tables[i].ntensors; k++) {
+            const ck_tensor *x = &c->tables[i].tensors[k];
+            const size_t row = (size_t)x->cols * dtype_bytes(x->dtype);
+            chunk = row > chunk ? row : chunk;
+        }
     void *rec_buf = NULL, *dst_buf = NULL;
     if (st == EMBER_OK && (!(rec_buf = ember_ctx_alloc(ctx, (size_t)most)) || !(dst_buf = ember_ctx_alloc(ctx, chunk))))
         st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate %" PRIu64 " + %zu bytes",
@@ -951,16 +959,6 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
         if (tc->dtype != x->dtype) st = ember_sebc_convert_dtype(s, t, x->dtype);
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t nt = ember_table_tensors(tc, ti);
-        // A row wider than the chunk: the patch buffer must hold one destination row.
-        for (int32_t k = 0; k < nt && st == EMBER_OK; k++) {
-            const size_t row = (size_t)ti[k].cols * dtype_bytes(x->tensors[k].dtype);
-            if (row > chunk) {
-                ember_ctx_free(ctx, dst_buf);
-                if (!(dst_buf = ember_ctx_alloc(ctx, row)))
-                    st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate a row");
-                chunk = row;
-            }
-        }
         for (int32_t i = 0; i < ember_sebc_num_pieces(s, t) && st == EMBER_OK; i++)
             for (int32_t k = 0; k < nt && st == EMBER_OK; k++)
                 st = load_piece(s, c, x, t, i, k, &ti[k], rec_buf, dst_buf, chunk);
