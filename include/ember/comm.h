@@ -14,6 +14,17 @@
 //
 // Functions marked "Collective" must be called by every rank of the communicator in the same
 // order. Errors from MPI itself are returned as EMBER_ERR_COMM with MPI's error string.
+//
+// The watchdog: every collective has a deadline (ember_comm_set_timeout; default
+// EMBER_COMM_DEFAULT_TIMEOUT_S). A rank that waits in a collective longer than the deadline
+// returns EMBER_ERR_TIMEOUT with a message naming the ranks that never arrived in it (stopped,
+// dead, stuck in a long computation or in another call). MPI cannot cancel a collective it has
+// started, so after a timeout the communicator refuses every further collective (EMBER_ERR_TIMEOUT
+// again), the buffers of the call that timed out may still be written by MPI, and the only sound
+// reaction is to report and end the job (MPI_Abort). A rank that has waited a tenth of the
+// deadline (at most 1 s) tells the others so on a private duplicate communicator; collectives that
+// complete sooner cost nothing extra. Every collective below returns EMBER_ERR_TIMEOUT in this way
+// besides the statuses it lists.
 #ifndef EMBER_COMM_H
 #define EMBER_COMM_H
 
@@ -27,12 +38,24 @@ extern "C" {
 
 typedef struct ember_comm ember_comm;
 
-// Duplicates `comm` (MPI_Comm_dup) and sets the context's rank (ember_ctx_set_rank) for messages.
+// Duplicates `comm` (twice: one for the library's collectives, one for the watchdog's
+// announcements) and sets the context's rank (ember_ctx_set_rank) for messages.
 // ctx is borrowed and must outlive the returned object. MPI must be initialised.
-// Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM, EMBER_ERR_COMM.
+// Collective on comm (under the default deadline). Returns EMBER_OK, EMBER_ERR_INVALID_ARG,
+// EMBER_ERR_STATE (MPI not initialised), EMBER_ERR_NOMEM (on every rank when one rank lacks
+// memory), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out);
 // Frees the duplicate. Collective on the communicator; NULL is accepted (and then local).
 EMBER_API void ember_comm_destroy(ember_comm *comm);
+
+// The deadline of every collective started on this communicator, in seconds: 600 by default (a
+// training step takes milliseconds; a checkpoint of a large table, between whose ranks the skew
+// is largest, takes seconds to minutes). 0 waits forever (plain blocking MPI semantics).
+#define EMBER_COMM_DEFAULT_TIMEOUT_S 600.0
+// Local (ranks may differ; a rank's own deadline decides when it gives up). Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (negative, NaN or above 1e9).
+EMBER_API ember_status ember_comm_set_timeout(ember_comm *comm, double seconds);
+EMBER_API double ember_comm_timeout(const ember_comm *comm);
 
 EMBER_API int32_t ember_comm_rank(const ember_comm *comm);
 EMBER_API int32_t ember_comm_size(const ember_comm *comm);
@@ -41,12 +64,14 @@ EMBER_API ember_ctx *ember_comm_ctx(const ember_comm *comm);
 EMBER_API MPI_Comm ember_comm_mpi(const ember_comm *comm);
 
 // Agrees on a status: returns the most negative status over all ranks (ties: lowest rank).
-// On the failing rank the context message is kept; every other rank gets that rank's message,
-// prefixed by "rank R failed: ", and returns the same status.
-// Collective. If the agreement itself fails, returns EMBER_ERR_COMM.
+// On the failing rank the context message is kept; every other rank gets the same message (which
+// names the failing rank once, "... (rank R)") and returns the same status.
+// Collective. If the agreement itself fails, returns EMBER_ERR_COMM or EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_comm_agree(ember_comm *comm, ember_status local);
 
-// In-place sums over all ranks. Collective.
+// In-place sums over all ranks. Collective. The collectives below return EMBER_OK,
+// EMBER_ERR_INVALID_ARG (NULL buffer with n > 0, counts outside MPI's int range, bad root),
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; argument errors are local (agree on them first).
 EMBER_API ember_status ember_comm_allreduce_sum_f32(ember_comm *comm, float *buf, size_t n);
 EMBER_API ember_status ember_comm_allreduce_sum_f64(ember_comm *comm, double *buf, size_t n);
 EMBER_API ember_status ember_comm_allreduce_sum_i64(ember_comm *comm, int64_t *buf, size_t n);

@@ -1,5 +1,6 @@
 // MPI communicator wrapper: duplication, status agreement, byte-counted collectives.
 #include <limits.h>
+#include <sched.h>
 #include <string.h>
 
 #include "comm/internal.h"
@@ -11,11 +12,123 @@ static ember_status mpi_fail(ember_comm *c, int rc, const char *what) {
     return ember__error(c->ctx, EMBER_ERR_COMM, "%s: MPI error: %s", what, s);
 }
 
-#define MPI_TRY(c, call, what)                               \
-    do {                                                     \
-        int rc_ = (call);                                    \
-        if (rc_ != MPI_SUCCESS) return mpi_fail((c), rc_, (what)); \
+// --- The watchdog -----------------------------------------------------------------------------
+// Every collective is started nonblocking and tested against the communicator's deadline. A rank
+// that has waited a tenth of the deadline (at most a second) tells every other rank, on the
+// private `diag` communicator, which collective it is waiting in; when its deadline expires it
+// names the ranks it never heard from in that collective: those did not arrive. The
+// announcements cost nothing while collectives complete promptly.
+enum { DIAG_TAG = 7 };
+
+static void listen_diag(ember_comm *c) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status s;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, DIAG_TAG, c->diag, &flag, &s) != MPI_SUCCESS || !flag) return;
+        int64_t v = 0;
+        if (MPI_Recv(&v, 1, MPI_INT64_T, s.MPI_SOURCE, DIAG_TAG, c->diag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+        if (v > c->heard[s.MPI_SOURCE]) c->heard[s.MPI_SOURCE] = v;
+    }
+}
+
+static void announce(ember_comm *c) {
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank) continue;
+        if (c->saying[r] != MPI_REQUEST_NULL) {
+            int done = 0;
+            MPI_Test(&c->saying[r], &done, MPI_STATUS_IGNORE);
+            if (!done) continue; // the previous announcement is still on its way
+        }
+        c->said[r] = c->seq;
+        MPI_Isend(&c->said[r], 1, MPI_INT64_T, r, DIAG_TAG, c->diag, &c->saying[r]);
+    }
+}
+
+static ember_status timed_out(ember_comm *c, const char *what, double waited) {
+    char who[192] = "";
+    size_t n = 0;
+    int absent = 0;
+    if (c->diag != MPI_COMM_NULL) {
+        listen_diag(c);
+        for (int r = 0; r < c->size; r++) {
+            if (r == c->rank || c->heard[r] >= c->seq) continue;
+            if (n + 16 < sizeof who) n += (size_t)snprintf(who + n, sizeof who - n, "%s%d", absent ? ", " : "", r);
+            else if (n + 5 < sizeof who && who[n - 1] != '.') n += (size_t)snprintf(who + n, sizeof who - n, "...");
+            absent++;
+        }
+    }
+    c->broken = EMBER_ERR_TIMEOUT;
+    if (absent > 0)
+        return ember__error(c->ctx, EMBER_ERR_TIMEOUT,
+                            "%s: collective #%lld missed its %g s deadline (waited %.1f s): rank%s %s did not arrive "
+                            "(stopped, dead, or in another call); this communicator cannot be used again",
+                            what, (long long)c->seq, c->timeout_s, waited, absent > 1 ? "s" : "", who);
+    return ember__error(c->ctx, EMBER_ERR_TIMEOUT,
+                        "%s: collective #%lld missed its %g s deadline (waited %.1f s)%s; this communicator cannot "
+                        "be used again",
+                        what, (long long)c->seq, c->timeout_s, waited,
+                        c->diag != MPI_COMM_NULL ? ": every rank arrived but MPI did not complete it" : "");
+}
+
+// Waits for a started collective against the deadline.
+static ember_status wait_for(ember_comm *c, MPI_Request *req, const char *what) {
+    int rc;
+    if (c->timeout_s <= 0) {
+        rc = MPI_Wait(req, MPI_STATUS_IGNORE);
+        return rc == MPI_SUCCESS ? EMBER_OK : mpi_fail(c, rc, what);
+    }
+    const double start = MPI_Wtime();
+    const double announce_at = c->timeout_s < 10 ? c->timeout_s / 10 : 1.0;
+    bool announced = false;
+    for (unsigned spins = 0;; spins++) {
+        int done = 0;
+        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, what);
+        if (done) return EMBER_OK;
+        if (spins < 1024) continue; // the common case ends here within microseconds
+        const double waited = MPI_Wtime() - start;
+        if (c->diag != MPI_COMM_NULL) {
+            if (!announced && waited >= announce_at) {
+                announce(c);
+                announced = true;
+            }
+            if (announced) listen_diag(c);
+        }
+        if (waited >= c->timeout_s) return timed_out(c, what, waited);
+        sched_yield(); // let other ranks on this core run (oversubscribed hosts)
+    }
+}
+
+// Every collective starts here: refuses a communicator a timeout has left unusable and numbers
+// the collective.
+static ember_status begin(ember_comm *c, const char *what) {
+    if (c->broken != EMBER_OK)
+        return ember__error(c->ctx, c->broken, "%s: the communicator is unusable after an earlier collective missed "
+                            "its deadline", what);
+    c->seq++;
+    return EMBER_OK;
+}
+
+// Starts `call` (an MPI_I... collective writing its request to req_) and waits for it, setting
+// `st`; COLL returns the status when it is not EMBER_OK.
+#define COLL_ST(st, c, what, call)                                  \
+    do {                                                            \
+        (st) = begin((c), (what));                                  \
+        MPI_Request req_ = MPI_REQUEST_NULL;                        \
+        int rc_ = (st) == EMBER_OK ? (call) : MPI_SUCCESS;          \
+        if (rc_ != MPI_SUCCESS) (st) = mpi_fail((c), rc_, (what));  \
+        if ((st) == EMBER_OK) (st) = wait_for((c), &req_, (what));  \
     } while (0)
+#define COLL(c, what, call)                                         \
+    do {                                                            \
+        ember_status coll_st_;                                      \
+        COLL_ST(coll_st_, c, what, call);                           \
+        if (coll_st_ != EMBER_OK) return coll_st_;                  \
+    } while (0)
+
+// The creation's agreement on its allocations, when this rank could not allocate the communicator
+// itself: MPI may still write these after a timeout, so they cannot live on the stack.
+static int orphan_flags[2];
 
 ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) {
     if (!ctx) return EMBER_ERR_INVALID_ARG;
@@ -25,28 +138,52 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
     MPI_Initialized(&init);
     EMBER_CHECK(ctx, init, EMBER_ERR_STATE, "ember_comm_create: MPI is not initialised");
     EMBER_CHECK(ctx, comm != MPI_COMM_NULL, EMBER_ERR_INVALID_ARG, "ember_comm_create: MPI_COMM_NULL");
-    ember_comm *c = ember__xalloc(ctx, sizeof *c, "communicator");
-    if (!c) return EMBER_ERR_NOMEM;
-    memset(c, 0, sizeof *c);
-    c->ctx = ctx;
-    int rc = MPI_Comm_dup(comm, &c->comm);
-    if (rc != MPI_SUCCESS) {
-        ember_status st = mpi_fail(c, rc, "ember_comm_create");
-        ember__free(ctx, c);
+    int r = 0, w = 1;
+    if (MPI_Comm_rank(comm, &r) != MPI_SUCCESS || MPI_Comm_size(comm, &w) != MPI_SUCCESS)
+        return ember__error(ctx, EMBER_ERR_INVALID_ARG, "ember_comm_create: not a valid communicator");
+    ember_comm *c = ember__calloc(ctx, sizeof *c);
+    // The collectives below run on `probe` until c is whole (same ctx, rank, size and deadline).
+    ember_comm probe;
+    memset(&probe, 0, sizeof probe);
+    probe.ctx = ctx;
+    probe.rank = r;
+    probe.size = w;
+    probe.comm = probe.diag = MPI_COMM_NULL;
+    probe.timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
+    int *flags = orphan_flags;
+    if (c) {
+        *c = probe;
+        c->counts = ember__alloc(ctx, sizeof(int) * 4 * (size_t)w);
+        c->heard = ember__alloc(ctx, sizeof(int64_t) * 2 * (size_t)w);
+        c->saying = ember__alloc(ctx, sizeof(MPI_Request) * (size_t)w);
+        flags = c->flags;
+    }
+    // Agree on the allocations before the collective duplications, so that a failure on one rank
+    // leaves nobody waiting in them.
+    flags[0] = c && c->counts && c->heard && c->saying;
+    ember_status st = EMBER_OK;
+    {
+        ember_comm *k = &probe;
+        COLL_ST(st, k, "ember_comm_create", MPI_Iallreduce(&flags[0], &flags[1], 1, MPI_INT, MPI_LAND, comm, &req_));
+    }
+    if (st == EMBER_OK && !flags[1])
+        st = ember__error(ctx, EMBER_ERR_NOMEM, flags[0] ? "ember_comm_create: another rank is out of memory"
+                                                        : "ember_comm_create: out of memory");
+    if (st == EMBER_OK) COLL_ST(st, c, "ember_comm_create", MPI_Comm_idup(comm, &c->comm, &req_));
+    if (st == EMBER_OK) COLL_ST(st, c, "ember_comm_create", MPI_Comm_idup(comm, &c->diag, &req_));
+    if (st == EMBER_ERR_TIMEOUT) return st; // MPI may still write into c: it is not freed
+    if (st != EMBER_OK) {
+        ember_comm_destroy(c);
         return st;
     }
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
-    int r, w;
-    MPI_Comm_rank(c->comm, &r);
-    MPI_Comm_size(c->comm, &w);
-    c->rank = r;
-    c->size = w;
-    c->counts = ember__xalloc(ctx, sizeof(int) * 4 * (size_t)w, "communicator counts");
-    if (!c->counts) {
-        MPI_Comm_free(&c->comm);
-        ember__free(ctx, c);
-        return EMBER_ERR_NOMEM;
+    MPI_Comm_set_errhandler(c->diag, MPI_ERRORS_RETURN);
+    c->said = c->heard + w;
+    for (int i = 0; i < w; i++) {
+        c->heard[i] = 0;
+        c->saying[i] = MPI_REQUEST_NULL;
     }
+    c->seq = 0;
     ember_ctx_set_rank(ctx, r);
     *out = c;
     return EMBER_OK;
@@ -54,10 +191,27 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
 
 void ember_comm_destroy(ember_comm *c) {
     if (!c) return;
-    MPI_Comm_free(&c->comm);
+    if (c->diag != MPI_COMM_NULL) {
+        listen_diag(c);
+        for (int r = 0; r < c->size; r++)
+            if (c->saying[r] != MPI_REQUEST_NULL) MPI_Request_free(&c->saying[r]);
+        MPI_Comm_free(&c->diag);
+    }
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
     ember__free(c->ctx, c->counts);
+    ember__free(c->ctx, c->heard);
+    ember__free(c->ctx, c->saying);
     ember__free(c->ctx, c);
 }
+
+ember_status ember_comm_set_timeout(ember_comm *c, double seconds) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(c->ctx, seconds >= 0 && seconds <= 1e9, EMBER_ERR_INVALID_ARG,
+                "ember_comm_set_timeout: %g s is not in [0, 1e9] (0: no deadline)", seconds);
+    c->timeout_s = seconds;
+    return EMBER_OK;
+}
+double ember_comm_timeout(const ember_comm *c) { return c ? c->timeout_s : 0; }
 
 int32_t ember_comm_rank(const ember_comm *c) { return c ? c->rank : 0; }
 int32_t ember_comm_size(const ember_comm *c) { return c ? c->size : 1; }
@@ -69,17 +223,17 @@ void ember_comm_reset_bytes_sent(ember_comm *c) { if (c) c->bytes_sent = 0; }
 ember_status ember_comm_agree(ember_comm *c, ember_status local) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     struct { int st; int rank; } in = {(int)local, c->rank}, outv;
-    int rc = MPI_Allreduce(&in, &outv, 1, MPI_2INT, MPI_MINLOC, c->comm);
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "ember_comm_agree");
+    COLL(c, "ember_comm_agree", MPI_Iallreduce(&in, &outv, 1, MPI_2INT, MPI_MINLOC, c->comm, &req_));
     if (outv.st == EMBER_OK) return EMBER_OK;
     // Everyone learns the failing rank's message, so every rank reports the same cause.
     char msg[EMBER_ERRMSG_CAP];
     memcpy(msg, c->ctx->errmsg, sizeof msg);
-    rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, outv.rank, c->comm);
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "ember_comm_agree");
+    COLL(c, "ember_comm_agree", MPI_Ibcast(msg, (int)sizeof msg, MPI_CHAR, outv.rank, c->comm, &req_));
     msg[sizeof msg - 1] = '\0';
     if (outv.rank != c->rank) {
-        ember__error(c->ctx, (ember_status)outv.st, "rank %d failed: %s", outv.rank, msg);
+        // Every rank reports the same text, which names the failing rank once (its "(rank R)").
+        memcpy(c->ctx->errmsg, msg, sizeof msg);
+        c->ctx->last_status = (ember_status)outv.st;
     }
     return (ember_status)outv.st;
 }
@@ -91,7 +245,7 @@ static ember_status allreduce(ember_comm *c, void *buf, size_t n, MPI_Datatype t
     // MPI counts are int: reduce in chunks.
     while (n > 0) {
         int k = n > (size_t)(INT_MAX / 2) ? INT_MAX / 2 : (int)n;
-        MPI_TRY(c, MPI_Allreduce(MPI_IN_PLACE, p, k, t, op, c->comm), what);
+        COLL(c, what, MPI_Iallreduce(MPI_IN_PLACE, p, k, t, op, c->comm, &req_));
         if (c->size > 1) c->bytes_sent += (uint64_t)k * esz;
         p += (size_t)k * esz;
         n -= (size_t)k;
@@ -145,9 +299,12 @@ ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t
         MPI_Datatype t;
         MPI_Type_contiguous((int)elem_size, MPI_BYTE, &t);
         MPI_Type_commit(&t);
-        int r = MPI_Alltoallv(send, sc, sd, t, recv, rc, rd, t, c->comm);
-        MPI_Type_free(&t);
+        st = begin(c, "alltoallv");
+        MPI_Request req = MPI_REQUEST_NULL;
+        int r = st == EMBER_OK ? MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, c->comm, &req) : MPI_SUCCESS;
+        MPI_Type_free(&t); // MPI keeps it until the exchange completes
         if (r != MPI_SUCCESS) st = mpi_fail(c, r, "alltoallv");
+        if (st == EMBER_OK) st = wait_for(c, &req, "alltoallv");
         for (int s = 0; s < c->size; s++)
             if (s != c->rank) c->bytes_sent += (uint64_t)send_counts[s] * elem_size;
     }
@@ -156,7 +313,7 @@ ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t
 
 ember_status ember_comm_alltoall_i64(ember_comm *c, const int64_t *send, int64_t *recv) {
     if (!c) return EMBER_ERR_INVALID_ARG;
-    MPI_TRY(c, MPI_Alltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, c->comm), "alltoall_i64");
+    COLL(c, "alltoall_i64", MPI_Ialltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, c->comm, &req_));
     c->bytes_sent += (uint64_t)(c->size - 1) * sizeof(int64_t);
     return EMBER_OK;
 }
@@ -172,9 +329,13 @@ ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t coun
         MPI_Datatype t;
         MPI_Type_contiguous((int)elem_size, MPI_BYTE, &t);
         MPI_Type_commit(&t);
-        int r = MPI_Allgatherv(send, (int)count, t, recv, buf, buf + c->size, t, c->comm);
+        st = begin(c, "allgatherv");
+        MPI_Request req = MPI_REQUEST_NULL;
+        int r = st == EMBER_OK ? MPI_Iallgatherv(send, (int)count, t, recv, buf, buf + c->size, t, c->comm, &req)
+                               : MPI_SUCCESS;
         MPI_Type_free(&t);
         if (r != MPI_SUCCESS) st = mpi_fail(c, r, "allgatherv");
+        if (st == EMBER_OK) st = wait_for(c, &req, "allgatherv");
         c->bytes_sent += (uint64_t)count * elem_size * (uint64_t)(c->size - 1);
     }
     return st;
@@ -182,7 +343,7 @@ ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t coun
 
 ember_status ember_comm_allgather_i64(ember_comm *c, int64_t value, int64_t *recv) {
     if (!c) return EMBER_ERR_INVALID_ARG;
-    MPI_TRY(c, MPI_Allgather(&value, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, c->comm), "allgather_i64");
+    COLL(c, "allgather_i64", MPI_Iallgather(&value, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, c->comm, &req_));
     c->bytes_sent += (uint64_t)(c->size - 1) * sizeof(int64_t);
     return EMBER_OK;
 }
@@ -194,7 +355,7 @@ ember_status ember_comm_bcast(ember_comm *c, void *buf, size_t bytes, int32_t ro
     char *p = buf;
     while (bytes > 0) {
         int k = bytes > (size_t)INT_MAX ? INT_MAX : (int)bytes;
-        MPI_TRY(c, MPI_Bcast(p, k, MPI_BYTE, root, c->comm), "bcast");
+        COLL(c, "bcast", MPI_Ibcast(p, k, MPI_BYTE, root, c->comm, &req_));
         if (c->rank == root) c->bytes_sent += (uint64_t)k * (uint64_t)(c->size - 1);
         p += k;
         bytes -= (size_t)k;
@@ -204,7 +365,7 @@ ember_status ember_comm_bcast(ember_comm *c, void *buf, size_t bytes, int32_t ro
 
 ember_status ember_comm_barrier(ember_comm *c) {
     if (!c) return EMBER_ERR_INVALID_ARG;
-    MPI_TRY(c, MPI_Barrier(c->comm), "barrier");
+    COLL(c, "barrier", MPI_Ibarrier(c->comm, &req_));
     return EMBER_OK;
 }
 

@@ -4,6 +4,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -70,11 +74,50 @@ static void collectives_move_the_right_bytes(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// The watchdog: the last rank arrives 1.5 s late at a collective whose deadline is 0.4 s. Every
+// other rank gives up within the deadline plus a little, names that rank, and refuses the
+// communicator afterwards; the late rank never enters (MPI cannot cancel the others' part).
+static void a_late_rank_times_the_others_out(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *c = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &c), EMBER_OK);
+    int r = ember_comm_rank(c), w = ember_comm_size(c), late = w - 1;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_timeout(c) == EMBER_COMM_DEFAULT_TIMEOUT_S);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_set_timeout(c, -1) == EMBER_ERR_INVALID_ARG &&
+                                        ember_comm_set_timeout(c, NAN) == EMBER_ERR_INVALID_ARG);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_set_timeout(c, 0.4) == EMBER_OK);
+    double x = 1;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_allreduce_sum_f64(c, &x, 1) == EMBER_OK && x == w);
+    bool ok = true;
+    if (w > 1 && r != late) {
+        double t0 = MPI_Wtime();
+        ember_status st = ember_comm_allreduce_sum_f64(c, &x, 1);
+        double took = MPI_Wtime() - t0;
+        char want[64];
+        snprintf(want, sizeof want, "rank %d did not arrive", late);
+        ok = st == EMBER_ERR_TIMEOUT && took >= 0.4 && took < 1.4 && strstr(ember_ctx_errmsg(ctx), want) &&
+             strstr(ember_ctx_errmsg(ctx), "allreduce_sum_f64: collective #");
+        if (!ok) fprintf(stderr, "rank %d: %s after %.2f s: %s\n", r, ember_status_name(st), took, ember_ctx_errmsg(ctx));
+        ok = ok && ember_comm_barrier(c) == EMBER_ERR_TIMEOUT && strstr(ember_ctx_errmsg(ctx), "unusable");
+    } else if (w > 1) {
+        struct timespec ts = {1, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    // The timed-out rank's request is still pending inside MPI: the communicator is left to the
+    // end of the process rather than freed under it.
+    if (w == 1) ember_comm_destroy(c);
+    (void)ctx;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(agree_spreads_the_failing_ranks_error),
         cmocka_unit_test(collectives_move_the_right_bytes),
+        cmocka_unit_test(a_late_rank_times_the_others_out),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();
