@@ -1,5 +1,6 @@
 // MPI communicator wrapper: duplication, status agreement, byte-counted collectives.
 #include <limits.h>
+#include <stdarg.h>
 #include <sched.h>
 #include <string.h>
 
@@ -397,3 +398,120 @@ ember_status ember_comm_allreduce_grads_f64(ember_comm *comm, ember_grad_convent
     ALLREDUCE_GRADS(double, ember_comm_allreduce_sum_f64)
 }
 #undef ALLREDUCE_GRADS
+
+// --- Agreement on a configuration -------------------------------------------------------------
+
+void ember__fields_add(ember__fields *f, const char *fmt, ...) {
+    if (f->st != EMBER_OK) return;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        size_t room = f->buf.cap > f->len ? f->buf.cap - f->len : 0;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = room ? vsnprintf((char *)f->buf.p + f->len, room, fmt, ap) : -1;
+        va_end(ap);
+        if (n >= 0 && (size_t)n + 1 < room) { // the line and its newline fit
+            f->len += (size_t)n;
+            ((char *)f->buf.p)[f->len++] = '\n';
+            ((char *)f->buf.p)[f->len] = '\0';
+            return;
+        }
+        size_t want = (f->buf.cap ? 2 * f->buf.cap : 4096) + (n > 0 ? (size_t)n + 2 : 256);
+        ember__buf grown = {NULL, 0};
+        if (!ember__buf_reserve(f->ctx, &grown, want)) {
+            f->st = EMBER_ERR_NOMEM;
+            return;
+        }
+        if (f->len) memcpy(grown.p, f->buf.p, f->len + 1);
+        ember__buf_free(f->ctx, &f->buf);
+        f->buf = grown;
+    }
+    f->st = ember__error(f->ctx, EMBER_ERR_INVALID_ARG, "configuration field longer than %zu bytes", f->buf.cap);
+}
+
+void ember__fields_free(ember__fields *f) { ember__buf_free(f->ctx, &f->buf); }
+
+static uint64_t text_digest(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull; // FNV-1a
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+// Line `k` (0-based) of text[0, n): its start and length (length -1 when there is no such line).
+static const char *line_at(const char *text, size_t n, int64_t k, int64_t *len) {
+    const char *p = text, *end = text + n;
+    for (; k > 0 && p < end; k--) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        p = nl ? nl + 1 : end;
+    }
+    if (p >= end) {
+        *len = -1;
+        return p;
+    }
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    *len = (nl ? nl : end) - p;
+    return p;
+}
+
+ember_status ember__comm_agree_fields(ember_comm *c, const char *what, const ember__fields *f) {
+    const char *mine = f->len ? (const char *)f->buf.p : "";
+    int64_t *all = ember__alloc(c->ctx, sizeof(int64_t) * (size_t)c->size);
+    ember_status st = f->st != EMBER_OK ? f->st : all ? EMBER_OK : ember__error(c->ctx, EMBER_ERR_NOMEM, "%s: out of memory", what);
+    st = ember_comm_agree(c, st);
+    if (st == EMBER_OK) st = ember_comm_allgather_i64(c, (int64_t)text_digest(mine, f->len), all);
+    bool same = true;
+    for (int32_t r = 1; st == EMBER_OK && r < c->size; r++) same = same && all[r] == all[0];
+    if (st != EMBER_OK || same) {
+        ember__free(c->ctx, all);
+        return st;
+    }
+    // They differ: rank 0's text is the reference; every rank finds its first line that differs
+    // from it; the lowest rank at the earliest such line sends that line to everyone.
+    int64_t n0 = (int64_t)f->len;
+    st = ember_comm_bcast(c, &n0, sizeof n0, 0);
+    ember__buf ref = {NULL, 0};
+    char *r0 = st == EMBER_OK ? ember__buf_reserve(c->ctx, &ref, (size_t)n0 + 1) : NULL;
+    if (st == EMBER_OK) st = ember_comm_agree(c, r0 ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK && c->rank == 0 && n0) memcpy(r0, mine, (size_t)n0);
+    if (st == EMBER_OK) st = ember_comm_bcast(c, r0, (size_t)n0, 0);
+    int64_t first = INT64_MAX;
+    for (int64_t k = 0; st == EMBER_OK; k++) {
+        int64_t la, lb;
+        const char *a = line_at(mine, f->len, k, &la), *b = line_at(r0, (size_t)n0, k, &lb);
+        if (la < 0 && lb < 0) break;
+        if (la != lb || memcmp(a, b, (size_t)la) != 0) {
+            first = k;
+            break;
+        }
+    }
+    if (st == EMBER_OK) st = ember_comm_allgather_i64(c, first, all);
+    int32_t odd = 0;
+    for (int32_t r = 1; st == EMBER_OK && r < c->size; r++)
+        if (all[r] < all[odd]) odd = r;
+    const int64_t line = st == EMBER_OK ? all[odd] : 0;
+    char theirs[192] = "", ours[192] = "";
+    int64_t la, lb;
+    if (st == EMBER_OK && c->rank == odd) {
+        const char *a = line_at(mine, f->len, line, &la);
+        if (la >= 0) snprintf(theirs, sizeof theirs, "%.*s", (int)la, a);
+    }
+    if (st == EMBER_OK) st = ember_comm_bcast(c, theirs, sizeof theirs, odd);
+    if (st == EMBER_OK) {
+        theirs[sizeof theirs - 1] = '\0';
+        const char *b = line_at(r0, (size_t)n0, line, &lb);
+        if (lb >= 0) snprintf(ours, sizeof ours, "%.*s", (int)lb, b);
+        // "<field>: <value>" on both sides: the field is named once when it is the same.
+        const char *ca = strstr(theirs, ": "), *cb = strstr(ours, ": ");
+        char *msg = c->ctx->errmsg;
+        const size_t cap = sizeof c->ctx->errmsg;
+        if (ca && cb && ca - theirs == cb - ours && memcmp(theirs, ours, (size_t)(ca - theirs)) == 0)
+            snprintf(msg, cap, "%s: ranks disagree on the configuration: %.*s: %s on rank %d, %s on rank 0", what,
+                     (int)(ca - theirs), theirs, ca + 2, (int)odd, cb + 2);
+        else
+            snprintf(msg, cap, "%s: ranks disagree on the configuration: \"%s\" on rank %d, \"%s\" on rank 0", what,
+                     theirs[0] ? theirs : "(nothing more)", (int)odd, ours[0] ? ours : "(nothing more)");
+        c->ctx->last_status = st = EMBER_ERR_INVALID_ARG;
+    }
+    ember__buf_free(c->ctx, &ref);
+    ember__free(c->ctx, all);
+    return st;
+}

@@ -26,4 +26,23 @@ struct ember_comm {
     int flags[2];         // ember_comm_create's agreement on its allocations
 };
 
+// A configuration as text, one "<field>: <value>\n" line per field, built by every rank in the
+// same order (e.g. "table 'user' rows: 31"). ember__fields_add appends a line; on failure to
+// grow, the builder remembers it (st = EMBER_ERR_NOMEM) and ignores further lines.
+typedef struct ember__fields {
+    ember_ctx *ctx;
+    ember__buf buf;
+    size_t len;
+    ember_status st;
+} ember__fields;
+void ember__fields_add(ember__fields *f, const char *fmt, ...) EMBER__PRINTF(2, 3);
+void ember__fields_free(ember__fields *f);
+
+// Collective. Agrees that every rank built the same fields (a 64-bit digest of the text is
+// compared first: one small all-gather when they agree). When they differ every rank returns
+// EMBER_ERR_INVALID_ARG with the same message naming the first differing field, its values and
+// the ranks: "<what>: ranks disagree on the configuration: table 'user' rows: 31 on rank 2, 30 on
+// rank 0". A builder that ran out of memory on any rank makes every rank return EMBER_ERR_NOMEM.
+ember_status ember__comm_agree_fields(ember_comm *c, const char *what, const ember__fields *f);
+
 #endif

@@ -11,6 +11,10 @@
 ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember_kjt *kjt, int32_t expected_features,
                                  const int64_t *rows_per_feature, const char *const *feature_names,
                                  ember_bounds_mode mode, int64_t *num_out_of_range);
+// A 64-bit digest of a validated KJT's contents (shape, bag lengths whichever way they are given,
+// ids, weights): equal KJTs have equal digests; the backward compares its KJT's with the
+// forward's.
+uint64_t ember__kjt_digest(const ember_kjt *kjt);
 // Writes the exclusive prefix sum [F*B+1] of a validated KJT.
 void ember__kjt_offsets(const ember_kjt *kjt, int64_t *offsets);
 

@@ -1,4 +1,7 @@
 // KJT validation at the API boundary (docs/semantics.md §1).
+#include <math.h>
+#include <string.h>
+
 #include "kjt/internal.h"
 
 int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag) {
@@ -58,6 +61,26 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
     }
     EMBER_CHECK(ctx, sum == kjt->nnz, EMBER_ERR_INVALID_ARG, "%s: sum of lengths %s nnz %lld", caller,
                 sum > kjt->nnz ? "exceeds" : "is less than", (long long)kjt->nnz);
+    if (kjt->weights && kjt->nnz > 0) {
+        // One pass over the weights; only a failure walks the bags to name the one holding it.
+        int64_t first = kjt->nnz;
+        for (int64_t j = 0; j < kjt->nnz; j++)
+            if (!isfinite(kjt->weights[j])) {
+                first = j;
+                break;
+            }
+        if (first < kjt->nnz) {
+            int64_t bag = 0, start = 0;
+            for (; bag < nbags; bag++) {
+                int64_t len = kjt->lengths ? kjt->lengths[bag] : kjt->offsets[bag + 1] - kjt->offsets[bag];
+                if (first < start + len) break;
+                start += len;
+            }
+            return ember__error(ctx, EMBER_ERR_NUMERIC, "%s: %s bag %lld: weight %lld of the bag is %g (not finite)",
+                                caller, fname(feature_names, (int32_t)(bag / B), fb, sizeof fb),
+                                (long long)(bag % B), (long long)(first - start), (double)kjt->weights[first]);
+        }
+    }
     int64_t bad = 0;
     if (rows_per_feature && kjt->nnz > 0) {
         int64_t start = 0;
@@ -95,6 +118,36 @@ ember_status ember_kjt_validate(ember_ctx *ctx, const ember_kjt *kjt, int32_t ex
                 "ember_kjt_validate: unknown bounds mode %d", (int)mode);
     return ember__kjt_validate(ctx, "ember_kjt_validate", kjt, expected_features, rows_per_feature, NULL, mode,
                                num_out_of_range);
+}
+
+// Four independent lanes of multiply-xorshift mixing, so the digest runs at memory speed.
+#define DIGEST_K 0x9E3779B97F4A7C15ull
+static void mix(uint64_t h[4], const uint64_t *v, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) h[k] = (h[k] ^ v[i + k]) * DIGEST_K;
+    for (; i < n; i++) h[0] = (h[0] ^ v[i]) * DIGEST_K;
+}
+
+uint64_t ember__kjt_digest(const ember_kjt *kjt) {
+    uint64_t h[4] = {1, 2, 3, 4};
+    const uint64_t head[3] = {(uint64_t)kjt->num_features, (uint64_t)kjt->batch_size, (uint64_t)kjt->nnz};
+    mix(h, head, 3);
+    const int64_t nbags = (int64_t)kjt->num_features * kjt->batch_size;
+    for (int64_t i = 0; i < nbags; i++) {
+        uint64_t len = kjt->lengths ? (uint64_t)kjt->lengths[i] : (uint64_t)(kjt->offsets[i + 1] - kjt->offsets[i]);
+        h[i & 3] = (h[i & 3] ^ len) * DIGEST_K;
+    }
+    if (kjt->nnz > 0) mix(h, (const uint64_t *)kjt->values, kjt->nnz);
+    if (kjt->weights)
+        for (int64_t j = 0; j < kjt->nnz; j++) {
+            uint32_t bits;
+            memcpy(&bits, &kjt->weights[j], sizeof bits);
+            h[j & 3] = (h[j & 3] ^ (bits | (1ull << 40))) * DIGEST_K;
+        }
+    uint64_t d = h[0] ^ (h[1] >> 7) ^ (h[2] << 11) ^ (h[3] >> 29);
+    d ^= d >> 31;
+    return d * DIGEST_K;
 }
 
 void ember__kjt_offsets(const ember_kjt *kjt, int64_t *offsets) {

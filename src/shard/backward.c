@@ -167,8 +167,18 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
     ember_status st = EMBER_OK;
     if (!s->has_forward) {
         st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", fn);
-    } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F) {
-        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: the kjt is not the one of the preceding forward", fn);
+    } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
+               (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
+               ember__kjt_digest(kjt) != s->fwd_digest) {
+        st = kjt ? ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
+                                "%s: the kjt (batch %d, %d features, nnz %lld) is not the one of the preceding forward "
+                                "(batch %d, %d features, nnz %lld%s)",
+                                fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->batch,
+                                (int)s->F, (long long)s->fwd_nnz,
+                                kjt->batch_size == s->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz
+                                    ? "; its lengths, ids or weights differ"
+                                    : "")
+                 : ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
     } else if (!grad_out && output_size(s, kjt) > 0) {
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
     } else {

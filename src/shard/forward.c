@@ -102,6 +102,10 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     ember_status st = check_inputs(s, fn, kjt, out, "out");
     if (st == EMBER_OK) st = ember__sanitise(s, kjt);
     if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
+    if (st == EMBER_OK) {
+        s->fwd_digest = ember__kjt_digest(kjt);
+        s->fwd_nnz = kjt->nnz;
+    }
     EMBER_TRY(ember_comm_agree(c, st));
     const int32_t B = kjt->batch_size;
     // Batch sizes and whether any rank carries weights (then every rank sends weights).

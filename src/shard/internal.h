@@ -141,6 +141,8 @@ struct ember_sebc {
     int32_t dp_out_dim;
     // State of the last forward, kept for backward.
     int has_forward;
+    uint64_t fwd_digest;        // ember__kjt_digest of the forward's KJT, which the backward must repeat
+    int64_t fwd_nnz;
     int32_t batch, weighted;
     int64_t *Bs;                  // [W] batch sizes
     int64_t *send_ids, *recv_ids; // [W] id counts sent to / received from each rank

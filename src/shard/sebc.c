@@ -291,6 +291,50 @@ ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t,
     return EMBER_OK;
 }
 
+// The configuration, plan and convention as fields every rank must agree on (the workspace hints
+// max_batch_size and max_nnz may differ). Enums by name; floats to the digits that round-trip.
+static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_table_plan *plan,
+                     ember_grad_convention conv) {
+    static const char *const pooling[] = {"sum", "mean", "none"}, *const init[] = {"zeros", "uniform", "normal"},
+                             *const decay[] = {"none", "l2", "decoupled"}, *const bounds[] = {"error", "clamp", "skip"};
+#define NAME(tab, v) ((v) >= 0 && (size_t)(v) < sizeof tab / sizeof tab[0] ? tab[v] : "unknown")
+    ember__fields_add(d, "gradient convention: %s", conv == EMBER_GRAD_SUM ? "sum" : "mean");
+    ember__fields_add(d, "bounds: %s", NAME(bounds, cfg->bounds));
+    ember__fields_add(d, "seed: %llu", (unsigned long long)cfg->seed);
+    ember__fields_add(d, "tables: %d", (int)cfg->num_tables);
+    for (int32_t t = 0; t < cfg->num_tables; t++) {
+        const ember_table_config *c = &cfg->tables[t];
+        const ember_optim_config *o = &c->optim;
+        const ember_table_plan *p = &plan[t];
+        ember__fields_add(d, "table %d name: '%s'", (int)t, c->name);
+        ember__fields_add(d, "table '%s' rows: %lld", c->name, (long long)c->rows);
+        ember__fields_add(d, "table '%s' dim: %d", c->name, (int)c->dim);
+        ember__fields_add(d, "table '%s' pooling: %s", c->name, NAME(pooling, c->pooling));
+        ember__fields_add(d, "table '%s' dtype: %s", c->name, ember_dtype_name(c->dtype));
+        ember__fields_add(d, "table '%s' init: %s(%.9g, %.9g, std %.9g)", c->name, NAME(init, c->init.kind),
+                          (double)c->init.a, (double)c->init.b, (double)c->init.std);
+        ember__fields_add(d, "table '%s' optimizer: %s", c->name, ember_optim_name(o->kind));
+        ember__fields_add(d, "table '%s' optimizer settings: lr %.9g eps %.9g betas %.9g %.9g weight_decay %.9g %s "
+                          "initial_accumulator %.9g momentum %.9g eta %.9g",
+                          c->name, (double)o->lr, (double)o->eps, (double)o->beta1, (double)o->beta2,
+                          (double)o->weight_decay, NAME(decay, o->weight_decay_mode), (double)o->initial_accumulator,
+                          (double)o->momentum, (double)o->eta);
+        ember__fields_add(d, "table '%s' stochastic rounding: %d", c->name, (int)c->stochastic_rounding);
+        const unsigned u = ember_shard_scheme_plan_fields(p->scheme);
+        char how[192];
+        size_t n = (size_t)snprintf(how, sizeof how, "%s", ember_shard_scheme_name(p->scheme));
+        if (u & EMBER_PLAN_USES_SHARDS) n += (size_t)snprintf(how + n, sizeof how - n, ", shards %d", (int)p->num_shards);
+        if (u & EMBER_PLAN_USES_GROUP) n += (size_t)snprintf(how + n, sizeof how - n, ", group %d", (int)p->group_size);
+        ember__fields_add(d, "table '%s' plan: %s", c->name, how);
+        for (int32_t k = 0; (u & EMBER_PLAN_USES_RANKS) && k < p->num_ranks; k++)
+            ember__fields_add(d, "table '%s' plan ranks[%d]: %d", c->name, (int)k, (int)p->ranks[k]);
+    }
+    ember__fields_add(d, "features: %d", (int)cfg->num_features);
+    for (int32_t f = 0; f < cfg->num_features; f++)
+        ember__fields_add(d, "feature %d: '%s' of table %d", (int)f, cfg->features[f].name, (int)cfg->features[f].table);
+#undef NAME
+}
+
 ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                ember_grad_convention conv, ember_sebc **out) {
     if (!comm) return EMBER_ERR_INVALID_ARG;
@@ -300,7 +344,14 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
     if (!out) st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_create: out is NULL");
     else *out = NULL;
     if (st == EMBER_OK) st = check_plan(ctx, cfg, plan, conv, comm->size);
-    if (st == EMBER_OK) {
+    // Every rank must describe the same collection before any rank builds its part of it.
+    EMBER_TRY(ember_comm_agree(comm, st));
+    ember__fields d = {ctx, {NULL, 0}, 0, EMBER_OK};
+    describe(&d, cfg, plan, conv);
+    st = ember__comm_agree_fields(comm, "ember_sebc_create", &d);
+    ember__fields_free(&d);
+    if (st != EMBER_OK) return st;
+    {
         s = ember__calloc(ctx, sizeof *s);
         if (!s) st = ember__error(ctx, EMBER_ERR_NOMEM, "ember_sebc_create: out of memory");
     }
