@@ -51,8 +51,15 @@ foreach(np 1 3 4)
 endforeach()
 ember_mpi_test(dist.seed.rw_mean_global_length.twrw.np3 3 test_shard_seed rw_mean_global_length --scheme twrw)
 foreach(np 1 2 3)
-  ember_mpi_test(dist.seed.dp_dtype_conversion.np${np} ${np} test_shard_seed dp_dtype_conversion)
   ember_mpi_test(dist.bytes.np${np} ${np} test_shard_seed bytes_match_analytic_count)
+  # MEAN divides by the id count in every scheme, weighted or not (TorchRec's row-wise divides
+  # weighted bags by the weight sum); W = 3 splits the 10 rows unevenly.
+  ember_mpi_test(dist.seed.mean_divisor_id_count.np${np} ${np} test_shard_seed mean_divisor_id_count)
+endforeach()
+# bf16 conversion of a data-parallel table: the state dict, the next forward and the next step
+# all use the converted storage (TorchRec's next forward reads the old one).
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.seed.dp_dtype_conversion.np${np} ${np} test_shard_seed dp_dtype_conversion)
 endforeach()
 foreach(np 1 2 3 4)
   ember_mpi_test(dist.bucketize.ids_examined.np${np} ${np} test_shard_seed bucketize_examines_each_id_once)

@@ -10,8 +10,9 @@
 //
 // Pooling, for bag I of feature f on sample b, per-id weights w_j (1 when absent):
 //   SUM   y = sum_j w_j E[id_j]
-//   MEAN  y = (1/|I|) sum_j w_j E[id_j], |I| = number of ids (never the sum of the weights, as
-//         FBGEMM's MEAN); an empty bag gives 0. Ids dropped by EMBER_BOUNDS_SKIP do not count.
+//   MEAN  y = (1/|I|) sum_j w_j E[id_j], |I| = number of ids, weighted or not, under every sharding
+//         scheme (FBGEMM's MEAN; never the sum of the weights, which TorchRec's row-wise sharding
+//         divides weighted bags by); an empty bag gives 0. Ids dropped by EMBER_BOUNDS_SKIP do not count.
 //   NONE  no pooling (EmbeddingCollection): one row per id. A collection is either all-NONE or
 //         has no NONE table, and an all-NONE collection needs one common dim D.
 // Output layout: pooled collections write [B, sum_f D_f] row-major, features in configuration

@@ -13,6 +13,7 @@
 
 #include "ember.h"
 #include "mpi_assert.h"
+#include "oracle.h"
 #include "shard/internal.h"
 
 static int W, R;
@@ -128,37 +129,235 @@ static void rw_mean_global_length(void **state) {
     env_close(&e);
 }
 
-// The seed bug: a DP table converted to bf16 kept training a detached fp32 copy. Here the one
-// storage is converted on every rank and the step shows in the global state dict everywhere.
+// bf16 of a finite float, round to nearest even, written here from the definition (no code shared
+// with src/): the bits, and the value they stand for.
+static uint16_t bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_round(float x) {
+    uint32_t u = (uint32_t)bf16_bits(x) << 16;
+    float y;
+    memcpy(&y, &u, sizeof y);
+    return y;
+}
+
+// Rank r's local batch of the dtype scenario: bag 0 = {r % 8, 5}, bag 1 = {2, 2, (r + 3) % 8}
+// (a duplicate), and dL_r/dy[b][d] = (1 + b + d + r) 2^-9. Writes 5 ids and 8 gradients.
+static void dtype_batch(int r, int32_t len[2], int64_t ids[5], float go[8]) {
+    len[0] = 2, len[1] = 3;
+    ids[0] = r % 8, ids[1] = 5, ids[2] = 2, ids[3] = 2, ids[4] = (r + 3) % 8;
+    for (int b = 0; b < 2; b++)
+        for (int d = 0; d < 4; d++) go[b * 4 + d] = (float)(1 + b + d + r) * 0x1p-9f;
+}
+
+// The seed bug, and TorchRec's behaviour measured beside it: a data-parallel table converted to
+// bf16 showed the converted values in its state dict while the next forward still read the old
+// fp32 storage (and a step trained a detached copy). ember converts the one storage on every rank:
+// the state dict, the next forward and the next update all see the bf16 values.
+// 8 x 4 table, SUM, SGD lr 1, GRAD_SUM. Weight i (row r = i / 4) is v = +-(1 + (1 + i % 15)/16)
+// + 3 * 2^-10: its bf16 rounding drops the 3 * 2^-10 (3/8 of an ulp in [1, 2)), so every pooled
+// value from fp32 weights differs from the bf16 one by (ids in the bag) * 3 * 2^-10. Every
+// quantity below is exact in fp32 and double (sums of a few multiples of 2^-10 below 8), so the
+// comparisons are bitwise.
 static void dp_dtype_conversion(void **state) {
     (void)state;
     env e;
-    env_open(&e, "dp", EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD, EMBER_GRAD_SUM, 8, 4);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_convert_dtype(e.s, 0, EMBER_DTYPE_BF16) == EMBER_OK);
-    float before[32], after[32];
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", before, -1) == EMBER_OK);
-    int32_t len[1] = {1};
-    int64_t ids[1] = {2};
-    ember_kjt k = {1, 1, len, NULL, ids, NULL, 1};
-    float out[4], go[4] = {0.25f, 0.25f, 0.25f, 0.25f};
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
-    // Every rank looked up row 2 with gradient 0.25 under GRAD_SUM: row 2 moves by 0.25 W
-    // (to bf16 precision), every other row is unchanged, and every rank sees the same bits.
-    bool ok = true;
+    env_open(&e, "dp", EMBER_POOL_SUM, (ember_init){EMBER_INIT_ZEROS, 0, 0, 0}, EMBER_OPT_SGD, EMBER_GRAD_SUM, 8, 4);
+    float v[32], b16[32], got[32];
     for (int i = 0; i < 32; i++) {
-        float want = i / 4 == 2 ? before[i] - 0.25f * (float)W : before[i];
-        ok = ok && fabsf(after[i] - want) <= 0.01f * (1.0f + fabsf(want));
-        if (i / 4 != 2) ok = ok && after[i] == before[i];
+        v[i] = ((i / 4) % 2 ? -1.0f : 1.0f) * (1.0f + (float)(1 + i % 15) / 16.0f) + 3 * 0x1p-10f;
+        b16[i] = bf16_round(v[i]);
     }
-    ok = ok && after[8] != before[8];
-    float r0[32];
-    memcpy(r0, after, sizeof r0);
-    MPI_Bcast(r0, 32, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    ok = ok && memcmp(r0, after, sizeof r0) == 0;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(e.s, 0, "weight", v, -1) == EMBER_OK);
+    // Oracles: o32 holds the fp32 weights, o16 the bf16-rounded ones.
+    ember_ebc *ref = NULL;
+    assert_int_equal(ember_ebc_create(e.ctx, &e.cfg, &ref), EMBER_OK);
+    assert_int_equal(ember_ebc_write(ref, 0, "weight", 0, 8, EMBER_DTYPE_F32, v), EMBER_OK);
+    oracle *o32 = oracle_create(&e.cfg, ref);
+    assert_int_equal(ember_ebc_write(ref, 0, "weight", 0, 8, EMBER_DTYPE_F32, b16), EMBER_OK);
+    oracle *o16 = oracle_create(&e.cfg, ref);
+    ember_ebc_destroy(ref);
+    int32_t len[2];
+    int64_t ids[5];
+    float go[8], out[8];
+    double w32[8], w16[8];
+    dtype_batch(R, len, ids, go);
+    ember_kjt k = {1, 2, len, NULL, ids, NULL, 5};
+    oracle_forward(o32, &k, w32);
+    oracle_forward(o16, &k, w16);
+    bool ok = true;
+    // First forward, fp32 storage: the fp32 oracle exactly.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+    for (int i = 0; i < 8; i++) ok = ok && out[i] == (float)w32[i];
+    if (!ok) fprintf(stderr, "rank %d: fp32 forward %g, oracle %g\n", R, (double)out[0], w32[0]);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+
+    // (a) The state dict shows the converted values (and the bf16 bits), on every rank.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_convert_dtype(e.s, 0, EMBER_DTYPE_BF16) == EMBER_OK);
+    uint16_t bits[32], bits0[32];
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", got, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read_as(e.s, 0, "weight", EMBER_DTYPE_BF16, bits, -1) == EMBER_OK);
+    for (int i = 0; i < 32; i++) ok = ok && got[i] == b16[i] && got[i] != v[i] && bits[i] == bf16_bits(v[i]);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+
+    // (b) The second forward reads the converted storage: the bf16 oracle exactly, and not the
+    // fp32 one (what a forward through the old storage gives: off by 3 * 2^-10 per id).
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+    for (int i = 0; i < 8; i++) ok = ok && out[i] == (float)w16[i] && fabs((double)out[i] - w32[i]) >= 3 * 0x1p-10;
+    if (!ok)
+        fprintf(stderr, "rank %d: forward after bf16 conversion %.9g, bf16 oracle %.9g, fp32 oracle %.9g\n", R,
+                (double)out[0], w16[0], w32[0]);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+
+    // (c) A step updates the bf16 storage: the oracle's SGD step on the bf16 weights over the
+    // global batch (every rank's bags, GRAD_SUM), rounded to bf16, bit for bit on every rank.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_OK);
+    int32_t glen[8];
+    int64_t gids[20];
+    float ggo[32];
+    for (int r = 0; r < W; r++) dtype_batch(r, glen + 2 * r, gids + 5 * r, ggo + 8 * r);
+    ember_kjt gk = {1, 2 * W, glen, NULL, gids, NULL, 5 * W};
+    oracle_backward(o16, &gk, ggo, NULL);
+    oracle_backward(o32, &gk, ggo, NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read_as(e.s, 0, "weight", EMBER_DTYPE_BF16, bits, -1) == EMBER_OK);
+    int moved = 0, detached = 0;
+    for (int i = 0; i < 32; i++) {
+        const float want = (float)o16->t[0].w[i]; // exact: bf16 value minus a multiple of 2^-9
+        ok = ok && want == o16->t[0].w[i] && bits[i] == bf16_bits(want);
+        moved += bits[i] != bf16_bits(b16[i]);
+        // Training a detached fp32 copy and rounding it would give these bits instead.
+        detached += bits[i] != bf16_bits((float)o32->t[0].w[i]);
+        o16->t[0].w[i] = bf16_round(want); // the storage, for the forward below
+    }
+    if (!ok) fprintf(stderr, "rank %d: bf16 weights after the step differ from the oracle\n", R);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok && moved > 0 && detached > 0);
+    memcpy(bits0, bits, sizeof bits0);
+    MPI_Bcast(bits0, 32, MPI_UINT16_T, 0, MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(bits0, bits, sizeof bits) == 0);
+    // And the forward after the step reads the updated bf16 storage.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+    oracle_forward(o16, &k, w16);
+    for (int i = 0; i < 8; i++) ok = ok && out[i] == (float)w16[i];
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    oracle_destroy(o16);
+    oracle_destroy(o32);
     env_close(&e);
+}
+
+// Rank r's local batch of the MEAN scenario over a 10-row table: five bags, one feature.
+//   bag 0: empty (MEAN gives 0)
+//   bag 1: {3, 3, 7 - r % 2}     a duplicate id
+//   bag 2: {0, 4, 5, 9, 2}       every row block: at W = 3 (blocks of 4, 3, 3 rows) 2 + 2 + 1 ids,
+//                                at W = 2 (5, 5) 3 + 2
+//   bag 3: {(r + 6) % 10}
+//   bag 4: {1, 8, 8, 1, 3r % 10} duplicates over two blocks
+// Weighted, the per-id weights of each bag sum to something else than its id count (4, 3.5,
+// 1.5, 3.75 against 3, 5, 1, 5), so dividing by the weight sum is told apart. Gradients
+// dL_r/dy[b][d] = 0.1 (1 + (7r + 3b + d) % 5) - 0.25. Returns nnz (14).
+static int64_t mean_batch(int r, int weighted, int32_t len[5], int64_t ids[14], float w[14], float go[20]) {
+    static const int32_t L[5] = {0, 3, 5, 1, 5};
+    static const float WT[14] = {0.5f, 2.0f, 1.5f,  1.0f, -0.5f, 0.25f, 2.0f, 0.75f,
+                                 1.5f, -1.0f, 3.0f, 0.25f, 1.0f, 0.5f};
+    const int64_t I[14] = {3, 3, 7 - r % 2, 0, 4, 5, 9, 2, (r + 6) % 10, 1, 8, 8, 1, (3 * r) % 10};
+    memcpy(len, L, sizeof L);
+    memcpy(ids, I, sizeof I);
+    if (weighted) memcpy(w, WT, sizeof WT);
+    for (int b = 0; b < 5; b++)
+        for (int d = 0; d < 4; d++) go[b * 4 + d] = 0.1f * (float)(1 + (7 * r + 3 * b + d) % 5) - 0.25f;
+    return 14;
+}
+
+// Largest |a - b| / (2e-5 + 1e-4 |b|) over n (docs/semantics.md §7): <= 1 within tolerance.
+static double rel_err_ff(const float *a, const float *b, int n) {
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]) / (2e-5 + 1e-4 * fabs((double)b[i]));
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+// MEAN divides a bag's weighted sum by its id count, for every scheme, weighted or not
+// (docs/semantics.md §2). TorchRec, measured beside ember, divides a weighted bag by its weight
+// sum under row-wise sharding and by its id count under table-wise: here every scheme gives the
+// single-process result (and the oracle's, id-count divisor), forward and after one SGD step
+// (lr 1, GRAD_SUM, so the global gradient is every rank's, concatenated), with duplicate ids, an
+// empty bag, and bags split unevenly over row blocks.
+static void mean_divisor_id_count(void **state) {
+    (void)state;
+    const char *schemes[5] = {"dp", "tw", "cw", "rw", "twrw"};
+    for (int si = 0; si < 5; si++) {
+        for (int weighted = 0; weighted < 2; weighted++) {
+            env e;
+            env_open(&e, schemes[si], EMBER_POOL_MEAN, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
+                     EMBER_GRAD_SUM, 10, 4);
+            ember_ebc *ref = NULL; // single process, same seed: the same initial weights
+            assert_int_equal(ember_ebc_create(e.ctx, &e.cfg, &ref), EMBER_OK);
+            oracle *o = oracle_create(&e.cfg, ref);
+            float w0[40], wref[40];
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", w0, -1) == EMBER_OK);
+            assert_int_equal(ember_ebc_read(ref, 0, "weight", 0, 10, EMBER_DTYPE_F32, wref), EMBER_OK);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(w0, wref, sizeof w0) == 0);
+
+            int32_t len[5];
+            int64_t ids[14];
+            float wt[14], go[20], out[20], single[20];
+            double want[20];
+            const int64_t nnz = mean_batch(R, weighted, len, ids, wt, go);
+            ember_kjt k = {1, 5, len, NULL, ids, weighted ? wt : NULL, nnz};
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+            assert_int_equal(ember_ebc_forward(ref, &k, single), EMBER_OK);
+            oracle_forward(o, &k, want);
+            const double e_or = rel_err_f(out, want, 20, 2e-5, 1e-4), e_sp = rel_err_ff(out, single, 20);
+            bool ok = e_or <= 1 && e_sp <= 1;
+            for (int d = 0; d < 4; d++) ok = ok && out[d] == 0.0f; // the empty bag
+            // A weighted bag divided by its weight sum is not what came out.
+            int64_t j = 0;
+            for (int b = 0; b < 5; b++) {
+                double wsum = 0, apart = 0;
+                for (int q = 0; q < len[b]; q++) wsum += weighted ? wt[j + q] : 1.0;
+                for (int d = 0; d < 4 && len[b] > 0; d++)
+                    apart = fmax(apart, fabs(out[b * 4 + d] - want[b * 4 + d] * len[b] / wsum));
+                if (weighted && len[b] > 0) ok = ok && apart > 1e-3;
+                j += len[b];
+            }
+            if (!ok)
+                fprintf(stderr, "rank %d %s weighted %d: forward error %g (oracle), %g (single process)\n", R,
+                        schemes[si], weighted, e_or, e_sp);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+
+            // One step: the global batch (every rank's bags in rank order) on the single process
+            // and the oracle; the sharded weights on every rank against both.
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_OK);
+            int32_t glen[20];
+            int64_t gids[56];
+            float gwt[56], ggo[80], w1[40];
+            for (int r = 0; r < W; r++)
+                mean_batch(r, weighted, glen + 5 * r, gids + 14 * r, gwt + 14 * r, ggo + 20 * r);
+            ember_kjt gk = {1, 5 * W, glen, NULL, gids, weighted ? gwt : NULL, 14 * W};
+            assert_int_equal(ember_ebc_backward(ref, &gk, ggo, NULL), EMBER_OK);
+            oracle_backward(o, &gk, ggo, NULL);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", w1, -1) == EMBER_OK);
+            assert_int_equal(ember_ebc_read(ref, 0, "weight", 0, 10, EMBER_DTYPE_F32, wref), EMBER_OK);
+            const double wsp = rel_err_ff(w1, wref, 40), wor = rel_err_f(w1, o->t[0].w, 40, 2e-5, 1e-4);
+            ok = wsp <= 1 && wor <= 1 && memcmp(w1, w0, sizeof w1) != 0;
+            // The forward after the step reads the updated rows.
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
+            oracle_forward(o, &k, want);
+            ok = ok && rel_err_f(out, want, 20, 2e-5, 1e-4) <= 1;
+            if (!ok)
+                fprintf(stderr, "rank %d %s weighted %d: weights after a step: error %g (oracle), %g (single "
+                        "process)\n", R, schemes[si], weighted, wor, wsp);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+            oracle_destroy(o);
+            ember_ebc_destroy(ref);
+            env_close(&e);
+        }
+    }
 }
 
 // Rank 1 passes an out-of-range id: every rank returns the same error naming rank 1, nobody
@@ -362,7 +561,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--scheme")) g_scheme = argv[i + 1];
     struct CMUnitTest all[] = {
         cmocka_unit_test(rw_grad_not_scaled), cmocka_unit_test(rw_mean_global_length),
-        cmocka_unit_test(dp_dtype_conversion), cmocka_unit_test(bad_rank),
+        cmocka_unit_test(dp_dtype_conversion), cmocka_unit_test(mean_divisor_id_count),
+        cmocka_unit_test(bad_rank),
         cmocka_unit_test(bytes_match_analytic_count),
         cmocka_unit_test(bucketize_examines_each_id_once), cmocka_unit_test(grid_bad_plan),
     };
