@@ -110,3 +110,10 @@ foreach(np 2 3)
   set_tests_properties(dist.checkpoint.numpy_reader.np${np} PROPERTIES TIMEOUT 300 LABELS "dist;mpi"
                        PROCESSORS ${np} ENVIRONMENT "${EMBER_MPI_ENV}")
 endforeach()
+
+# Ranks that disagree (tests/dist/test_agreement.c): configuration fingerprints, the backward's KJT,
+# non-finite per-id weights.
+ember_test_exe(test_agreement ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_agreement.c)
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.agreement.np${np} ${np} test_agreement)
+endforeach()

@@ -187,7 +187,7 @@ EMBER_API ember_status ember_lfq_zero_grad(ember_lfq *lfq);
 // Data-parallel gradient synchronisation under the gradient convention (ember/comm.h):
 // ember_comm_allreduce_grads on the gradient slab (EMBER_GRAD_MEAN: J = (1/W) sum_r L_r).
 // Collective on the module's comm (local no-op without one). Returns EMBER_OK,
-// EMBER_ERR_INVALID_ARG (unknown convention), EMBER_ERR_COMM.
+// EMBER_ERR_INVALID_ARG (unknown convention), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_lfq_allreduce_grads(ember_lfq *lfq, ember_grad_convention conv);
 
 // Forward pass.
@@ -202,12 +202,16 @@ EMBER_API ember_status ember_lfq_allreduce_grads(ember_lfq *lfq, ember_grad_conv
 // Collective on the module's comm in training mode (every rank calls it, each with its own B,
 // N and mask); Local in eval mode or without comm. Inputs are validated on each rank and the
 // verdict agreed before any communication, so a bad input on one rank fails every rank with
-// the same status and that rank's message.
-// Returns EMBER_OK; EMBER_ERR_INVALID_ARG (lfq, x or out NULL, B or N < 1, B*N too large);
-// EMBER_ERR_NUMERIC (a NaN or Inf in x, named by position and value); EMBER_ERR_NOMEM (workspace
-// growth); EMBER_ERR_COMM. On error out, indices, losses, parameters and gradients are
-// unchanged, and so is the state saved by the previous training forward (its backward can
-// still follow) on every rank, except after EMBER_ERR_COMM.
+// the same status and that rank's message. The first training forward after creation or
+// ember_lfq_set_comm also agrees on the resolved configuration (every field of ember_lfq_config
+// but comm and max_tokens): ranks that differ all return EMBER_ERR_INVALID_ARG with the same
+// message naming the first differing field, its values and the ranks.
+// Returns EMBER_OK; EMBER_ERR_INVALID_ARG (lfq, x or out NULL, B or N < 1, B*N too large, ranks
+// configured differently); EMBER_ERR_NUMERIC (a NaN or Inf in x, named by position and value);
+// EMBER_ERR_NOMEM (workspace growth); EMBER_ERR_COMM; EMBER_ERR_TIMEOUT (ember/comm.h). On error
+// out, indices, losses, parameters and gradients are unchanged, and so is the state saved by the
+// previous training forward (its backward can still follow) on every rank, except after
+// EMBER_ERR_COMM or EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_lfq_forward(ember_lfq *lfq, const void *x, int32_t B, int32_t N, const uint8_t *mask,
                                          bool training, void *out, int64_t *indices, ember_lfq_losses *losses);
 

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "comm/internal.h"
 #include "core/internal.h"
 #include "ember/lfq.h"
 #include "ember/rng.h"
@@ -61,6 +62,7 @@ struct ember_lfq {
     ember__lfq_ws ws;
     ember__lfq_saved saved;
     uint64_t sample_seed, sample_counter;
+    bool agreed;          // the ranks of cfg.comm agreed on the configuration (first training forward)
 };
 
 // The dtype-specific kernels, called with validated inputs and a workspace of >= B*N tokens.

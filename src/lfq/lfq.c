@@ -216,6 +216,7 @@ ember_status ember_lfq_set_comm(ember_lfq *q, ember_comm *comm) {
                 "ember_lfq_set_comm: comm was created on another context");
     q->cfg.comm = comm;
     q->saved.valid = false;
+    q->agreed = false;
     return EMBER_OK;
 }
 
@@ -267,7 +268,7 @@ ember_status ember_lfq_allreduce_grads(ember_lfq *q, ember_grad_convention conv)
     EMBER_CHECK(q->ctx, conv == EMBER_GRAD_MEAN || conv == EMBER_GRAD_SUM, EMBER_ERR_INVALID_ARG,
                 "ember_lfq_allreduce_grads: unknown gradient convention %d", (int)conv);
     if (!comm) return EMBER_OK;
-    // Every rank's module has the same parameters (agreed at creation), so n is the same.
+    // The first training forward agreed on the configuration, so n is the same on every rank.
     const size_t n = (size_t)q->n_params;
     if (q->cfg.dtype == EMBER_LFQ_F64) return ember_comm_allreduce_grads_f64(comm, conv, q->grads, n);
     return ember_comm_allreduce_grads(comm, conv, q->grads, n);
@@ -292,6 +293,30 @@ static ember_status validate_forward(ember_lfq *q, const void *x, int32_t B, int
     return check_finite(q, who, "x", x, N, (int64_t)B * N, q->cfg.dim);
 }
 
+// The resolved configuration as fields the ranks of a communicator must agree on (the workspace
+// hint max_tokens may differ).
+static void describe(const ember_lfq *q, ember__fields *d) {
+    const ember_lfq_config *c = &q->cfg;
+    ember__fields_add(d, "dim: %d", (int)c->dim);
+    ember__fields_add(d, "codebook_size: %d", (int)c->codebook_size);
+    ember__fields_add(d, "num_codebooks: %d", (int)c->num_codebooks);
+    ember__fields_add(d, "codebook_scale: %.17g", c->codebook_scale);
+    ember__fields_add(d, "entropy_loss_weight: %.17g", c->entropy_loss_weight);
+    ember__fields_add(d, "commitment_loss_weight: %.17g", c->commitment_loss_weight);
+    ember__fields_add(d, "diversity_gamma: %.17g", c->diversity_gamma);
+    ember__fields_add(d, "inv_temperature: %.17g", c->inv_temperature);
+    ember__fields_add(d, "projection: %s", c->projection == EMBER_LFQ_PROJ_LINEAR ? "linear" : "none");
+    ember__fields_add(d, "projection_has_bias: %d", (int)c->projection_has_bias);
+    ember__fields_add(d, "soft_clamp_input_value: %.17g", c->soft_clamp_input_value);
+    ember__fields_add(d, "spherical: %d", (int)c->spherical);
+    ember__fields_add(d, "softplus_entropy_loss: %d", (int)c->softplus_entropy_loss);
+    ember__fields_add(d, "entropy_loss_offset: %.17g", c->entropy_loss_offset);
+    ember__fields_add(d, "frac_per_sample_entropy: %.17g", c->frac_per_sample_entropy);
+    ember__fields_add(d, "dist_mean: %s", c->dist_mean == EMBER_LFQ_MEAN_TOKENS ? "tokens" : "ranks");
+    ember__fields_add(d, "dtype: %s", c->dtype == EMBER_LFQ_F64 ? "f64" : "f32");
+    ember__fields_add(d, "seed: %llu", (unsigned long long)c->seed);
+}
+
 ember_status ember_lfq_forward(ember_lfq *q, const void *x, int32_t B, int32_t N, const uint8_t *mask,
                                bool training, void *out, int64_t *indices, ember_lfq_losses *losses) {
     if (!q) return EMBER_ERR_INVALID_ARG;
@@ -307,6 +332,13 @@ ember_status ember_lfq_forward(ember_lfq *q, const void *x, int32_t B, int32_t N
     ember_status st = validate_forward(q, x, B, N, out);
     if (st == EMBER_OK) st = ws_reserve(q, (int64_t)B * N, "ember_lfq_forward");
     if (comm) st = ember_comm_agree(comm, st);
+    if (st == EMBER_OK && comm && !q->agreed) {
+        ember__fields d = {q->ctx, {NULL, 0}, 0, EMBER_OK};
+        describe(q, &d);
+        st = ember__comm_agree_fields(comm, "ember_lfq_forward", &d);
+        ember__fields_free(&d);
+        q->agreed = st == EMBER_OK;
+    }
     if (st != EMBER_OK) return st;
     q->saved.valid = false;
     return kernels(q)->forward_train(q, x, B, N, mask, comm, out, indices, losses);

@@ -170,15 +170,17 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
     } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
                (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
                ember__kjt_digest(kjt) != s->fwd_digest) {
-        st = kjt ? ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
-                                "%s: the kjt (batch %d, %d features, nnz %lld) is not the one of the preceding forward "
-                                "(batch %d, %d features, nnz %lld%s)",
-                                fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->batch,
-                                (int)s->F, (long long)s->fwd_nnz,
-                                kjt->batch_size == s->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz
-                                    ? "; its lengths, ids or weights differ"
-                                    : "")
-                 : ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
+        const int same_shape = kjt && kjt->batch_size == s->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz;
+        if (!kjt) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
+        else if (same_shape)
+            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
+                              "%s: the kjt is not the preceding forward's: its lengths, ids or weights differ", fn);
+        else
+            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
+                              "%s: the kjt (batch %d, %d features, nnz %lld) is not the preceding forward's (batch %d, "
+                              "%d features, nnz %lld)",
+                              fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->batch,
+                              (int)s->F, (long long)s->fwd_nnz);
     } else if (!grad_out && output_size(s, kjt) > 0) {
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
     } else {
