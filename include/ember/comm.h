@@ -110,7 +110,7 @@ typedef enum ember_grad_convention {
 // GRAD_SUM sums them over ranks, GRAD_MEAN sums and multiplies by 1/W (rounded to the dtype, the
 // factor the sharded tables apply to their gradients).
 // Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (unknown convention, grad NULL with n > 0;
-// every rank returns it), EMBER_ERR_COMM.
+// every rank returns it), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_comm_allreduce_grads(ember_comm *comm, ember_grad_convention conv, float *grad,
                                                   size_t n);
 EMBER_API ember_status ember_comm_allreduce_grads_f64(ember_comm *comm, ember_grad_convention conv, double *grad,

@@ -226,7 +226,7 @@ EMBER_API ember_status ember_lfq_forward(ember_lfq *lfq, const void *x, int32_t 
 // per forward (each call accumulates again).
 // Collective on the module's comm when the forward was (it all-reduces dL/dpbar).
 // Returns EMBER_OK; EMBER_ERR_INVALID_ARG (lfq NULL); EMBER_ERR_STATE (no training forward
-// saved); EMBER_ERR_NUMERIC (NaN/Inf in grad_out or grad_aux); EMBER_ERR_COMM. On error grad_x
+// saved); EMBER_ERR_NUMERIC (NaN/Inf in grad_out or grad_aux); EMBER_ERR_COMM; EMBER_ERR_TIMEOUT. On error grad_x
 // and the gradients are unchanged.
 EMBER_API ember_status ember_lfq_backward(ember_lfq *lfq, const void *grad_out, double grad_aux, void *grad_x);
 

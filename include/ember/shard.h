@@ -81,9 +81,15 @@ typedef struct ember_sebc ember_sebc;
 // Creates the sharded collection. Every rank passes the same cfg and plan[num_tables]; each
 // rank allocates only the shards it owns, initialised to the values the unsharded collection
 // would hold (same seed). comm is borrowed and must outlive the object.
+// Before building anything the ranks agree on a digest of the whole configuration, plan and
+// convention (every field but the workspace hints max_batch_size and max_nnz): ranks that differ
+// all fail with the same message naming the first differing field, its values and the ranks
+// ("table 'user' rows: 31 on rank 2, 30 on rank 0").
 // Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad plan: rank outside the
-// communicator, shard count > dim, num_ranks not what the scheme reads, ...), EMBER_ERR_NOMEM,
-// EMBER_ERR_COMM; every rank returns the same status.
+// communicator, shard count > dim, num_ranks not what the scheme reads, ...; ranks configured
+// differently), EMBER_ERR_UNSUPPORTED (a scheme the table's pooling or optimizer cannot use),
+// EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status and
+// *out is NULL on failure.
 EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg,
                                          const ember_table_plan *plan, ember_grad_convention conv,
                                          ember_sebc **out);
@@ -98,19 +104,31 @@ EMBER_API int32_t ember_sebc_num_tables(const ember_sebc *s);
 EMBER_API const ember_table_config *ember_sebc_table(const ember_sebc *s, int32_t t);
 // Table t's optimizer step counter (backward calls applied; bias correction), the same on every
 // rank. step: Collective. set_step: Local, on every rank holding a piece of t (call it on all).
-// Return EMBER_OK or EMBER_ERR_INVALID_ARG (t outside [0, T), step NULL or negative).
+// Return EMBER_OK or EMBER_ERR_INVALID_ARG (t outside [0, T), step NULL or negative); step also
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step);
 EMBER_API ember_status ember_sebc_set_step(ember_sebc *s, int32_t t, int64_t step);
 EMBER_API ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s);
 
 // Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]).
 // Collective on comm. A bad KJT on any rank makes every rank return that error (the message
-// names the failing rank); nothing changes anywhere.
+// names the failing rank); nothing changes anywhere. Returns EMBER_OK, EMBER_ERR_INVALID_ARG
+// (malformed KJT, out NULL), EMBER_ERR_OUT_OF_RANGE (an id outside its table under
+// EMBER_BOUNDS_ERROR), EMBER_ERR_NUMERIC (a NaN or infinite per-id weight: feature, bag and
+// position named), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out);
 // Backward + fused optimizer with the same KJT as the preceding forward; grad_out = dL_r/d(out).
-// Collective on comm.
+// "The same" means the same contents (batch size, features, bag lengths whether given as lengths
+// or offsets, ids, weights; compared through a 64-bit digest taken by the forward); any other KJT
+// is refused. Collective on comm. Returns EMBER_OK, EMBER_ERR_STATE (no successful forward since
+// the last backward), EMBER_ERR_INVALID_ARG (another KJT, grad_out NULL), EMBER_ERR_NUMERIC (a NaN
+// or infinite gradient, position named), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT;
+// every rank returns the same status, and on failure no table or optimizer state changes.
 EMBER_API ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out);
 
+// Sets table's learning rate (table -1: every table) on this rank's pieces. Local: call it with
+// the same value on every rank (each applies its own to the rows it updates). Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (table outside [-1, T), lr NaN or negative).
 EMBER_API ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr);
 
 // Global state dict: reads table t's named tensor (as in ember_ebc_read) as one global
@@ -121,7 +139,7 @@ EMBER_API ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr)
 // for the weight of a 16-bit table (its native bits, no rounding either way).
 // Collective on comm. Return EMBER_OK, EMBER_ERR_INVALID_ARG (table outside [0, T), no such
 // tensor, root outside [-1, W), NULL buffer where one is read, a dtype the tensor is not stored
-// in), EMBER_ERR_NOMEM, EMBER_ERR_COMM; every rank returns the same status.
+// in), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
 EMBER_API ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root);
 EMBER_API ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src,
                                         int32_t root);
@@ -160,6 +178,8 @@ EMBER_API ember_status ember_sebc_piece_write(ember_sebc *s, int32_t t, int32_t 
                                               int64_t row_begin, int64_t row_end, ember_dtype dtype,
                                               const void *src);
 // Converts table t's storage dtype on every rank that holds a piece of it. Collective on comm.
+// Returns EMBER_OK, EMBER_ERR_INVALID_ARG (t outside [0, T), unknown dtype), EMBER_ERR_NOMEM,
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
 EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype);
 
 // Bytes rank `rank` of W holds for table t under plan p: its pieces' weights in the table's dtype

@@ -63,7 +63,7 @@ typedef struct ember_checkpoint_options {
 // Collective on the collection's communicator; every rank returns the same status.
 // Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL dir, bad blob name or size), EMBER_ERR_IO (the
 // message names the path and the OS reason; the previous checkpoint is kept), EMBER_ERR_NOMEM,
-// EMBER_ERR_COMM.
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_checkpoint_options *opts);
 
 // Loads every table of the collection from `dir` (converting a table's storage dtype to the
@@ -71,7 +71,7 @@ EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, con
 // Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (missing directory or file:
 // path and OS reason), EMBER_ERR_FORMAT (no manifest, malformed manifest: the field is named; a
 // table missing or of another shape or optimizer: "table 'x' rows: 1000 in the checkpoint, 999
-// here"; a record failing its CRC-32), EMBER_ERR_NOMEM, EMBER_ERR_COMM. Shape and manifest
+// here"; a record failing its CRC-32), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT. Shape and manifest
 // errors are found before any table changes; a record failing its check after some tables were
 // written leaves the collection partly loaded (the status says so: load again or recreate it).
 EMBER_API ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_checkpoint_options *opts);
