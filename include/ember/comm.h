@@ -90,6 +90,10 @@ EMBER_API ember_status ember_comm_alltoall_i64(ember_comm *comm, const int64_t *
 // (recv_counts[W] given by the caller, e.g. from ember_comm_allgather_i64). Collective.
 EMBER_API ember_status ember_comm_allgatherv(ember_comm *comm, const void *send, int64_t count, void *recv,
                                              const int64_t *recv_counts, size_t elem_size);
+// Concatenates every rank's `count` elements in rank order into recv on `root` only (recv and
+// recv_counts[W] are read on root only). Collective.
+EMBER_API ember_status ember_comm_gatherv(ember_comm *comm, const void *send, int64_t count, void *recv,
+                                          const int64_t *recv_counts, size_t elem_size, int32_t root);
 // recv[s] = rank s's value. Collective.
 EMBER_API ember_status ember_comm_allgather_i64(ember_comm *comm, int64_t value, int64_t *recv);
 // Broadcast of `bytes` bytes from `root`. Collective.

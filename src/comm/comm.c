@@ -342,6 +342,30 @@ ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t coun
     return st;
 }
 
+ember_status ember_comm_gatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                const int64_t *recv_counts, size_t elem_size, int32_t root) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(c->ctx, root >= 0 && root < c->size && count >= 0 && count <= INT_MAX && elem_size > 0 &&
+                            elem_size <= INT_MAX && (c->rank != root || recv_counts),
+                EMBER_ERR_INVALID_ARG, "gatherv: bad arguments (root %d, count %lld)", (int)root, (long long)count);
+    int *buf = c->counts;
+    ember_status st = c->rank == root ? to_int_counts(c, recv_counts, buf, buf + c->size, "gatherv") : EMBER_OK;
+    if (st == EMBER_OK) {
+        MPI_Datatype t;
+        MPI_Type_contiguous((int)elem_size, MPI_BYTE, &t);
+        MPI_Type_commit(&t);
+        st = begin(c, "gatherv");
+        MPI_Request req = MPI_REQUEST_NULL;
+        int r = st == EMBER_OK ? MPI_Igatherv(send, (int)count, t, recv, buf, buf + c->size, t, root, c->comm, &req)
+                               : MPI_SUCCESS;
+        MPI_Type_free(&t);
+        if (r != MPI_SUCCESS) st = mpi_fail(c, r, "gatherv");
+        if (st == EMBER_OK) st = wait_for(c, &req, "gatherv");
+        if (c->rank != root) c->bytes_sent += (uint64_t)count * elem_size;
+    }
+    return st;
+}
+
 ember_status ember_comm_allgather_i64(ember_comm *c, int64_t value, int64_t *recv) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     COLL(c, "allgather_i64", MPI_Iallgather(&value, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, c->comm, &req_));

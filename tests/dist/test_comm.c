@@ -74,6 +74,28 @@ static void collectives_move_the_right_bytes(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// gatherv: rank r sends r + 1 values r*10 + i; root (the last rank) gets them in rank order.
+static void gatherv_collects_onto_the_root(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *c = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &c), EMBER_OK);
+    int r = ember_comm_rank(c), w = ember_comm_size(c), root = w - 1;
+    int64_t mine[4], all[10], counts[4];
+    for (int i = 0; i <= r; i++) mine[i] = r * 10 + i;
+    for (int q = 0; q < w; q++) counts[q] = q + 1;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_gatherv(c, mine, r + 1, all, counts, sizeof(int64_t), root) == EMBER_OK);
+    bool ok = true;
+    if (r == root)
+        for (int q = 0, k = 0; q < w; q++)
+            for (int i = 0; i <= q; i++) ok = ok && all[k++] == q * 10 + i;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    ember_comm_destroy(c);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(ctx) == 0);
+    ember_ctx_destroy(ctx);
+}
+
 // The watchdog: the last rank arrives 1.5 s late at a collective whose deadline is 0.4 s. Every
 // other rank gives up within the deadline plus a little, names that rank, and refuses the
 // communicator afterwards; the late rank never enters (MPI cannot cancel the others' part).
@@ -117,6 +139,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(agree_spreads_the_failing_ranks_error),
         cmocka_unit_test(collectives_move_the_right_bytes),
+        cmocka_unit_test(gatherv_collects_onto_the_root),
         cmocka_unit_test(a_late_rank_times_the_others_out),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
