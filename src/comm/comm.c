@@ -129,7 +129,7 @@ static ember_status begin(ember_comm *c, const char *what) {
 
 // The creation's agreement on its allocations, when this rank could not allocate the communicator
 // itself: MPI may still write these after a timeout, so they cannot live on the stack.
-static int orphan_flags[2];
+static int orphan_flags[4];
 
 ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) {
     if (!ctx) return EMBER_ERR_INVALID_ARG;
@@ -142,6 +142,7 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
     int r = 0, w = 1;
     if (MPI_Comm_rank(comm, &r) != MPI_SUCCESS || MPI_Comm_size(comm, &w) != MPI_SUCCESS)
         return ember__error(ctx, EMBER_ERR_INVALID_ARG, "ember_comm_create: not a valid communicator");
+    ember_ctx_set_rank(ctx, r); // messages of the collectives below name this rank
     ember_comm *c = ember__calloc(ctx, sizeof *c);
     // The collectives below run on `probe` until c is whole (same ctx, rank, size and deadline).
     ember_comm probe;
@@ -160,16 +161,19 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
         flags = c->flags;
     }
     // Agree on the allocations before the collective duplications, so that a failure on one rank
-    // leaves nobody waiting in them.
+    // leaves nobody waiting in them: (ok, rank) reduced to the lowest rank that failed.
     flags[0] = c && c->counts && c->heard && c->saying;
+    flags[1] = r;
     ember_status st = EMBER_OK;
     {
         ember_comm *k = &probe;
-        COLL_ST(st, k, "ember_comm_create", MPI_Iallreduce(&flags[0], &flags[1], 1, MPI_INT, MPI_LAND, comm, &req_));
+        COLL_ST(st, k, "ember_comm_create", MPI_Iallreduce(flags, flags + 2, 1, MPI_2INT, MPI_MINLOC, comm, &req_));
     }
-    if (st == EMBER_OK && !flags[1])
-        st = ember__error(ctx, EMBER_ERR_NOMEM, flags[0] ? "ember_comm_create: another rank is out of memory"
-                                                        : "ember_comm_create: out of memory");
+    if (st == EMBER_OK && !flags[2]) {
+        ember_ctx_set_rank(ctx, flags[3]); // every rank reports the failing rank's message
+        st = ember__error(ctx, EMBER_ERR_NOMEM, "ember_comm_create: out of memory");
+        ember_ctx_set_rank(ctx, r);
+    }
     if (st == EMBER_OK) COLL_ST(st, c, "ember_comm_create", MPI_Comm_idup(comm, &c->comm, &req_));
     if (st == EMBER_OK) COLL_ST(st, c, "ember_comm_create", MPI_Comm_idup(comm, &c->diag, &req_));
     if (st == EMBER_ERR_TIMEOUT) return st; // MPI may still write into c: it is not freed
@@ -185,7 +189,6 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
         c->saying[i] = MPI_REQUEST_NULL;
     }
     c->seq = 0;
-    ember_ctx_set_rank(ctx, r);
     *out = c;
     return EMBER_OK;
 }

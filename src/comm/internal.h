@@ -23,7 +23,7 @@ struct ember_comm {
     int64_t *said;        // [size] send buffers of the announcements
     MPI_Request *saying;  // [size] their requests
     ember_status broken;  // EMBER_OK, or the status after which the communicator is unusable
-    int flags[2];         // ember_comm_create's agreement on its allocations
+    int flags[4];         // ember_comm_create's agreement on its allocations: (ok, rank) in and out
 };
 
 // A configuration as text, one "<field>: <value>\n" line per field, built by every rank in the

@@ -251,12 +251,15 @@ int ember__threads(const ember_ctx *ctx) {
 
 ember_status ember__verror(ember_ctx *ctx, ember_status st, const char *fmt, va_list ap) {
     if (!ctx) return st;
-    int n = vsnprintf(ctx->errmsg, EMBER_ERRMSG_CAP, fmt, ap);
+    // The rank tag always fits: a message too long for the rest is cut and ends in "...".
+    enum { TAG_ROOM = 24 };
+    int n = vsnprintf(ctx->errmsg, EMBER_ERRMSG_CAP - TAG_ROOM, fmt, ap);
     if (n < 0) n = 0;
-    if (n < EMBER_ERRMSG_CAP) {
-        snprintf(ctx->errmsg + n, EMBER_ERRMSG_CAP - (size_t)n, " (rank %d)",
-                 ctx->rank < 0 ? 0 : (int)ctx->rank);
+    if (n >= EMBER_ERRMSG_CAP - TAG_ROOM) {
+        n = EMBER_ERRMSG_CAP - TAG_ROOM - 1;
+        memcpy(ctx->errmsg + n - 3, "...", 3);
     }
+    snprintf(ctx->errmsg + n, EMBER_ERRMSG_CAP - (size_t)n, " (rank %d)", ctx->rank < 0 ? 0 : (int)ctx->rank);
     ctx->last_status = st;
     return st;
 }

@@ -331,7 +331,8 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
     }
     ember__fields_add(d, "features: %d", (int)cfg->num_features);
     for (int32_t f = 0; f < cfg->num_features; f++)
-        ember__fields_add(d, "feature %d: '%s' of table %d", (int)f, cfg->features[f].name, (int)cfg->features[f].table);
+        ember__fields_add(d, "feature %d: '%s' of table '%s'", (int)f, cfg->features[f].name,
+                          cfg->tables[cfg->features[f].table].name);
 #undef NAME
 }
 
@@ -406,9 +407,10 @@ const ember_table_config *ember_sebc_table(const ember_sebc *s, int32_t t) {
 ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     ember_status st = EMBER_OK;
-    if (t < 0 || t >= s->T || !step)
-        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: table %d outside [0, %d) or step NULL",
-                          (int)t, (int)s->T);
+    if (t < 0 || t >= s->T)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: table %d outside [0, %d)", (int)t, (int)s->T);
+    else if (!step)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: step is NULL");
     EMBER_TRY(ember_comm_agree(s->comm, st));
     int64_t v = -1;
     ember_ebc *e;
@@ -421,8 +423,10 @@ ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
 
 ember_status ember_sebc_set_step(ember_sebc *s, int32_t t, int64_t step) {
     if (!s) return EMBER_ERR_INVALID_ARG;
-    EMBER_CHECK(s->ctx, t >= 0 && t < s->T && step >= 0, EMBER_ERR_INVALID_ARG,
-                "ember_sebc_set_step: table %d outside [0, %d) or step %lld < 0", (int)t, (int)s->T, (long long)step);
+    EMBER_CHECK(s->ctx, t >= 0 && t < s->T, EMBER_ERR_INVALID_ARG, "ember_sebc_set_step: table %d outside [0, %d)",
+                (int)t, (int)s->T);
+    EMBER_CHECK(s->ctx, step >= 0, EMBER_ERR_INVALID_ARG, "ember_sebc_set_step: table '%s': step %lld < 0",
+                s->tables[t].name, (long long)step);
     ember_ebc *e;
     int32_t lt;
     for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) ember_ebc_set_step(e, lt, step);

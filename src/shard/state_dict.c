@@ -47,6 +47,17 @@ static size_t elem_bytes(ember_dtype dtype) {
     return dtype == EMBER_DTYPE_F32 ? 4 : dtype == EMBER_DTYPE_F16 || dtype == EMBER_DTYPE_BF16 ? 2 : 0;
 }
 
+// A tensor is read or written as F32, or, the weight of a 16-bit table, as its own dtype.
+static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const char *tensor, ember_dtype dtype) {
+    EMBER_CHECK(s->ctx, elem_bytes(dtype) > 0, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
+    const ember_table_config *tc = &s->tables[t];
+    const bool weight = tensor && strcmp(tensor, "weight") == 0;
+    EMBER_CHECK(s->ctx, dtype == EMBER_DTYPE_F32 || (weight && dtype == tc->dtype), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' tensor '%s' cannot be read or written as %s (stored as %s)", fn, tc->name,
+                tensor ? tensor : "(null)", ember_dtype_name(dtype), weight ? ember_dtype_name(tc->dtype) : "fp32");
+    return EMBER_OK;
+}
+
 ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root) {
     return ember_sebc_read_as(s, table, tensor, EMBER_DTYPE_F32, dst, root);
 }
@@ -63,8 +74,7 @@ ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor
     unsigned char *dst = dst_;
     const size_t es = elem_bytes(dtype);
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
-    if (st == EMBER_OK && es == 0)
-        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
+    if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
     const int32_t dim = s->tables[table < 0 || table >= s->T ? 0 : table].dim;
     ember_ebc *e;
@@ -126,8 +136,7 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     int32_t cols = 0;
     const size_t es = elem_bytes(dtype);
     ember_status st = check(s, fn, table, tensor, src, root, &cols);
-    if (st == EMBER_OK && es == 0)
-        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
+    if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
     const unsigned char *full = src;
     unsigned char *buf = NULL;
@@ -199,12 +208,24 @@ static const ember__shard *piece_shard(const ember_sebc *s, int32_t t, int32_t i
     return NULL;
 }
 
+// Piece i of table t exists on this rank.
+static ember_status check_piece(const ember_sebc *s, const char *fn, int32_t t, int32_t i, ember_ebc **e,
+                                int32_t *lt) {
+    EMBER_CHECK(s->ctx, t >= 0 && t < s->T, EMBER_ERR_INVALID_ARG, "%s: table %d outside [0, %d)", fn, (int)t,
+                (int)s->T);
+    if (i >= 0 && ember__piece(s, t, i, e, lt)) return EMBER_OK;
+    int32_t n = 0;
+    while (ember__piece(s, t, n, e, lt)) n++;
+    return ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no piece %d on this rank (it holds %d)", fn,
+                        s->tables[t].name, (int)i, (int)n);
+}
+
 ember_status ember_sebc_piece(const ember_sebc *s, int32_t t, int32_t i, ember_piece *out) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     ember_ebc *e;
     int32_t lt;
-    EMBER_CHECK(s->ctx, out && t >= 0 && t < s->T && i >= 0 && ember__piece(s, t, i, &e, &lt), EMBER_ERR_INVALID_ARG,
-                "ember_sebc_piece: table %d has no piece %d on this rank", (int)t, (int)i);
+    EMBER_CHECK(s->ctx, out != NULL, EMBER_ERR_INVALID_ARG, "ember_sebc_piece: out is NULL");
+    EMBER_TRY(check_piece(s, "ember_sebc_piece", t, i, &e, &lt));
     const ember__shard *sh = piece_shard(s, t, i);
     const ember_table_config *tc = &s->tables[t];
     *out = sh ? (ember_piece){sh->r0, sh->r1, sh->c0, sh->c1, 0} : (ember_piece){0, tc->rows, 0, tc->dim, 1};
@@ -217,8 +238,8 @@ static ember_status piece_io(ember_sebc *s, const char *fn, int32_t t, int32_t i
     if (!s) return EMBER_ERR_INVALID_ARG;
     ember_ebc *e;
     int32_t lt;
-    EMBER_CHECK(s->ctx, t >= 0 && t < s->T && i >= 0 && ember__piece(s, t, i, &e, &lt), EMBER_ERR_INVALID_ARG,
-                "%s: table %d has no piece %d on this rank", fn, (int)t, (int)i);
+    EMBER_TRY(check_piece(s, fn, t, i, &e, &lt));
+    EMBER_TRY(check_dtype(s, fn, t, tensor, dtype));
     const ember__shard *sh = piece_shard(s, t, i);
     const int64_t r0 = sh ? sh->r0 : 0, r1 = sh ? sh->r1 : s->tables[t].rows;
     EMBER_CHECK(s->ctx, row_begin >= r0 && row_begin <= row_end && row_end <= r1, EMBER_ERR_INVALID_ARG,

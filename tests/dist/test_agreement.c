@@ -113,7 +113,7 @@ static void configurations_must_agree(void **state) {
     env_close(&e);
     env_open(&e);
     if (R == odd) e.f[1].table = 0;
-    snprintf(want, sizeof want, "feature 1: 'i' of table 0 on rank %d, 'i' of table 1 on rank 0", odd);
+    snprintf(want, sizeof want, "feature 1: 'i' of table 'user' on rank %d, 'i' of table 'item' on rank 0", odd);
     refused(&e, want);
     env_close(&e);
     env_open(&e);
