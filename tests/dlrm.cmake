@@ -28,6 +28,8 @@ foreach(backend ${EMBER_TRAIN_BACKENDS})
   foreach(np 1 2)
     ember_mpi_test(dist.train.${backend}.bad_input.np${np} ${np} test_train --backend ${backend} --case bad_input)
   endforeach()
+  # The last partial batch, with ranks of empty shares: W = 1, 2 and 3 train and evaluate alike.
+  ember_mpi_test(dist.train.${backend}.last_batch.np3 3 test_train --backend ${backend} --case last_partial_batch)
 endforeach()
 # Checkpoints (the sharded collection saves and loads them): train N steps uninterrupted, or K
 # steps, save, and resume in a fresh run to N: the same bits at the same world size for every

@@ -35,13 +35,12 @@ ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *s
     ember_status st = source_next(s, b, &eof);
     APP_TRY(ember_comm_agree(comm, st));
     APP_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
-    bool all_eof = true, some_empty = false;
+    bool all_eof = true;
     *global = 0;
     for (int32_t r = 0; r < ember_comm_size(comm); r++) {
         if (sizes[r] >= 0) all_eof = false;
-        if (sizes[r] <= 0) some_empty = true;
-        else *global += sizes[r];
+        if (sizes[r] > 0) *global += sizes[r];
     }
-    *what = all_eof ? FETCH_END : some_empty ? FETCH_SKIP : FETCH_OK;
+    *what = all_eof ? FETCH_END : *global == 0 ? FETCH_SKIP : FETCH_OK;
     return EMBER_OK;
 }

@@ -30,8 +30,10 @@ typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
 
 // Reads every rank's share of the next global batch into b and agrees on what was read
 // (sizes[W]: every rank's share, -1 at its end): FETCH_END when the data ended on every rank,
-// FETCH_SKIP when some rank got no sample (a final batch smaller than the world, or only
-// malformed lines), else FETCH_OK with *global samples in all.
+// FETCH_SKIP when the batch has no usable sample on any rank (only malformed lines), else
+// FETCH_OK with *global >= 1 samples in all. Some ranks' shares may then be empty (b->size 0: a
+// last batch smaller than the world, or a share of malformed lines): they still take part in
+// the step, so that a batch is trained and evaluated the same whatever the world size.
 // Collective: a read error on any rank fails every rank here, before the step's collectives.
 ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
                           int64_t *global);

@@ -593,7 +593,7 @@ static ember_status train_loop(run *R, train_result *res) {
         }
         fprintf(R->out, "   eval loss %.5f\n", res->eval_loss);
         if (R->skipped_batches) {
-            fprintf(R->out, "skipped %lld global batch(es) in which some rank had no sample\n",
+            fprintf(R->out, "skipped %lld global batch(es) without a usable line\n",
                     (long long)R->skipped_batches);
         }
     }
