@@ -65,6 +65,7 @@ typedef struct run {
     const train_options *o; // &opts
     train_options opts;     // the run's options: as given, with the checkpoint's filled in
     bool eval_only;         // ember eval --load: one evaluation of a saved model
+    const char *eval_flag;  // the option that named the eval file, for messages (NULL: as train's)
     ember_comm *comm;
     ember_ctx *ctx;
     FILE *out;              // rank 0's report stream; NULL elsewhere or when silent
@@ -292,6 +293,65 @@ static ember_status open_data(run *R) {
     if (!R->sizes) return EMBER_ERR_NOMEM;
     if (R->rank == 0 && o->metrics_path) APP_TRY(metrics_open(R->ctx, o->metrics_path, &R->metrics));
     return EMBER_OK;
+}
+
+// Fails before training when a Criteo file has no usable sample in the lines it is read for
+// (source_scan_data), with one message naming the option, the file and what it held. When both
+// the eval head and the training lines of one file hold nothing usable, the message is about the
+// whole file. Collective; every rank returns the same status.
+static ember_status require_data(run *R) {
+    const train_options *o = R->o;
+    if (o->dataset != TRAIN_CRITEO) return EMBER_OK;
+    const int64_t held = o->eval_data_path ? 0 : o->limit_val_batches * o->batch_size;
+    source_scan eval, train = {.usable = true};
+    APP_TRY(source_scan_data(R->comm, &R->eval, &R->batch, R->sizes, &eval));
+    if (R->train.reader) APP_TRY(source_scan_data(R->comm, &R->train, &R->batch, R->sizes, &train));
+    char window[160] = "", empty[256] = "";
+    source_desc d = {.flag = "--data_path", .path = o->data_path};
+    const source_scan *scan = &train;
+    if (!eval.usable && !train.usable && held) {
+        // One file, nothing usable in it: its lines as a whole.
+        scan = &eval;
+        eval.lines_read = train.lines_read > eval.lines_read ? train.lines_read : eval.lines_read;
+        eval.malformed += train.malformed;
+        if (!eval.first_bad) {
+            eval.first_bad = train.first_bad;
+            memcpy(eval.reason, train.reason, sizeof eval.reason);
+        }
+    } else if (!eval.usable) {
+        scan = &eval;
+        d.use = "eval";
+        if (R->eval_flag) d.flag = R->eval_flag;
+        else if (o->eval_data_path) d.flag = "--eval_data_path";
+        d.path = o->eval_data_path ? o->eval_data_path : o->data_path;
+        // The limit is worth naming where it cut the file short.
+        if (held || (o->limit_val_batches && eval.lines_read == o->limit_val_batches * o->batch_size)) {
+            snprintf(window, sizeof window, "%s --limit_val_batches %lld x --batch_size %lld",
+                     held ? "held out for evaluation:" : "read: at most", (long long)o->limit_val_batches,
+                     (long long)o->batch_size);
+            d.window = window;
+        }
+    } else if (!train.usable) {
+        d.use = "training";
+        d.first_line = held;
+        if (o->limit_train_batches && train.lines_read - held == o->limit_train_batches * o->batch_size) {
+            snprintf(window, sizeof window, "read: at most --limit_train_batches %lld x --batch_size %lld%s",
+                     (long long)o->limit_train_batches, (long long)o->batch_size, held ? " after the first " : "");
+            d.window = window;
+        }
+        if (held) {
+            const size_t n = strlen(window);
+            snprintf(window + n, sizeof window - n, "%s%lld, held out for evaluation", n ? "" : "after the first ",
+                     (long long)held);
+            snprintf(empty, sizeof empty,
+                     "all lie in the first %lld, held out for evaluation (--limit_val_batches %lld x --batch_size "
+                     "%lld): give --eval_data_path FILE, or a smaller --limit_val_batches",
+                     (long long)held, (long long)o->limit_val_batches, (long long)o->batch_size);
+            d.window = window;
+            d.empty_window = empty;
+        }
+    }
+    return scan->usable ? EMBER_OK : source_unusable(R->ctx, &d, scan);
 }
 
 static void print_config(const run *R) {
@@ -668,14 +728,11 @@ static ember_status report_malformed(run *R, const source *s, const char *path) 
     if (!s->reader) return EMBER_OK;
     const size_t W = (size_t)R->world;
     criteo_stats *all = app_alloc(R->ctx, sizeof(criteo_stats) * W, "malformed line report");
-    int64_t *counts = app_alloc(R->ctx, sizeof(int64_t) * W * (1 + CRITEO_MAX_REPORTED), "malformed line report");
-    ember_status st = ember_comm_agree(R->comm, all && counts ? EMBER_OK : EMBER_ERR_NOMEM);
-    if (st == EMBER_OK) {
-        for (size_t r = 0; r < W; r++) counts[r] = 1;
-        st = ember_comm_allgatherv(R->comm, criteo_get_stats(s->reader), 1, all, counts, sizeof(criteo_stats));
-    }
+    int64_t *lines = app_alloc(R->ctx, sizeof(int64_t) * W * CRITEO_MAX_REPORTED, "malformed line report");
+    ember_status st = ember_comm_agree(R->comm, all && lines ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) st = source_gather_stats(R->comm, s, all);
     if (st == EMBER_OK && R->out) {
-        int64_t total = 0, n = 0, *lines = counts + W;
+        int64_t total = 0, n = 0;
         int first = -1;
         for (int32_t r = 0; r < R->world; r++) {
             total += all[r].malformed;
@@ -693,7 +750,7 @@ static ember_status report_malformed(run *R, const source *s, const char *path) 
         }
     }
     ember_ctx_free(R->ctx, all);
-    ember_ctx_free(R->ctx, counts);
+    ember_ctx_free(R->ctx, lines);
     return st;
 }
 
@@ -809,6 +866,7 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
     }
     if (st == EMBER_OK) st = check_memory(R);
     if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(R));
+    if (st == EMBER_OK) st = require_data(R);
     if (st == EMBER_OK) {
         ember_ebc_config ec = {.tables = R->tables,
                                .num_tables = DLRM_NUM_SPARSE,
@@ -941,6 +999,7 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
         x->digest = e->digest;
         x->threads_note = e->threads_note;
         if (e->data_path) {
+            R.eval_flag = "--data_path";
             x->dataset = TRAIN_CRITEO;
             x->data_path = x->eval_data_path = e->data_path;
             x->limit_val_batches = 0;
