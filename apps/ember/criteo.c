@@ -118,6 +118,7 @@ ember_status criteo_seek(criteo_reader *r, int64_t batch) {
 }
 
 const criteo_stats *criteo_get_stats(const criteo_reader *r) { return &r->stats; }
+const char *criteo_path(const criteo_reader *r) { return r->path; }
 
 enum { LINE_TEXT = 1, LINE_TOO_LONG = -1, LINE_NUL = -2 };
 
@@ -374,6 +375,7 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         } else {
             if (b->size != k) move_sample(b, k, b->size);
             b->planted[b->size] = NAN;
+            b->origin[b->size] = r->number[k];
             b->size++;
         }
     }

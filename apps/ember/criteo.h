@@ -67,11 +67,13 @@ ember_status criteo_rewind(criteo_reader *r);
 ember_status criteo_seek(criteo_reader *r, int64_t batch);
 
 // Reads this rank's share of the next global batch into b (b->size samples, fewer than the share
-// when lines were malformed or the file ended inside the batch). *eof is true, and b->size 0, when
-// the batch has no line at all: the end of the data.
+// when lines were malformed or the file ended inside the batch), each sample's b->origin its
+// 1-based line number. *eof is true, and b->size 0, when the batch has no line at all: the end of
+// the data.
 // Returns EMBER_OK, EMBER_ERR_FORMAT (CRITEO_FATAL: "PATH line N: reason"), EMBER_ERR_IO.
 ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof);
 
 const criteo_stats *criteo_get_stats(const criteo_reader *r);
+const char *criteo_path(const criteo_reader *r); // the file's path, as opened
 
 #endif

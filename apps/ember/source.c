@@ -31,10 +31,25 @@ static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
     return EMBER_OK;
 }
 
+ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batch *b) {
+    int32_t j;
+    const int32_t i = dlrm_batch_first_nonfinite(b, &j);
+    if (i == b->size) return EMBER_OK;
+    char where[320];
+    if (s->reader) {
+        snprintf(where, sizeof where, "line %lld of '%s'", (long long)b->origin[i], criteo_path(s->reader));
+    } else {
+        snprintf(where, sizeof where, "synthetic %s sample %lld", s->split ? "eval" : "train", (long long)b->origin[i]);
+    }
+    return ember_ctx_set_error(ctx, EMBER_ERR_NUMERIC, "dense feature %d (int_%d) of %s is %g: not a finite number",
+                               (int)j, (int)j, where, (double)b->dense[(size_t)i * (size_t)b->num_dense + (size_t)j]);
+}
+
 ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
                           int64_t *global) {
     bool eof = false;
     ember_status st = source_next(s, b, &eof);
+    if (st == EMBER_OK) st = source_check_dense(ember_comm_ctx(comm), s, b);
     APP_TRY(ember_comm_agree(comm, st));
     APP_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
     bool all_eof = true;

@@ -28,13 +28,21 @@ ember_status source_seek(source *s, int64_t batch);
 
 typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
 
+// Checks that every dense feature of b, as s produced it, is finite (a NaN or an infinity would
+// poison every parameter it meets in one step). Records EMBER_ERR_NUMERIC naming the first bad
+// value's feature, its sample (the Criteo line and file, or the synthetic split and index) and
+// this rank. The Criteo reader accepts only decimal integers, whose transform is finite, so
+// this guards the transforms and the generator. source_fetch runs it on every batch. Local.
+ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batch *b);
+
 // Reads every rank's share of the next global batch into b and agrees on what was read
 // (sizes[W]: every rank's share, -1 at its end): FETCH_END when the data ended on every rank,
 // FETCH_SKIP when the batch has no usable sample on any rank (only malformed lines), else
 // FETCH_OK with *global >= 1 samples in all. Some ranks' shares may then be empty (b->size 0: a
 // last batch smaller than the world, or a share of malformed lines): they still take part in
 // the step, so that a batch is trained and evaluated the same whatever the world size.
-// Collective: a read error on any rank fails every rank here, before the step's collectives.
+// Collective: a read error or a non-finite dense feature (source_check_dense) on any rank fails
+// every rank here, before the step's collectives.
 ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
                           int64_t *global);
 

@@ -1,6 +1,7 @@
 // DLRM data: the synthetic generator (determinism, world-size independence, Zipf shape, planted
-// model) and the Criteo TSV reader on generated files (transforms, empty fields, malformed lines
-// with their numbers, rank shares, windows, rewinds).
+// model), the Criteo TSV reader on generated files (transforms, empty fields, malformed lines
+// with their numbers, rank shares, windows, rewinds, NUL bytes, the line-length limit, dense text
+// that is not an integer) and the check of every batch's dense features for NaN and infinities.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include "tmpdir.h"
 #include "criteo.h"
 #include "naive_dlrm.h"
+#include "source.h"
 #include "synth.h"
 
 static const int64_t small_rows[DLRM_NUM_SPARSE] = {10,   200,  3000, 1,    50,  7,     100000, 20, 2,
@@ -475,6 +477,7 @@ static void criteo_nul_byte_invalidates_only_its_own_line(void **state) {
     for (int i = 0; i < 4; i++) {
         assert_true(b.dense[(size_t)i * DLRM_NUM_DENSE] == (float)log1p((double)want_bases[i]));
         assert_int_equal(b.ids[(size_t)i * DLRM_NUM_SPARSE + 1], want_bases[i] * 1000 + 1);
+        assert_int_equal(b.origin[i], want_bases[i]); // line i's number
     }
     // Physical line numbers: 2, 4 and 6, not shifted by the NUL bytes.
     const criteo_stats *st = criteo_get_stats(r);
@@ -613,6 +616,58 @@ static void criteo_dense_text_that_is_not_an_integer_is_malformed(void **state) 
     ember_ctx_destroy(ctx);
 }
 
+// ---- Dense features: NaN and infinities never reach the model ---------------------------------
+
+static void dense_features_are_checked_for_nan_and_inf(void **state) {
+    (void)state;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    synth_config sc = synth_cfg(5, small_rows, 1.1);
+    synth *syn;
+    assert_int_equal(synth_create(ctx, &sc, &syn), EMBER_OK);
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(ctx, 8, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+    // Synthetic eval samples 100..103: each one's origin is its index; all finite.
+    synth_fill(syn, 1, 100, 4, &b);
+    source src = {.syn = syn, .split = 1, .global_batch = 4, .rank = 0, .world = 1};
+    int32_t feature;
+    assert_int_equal(dlrm_batch_first_nonfinite(&b, &feature), 4);
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_OK);
+    for (int i = 0; i < 4; i++) assert_int_equal(b.origin[i], 100 + i);
+    // A NaN, then an earlier infinity: the first one in sample order is named.
+    b.dense[2 * DLRM_NUM_DENSE + 5] = NAN;
+    assert_int_equal(dlrm_batch_first_nonfinite(&b, &feature), 2);
+    assert_int_equal(feature, 5);
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_ERR_NUMERIC);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "dense feature 5 (int_5) of synthetic eval sample 102 is nan: not a "
+                                                  "finite number (rank 0)"));
+    b.dense[0 * DLRM_NUM_DENSE + 12] = INFINITY;
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_ERR_NUMERIC);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "dense feature 12 (int_12) of synthetic eval sample 100 is inf"));
+    // A Criteo batch names the line and the file.
+    int64_t rows[DLRM_NUM_SPARSE];
+    rows_all(rows, 1 << 30);
+    criteo_config cfg = {.path = write_file("lines23.tsv", fill_23), .rows = rows, .world = 1, .global_batch = 5,
+                         .first_line = 5};
+    criteo_reader *r;
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    bool eof;
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_OK);
+    assert_int_equal(b.size, 5);
+    src = (source){.reader = r, .global_batch = 5, .rank = 0, .world = 1};
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_OK);
+    b.dense[3 * DLRM_NUM_DENSE + 0] = -INFINITY;
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_ERR_NUMERIC);
+    char want[256];
+    snprintf(want, sizeof want, "dense feature 0 (int_0) of line 9 of '%s' is -inf", cfg.path);
+    if (!strstr(ember_ctx_errmsg(ctx), want)) fail_msg("'%s' does not say '%s'", ember_ctx_errmsg(ctx), want);
+    criteo_close(ctx, r);
+    dlrm_batch_destroy(ctx, &b);
+    synth_destroy(ctx, syn);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
 static void criteo_missing_file_names_the_path(void **state) {
     (void)state;
     ember_ctx *ctx;
@@ -642,6 +697,7 @@ int main(void) {
         cmocka_unit_test(criteo_nul_byte_invalidates_only_its_own_line),
         cmocka_unit_test(criteo_line_limit_counts_the_text_without_its_ending),
         cmocka_unit_test(criteo_dense_text_that_is_not_an_integer_is_malformed),
+        cmocka_unit_test(dense_features_are_checked_for_nan_and_inf),
     };
     return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);
 }
