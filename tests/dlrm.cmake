@@ -121,6 +121,14 @@ ember_cli_test(dist.train.cli.zipf_alpha_criteo 0 2
 ember_cli_test(dist.train.cli.data_path_without_criteo.np2 2 nonzero "^ember train: --data_path is an option of --dataset criteo" 1
                train --data_path train.tsv --batch_size 64)
 
+# Output: a redirected log (under mpiexec or not) holds plain lines, never the progress bar's
+# carriage returns; a terminal gets the bar.
+add_test(NAME dist.train.cli.output.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_output.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.output.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+
 # Threads: --threads 2 on one rank, placed on CPUs of their own (or sharing them, on a 1-CPU
 # host), trains and says so.
 ember_cli_test(dist.train.cli.threads.np1 1 0 "^(  threads     2 per rank \\(--threads\\), |eval AUC [0-9.]+ +planted)" 2

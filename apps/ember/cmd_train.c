@@ -78,9 +78,10 @@ static const char help[] =
     "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
     "                                    eval loss, eval AUC, planted AUC, samples/s\n"
     "  --plot FILE.png                   loss and AUC curves, drawn by gnuplot (FILE.png.gp is kept)\n"
-    "  --progress auto|bar|lines         a progress bar, or a line per evaluation; auto: a bar when\n"
-    "                                    stdout is a terminal (under mpiexec it always looks like one:\n"
-    "                                    pass lines when redirecting to a log)\n"
+    "  --progress auto|bar|lines         bar: a progress bar on stderr, redrawn in place; lines: a line\n"
+    "                                    per evaluation, and one a minute between them; auto (default):\n"
+    "                                    bar when stderr is a terminal, else lines (under mpiexec a\n"
+    "                                    rank's stderr is a pipe: lines, unless --progress bar)\n"
     "  --digest                          end with hashes of the loss curve, eval outputs, dense\n"
     "                                    parameters and tables' weights and optimizer state\n"
     "                                    (equal lines: the same numbers, bit for bit)\n"
@@ -443,7 +444,11 @@ int cmd_train(int argc, char **argv) {
         if (speak) printf(help, names);
         return 0;
     }
-    o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));
+    // The bar goes to stderr, and by default only when stderr is a terminal. Not stdout: under
+    // Open MPI's mpiexec a rank's stdout is a pseudo-terminal even when mpiexec's own output goes
+    // to a file, and the bar's carriage returns ended up in the log; a rank's stderr is a pipe
+    // there, so under mpiexec the default is plain lines and `--progress bar` asks for the bar.
+    o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDERR_FILENO));
 
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;

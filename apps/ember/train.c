@@ -90,7 +90,9 @@ typedef struct run {
     int64_t num_rows, rows_cap;
     int64_t skipped_batches;
     int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
+    FILE *bar;              // where the progress bar is drawn (stderr), or NULL: plain lines
     double last_draw;       // progress bar refresh time
+    double last_line;       // when the last progress or evaluation line was printed
     uint64_t digest_losses;  // --digest: every step's global loss, in order
     // Checkpoints.
     bool resumed;                          // the model starts from ckpt_path
@@ -420,22 +422,43 @@ static void print_config(const run *R) {
     fflush(f);
 }
 
+// Seconds between plain progress lines when no evaluation line comes sooner.
+#define PROGRESS_LINE_S 60.0
+
+// Erases the progress bar's line, so that a line of the report starts at its left edge.
+static void clear_bar(run *R) {
+    if (!R->bar) return;
+    fputs("\r\033[K", R->bar);
+    fflush(R->bar);
+}
+
+// The progress bar (redrawn in place, at most 5 times a second) on an interactive terminal, or,
+// for logs, a plain line at most every PROGRESS_LINE_S seconds without an evaluation line.
 static void progress(run *R, int64_t step, int32_t epoch, double loss, double sps) {
-    if (!R->out || !R->o->progress_bar) return;
+    if (!R->out) return;
     double t = now_s();
+    char where[64];
+    if (R->total_steps > 0) snprintf(where, sizeof where, "step %lld/%lld", (long long)step, (long long)R->total_steps);
+    else snprintf(where, sizeof where, "step %lld", (long long)step);
+    if (!R->bar) {
+        if (t - R->last_line < PROGRESS_LINE_S) return;
+        R->last_line = t;
+        fprintf(R->out, "%s  epoch %d  train loss %.5f  %.0f samples/s\n", where, (int)epoch, loss, sps);
+        fflush(R->out);
+        return;
+    }
     if (t - R->last_draw < 0.2 && step != R->total_steps) return;
     R->last_draw = t;
-    char bar[33];
+    fputs("\r\033[K", R->bar);
     if (R->total_steps > 0) {
+        char bar[33];
         int fill = (int)(30 * step / R->total_steps);
         for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
         bar[30] = '\0';
-        fprintf(R->out, "\r\033[K[%s] step %lld/%lld", bar, (long long)step, (long long)R->total_steps);
-    } else {
-        fprintf(R->out, "\r\033[Kstep %lld", (long long)step);
+        fprintf(R->bar, "[%s] ", bar);
     }
-    fprintf(R->out, "  epoch %d  loss %.4f  %.0f samples/s", (int)epoch, loss, sps);
-    fflush(R->out);
+    fprintf(R->bar, "%s  epoch %d  loss %.4f  %.0f samples/s", where, (int)epoch, loss, sps);
+    fflush(R->bar);
 }
 
 // Evaluates, records a metrics row and reports it. Collective.
@@ -460,7 +483,8 @@ static ember_status eval_point(run *R, metrics_row *row) {
         if (st == EMBER_OK) R->rows[R->num_rows++] = *row;
     }
     if (R->out) {
-        if (R->o->progress_bar) fputs("\r\033[K", R->out);
+        clear_bar(R);
+        R->last_line = now_s();
         fprintf(R->out, "step %6lld  epoch %d  train loss %.5f  eval loss %.5f  eval AUC %.4f", (long long)row->step,
                 (int)row->epoch, row->train_loss, row->eval_loss, row->eval_auc);
         if (!isnan(row->planted_auc)) fprintf(R->out, " (planted %.4f)", row->planted_auc);
@@ -519,7 +543,7 @@ static ember_status save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t
         st = ember_comm_agree(R->comm, pruned);
     }
     if (st == EMBER_OK && R->out) {
-        if (R->o->progress_bar) fputs("\r\033[K", R->out);
+        clear_bar(R);
         fprintf(R->out, "checkpoint '%s' saved in %.2f s", path, now_s() - t0);
         if (removed) fprintf(R->out, "; removed %d older", (int)removed);
         fputc('\n', R->out);
@@ -582,6 +606,7 @@ static ember_status train_loop(run *R, train_result *res) {
     double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0;
     int32_t epoch = p->epoch, last_epoch = p->epoch;
     R->skipped_batches = p->skipped_batches;
+    R->last_line = now_s();
     for (; epoch < o->epochs; epoch++) {
         // A resumed run goes on from its batch; every later epoch starts from the first.
         const bool resume_here = R->resumed && epoch == p->epoch;
@@ -779,6 +804,7 @@ static void begin(run *R, ember_comm *comm, const train_options *o, FILE *out, t
     R->rank = ember_comm_rank(comm);
     R->world = ember_comm_size(comm);
     R->out = R->rank == 0 ? out : NULL;
+    R->bar = R->out && o->progress_bar ? stderr : NULL;
     R->node = MPI_COMM_NULL;
     R->digest_losses = DIGEST_SEED;
     res->steps = res->resumed_step = 0;
