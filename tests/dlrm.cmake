@@ -122,7 +122,7 @@ ember_cli_test(dist.train.cli.data_path_without_criteo.np2 2 nonzero "^ember tra
                train --data_path train.tsv --batch_size 64)
 
 # Output: a redirected log (under mpiexec or not) holds plain lines, never the progress bar's
-# carriage returns; a terminal gets the bar.
+# carriage returns; a terminal gets the bar; more threads than CPUs on a host: one warning.
 add_test(NAME dist.train.cli.output.np2
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_output.sh $<TARGET_FILE:ember_cli>
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})

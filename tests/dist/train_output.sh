@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What `ember train` writes where: a log (output redirected, under mpiexec or not) holds plain
 # lines, never the progress bar's carriage returns or escape sequences; an interactive terminal
-# (stderr a terminal, by `script`) gets the bar.
+# (stderr a terminal, by `script`) gets the bar; a host whose ranks run more threads than it has
+# CPUs gets one warning, and a host that fits none.
 # Usage: train_output.sh EMBER MPIEXEC NUMPROC_FLAG [PREFLAGS...]
 set -u
 ember=$1 mpiexec=$2 np_flag=$3
@@ -48,4 +49,21 @@ else
   ok "tty_bar (skipped: no script command)"
 fi
 
+# Two ranks of as many threads as this machine has CPUs online: twice too many, one warning (from
+# the host's first rank), and the run still trains. One rank of one thread: no warning. (Not
+# nproc: it counts OMP_NUM_THREADS, which the tests set to 1.)
+cpus=$(getconf _NPROCESSORS_ONLN)
+log=$dir/over.log
+launch 2 "$ember" train --threads "$cpus" "${short[@]}" >"$log" 2>&1
+status=$?
+if [ "$status" -ne 0 ] || [ "$(grep -c -E "^ember train: warning: 2 ranks x $cpus threads? on this host's [0-9]+ CPUs?: .*(--threads [0-9]+|mpiexec -n [0-9]+)" "$log")" -ne 1 ] ||
+   [ "$(grep -c 'warning' "$log")" -ne 1 ]; then
+  fail "oversubscribed: exit $status, wanted exactly one warning" "$log"
+else
+  ok "oversubscribed"
+fi
+log=$dir/fits.log
+launch 1 "$ember" train --threads 1 "${short[@]}" >"$log" 2>&1
+status=$?
+if [ "$status" -ne 0 ] || grep -q 'warning' "$log"; then fail "fits: exit $status, wanted no warning" "$log"; else ok "fits"; fi
 exit $((fails > 0))
