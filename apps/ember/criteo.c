@@ -21,7 +21,6 @@ struct criteo_reader {
     bool at_eof;
     criteo_stats stats;
     char line[CRITEO_LINE_MAX + 2]; // the last line read: its text, a '\r' that may end it, a NUL
-    size_t line_len;       // bytes of the last line's text (more than CRITEO_LINE_MAX: too long)
     // This rank's lines of the current batch, read in order and then parsed on the rank's
     // threads: their text (NUL-terminated, back to back; for a line holding a NUL byte, the text
     // before it), where each starts, its 1-based line number, and whether it fit the line
@@ -123,7 +122,7 @@ const char *criteo_path(const criteo_reader *r) { return r->path; }
 enum { LINE_TEXT = 1, LINE_TOO_LONG = -1, LINE_NUL = -2 };
 
 // Reads the next physical line, up to and without its '\n' (and a '\r' before it), into r->line
-// (r->line_len bytes, NUL-terminated when they fit). Returns LINE_TEXT, LINE_TOO_LONG (more than
+// (NUL-terminated when it fits). Returns LINE_TEXT, LINE_TOO_LONG (more than
 // CRITEO_LINE_MAX bytes; the rest of it is consumed), LINE_NUL (the line holds a NUL byte: its
 // text up to there is in r->line), or 0 at the end of the file. Bytes, not C strings, up to the
 // '\n': a NUL byte never hides where a line ends.
@@ -164,7 +163,6 @@ static int read_line(criteo_reader *r, ember_status *st) {
     r->next_line++;
     if (r->next_line > r->stats.lines_read) r->stats.lines_read = r->next_line;
     if (newline && n > 0 && n <= keep && r->line[n - 1] == '\r') n--;
-    r->line_len = n;
     if (n > CRITEO_LINE_MAX) return LINE_TOO_LONG;
     r->line[n] = '\0';
     return memchr(r->line, '\0', n) ? LINE_NUL : LINE_TEXT;
