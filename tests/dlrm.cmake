@@ -28,6 +28,8 @@ foreach(backend ${EMBER_TRAIN_BACKENDS})
   foreach(np 1 2)
     ember_mpi_test(dist.train.${backend}.bad_input.np${np} ${np} test_train --backend ${backend} --case bad_input)
   endforeach()
+  # The last partial batch, with ranks of empty shares: W = 1, 2 and 3 train and evaluate alike.
+  ember_mpi_test(dist.train.${backend}.last_batch.np3 3 test_train --backend ${backend} --case last_partial_batch)
 endforeach()
 # Checkpoints (the sharded collection saves and loads them): train N steps uninterrupted, or K
 # steps, save, and resume in a fresh run to N: the same bits at the same world size for every
@@ -95,6 +97,37 @@ ember_cli_test(dist.train.cli.synthetic.np2 2 0
                "^(eval AUC [0-9.]+ +planted model AUC|plot: cli.png$|digest: losses [0-9a-f]{16} outputs [0-9a-f]{16} dense [0-9a-f]{16} tables [0-9a-f]{16}$)" 3
                train --batch_size 1024 --limit_train_batches 60 --limit_val_batches 4 --eval_interval 20
                --metrics cli.csv --plot cli.png --progress lines --digest)
+
+# Data that cannot train: empty, every line malformed, binary, a .npy array, an eval file of
+# nothing, a file held out whole; each one error line naming the file and what it held, the
+# same on every rank, and a non-zero exit, for `ember train` and `ember eval` (3 ranks).
+add_test(NAME dist.train.cli.no_usable_data.np3
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_data.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.no_usable_data.np3 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 3
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+# An option of the other data set is a usage error naming it, in either direction and order.
+ember_cli_test(dist.train.cli.data_path_without_criteo 0 2
+               "^ember train: --data_path is an option of --dataset criteo, but the dataset is synthetic \\(the default\\), which ignores it: add --dataset criteo" 1
+               train --data_path train.tsv)
+ember_cli_test(dist.train.cli.eval_data_path_synthetic 0 2
+               "^ember train: --eval_data_path is an option of --dataset criteo, but the dataset is synthetic, which" 1
+               train --eval_data_path eval.tsv --dataset synthetic)
+ember_cli_test(dist.train.cli.malformed_synthetic 0 2 "^ember train: --malformed is an option of --dataset criteo" 1
+               train --malformed fatal)
+ember_cli_test(dist.train.cli.zipf_alpha_criteo 0 2
+               "^ember train: --zipf_alpha is an option of --dataset synthetic .*, but the dataset is criteo, which ignores it" 1
+               train --zipf_alpha 1.1 --dataset criteo --data_path train.tsv)
+ember_cli_test(dist.train.cli.data_path_without_criteo.np2 2 nonzero "^ember train: --data_path is an option of --dataset criteo" 1
+               train --data_path train.tsv --batch_size 64)
+
+# Output: a redirected log (under mpiexec or not) holds plain lines, never the progress bar's
+# carriage returns; a terminal gets the bar; more threads than CPUs on a host: one warning.
+add_test(NAME dist.train.cli.output.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_output.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.output.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
 
 # Threads: --threads 2 on one rank, placed on CPUs of their own (or sharing them, on a 1-CPU
 # host), trains and says so.

@@ -16,15 +16,32 @@ ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_den
     b->ids = app_alloc(ctx, sizeof(int64_t) * cap * (size_t)num_sparse, "batch ids");
     b->labels = app_alloc(ctx, sizeof(float) * cap, "batch labels");
     b->planted = app_alloc(ctx, sizeof(float) * cap, "batch planted logits");
-    if (!b->dense || !b->ids || !b->labels || !b->planted) {
+    b->origin = app_alloc(ctx, sizeof(int64_t) * cap, "batch sample origins");
+    if (!b->dense || !b->ids || !b->labels || !b->planted || !b->origin) {
         dlrm_batch_destroy(ctx, b);
         return EMBER_ERR_NOMEM;
     }
     b->capacity = capacity;
     b->num_dense = num_dense;
     b->num_sparse = num_sparse;
-    for (size_t i = 0; i < cap; i++) b->planted[i] = NAN;
+    for (size_t i = 0; i < cap; i++) {
+        b->planted[i] = NAN;
+        b->origin[i] = -1;
+    }
     return EMBER_OK;
+}
+
+int32_t dlrm_batch_first_nonfinite(const dlrm_batch *b, int32_t *feature) {
+    const size_t n = (size_t)b->size * (size_t)b->num_dense;
+    *feature = -1;
+    for (size_t k = 0; k < n; k++) {
+        // Finite floats have an exponent below all ones: one comparison per value.
+        if (!isfinite(b->dense[k])) {
+            *feature = (int32_t)(k % (size_t)b->num_dense);
+            return (int32_t)(k / (size_t)b->num_dense);
+        }
+    }
+    return b->size;
 }
 
 void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b) {
@@ -32,6 +49,7 @@ void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b) {
     ember_ctx_free(ctx, b->ids);
     ember_ctx_free(ctx, b->labels);
     ember_ctx_free(ctx, b->planted);
+    ember_ctx_free(ctx, b->origin);
     memset(b, 0, sizeof *b);
 }
 

@@ -22,12 +22,18 @@ typedef struct dlrm_batch {
     int64_t *ids;       // [capacity, F] row id of each sample's feature f in table f
     float *labels;      // [capacity] 0 or 1
     float *planted;     // [capacity] planted model's logit (synthetic data; NaN when unknown)
+    int64_t *origin;    // [capacity] where sample i came from, for messages: its 1-based line in
+                        // the Criteo file, or its index in the synthetic split
 } dlrm_batch;
 
 // Allocates the buffers through ctx. On failure every pointer is NULL and nothing leaks.
 ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_dense, int32_t num_sparse,
                                dlrm_batch *b);
 void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b);
+
+// The first sample of b (in order) with a dense feature that is NaN or infinite, its feature in
+// *feature; b->size when every dense feature is finite. Local.
+int32_t dlrm_batch_first_nonfinite(const dlrm_batch *b, int32_t *feature);
 
 // Contiguous share of rank r among W ranks of a global batch of g samples: the first g % W ranks
 // get one sample more (the row-wise split of include/ember/shard.h). Returns the share's size and

@@ -41,6 +41,8 @@ static const char help[] =
     "                                    --limit_val_batches batches of --data_path)\n"
     "  --zipf_alpha X                    synthetic: Zipf exponent of the ids (default 1.2)\n"
     "  --malformed skip|fatal            criteo: skip and count malformed lines, or stop (default skip)\n"
+    "                                    (the options of one dataset are refused with the other; a\n"
+    "                                    file without a usable line stops the run)\n"
     "\n"
     "training:\n"
     "  --batch_size N                    global batch, split over the ranks (default 2048)\n"
@@ -76,9 +78,10 @@ static const char help[] =
     "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
     "                                    eval loss, eval AUC, planted AUC, samples/s\n"
     "  --plot FILE.png                   loss and AUC curves, drawn by gnuplot (FILE.png.gp is kept)\n"
-    "  --progress auto|bar|lines         a progress bar, or a line per evaluation; auto: a bar when\n"
-    "                                    stdout is a terminal (under mpiexec it always looks like one:\n"
-    "                                    pass lines when redirecting to a log)\n"
+    "  --progress auto|bar|lines         bar: a progress bar on stderr, redrawn in place; lines: a line\n"
+    "                                    per evaluation, and one a minute between them; auto (default):\n"
+    "                                    bar when stderr is a terminal, else lines (under mpiexec a\n"
+    "                                    rank's stderr is a pipe: lines, unless --progress bar)\n"
     "  --digest                          end with hashes of the loss curve, eval outputs, dense\n"
     "                                    parameters and tables' weights and optimizer state\n"
     "                                    (equal lines: the same numbers, bit for bit)\n"
@@ -233,7 +236,8 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
     char flag[64];
     const char *choices = "";
     char optim_names[256];
-    bool sharding_given = false;
+    bool sharding_given = false, dataset_given = false;
+    const char *criteo_only = NULL, *synthetic_only = NULL; // the first such option given
     opterr = 0; // messages are ours, printed once
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", options, &idx)) != -1) {
@@ -284,11 +288,19 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
                 goto bad_choice;
             }
             o->dataset = k == 0 ? TRAIN_SYNTHETIC : TRAIN_CRITEO;
+            dataset_given = true;
             break;
-        case OPT_DATA_PATH: o->data_path = optarg; break;
-        case OPT_EVAL_DATA_PATH: o->eval_data_path = optarg; break;
+        case OPT_DATA_PATH:
+            o->data_path = optarg;
+            if (!criteo_only) criteo_only = "--data_path";
+            break;
+        case OPT_EVAL_DATA_PATH:
+            o->eval_data_path = optarg;
+            if (!criteo_only) criteo_only = "--eval_data_path";
+            break;
         case OPT_ZIPF_ALPHA:
             if (!cli_parse_double("--zipf_alpha", optarg, &o->zipf_alpha, err, cap)) return false;
+            if (!synthetic_only) synthetic_only = "--zipf_alpha";
             break;
         case OPT_MALFORMED:
             if ((k = pick(optarg, malformed, 2)) < 0) {
@@ -296,6 +308,7 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
                 goto bad_choice;
             }
             o->malformed = k == 0 ? CRITEO_SKIP : CRITEO_FATAL;
+            if (!criteo_only) criteo_only = "--malformed";
             break;
         case OPT_BATCH_SIZE:
             if (!cli_parse_i64("--batch_size", optarg, 1, (int64_t)1 << 40, &o->batch_size, err, cap)) return false;
@@ -393,6 +406,18 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
                  o->checkpoint_interval >= 0 ? "--checkpoint_interval" : "--keep_checkpoints");
         return false;
     }
+    // An option the chosen data set ignores is a mistake, not a detail: `--data_path F` alone
+    // would train on synthetic data and report an AUC of it.
+    if (o->dataset == TRAIN_SYNTHETIC && criteo_only) {
+        snprintf(err, cap, "%s is an option of --dataset criteo, but the dataset is synthetic%s, which ignores it: "
+                 "add --dataset criteo", criteo_only, dataset_given ? "" : " (the default)");
+        return false;
+    }
+    if (o->dataset == TRAIN_CRITEO && synthetic_only) {
+        snprintf(err, cap, "%s is an option of --dataset synthetic (the generated ids), but the dataset is criteo, "
+                 "which ignores it", synthetic_only);
+        return false;
+    }
     if (sharding_given && o->plan_path) {
         snprintf(err, cap, "--sharding and --plan both place the tables: give one");
         return false;
@@ -419,7 +444,11 @@ int cmd_train(int argc, char **argv) {
         if (speak) printf(help, names);
         return 0;
     }
-    o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDOUT_FILENO));
+    // The bar goes to stderr, and by default only when stderr is a terminal. Not stdout: under
+    // Open MPI's mpiexec a rank's stdout is a pseudo-terminal even when mpiexec's own output goes
+    // to a file, and the bar's carriage returns ended up in the log; a rank's stderr is a pipe
+    // there, so under mpiexec the default is plain lines and `--progress bar` asks for the bar.
+    o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDERR_FILENO));
 
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;

@@ -13,15 +13,18 @@ struct criteo_reader {
     char *path;            // copy of cfg.path
     int64_t rows[DLRM_NUM_SPARSE];
     FILE *file;
+    char *block;           // [CRITEO_READ_BYTES] the file's bytes, read a block at a time
+    size_t block_pos, block_len; // the next byte of the block, and how many it holds
     int64_t next_line;     // 0-based index of the next line the file will give
     int64_t counted_upto;  // malformed lines below this index are already counted
     int64_t batch;         // index of the next global batch
     bool at_eof;
     criteo_stats stats;
-    char line[CRITEO_LINE_MAX];
+    char line[CRITEO_LINE_MAX + 2]; // the last line read: its text, a '\r' that may end it, a NUL
     // This rank's lines of the current batch, read in order and then parsed on the rank's
-    // threads: their text (NUL-terminated, back to back), where each starts, its 1-based line
-    // number, and whether it fit the line buffer (1) or not (-1). Sized at the first batch.
+    // threads: their text (NUL-terminated, back to back; for a line holding a NUL byte, the text
+    // before it), where each starts, its 1-based line number, and whether it fit the line
+    // buffer (LINE_TEXT) or not (LINE_TOO_LONG, LINE_NUL). Sized at the first batch.
     char *text;
     size_t text_cap;
     int64_t *start, *number;
@@ -51,13 +54,21 @@ ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader
         return EMBER_ERR_NOMEM;
     }
     memcpy(r->path, cfg->path, len);
+    r->block = app_alloc(ctx, CRITEO_READ_BYTES, "criteo read buffer");
+    if (!r->block) {
+        ember_ctx_free(ctx, r->path);
+        ember_ctx_free(ctx, r);
+        return EMBER_ERR_NOMEM;
+    }
     r->file = fopen(cfg->path, "rb");
     if (!r->file) {
         int e = errno;
+        ember_ctx_free(ctx, r->block);
         ember_ctx_free(ctx, r->path);
         ember_ctx_free(ctx, r);
         return ember_ctx_set_error(ctx, EMBER_ERR_IO, "criteo: cannot open '%s': %s", cfg->path, strerror(e));
     }
+    setvbuf(r->file, NULL, _IONBF, 0); // whole blocks go straight into r->block
     r->ctx = ctx;
     r->cfg = *cfg;
     r->cfg.path = r->path;
@@ -82,6 +93,7 @@ void criteo_close(ember_ctx *ctx, criteo_reader *r) {
     if (!r) return;
     free_lines(ctx, r);
     if (r->file) fclose(r->file);
+    ember_ctx_free(ctx, r->block);
     ember_ctx_free(ctx, r->path);
     ember_ctx_free(ctx, r);
 }
@@ -91,6 +103,7 @@ ember_status criteo_rewind(criteo_reader *r) {
         return ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: cannot rewind '%s': %s", r->path, strerror(errno));
     }
     clearerr(r->file);
+    r->block_pos = r->block_len = 0;
     r->next_line = 0;
     r->batch = 0;
     r->at_eof = false;
@@ -104,32 +117,55 @@ ember_status criteo_seek(criteo_reader *r, int64_t batch) {
 }
 
 const criteo_stats *criteo_get_stats(const criteo_reader *r) { return &r->stats; }
+const char *criteo_path(const criteo_reader *r) { return r->path; }
 
-// Reads the next physical line into r->line without its line ending. Returns 1 for a line,
-// 0 at the end of the file, -1 for a line that did not fit (the rest of it is consumed).
+enum { LINE_TEXT = 1, LINE_TOO_LONG = -1, LINE_NUL = -2 };
+
+// Reads the next physical line, up to and without its '\n' (and a '\r' before it), into r->line
+// (NUL-terminated when it fits). Returns LINE_TEXT, LINE_TOO_LONG (more than
+// CRITEO_LINE_MAX bytes; the rest of it is consumed), LINE_NUL (the line holds a NUL byte: its
+// text up to there is in r->line), or 0 at the end of the file. Bytes, not C strings, up to the
+// '\n': a NUL byte never hides where a line ends.
 static int read_line(criteo_reader *r, ember_status *st) {
     *st = EMBER_OK;
     if (r->at_eof) return 0;
-    if (!fgets(r->line, sizeof r->line, r->file)) {
-        if (ferror(r->file)) {
-            *st = ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: reading '%s' line %lld: %s", r->path,
-                                      (long long)r->next_line + 1, strerror(errno));
+    const size_t keep = sizeof r->line - 1; // CRITEO_LINE_MAX, and a '\r' that may follow
+    size_t n = 0;
+    bool any = false, newline = false;
+    for (;;) {
+        if (r->block_pos == r->block_len) {
+            r->block_pos = 0;
+            r->block_len = fread(r->block, 1, CRITEO_READ_BYTES, r->file);
+            if (r->block_len == 0) {
+                r->at_eof = true;
+                if (ferror(r->file)) {
+                    *st = ember_ctx_set_error(r->ctx, EMBER_ERR_IO, "criteo: reading '%s' line %lld: %s", r->path,
+                                              (long long)r->next_line + 1, strerror(errno));
+                    return 0;
+                }
+                if (!any) return 0;
+                break; // the last line, without a newline
+            }
         }
-        r->at_eof = true;
-        return 0;
+        any = true;
+        const char *p = r->block + r->block_pos;
+        const size_t avail = r->block_len - r->block_pos;
+        const char *nl = memchr(p, '\n', avail);
+        const size_t take = nl ? (size_t)(nl - p) : avail;
+        if (n < keep) memcpy(r->line + n, p, take < keep - n ? take : keep - n);
+        n += take;
+        r->block_pos += take + (nl ? 1 : 0);
+        if (nl) {
+            newline = true;
+            break;
+        }
     }
     r->next_line++;
-    size_t n = strlen(r->line);
-    if (n > 0 && r->line[n - 1] == '\n') {
-        r->line[--n] = '\0';
-        if (n > 0 && r->line[n - 1] == '\r') r->line[--n] = '\0';
-        return 1;
-    }
-    if (feof(r->file)) return 1; // last line without a newline
-    int c;
-    while ((c = fgetc(r->file)) != EOF && c != '\n') {
-    }
-    return -1;
+    if (r->next_line > r->stats.lines_read) r->stats.lines_read = r->next_line;
+    if (newline && n > 0 && n <= keep && r->line[n - 1] == '\r') n--;
+    if (n > CRITEO_LINE_MAX) return LINE_TOO_LONG;
+    r->line[n] = '\0';
+    return memchr(r->line, '\0', n) ? LINE_NUL : LINE_TEXT;
 }
 
 static const char *feature_name(int field, char *buf, size_t cap) {
@@ -288,7 +324,7 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         }
         int64_t idx = r->next_line - 1;
         if (idx < mine) continue;
-        const size_t len = got > 0 ? strlen(r->line) + 1 : 1;
+        const size_t len = got == LINE_TOO_LONG ? 1 : strlen(r->line) + 1;
         if (used + len > r->text_cap) {
             size_t cap = r->text_cap ? 2 * r->text_cap : 64 * 1024;
             while (cap < used + len) cap *= 2;
@@ -299,8 +335,8 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
             r->text = t;
             r->text_cap = cap;
         }
-        if (got > 0) memcpy(r->text + used, r->line, len);
-        else r->text[used] = '\0';
+        if (got == LINE_TOO_LONG) r->text[used] = '\0';
+        else memcpy(r->text + used, r->line, len);
         r->start[nl] = (int64_t)used;
         r->number[nl] = r->next_line;
         r->fits[nl] = (int8_t)got;
@@ -310,9 +346,9 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
     // Line k of the share goes to sample k; each is independent of the others.
 #pragma omp parallel for schedule(static)
     for (int32_t k = 0; k < nl; k++) {
-        char line[CRITEO_LINE_MAX], why[160];
+        char line[CRITEO_LINE_MAX + 1], why[160];
         r->parsed[k] = 0;
-        if (r->fits[k] > 0) {
+        if (r->fits[k] == LINE_TEXT) {
             memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
             r->parsed[k] = parse_line(r->rows, line, b, k, why, sizeof why);
         }
@@ -321,17 +357,23 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
     // samples after them move up.
     for (int32_t k = 0; k < nl; k++) {
         char why[160];
-        if (r->fits[k] < 0) {
-            snprintf(why, sizeof why, "longer than %d bytes", CRITEO_LINE_MAX - 1);
+        if (r->fits[k] == LINE_TOO_LONG) {
+            snprintf(why, sizeof why, "longer than %d bytes", CRITEO_LINE_MAX);
+            APP_TRY(malformed(r, r->number[k], why));
+        } else if (r->fits[k] == LINE_NUL) {
+            // Its text before the NUL byte is kept: the byte's 1-based position follows.
+            snprintf(why, sizeof why, "a NUL byte at byte %zu (text has none: is this file binary?)",
+                     strlen(r->text + r->start[k]) + 1);
             APP_TRY(malformed(r, r->number[k], why));
         } else if (!r->parsed[k]) {
-            char line[CRITEO_LINE_MAX];
+            char line[CRITEO_LINE_MAX + 1];
             memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
             parse_line(r->rows, line, b, b->size, why, sizeof why); // again, for the reason
             APP_TRY(malformed(r, r->number[k], why));
         } else {
             if (b->size != k) move_sample(b, k, b->size);
             b->planted[b->size] = NAN;
+            b->origin[b->size] = r->number[k];
             b->size++;
         }
     }

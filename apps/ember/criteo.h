@@ -10,10 +10,12 @@
 // rank's lines of the current batch are kept, and parsed on the caller's OpenMP threads. Global
 // batch k covers the data lines [first_line + kG, first_line + (k+1)G); rank r parses only its
 // contiguous share of each (dlrm_share) and skips the other lines, so every rank reads the same
-// global batches whatever the world size. A malformed line (wrong field count, a value that is
-// not a number, a label other than 0/1, a line longer than the buffer) is counted with its line
-// number and skipped, or is fatal (EMBER_ERR_FORMAT) under CRITEO_FATAL; a skipped line still
-// occupies its place in the batch, which is then one sample short on the rank that owns it.
+// global batches whatever the world size. Lines end at '\n' (a '\r' before it is dropped) and are
+// numbered as they lie in the file, from 1, whatever bytes they hold. A malformed line (wrong
+// field count, a value that is not a number, a label other than 0/1, a NUL byte, more than
+// CRITEO_LINE_MAX bytes) is counted with its line number and skipped, or is fatal
+// (EMBER_ERR_FORMAT) under CRITEO_FATAL; a skipped line still occupies its place in the batch,
+// which is then one sample short on the rank that owns it (possibly empty).
 #ifndef EMBER_APP_CRITEO_H
 #define EMBER_APP_CRITEO_H
 
@@ -24,7 +26,9 @@
 #include "ember/core.h"
 
 #define CRITEO_NUM_FIELDS (1 + DLRM_NUM_DENSE + DLRM_NUM_SPARSE)
-#define CRITEO_LINE_MAX 4096     // bytes per line, newline included; longer lines are malformed
+#define CRITEO_LINE_MAX 4095     // bytes of a line's text, its ending ("\n", "\r\n") not counted;
+                                 // longer lines are malformed (docs/dlrm.md says the same)
+#define CRITEO_READ_BYTES 65536  // the file is read in blocks of this size
 #define CRITEO_MAX_REPORTED 8    // malformed line numbers remembered per reader
 
 typedef enum criteo_malformed_mode { CRITEO_SKIP = 0, CRITEO_FATAL = 1 } criteo_malformed_mode;
@@ -45,6 +49,8 @@ typedef struct criteo_stats {
     int64_t lines[CRITEO_MAX_REPORTED]; // 1-based line numbers of the first ones
     int32_t num_lines;
     char first_reason[160];             // why the first one was rejected
+    int64_t lines_read;                 // the highest line number read so far: once a pass has
+                                        // reached the end of the file, its number of lines
 } criteo_stats;
 
 typedef struct criteo_reader criteo_reader;
@@ -61,11 +67,13 @@ ember_status criteo_rewind(criteo_reader *r);
 ember_status criteo_seek(criteo_reader *r, int64_t batch);
 
 // Reads this rank's share of the next global batch into b (b->size samples, fewer than the share
-// when lines were malformed or the file ended inside the batch). *eof is true, and b->size 0, when
-// the batch has no line at all: the end of the data.
+// when lines were malformed or the file ended inside the batch), each sample's b->origin its
+// 1-based line number. *eof is true, and b->size 0, when the batch has no line at all: the end of
+// the data.
 // Returns EMBER_OK, EMBER_ERR_FORMAT (CRITEO_FATAL: "PATH line N: reason"), EMBER_ERR_IO.
 ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof);
 
 const criteo_stats *criteo_get_stats(const criteo_reader *r);
+const char *criteo_path(const criteo_reader *r); // the file's path, as opened
 
 #endif

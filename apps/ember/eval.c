@@ -132,6 +132,10 @@ ember_status eval_run(evaluator *E, source *s, dlrm_model *m, dlrm_batch *b, int
         APP_TRY(ember_comm_agree(E->comm, append_outputs(E, logits, b)));
     }
     APP_TRY(ember_comm_allreduce_sum_f64(E->comm, sums, 2));
-    *loss = sums[1] > 0.0 ? sums[0] / sums[1] : NAN;
+    // The same sums on every rank: every rank takes this exit together. (train_run checks the
+    // eval data before training; a file that lost its lines since fails here, not with NaN.)
+    APP_CHECK(ember_comm_ctx(E->comm), sums[1] > 0.0, EMBER_ERR_FORMAT,
+              "the eval data has no usable sample: no loss or AUC to report");
+    *loss = sums[0] / sums[1];
     return gather_auc(E, auc);
 }

@@ -1,5 +1,7 @@
 // Data sources (source.h): a rank's share of each global batch, agreed across the ranks.
 #include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "appctx.h"
 #include "source.h"
@@ -29,19 +31,99 @@ static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
     return EMBER_OK;
 }
 
+ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batch *b) {
+    int32_t j;
+    const int32_t i = dlrm_batch_first_nonfinite(b, &j);
+    if (i == b->size) return EMBER_OK;
+    char where[320];
+    if (s->reader) {
+        snprintf(where, sizeof where, "line %lld of '%s'", (long long)b->origin[i], criteo_path(s->reader));
+    } else {
+        snprintf(where, sizeof where, "synthetic %s sample %lld", s->split ? "eval" : "train", (long long)b->origin[i]);
+    }
+    return ember_ctx_set_error(ctx, EMBER_ERR_NUMERIC, "dense feature %d (int_%d) of %s is %g: not a finite number",
+                               (int)j, (int)j, where, (double)b->dense[(size_t)i * (size_t)b->num_dense + (size_t)j]);
+}
+
 ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
                           int64_t *global) {
     bool eof = false;
     ember_status st = source_next(s, b, &eof);
+    if (st == EMBER_OK) st = source_check_dense(ember_comm_ctx(comm), s, b);
     APP_TRY(ember_comm_agree(comm, st));
     APP_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
-    bool all_eof = true, some_empty = false;
+    bool all_eof = true;
     *global = 0;
     for (int32_t r = 0; r < ember_comm_size(comm); r++) {
         if (sizes[r] >= 0) all_eof = false;
-        if (sizes[r] <= 0) some_empty = true;
-        else *global += sizes[r];
+        if (sizes[r] > 0) *global += sizes[r];
     }
-    *what = all_eof ? FETCH_END : some_empty ? FETCH_SKIP : FETCH_OK;
+    *what = all_eof ? FETCH_END : *global == 0 ? FETCH_SKIP : FETCH_OK;
     return EMBER_OK;
+}
+
+ember_status source_gather_stats(ember_comm *comm, const source *s, criteo_stats *all) {
+    if (!s->reader) return EMBER_OK;
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    const int32_t W = ember_comm_size(comm);
+    int64_t *counts = app_alloc(ctx, sizeof(int64_t) * (size_t)W, "malformed line statistics");
+    ember_status st = ember_comm_agree(comm, counts ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) {
+        for (int32_t r = 0; r < W; r++) counts[r] = 1;
+        st = ember_comm_allgatherv(comm, criteo_get_stats(s->reader), 1, all, counts, sizeof(criteo_stats));
+    }
+    ember_ctx_free(ctx, counts);
+    return st;
+}
+
+ember_status source_scan_data(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, source_scan *scan) {
+    memset(scan, 0, sizeof *scan);
+    scan->usable = true;
+    if (!s->reader) return EMBER_OK;
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    APP_TRY(ember_comm_agree(comm, source_rewind(s)));
+    fetched what;
+    int64_t global = 0;
+    do {
+        APP_TRY(source_fetch(comm, s, b, sizes, &what, &global));
+    } while (what == FETCH_SKIP);
+    if (what == FETCH_OK) return EMBER_OK;
+    // Not one usable line: the pass has read the whole window. What did it hold?
+    scan->usable = false;
+    const int32_t W = ember_comm_size(comm);
+    criteo_stats *all = app_alloc(ctx, sizeof(criteo_stats) * (size_t)W, "malformed line statistics");
+    APP_TRY(ember_comm_agree(comm, all ? EMBER_OK : EMBER_ERR_NOMEM));
+    ember_status st = source_gather_stats(comm, s, all);
+    int32_t first = -1;
+    for (int32_t r = 0; r < W && st == EMBER_OK; r++) {
+        if (all[r].lines_read > scan->lines_read) scan->lines_read = all[r].lines_read;
+        scan->malformed += all[r].malformed;
+        if (all[r].num_lines > 0 && (first < 0 || all[r].lines[0] < all[first].lines[0])) first = r;
+    }
+    if (st == EMBER_OK && first >= 0) {
+        scan->first_bad = all[first].lines[0];
+        snprintf(scan->reason, sizeof scan->reason, "%s", all[first].first_reason);
+    }
+    ember_ctx_free(ctx, all);
+    return st;
+}
+
+ember_status source_unusable(ember_ctx *ctx, const source_desc *d, const source_scan *scan) {
+    const int64_t read = scan->lines_read, in_window = read > d->first_line ? read - d->first_line : 0;
+    const char *use = d->use ? d->use : "", *sep = d->use ? " " : "";
+    if (read == 0) {
+        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s '%s': no %s%sdata: the file is empty", d->flag, d->path,
+                                   use, sep);
+    }
+    if (in_window == 0 || scan->first_bad == 0) {
+        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s '%s': no %s%sdata: its %lld line%s %s", d->flag, d->path,
+                                   use, sep, (long long)read, read > 1 ? "s" : "",
+                                   d->empty_window ? d->empty_window : "hold no sample");
+    }
+    return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
+                               "%s '%s': no usable %s%sdata: 0 usable lines of %lld (%s%s%lld malformed: first at "
+                               "line %lld: %s)",
+                               d->flag, d->path, use, sep, (long long)in_window, d->window ? d->window : "",
+                               d->window ? "; " : "", (long long)scan->malformed, (long long)scan->first_bad,
+                               scan->reason);
 }

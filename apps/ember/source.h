@@ -28,12 +28,62 @@ ember_status source_seek(source *s, int64_t batch);
 
 typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
 
+// Checks that every dense feature of b, as s produced it, is finite (a NaN or an infinity would
+// poison every parameter it meets in one step). Records EMBER_ERR_NUMERIC naming the first bad
+// value's feature, its sample (the Criteo line and file, or the synthetic split and index) and
+// this rank. The Criteo reader accepts only decimal integers, whose transform is finite, so
+// this guards the transforms and the generator. source_fetch runs it on every batch. Local.
+ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batch *b);
+
 // Reads every rank's share of the next global batch into b and agrees on what was read
 // (sizes[W]: every rank's share, -1 at its end): FETCH_END when the data ended on every rank,
-// FETCH_SKIP when some rank got no sample (a final batch smaller than the world, or only
-// malformed lines), else FETCH_OK with *global samples in all.
-// Collective: a read error on any rank fails every rank here, before the step's collectives.
+// FETCH_SKIP when the batch has no usable sample on any rank (only malformed lines), else
+// FETCH_OK with *global >= 1 samples in all. Some ranks' shares may then be empty (b->size 0: a
+// last batch smaller than the world, or a share of malformed lines): they still take part in
+// the step, so that a batch is trained and evaluated the same whatever the world size.
+// Collective: a read error or a non-finite dense feature (source_check_dense) on any rank fails
+// every rank here, before the step's collectives.
 ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
                           int64_t *global);
+
+// Every rank's malformed-line statistics of s's Criteo reader, in rank order, into all[W].
+// Collective; every rank calls it with s of the same kind (a reader, or none: then nothing is
+// exchanged and EMBER_OK is returned).
+ember_status source_gather_stats(ember_comm *comm, const source *s, criteo_stats *all);
+
+// What a Criteo source held, when a pass found no usable sample in it (source_scan_data).
+typedef struct source_scan {
+    bool usable;          // some global batch holds a usable sample (then nothing else is set)
+    int64_t lines_read;   // the file's lines (the pass read to the end of its window)
+    int64_t malformed;    // malformed lines met, all ranks
+    int64_t first_bad;    // the first of them (1-based line), 0 if none
+    char reason[160];     // why it was malformed
+} source_scan;
+
+// Reads s from its first batch until a global batch holds a usable sample (usable), else to its
+// end, then gathers what every rank's reader met: the same *scan on every rank. Synthetic
+// sources are always usable. The caller rewinds or seeks s afterwards.
+// Collective. Returns EMBER_OK or a read error (source_fetch: EMBER_ERR_IO, EMBER_ERR_FORMAT
+// under CRITEO_FATAL).
+ember_status source_scan_data(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, source_scan *scan);
+
+// A Criteo source as the user named it, for source_unusable's message.
+typedef struct source_desc {
+    const char *flag;         // the option that gave the file: "--data_path", "--eval_data_path"
+    const char *path;
+    const char *use;          // what the data is for ("training", "eval"), or NULL: any use
+    int64_t first_line;       // the lines of the file before the source's window
+    const char *window;       // the window in words, in the parenthesis after "0 usable lines of
+                              // N" (e.g. "after the first 64, held out for evaluation"), or NULL:
+                              // the whole file
+    const char *empty_window; // what follows "its N lines" when the file has lines but none in
+                              // the window (all held out, say), or NULL when that cannot be
+} source_desc;
+
+// Records on ctx, and returns, EMBER_ERR_FORMAT with one message naming the file and what it
+// held, for a scan that found no usable sample, e.g. "--data_path 'x.tsv': no usable training
+// data: 0 usable lines of 1032 (1032 malformed: first at line 1: 1 tab-separated fields,
+// expected 40)", or "... no training data: the file is empty". Local.
+ember_status source_unusable(ember_ctx *ctx, const source_desc *d, const source_scan *scan);
 
 #endif

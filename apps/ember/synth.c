@@ -199,5 +199,6 @@ void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch 
         }
         b->planted[i] = (float)z;
         b->labels[i] = ember_rng_uniform(&r) < 1.0 / (1.0 + exp(-z)) ? 1.0f : 0.0f;
+        b->origin[i] = first + i;
     }
 }

@@ -190,6 +190,53 @@ void threads_format_cpu_list(const int32_t *ids, int32_t n, char *buf, size_t ca
     }
 }
 
+int32_t threads_parse_cpu_limit(const char *text) {
+    char quota[32], rest[2];
+    long long period = 0;
+    if (sscanf(text, "%31s %lld %1s", quota, &period, rest) != 2 || period <= 0) return 0;
+    if (strcmp(quota, "max") == 0) return 0;
+    char *end;
+    long long q = strtoll(quota, &end, 10);
+    if (*end != '\0' || q <= 0) return 0; // -1: no limit
+    long long cpus = (q + period - 1) / period;
+    return cpus > CPU_SETSIZE ? CPU_SETSIZE : (int32_t)cpus;
+}
+
+int32_t threads_default_count(int32_t cpus, int32_t limit, int32_t nranks, int32_t *cores) {
+    int32_t c = limit > 0 && limit < cpus ? limit : cpus;
+    if (c < 1) c = 1;
+    *cores = c;
+    const int32_t share = nranks > 0 ? c / nranks : c;
+    return share > 0 ? share : 1;
+}
+
+bool threads_oversubscribed(int32_t nranks, int32_t threads, int32_t per_rank, int32_t cores, char *buf,
+                            size_t cap) {
+    if (cap) buf[0] = '\0';
+    if (threads <= cores || cores < 1 || nranks < 1) return false;
+    char count[96], fix[192];
+    if (per_rank > 0) {
+        snprintf(count, sizeof count, "%d rank%s x %d thread%s", (int)nranks, nranks > 1 ? "s" : "", (int)per_rank,
+                 per_rank > 1 ? "s" : "");
+    } else {
+        snprintf(count, sizeof count, "%d rank%s with %d threads in all", (int)nranks, nranks > 1 ? "s" : "",
+                 (int)threads);
+    }
+    if (nranks <= cores) {
+        const int32_t fit = cores / nranks;
+        snprintf(fix, sizeof fix, "give each rank at most %d thread%s (--threads %d)", (int)fit, fit > 1 ? "s" : "",
+                 (int)fit);
+    } else {
+        snprintf(fix, sizeof fix, "start at most %d rank%s on this host (mpiexec -n %d, or more hosts), one thread each",
+                 (int)cores, cores > 1 ? "s" : "", (int)cores);
+    }
+    snprintf(buf, cap,
+             "%s on this host's %d CPU%s: they take turns on the CPUs and every step waits for the rank "
+             "descheduled last (with several threads per rank, often several times slower); %s",
+             count, (int)cores, cores > 1 ? "s" : "", fix);
+    return true;
+}
+
 // ---- The host --------------------------------------------------------------------------------
 
 // Reads a whole small file into buf; false if it cannot.
@@ -236,6 +283,66 @@ static void host_cpus(cpu_set_t *set) {
     }
     CPU_ZERO(set);
     for (int32_t i = 0; i < n; i++) CPU_SET(ids[i], set);
+}
+
+// The smallest limit (threads_parse_cpu_limit) of the cgroup directory dir and its parents up to
+// root: a file name (v2's cpu.max), or two (v1's quota and period); 0 when none limits.
+static int32_t limit_up_from(char *dir, size_t root, const char *file, const char *period_file) {
+    int32_t limit = 0;
+    for (;;) {
+        char path[600], text[64], period[64], both[160];
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        bool got = read_text(path, text, sizeof text);
+        if (got && period_file) {
+            snprintf(path, sizeof path, "%s/%s", dir, period_file);
+            got = read_text(path, period, sizeof period);
+            if (got) {
+                text[strcspn(text, "\n")] = '\0';
+                snprintf(both, sizeof both, "%s %s", text, period);
+                memcpy(text, both, sizeof text - 1);
+                text[sizeof text - 1] = '\0';
+            }
+        }
+        const int32_t l = got ? threads_parse_cpu_limit(text) : 0;
+        if (l > 0 && (limit == 0 || l < limit)) limit = l;
+        char *slash = strrchr(dir, '/');
+        if (!slash || (size_t)(slash - dir) < root) return limit;
+        *slash = '\0';
+    }
+}
+
+// The CPUs' worth of time this process's cgroup and its parents allow (cgroup v2's cpu.max, v1's
+// CFS quota), rounded up; 0 when nothing limits it. A container started with --cpus=2 on a large
+// host sees every CPU in its mask and its cpuset, but gets 2 CPUs' worth of time.
+static int32_t cgroup_cpu_limit(void) {
+    char line[512], dir[512];
+    int32_t limit = 0;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *controllers = strchr(line, ':'), *rel = controllers ? strchr(controllers + 1, ':') : NULL;
+        if (!rel) continue;
+        *rel++ = '\0';
+        controllers++;
+        const char *sub = strcmp(rel, "/") == 0 ? "" : rel;
+        int32_t l = 0;
+        if (strcmp(line, "0") == 0 && *controllers == '\0') {
+            const char *base = "/sys/fs/cgroup";
+            snprintf(dir, sizeof dir, "%s%s", base, sub);
+            l = limit_up_from(dir, strlen(base), "cpu.max", NULL);
+        } else {
+            bool cpu = false;
+            for (char *c = strtok(controllers, ","); c && !cpu; c = strtok(NULL, ",")) cpu = strcmp(c, "cpu") == 0;
+            const char *bases[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+            for (size_t b = 0; cpu && l == 0 && b < sizeof bases / sizeof bases[0]; b++) {
+                snprintf(dir, sizeof dir, "%s%s", bases[b], sub);
+                l = limit_up_from(dir, strlen(bases[b]), "cpu.cfs_quota_us", "cpu.cfs_period_us");
+            }
+        }
+        if (l > 0 && (limit == 0 || l < limit)) limit = l;
+    }
+    if (f) fclose(f);
+    return limit;
 }
 
 // /sys/devices/system/cpu/cpuN/topology/<what>, or fallback.
@@ -307,13 +414,15 @@ void threads_reexec(int argc, char **argv, int32_t requested) {
     host_cpus(&host);
     CPU_OR(&host, &host, &mask);
     const int32_t have = CPU_COUNT(&mask), n = CPU_COUNT(&host), local = launcher_local_size();
+    int32_t cores = n;
+    const int32_t share = threads_default_count(n, cgroup_cpu_limit(), local > 0 ? local : 1, &cores);
     const char *env = getenv("OMP_NUM_THREADS");
-    int32_t T = requested > 0 ? requested : env && atoi(env) > 0 ? atoi(env) : local > 0 ? n / local : 0;
+    int32_t T = requested > 0 ? requested : env && atoi(env) > 0 ? atoi(env) : local > 0 ? share : 0;
     if (local <= 0 || T <= 1) return; // one thread: nothing waits; ranks unknown: nothing known
     // A wider mask when the host has a CPU for every thread of its ranks (else short spins are
     // what shared CPUs need, and the narrow mask gives them); a shorter spin unless the user
     // chose, and only where libgomp would spin at all (not with the narrow mask kept).
-    const bool widen = T > have && (int64_t)T * local <= n;
+    const bool widen = T > have && (int64_t)T * local <= cores;
     const bool spin = !env_set("GOMP_SPINCOUNT") && !env_set("OMP_WAIT_POLICY") && (widen || T <= have);
     if (!widen && !spin) return;
     int32_t ids[CPU_SETSIZE], k = 0;
@@ -352,6 +461,7 @@ typedef struct rank_view {
     cpu_set_t host; // what its cgroup allows
     int32_t want;   // its threads (0: not decided: the host's share)
     int32_t user;   // 1: the user placed threads through OpenMP's variables
+    int32_t limit;  // its cgroup's CPU limit (cgroup_cpu_limit), 0: none
 } rank_view;
 
 // Pins OpenMP thread i to cpus[i] for the T threads of the team every later region reuses
@@ -405,6 +515,7 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     me.want = 1;
 #endif
     me.user = user_placement() || !got_mask;
+    me.limit = cgroup_cpu_limit();
 
     ember_status st = EMBER_OK;
     rank_view *all = app_alloc(ctx, sizeof *all * (size_t)nlocal, "thread placement");
@@ -420,8 +531,9 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     if (st == EMBER_OK) {
         st = mpi_check(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node), "allgather");
     }
-    // The host: every CPU some rank's cgroup allows or some rank runs on.
-    int32_t n = 0, user = 0;
+    // The host: every CPU some rank's cgroup allows or some rank runs on, and the tightest CPU
+    // quota of their cgroups.
+    int32_t n = 0, user = 0, limit = 0;
     if (st == EMBER_OK) {
         cpu_set_t host;
         CPU_ZERO(&host);
@@ -429,6 +541,7 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
             CPU_OR(&host, &host, &all[r].host);
             CPU_OR(&host, &host, &all[r].mask);
             user |= all[r].user;
+            if (all[r].limit > 0 && (limit == 0 || all[r].limit < limit)) limit = all[r].limit;
         }
         for (int32_t c = 0; c < CPU_SETSIZE; c++) {
             if (!CPU_ISSET(c, &host)) continue;
@@ -440,17 +553,24 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
         if (n == 0) user = 1; // nothing known about the host: leave everything as it is
     }
     // The threads: as asked, or the host's CPUs shared out among its ranks.
-    const int32_t share = n / nlocal > 0 ? n / nlocal : 1;
+    int32_t cores = n;
+    const int32_t share = threads_default_count(n, limit, nlocal, &cores);
     int32_t T = me.want > 0 ? me.want : share;
     char mine[128] = "", launcher[128] = "";
-    int32_t most = 0, host_threads = 0;
+    int32_t most = 0, host_threads = 0, per_rank = -1;
+    for (int r = 0; r < nlocal && st == EMBER_OK; r++) {
+        const int32_t w = all[r].want > 0 ? all[r].want : share;
+        host_threads += w;
+        per_rank = per_rank < 0 || per_rank == w ? w : 0; // 0: ranks differ
+    }
+    report->host_first = local == 0;
+    if (st == EMBER_OK && n > 0) {
+        threads_oversubscribed(nlocal, host_threads, per_rank, cores, report->warning, sizeof report->warning);
+    }
     if (st == EMBER_OK && !user) {
         allowed = app_alloc(ctx, (size_t)nlocal * (size_t)n, "thread placement");
         want = app_alloc(ctx, sizeof(int32_t) * (size_t)nlocal, "thread placement");
-        for (int r = 0; r < nlocal && want; r++) {
-            want[r] = all[r].want > 0 ? all[r].want : share;
-            host_threads += want[r];
-        }
+        for (int r = 0; r < nlocal && want; r++) want[r] = all[r].want > 0 ? all[r].want : share;
         pick = want ? app_alloc(ctx, sizeof(int32_t) * (size_t)host_threads, "thread placement") : NULL;
         if (!allowed || !want || !pick) {
             st = EMBER_ERR_NOMEM;
@@ -499,6 +619,8 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     if (st == EMBER_OK && report->text[0] == '\0') {
         char count[96];
         if (how) snprintf(count, sizeof count, "%d per rank (%s)", (int)T, how);
+        else if (cores < n) snprintf(count, sizeof count, "%d per rank (the cgroup's %d CPUs of time, of %d, over its %d rank%s)",
+                                     (int)T, (int)cores, (int)n, nlocal, nlocal > 1 ? "s" : "");
         else snprintf(count, sizeof count, "%d per rank (%d CPUs on the host over its %d rank%s)", (int)T, (int)n,
                       nlocal, nlocal > 1 ? "s" : "");
         if (user) {
@@ -535,6 +657,10 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_c
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
     if (st == EMBER_OK && !all_ok) st = EMBER_ERR_REMOTE;
     if (st == EMBER_OK) st = threads_setup(*ctx, MPI_COMM_WORLD, requested, placement); // before any parallel region
+    if (st == EMBER_OK && placement->warning[0] && placement->host_first) {
+        fprintf(stderr, "ember %s: warning: %s\n", argc > 0 ? argv[0] : "", placement->warning);
+        fflush(stderr);
+    }
     if (st == EMBER_OK) st = ember_comm_create(*ctx, MPI_COMM_WORLD, comm);
     return st;
 }

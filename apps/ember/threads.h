@@ -18,8 +18,11 @@
 //     anywhere in its share) and no thread is pinned: pinned spinning threads on shared CPUs
 //     wait for each other's time slices.
 // The threads' count, unless --threads gives it: OMP_NUM_THREADS when set, else the host's CPUs
-// divided among its ranks. Setting OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY leaves the
-// placement to OpenMP and the launcher untouched.
+// divided among its ranks, at least 1 (the CPUs: those the ranks may run on, and no more than a
+// cgroup's CPU quota allows: a container limited to 2 CPUs' worth of time on a 32-CPU host has 2).
+// When a host's ranks run more threads in all than it has CPUs, its first rank warns once.
+// Setting OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY leaves the placement to OpenMP and the
+// launcher untouched.
 #ifndef EMBER_APP_THREADS_H
 #define EMBER_APP_THREADS_H
 
@@ -52,6 +55,22 @@ int32_t threads_parse_cpu_list(const char *text, int32_t *ids, int32_t cap);
 // Writes ids[n] (ascending) as a CPU list ("0-3,8") into buf[cap].
 void threads_format_cpu_list(const int32_t *ids, int32_t n, char *buf, size_t cap);
 
+// A cgroup's CPU bandwidth limit from "QUOTA PERIOD" (cgroup v2's cpu.max, or v1's
+// cpu.cfs_quota_us and cpu.cfs_period_us joined by a space): the CPUs' worth of time it allows,
+// rounded up, at least 1; 0 for no limit ("max", "-1") or text that is not such a pair.
+int32_t threads_parse_cpu_limit(const char *text);
+
+// The default threads per rank for `nranks` ranks on a host of `cpus` CPUs whose cgroup allows
+// `limit` CPUs' worth of time (0: no limit): the usable CPUs divided among the ranks, at least 1.
+// *cores gets the usable CPUs: min(cpus, limit).
+int32_t threads_default_count(int32_t cpus, int32_t limit, int32_t nranks, int32_t *cores);
+
+// When the `nranks` ranks of a host run `threads` threads in all on `cores` usable CPUs and
+// threads > cores, writes one line into buf[cap] saying so and what to do (fewer threads per
+// rank, or fewer ranks on the host) and returns true; else returns false with buf "".
+bool threads_oversubscribed(int32_t nranks, int32_t threads, int32_t per_rank, int32_t cores, char *buf,
+                            size_t cap);
+
 // Called before MPI_Init with the subcommand's arguments ("train", options) and --threads
 // (0: not given). For a rank of several threads, starts the program again (exec, same process)
 // so that OpenMP, which fixes its waiting policy from the environment and CPU mask it finds when
@@ -66,6 +85,8 @@ typedef struct threads_report {
     int32_t threads;   // per rank (this rank's)
     bool pinned;       // each thread on a CPU of its own
     char text[256];    // one line for the run's configuration report (rank 0's view)
+    char warning[320]; // threads_oversubscribed's line for this rank's host, or ""
+    bool host_first;   // this rank is the first of its host (the one that prints the warning)
 } threads_report;
 
 // Chooses this rank's thread count (requested > 0: that many), places the threads of every rank
@@ -77,8 +98,10 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
 
 // The start of a subcommand that runs under MPI (train, eval): threads_reexec, MPI_Init, a
 // context of `requested` kernel threads (agreed across ranks before anything collective),
-// threads_setup, then the world communicator; *note gets the placement's text. *ctx and *comm
-// are NULL where not created. Collective over the launch; every rank returns the same status.
+// threads_setup, then the world communicator; *note gets the placement's text. The first rank
+// of a host whose threads outnumber its CPUs prints the warning to stderr, once ("ember CMD:
+// warning: ...", CMD = argv[0]). *ctx and *comm are NULL where not created. Collective over the
+// launch; every rank returns the same status.
 ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_ctx **ctx, ember_comm **comm,
                                threads_report *placement);
 // The end of it: rank 0 prints "ember CMD: error: MESSAGE" when st failed; destroys comm and

@@ -65,6 +65,7 @@ typedef struct run {
     const train_options *o; // &opts
     train_options opts;     // the run's options: as given, with the checkpoint's filled in
     bool eval_only;         // ember eval --load: one evaluation of a saved model
+    const char *eval_flag;  // the option that named the eval file, for messages (NULL: as train's)
     ember_comm *comm;
     ember_ctx *ctx;
     FILE *out;              // rank 0's report stream; NULL elsewhere or when silent
@@ -89,7 +90,9 @@ typedef struct run {
     int64_t num_rows, rows_cap;
     int64_t skipped_batches;
     int64_t total_steps;    // 0 when unknown (a Criteo file without --limit_train_batches)
+    FILE *bar;              // where the progress bar is drawn (stderr), or NULL: plain lines
     double last_draw;       // progress bar refresh time
+    double last_line;       // when the last progress or evaluation line was printed
     uint64_t digest_losses;  // --digest: every step's global loss, in order
     // Checkpoints.
     bool resumed;                          // the model starts from ckpt_path
@@ -294,6 +297,65 @@ static ember_status open_data(run *R) {
     return EMBER_OK;
 }
 
+// Fails before training when a Criteo file has no usable sample in the lines it is read for
+// (source_scan_data), with one message naming the option, the file and what it held. When both
+// the eval head and the training lines of one file hold nothing usable, the message is about the
+// whole file. Collective; every rank returns the same status.
+static ember_status require_data(run *R) {
+    const train_options *o = R->o;
+    if (o->dataset != TRAIN_CRITEO) return EMBER_OK;
+    const int64_t held = o->eval_data_path ? 0 : o->limit_val_batches * o->batch_size;
+    source_scan eval, train = {.usable = true};
+    APP_TRY(source_scan_data(R->comm, &R->eval, &R->batch, R->sizes, &eval));
+    if (R->train.reader) APP_TRY(source_scan_data(R->comm, &R->train, &R->batch, R->sizes, &train));
+    char window[160] = "", empty[256] = "";
+    source_desc d = {.flag = "--data_path", .path = o->data_path};
+    const source_scan *scan = &train;
+    if (!eval.usable && !train.usable && held) {
+        // One file, nothing usable in it: its lines as a whole.
+        scan = &eval;
+        eval.lines_read = train.lines_read > eval.lines_read ? train.lines_read : eval.lines_read;
+        eval.malformed += train.malformed;
+        if (!eval.first_bad) {
+            eval.first_bad = train.first_bad;
+            memcpy(eval.reason, train.reason, sizeof eval.reason);
+        }
+    } else if (!eval.usable) {
+        scan = &eval;
+        d.use = "eval";
+        if (R->eval_flag) d.flag = R->eval_flag;
+        else if (o->eval_data_path) d.flag = "--eval_data_path";
+        d.path = o->eval_data_path ? o->eval_data_path : o->data_path;
+        // The limit is worth naming where it cut the file short.
+        if (held || (o->limit_val_batches && eval.lines_read == o->limit_val_batches * o->batch_size)) {
+            snprintf(window, sizeof window, "%s --limit_val_batches %lld x --batch_size %lld",
+                     held ? "held out for evaluation:" : "read: at most", (long long)o->limit_val_batches,
+                     (long long)o->batch_size);
+            d.window = window;
+        }
+    } else if (!train.usable) {
+        d.use = "training";
+        d.first_line = held;
+        if (o->limit_train_batches && train.lines_read - held == o->limit_train_batches * o->batch_size) {
+            snprintf(window, sizeof window, "read: at most --limit_train_batches %lld x --batch_size %lld%s",
+                     (long long)o->limit_train_batches, (long long)o->batch_size, held ? " after the first " : "");
+            d.window = window;
+        }
+        if (held) {
+            const size_t n = strlen(window);
+            snprintf(window + n, sizeof window - n, "%s%lld, held out for evaluation", n ? "" : "after the first ",
+                     (long long)held);
+            snprintf(empty, sizeof empty,
+                     "all lie in the first %lld, held out for evaluation (--limit_val_batches %lld x --batch_size "
+                     "%lld): give --eval_data_path FILE, or a smaller --limit_val_batches",
+                     (long long)held, (long long)o->limit_val_batches, (long long)o->batch_size);
+            d.window = window;
+            d.empty_window = empty;
+        }
+    }
+    return scan->usable ? EMBER_OK : source_unusable(R->ctx, &d, scan);
+}
+
 static void print_config(const run *R) {
     FILE *f = R->out;
     if (!f) return;
@@ -360,22 +422,43 @@ static void print_config(const run *R) {
     fflush(f);
 }
 
+// Seconds between plain progress lines when no evaluation line comes sooner.
+#define PROGRESS_LINE_S 60.0
+
+// Erases the progress bar's line, so that a line of the report starts at its left edge.
+static void clear_bar(run *R) {
+    if (!R->bar) return;
+    fputs("\r\033[K", R->bar);
+    fflush(R->bar);
+}
+
+// The progress bar (redrawn in place, at most 5 times a second) on an interactive terminal, or,
+// for logs, a plain line at most every PROGRESS_LINE_S seconds without an evaluation line.
 static void progress(run *R, int64_t step, int32_t epoch, double loss, double sps) {
-    if (!R->out || !R->o->progress_bar) return;
+    if (!R->out) return;
     double t = now_s();
+    char where[64];
+    if (R->total_steps > 0) snprintf(where, sizeof where, "step %lld/%lld", (long long)step, (long long)R->total_steps);
+    else snprintf(where, sizeof where, "step %lld", (long long)step);
+    if (!R->bar) {
+        if (t - R->last_line < PROGRESS_LINE_S) return;
+        R->last_line = t;
+        fprintf(R->out, "%s  epoch %d  train loss %.5f  %.0f samples/s\n", where, (int)epoch, loss, sps);
+        fflush(R->out);
+        return;
+    }
     if (t - R->last_draw < 0.2 && step != R->total_steps) return;
     R->last_draw = t;
-    char bar[33];
+    fputs("\r\033[K", R->bar);
     if (R->total_steps > 0) {
+        char bar[33];
         int fill = (int)(30 * step / R->total_steps);
         for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
         bar[30] = '\0';
-        fprintf(R->out, "\r\033[K[%s] step %lld/%lld", bar, (long long)step, (long long)R->total_steps);
-    } else {
-        fprintf(R->out, "\r\033[Kstep %lld", (long long)step);
+        fprintf(R->bar, "[%s] ", bar);
     }
-    fprintf(R->out, "  epoch %d  loss %.4f  %.0f samples/s", (int)epoch, loss, sps);
-    fflush(R->out);
+    fprintf(R->bar, "%s  epoch %d  loss %.4f  %.0f samples/s", where, (int)epoch, loss, sps);
+    fflush(R->bar);
 }
 
 // Evaluates, records a metrics row and reports it. Collective.
@@ -400,7 +483,8 @@ static ember_status eval_point(run *R, metrics_row *row) {
         if (st == EMBER_OK) R->rows[R->num_rows++] = *row;
     }
     if (R->out) {
-        if (R->o->progress_bar) fputs("\r\033[K", R->out);
+        clear_bar(R);
+        R->last_line = now_s();
         fprintf(R->out, "step %6lld  epoch %d  train loss %.5f  eval loss %.5f  eval AUC %.4f", (long long)row->step,
                 (int)row->epoch, row->train_loss, row->eval_loss, row->eval_auc);
         if (!isnan(row->planted_auc)) fprintf(R->out, " (planted %.4f)", row->planted_auc);
@@ -459,7 +543,7 @@ static ember_status save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t
         st = ember_comm_agree(R->comm, pruned);
     }
     if (st == EMBER_OK && R->out) {
-        if (R->o->progress_bar) fputs("\r\033[K", R->out);
+        clear_bar(R);
         fprintf(R->out, "checkpoint '%s' saved in %.2f s", path, now_s() - t0);
         if (removed) fprintf(R->out, "; removed %d older", (int)removed);
         fputc('\n', R->out);
@@ -522,6 +606,7 @@ static ember_status train_loop(run *R, train_result *res) {
     double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0;
     int32_t epoch = p->epoch, last_epoch = p->epoch;
     R->skipped_batches = p->skipped_batches;
+    R->last_line = now_s();
     for (; epoch < o->epochs; epoch++) {
         // A resumed run goes on from its batch; every later epoch starts from the first.
         const bool resume_here = R->resumed && epoch == p->epoch;
@@ -593,7 +678,7 @@ static ember_status train_loop(run *R, train_result *res) {
         }
         fprintf(R->out, "   eval loss %.5f\n", res->eval_loss);
         if (R->skipped_batches) {
-            fprintf(R->out, "skipped %lld global batch(es) in which some rank had no sample\n",
+            fprintf(R->out, "skipped %lld global batch(es) without a usable line\n",
                     (long long)R->skipped_batches);
         }
     }
@@ -668,14 +753,11 @@ static ember_status report_malformed(run *R, const source *s, const char *path) 
     if (!s->reader) return EMBER_OK;
     const size_t W = (size_t)R->world;
     criteo_stats *all = app_alloc(R->ctx, sizeof(criteo_stats) * W, "malformed line report");
-    int64_t *counts = app_alloc(R->ctx, sizeof(int64_t) * W * (1 + CRITEO_MAX_REPORTED), "malformed line report");
-    ember_status st = ember_comm_agree(R->comm, all && counts ? EMBER_OK : EMBER_ERR_NOMEM);
-    if (st == EMBER_OK) {
-        for (size_t r = 0; r < W; r++) counts[r] = 1;
-        st = ember_comm_allgatherv(R->comm, criteo_get_stats(s->reader), 1, all, counts, sizeof(criteo_stats));
-    }
+    int64_t *lines = app_alloc(R->ctx, sizeof(int64_t) * W * CRITEO_MAX_REPORTED, "malformed line report");
+    ember_status st = ember_comm_agree(R->comm, all && lines ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) st = source_gather_stats(R->comm, s, all);
     if (st == EMBER_OK && R->out) {
-        int64_t total = 0, n = 0, *lines = counts + W;
+        int64_t total = 0, n = 0;
         int first = -1;
         for (int32_t r = 0; r < R->world; r++) {
             total += all[r].malformed;
@@ -693,7 +775,7 @@ static ember_status report_malformed(run *R, const source *s, const char *path) 
         }
     }
     ember_ctx_free(R->ctx, all);
-    ember_ctx_free(R->ctx, counts);
+    ember_ctx_free(R->ctx, lines);
     return st;
 }
 
@@ -722,6 +804,7 @@ static void begin(run *R, ember_comm *comm, const train_options *o, FILE *out, t
     R->rank = ember_comm_rank(comm);
     R->world = ember_comm_size(comm);
     R->out = R->rank == 0 ? out : NULL;
+    R->bar = R->out && o->progress_bar ? stderr : NULL;
     R->node = MPI_COMM_NULL;
     R->digest_losses = DIGEST_SEED;
     res->steps = res->resumed_step = 0;
@@ -809,6 +892,7 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
     }
     if (st == EMBER_OK) st = check_memory(R);
     if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(R));
+    if (st == EMBER_OK) st = require_data(R);
     if (st == EMBER_OK) {
         ember_ebc_config ec = {.tables = R->tables,
                                .num_tables = DLRM_NUM_SPARSE,
@@ -941,6 +1025,7 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
         x->digest = e->digest;
         x->threads_note = e->threads_note;
         if (e->data_path) {
+            R.eval_flag = "--data_path";
             x->dataset = TRAIN_CRITEO;
             x->data_path = x->eval_data_path = e->data_path;
             x->limit_val_batches = 0;

@@ -71,7 +71,9 @@ typedef struct train_options {
     // Output.
     const char *metrics_path;         // .csv or .jsonl, NULL for none
     const char *plot_path;            // .png, NULL for none
-    bool progress_bar;                // draw a progress bar (stdout is a terminal) instead of lines
+    bool progress_bar;                // draw a progress bar on stderr, with carriage returns (for a
+                                      // terminal), instead of a plain line a minute between
+                                      // evaluations
     bool digest;                      // print hashes of the run's numbers at the end (--digest)
     const char *threads_note;         // how the threads were chosen and placed (threads.h), or NULL
 } train_options;

@@ -40,7 +40,7 @@ typedef struct train_position {
     int64_t next_batch;
     int64_t steps;           // optimizer steps taken since the start of the run
     int64_t samples;         // training samples consumed by those steps
-    int64_t skipped_batches; // global batches some rank had no sample of (Criteo)
+    int64_t skipped_batches; // global batches without a usable line on any rank (Criteo)
 } train_position;
 
 typedef struct trainstate {

@@ -1,6 +1,7 @@
 // DLRM data: the synthetic generator (determinism, world-size independence, Zipf shape, planted
-// model) and the Criteo TSV reader on generated files (transforms, empty fields, malformed lines
-// with their numbers, rank shares, windows, rewinds).
+// model), the Criteo TSV reader on generated files (transforms, empty fields, malformed lines
+// with their numbers, rank shares, windows, rewinds, NUL bytes, the line-length limit, dense text
+// that is not an integer) and the check of every batch's dense features for NaN and infinities.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include "tmpdir.h"
 #include "criteo.h"
 #include "naive_dlrm.h"
+#include "source.h"
 #include "synth.h"
 
 static const int64_t small_rows[DLRM_NUM_SPARSE] = {10,   200,  3000, 1,    50,  7,     100000, 20, 2,
@@ -438,6 +440,234 @@ static void criteo_ranks_read_contiguous_shares_of_each_batch(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// ---- Criteo: bytes that are not text, the line-length limit, non-integer dense text --------------
+
+static void fill_nul(FILE *f) {
+    good_line(f, 1);                     // line 1
+    fputs("0\t5", f);                    // line 2: a NUL byte inside field 2
+    fputc('\0', f);
+    for (int i = 2; i < CRITEO_NUM_FIELDS; i++) fputs("\t1", f);
+    fputc('\n', f);
+    good_line(f, 3);                     // line 3
+    fputs("1\t2\n", f);                  // line 4: too few fields
+    good_line(f, 5);                     // line 5
+    fputc('\0', f);                      // line 6: a lone NUL byte, then the last line
+    fputc('\n', f);
+    good_line(f, 7);                     // line 7
+}
+
+static void criteo_nul_byte_invalidates_only_its_own_line(void **state) {
+    (void)state;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    int64_t rows[DLRM_NUM_SPARSE];
+    rows_all(rows, 1 << 20);
+    criteo_config cfg = {.path = write_file("nul.tsv", fill_nul), .rows = rows, .rank = 0, .world = 1,
+                         .global_batch = 16};
+    criteo_reader *r;
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(ctx, 16, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    bool eof;
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_OK);
+    assert_false(eof);
+    // Lines 1, 3, 5 and 7 are read, each whole: the line after a NUL byte is not swallowed.
+    const int want_bases[] = {1, 3, 5, 7};
+    assert_int_equal(b.size, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_true(b.dense[(size_t)i * DLRM_NUM_DENSE] == (float)log1p((double)want_bases[i]));
+        assert_int_equal(b.ids[(size_t)i * DLRM_NUM_SPARSE + 1], want_bases[i] * 1000 + 1);
+        assert_int_equal(b.origin[i], want_bases[i]); // line i's number
+    }
+    // Physical line numbers: 2, 4 and 6, not shifted by the NUL bytes.
+    const criteo_stats *st = criteo_get_stats(r);
+    assert_int_equal(st->malformed, 3);
+    assert_int_equal(st->num_lines, 3);
+    assert_int_equal(st->lines[0], 2);
+    assert_int_equal(st->lines[1], 4);
+    assert_int_equal(st->lines[2], 6);
+    assert_non_null(strstr(st->first_reason, "a NUL byte at byte 4"));
+    assert_int_equal(st->lines_read, 7);
+    criteo_close(ctx, r);
+    // Fatal: the NUL byte is named with its line and byte.
+    cfg.malformed = CRITEO_FATAL;
+    cfg.first_line = 2;
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_ERR_FORMAT);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "nul.tsv' line 4: 2 tab-separated fields"));
+    criteo_close(ctx, r);
+    cfg.first_line = 5;
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_ERR_FORMAT);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "nul.tsv' line 6: a NUL byte at byte 1"));
+    criteo_close(ctx, r);
+    dlrm_batch_destroy(ctx, &b);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
+// A valid line of exactly `len` bytes before its ending: field 2 (int_0) padded with leading zeros.
+static void padded_line(FILE *f, int base, size_t len, const char *end) {
+    char text[CRITEO_LINE_MAX + 64];
+    int n = snprintf(text, sizeof text, "%d\t", base % 2);
+    const size_t head = (size_t)n;
+    for (int j = 0; j < DLRM_NUM_DENSE; j++) n += snprintf(text + n, sizeof text - (size_t)n, j ? "\t%d" : "%d", base + j);
+    for (int c = 0; c < DLRM_NUM_SPARSE; c++) n += snprintf(text + n, sizeof text - (size_t)n, "\t%x", base * 1000 + c);
+    assert_true((size_t)n <= len);
+    fwrite(text, 1, head, f);
+    for (size_t i = (size_t)n; i < len; i++) fputc('0', f);
+    fwrite(text + head, 1, (size_t)n - head, f);
+    fputs(end, f);
+}
+
+static void fill_long(FILE *f) {
+    padded_line(f, 1, CRITEO_LINE_MAX, "\n");       // line 1: at the limit
+    padded_line(f, 2, CRITEO_LINE_MAX, "\r\n");     // line 2: at the limit, Windows ending
+    padded_line(f, 3, CRITEO_LINE_MAX + 1, "\n");   // line 3: one byte over
+    padded_line(f, 4, 3 * CRITEO_LINE_MAX, "\n");   // line 4: far over
+    padded_line(f, 5, CRITEO_LINE_MAX, "");         // line 5: at the limit, no final newline
+}
+
+static void criteo_line_limit_counts_the_text_without_its_ending(void **state) {
+    (void)state;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    int64_t rows[DLRM_NUM_SPARSE];
+    rows_all(rows, 1 << 20);
+    criteo_config cfg = {.path = write_file("long.tsv", fill_long), .rows = rows, .rank = 0, .world = 1,
+                         .global_batch = 8};
+    criteo_reader *r;
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(ctx, 8, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    bool eof;
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_OK);
+    assert_int_equal(b.size, 3);
+    const int want_bases[] = {1, 2, 5};
+    for (int i = 0; i < 3; i++) {
+        assert_true(b.dense[(size_t)i * DLRM_NUM_DENSE] == (float)log1p((double)want_bases[i]));
+        assert_int_equal(b.ids[(size_t)i * DLRM_NUM_SPARSE + 25], want_bases[i] * 1000 + 25);
+    }
+    const criteo_stats *st = criteo_get_stats(r);
+    assert_int_equal(st->malformed, 2);
+    assert_int_equal(st->lines[0], 3);
+    assert_int_equal(st->lines[1], 4);
+    char want[64];
+    snprintf(want, sizeof want, "longer than %d bytes", CRITEO_LINE_MAX);
+    assert_non_null(strstr(st->first_reason, want));
+    assert_string_equal(want, "longer than 4095 bytes"); // as docs/dlrm.md says
+    criteo_close(ctx, r);
+    dlrm_batch_destroy(ctx, &b);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
+// Dense text that is not a decimal integer, such as "nan" or "inf", is malformed like any other
+// unparsable field: no non-finite value reaches the model from a file.
+static const char *const not_integers[] = {"nan", "NaN", "inf", "-inf", "Infinity", "1e3", "1.5", "0x10", "+3", " 3",
+                                           "3 ", "99999999999999999999"};
+enum { NUM_NOT_INTEGERS = sizeof not_integers / sizeof not_integers[0] };
+
+static void fill_not_integers(FILE *f) {
+    for (int k = 0; k < NUM_NOT_INTEGERS; k++) {
+        fputs("1", f);
+        for (int i = 1; i < CRITEO_NUM_FIELDS; i++) {
+            fputc('\t', f);
+            fputs(i == 5 ? not_integers[k] : "1", f);
+        }
+        fputc('\n', f);
+    }
+    good_line(f, 9);
+}
+
+static void criteo_dense_text_that_is_not_an_integer_is_malformed(void **state) {
+    (void)state;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    int64_t rows[DLRM_NUM_SPARSE];
+    rows_all(rows, 1 << 20);
+    criteo_config cfg = {.path = write_file("notint.tsv", fill_not_integers), .rows = rows, .rank = 0, .world = 1,
+                         .global_batch = 32};
+    criteo_reader *r;
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(ctx, 32, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    bool eof;
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_OK);
+    assert_int_equal(b.size, 1);
+    for (int j = 0; j < DLRM_NUM_DENSE; j++) assert_true(isfinite(b.dense[j]));
+    assert_int_equal(criteo_get_stats(r)->malformed, NUM_NOT_INTEGERS);
+    assert_non_null(strstr(criteo_get_stats(r)->first_reason, "field 6 (int_4): 'nan' is not an integer"));
+    criteo_close(ctx, r);
+    // Each one, fatal, names its text.
+    cfg.malformed = CRITEO_FATAL;
+    cfg.global_batch = 1;
+    for (int k = 0; k < NUM_NOT_INTEGERS; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "line %d: field 6 (int_4): '%s' is not an integer", k + 1, not_integers[k]);
+        cfg.first_line = k;
+        assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+        assert_int_equal(criteo_next(r, &b, &eof), EMBER_ERR_FORMAT);
+        if (!strstr(ember_ctx_errmsg(ctx), want)) fail_msg("'%s' does not say '%s'", ember_ctx_errmsg(ctx), want);
+        criteo_close(ctx, r);
+    }
+    dlrm_batch_destroy(ctx, &b);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
+// ---- Dense features: NaN and infinities never reach the model ---------------------------------
+
+static void dense_features_are_checked_for_nan_and_inf(void **state) {
+    (void)state;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    synth_config sc = synth_cfg(5, small_rows, 1.1);
+    synth *syn;
+    assert_int_equal(synth_create(ctx, &sc, &syn), EMBER_OK);
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(ctx, 8, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+    // Synthetic eval samples 100..103: each one's origin is its index; all finite.
+    synth_fill(syn, 1, 100, 4, &b);
+    source src = {.syn = syn, .split = 1, .global_batch = 4, .rank = 0, .world = 1};
+    int32_t feature;
+    assert_int_equal(dlrm_batch_first_nonfinite(&b, &feature), 4);
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_OK);
+    for (int i = 0; i < 4; i++) assert_int_equal(b.origin[i], 100 + i);
+    // A NaN, then an earlier infinity: the first one in sample order is named.
+    b.dense[2 * DLRM_NUM_DENSE + 5] = NAN;
+    assert_int_equal(dlrm_batch_first_nonfinite(&b, &feature), 2);
+    assert_int_equal(feature, 5);
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_ERR_NUMERIC);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "dense feature 5 (int_5) of synthetic eval sample 102 is nan: not a "
+                                                  "finite number (rank 0)"));
+    b.dense[0 * DLRM_NUM_DENSE + 12] = INFINITY;
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_ERR_NUMERIC);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "dense feature 12 (int_12) of synthetic eval sample 100 is inf"));
+    // A Criteo batch names the line and the file.
+    int64_t rows[DLRM_NUM_SPARSE];
+    rows_all(rows, 1 << 30);
+    criteo_config cfg = {.path = write_file("lines23.tsv", fill_23), .rows = rows, .world = 1, .global_batch = 5,
+                         .first_line = 5};
+    criteo_reader *r;
+    assert_int_equal(criteo_open(ctx, &cfg, &r), EMBER_OK);
+    bool eof;
+    assert_int_equal(criteo_next(r, &b, &eof), EMBER_OK);
+    assert_int_equal(b.size, 5);
+    src = (source){.reader = r, .global_batch = 5, .rank = 0, .world = 1};
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_OK);
+    b.dense[3 * DLRM_NUM_DENSE + 0] = -INFINITY;
+    assert_int_equal(source_check_dense(ctx, &src, &b), EMBER_ERR_NUMERIC);
+    char want[256];
+    snprintf(want, sizeof want, "dense feature 0 (int_0) of line 9 of '%s' is -inf", cfg.path);
+    if (!strstr(ember_ctx_errmsg(ctx), want)) fail_msg("'%s' does not say '%s'", ember_ctx_errmsg(ctx), want);
+    criteo_close(ctx, r);
+    dlrm_batch_destroy(ctx, &b);
+    synth_destroy(ctx, syn);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
 static void criteo_missing_file_names_the_path(void **state) {
     (void)state;
     ember_ctx *ctx;
@@ -464,6 +694,10 @@ int main(void) {
         cmocka_unit_test(criteo_counts_malformed_lines_with_numbers),
         cmocka_unit_test(criteo_ranks_read_contiguous_shares_of_each_batch),
         cmocka_unit_test(criteo_missing_file_names_the_path),
+        cmocka_unit_test(criteo_nul_byte_invalidates_only_its_own_line),
+        cmocka_unit_test(criteo_line_limit_counts_the_text_without_its_ending),
+        cmocka_unit_test(criteo_dense_text_that_is_not_an_integer_is_malformed),
+        cmocka_unit_test(dense_features_are_checked_for_nan_and_inf),
     };
     return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);
 }

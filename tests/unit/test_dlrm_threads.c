@@ -1,5 +1,6 @@
 // `ember train`'s thread placement (apps/ember/threads.h): which CPUs the threads of each rank of
-// a host get, on made-up hosts (SMT, two sockets, fewer CPUs than threads), and CPU lists.
+// a host get, on made-up hosts (SMT, two sockets, fewer CPUs than threads), CPU lists, cgroup CPU
+// quotas, the default thread count and the oversubscription warning.
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -166,6 +167,56 @@ static void cpu_lists_parse_and_format(void **state) {
     assert_string_equal(text, "");
 }
 
+// A cgroup's CPU quota: v2's cpu.max, v1's quota and period joined.
+static void cgroup_cpu_limits_parse(void **state) {
+    (void)state;
+    assert_int_equal(threads_parse_cpu_limit("max 100000\n"), 0);
+    assert_int_equal(threads_parse_cpu_limit("200000 100000\n"), 2);
+    assert_int_equal(threads_parse_cpu_limit("150000 100000"), 2); // 1.5 CPUs: rounded up
+    assert_int_equal(threads_parse_cpu_limit("50000 100000"), 1);
+    assert_int_equal(threads_parse_cpu_limit("-1 100000\n"), 0);   // v1: no quota
+    assert_int_equal(threads_parse_cpu_limit("100000 0"), 0);
+    assert_int_equal(threads_parse_cpu_limit("x 100000"), 0);
+    assert_int_equal(threads_parse_cpu_limit("100000"), 0);
+    assert_int_equal(threads_parse_cpu_limit(""), 0);
+}
+
+// The default thread count divides the usable CPUs among a host's ranks, at least 1 each.
+static void default_threads_divide_the_usable_cpus(void **state) {
+    (void)state;
+    int32_t cores;
+    assert_int_equal(threads_default_count(2, 0, 1, &cores), 2);
+    assert_int_equal(cores, 2);
+    assert_int_equal(threads_default_count(2, 0, 2, &cores), 1);
+    assert_int_equal(threads_default_count(2, 0, 3, &cores), 1); // more ranks than CPUs: still 1
+    assert_int_equal(threads_default_count(32, 0, 16, &cores), 2);
+    // A container of 2 CPUs' time on a 32-CPU host: 16 ranks get 1 thread each, not 2 (which ran
+    // 32 threads on 2 CPUs' worth of time).
+    assert_int_equal(threads_default_count(32, 2, 16, &cores), 1);
+    assert_int_equal(cores, 2);
+    assert_int_equal(threads_default_count(8, 3, 1, &cores), 3);
+    assert_int_equal(threads_default_count(8, 16, 2, &cores), 4); // a quota above the CPUs: the CPUs
+    assert_int_equal(cores, 8);
+}
+
+// More threads than CPUs on a host: one line saying so and what to do; none otherwise.
+static void oversubscription_is_said_once_with_a_fix(void **state) {
+    (void)state;
+    char text[320];
+    assert_true(threads_oversubscribed(3, 3, 1, 2, text, sizeof text));
+    assert_non_null(strstr(text, "3 ranks x 1 thread on this host's 2 CPUs"));
+    assert_non_null(strstr(text, "start at most 2 ranks on this host (mpiexec -n 2, or more hosts)"));
+    assert_true(threads_oversubscribed(2, 4, 2, 2, text, sizeof text));
+    assert_non_null(strstr(text, "2 ranks x 2 threads on this host's 2 CPUs"));
+    assert_non_null(strstr(text, "give each rank at most 1 thread (--threads 1)"));
+    assert_true(threads_oversubscribed(2, 5, 0, 4, text, sizeof text));
+    assert_non_null(strstr(text, "2 ranks with 5 threads in all on this host's 4 CPUs"));
+    assert_non_null(strstr(text, "at most 2 threads (--threads 2)"));
+    assert_false(threads_oversubscribed(2, 2, 1, 2, text, sizeof text));
+    assert_string_equal(text, "");
+    assert_false(threads_oversubscribed(1, 1, 1, 1, text, sizeof text));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_rank_bound_to_one_core_grows_to_the_host),
@@ -175,6 +226,9 @@ int main(void) {
         cmocka_unit_test(ranks_stay_on_their_socket),
         cmocka_unit_test(hardware_threads_come_after_cores),
         cmocka_unit_test(cpu_lists_parse_and_format),
+        cmocka_unit_test(cgroup_cpu_limits_parse),
+        cmocka_unit_test(default_threads_divide_the_usable_cpus),
+        cmocka_unit_test(oversubscription_is_said_once_with_a_fix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
