@@ -249,3 +249,11 @@ add_test(NAME bench.train_grid.smoke
                  --cores 2 --rounds 1 --steps 2 -- --batch_size 256 --limit_val_batches 1)
 set_tests_properties(bench.train_grid.smoke PROPERTIES TIMEOUT 300 LABELS "bench;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+
+# A rank stopped (SIGSTOP) mid-training: the others stop at the collective watchdog's deadline
+# (--timeout_s 4) naming it, and the job exits non-zero within the deadline plus a slack.
+add_test(NAME dist.train.cli.stall.np3
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_stall.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.stall.np3 PROPERTIES TIMEOUT 120 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")

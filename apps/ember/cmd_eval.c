@@ -24,6 +24,7 @@ static const char help[] =
     "  --limit_val_batches N      eval global batches (default: the checkpoint's; with --data_path\n"
     "                             0, the whole file)\n"
     "  --threads N                threads per rank (as ember train)\n"
+    "  --timeout_s S              deadline of every collective (as ember train; default 600)\n"
     "  --digest                   end with the hashes of the outputs and of the loaded state, as\n"
     "                             ember train --digest prints them\n"
     "  -h, --help                 this text\n";
@@ -33,6 +34,7 @@ int cmd_eval(int argc, char **argv) {
                                        {"data_path", required_argument, NULL, 'd'},
                                        {"limit_val_batches", required_argument, NULL, 'v'},
                                        {"threads", required_argument, NULL, 't'},
+                                       {"timeout_s", required_argument, NULL, 'T'},
                                        {"digest", no_argument, NULL, 'g'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -40,6 +42,7 @@ int cmd_eval(int argc, char **argv) {
     eval_options e = {.limit_val_batches = -1};
     int64_t v = 0;
     int32_t threads = 0;
+    double timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
     char err[512] = "";
     bool ok = true;
     int c;
@@ -56,6 +59,13 @@ int cmd_eval(int argc, char **argv) {
         case 't':
             ok = cli_parse_i64("--threads", optarg, 0, 4096, &v, err, sizeof err);
             threads = (int32_t)v;
+            break;
+        case 'T':
+            ok = cli_parse_double("--timeout_s", optarg, &timeout_s, err, sizeof err);
+            if (ok && !(timeout_s >= 0 && timeout_s <= 1e9)) {
+                snprintf(err, sizeof err, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", optarg);
+                ok = false;
+            }
             break;
         case 'g': e.digest = true; break;
         case 'h':
@@ -88,6 +98,7 @@ int cmd_eval(int argc, char **argv) {
     ember_comm *comm = NULL;
     threads_report placement;
     ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
+    if (st == EMBER_OK) st = ember_comm_set_timeout(comm, timeout_s);
     if (st == EMBER_OK) {
         e.threads_note = placement.text;
         train_result res = {0};

@@ -61,6 +61,9 @@ static const char help[] =
     "  --seed N                          data, planted model and initial weights (default 1)\n"
     "  --threads N                       threads per rank, each pinned to a CPU of its own (default:\n"
     "                                    OMP_NUM_THREADS, else the host's CPUs over its ranks)\n"
+    "  --timeout_s S                     deadline of every collective (default 600; 0: none): when a\n"
+    "                                    rank stalls or dies, the others stop after S seconds naming\n"
+    "                                    it, and the job exits non-zero instead of hanging\n"
     "\n"
     "checkpoints (docs/dlrm.md, Resume):\n"
     "  --save_dir DIR                    save DIR/step-<step, 10 digits>/ (tables, dense parameters,\n"
@@ -127,6 +130,7 @@ enum {
     OPT_CHECKPOINT_INTERVAL,
     OPT_KEEP_CHECKPOINTS,
     OPT_RESUME,
+    OPT_TIMEOUT,
 };
 
 static const struct option options[] = {
@@ -163,6 +167,7 @@ static const struct option options[] = {
     {"checkpoint_interval", required_argument, NULL, OPT_CHECKPOINT_INTERVAL},
     {"keep_checkpoints", required_argument, NULL, OPT_KEEP_CHECKPOINTS},
     {"resume", required_argument, NULL, OPT_RESUME},
+    {"timeout_s", required_argument, NULL, OPT_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -372,6 +377,13 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
         case OPT_DIGEST: o->digest = true; break;
         case OPT_SAVE_DIR: o->save_dir = optarg; break;
         case OPT_RESUME: o->resume = optarg; break;
+        case OPT_TIMEOUT:
+            if (!cli_parse_double("--timeout_s", optarg, &o->timeout_s, err, cap)) return false;
+            if (!(o->timeout_s >= 0 && o->timeout_s <= 1e9)) {
+                snprintf(err, cap, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", optarg);
+                return false;
+            }
+            break;
         case OPT_CHECKPOINT_INTERVAL:
             if (!cli_parse_i64("--checkpoint_interval", optarg, 0, (int64_t)1 << 40, &o->checkpoint_interval, err,
                                cap)) {
@@ -454,6 +466,7 @@ int cmd_train(int argc, char **argv) {
     ember_comm *comm = NULL;
     threads_report placement;
     ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
+    if (st == EMBER_OK) st = ember_comm_set_timeout(comm, o.timeout_s);
     if (st == EMBER_OK) {
         o.threads_note = placement.text;
         train_result res = {0};

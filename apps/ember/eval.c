@@ -24,10 +24,6 @@ void eval_free(evaluator *E) {
     E->num = E->cap = 0;
 }
 
-static ember_status mpi_error(ember_ctx *ctx, int rc, const char *what) {
-    return rc == MPI_SUCCESS ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_COMM, "%s: MPI error %d", what, rc);
-}
-
 static ember_status append_outputs(evaluator *E, const float *logits, const dlrm_batch *b) {
     ember_ctx *ctx = ember_comm_ctx(E->comm);
     if (E->num + b->size > E->cap) {
@@ -51,29 +47,18 @@ static ember_status append_outputs(evaluator *E, const float *logits, const dlrm
 static ember_status gather_auc(evaluator *E, double *auc) {
     ember_ctx *ctx = ember_comm_ctx(E->comm);
     const int32_t rank = ember_comm_rank(E->comm), world = ember_comm_size(E->comm);
-    MPI_Comm c = ember_comm_mpi(E->comm);
-    int n = (int)E->num;
-    int *counts = NULL, *displs = NULL;
+    int64_t *counts = NULL;
     eval_triple *all = NULL;
     float *score = NULL, *label = NULL;
     auc_pair *pairs = NULL;
     int64_t total = 0;
-    ember_status st = EMBER_OK;
-    if (E->num > INT32_MAX) {
-        st = ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples on one rank");
-    } else if (rank == 0) {
-        counts = app_alloc(ctx, sizeof(int) * 2 * (size_t)world, "eval counts");
-        if (!counts) st = EMBER_ERR_NOMEM;
-        else displs = counts + world;
-    }
-    st = ember_comm_agree(E->comm, st);
-    if (st == EMBER_OK) st = mpi_error(ctx, MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, c), "eval gather");
+    counts = app_alloc(ctx, sizeof(int64_t) * (size_t)world, "eval counts");
+    ember_status st = ember_comm_agree(E->comm, counts ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) st = ember_comm_allgather_i64(E->comm, E->num, counts);
     if (st == EMBER_OK && rank == 0) {
-        for (int32_t r = 0; r < world && st == EMBER_OK; r++) {
-            displs[r] = (int)total;
-            total += counts[r];
-            if (total > INT32_MAX) st = ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED, "more than 2^31 eval samples");
-        }
+        for (int32_t r = 0; r < world; r++) total += counts[r];
+        if (total > INT32_MAX) st = ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED, "%lld eval samples: more than 2^31",
+                                                        (long long)total);
         if (st == EMBER_OK) {
             size_t t = (size_t)(total > 0 ? total : 1);
             all = app_alloc(ctx, sizeof(eval_triple) * t, "gathered eval outputs");
@@ -84,13 +69,7 @@ static ember_status gather_auc(evaluator *E, double *auc) {
         }
     }
     st = ember_comm_agree(E->comm, st);
-    if (st == EMBER_OK) {
-        MPI_Datatype triple;
-        MPI_Type_contiguous(3, MPI_FLOAT, &triple);
-        MPI_Type_commit(&triple);
-        st = mpi_error(ctx, MPI_Gatherv(E->outputs, n, triple, all, counts, displs, triple, 0, c), "eval gather");
-        MPI_Type_free(&triple);
-    }
+    if (st == EMBER_OK) st = ember_comm_gatherv(E->comm, E->outputs, E->num, all, counts, sizeof(eval_triple), 0);
     double result[2] = {NAN, E->planted_auc};
     if (st == EMBER_OK && rank == 0) {
         E->digest = digest_fold(E->digest, all, sizeof(eval_triple) * (size_t)total);

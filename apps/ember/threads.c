@@ -361,9 +361,12 @@ static bool user_placement(void) {
     return false;
 }
 
-static ember_status mpi_check(ember_ctx *ctx, int rc, const char *what) {
+ember_status app_mpi_status(ember_ctx *ctx, int rc, const char *what) {
     if (rc == MPI_SUCCESS) return EMBER_OK;
-    return ember_ctx_set_error(ctx, EMBER_ERR_COMM, "thread placement: %s: MPI error %d", what, rc);
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "code %d", rc);
+    return ember_ctx_set_error(ctx, EMBER_ERR_COMM, "%s: MPI error: %s", what, s);
 }
 
 // ---- OpenMP's view of the host ----------------------------------------------------------------
@@ -487,8 +490,8 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     MPI_Comm node = MPI_COMM_NULL;
     int rank = 0, local = 0, nlocal = 1;
     MPI_Comm_rank(world, &rank);
-    APP_TRY(mpi_check(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-                        "host communicator"));
+    APP_TRY(app_mpi_status(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+                           "thread placement: host communicator"));
     MPI_Comm_rank(node, &local);
     MPI_Comm_size(node, &nlocal);
 
@@ -529,7 +532,8 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
         st = ember_ctx_set_error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
     }
     if (st == EMBER_OK) {
-        st = mpi_check(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node), "allgather");
+        st = app_mpi_status(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node),
+                                 "thread placement: allgather");
     }
     // The host: every CPU some rank's cgroup allows or some rank runs on, and the tightest CPU
     // quota of their cgroups.
@@ -668,6 +672,14 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_c
 int threads_finish_mpi(const char *cmd, ember_status st, ember_ctx *ctx, ember_comm *comm) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (st == EMBER_ERR_TIMEOUT) {
+        // A rank missed a collective: the others cannot meet it to finalise, and MPI cannot
+        // cancel what they started. Every rank that timed out says so (the first rank may be
+        // the one that stalled) and the job ends here.
+        fprintf(stderr, "ember %s: error: %s\n", cmd, ember_ctx_errmsg(ctx));
+        fflush(NULL);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (st != EMBER_OK && rank == 0)
         fprintf(stderr, "ember %s: error: %s\n", cmd, ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
     ember_comm_destroy(comm);

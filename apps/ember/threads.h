@@ -96,6 +96,10 @@ typedef struct threads_report {
 // Collective on world. Returns EMBER_OK, EMBER_ERR_COMM, EMBER_ERR_NOMEM.
 ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, threads_report *report);
 
+// EMBER_OK, or EMBER_ERR_COMM recorded on ctx as "<what>: MPI error: <MPI's error string>" for
+// the app's own MPI calls (those outside the library's communicator).
+ember_status app_mpi_status(ember_ctx *ctx, int rc, const char *what);
+
 // The start of a subcommand that runs under MPI (train, eval): threads_reexec, MPI_Init, a
 // context of `requested` kernel threads (agreed across ranks before anything collective),
 // threads_setup, then the world communicator; *note gets the placement's text. The first rank
@@ -106,7 +110,9 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_c
                                threads_report *placement);
 // The end of it: rank 0 prints "ember CMD: error: MESSAGE" when st failed; destroys comm and
 // ctx; returns the exit code (0 or 1). main's exit path (cli_exit) then meets the other ranks and
-// finalises MPI, so rank 0's error is written before any rank exits.
+// finalises MPI, so rank 0's error is written before any rank exits. After EMBER_ERR_TIMEOUT (a
+// rank missed the collective watchdog's deadline) there is no meeting: every rank that timed out
+// prints its message and the job is aborted (MPI_Abort, exit status 1 from the launcher).
 int threads_finish_mpi(const char *cmd, ember_status st, ember_ctx *ctx, ember_comm *comm);
 
 #endif

@@ -18,6 +18,7 @@
 #include "source.h"
 #include "synth.h"
 #include "train.h"
+#include "threads.h"
 #include "trainstate.h"
 
 // ---- Defaults (the main job) -------------------------------------------------------------------
@@ -55,6 +56,7 @@ void train_options_default(train_options *o) {
     o->seed = 1;
     o->checkpoint_interval = -1; // the resumed checkpoint's, else 0: only at the end
     o->keep_checkpoints = 0;     // the resumed checkpoint's, else 3
+    o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
 }
 
 #define DEFAULT_KEEP_CHECKPOINTS 3
@@ -72,6 +74,7 @@ typedef struct run {
     int32_t rank, world;
     MPI_Comm node;          // the ranks of this host
     int32_t node_size;
+    int32_t node_leader;    // the world rank of this host's first rank
     int64_t max_local;      // largest rank share of a global batch
     synth *syn;
     source train, eval;
@@ -170,9 +173,6 @@ static ember_status validate_options(ember_ctx *ctx, const train_options *o, int
     return dlrm_validate(ctx, &mc);
 }
 
-static ember_status mpi_error(ember_ctx *ctx, int rc, const char *what) {
-    return rc == MPI_SUCCESS ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_COMM, "%s: MPI error %d", what, rc);
-}
 
 static void setup_tables(run *R) {
     const train_options *o = R->o;
@@ -236,11 +236,21 @@ static double mem_available(void) {
     return kb * 1024.0;
 }
 
-// Checks that the ranks of each host fit in the host's available memory. Collective.
+// Checks that the ranks of each host fit in the host's available memory. Collective (through
+// the library's collectives, so under the watchdog): every rank learns every rank's host (its
+// first rank) and bytes, and sums its own host's.
 static ember_status check_memory(run *R) {
     int32_t largest = 0;
     double mine = bytes_needed(R, &largest), host = 0.0;
-    ember_status st = mpi_error(R->ctx, MPI_Allreduce(&mine, &host, 1, MPI_DOUBLE, MPI_SUM, R->node), "memory check");
+    ember_ctx *ctx = R->ctx;
+    int64_t *hosts = app_alloc(ctx, sizeof(int64_t) * 2 * (size_t)R->world, "memory check");
+    ember_status st = ember_comm_agree(R->comm, hosts ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) st = ember_comm_allgather_i64(R->comm, R->node_leader, hosts);
+    if (st == EMBER_OK) st = ember_comm_allgather_i64(R->comm, (int64_t)mine, hosts + R->world);
+    for (int32_t r = 0; st == EMBER_OK && r < R->world; r++)
+        if (hosts[r] == R->node_leader) host += (double)hosts[R->world + r];
+    ember_ctx_free(ctx, hosts);
+    if (st != EMBER_OK) return st;
     double avail = mem_available();
     const double gib = 1024.0 * 1024.0 * 1024.0;
     if (st == EMBER_OK && avail > 0.0 && host > avail) {
@@ -864,11 +874,22 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
     // Everything that can fail on one rank only is agreed before the next collective.
     ember_status st = ember_comm_agree(comm, validate_options(R->ctx, o, R->world));
     if (st == EMBER_OK) {
-        st = mpi_error(R->ctx,
+        st = app_mpi_status(R->ctx,
                        MPI_Comm_split_type(ember_comm_mpi(comm), MPI_COMM_TYPE_SHARED, R->rank, MPI_INFO_NULL,
                                            &R->node),
                        "host communicator");
-        if (st == EMBER_OK) MPI_Comm_size(R->node, &R->node_size);
+        if (st == EMBER_OK) {
+            // The host's first rank in the world names the host (a local translation).
+            MPI_Group node_group, world_group;
+            int zero = 0, leader = 0;
+            MPI_Comm_size(R->node, &R->node_size);
+            MPI_Comm_group(R->node, &node_group);
+            MPI_Comm_group(ember_comm_mpi(comm), &world_group);
+            MPI_Group_translate_ranks(node_group, 1, &zero, world_group, &leader);
+            MPI_Group_free(&node_group);
+            MPI_Group_free(&world_group);
+            R->node_leader = leader;
+        }
         st = ember_comm_agree(comm, st);
     }
     if (st == EMBER_OK) {

@@ -60,15 +60,18 @@ static ember_status timed_out(ember_comm *c, const char *what, double waited) {
     }
     c->broken = EMBER_ERR_TIMEOUT;
     if (absent > 0)
-        return ember__error(c->ctx, EMBER_ERR_TIMEOUT,
+        ember__error(c->ctx, EMBER_ERR_TIMEOUT,
                             "%s: collective #%lld missed its %g s deadline (waited %.1f s): rank%s %s did not arrive "
                             "(stopped, dead, or in another call); this communicator cannot be used again",
                             what, (long long)c->seq, c->timeout_s, waited, absent > 1 ? "s" : "", who);
-    return ember__error(c->ctx, EMBER_ERR_TIMEOUT,
-                        "%s: collective #%lld missed its %g s deadline (waited %.1f s)%s; this communicator cannot "
-                        "be used again",
-                        what, (long long)c->seq, c->timeout_s, waited,
-                        c->diag != MPI_COMM_NULL ? ": every rank arrived but MPI did not complete it" : "");
+    else
+        ember__error(c->ctx, EMBER_ERR_TIMEOUT,
+                     "%s: collective #%lld missed its %g s deadline (waited %.1f s)%s; this communicator cannot be "
+                     "used again",
+                     what, (long long)c->seq, c->timeout_s, waited,
+                     c->diag != MPI_COMM_NULL ? ": every rank arrived but MPI did not complete it" : "");
+    memcpy(c->why, c->ctx->errmsg, sizeof c->why);
+    return EMBER_ERR_TIMEOUT;
 }
 
 // Waits for a started collective against the deadline.
@@ -103,9 +106,11 @@ static ember_status wait_for(ember_comm *c, MPI_Request *req, const char *what) 
 // Every collective starts here: refuses a communicator a timeout has left unusable and numbers
 // the collective.
 static ember_status begin(ember_comm *c, const char *what) {
-    if (c->broken != EMBER_OK)
-        return ember__error(c->ctx, c->broken, "%s: the communicator is unusable after an earlier collective missed "
-                            "its deadline", what);
+    if (c->broken != EMBER_OK) { // the timeout's own message: it names the ranks that did not arrive
+        (void)what;
+        memcpy(c->ctx->errmsg, c->why, sizeof c->why);
+        return c->ctx->last_status = c->broken;
+    }
     c->seq++;
     return EMBER_OK;
 }

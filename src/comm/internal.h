@@ -23,6 +23,7 @@ struct ember_comm {
     int64_t *said;        // [size] send buffers of the announcements
     MPI_Request *saying;  // [size] their requests
     ember_status broken;  // EMBER_OK, or the status after which the communicator is unusable
+    char why[EMBER_ERRMSG_CAP]; // the timeout's message, repeated by every later collective
     int flags[4];         // ember_comm_create's agreement on its allocations: (ok, rank) in and out
 };
 

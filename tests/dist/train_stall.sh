@@ -22,13 +22,13 @@ deadline=4
 slack=8
 set -m
 "$@" "$ember" train --batch_size 64 --num_embeddings 500 --limit_train_batches 1000000 --limit_val_batches 2 \
-  --eval_interval 1000000 --progress lines --timeout_s $deadline >"$dir/out.txt" 2>&1 &
+  --eval_interval 1000000 --sharding rw --progress lines --timeout_s $deadline >"$dir/out.txt" 2>&1 &
 job=$!
 set +m
 # The ranks are the processes running EMBER whose environment names their rank (Open MPI,
 # MPICH/PMI): stop the highest once training has started.
 for _ in $(seq 1 600); do
-  grep -q '^step\|^  train' "$dir/out.txt" 2>/dev/null && break
+  grep -q '^  tables' "$dir/out.txt" 2>/dev/null && break
   sleep 0.05
 done
 sleep 1
