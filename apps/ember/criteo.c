@@ -37,9 +37,8 @@ ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader
     APP_CHECK(ctx, cfg->path && cfg->rows, EMBER_ERR_INVALID_ARG, "criteo: no data path");
     APP_CHECK(ctx, cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world && cfg->global_batch >= 1 &&
                          cfg->first_line >= 0 && cfg->max_lines >= 0,
-                EMBER_ERR_INVALID_ARG, "criteo: rank %d of %d, global batch %lld, lines %lld + %lld", (int)cfg->rank,
-                (int)cfg->world, (long long)cfg->global_batch, (long long)cfg->first_line,
-                (long long)cfg->max_lines);
+                EMBER_ERR_INVALID_ARG, "criteo: world %d, global batch %lld, lines %lld + %lld", (int)cfg->world,
+              (long long)cfg->global_batch, (long long)cfg->first_line, (long long)cfg->max_lines);
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "criteo: feature cat_%d has %lld rows", f,
                   (long long)cfg->rows[f]);

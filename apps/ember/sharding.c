@@ -69,8 +69,12 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, cons
             else for (int32_t i = 0; i < p->num_ranks; i++) p->ranks[i] = (next_rank + i) % world;
             next_rank = (next_rank + 1) % world;
             break;
-        default:
-            st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table %d: unknown scheme %d", (int)t, scheme);
+        default: {
+            char name[32];
+            sharding_table_name(t, name, sizeof name);
+            st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--sharding: table '%s': unknown scheme %d", name,
+                                     scheme);
+        }
         }
     }
     if (st != EMBER_OK) ember_plan_release(ctx, plan, num_tables);

@@ -107,7 +107,7 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
     APP_CHECK(ctx, isfinite(cfg->zipf_alpha) && cfg->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
               "synthetic data: zipf alpha %g must be >= 0", cfg->zipf_alpha);
     for (int32_t f = 0; f < nf; f++) {
-        APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "synthetic data: feature %d has %lld rows",
+        APP_CHECK(ctx, cfg->rows[f] >= 1, EMBER_ERR_INVALID_ARG, "synthetic data: feature cat_%d has %lld rows",
                   (int)f, (long long)cfg->rows[f]);
     }
     synth *s = app_alloc(ctx, sizeof *s, "synthetic data set");

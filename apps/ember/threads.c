@@ -361,6 +361,18 @@ static bool user_placement(void) {
     return false;
 }
 
+// The lowest rank of comm where ok is false, or -1 when it holds everywhere (or the reduction
+// itself fails: the next collective reports that). Collective.
+static int first_failure(MPI_Comm comm, bool ok) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    struct {
+        int ok, rank;
+    } in = {ok ? 1 : 0, rank}, out = {1, 0};
+    if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, comm) != MPI_SUCCESS) return -1;
+    return out.ok ? -1 : out.rank;
+}
+
 ember_status app_mpi_status(ember_ctx *ctx, int rc, const char *what) {
     if (rc == MPI_SUCCESS) return EMBER_OK;
     char s[MPI_MAX_ERROR_STRING];
@@ -526,10 +538,19 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     uint8_t *allowed = NULL;
     int32_t *want = NULL, *pick = NULL;
     if (!all || !cpus) st = EMBER_ERR_NOMEM;
-    int ok = st == EMBER_OK, all_ok = 0;
-    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, node) != MPI_SUCCESS) all_ok = 0;
-    if (st == EMBER_OK && !all_ok) {
-        st = ember_ctx_set_error(ctx, EMBER_ERR_REMOTE, "thread placement failed on another rank");
+    const int failed = first_failure(node, st == EMBER_OK);
+    if (failed >= 0) {
+        // Every rank of the host reports the failing rank's reason under its rank.
+        int mine = ember_ctx_rank(ctx), theirs = failed;
+        MPI_Group node_group, world_group;
+        MPI_Comm_group(node, &node_group);
+        MPI_Comm_group(world, &world_group);
+        MPI_Group_translate_ranks(node_group, 1, &failed, world_group, &theirs);
+        MPI_Group_free(&node_group);
+        MPI_Group_free(&world_group);
+        ember_ctx_set_rank(ctx, theirs);
+        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "thread placement: out of memory");
+        ember_ctx_set_rank(ctx, mine);
     }
     if (st == EMBER_OK) {
         st = app_mpi_status(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node),
@@ -657,9 +678,17 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_c
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
     cc.num_threads = requested;
     ember_status st = ember_ctx_create(&cc, ctx);
-    int ok = st == EMBER_OK, all_ok = 0; // agreed before the communicator's collective creation
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    if (st == EMBER_OK && !all_ok) st = EMBER_ERR_REMOTE;
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    if (*ctx) ember_ctx_set_rank(*ctx, world_rank);
+    // Agreed before the communicator's collective creation; the other ranks name the one that
+    // failed (its own message went to its stderr: it has no context).
+    int failed = first_failure(MPI_COMM_WORLD, st == EMBER_OK);
+    if (st == EMBER_OK && failed >= 0) {
+        ember_ctx_set_rank(*ctx, failed);
+        st = ember_ctx_set_error(*ctx, EMBER_ERR_REMOTE, "ember_ctx_create failed (its reason is on that rank's stderr)");
+        ember_ctx_set_rank(*ctx, world_rank);
+    }
     if (st == EMBER_OK) st = threads_setup(*ctx, MPI_COMM_WORLD, requested, placement); // before any parallel region
     if (st == EMBER_OK && placement->warning[0] && placement->host_first) {
         fprintf(stderr, "ember %s: warning: %s\n", argc > 0 ? argv[0] : "", placement->warning);
