@@ -179,6 +179,12 @@ ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt);
 // Sequence outputs between the owner's local order and the per-source order (forward.c).
 void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir);
 
+// Converts every table t's storage to dtypes[t] at once (ember_sebc_convert_dtype, checkpoint
+// loads). Collective: every rank allocates its re-laid-out slabs first and the status (with `st`,
+// the caller's so far) is agreed on before any conversion: on failure no table changed anywhere.
+// Returns the agreed status.
+ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st);
+
 // Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
 // the replicas (its weights are dropped at home_forward if no rank sends weights).
 ember_status ember__bucketize(ember_sebc *s, int32_t B);

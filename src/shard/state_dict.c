@@ -165,6 +165,37 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     return ember_comm_agree(s->comm, st);
 }
 
+ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st) {
+    int change = 0;
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) change |= dtypes[t] != s->tables[t].dtype;
+    if (!change) return ember_comm_agree(s->comm, st); // the same answer on every rank: tables are global
+    // Every local table's new dtype: the shards' collection's [0, nl), the replicas' after them.
+    const int32_t nl = s->local ? s->local->T : 0, nd = s->dp ? s->dp->T : 0;
+    ember_dtype *local = ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)(nl + nd + 1), "dtype conversion");
+    ember__dtype_change lc = {local, 0, EMBER_DTYPE_F32, NULL, 0, NULL}, dc = lc;
+    dc.dtypes = local + nl;
+    if (!local) st = EMBER_ERR_NOMEM;
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) {
+        const ember__table_shards *ts = &s->ts[t];
+        if (ts->ops->build_home) local[nl + ts->dp_local] = dtypes[t];
+        for (int32_t i = 0; i < ts->nshards; i++)
+            if (ts->shards[i].owner == s->rank) local[ts->shards[i].local_table] = dtypes[t];
+    }
+    if (st == EMBER_OK && s->local) st = ember__ebc_convert_prepare(s->local, &lc);
+    if (st == EMBER_OK && s->dp) st = ember__ebc_convert_prepare(s->dp, &dc);
+    st = ember_comm_agree(s->comm, st);
+    if (st == EMBER_OK) {
+        if (s->local) ember__ebc_convert_commit(s->local, &lc);
+        if (s->dp) ember__ebc_convert_commit(s->dp, &dc);
+        for (int32_t t = 0; t < s->T; t++) s->tables[t].dtype = dtypes[t];
+    } else {
+        if (s->local) ember__ebc_convert_abort(s->local, &lc);
+        if (s->dp) ember__ebc_convert_abort(s->dp, &dc);
+    }
+    ember__free(s->ctx, local);
+    return st;
+}
+
 ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     ember_status st = EMBER_OK;
@@ -173,12 +204,13 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
                           (int)table, (int)s->T);
     else if (dtype < EMBER_DTYPE_F32 || dtype > EMBER_DTYPE_BF16)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: unknown dtype %d", (int)dtype);
-    EMBER_TRY(ember_comm_agree(s->comm, st));
-    ember_ebc *e;
-    int32_t lt;
-    for (int32_t i = 0; st == EMBER_OK && ember__piece(s, table, i, &e, &lt); i++) st = ember_ebc_convert_dtype(e, lt, dtype);
-    if (st == EMBER_OK) s->tables[table].dtype = dtype;
-    return ember_comm_agree(s->comm, st);
+    ember_dtype *dtypes = st == EMBER_OK ? ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)s->T, "dtype conversion")
+                                         : NULL;
+    if (st == EMBER_OK && !dtypes) st = EMBER_ERR_NOMEM;
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) dtypes[t] = t == table ? dtype : s->tables[t].dtype;
+    st = ember__sebc_convert_dtypes(s, dtypes, st);
+    ember__free(s->ctx, dtypes);
+    return st;
 }
 
 // ---- Pieces (shard.h): this rank's blocks of a table, read and written in place ---------------

@@ -1,6 +1,7 @@
 // Checkpoint directories (include/ember/state.h): every rank streams the pieces it holds into its
 // own file, record by record; rank 0 commits the manifest; loading reads the records overlapping
-// each piece a rank holds. Only the public API of the collection (pieces, steps, dtypes) is used.
+// each piece a rank holds. The public API of the collection (pieces, steps, dtypes) is used, and
+// one internal call: converting every table's dtype at once, all or nothing.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -14,6 +15,7 @@
 
 #include "ember/shard.h"
 #include "ember/state.h"
+#include "shard/internal.h"
 #include "state/durable.h"
 
 #define TRY(expr)                        \
@@ -949,14 +951,18 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
             chunk = row > chunk ? row : chunk;
         }
     void *rec_buf = NULL, *dst_buf = NULL;
-    if (st == EMBER_OK && (!(rec_buf = ember_ctx_alloc(ctx, (size_t)most)) || !(dst_buf = ember_ctx_alloc(ctx, chunk))))
+    ember_dtype *dtypes = NULL;
+    if (st == EMBER_OK && (!(rec_buf = ember_ctx_alloc(ctx, (size_t)most)) || !(dst_buf = ember_ctx_alloc(ctx, chunk)) ||
+                           !(dtypes = ember_ctx_alloc(ctx, sizeof(ember_dtype) * (size_t)(T ? T : 1)))))
         st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate %" PRIu64 " + %zu bytes",
                                  most, chunk);
-    st = ember_comm_agree(comm, st);
+    // The stored dtypes, every table at once (the one step that allocates once tables change:
+    // all of it before the first write, agreed on by every rank).
+    for (int32_t t = 0; t < T && st == EMBER_OK; t++) dtypes[t] = c->tables[index[t]].dtype;
+    st = ember__sebc_convert_dtypes(s, dtypes, st);
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
         const ck_table *x = &c->tables[index[t]];
         const ember_table_config *tc = ember_sebc_table(s, t);
-        if (tc->dtype != x->dtype) st = ember_sebc_convert_dtype(s, t, x->dtype);
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t nt = ember_table_tensors(tc, ti);
         for (int32_t i = 0; i < ember_sebc_num_pieces(s, t) && st == EMBER_OK; i++)
@@ -967,6 +973,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     }
     ember_ctx_free(ctx, rec_buf);
     ember_ctx_free(ctx, dst_buf);
+    ember_ctx_free(ctx, dtypes);
     ember_ctx_free(ctx, index);
     ember_checkpoint_close(c);
     return st;

@@ -156,6 +156,24 @@ ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, f
 // Table index of a key (binary search over key_base).
 int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key);
 
+// A change of weight dtypes in two steps, for callers that must know the allocation succeeded
+// before anything changes (the sharded collection agrees on it across ranks): prepare allocates
+// the slab re-laid out for the new dtypes (EMBER_OK or EMBER_ERR_NOMEM, nothing changes; nothing
+// is allocated when no dtype changes), commit converts into it and cannot fail, abort frees it.
+// Table t's new dtype is dtypes[t] (borrowed until commit), or with dtypes NULL: `dtype` for
+// table `table`, the others keep theirs.
+typedef struct ember__dtype_change {
+    const ember_dtype *dtypes;
+    int32_t table;
+    ember_dtype dtype;
+    unsigned char *slab; // prepared: the new slab (NULL: no change)
+    size_t bytes;
+    float *row;          // prepared: one row of max_dim floats
+} ember__dtype_change;
+ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c);
+void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c);
+void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c);
+
 // Workspace slot `slot` with at least `bytes`; NULL + NOMEM error on failure.
 void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes);
 
