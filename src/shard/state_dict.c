@@ -129,17 +129,29 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     if (st == EMBER_OK && es == 0)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
+    const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
+    const int32_t dim = st == EMBER_OK ? s->tables[table].dim : 0;
+    // Every buffer before anything is written: the broadcast array, and one block of the largest
+    // piece this rank holds (a rank may hold several: all are written, or none).
+    int64_t most = 0;
+    for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
+        const ember__shard *sh = &ts->shards[i];
+        int32_t c0, w;
+        shard_cols(sh, cols, dim, &c0, &w);
+        if (sh->owner == s->rank && (sh->r1 - sh->r0) * w > most) most = (sh->r1 - sh->r0) * w;
+    }
     const unsigned char *full = src;
-    unsigned char *buf = NULL;
+    unsigned char *buf = NULL, *blk = NULL;
     if (st == EMBER_OK && root >= 0) {
         buf = ember__buf_reserve(s->ctx, &s->rcv_out, es * (size_t)(total + 1));
         if (!buf) st = EMBER_ERR_NOMEM;
         else if (root == s->rank) memcpy(buf, src, es * (size_t)total);
         full = buf;
     }
+    if (st == EMBER_OK && most > 0 && !(blk = ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)(most + 1))))
+        st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(s->comm, st));
     if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, es * (size_t)total, root));
-    const ember__table_shards *ts = &s->ts[table];
     ember_ebc *e;
     int32_t lt;
     if (ts->nshards == 0) { // replicated
@@ -147,17 +159,11 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
             st = ember_ebc_write(e, lt, tensor, 0, s->tables[table].rows, dtype, full);
         return ember_comm_agree(s->comm, st);
     }
-    const int32_t dim = s->tables[table].dim;
     for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
         const ember__shard *sh = &ts->shards[i];
         if (sh->owner != s->rank) continue;
         int32_t c0, w;
         shard_cols(sh, cols, dim, &c0, &w);
-        unsigned char *blk = ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)((sh->r1 - sh->r0) * w + 1));
-        if (!blk) {
-            st = EMBER_ERR_NOMEM;
-            break;
-        }
         for (int64_t r = sh->r0; r < sh->r1; r++)
             memcpy(blk + es * (size_t)((r - sh->r0) * w), full + es * (size_t)(r * cols + c0), es * (size_t)w);
         st = ember_ebc_write(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, dtype, blk);
