@@ -78,16 +78,20 @@ fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *
                                    int victim) {
     int rank = 0;
     if (comm != MPI_COMM_NULL) MPI_Comm_rank(comm, &rank);
-    const bool me = comm == MPI_COMM_NULL || rank == victim;
+    const bool me = comm == MPI_COMM_NULL || victim < 0 || rank == victim;
     fail_sweep_result res = {0, true};
     const size_t base = ember_ctx_bytes_outstanding(ctx), hook_base = a->outstanding;
     const int64_t block_base = a->blocks;
     snap_bytes pre = {0}, post = {0}, now = {0};
     char what[256];
 
-    // The clean run: its state before and after, and the allocations it makes on the victim.
+    // The state the sequence starts from (set up apart: a snapshot may size buffers the run
+    // would otherwise allocate), then the clean run: the allocations it makes on the victim,
+    // and its result.
     q->setup(fx);
     q->snap(fx, &pre);
+    q->teardown(fx);
+    q->setup(fx);
     fail_alloc_arm(a, 0);
     ember_status st = q->run(fx);
     int64_t n = a->count;
@@ -98,7 +102,11 @@ fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *
     res.ok = all_ok(comm, res.ok && ember_ctx_bytes_outstanding(ctx) == base && a->outstanding == hook_base &&
                               a->blocks == block_base,
                     q->name, 0, "the clean run leaks") && res.ok;
-    if (comm != MPI_COMM_NULL) MPI_Bcast(&n, 1, MPI_INT64_T, victim, comm);
+    if (comm != MPI_COMM_NULL) {
+        // The victim's count; with every rank failing, the fewest any rank makes.
+        if (victim >= 0) MPI_Bcast(&n, 1, MPI_INT64_T, victim, comm);
+        else MPI_Allreduce(MPI_IN_PLACE, &n, 1, MPI_INT64_T, MPI_MIN, comm);
+    }
     res.sites = n;
 
     for (int64_t k = 1; k <= n && res.ok; k++) {

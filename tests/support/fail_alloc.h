@@ -65,7 +65,7 @@ typedef struct fail_sweep_result {
 
 // Runs the sweep described above on `ctx` (whose allocator is `a`). comm: MPI_COMM_NULL for a
 // single process; otherwise the sweep is collective on it and `victim` is the rank whose
-// allocation k fails (every rank must pass the same victim).
+// allocation k fails (every rank must pass the same victim), or -1: every rank's allocation k.
 fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *ctx, fail_alloc *a, MPI_Comm comm,
                                    int victim);
 
