@@ -1,7 +1,7 @@
 // Allocation-failure injection, single process: every public call sequence that allocates
-// (context, collection create / forward / backward / state dict / dtype conversion, planner, LFQ
-// create / forward / backward / decoding) is run with its k-th allocation failing, for every k
-// it reaches. Each must return EMBER_ERR_NOMEM with a message, change nothing (tables, optimizer
+// (context, collection create / forward / backward / state dict / dtype conversion, planner and
+// the memory check's bytes per rank, KJT validation, LFQ create / forward / backward / decoding)
+// is run with its k-th allocation failing, for every k it reaches. Each must return EMBER_ERR_NOMEM with a message, change nothing (tables, optimizer
 // state, steps, outputs, the LFQ's saved forward), stay usable (an unarmed rerun gives the clean
 // run's bits) and leak nothing (support/fail_alloc.h). The distributed sequences (sharded
 // collection, checkpoints, LFQ with a communicator) are in tests/dist/test_alloc_fail.c.
@@ -322,6 +322,7 @@ typedef struct plan_fx {
     ember_table_plan plan[6];
     size_t storage[5];
     double step[5];
+    size_t weight_bytes[6], state_bytes[6]; // ember_shard_rank_bytes
 } plan_fx;
 
 static void plan_setup(void *fx) {
@@ -351,6 +352,8 @@ static void plan_setup(void *fx) {
     memset(f->plan, 0, sizeof f->plan);
     memset(f->storage, 0, sizeof f->storage);
     memset(f->step, 0, sizeof f->step);
+    memset(f->weight_bytes, 0, sizeof f->weight_bytes);
+    memset(f->state_bytes, 0, sizeof f->state_bytes);
 }
 
 static ember_status plan_run(void *fx) {
@@ -374,11 +377,28 @@ static void plan_snap(void *fx, snap_bytes *z) {
     }
     snap_add(z, f->storage, sizeof f->storage);
     snap_add(z, f->step, sizeof f->step);
+    snap_add(z, f->weight_bytes, sizeof f->weight_bytes);
+    snap_add(z, f->state_bytes, sizeof f->state_bytes);
 }
 
 static void plan_teardown(void *fx) {
     plan_fx *f = fx;
     ember_plan_release(f->e->ctx, f->plan, 6);
+}
+
+// The memory check's bytes of rank 3 for table p0 in four column slices, two of them on rank 3.
+static ember_status rank_bytes_run(void *fx) {
+    plan_fx *f = fx;
+    int32_t ranks[4] = {3, 1, 3, 0};
+    const ember_table_plan p = {EMBER_SHARD_COLUMN_WISE, 4, 0, 4, ranks};
+    return ember_shard_rank_bytes(f->e->ctx, &f->tc[0], &p, 5, 3, &f->weight_bytes[0], &f->state_bytes[0]);
+}
+
+static void rank_bytes_setup(void *fx) {
+    plan_fx *f = fx;
+    plan_setup(f);
+    memset(f->weight_bytes, 0xab, sizeof f->weight_bytes); // a failed call leaves them as they are
+    memset(f->state_bytes, 0xab, sizeof f->state_bytes);
 }
 
 static void plan_sequence(void **state) {
@@ -390,6 +410,46 @@ static void plan_sequence(void **state) {
     f.e = &e;
     const fail_sequence q = {"plan_create", plan_setup, plan_run, plan_snap, plan_teardown};
     assert_true(sweep(&e, &q, &f) >= 2); // the scratch and at least one ranks array
+    const fail_sequence rb = {"shard_rank_bytes", rank_bytes_setup, rank_bytes_run, plan_snap, plan_teardown};
+    assert_true(sweep(&e, &rb, &f) >= 1);
+    env_close(&e);
+}
+
+// ---- KJT validation (allocates nothing) ------------------------------------------------------
+
+typedef struct kjt_fx {
+    env *e;
+    gen_kjt g;
+    int64_t oor;
+} kjt_fx;
+
+static void kjt_setup(void *fx) {
+    kjt_fx *f = fx;
+    test_rng r = {3};
+    static const int64_t rows[3] = {10, 4, 7};
+    gen_kjt_make(&f->g, &r, 3, 5, rows, 4, 0.2, 1);
+    f->oor = -1;
+}
+static ember_status kjt_run(void *fx) {
+    kjt_fx *f = fx;
+    static const int64_t rows[3] = {10, 4, 7};
+    return ember_kjt_validate(f->e->ctx, &f->g.kjt, 3, rows, EMBER_BOUNDS_SKIP, &f->oor);
+}
+static void kjt_snap(void *fx, snap_bytes *z) {
+    kjt_fx *f = fx;
+    snap_add(z, &f->oor, sizeof f->oor);
+}
+static void kjt_teardown(void *fx) { gen_kjt_free(&((kjt_fx *)fx)->g); }
+
+static void kjt_sequence(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    kjt_fx f;
+    memset(&f, 0, sizeof f);
+    f.e = &e;
+    const fail_sequence q = {"kjt_validate", kjt_setup, kjt_run, kjt_snap, kjt_teardown};
+    assert_int_equal(sweep(&e, &q, &f), 0);
     env_close(&e);
 }
 
@@ -526,6 +586,7 @@ int main(void) {
         cmocka_unit_test(ctx_create_out_of_memory),
         cmocka_unit_test(ebc_sequences),
         cmocka_unit_test(plan_sequence),
+        cmocka_unit_test(kjt_sequence),
         cmocka_unit_test(lfq_sequences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
