@@ -2,8 +2,8 @@
 // sequence of the sharded collection (create under every scheme and a mix, forward, backward,
 // state dict reads and writes, dtype conversion), checkpoints (save, load with resharding and
 // dtype conversion; inspection) and LFQ with a communicator runs with its k-th allocation
-// failing on one rank (each rank in turn) while the others allocate normally, for every k that
-// rank reaches. Every rank must return EMBER_ERR_NOMEM (nobody hangs, nobody returns OK), the
+// failing on one rank while the others allocate normally, for every k that rank reaches (each
+// rank in turn for the mix of every scheme and for LFQ; one rank, rotating, for the others). Every rank must return EMBER_ERR_NOMEM (nobody hangs, nobody returns OK), the
 // state (every tensor of every table, steps, dtypes, outputs, the checkpoint directory) must be
 // bitwise as before, an unarmed rerun must give the clean run's bits, and nothing may leak.
 #define _DEFAULT_SOURCE // scandir, alphasort
@@ -22,6 +22,7 @@
 #include "fail_alloc.h"
 #include "gen.h"
 #include "mpi_assert.h"
+#include "shard/internal.h" // ember__piece: a piece's step, read without communication
 #include "tmpdir.h"
 
 static int W, R;
@@ -49,13 +50,14 @@ static void env_close(env *e) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, e->fa.blocks == 0);
 }
 
-// A collective sequence with each rank as the victim in turn; returns the most sites any victim met.
-static int64_t sweep_each_rank(env *e, const fail_sequence *q, void *fx) {
+// A collective sequence with the failure on rank `victim`, or on each rank in turn (victim -1);
+// returns the most sites any victim met.
+static int64_t sweep_ranks(env *e, const fail_sequence *q, void *fx, int victim) {
     int64_t most = 0;
     char line[256];
     int n = snprintf(line, sizeof line, "  %-44s", q->name);
     const double t0 = MPI_Wtime();
-    for (int v = 0; v < W; v++) {
+    for (int v = victim < 0 ? 0 : victim; v < (victim < 0 ? W : victim + 1); v++) {
         fail_sweep_result r = fail_alloc_sweep(q, fx, e->ctx, &e->fa, MPI_COMM_WORLD, v);
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, r.ok);
         if (r.sites > most) most = r.sites;
@@ -209,23 +211,32 @@ static void fill(ember_sebc *s, uint64_t seed) {
     }
 }
 
-// Every tensor of every table in its native dtype gathered on every rank, steps and dtypes.
-static void snap_tables(ember_sebc *s, snap_bytes *z) {
+// Every piece this rank holds: every tensor of it in its native dtype, its step and dtype, read
+// in place (no communication: the ranks' pieces together are the whole state).
+static void snap_pieces(ember_sebc *s, snap_bytes *z) {
     for (int32_t t = 0; t < ember_sebc_num_tables(s); t++) {
         const ember_table_config *tc = ember_sebc_table(s, t);
-        int64_t step = -1;
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_step(s, t, &step) == EMBER_OK);
-        snap_add(z, &step, sizeof step);
         snap_add(z, &tc->dtype, sizeof tc->dtype);
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t nt = ember_table_tensors(tc, ti);
-        for (int32_t k = 0; k < nt; k++) {
-            const ember_dtype dt = k == 0 ? tc->dtype : EMBER_DTYPE_F32;
-            const size_t n = (size_t)ti[k].rows * (size_t)ti[k].cols * (dt == EMBER_DTYPE_F32 ? 4 : 2);
-            unsigned char *buf = malloc(n);
-            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read_as(s, t, ti[k].name, dt, buf, -1) == EMBER_OK);
-            snap_add(z, buf, n);
-            free(buf);
+        for (int32_t i = 0; i < ember_sebc_num_pieces(s, t); i++) {
+            ember_piece p;
+            ember_ebc *e = NULL;
+            int32_t lt = 0;
+            assert_int_equal(ember_sebc_piece(s, t, i, &p), EMBER_OK);
+            assert_true(ember__piece(s, t, i, &e, &lt));
+            const int64_t step = ember_ebc_step(e, lt);
+            snap_add(z, &step, sizeof step);
+            snap_add(z, &ember_ebc_table(e, lt)->dtype, sizeof(ember_dtype));
+            for (int32_t k = 0; k < nt; k++) {
+                const ember_dtype dt = k == 0 ? tc->dtype : EMBER_DTYPE_F32;
+                const int32_t cols = ti[k].cols == tc->dim ? p.col_end - p.col_begin : 1;
+                const size_t n = (size_t)(p.row_end - p.row_begin) * (size_t)cols * (dt == EMBER_DTYPE_F32 ? 4 : 2);
+                unsigned char *buf = malloc(n + 1);
+                assert_int_equal(ember_sebc_piece_read(s, t, i, ti[k].name, p.row_begin, p.row_end, dt, buf), EMBER_OK);
+                snap_add(z, buf, n);
+                free(buf);
+            }
         }
     }
 }
@@ -396,14 +407,15 @@ static ember_status sebc_run(void *fx) {
 
 static void sebc_snap(void *fx, snap_bytes *z) {
     sebc_fx *f = fx;
-    int32_t exists = f->s != NULL;
+    const int32_t exists = f->s != NULL;
     snap_add(z, &exists, sizeof exists);
-    MPI_Allreduce(MPI_IN_PLACE, &exists, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    snap_add(z, &exists, sizeof exists); // the same on every rank
     if (f->out) snap_add(z, f->out, sizeof(float) * (size_t)f->nout);
     if (f->buf) snap_add(z, f->buf, f->buf_bytes);
-    if (f->what == S_SAVE) snap_dir(f->dir, z);
-    if (exists) snap_tables(f->s, z);
+    if (f->what == S_SAVE) { // after rank 0's clean-up of the generation a save replaced
+        MPI_Barrier(MPI_COMM_WORLD);
+        snap_dir(f->dir, z);
+    }
+    if (exists) snap_pieces(f->s, z);
 }
 
 static void sebc_teardown(void *fx) {
@@ -423,6 +435,8 @@ static const char *const WHAT[] = {"sebc_create",     "sebc_forward",   "sebc_ba
                                    "sebc_convert_dtype (a)", "sebc_convert_dtype (b)", "sebc pieces and steps",
                                    "checkpoint_save",  "checkpoint_load"};
 
+// The sequence `what` on a collection of `layout`, failing on each rank in turn for the mix (every
+// scheme at once) and on one rank, rotating with the layout, for the others.
 static int64_t sweep_sebc(env *e, int layout, int what, const char *dir, const char *prev) {
     sebc_fx f;
     memset(&f, 0, sizeof f);
@@ -434,7 +448,7 @@ static int64_t sweep_sebc(env *e, int layout, int what, const char *dir, const c
     char name[96];
     snprintf(name, sizeof name, "%s, %s", WHAT[what], LNAMES[layout]);
     const fail_sequence q = {name, sebc_setup, sebc_run, sebc_snap, sebc_teardown};
-    return sweep_each_rank(e, &q, &f);
+    return sweep_ranks(e, &q, &f, layout == L_MIXED ? -1 : layout % W);
 }
 
 static void sebc_create_every_layout(void **state) {
@@ -676,10 +690,10 @@ static void lfq_with_comm(void **state) {
     assert_true(sweep_local(&e, &create, &f) >= 7);
     f.what = 1;
     const fail_sequence fwd = {"lfq_forward (training, grows)", lfq_setup, lfq_run, lfq_snap, lfq_teardown};
-    assert_true(sweep_each_rank(&e, &fwd, &f) >= 1);
+    assert_true(sweep_ranks(&e, &fwd, &f, -1) >= 1);
     f.what = 2;
     const fail_sequence bwd = {"lfq_backward", lfq_setup, lfq_run, lfq_snap, lfq_teardown};
-    sweep_each_rank(&e, &bwd, &f);
+    sweep_ranks(&e, &bwd, &f, -1);
     env_close(&e);
 }
 

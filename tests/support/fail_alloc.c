@@ -63,7 +63,7 @@ bool snap_same(const snap_bytes *a, const snap_bytes *b) {
     return a->n == b->n && (a->n == 0 || memcmp(a->p, b->p, a->n) == 0);
 }
 
-// Every rank's verdict combined (logical AND); the failing ranks say what failed.
+// Every rank's verdict combined (logical AND), in one collective; a failing rank says what failed.
 static bool all_ok(MPI_Comm comm, bool ok, const char *seq, int64_t k, const char *what) {
     int rank = 0;
     if (comm != MPI_COMM_NULL) MPI_Comm_rank(comm, &rank);
@@ -72,6 +72,15 @@ static bool all_ok(MPI_Comm comm, bool ok, const char *seq, int64_t k, const cha
     int in = ok ? 1 : 0, out = 0;
     MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, comm);
     return out != 0;
+}
+
+static bool no_leak(ember_ctx *ctx, const fail_alloc *a, size_t base, size_t hook_base, int64_t block_base,
+                    char *what, size_t cap) {
+    if (ember_ctx_bytes_outstanding(ctx) == base && a->outstanding == hook_base && a->blocks == block_base) return true;
+    snprintf(what, cap, "leak: context %zu bytes (baseline %zu), hooks %zu bytes in %lld blocks (baseline %zu in %lld)",
+             ember_ctx_bytes_outstanding(ctx), base, a->outstanding, (long long)a->blocks, hook_base,
+             (long long)block_base);
+    return false;
 }
 
 fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *ctx, fail_alloc *a, MPI_Comm comm,
@@ -99,9 +108,7 @@ fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *
     res.ok = all_ok(comm, st == EMBER_OK, q->name, 0, what);
     q->snap(fx, &post);
     q->teardown(fx);
-    res.ok = all_ok(comm, res.ok && ember_ctx_bytes_outstanding(ctx) == base && a->outstanding == hook_base &&
-                              a->blocks == block_base,
-                    q->name, 0, "the clean run leaks") && res.ok;
+    res.ok = all_ok(comm, no_leak(ctx, a, base, hook_base, block_base, what, sizeof what), q->name, 0, what) && res.ok;
     if (comm != MPI_COMM_NULL) {
         // The victim's count; with every rank failing, the fewest any rank makes.
         if (victim >= 0) MPI_Bcast(&n, 1, MPI_INT64_T, victim, comm);
@@ -109,6 +116,7 @@ fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *
     }
     res.sites = n;
 
+    // Each k: the checks' verdicts, one collective per k (the first failure on this rank is named).
     for (int64_t k = 1; k <= n && res.ok; k++) {
         q->setup(fx);
         fail_alloc_arm(a, me ? k : 0);
@@ -116,44 +124,40 @@ fail_sweep_result fail_alloc_sweep(const fail_sequence *q, void *fx, ember_ctx *
         const bool hit = a->hit;
         fail_alloc_arm(a, 0);
         bool ok = true;
-        what[0] = '\0';
         if (me && !hit) {
             ok = false;
             snprintf(what, sizeof what, "the failure was not reached (the allocations are not deterministic)");
-        } else if (st != EMBER_OK && st != EMBER_ERR_NOMEM) {
-            ok = false;
-            snprintf(what, sizeof what, "returned %s, expected NOMEM: %s", ember_status_name(st), ember_ctx_errmsg(ctx));
         } else if (st != EMBER_ERR_NOMEM) {
             ok = false;
-            snprintf(what, sizeof what, "returned OK, expected NOMEM (%s)", me ? "the failure was swallowed" :
-                                                                             "another rank failed");
+            snprintf(what, sizeof what, "returned %s, expected NOMEM (%s): %s", ember_status_name(st),
+                     me ? "this rank's allocation failed" : "another rank's allocation failed", ember_ctx_errmsg(ctx));
         } else if (ember_ctx_last_status(ctx) != EMBER_ERR_NOMEM || ember_ctx_errmsg(ctx)[0] == '\0') {
             ok = false;
             snprintf(what, sizeof what, "the context holds %s '%s', expected NOMEM and a message",
                      ember_status_name(ember_ctx_last_status(ctx)), ember_ctx_errmsg(ctx));
         }
-        const bool returned_nomem = all_ok(comm, ok, q->name, k, what);
         snap_clear(&now);
         q->snap(fx, &now);
-        const bool unchanged = all_ok(comm, snap_same(&pre, &now), q->name, k, "the failed call changed the state");
+        if (ok && !snap_same(&pre, &now)) {
+            ok = false;
+            snprintf(what, sizeof what, "the failed call changed the state");
+        }
         // The object stays usable: an unarmed rerun gives the clean run's result.
         ember_ctx_clear_error(ctx);
         st = q->run(fx);
-        snprintf(what, sizeof what, "the rerun returned %s: %s", ember_status_name(st), ember_ctx_errmsg(ctx));
-        const bool rerun_ok = all_ok(comm, st == EMBER_OK, q->name, k, what);
+        if (ok && st != EMBER_OK) {
+            ok = false;
+            snprintf(what, sizeof what, "the rerun returned %s: %s", ember_status_name(st), ember_ctx_errmsg(ctx));
+        }
         snap_clear(&now);
         q->snap(fx, &now);
-        const bool rerun_same =
-            all_ok(comm, snap_same(&post, &now), q->name, k, "the rerun's state differs from the clean run's");
+        if (ok && !snap_same(&post, &now)) {
+            ok = false;
+            snprintf(what, sizeof what, "the rerun's state differs from the clean run's");
+        }
         q->teardown(fx);
-        snprintf(what, sizeof what, "leak: context %zu bytes (baseline %zu), hooks %zu bytes in %lld blocks (%zu, %lld)",
-                 ember_ctx_bytes_outstanding(ctx), base, a->outstanding, (long long)a->blocks, hook_base,
-                 (long long)block_base);
-        const bool no_leak = all_ok(comm,
-                                    ember_ctx_bytes_outstanding(ctx) == base && a->outstanding == hook_base &&
-                                        a->blocks == block_base,
-                                    q->name, k, what);
-        res.ok = returned_nomem && unchanged && rerun_ok && rerun_same && no_leak;
+        if (ok) ok = no_leak(ctx, a, base, hook_base, block_base, what, sizeof what);
+        res.ok = all_ok(comm, ok, q->name, k, what);
         ember_ctx_clear_error(ctx);
     }
     snap_free(&pre);
