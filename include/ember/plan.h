@@ -48,7 +48,7 @@ typedef struct ember_plan_stats {
 // O(W) beside the plan: 4096 ranks plan in well under a second.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, world size < 1),
 // EMBER_ERR_NOMEM (a table fits on no rank within memory_per_rank: the message names it; or an
-// allocation failed). On failure no ranks array is left allocated.
+// allocation failed). On failure no ranks array is left allocated and every entry is zero.
 EMBER_API ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ebc_cfg,
                                          const ember_plan_config *cfg, ember_table_plan *plan,
                                          ember_plan_stats *stats);

@@ -178,8 +178,9 @@ EMBER_API ember_status ember_sebc_piece_write(ember_sebc *s, int32_t t, int32_t 
                                               int64_t row_begin, int64_t row_end, ember_dtype dtype,
                                               const void *src);
 // Converts table t's storage dtype on every rank that holds a piece of it. Collective on comm.
-// Returns EMBER_OK, EMBER_ERR_INVALID_ARG (t outside [0, T), unknown dtype), EMBER_ERR_NOMEM,
-// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
+// Returns EMBER_OK, EMBER_ERR_INVALID_ARG (t outside [0, T), unknown dtype), EMBER_ERR_NOMEM
+// (no piece converted on any rank), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same
+// status.
 EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype);
 
 // Bytes rank `rank` of W holds for table t under plan p: its pieces' weights in the table's dtype

@@ -207,7 +207,10 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         if (stats->storage_bytes) memcpy(stats->storage_bytes, acc_storage, sizeof(size_t) * Wz);
         if (stats->step_bytes) memcpy(stats->step_bytes, acc_step, sizeof(double) * Wz);
     }
-    if (st != EMBER_OK) ember_plan_release(ctx, plan, T);
+    if (st != EMBER_OK) { // as at the start: no ranks array, no half-made plan
+        ember_plan_release(ctx, plan, T);
+        for (int t = 0; t < T; t++) plan[t] = (ember_table_plan){0};
+    }
     ember__buf_free(ctx, &scratch);
     return st;
 }

@@ -1,7 +1,8 @@
 // Backward of the sharded collection: the gradients of the routed pieces travel home -> owner,
 // each owner applies its fused update (column slices of row-wise optimizers first exchange
 // their per-row sums of squares within each row block), then the schemes that keep tables at
-// home sync theirs.
+// home sync theirs. Every allocation of the updates, on every rank, is made and agreed on before
+// the first table changes: a failed backward changes nothing and can be called again.
 #include <math.h>
 #include <string.h>
 
@@ -43,28 +44,38 @@ static int block_on(const ember__table_shards *ts, int32_t k, int32_t q) {
     return 0;
 }
 
-// The owner's fused update. A row-wise optimizer on a column-sliced table (column-wise, grid)
-// needs the mean of g^2 over the whole row, which is split over the column slices of the row's
-// block: every shard of a row block sees the same bags' ids of that block, hence the same
-// touched rows in the same order, so the shards of each row block exchange their per-row partial
-// sums of squares and add them in shard order (the same sum on every shard of the block, so the
-// per-row state stays identical across its slices). Column-wise is one row block.
-static ember_status local_backward(ember_sebc *s, float *grad) {
+// The owner's fused update, in two steps: prepare allocates and computes everything it needs
+// without changing a table (its status is agreed on before apply), apply exchanges and updates
+// and allocates nothing.
+//
+// A row-wise optimizer on a column-sliced table (column-wise, grid) needs the mean of g^2 over
+// the whole row, which is split over the column slices of the row's block: every shard of a row
+// block sees the same bags' ids of that block, hence the same touched rows in the same order, so
+// the shards of each row block exchange their per-row partial sums of squares and add them in
+// shard order (the same sum on every shard of the block, so the per-row state stays identical
+// across its slices). Column-wise is one row block.
+typedef struct routed_update {
+    ember__segments seg;   // the plain fused backward (no column-sliced row-wise table)
+    ember__sparse_grad g;  // otherwise: the coalesced gradient,
+    float *mine;           // [g.n] its per-row sums of squares,
+    float *snd, *rcv;      // and the exchange's buffers (counts in s->cnt[0, 2W))
+} routed_update;
+
+static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru) {
     const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
+    memset(ru, 0, sizeof *ru);
     if (!s->cw_rowwise)
-        return s->local && nr > 0 ? ember__ebc_backward_unchecked(s->local, &s->local_kjt, grad, NULL) : EMBER_OK;
-    ember_comm *c = s->comm;
-    ember__sparse_grad g = {0};
-    float *mine = NULL;
+        return s->local && nr > 0 ? ember__ebc_backward_prepare(s->local, &s->local_kjt, &ru->seg) : EMBER_OK;
     ember_status st = EMBER_OK;
     if (s->local && nr > 0) {
-        st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &g);
-        if (st == EMBER_OK) mine = RESERVE(s, ss_mine, float, g.n);
-        if (st == EMBER_OK && !mine) st = EMBER_ERR_NOMEM;
-        if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &g, mine);
+        st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &ru->g);
+        if (st == EMBER_OK) ru->mine = RESERVE(s, ss_mine, float, ru->g.n);
+        if (st == EMBER_OK && !ru->mine) st = EMBER_ERR_NOMEM;
+        if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &ru->g, ru->mine);
     }
     // Sizes: shard i of row block k of a column-sliced row-wise table carries u values (the
     // block's touched rows), to every other rank holding a shard of the same block.
+    const ember__sparse_grad *g = &ru->g;
     int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
     for (int32_t q = 0; q < W; q++) {
         sc[q] = rc[q] = 0;
@@ -78,7 +89,7 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
                 block_shards(ts, k, &i0, &i1);
                 int64_t lo = 0, hi = 0;
                 for (int32_t i = i0; i < i1; i++)
-                    if (ts->shards[i].owner == me) key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+                    if (ts->shards[i].owner == me) key_range(s->local, g, ts->shards[i].local_table, &lo, &hi);
                 for (int32_t i = i0; i < i1; i++) {
                     if (ts->shards[i].owner == me) sc[q] += hi - lo;
                     if (ts->shards[i].owner == q) rc[q] += hi - lo;
@@ -89,9 +100,22 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
         nrecv += rc[q];
     }
     // The send buffer later holds one row block's per-row totals too: at most g.n values.
-    float *snd = RESERVE(s, ss_send, float, nsend > g.n ? nsend : g.n), *rcv = RESERVE(s, ss_recv, float, nrecv);
-    if (st == EMBER_OK && (!snd || !rcv)) st = EMBER_ERR_NOMEM;
-    EMBER_TRY(ember_comm_agree(c, st));
+    ru->snd = RESERVE(s, ss_send, float, nsend > g->n ? nsend : g->n);
+    ru->rcv = RESERVE(s, ss_recv, float, nrecv);
+    if (st == EMBER_OK && (!ru->snd || !ru->rcv)) st = EMBER_ERR_NOMEM;
+    return st;
+}
+
+static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update *ru) {
+    const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
+    if (!s->cw_rowwise) {
+        if (s->local && nr > 0) ember__ebc_backward_apply(s->local, &ru->seg, grad, NULL);
+        return EMBER_OK;
+    }
+    ember_comm *c = s->comm;
+    const ember__sparse_grad *g = &ru->g;
+    float *mine = ru->mine, *snd = ru->snd, *rcv = ru->rcv;
+    int64_t *sc = s->cnt, *rc = s->cnt + W;
     int64_t n = 0;
     for (int32_t q = 0; q < W; q++) {
         if (q == me) continue;
@@ -105,7 +129,7 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
                 for (int32_t i = i0; i < i1; i++) {
                     if (ts->shards[i].owner != me) continue;
                     int64_t lo, hi;
-                    key_range(s->local, &g, ts->shards[i].local_table, &lo, &hi);
+                    key_range(s->local, g, ts->shards[i].local_table, &lo, &hi);
                     memcpy(snd + n, mine + lo, sizeof(float) * (size_t)(hi - lo));
                     n += hi - lo;
                 }
@@ -131,7 +155,7 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
             int32_t first_mine = -1;
             for (int32_t i = i0; i < i1; i++)
                 if (ts->shards[i].owner == me && first_mine < 0) first_mine = i;
-            key_range(s->local, &g, ts->shards[first_mine].local_table, &lo, &hi);
+            key_range(s->local, g, ts->shards[first_mine].local_table, &lo, &hi);
             const int64_t u = hi - lo;
             float *total = snd; // the send buffer is free again: [u] sums in shard order
             for (int64_t j = 0; j < u; j++) total[j] = 0.0f;
@@ -140,7 +164,7 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
                 const float *part;
                 if (sh->owner == me) {
                     int64_t l2, h2;
-                    key_range(s->local, &g, sh->local_table, &l2, &h2);
+                    key_range(s->local, g, sh->local_table, &l2, &h2);
                     part = mine + l2;
                 } else {
                     part = rcv + qoff[sh->owner];
@@ -151,12 +175,12 @@ static ember_status local_backward(ember_sebc *s, float *grad) {
             for (int32_t i = i0; i < i1; i++) {
                 if (ts->shards[i].owner != me) continue;
                 int64_t l2, h2;
-                key_range(s->local, &g, ts->shards[i].local_table, &l2, &h2);
+                key_range(s->local, g, ts->shards[i].local_table, &l2, &h2);
                 memcpy(mine + l2, total, sizeof(float) * (size_t)u);
             }
         }
     }
-    return ember__ebc_apply(s->local, g.key, g.goff, g.grad, g.n, mine);
+    return ember__ebc_apply(s->local, g->key, g->goff, g->grad, g->n, mine); // allocates nothing after coalesce
 }
 
 ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
@@ -201,7 +225,6 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
     float *send = RESERVE(s, rcv_out, float, nsend); // the forward's receive buffer, reused
     if (st == EMBER_OK && !send) st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
-    s->has_forward = 0;
 
     // Gradients of the routed pieces, home -> owner, scaled by the convention (and, for
     // row-block MEAN, by 1/|I| of the global bag).
@@ -248,12 +271,20 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
     float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
     EMBER_TRY(ember_comm_alltoallv(c, send, sc, recv, rc, sizeof(float)));
     if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
-    st = local_backward(s, s->loc_out.p);
-    // Internal failures only (inputs were checked): agree before the data-parallel collectives.
-    EMBER_TRY(ember_comm_agree(c, st));
-    // Schemes with rank-local state exchange and apply their own gradients.
+    // Every allocation the updates need, the routed pieces' and the schemes' kept at home, made
+    // and agreed on before any table changes: a rank out of memory leaves every table, step and
+    // the forward's state as they were, on every rank.
+    routed_update ru;
+    st = routed_prepare(s, s->loc_out.p, &ru);
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
-        if (st == EMBER_OK && ember__schemes[k]->backward_sync) st = ember__schemes[k]->backward_sync(s, grad_out);
+        if (ember__schemes[k]->backward_prepare) st = ember__schemes[k]->backward_prepare(s, grad_out, st);
+    EMBER_TRY(ember_comm_agree(c, st));
+    s->has_forward = 0; // the updates begin: this forward is spent
+    st = routed_apply(s, s->loc_out.p, &ru);
+    // Communication failures only: agree before the home schemes' collectives.
+    EMBER_TRY(ember_comm_agree(c, st));
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (st == EMBER_OK && ember__schemes[k]->backward_apply) st = ember__schemes[k]->backward_apply(s);
     s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
     return ember_comm_agree(c, st);
 }

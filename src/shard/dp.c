@@ -98,18 +98,49 @@ static ember_status home_forward(ember_sebc *s, float *out) {
     return EMBER_OK;
 }
 
-// Each rank's coalesced row gradients (already scaled by the convention) are gathered on every
-// rank in rank order and summed per row in that order, so every replica applies bitwise the
-// same update.
-static ember_status exchange_and_apply(ember_sebc *s, const float *grad_dp) {
+// Backward, in two steps around the caller's agreement (no replica changes unless every rank
+// could allocate everything). Each rank's coalesced row gradients (already scaled by the
+// convention) are gathered on every rank in rank order and summed per row in that order, so
+// every replica applies bitwise the same update.
+//
+// Prepare: this rank's output slices of grad_out, scaled by the convention, coalesced; the
+// exchange's counts and buffers. Collective: takes the caller's status so far and returns the
+// status every rank agreed on.
+static ember_status backward_prepare(ember_sebc *s, const float *grad_out, ember_status st) {
+    if (!s->dp) return st; // no data-parallel table, on any rank
     ember_comm *c = s->comm;
-    const int32_t W = s->W;
-    ember__sparse_grad g = {0};
-    ember_status st = ember__ebc_coalesce(s->dp, &s->dp_kjt, grad_dp, &g);
+    const int32_t W = s->W, B = s->batch;
+    const float scale = ember__grad_scale(s);
+    float *gdp = s->dp_out.p;
+    int64_t *counts = RESERVE(s, dp_counts, int64_t, 3 * W); // keys, floats per rank; merge heads
+    if (st == EMBER_OK && !counts) st = EMBER_ERR_NOMEM;
+    if (st == EMBER_OK && s->sequence) {
+        const int64_t *off = s->san_off.p, *pos = s->san_pos.p;
+        const int32_t D = s->out_dim;
+        int64_t m = 0;
+        for (int32_t i = 0; i < s->ndp_features; i++) {
+            const int32_t f = s->dp_features[i];
+            for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++, m++)
+                for (int32_t d = 0; d < D; d++) gdp[m * D + d] = scale * grad_out[pos[j] * D + d];
+        }
+    } else if (st == EMBER_OK) {
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+        for (int32_t b = 0; b < B; b++) {
+            int32_t dc = 0;
+            for (int32_t i = 0; i < s->ndp_features; i++) {
+                const int32_t f = s->dp_features[i], D = s->tables[s->feature_table[f]].dim;
+                const float *src = grad_out + (size_t)b * s->out_dim + s->feature_col[f];
+                for (int32_t d = 0; d < D; d++) gdp[(size_t)b * s->dp_out_dim + dc + d] = scale * src[d];
+                dc += D;
+            }
+        }
+    }
+    if (st == EMBER_OK) st = ember__ebc_coalesce(s->dp, &s->dp_kjt, gdp, &s->dp_grad);
     EMBER_TRY(ember_comm_agree(c, st));
-    int64_t *nk = s->cnt, *ng = s->cnt + W;
-    EMBER_TRY(ember_comm_allgather_i64(c, g.n, nk));
-    EMBER_TRY(ember_comm_allgather_i64(c, g.goff[g.n], ng));
+    const ember__sparse_grad *g = &s->dp_grad;
+    int64_t *nk = counts, *ng = counts + W;
+    EMBER_TRY(ember_comm_allgather_i64(c, g->n, nk));
+    EMBER_TRY(ember_comm_allgather_i64(c, g->goff[g->n], ng));
     int64_t tk = 0, tg = 0;
     for (int32_t q = 0; q < W; q++) {
         tk += nk[q];
@@ -119,13 +150,25 @@ static ember_status exchange_and_apply(ember_sebc *s, const float *grad_dp) {
     // grads: gathered [tg], merged [tg].
     int64_t *keys = RESERVE(s, dp_keys, int64_t, 4 * tk + W + 1);
     float *grads = RESERVE(s, dp_grads, float, 2 * tg);
-    int64_t *order = RESERVE(s, dp_counts, int64_t, W);
-    st = keys && grads && order ? EMBER_OK : EMBER_ERR_NOMEM;
-    EMBER_TRY(ember_comm_agree(c, st));
-    int64_t *mkeys = keys + tk, *moff = keys + 2 * tk, *goffs = keys + 3 * tk + 1;
-    float *mgrads = grads + tg;
-    EMBER_TRY(ember_comm_allgatherv(c, g.key, g.n, keys, nk, sizeof(int64_t)));
-    EMBER_TRY(ember_comm_allgatherv(c, g.grad, g.goff[g.n], grads, ng, sizeof(float)));
+    return ember_comm_agree(c, keys && grads ? EMBER_OK : EMBER_ERR_NOMEM);
+}
+
+// Apply: the exchange, the merge and the update. Collective; allocates nothing.
+static ember_status backward_apply(ember_sebc *s) {
+    if (!s->dp) return EMBER_OK;
+    ember_comm *c = s->comm;
+    const int32_t W = s->W;
+    const ember__sparse_grad *g = &s->dp_grad;
+    int64_t *nk = s->dp_counts.p, *ng = nk + W, *head = nk + 2 * W; // head: next gathered index per rank
+    int64_t tk = 0, tg = 0;
+    for (int32_t q = 0; q < W; q++) {
+        tk += nk[q];
+        tg += ng[q];
+    }
+    int64_t *keys = s->dp_keys.p, *mkeys = keys + tk, *moff = keys + 2 * tk, *goffs = keys + 3 * tk + 1;
+    float *grads = s->dp_grads.p, *mgrads = grads + tg;
+    EMBER_TRY(ember_comm_allgatherv(c, g->key, g->n, keys, nk, sizeof(int64_t)));
+    EMBER_TRY(ember_comm_allgatherv(c, g->grad, g->goff[g->n], grads, ng, sizeof(float)));
     // Offsets of every gathered row's gradient: each rank's rows are laid out in its key order
     // with the width of the key's table.
     int64_t k = 0, go = 0;
@@ -138,7 +181,6 @@ static ember_status exchange_and_apply(ember_sebc *s, const float *grad_dp) {
     goffs[tk] = go;
     // Each rank's keys are sorted and unique: a W-way merge by repeated minimum, adding the
     // ranks' rows for equal keys in rank order.
-    int64_t *head = order; // [W] next gathered index per rank
     int64_t start = 0;
     for (int32_t q = 0; q < W; q++) {
         head[q] = start;
@@ -175,39 +217,7 @@ static ember_status exchange_and_apply(ember_sebc *s, const float *grad_dp) {
         nm++;
     }
     moff[nm] = mg;
-    return ember__ebc_apply(s->dp, mkeys, moff, mgrads, nm, NULL);
-}
-
-
-// The replicas' gradient: this rank's output slices of grad_out, scaled by the convention;
-// then the cross-rank exchange and the update.
-static ember_status backward_sync(ember_sebc *s, const float *grad_out) {
-    if (!s->dp) return EMBER_OK;
-    const int32_t B = s->batch;
-    const float scale = ember__grad_scale(s);
-    float *gdp = s->dp_out.p;
-    if (s->sequence) {
-        const int64_t *off = s->san_off.p, *pos = s->san_pos.p;
-        const int32_t D = s->out_dim;
-        int64_t m = 0;
-        for (int32_t i = 0; i < s->ndp_features; i++) {
-            const int32_t f = s->dp_features[i];
-            for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++, m++)
-                for (int32_t d = 0; d < D; d++) gdp[m * D + d] = scale * grad_out[pos[j] * D + d];
-        }
-    } else {
-#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-        for (int32_t b = 0; b < B; b++) {
-            int32_t dc = 0;
-            for (int32_t i = 0; i < s->ndp_features; i++) {
-                const int32_t f = s->dp_features[i], D = s->tables[s->feature_table[f]].dim;
-                const float *src = grad_out + (size_t)b * s->out_dim + s->feature_col[f];
-                for (int32_t d = 0; d < D; d++) gdp[(size_t)b * s->dp_out_dim + dc + d] = scale * src[d];
-                dc += D;
-            }
-        }
-    }
-    return exchange_and_apply(s, gdp);
+    return ember__ebc_apply(s->dp, mkeys, moff, mgrads, nm, NULL); // allocates nothing after coalesce
 }
 
 // Per rank: every id's pooling reads B * L rows; the touched rows' keys and gradients go to
@@ -222,5 +232,5 @@ static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L,
 const ember__scheme_ops ember__scheme_dp = {
     .scheme = EMBER_SHARD_DATA_PARALLEL, .name = "data_parallel", .short_name = "dp", .validate = validate,
     .cut = cut, .partial = 0, .plan_fields = 0, .bucket = bucket, .build_home = build_home, .home_forward = home_forward,
-    .backward_sync = backward_sync, .step_bytes = step_bytes,
+    .backward_prepare = backward_prepare, .backward_apply = backward_apply, .step_bytes = step_bytes,
 };

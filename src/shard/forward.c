@@ -15,7 +15,7 @@ static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
 
 // Owner side: the local KJT over every source's bags, with offsets (the unchecked pooling and
 // update take them as they are). Local feature k (route k) has Btot = sum_s B_s bags, source
-// s's at [boff_s, boff_s + B_s).
+// s's at [boff_s, boff_s + B_s). Its buffers were reserved before the forward wrote anything.
 static ember_status build_local(ember_sebc *s) {
     const int32_t W = s->W, nr = s->nroutes[s->rank];
     int64_t Btot = 0, nnz = 0;
@@ -131,6 +131,12 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         !RESERVE(s, rcv_w, float, nrecv) || !RESERVE(s, rcv_out, float, nout) ||
         !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
         !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
+        st = EMBER_ERR_NOMEM;
+    // The owner's local KJT too (build_local then allocates nothing): nothing below may fail for
+    // memory once `out` is written.
+    if (st == EMBER_OK && s->local && nr > 0 &&
+        (!RESERVE(s, loc_off, int64_t, (int64_t)nr * Btot + 1) || !RESERVE(s, loc_val, int64_t, nrecv) ||
+         !RESERVE(s, loc_w, float, nrecv)))
         st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
 

@@ -51,11 +51,15 @@ typedef struct ember__scheme_ops {
     int32_t (*bucket)(const ember__table_shards *ts, int64_t id);
     // Optional, for schemes that keep rank-local state instead of shards: creates it once the
     // shards and routes exist (local_cfg: the bounds and limits of the local collections),
-    // pools the ids that stay home into out (zeroed) during forward, and after the routed
-    // backward exchanges and applies their gradients (collective; grad_out as the caller gave it).
+    // pools the ids that stay home into out (zeroed) during forward, and in backward exchanges
+    // and applies their gradients in two collective steps: prepare computes and allocates
+    // everything without changing a table, given the rank's status so far, and returns the
+    // status every rank agreed on (grad_out as the caller gave it); apply, once every rank's
+    // prepare succeeded, exchanges and updates and allocates nothing.
     ember_status (*build_home)(ember_sebc *s, const ember_ebc_config *local_cfg);
     ember_status (*home_forward)(ember_sebc *s, float *out);
-    ember_status (*backward_sync)(ember_sebc *s, const float *grad_out);
+    ember_status (*backward_prepare)(ember_sebc *s, const float *grad_out, ember_status st);
+    ember_status (*backward_apply)(ember_sebc *s);
     // The planner's estimate: bytes each rank reads and sends per step for one table of the
     // plan p; B samples per rank, L ids per sample, row/out bytes of a stored/pooled row.
     void (*step_bytes)(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
@@ -156,6 +160,7 @@ struct ember_sebc {
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
     ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
     ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange
+    ember__sparse_grad dp_grad;                   // DP: this rank's coalesced gradient (backward)
     ember__buf ss_mine, ss_send, ss_recv;         // column-sliced row-wise optimizers: row sums of g^2
     ember_kjt local_kjt, dp_kjt;
     uint64_t bytes_last_step, bytes_at_forward;
@@ -175,6 +180,12 @@ static inline float ember__grad_scale(const ember_sebc *s) { return s->conv == E
 ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt);
 // Sequence outputs between the owner's local order and the per-source order (forward.c).
 void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir);
+
+// Converts every table t's storage to dtypes[t] at once (ember_sebc_convert_dtype, checkpoint
+// loads). Collective: every rank allocates its re-laid-out slabs first and the status (with `st`,
+// the caller's so far) is agreed on before any conversion: on failure no table changed anywhere.
+// Returns the agreed status.
+ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st);
 
 // Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
 // the replicas (its weights are dropped at home_forward if no rank sends weights).

@@ -268,15 +268,15 @@ ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t,
     const ember__scheme_ops *ops = ember__schemes[p->scheme];
     EMBER_TRY(check_plan_ranks(ctx, "ember_shard_rank_bytes", t, p));
     EMBER_TRY(ops->validate(ctx, t, p, W));
-    *weight_bytes = *state_bytes = 0;
     if (ops->build_home) { // a rank-local replica of the whole table on every rank
         ember_table_config_bytes(t, weight_bytes, state_bytes);
         return EMBER_OK;
     }
     const int32_t n = ops->cut(t, p, W, NULL);
     ember__shard *sh = ember__xalloc(ctx, sizeof(ember__shard) * (size_t)(n > 0 ? n : 1), "shard list");
-    if (!sh) return EMBER_ERR_NOMEM;
+    if (!sh) return EMBER_ERR_NOMEM; // the outputs as they were
     ops->cut(t, p, W, sh);
+    *weight_bytes = *state_bytes = 0;
     for (int32_t i = 0; i < n; i++) {
         if (sh[i].owner != rank) continue;
         ember_table_config piece = *t;

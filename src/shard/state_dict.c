@@ -138,17 +138,29 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     ember_status st = check(s, fn, table, tensor, src, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
+    const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
+    const int32_t dim = st == EMBER_OK ? s->tables[table].dim : 0;
+    // Every buffer before anything is written: the broadcast array, and one block of the largest
+    // piece this rank holds (a rank may hold several: all are written, or none).
+    int64_t most = 0;
+    for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
+        const ember__shard *sh = &ts->shards[i];
+        int32_t c0, w;
+        shard_cols(sh, cols, dim, &c0, &w);
+        if (sh->owner == s->rank && (sh->r1 - sh->r0) * w > most) most = (sh->r1 - sh->r0) * w;
+    }
     const unsigned char *full = src;
-    unsigned char *buf = NULL;
+    unsigned char *buf = NULL, *blk = NULL;
     if (st == EMBER_OK && root >= 0) {
         buf = ember__buf_reserve(s->ctx, &s->rcv_out, es * (size_t)(total + 1));
         if (!buf) st = EMBER_ERR_NOMEM;
         else if (root == s->rank) memcpy(buf, src, es * (size_t)total);
         full = buf;
     }
+    if (st == EMBER_OK && most > 0 && !(blk = ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)(most + 1))))
+        st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(s->comm, st));
     if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, es * (size_t)total, root));
-    const ember__table_shards *ts = &s->ts[table];
     ember_ebc *e;
     int32_t lt;
     if (ts->nshards == 0) { // replicated
@@ -156,22 +168,47 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
             st = ember_ebc_write(e, lt, tensor, 0, s->tables[table].rows, dtype, full);
         return ember_comm_agree(s->comm, st);
     }
-    const int32_t dim = s->tables[table].dim;
     for (int32_t i = 0; st == EMBER_OK && i < ts->nshards; i++) {
         const ember__shard *sh = &ts->shards[i];
         if (sh->owner != s->rank) continue;
         int32_t c0, w;
         shard_cols(sh, cols, dim, &c0, &w);
-        unsigned char *blk = ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)((sh->r1 - sh->r0) * w + 1));
-        if (!blk) {
-            st = EMBER_ERR_NOMEM;
-            break;
-        }
         for (int64_t r = sh->r0; r < sh->r1; r++)
             memcpy(blk + es * (size_t)((r - sh->r0) * w), full + es * (size_t)(r * cols + c0), es * (size_t)w);
         st = ember_ebc_write(s->local, sh->local_table, tensor, 0, sh->r1 - sh->r0, dtype, blk);
     }
     return ember_comm_agree(s->comm, st);
+}
+
+ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st) {
+    int change = 0;
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) change |= dtypes[t] != s->tables[t].dtype;
+    if (!change) return ember_comm_agree(s->comm, st); // the same answer on every rank: tables are global
+    // Every local table's new dtype: the shards' collection's [0, nl), the replicas' after them.
+    const int32_t nl = s->local ? s->local->T : 0, nd = s->dp ? s->dp->T : 0;
+    ember_dtype *local = ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)(nl + nd + 1), "dtype conversion");
+    ember__dtype_change lc = {local, 0, EMBER_DTYPE_F32, NULL, 0, NULL}, dc = lc;
+    dc.dtypes = local + nl;
+    if (!local) st = EMBER_ERR_NOMEM;
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) {
+        const ember__table_shards *ts = &s->ts[t];
+        if (ts->ops->build_home) local[nl + ts->dp_local] = dtypes[t];
+        for (int32_t i = 0; i < ts->nshards; i++)
+            if (ts->shards[i].owner == s->rank) local[ts->shards[i].local_table] = dtypes[t];
+    }
+    if (st == EMBER_OK && s->local) st = ember__ebc_convert_prepare(s->local, &lc);
+    if (st == EMBER_OK && s->dp) st = ember__ebc_convert_prepare(s->dp, &dc);
+    st = ember_comm_agree(s->comm, st);
+    if (st == EMBER_OK) {
+        if (s->local) ember__ebc_convert_commit(s->local, &lc);
+        if (s->dp) ember__ebc_convert_commit(s->dp, &dc);
+        for (int32_t t = 0; t < s->T; t++) s->tables[t].dtype = dtypes[t];
+    } else {
+        if (s->local) ember__ebc_convert_abort(s->local, &lc);
+        if (s->dp) ember__ebc_convert_abort(s->dp, &dc);
+    }
+    ember__free(s->ctx, local);
+    return st;
 }
 
 ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype) {
@@ -182,12 +219,13 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
                           (int)table, (int)s->T);
     else if (dtype < EMBER_DTYPE_F32 || dtype > EMBER_DTYPE_BF16)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: unknown dtype %d", (int)dtype);
-    EMBER_TRY(ember_comm_agree(s->comm, st));
-    ember_ebc *e;
-    int32_t lt;
-    for (int32_t i = 0; st == EMBER_OK && ember__piece(s, table, i, &e, &lt); i++) st = ember_ebc_convert_dtype(e, lt, dtype);
-    if (st == EMBER_OK) s->tables[table].dtype = dtype;
-    return ember_comm_agree(s->comm, st);
+    ember_dtype *dtypes = st == EMBER_OK ? ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)s->T, "dtype conversion")
+                                         : NULL;
+    if (st == EMBER_OK && !dtypes) st = EMBER_ERR_NOMEM;
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) dtypes[t] = t == table ? dtype : s->tables[t].dtype;
+    st = ember__sebc_convert_dtypes(s, dtypes, st);
+    ember__free(s->ctx, dtypes);
+    return st;
 }
 
 // ---- Pieces (shard.h): this rank's blocks of a table, read and written in place ---------------

@@ -1,6 +1,7 @@
 // Checkpoint directories (include/ember/state.h): every rank streams the pieces it holds into its
 // own file, record by record; rank 0 commits the manifest; loading reads the records overlapping
-// each piece a rank holds. Only the public API of the collection (pieces, steps, dtypes) is used.
+// each piece a rank holds. The public API of the collection (pieces, steps, dtypes) is used, and
+// one internal call: converting every table's dtype at once, all or nothing.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -14,6 +15,7 @@
 
 #include "ember/shard.h"
 #include "ember/state.h"
+#include "shard/internal.h"
 #include "state/durable.h"
 
 #define TRY(expr)                        \
@@ -571,8 +573,11 @@ static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *genera
         return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: '%s' is not a directory", dir);
     // The highest generation named by the manifest or by any data file (a killed save's leftovers
     // included), so a new generation never reuses a name.
+    // No readable manifest is no previous checkpoint; being out of memory fails the save.
     ember_checkpoint *c = NULL;
-    if (ember_checkpoint_open(ctx, dir, &c) == EMBER_OK) *generation = c->generation;
+    const ember_status st = ember_checkpoint_open(ctx, dir, &c);
+    if (st == EMBER_ERR_NOMEM) return st;
+    if (st == EMBER_OK) *generation = c->generation;
     else ember_ctx_clear_error(ctx);
     ember_checkpoint_close(c);
     DIR *d = opendir(dir);
@@ -786,7 +791,11 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_c
     TRY(ember_comm_bcast(comm, &generation, sizeof generation, 0));
     generation++;
     int64_t *steps = ember_ctx_alloc(ctx, sizeof(int64_t) * (size_t)(T ? T : 1));
-    TRY(ember_comm_agree(comm, steps ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "%s: cannot allocate", fn)));
+    st = ember_comm_agree(comm, steps ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "%s: cannot allocate", fn));
+    if (st != EMBER_OK) {
+        ember_ctx_free(ctx, steps); // another rank failed
+        return st;
+    }
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) st = ember_sebc_step(s, t, &steps[t]);
 
     // 1. Every rank's records, durable under their final names (unreferenced until the commit).
@@ -807,10 +816,15 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_c
     int64_t *counts = st == EMBER_OK ? ember_ctx_alloc(ctx, sizeof(int64_t) * (size_t)W) : NULL;
     wrote *all = NULL;
     int64_t total = 0;
-    if (st == EMBER_OK) st = ember_comm_agree(comm, counts ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK)
+        st = ember_comm_agree(comm, counts ? EMBER_OK : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "%s: cannot allocate", fn));
     if (st == EMBER_OK) st = ember_comm_allgather_i64(comm, w.n * (int64_t)sizeof(wrote), counts);
     for (int32_t r = 0; st == EMBER_OK && r < W; r++) total += counts[r];
-    if (st == EMBER_OK) st = ember_comm_agree(comm, (all = ember_ctx_alloc(ctx, (size_t)total + 1)) ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK)
+        st = ember_comm_agree(comm, (all = ember_ctx_alloc(ctx, (size_t)total + 1))
+                                        ? EMBER_OK
+                                        : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "%s: cannot allocate %" PRId64
+                                                              " bytes for the records' list", fn, total + 1));
     if (st == EMBER_OK) st = ember_comm_allgatherv(comm, w.list, w.n * (int64_t)sizeof(wrote), all, counts, 1);
 
     // 3. The commit: rank 0 replaces manifest.json.
@@ -949,14 +963,18 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
             chunk = row > chunk ? row : chunk;
         }
     void *rec_buf = NULL, *dst_buf = NULL;
-    if (st == EMBER_OK && (!(rec_buf = ember_ctx_alloc(ctx, (size_t)most)) || !(dst_buf = ember_ctx_alloc(ctx, chunk))))
+    ember_dtype *dtypes = NULL;
+    if (st == EMBER_OK && (!(rec_buf = ember_ctx_alloc(ctx, (size_t)most)) || !(dst_buf = ember_ctx_alloc(ctx, chunk)) ||
+                           !(dtypes = ember_ctx_alloc(ctx, sizeof(ember_dtype) * (size_t)(T ? T : 1)))))
         st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate %" PRIu64 " + %zu bytes",
                                  most, chunk);
-    st = ember_comm_agree(comm, st);
+    // The stored dtypes, every table at once (the one step that allocates once tables change:
+    // all of it before the first write, agreed on by every rank).
+    for (int32_t t = 0; t < T && st == EMBER_OK; t++) dtypes[t] = c->tables[index[t]].dtype;
+    st = ember__sebc_convert_dtypes(s, dtypes, st);
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
         const ck_table *x = &c->tables[index[t]];
         const ember_table_config *tc = ember_sebc_table(s, t);
-        if (tc->dtype != x->dtype) st = ember_sebc_convert_dtype(s, t, x->dtype);
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t nt = ember_table_tensors(tc, ti);
         for (int32_t i = 0; i < ember_sebc_num_pieces(s, t) && st == EMBER_OK; i++)
@@ -967,6 +985,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     }
     ember_ctx_free(ctx, rec_buf);
     ember_ctx_free(ctx, dst_buf);
+    ember_ctx_free(ctx, dtypes);
     ember_ctx_free(ctx, index);
     ember_checkpoint_close(c);
     return st;

@@ -257,20 +257,28 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                            float *grad_weights) {
     ember__segments s;
-    EMBER_TRY(build_segments(ebc, kjt, &s));
-    float *scratch = row_scratch(ebc);
-    if (!scratch) return EMBER_ERR_NOMEM;
-    // From here on nothing can fail: the update is all or nothing.
-    if (grad_weights) weight_grads(ebc, &s, grad_out, grad_weights, scratch);
-    begin_step(ebc, s.step);
+    EMBER_TRY(ember__ebc_backward_prepare(ebc, kjt, &s));
+    ember__ebc_backward_apply(ebc, &s, grad_out, grad_weights);
+    return EMBER_OK;
+}
+
+ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
+    EMBER_TRY(build_segments(ebc, kjt, s));
+    return row_scratch(ebc) ? EMBER_OK : EMBER_ERR_NOMEM;
+}
+
+void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
+    float *scratch = ebc->ws[WS_ROWBUF].p; // reserved by prepare
+    // Nothing here can fail: the update is all or nothing.
+    if (grad_weights) weight_grads(ebc, s, grad_out, grad_weights, scratch);
+    begin_step(ebc, s->step);
     const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++) {
         float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
-        ebc->kern->update_segments(ebc, &s, grad_out, ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c, nc),
-                        ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
+        ebc->kern->update_segments(ebc, s, grad_out, ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c, nc),
+                                   ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
     }
-    return EMBER_OK;
 }
 
 ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
@@ -279,7 +287,8 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
     EMBER_TRY(build_segments(ebc, kjt, &s));
     int64_t *goff = ember__ws_get(ebc, WS_GOFF, sizeof(int64_t) * (size_t)(s.u + 1));
     int64_t *ukey = ember__ws_get(ebc, WS_UKEY, sizeof(int64_t) * (size_t)(s.u > 0 ? s.u : 1));
-    if (!goff || !ukey) return EMBER_ERR_NOMEM;
+    // And ember__ebc_apply's rows (its step constants go in WS_TAB, which build_segments sized).
+    if (!goff || !ukey || !row_scratch(ebc)) return EMBER_ERR_NOMEM;
     goff[0] = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         const ember__table *tb = &ebc->tables[t];

@@ -127,6 +127,11 @@ void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
     }
 }
 
+// Bytes of table tb's weights in the slab in dtype dt (each table starts 64-byte aligned).
+static size_t weight_block(const ember__table *tb, ember_dtype dt) {
+    return ((size_t)tb->cfg.rows * (size_t)tb->cfg.dim * ember__dtype_size(dt) + 63) & ~(size_t)63;
+}
+
 // Lays out the weight slab for the tables' current dtypes; returns its size.
 static size_t layout_weights(ember_ebc *ebc) {
     size_t off = 0;
@@ -134,7 +139,7 @@ static size_t layout_weights(ember_ebc *ebc) {
         ember__table *tb = &ebc->tables[t];
         tb->row_bytes = (size_t)tb->cfg.dim * ember__dtype_size(tb->cfg.dtype);
         tb->weight_offset = off;
-        off += ((size_t)tb->cfg.rows * tb->row_bytes + 63) & ~(size_t)63;
+        off += weight_block(tb, tb->cfg.dtype);
     }
     return off;
 }
@@ -449,59 +454,76 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     return EMBER_OK;
 }
 
+// The dtype table t has after the change.
+static ember_dtype new_dtype(const ember_ebc *ebc, const ember__dtype_change *c, int32_t t) {
+    return c->dtypes ? c->dtypes[t] : t == c->table ? c->dtype : ebc->tables[t].cfg.dtype;
+}
+
+ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c) {
+    c->slab = NULL;
+    c->row = NULL;
+    c->bytes = 0;
+    int change = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        c->bytes += weight_block(&ebc->tables[t], new_dtype(ebc, c, t));
+        change |= new_dtype(ebc, c, t) != ebc->tables[t].cfg.dtype;
+    }
+    if (!change) return EMBER_OK;
+    c->slab = ember__alloc_slab(ebc->ctx, c->bytes, "embedding weights");
+    c->row = c->slab ? ember__xalloc(ebc->ctx, sizeof(float) * (size_t)ebc->max_dim, "dtype conversion") : NULL;
+    if (c->row) return EMBER_OK;
+    ember__ebc_convert_abort(ebc, c);
+    return EMBER_ERR_NOMEM;
+}
+
+void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
+    if (!c->slab) return; // no dtype changes
+    // The slab is re-laid out for the new dtypes and every table copied over: there is one
+    // storage before and after, never a second copy that could drift.
+    size_t off = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        const ember_dtype dt = new_dtype(ebc, c, t);
+        const size_t rb = (size_t)tb->cfg.dim * ember__dtype_size(dt);
+        const unsigned char *src = ebc->slab + tb->weight_offset;
+        unsigned char *dst = c->slab + off;
+        if (dt == tb->cfg.dtype) {
+            memcpy(dst, src, (size_t)tb->cfg.rows * rb);
+        } else {
+            for (int64_t r = 0; r < tb->cfg.rows; r++) {
+                ember__load_row(tb->cfg.dtype, src + (size_t)r * tb->row_bytes, c->row, tb->cfg.dim);
+                ember__store_row(dt, dst + (size_t)r * rb, c->row, tb->cfg.dim);
+            }
+        }
+        tb->cfg.dtype = dt;
+        tb->weight_offset = off;
+        tb->row_bytes = rb;
+        off += weight_block(tb, dt);
+    }
+    ember__free_slab(ebc->ctx, ebc->slab);
+    ebc->slab = c->slab;
+    ebc->slab_bytes = c->bytes;
+    ember__free(ebc->ctx, c->row);
+    c->slab = NULL;
+    c->row = NULL;
+}
+
+void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c) {
+    ember__free_slab(ebc->ctx, c->slab);
+    ember__free(ebc->ctx, c->row);
+    c->slab = NULL;
+    c->row = NULL;
+}
+
 ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype dtype) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_ebc_convert_dtype";
     EMBER_TRY(check_table(ebc, fn, table));
     EMBER_CHECK(ebc->ctx, dtype >= EMBER_DTYPE_F32 && dtype <= EMBER_DTYPE_BF16, EMBER_ERR_INVALID_ARG,
                 "%s: unknown dtype %d", fn, (int)dtype);
-    ember__table *tb = &ebc->tables[table];
-    if (tb->cfg.dtype == dtype) return EMBER_OK;
-    // The slab is re-laid out for the new dtype and every table copied over: there is one
-    // storage before and after, never a second copy that could drift.
-    ember_dtype old_dtype = tb->cfg.dtype;
-    size_t old_offset[64], *offs = old_offset;
-    size_t old_row_bytes[64], *rbs = old_row_bytes;
-    size_t *heap = NULL;
-    if (ebc->T > 64) {
-        heap = ember__xalloc(ebc->ctx, sizeof(size_t) * 2 * (size_t)ebc->T, "dtype conversion");
-        if (!heap) return EMBER_ERR_NOMEM;
-        offs = heap;
-        rbs = heap + ebc->T;
-    }
-    for (int32_t t = 0; t < ebc->T; t++) {
-        offs[t] = ebc->tables[t].weight_offset;
-        rbs[t] = ebc->tables[t].row_bytes;
-    }
-    tb->cfg.dtype = dtype;
-    size_t bytes = layout_weights(ebc);
-    unsigned char *slab = ember__alloc_slab(ebc->ctx, bytes, "embedding weights");
-    float *row = slab ? ember__xalloc(ebc->ctx, sizeof(float) * (size_t)ebc->max_dim, "dtype conversion") : NULL;
-    if (!slab || !row) {
-        ember__free_slab(ebc->ctx, slab);
-        tb->cfg.dtype = old_dtype;
-        layout_weights(ebc);
-        ember__free(ebc->ctx, heap);
-        return EMBER_ERR_NOMEM;
-    }
-    for (int32_t t = 0; t < ebc->T; t++) {
-        ember__table *u = &ebc->tables[t];
-        const unsigned char *src = ebc->slab + offs[t];
-        unsigned char *dst = slab + u->weight_offset;
-        if (t != table) {
-            memcpy(dst, src, (size_t)u->cfg.rows * u->row_bytes);
-            continue;
-        }
-        for (int64_t r = 0; r < u->cfg.rows; r++) {
-            ember__load_row(old_dtype, src + (size_t)r * rbs[t], row, u->cfg.dim);
-            ember__store_row(dtype, dst + (size_t)r * u->row_bytes, row, u->cfg.dim);
-        }
-    }
-    ember__free_slab(ebc->ctx, ebc->slab);
-    ebc->slab = slab;
-    ebc->slab_bytes = bytes;
-    ember__free(ebc->ctx, row);
-    ember__free(ebc->ctx, heap);
+    ember__dtype_change c = {NULL, table, dtype, NULL, 0, NULL};
+    EMBER_TRY(ember__ebc_convert_prepare(ebc, &c));
+    ember__ebc_convert_commit(ebc, &c);
     return EMBER_OK;
 }
 

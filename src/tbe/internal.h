@@ -103,10 +103,45 @@ void ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *o
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                            float *grad_weights);
 
+typedef struct ember__optim_step ember__optim_step; // tbe/kernels.h
+
+// Where an entry's gradient comes from (backward.c builds the entries).
+enum ember__item_kind {
+    EMBER__ITEM_BAG = 0,        // pooled, unweighted: item = bag
+    EMBER__ITEM_POS_POOLED = 1, // pooled, weighted: item = position, bag_of[position] = bag
+    EMBER__ITEM_POS_SEQ = 2,    // sequence (NONE): item = position = output row
+};
+
+// The sorted entries of one backward call: segment k is the run of entries of one touched row.
+typedef struct ember__segments {
+    const ember_kjt *kjt;
+    const int64_t *off;       // [F*B+1]
+    enum ember__item_kind kind;
+    int64_t m;                // kept ids (entries)
+    int64_t u;                // unique rows (segments)
+    const int64_t *row;       // [m] row of each entry; sorted by (table, row)
+    const int64_t *item;      // [m] gradient source; ascending position within a row
+    const int64_t *seg;       // [u+1] first entry of each segment; seg[u] = m
+    const int64_t *tseg;      // [T+1] first segment of each table
+    const float *bag_c;       // [F*B] c_bag: 1 (SUM) or 1/|I| (MEAN)
+    const int64_t *bag_goff;  // [F*B] float offset of bag (f, b)'s slice of dL/dy: b*out_dim + col_f
+    const int64_t *bag_of;    // [nnz] bag of each position (ITEM_POS_POOLED only)
+    ember__optim_step *step;  // [T] per-table step constants
+} ember__segments;
+
+// The unchecked backward in two steps, for a caller that must know every allocation succeeded
+// before any table changes (the sharded collection agrees on it across ranks): prepare sorts
+// the entries into *s and reserves all the workspace the update needs (EMBER_OK or
+// EMBER_ERR_NOMEM; nothing changes); apply then counts the step and updates the rows, and
+// allocates nothing. Nothing else may use the collection's workspace in between.
+ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s);
+void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights);
+
 // Validates kjt and grad_out (finite) the way backward does, without changing anything.
 ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *caller, const ember_kjt *kjt,
                                        const float *grad_out);
-// The coalesced gradient of a validated KJT (duplicates summed in value order).
+// The coalesced gradient of a validated KJT (duplicates summed in value order). It also
+// reserves the workspace ember__ebc_apply needs: an apply after it allocates nothing.
 ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                  ember__sparse_grad *out);
 // Applies one optimizer update per row of `g` (keys sorted, unique) and advances every table's
@@ -120,6 +155,24 @@ ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t 
 ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out);
 // Table index of a key (binary search over key_base).
 int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key);
+
+// A change of weight dtypes in two steps, for callers that must know the allocation succeeded
+// before anything changes (the sharded collection agrees on it across ranks): prepare allocates
+// the slab re-laid out for the new dtypes (EMBER_OK or EMBER_ERR_NOMEM, nothing changes; nothing
+// is allocated when no dtype changes), commit converts into it and cannot fail, abort frees it.
+// Table t's new dtype is dtypes[t] (borrowed until commit), or with dtypes NULL: `dtype` for
+// table `table`, the others keep theirs.
+typedef struct ember__dtype_change {
+    const ember_dtype *dtypes;
+    int32_t table;
+    ember_dtype dtype;
+    unsigned char *slab; // prepared: the new slab (NULL: no change)
+    size_t bytes;
+    float *row;          // prepared: one row of max_dim floats
+} ember__dtype_change;
+ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c);
+void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c);
+void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c);
 
 // Workspace slot `slot` with at least `bytes`; NULL + NOMEM error on failure.
 void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes);

@@ -34,30 +34,6 @@ typedef struct ember__bag_run {
     int resolve_ids;           // some id of the call is outside its table (CLAMP/SKIP)
 } ember__bag_run;
 
-// Where an entry's gradient comes from (backward.c builds the entries).
-enum ember__item_kind {
-    EMBER__ITEM_BAG = 0,        // pooled, unweighted: item = bag
-    EMBER__ITEM_POS_POOLED = 1, // pooled, weighted: item = position, bag_of[position] = bag
-    EMBER__ITEM_POS_SEQ = 2,    // sequence (NONE): item = position = output row
-};
-
-// The sorted entries of one backward call: segment k is the run of entries of one touched row.
-typedef struct ember__segments {
-    const ember_kjt *kjt;
-    const int64_t *off;       // [F*B+1]
-    enum ember__item_kind kind;
-    int64_t m;                // kept ids (entries)
-    int64_t u;                // unique rows (segments)
-    const int64_t *row;       // [m] row of each entry; sorted by (table, row)
-    const int64_t *item;      // [m] gradient source; ascending position within a row
-    const int64_t *seg;       // [u+1] first entry of each segment; seg[u] = m
-    const int64_t *tseg;      // [T+1] first segment of each table
-    const float *bag_c;       // [F*B] c_bag: 1 (SUM) or 1/|I| (MEAN)
-    const int64_t *bag_goff;  // [F*B] float offset of bag (f, b)'s slice of dL/dy: b*out_dim + col_f
-    const int64_t *bag_of;    // [nnz] bag of each position (ITEM_POS_POOLED only)
-    ember__optim_step *step;  // [T] per-table step constants
-} ember__segments;
-
 // Gradient source of entry e: the dL/dy row it contributed to and its scale s_j = w_j * c_bag.
 static inline const float *ember__entry_grad(const ember_ebc *ebc, const ember__segments *s, const float *grad_out,
                                              int64_t e, float *sc) {
