@@ -720,18 +720,18 @@ static void comm_teardown(void *fx) {
     f->c = NULL;
 }
 
-// ember_comm_create fails alike on every rank when every rank's k-th allocation fails. A failure
-// on one rank alone is not swept: that rank returns before MPI_Comm_dup, which the others enter
-// (src/comm/comm.c allocates before it duplicates and agrees on nothing afterwards).
-static void comm_create_every_rank_failing(void **state) {
+// ember_comm_create agrees on its allocations before it duplicates the communicator: a failure
+// on any one rank, and on every rank at once, fails every rank alike (4 sites: the object, the
+// counts, the watchdog's two arrays).
+static void comm_create_fails_alike(void **state) {
     (void)state;
     env e;
     env_open(&e);
     comm_fx f = {&e, NULL};
-    const fail_sequence q = {"comm_create (every rank failing)", comm_setup, comm_run, comm_snap, comm_teardown};
+    const fail_sequence q = {"comm_create", comm_setup, comm_run, comm_snap, comm_teardown};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, sweep_ranks(&e, &q, &f, -1) == 4);
     fail_sweep_result r = fail_alloc_sweep(&q, &f, e.ctx, &e.fa, MPI_COMM_WORLD, -1);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, r.ok && r.sites == 2);
-    if (R == 0) printf("  %-44s %3lld allocation sites\n", q.name, (long long)r.sites);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, r.ok && r.sites == 4);
     env_close(&e);
 }
 
@@ -764,7 +764,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &R);
     const char *only = argc > 1 ? argv[1] : "";
     struct CMUnitTest all[] = {
-        cmocka_unit_test(comm_create_every_rank_failing),
+        cmocka_unit_test(comm_create_fails_alike),
         cmocka_unit_test(sebc_create_every_layout),
         cmocka_unit_test(sebc_forward_every_layout),
         cmocka_unit_test(sebc_backward_every_layout),
