@@ -142,10 +142,12 @@ static bool check_manifest(const input *in, const cJSON *root) {
         cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(t, "tensors")) {
             cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(k, "records")) {
                 int64_t r0, r1, c0, c1;
-                FUZZ_REQUIRE(json_pair(r, "rows", &r0, &r1) && json_pair(r, "cols", &c0, &c1), "an accepted record without ranges");
+                FUZZ_REQUIRE(json_pair(r, "rows", &r0, &r1) && json_pair(r, "cols", &c0, &c1),
+                             "an accepted record without ranges");
                 for (q = r->next; q; q = q->next) {
                     int64_t s0, s1, d0, d1;
-                    FUZZ_REQUIRE(json_pair(q, "rows", &s0, &s1) && json_pair(q, "cols", &d0, &d1), "an accepted record without ranges");
+                    FUZZ_REQUIRE(json_pair(q, "rows", &s0, &s1) && json_pair(q, "cols", &d0, &d1),
+                                 "an accepted record without ranges");
                     FUZZ_REQUIRE(!(r0 < s1 && s0 < r1 && c0 < d1 && d0 < c1),
                                  "open accepted records overlapping: rows [%" PRId64 ", %" PRId64 ") cols [%" PRId64
                                  ", %" PRId64 ") and rows [%" PRId64 ", %" PRId64 ") cols [%" PRId64 ", %" PRId64 ")",
@@ -187,12 +189,13 @@ static bool table_matches(const ember_checkpoint *c, const cJSON *root, int32_t 
         if (cJSON_GetArraySize(tensors) != nt) return false;
         for (int32_t k = 0; k < nt; k++) {
             const cJSON *x = cJSON_GetArrayItem(tensors, k);
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name"), *dt = cJSON_GetObjectItemCaseSensitive(x, "dtype");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
+            const cJSON *dt = cJSON_GetObjectItemCaseSensitive(x, "dtype");
             int64_t cols;
             ember_dtype d;
-            if (!cJSON_IsString(name) || strcmp(name->valuestring, ti[k].name) != 0 || !json_int(x, "cols", 1, INT32_MAX, &cols) ||
-                cols != ti[k].cols || !cJSON_IsString(dt) || ember_dtype_parse(dt->valuestring, &d) != 0 ||
-                d != (k == 0 ? info.dtype : EMBER_DTYPE_F32))
+            if (!cJSON_IsString(name) || strcmp(name->valuestring, ti[k].name) != 0 ||
+                !json_int(x, "cols", 1, INT32_MAX, &cols) || cols != ti[k].cols || !cJSON_IsString(dt) ||
+                ember_dtype_parse(dt->valuestring, &d) != 0 || d != (k == 0 ? info.dtype : EMBER_DTYPE_F32))
                 return false;
         }
         return true;
@@ -234,7 +237,8 @@ static void check_loaded(ember_sebc *s, const input *in, const cJSON *root, int3
             const uint8_t *p = extent(in, r, &bytes);
             FUZZ_REQUIRE(p && json_pair(r, "rows", &r0, &r1) && json_pair(r, "cols", &c0, &c1), "a loaded record");
             const size_t w = (size_t)(c1 - c0) * es;
-            for (int64_t i = r0; i < r1; i++) memcpy(want + (size_t)i * row + (size_t)c0 * es, p + (size_t)(i - r0) * w, w);
+            for (int64_t i = r0; i < r1; i++)
+                memcpy(want + (size_t)i * row + (size_t)c0 * es, p + (size_t)(i - r0) * w, w);
         }
         FUZZ_REQUIRE(ember_sebc_read_as(s, t, name, d, have, -1) == EMBER_OK, "read_as %s %s", CK_NAMES[t], name);
         for (size_t i = 0; i < n; i++)
@@ -287,7 +291,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                      "%d tables and %d blobs", (int)nt, (int)nb);
         FUZZ_REQUIRE(ember_checkpoint_generation(c) == gen && ember_checkpoint_world_size(c) >= 1, "generation");
         ember_checkpoint_table info;
-        for (int32_t i = 0; i < nt; i++) FUZZ_REQUIRE(ember_checkpoint_table_info(c, i, &info) == EMBER_OK, "table %d", (int)i);
+        for (int32_t i = 0; i < nt; i++)
+            FUZZ_REQUIRE(ember_checkpoint_table_info(c, i, &info) == EMBER_OK, "table %d", (int)i);
         FUZZ_REQUIRE(ember_checkpoint_table_info(c, nt, &info) == EMBER_ERR_INVALID_ARG, "table past the end");
         for (int32_t i = 0; i < nb; i++) {
             const char *name = NULL;
@@ -309,8 +314,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 first = strcmp(other, name) != 0;
             }
             if (first) {
-                FUZZ_REQUIRE((st == EMBER_OK) == readable(&in, bj) || bytes == 0, "read_blob '%s': %s", name, ember_status_name(st));
-                if (st == EMBER_OK) FUZZ_REQUIRE(got == bytes && (bytes == 0 || memcmp(buf, p, bytes) == 0), "blob '%s' content", name);
+                FUZZ_REQUIRE((st == EMBER_OK) == readable(&in, bj) || bytes == 0, "read_blob '%s': %s", name,
+                             ember_status_name(st));
+                if (st == EMBER_OK)
+                    FUZZ_REQUIRE(got == bytes && (bytes == 0 || memcmp(buf, p, bytes) == 0), "blob '%s' content", name);
             }
             free(buf);
         }

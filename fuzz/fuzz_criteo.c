@@ -153,7 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     criteo_config cfg = {path, rows, 0, 1, G, first_line, max_lines, mode};
     criteo_reader *rd = NULL;
     dlrm_batch b;
-    if (criteo_open(ctx, &cfg, &rd) != EMBER_OK || dlrm_batch_create(ctx, (int32_t)G, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b) != EMBER_OK)
+    if (criteo_open(ctx, &cfg, &rd) != EMBER_OK ||
+        dlrm_batch_create(ctx, (int32_t)G, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b) != EMBER_OK)
         abort();
     run one = {0};
     read_all(rd, &b, rows, G, MAX_BATCHES, &one);
@@ -177,14 +178,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else {
             run again = {0};
             for (int32_t i = 0; i < b.size; i++) push(&again, &b, i);
-            FUZZ_REQUIRE(!eof && again.n == one.first[k + 1] - one.first[k] && same(&again, 0, &one, one.first[k], again.n),
+            FUZZ_REQUIRE(!eof && again.n == one.first[k + 1] - one.first[k] &&
+                             same(&again, 0, &one, one.first[k], again.n),
                          "batch %lld after seek differs", (long long)k);
             run_free(&again);
         }
         FUZZ_REQUIRE(criteo_rewind(rd) == EMBER_OK, "rewind");
         run again = {0};
         read_all(rd, &b, rows, G, one.batches, &again);
-        FUZZ_REQUIRE(again.st == EMBER_OK && again.batches == one.batches && again.n == one.n && same(&again, 0, &one, 0, one.n),
+        FUZZ_REQUIRE(again.st == EMBER_OK && again.batches == one.batches && again.n == one.n &&
+                         same(&again, 0, &one, 0, one.n),
                      "the second epoch differs");
         FUZZ_REQUIRE(criteo_get_stats(rd)->malformed == one.malformed, "malformed lines counted twice");
         run_free(&again);
@@ -226,7 +229,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     at += n;
                 }
                 FUZZ_REQUIRE(at == one.first[k + 1], "batch %lld: the ranks hold %lld samples, world 1 %lld",
-                             (long long)k, (long long)(at - one.first[k]), (long long)(one.first[k + 1] - one.first[k]));
+                             (long long)k, (long long)(at - one.first[k]),
+                             (long long)(one.first[k + 1] - one.first[k]));
             }
             FUZZ_REQUIRE(malformed == one.malformed, "the ranks counted %lld malformed lines, world 1 %lld",
                          (long long)malformed, (long long)one.malformed);

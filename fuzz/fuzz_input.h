@@ -106,7 +106,8 @@ static inline void fuzz_dir_remove(void) {
 static inline const char *fuzz_dir(const char *tag) {
     if (fuzz_dir_path[0]) return fuzz_dir_path;
     const char *base = getenv("EMBER_FUZZ_TMP");
-    if (!base || !*base) base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (!base || !*base) base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
     snprintf(fuzz_dir_path, sizeof fuzz_dir_path, "%s/ember-fuzz-%s-XXXXXX", base, tag);
     if (!mkdtemp(fuzz_dir_path)) {
         fuzz_dir_path[0] = '\0';

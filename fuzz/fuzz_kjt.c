@@ -157,14 +157,15 @@ static void check_forward(const ember_kjt *k, ember_bounds_mode mode, ember_stat
                     for (int32_t d = 0; d < EBC_DIMS[t]; d++) y[d] /= (double)counted, m[d] /= (double)counted;
                 // fp32 products and a running fp32 sum of n terms: error <= (n + 1) u sum|terms|
                 // (u = 2^-24), doubled; the mean's division adds one rounding more.
-                for (int32_t d = 0; d < EBC_DIMS[t]; d++) m[d] = m[d] > 1e37 ? INFINITY : m[d] * (double)(counted + 3) * 0x1p-23;
+                for (int32_t d = 0; d < EBC_DIMS[t]; d++)
+                    m[d] = m[d] > 1e37 ? INFINITY : m[d] * (double)(counted + 3) * 0x1p-23;
             }
         }
         // Sums whose terms reach float's range may overflow on the way, and are not compared.
         for (int64_t i = 0; i < (int64_t)B * sum_dims; i++) {
             if (isinf(mag[i])) continue;
-            FUZZ_REQUIRE(fabs((double)out[i] - ref[i]) <= mag[i] + 1e-37, "output %lld: %.9g, expected %.9g (bound %.3g)",
-                         (long long)i, (double)out[i], ref[i], mag[i]);
+            FUZZ_REQUIRE(fabs((double)out[i] - ref[i]) <= mag[i] + 1e-37,
+                         "output %lld: %.9g, expected %.9g (bound %.3g)", (long long)i, (double)out[i], ref[i], mag[i]);
         }
     }
     free(out);
