@@ -459,3 +459,8 @@ int ckpt_bench_main(int argc, char **argv) {
     const int p = parse(argc, argv, &o);
     return bench_mpi_main(p, usage, run_opts, &o);
 }
+
+int ckpt_bench_parse_only(int argc, char **argv) {
+    opts o;
+    return parse(argc, argv, &o);
+}

@@ -15,5 +15,7 @@
 // argv[0] is the command name. Initialises and finalises MPI itself. Returns the exit status:
 // 0 ok, 1 a failure or a residual other than 0, 2 bad usage.
 int ckpt_bench_main(int argc, char **argv);
+// fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.
+int ckpt_bench_parse_only(int argc, char **argv);
 
 #endif

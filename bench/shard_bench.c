@@ -226,3 +226,8 @@ int shard_bench_main(int argc, char **argv) {
     int p = parse(argc, argv, &o);
     return bench_mpi_main(p, usage, run_all, &o);
 }
+
+int shard_bench_parse_only(int argc, char **argv) {
+    opts o;
+    return parse(argc, argv, &o);
+}

@@ -143,50 +143,71 @@ static ember_status info_dir(ember_ctx *ctx, const char *dir, bool verify) {
     return info(ctx, path, verify);
 }
 
-int cmd_ckpt(int argc, char **argv) {
+// Parses `info [--verify] DIR`. Returns 0 (run: *dir and *verify set), 1 (--help) or 2 (bad
+// usage: err holds the whole message).
+static int parse(int argc, char **argv, const char **dir, bool *verify, char *err, size_t cap) {
     static const struct option lo[] = {
         {"verify", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    const bool speak = cli_launcher_rank() == 0;
-    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        if (speak) fputs(help, stdout);
-        return 0;
-    }
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) return 1;
     if (argc < 2 || strcmp(argv[1], "info") != 0) {
-        if (speak) {
-            fprintf(stderr, "ember ckpt: %s%s%s (try 'ember ckpt --help')\n", argc < 2 ? "expected a command: info" : "unknown command '",
-                    argc < 2 ? "" : argv[1], argc < 2 ? "" : "', expected info");
-        }
+        snprintf(err, cap, "ember ckpt: %s%s%s (try 'ember ckpt --help')", argc < 2 ? "expected a command: info" : "unknown command '",
+                 argc < 2 ? "" : argv[1], argc < 2 ? "" : "', expected info");
         return 2;
     }
     argc--;
     argv++;
-    bool verify = false;
+    *verify = false;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         if (c == 'v') {
-            verify = true;
+            *verify = true;
         } else if (c == 'h') {
-            if (speak) fputs(help, stdout);
-            return 0;
+            return 1;
         } else {
-            if (speak) fprintf(stderr, "ember ckpt info: unknown option '%s' (try 'ember ckpt --help')\n", argv[optind - 1]);
+            snprintf(err, cap, "ember ckpt info: unknown option '%s' (try 'ember ckpt --help')", argv[optind - 1]);
             return 2;
         }
     }
     if (optind != argc - 1) {
-        if (speak) fprintf(stderr, "ember ckpt info: expected one directory (try 'ember ckpt --help')\n");
+        snprintf(err, cap, "ember ckpt info: expected one directory (try 'ember ckpt --help')");
+        return 2;
+    }
+    *dir = argv[optind];
+    return 0;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    const bool speak = cli_launcher_rank() == 0;
+    const char *dir = NULL;
+    bool verify = false;
+    char err[512];
+    const int p = parse(argc, argv, &dir, &verify, err, sizeof err);
+    if (p == 1) {
+        if (speak) fputs(help, stdout);
+        return 0;
+    }
+    if (p != 0) {
+        if (speak) fprintf(stderr, "%s\n", err);
         return 2;
     }
     if (!speak) return 0; // one process reads and prints; the others of a launch wait in cli_exit
     ember_ctx *ctx = NULL;
     ember_status st = ember_ctx_create(NULL, &ctx);
-    if (st == EMBER_OK) st = info_dir(ctx, argv[optind], verify);
+    if (st == EMBER_OK) st = info_dir(ctx, dir, verify);
     if (st != EMBER_OK) {
         fflush(stdout);
         fprintf(stderr, "ember ckpt info: error: %s\n", ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));
     }
     ember_ctx_destroy(ctx);
     return st == EMBER_OK ? 0 : 1;
+}
+
+// fuzz/fuzz_cli.c: the option parsing alone (no checkpoint read, no output): 0 run, 1 --help, 2 bad usage.
+int cmd_ckpt_parse_only(int argc, char **argv) {
+    const char *dir = NULL;
+    bool verify = false;
+    char err[512];
+    return parse(argc, argv, &dir, &verify, err, sizeof err);
 }

@@ -29,7 +29,8 @@ static const char help[] =
     "                             ember train --digest prints them\n"
     "  -h, --help                 this text\n";
 
-int cmd_eval(int argc, char **argv) {
+// Parses the options into e and *threads. Returns 0 (run), 1 (--help) or 2 (bad usage: err says why).
+static int parse(int argc, char **argv, eval_options *e, int32_t *threads, char *err, size_t cap) {
     static const struct option lo[] = {{"load", required_argument, NULL, 'l'},
                                        {"data_path", required_argument, NULL, 'd'},
                                        {"limit_val_batches", required_argument, NULL, 'v'},
@@ -38,58 +39,63 @@ int cmd_eval(int argc, char **argv) {
                                        {"digest", no_argument, NULL, 'g'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-    const bool speak = cli_launcher_rank() == 0;
-    eval_options e = {.limit_val_batches = -1};
     int64_t v = 0;
-    int32_t threads = 0;
-    double timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
-    char err[512] = "";
     bool ok = true;
     int c;
     optind = 1;
     opterr = 0;
     while (ok && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
         switch (c) {
-        case 'l': e.load = optarg; break;
-        case 'd': e.data_path = optarg; break;
+        case 'l': e->load = optarg; break;
+        case 'd': e->data_path = optarg; break;
         case 'v':
-            ok = cli_parse_i64("--limit_val_batches", optarg, 0, (int64_t)1 << 40, &e.limit_val_batches, err,
-                               sizeof err);
+            ok = cli_parse_i64("--limit_val_batches", optarg, 0, (int64_t)1 << 40, &e->limit_val_batches, err, cap);
             break;
         case 't':
-            ok = cli_parse_i64("--threads", optarg, 0, 4096, &v, err, sizeof err);
-            threads = (int32_t)v;
+            ok = cli_parse_i64("--threads", optarg, 0, 4096, &v, err, cap);
+            *threads = (int32_t)v;
             break;
         case 'T':
-            ok = cli_parse_double("--timeout_s", optarg, &timeout_s, err, sizeof err);
-            if (ok && !(timeout_s >= 0 && timeout_s <= 1e9)) {
-                snprintf(err, sizeof err, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", optarg);
+            ok = cli_parse_double("--timeout_s", optarg, &e->timeout_s, err, cap);
+            if (ok && !(e->timeout_s >= 0 && e->timeout_s <= 1e9)) {
+                snprintf(err, cap, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", optarg);
                 ok = false;
             }
             break;
-        case 'g': e.digest = true; break;
-        case 'h':
-            if (speak) fputs(help, stdout);
-            return 0;
+        case 'g': e->digest = true; break;
+        case 'h': return 1;
         case ':':
-            snprintf(err, sizeof err, "%s needs a value", argv[optind - 1]);
+            snprintf(err, cap, "%s needs a value", argv[optind - 1]);
             ok = false;
             break;
         default:
-            snprintf(err, sizeof err, "unknown option '%s'", argv[optind - 1]);
+            snprintf(err, cap, "unknown option '%s'", argv[optind - 1]);
             ok = false;
             break;
         }
     }
     if (ok && optind < argc) {
-        snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
+        snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
         ok = false;
     }
-    if (ok && !e.load) {
-        snprintf(err, sizeof err, "--load DIR is required: the checkpoint to evaluate");
+    if (ok && !e->load) {
+        snprintf(err, cap, "--load DIR is required: the checkpoint to evaluate");
         ok = false;
     }
-    if (!ok) {
+    return ok ? 0 : 2;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const bool speak = cli_launcher_rank() == 0;
+    eval_options e = {.limit_val_batches = -1, .timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S};
+    int32_t threads = 0;
+    char err[512] = "";
+    const int p = parse(argc, argv, &e, &threads, err, sizeof err);
+    if (p == 1) {
+        if (speak) fputs(help, stdout);
+        return 0;
+    }
+    if (p != 0) {
         if (speak) fprintf(stderr, "ember eval: %s (try 'ember eval --help')\n", err);
         return 2;
     }
@@ -98,11 +104,19 @@ int cmd_eval(int argc, char **argv) {
     ember_comm *comm = NULL;
     threads_report placement;
     ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
-    if (st == EMBER_OK) st = ember_comm_set_timeout(comm, timeout_s);
+    if (st == EMBER_OK) st = ember_comm_set_timeout(comm, e.timeout_s);
     if (st == EMBER_OK) {
         e.threads_note = placement.text;
         train_result res = {0};
         st = eval_saved(comm, &e, dlrm_backend_sebc_create, stdout, &res);
     }
     return threads_finish_mpi("eval", st, ctx, comm);
+}
+
+// fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.
+int cmd_eval_parse_only(int argc, char **argv) {
+    eval_options e = {.limit_val_batches = -1, .timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S};
+    int32_t threads = 0;
+    char err[512];
+    return parse(argc, argv, &e, &threads, err, sizeof err);
 }

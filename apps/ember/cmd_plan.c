@@ -38,7 +38,17 @@ static void usage(FILE *f) {
             names);
 }
 
-int cmd_plan(int argc, char **argv) {
+typedef struct plan_args {
+    int64_t rows[PLAN_MAX_TABLES], dim, world, batch, memory;
+    double pooling;
+    int ntables;
+    ember_optim_kind optim;
+    const char *output;
+} plan_args;
+
+// Parses the options into a (defaults first). Returns 0 (run), 1 (--help) or 2 (bad usage: err
+// holds the message after "ember plan: ").
+static int parse(int argc, char **argv, plan_args *a, char *err, size_t cap) {
     static const struct option lo[] = {{"num_embeddings_per_feature", 1, 0, 'n'},
                                        {"embedding_dim", 1, 0, 'd'},
                                        {"world_size", 1, 0, 'w'},
@@ -53,52 +63,72 @@ int cmd_plan(int argc, char **argv) {
                                        {0, 0, 0, 0}};
     train_options defaults;
     train_options_default(&defaults);
-    int64_t rows[PLAN_MAX_TABLES], dim = defaults.embedding_dim, world = 2, batch = defaults.batch_size, memory = 0;
-    double pooling = 1.0;
-    int ntables = DLRM_NUM_SPARSE, c;
-    memcpy(rows, defaults.rows, sizeof defaults.rows);
-    ember_optim_kind optim = defaults.embedding_optimizer;
-    const char *output = NULL;
-    char err[512];
+    *a = (plan_args){.dim = defaults.embedding_dim, .world = 2, .batch = defaults.batch_size, .memory = 0,
+                     .pooling = 1.0, .ntables = DLRM_NUM_SPARSE, .optim = defaults.embedding_optimizer};
+    memcpy(a->rows, defaults.rows, sizeof defaults.rows);
+    int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         bool ok = true;
         switch (c) {
         case 'n':
-            ok = cli_parse_i64_list("--num_embeddings_per_feature", optarg, 1, INT64_MAX / 4, rows, PLAN_MAX_TABLES,
-                                    &ntables, err, sizeof err);
+            ok = cli_parse_i64_list("--num_embeddings_per_feature", optarg, 1, INT64_MAX / 4, a->rows, PLAN_MAX_TABLES,
+                                    &a->ntables, err, cap);
             break;
-        case 'd': ok = cli_parse_i64("--embedding_dim", optarg, 1, 1 << 20, &dim, err, sizeof err); break;
-        case 'w': ok = cli_parse_i64("--world_size", optarg, 1, 65536, &world, err, sizeof err); break;
-        case 'b': ok = cli_parse_i64("--batch_size", optarg, 1, 1 << 30, &batch, err, sizeof err); break;
-        case 'p': ok = cli_parse_double("--pooling_factor", optarg, &pooling, err, sizeof err) && pooling > 0; break;
-        case 'm': ok = cli_parse_i64("--memory_per_rank", optarg, 0, INT64_MAX, &memory, err, sizeof err); break;
-        case 'N':
-            ok = cli_parse_i64("--num_embeddings", optarg, 1, INT64_MAX / 4, &rows[0], err, sizeof err);
-            for (int t = 1; t < DLRM_NUM_SPARSE; t++) rows[t] = rows[0];
-            ntables = DLRM_NUM_SPARSE;
-            break;
-        case 'a': optim = EMBER_OPT_ROWWISE_ADAGRAD; break;
-        case 'e':
-            if (ember_optim_parse(optarg, &optim) != EMBER_OK) {
-                char names[256];
-                cli_optim_names(", ", names, sizeof names);
-                snprintf(err, sizeof err, "--embedding_optimizer '%.64s': expected one of %s", optarg, names);
+        case 'd': ok = cli_parse_i64("--embedding_dim", optarg, 1, 1 << 20, &a->dim, err, cap); break;
+        case 'w': ok = cli_parse_i64("--world_size", optarg, 1, 65536, &a->world, err, cap); break;
+        case 'b': ok = cli_parse_i64("--batch_size", optarg, 1, 1 << 30, &a->batch, err, cap); break;
+        case 'p':
+            ok = cli_parse_double("--pooling_factor", optarg, &a->pooling, err, cap);
+            if (ok && !(a->pooling > 0)) {
+                snprintf(err, cap, "--pooling_factor must be > 0");
                 ok = false;
             }
             break;
-        case 'o': output = optarg; break;
-        case 'h': usage(stdout); return 0;
+        case 'm': ok = cli_parse_i64("--memory_per_rank", optarg, 0, INT64_MAX, &a->memory, err, cap); break;
+        case 'N':
+            ok = cli_parse_i64("--num_embeddings", optarg, 1, INT64_MAX / 4, &a->rows[0], err, cap);
+            for (int t = 1; t < DLRM_NUM_SPARSE; t++) a->rows[t] = a->rows[0];
+            a->ntables = DLRM_NUM_SPARSE;
+            break;
+        case 'a': a->optim = EMBER_OPT_ROWWISE_ADAGRAD; break;
+        case 'e':
+            if (ember_optim_parse(optarg, &a->optim) != EMBER_OK) {
+                char names[256];
+                cli_optim_names(", ", names, sizeof names);
+                snprintf(err, cap, "--embedding_optimizer '%.64s': expected one of %s", optarg, names);
+                ok = false;
+            }
+            break;
+        case 'o': a->output = optarg; break;
+        case 'h': return 1;
         default:
-            fprintf(stderr, "ember plan: unknown option '%s' (try 'ember plan --help')\n", argv[optind - 1]);
+            snprintf(err, cap, "unknown option '%s' (try 'ember plan --help')", argv[optind - 1]);
             return 2;
         }
-        if (!ok) {
-            fprintf(stderr, "ember plan: %s\n", c == 'p' && pooling <= 0 ? "--pooling_factor must be > 0" : err);
-            return 2;
-        }
+        if (!ok) return 2;
     }
+    return 0;
+}
+
+int cmd_plan(int argc, char **argv) {
+    plan_args a;
+    char err[512];
+    const int p = parse(argc, argv, &a, err, sizeof err);
+    if (p == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (p != 0) {
+        fprintf(stderr, "ember plan: %s\n", err);
+        return 2;
+    }
+    const int64_t *rows = a.rows, dim = a.dim, world = a.world, batch = a.batch, memory = a.memory;
+    const double pooling = a.pooling;
+    const int ntables = a.ntables;
+    const ember_optim_kind optim = a.optim;
+    const char *output = a.output;
     ember_table_config tables[PLAN_MAX_TABLES];
     ember_feature_config features[PLAN_MAX_TABLES];
     float pf[PLAN_MAX_TABLES];
@@ -146,4 +176,11 @@ int cmd_plan(int argc, char **argv) {
     ember_ctx_free(ctx, stats.step_bytes);
     ember_ctx_destroy(ctx);
     return st == EMBER_OK ? 0 : 1;
+}
+
+// fuzz/fuzz_cli.c: the option parsing alone (no planning, no output): 0 run, 1 --help, 2 bad usage.
+int cmd_plan_parse_only(int argc, char **argv) {
+    plan_args a;
+    char err[512];
+    return parse(argc, argv, &a, err, sizeof err);
 }

@@ -474,3 +474,15 @@ int cmd_train(int argc, char **argv) {
     }
     return threads_finish_mpi("train", st, ctx, comm);
 }
+
+// fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.
+int cmd_train_parse_only(int argc, char **argv) {
+    train_options o;
+    train_options_default(&o);
+    int32_t threads = 0;
+    int progress_mode = 0;
+    bool want_help = false;
+    char err[512];
+    if (!parse(argc, argv, &o, &threads, &progress_mode, &want_help, err, sizeof err)) return 2;
+    return want_help ? 1 : 0;
+}

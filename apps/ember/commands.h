@@ -26,4 +26,12 @@ int cmd_bench(int argc, char **argv);
 // `ember plan`: the library planner's placement of a set of tables. See docs/planner.md.
 int cmd_plan(int argc, char **argv);
 
+// The option parsing of each subcommand alone, for fuzz/fuzz_cli.c: no MPI, no output, nothing
+// read or written; argv as the subcommand's. Returns 0 (the command would run), 1 (--help) or 2
+// (bad usage). `ember bench` has bench/*_bench.h's (tbe_bench_parse, *_bench_parse_only).
+int cmd_train_parse_only(int argc, char **argv);
+int cmd_eval_parse_only(int argc, char **argv);
+int cmd_ckpt_parse_only(int argc, char **argv);
+int cmd_plan_parse_only(int argc, char **argv);
+
 #endif

@@ -121,6 +121,7 @@ typedef struct eval_options {
     int64_t limit_val_batches; // eval global batches; -1: the checkpoint's (with data_path: 0, the
                                // whole file)
     bool digest;               // print the digest line of the outputs and the loaded state
+    double timeout_s;          // every collective's deadline (ember_comm_set_timeout); 0: none
     const char *threads_note;
 } eval_options;
 

@@ -17,6 +17,13 @@ static const char *fname(const char *const *names, int32_t f, char *buf, size_t 
     return buf;
 }
 
+// Bag i's length from the offsets. Wherever the validator asks, offsets[i] >= 0 (offsets[0] is 0
+// and no earlier length was negative), so only an offsets[i + 1] near INT64_MIN could overflow
+// the difference: it saturates to INT64_MIN, a negative length all the same.
+static int64_t offsets_len(const int64_t *offsets, int64_t i) {
+    return offsets[i + 1] < INT64_MIN + offsets[i] ? INT64_MIN : offsets[i + 1] - offsets[i];
+}
+
 ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember_kjt *kjt, int32_t expected_features,
                                  const int64_t *rows_per_feature, const char *const *feature_names,
                                  ember_bounds_mode mode, int64_t *num_out_of_range) {
@@ -43,13 +50,13 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
         int64_t len;
         if (kjt->lengths) {
             len = kjt->lengths[i];
-            if (kjt->offsets && kjt->offsets[i + 1] - kjt->offsets[i] != len) {
+            if (kjt->offsets && offsets_len(kjt->offsets, i) != len) {
                 return ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: %s bag %lld: length %lld disagrees with offsets",
                                     caller, fname(feature_names, (int32_t)(i / (B ? B : 1)), fb, sizeof fb),
                                     (long long)(i % (B ? B : 1)), (long long)len);
             }
         } else {
-            len = kjt->offsets[i + 1] - kjt->offsets[i];
+            len = offsets_len(kjt->offsets, i);
         }
         if (len < 0) {
             return ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: %s bag %lld: negative length %lld", caller,

@@ -78,6 +78,8 @@ struct ember_checkpoint {
     ck_record *records;
     FILE *f;              // the data file last read, and which one it is
     int32_t f_rank;
+    int32_t size_rank;    // the data file last measured (held_bytes), and its size
+    uint64_t size;
 };
 
 void ember_checkpoint_close(ember_checkpoint *c) {
@@ -381,6 +383,7 @@ static ember_status new_checkpoint(ember_ctx *ctx, const char *dir, ember_checkp
     if (!c) return ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "checkpoint: cannot allocate");
     c->ctx = ctx;
     c->f_rank = -1;
+    c->size_rank = -1;
     strcpy(c->dir, dir);
     *out = c;
     return EMBER_OK;
@@ -420,9 +423,27 @@ ember_status ember_checkpoint_blob_info(const ember_checkpoint *c, int32_t i, co
     return EMBER_OK;
 }
 
-// Reads `bytes` bytes at `offset` of rank `file`'s data file into dst and checks their CRC.
+// Of the `bytes` bytes at `offset` of rank `file`'s data file, how many the file holds (0 when it
+// cannot be measured: reading it fails later, with the reason). Read buffers are sized by this,
+// never by the manifest's claim alone: a damaged or foreign manifest ("bytes": 40000000000000)
+// cannot make a reader allocate more than the files hold.
+static uint64_t held_bytes(ember_checkpoint *c, int32_t file, int64_t offset, uint64_t bytes) {
+    if (c->size_rank != file) {
+        char name[64], path[EMBER__PATH_MAX];
+        struct stat sb;
+        data_name(name, sizeof name, c->generation, file);
+        join(path, sizeof path, c->dir, name);
+        c->size = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        c->size_rank = file;
+    }
+    if ((uint64_t)offset >= c->size) return 0;
+    return bytes < c->size - (uint64_t)offset ? bytes : c->size - (uint64_t)offset;
+}
+
+// Reads `bytes` bytes at `offset` of rank `file`'s data file into dst (cap bytes) and checks
+// their CRC. A record reaching past the end of its file fails before anything is read.
 static ember_status read_at(ember_checkpoint *c, int32_t file, int64_t offset, uint64_t bytes, uint32_t crc,
-                            void *dst, const char *what) {
+                            void *dst, size_t cap, const char *what) {
     char name[64], path[EMBER__PATH_MAX];
     data_name(name, sizeof name, c->generation, file);
     join(path, sizeof path, c->dir, name); // fits: new_checkpoint checked the length
@@ -434,6 +455,14 @@ static ember_status read_at(ember_checkpoint *c, int32_t file, int64_t offset, u
                                        strerror(errno));
         c->f_rank = file;
     }
+    struct stat sb;
+    if (fstat(fileno(c->f), &sb) == 0 &&
+        ((uint64_t)offset > (uint64_t)sb.st_size || bytes > (uint64_t)sb.st_size - (uint64_t)offset))
+        return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                   "checkpoint '%s': '%s' ends before %s (offset %" PRId64 ", %" PRIu64 " bytes)",
+                                   c->dir, path, what, offset, bytes);
+    if (bytes > cap) // the buffer was sized by held_bytes: the file grew since
+        return ember_ctx_set_error(c->ctx, EMBER_ERR_IO, "checkpoint '%s': '%s' changed while it was read", c->dir, path);
     if (fseeko(c->f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, (size_t)bytes, c->f) != (size_t)bytes) {
         const int eof = feof(c->f);
         clearerr(c->f);
@@ -471,14 +500,20 @@ ember_status ember_checkpoint_read_blob(ember_checkpoint *c, const char *name, v
                                    " bytes, more than the %zu given", c->dir, name, b->bytes, cap);
     char what[MAX_BLOB_NAME + 16];
     snprintf(what, sizeof what, "blob '%s'", b->name);
-    return b->bytes ? read_at(c, b->file, b->offset, b->bytes, b->crc, dst, what) : EMBER_OK;
+    return b->bytes ? read_at(c, b->file, b->offset, b->bytes, b->crc, dst, cap, what) : EMBER_OK;
 }
 
 ember_status ember_checkpoint_verify(ember_checkpoint *c) {
     if (!c) return EMBER_ERR_INVALID_ARG;
-    uint64_t most = 1;
-    for (int32_t i = 0; i < c->nrecords; i++) most = c->records[i].bytes > most ? c->records[i].bytes : most;
-    for (int32_t i = 0; i < c->nblobs; i++) most = c->blobs[i].bytes > most ? c->blobs[i].bytes : most;
+    uint64_t most = 1; // the largest record or blob, as far as the files hold it
+    for (int32_t i = 0; i < c->nrecords; i++) {
+        const uint64_t n = held_bytes(c, c->records[i].file, c->records[i].offset, c->records[i].bytes);
+        most = n > most ? n : most;
+    }
+    for (int32_t i = 0; i < c->nblobs; i++) {
+        const uint64_t n = held_bytes(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes);
+        most = n > most ? n : most;
+    }
     void *buf = ember_ctx_alloc(c->ctx, (size_t)most);
     if (!buf) return ember_ctx_set_error(c->ctx, EMBER_ERR_NOMEM, "checkpoint: cannot allocate %" PRIu64 " bytes", most);
     ember_status st = EMBER_OK;
@@ -491,14 +526,16 @@ ember_status ember_checkpoint_verify(ember_checkpoint *c) {
                 char what[MAX_NAME + 96];
                 snprintf(what, sizeof what, "table '%s' %s rows [%" PRId64 ", %" PRId64 ")", tb->name, x->name, r->r0,
                          r->r1);
-                st = read_at(c, r->file, r->offset, r->bytes, r->crc, buf, what);
+                st = read_at(c, r->file, r->offset, r->bytes, r->crc, buf, (size_t)most, what);
             }
         }
     }
     for (int32_t i = 0; i < c->nblobs && st == EMBER_OK; i++) {
         char what[MAX_BLOB_NAME + 16];
         snprintf(what, sizeof what, "blob '%s'", c->blobs[i].name);
-        if (c->blobs[i].bytes) st = read_at(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes, c->blobs[i].crc, buf, what);
+        if (c->blobs[i].bytes)
+            st = read_at(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes, c->blobs[i].crc, buf, (size_t)most,
+                         what);
     }
     ember_ctx_free(c->ctx, buf);
     return st;
@@ -890,7 +927,7 @@ static ember_status match_tables(ember_sebc *s, const ember_checkpoint *c, int32
 
 // Loads piece i of table t, tensor k, from the records overlapping it.
 static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ck_table *x, int32_t t, int32_t i, int32_t k,
-                               const ember_tensor_info *ti, void *rec_buf, void *dst_buf, size_t chunk) {
+                               const ember_tensor_info *ti, void *rec_buf, size_t rec_cap, void *dst_buf, size_t chunk) {
     const ember_table_config *tc = ember_sebc_table(s, t);
     ember_piece p;
     TRY(ember_sebc_piece(s, t, i, &p));
@@ -905,7 +942,7 @@ static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ck_tabl
         if (a >= b || u >= v) continue;
         char what[MAX_NAME + 96];
         snprintf(what, sizeof what, "table '%s' %s rows [%" PRId64 ", %" PRId64 ")", x->name, kx->name, r->r0, r->r1);
-        TRY(read_at(c, r->file, r->offset, r->bytes, r->crc, rec_buf, what));
+        TRY(read_at(c, r->file, r->offset, r->bytes, r->crc, rec_buf, rec_cap, what));
         const size_t src_row = (size_t)(r->c1 - r->c0) * es;
         const unsigned char *src = (const unsigned char *)rec_buf + (size_t)(a - r->r0) * src_row;
         if (r->c0 == d0 && r->c1 == d1) { // same columns: the record's rows go in as they are
@@ -952,15 +989,19 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     int32_t *index = st == EMBER_OK ? zalloc(ctx, sizeof(int32_t) * (size_t)(T ? T : 1)) : NULL;
     if (st == EMBER_OK && !index) st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate");
     if (st == EMBER_OK) st = match_tables(s, c, index);
-    // Buffers: the largest stored record, and one chunk of a destination piece (at least one row
-    // of the widest tensor).
+    // Buffers: the largest record of the tables loaded (as far as the files hold it), and one
+    // chunk of a destination piece (at least one row of the widest tensor loaded). The checkpoint's
+    // other tables are not read and size nothing.
     uint64_t most = 1;
-    for (int32_t j = 0; st == EMBER_OK && j < c->nrecords; j++) most = c->records[j].bytes > most ? c->records[j].bytes : most;
-    for (int32_t i = 0; st == EMBER_OK && i < c->ntables; i++)
-        for (int32_t k = 0; k < c->tables[i].ntensors; k++) {
-            const ck_tensor *x = &c->tables[i].tensors[k];
+    for (int32_t t = 0; st == EMBER_OK && t < T; t++)
+        for (int32_t k = 0; k < c->tables[index[t]].ntensors; k++) {
+            const ck_tensor *x = &c->tables[index[t]].tensors[k];
             const size_t row = (size_t)x->cols * dtype_bytes(x->dtype);
             chunk = row > chunk ? row : chunk;
+            for (int32_t j = x->first; j < x->first + x->count; j++) {
+                const uint64_t held = held_bytes(c, c->records[j].file, c->records[j].offset, c->records[j].bytes);
+                most = held > most ? held : most;
+            }
         }
     void *rec_buf = NULL, *dst_buf = NULL;
     ember_dtype *dtypes = NULL;
@@ -979,7 +1020,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
         const int32_t nt = ember_table_tensors(tc, ti);
         for (int32_t i = 0; i < ember_sebc_num_pieces(s, t) && st == EMBER_OK; i++)
             for (int32_t k = 0; k < nt && st == EMBER_OK; k++)
-                st = load_piece(s, c, x, t, i, k, &ti[k], rec_buf, dst_buf, chunk);
+                st = load_piece(s, c, x, t, i, k, &ti[k], rec_buf, (size_t)most, dst_buf, chunk);
         if (st == EMBER_OK) st = ember_sebc_set_step(s, t, x->step);
         st = ember_comm_agree(comm, st);
     }

@@ -8,7 +8,8 @@
 //   commit_protocol           failures: missing/foreign directories, a full disk on the last
 //                             rank and at the manifest (the previous checkpoint stays, nothing is
 //                             left), a damaged record, other shapes and optimizers (named in
-//                             words); blobs; leftovers of killed saves removed by the next one
+//                             words); blobs (one claiming 40 TB: refused, not allocated);
+//                             leftovers of killed saves removed by the next one
 #define _DEFAULT_SOURCE // mkdtemp
 #include <dirent.h>
 #include <errno.h>
@@ -431,6 +432,46 @@ static void commit_protocol(void **state) {
                                             info.step == 101 && info.bytes == 29 * 5 * (2 + 4 + 4));
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_verify(c) == EMBER_OK);
         ember_checkpoint_close(c);
+    }
+    // A manifest claiming a blob far larger than its file (a few digits more): verify refuses it
+    // at the file's end without allocating the claim (fuzz_checkpoint found it allocating 40 TB).
+    {
+        char path[256], *text = NULL;
+        long len = 0;
+        snprintf(path, sizeof path, "%s/manifest.json", dir);
+        if (R == 0) {
+            FILE *f = fopen(path, "rb");
+            fseek(f, 0, SEEK_END);
+            len = ftell(f);
+            rewind(f);
+            text = calloc((size_t)len + 1, 1);
+            assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+            fclose(f);
+            char *at = strstr(text, "\"bytes\":\t11,"); // trainer.json, the one odd size
+            assert_non_null(at);
+            f = fopen(path, "wb");
+            fwrite(text, 1, (size_t)(at - text), f);
+            fputs("\"bytes\":\t40000000000011,", f);
+            fputs(at + strlen("\"bytes\":\t11,"), f);
+            fclose(f);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        ember_checkpoint *c = NULL;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_OK);
+        const size_t before = a.mem.now;
+        a.mem.peak = before;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_verify(c) == EMBER_ERR_FORMAT &&
+                                            has(ctx, "ends before blob 'trainer.json'") &&
+                                            a.mem.peak - before < ((size_t)1 << 20));
+        ember_checkpoint_close(c);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (R == 0) { // the checkpoint as it was, for what follows
+            FILE *f = fopen(path, "wb");
+            fwrite(text, 1, (size_t)len, f);
+            fclose(f);
+            free(text);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
     }
 
     // A full disk on the last rank while it writes its records: every rank fails with the reason,

@@ -315,6 +315,25 @@ static void forward_mean_empty_bag_is_zero_and_divides_by_count(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// Found by fuzz/fuzz_kjt.c: offsets[i + 1] near INT64_MIN made the validator's offsets[i + 1] -
+// offsets[i] overflow (undefined behaviour, caught by UBSan) before it could call the length negative.
+static void kjt_offsets_near_int64_min_are_rejected(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    int32_t len[2] = {5, 3};
+    int64_t offsets[3] = {0, 5, INT64_MIN}, ids[8] = {0};
+    ember_kjt both = {1, 2, len, offsets, ids, NULL, 8};
+    assert_int_equal(ember_kjt_validate(ctx, &both, 1, NULL, EMBER_BOUNDS_ERROR, NULL), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "bag 1: length 3 disagrees with offsets"));
+    ember_kjt only = {1, 2, NULL, offsets, ids, NULL, 8};
+    assert_int_equal(ember_kjt_validate(ctx, &only, 1, NULL, EMBER_BOUNDS_ERROR, NULL), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "bag 1: negative length"));
+    offsets[2] = INT64_MIN + 5; // exactly representable: -2^63 after the subtraction
+    assert_int_equal(ember_kjt_validate(ctx, &only, 1, NULL, EMBER_BOUNDS_ERROR, NULL), EMBER_ERR_INVALID_ARG);
+    ember_ctx_destroy(ctx);
+}
+
 static void backward_duplicate_ids_coalesced(void **state) {
     (void)state;
     // Row-wise Adagrad is not additive over partial updates: two updates with g/2 differ from
@@ -775,6 +794,7 @@ int main(void) {
         cmocka_unit_test(every_optimizer_and_dtype_matches_oracle),
         cmocka_unit_test(failed_calls_change_nothing),
         cmocka_unit_test(forward_mean_empty_bag_is_zero_and_divides_by_count),
+        cmocka_unit_test(kjt_offsets_near_int64_min_are_rejected),
         cmocka_unit_test(backward_duplicate_ids_coalesced),
         cmocka_unit_test(bounds_clamp_and_skip),
         cmocka_unit_test(results_bitwise_equal_across_threads_and_runs),
