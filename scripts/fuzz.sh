@@ -39,7 +39,7 @@ main() {
   # Per target: the largest input (the seeds' sizes and what each input format needs: a Criteo
   # line longer than the reader's 4 KiB buffer, a checkpoint manifest of one-row records) and extras.
   declare -A max_len=([kjt]=4096 [criteo]=16384 [checkpoint]=32768 [cli]=4096)
-  declare -A extra=([cli]="-dict=$root/fuzz/cli.dict")
+  declare -A extra=([cli]="-dict=$root/fuzz/cli.dict" [checkpoint]="-dict=$root/fuzz/checkpoint.dict")
 
   bash scripts/setup.sh # clang's OpenMP, sanitizer and libFuzzer runtimes among the rest
   if [ "$coverage" = 0 ]; then

@@ -193,6 +193,88 @@ static int parse_record(parser *p, ember_checkpoint *c, const cJSON *r, const ch
     return 1;
 }
 
+// ---- Records tile their tensor -------------------------------------------------------------------
+
+// A sweep over the rows with a segment tree over the columns: each record adds 1 to its columns
+// from row r0 and takes it back at r1; two records overlap where a count exceeds 1.
+typedef struct sweep_event {
+    int64_t row;
+    int32_t c0, c1, delta;
+} sweep_event;
+
+static int cmp_event(const void *a, const void *b) {
+    const sweep_event *x = a, *y = b;
+    if (x->row != y->row) return x->row < y->row ? -1 : 1;
+    return (x->delta > y->delta) - (x->delta < y->delta); // a record ending before one starting
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Adds d to the elementary column intervals [a, b) of node's [lo, hi); mx[node] is the largest
+// count in the node, lz[node] what was added to the whole node.
+static void seg_add(int32_t *mx, int32_t *lz, int32_t node, int32_t lo, int32_t hi, int32_t a, int32_t b, int32_t d) {
+    if (b <= lo || hi <= a) return;
+    if (a <= lo && hi <= b) {
+        mx[node] += d;
+        lz[node] += d;
+        return;
+    }
+    const int32_t mid = lo + (hi - lo) / 2;
+    seg_add(mx, lz, 2 * node, lo, mid, a, b, d);
+    seg_add(mx, lz, 2 * node + 1, mid, hi, a, b, d);
+    mx[node] = lz[node] + (mx[2 * node] > mx[2 * node + 1] ? mx[2 * node] : mx[2 * node + 1]);
+}
+
+static int32_t column_index(const int32_t *xs, int32_t m, int32_t c) {
+    int32_t lo = 0, hi = m; // the first xs[i] >= c (c is one of them)
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (xs[mid] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Whether no two records of tensor k overlap (1), they do (0), or memory ran out (-1). With every
+// record inside the tensor and their areas summing to the tensor's, no overlap means that they
+// cover it exactly once (an area check alone takes an overlap and a gap of the same size).
+// O(n log n) in the tensor's n records.
+static int records_disjoint(ember_checkpoint *c, const ck_tensor *k) {
+    const int32_t n = k->count;
+    if (n < 2) return 1;
+    const ck_record *r = c->records + k->first;
+    int32_t *xs = ember_ctx_alloc(c->ctx, sizeof(int32_t) * 2 * (size_t)n);
+    sweep_event *ev = ember_ctx_alloc(c->ctx, sizeof(sweep_event) * 2 * (size_t)n);
+    int32_t *tree = ember_ctx_alloc(c->ctx, sizeof(int32_t) * 16 * (size_t)n); // mx, lz: 4 * 2n each
+    int ok = xs && ev && tree ? 1 : -1;
+    if (ok == 1) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            xs[2 * i] = r[i].c0;
+            xs[2 * i + 1] = r[i].c1;
+            ev[2 * i] = (sweep_event){r[i].r0, r[i].c0, r[i].c1, 1};
+            ev[2 * i + 1] = (sweep_event){r[i].r1, r[i].c0, r[i].c1, -1};
+        }
+        qsort(xs, 2 * (size_t)n, sizeof *xs, cmp_i32);
+        for (int32_t i = 0; i < 2 * n; i++)
+            if (i == 0 || xs[i] != xs[m - 1]) xs[m++] = xs[i];
+        qsort(ev, 2 * (size_t)n, sizeof *ev, cmp_event);
+        int32_t *mx = tree, *lz = tree + 8 * (size_t)n;
+        memset(tree, 0, sizeof(int32_t) * 16 * (size_t)n);
+        for (int32_t i = 0; i < 2 * n && ok == 1; i++) {
+            seg_add(mx, lz, 1, 0, m - 1, column_index(xs, m, ev[i].c0), column_index(xs, m, ev[i].c1), ev[i].delta);
+            if (mx[1] > 1) ok = 0;
+        }
+    }
+    ember_ctx_free(c->ctx, xs);
+    ember_ctx_free(c->ctx, ev);
+    ember_ctx_free(c->ctx, tree);
+    return ok;
+}
+
 // Parses manifest text into c (c->ctx and c->dir set). EMBER_OK or EMBER_ERR_FORMAT/NOMEM.
 static ember_status parse_manifest(ember_checkpoint *c, const char *text, size_t len) {
     parser p = {c->ctx, c->dir, EMBER_OK};
@@ -297,8 +379,14 @@ static ember_status parse_manifest(ember_checkpoint *c, const char *text, size_t
                     t->bytes += r->bytes;
                     t->nrecords++;
                 }
-                // Records tile the tensor: bounds were checked, so the right area means no gap.
+                // Records tile the tensor: inside it (checked above), of its area, and disjoint.
                 if (p.st == EMBER_OK && area != (uint64_t)t->rows * (uint64_t)k->cols)
+                    bad(&p, where, k->name, "records do not cover the tensor exactly once");
+                const int disjoint = p.st == EMBER_OK ? records_disjoint(c, k) : 1;
+                if (disjoint < 0)
+                    p.st = ember_ctx_set_error(c->ctx, EMBER_ERR_NOMEM, "checkpoint '%s': cannot allocate its manifest",
+                                               c->dir);
+                else if (!disjoint)
                     bad(&p, where, k->name, "records do not cover the tensor exactly once");
                 if (p.st != EMBER_OK) break;
             }
