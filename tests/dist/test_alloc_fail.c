@@ -248,6 +248,7 @@ static char scratch[64];
 static void scratch_path(char *dst, size_t cap, const char *name) { snprintf(dst, cap, "%s/%s", scratch, name); }
 
 // Rank 0 runs a shell command on the scratch directory; everyone waits for it.
+static void shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void shell(const char *fmt, ...) {
     char cmd[512];
     va_list ap;

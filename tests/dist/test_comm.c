@@ -1,4 +1,5 @@
 // comm: duplication, status agreement naming the failing rank, collectives and byte counts.
+#define _POSIX_C_SOURCE 200809L // nanosleep
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
