@@ -61,9 +61,9 @@ static ember_status timed_out(ember_comm *c, const char *what, double waited) {
     c->broken = EMBER_ERR_TIMEOUT;
     if (absent > 0)
         ember__error(c->ctx, EMBER_ERR_TIMEOUT,
-                            "%s: collective #%lld missed its %g s deadline (waited %.1f s): rank%s %s did not arrive "
-                            "(stopped, dead, or in another call); this communicator cannot be used again",
-                            what, (long long)c->seq, c->timeout_s, waited, absent > 1 ? "s" : "", who);
+                     "%s: collective #%lld missed its %g s deadline (waited %.1f s): rank%s %s did not arrive "
+                     "(stopped, dead, or in another call); this communicator cannot be used again",
+                     what, (long long)c->seq, c->timeout_s, waited, absent > 1 ? "s" : "", who);
     else
         ember__error(c->ctx, EMBER_ERR_TIMEOUT,
                      "%s: collective #%lld missed its %g s deadline (waited %.1f s)%s; this communicator cannot be "
