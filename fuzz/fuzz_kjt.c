@@ -107,6 +107,8 @@ static ember_status expected_status(const ember_kjt *k, int32_t expected_feature
         sum += len;
     }
     if (sum != k->nnz) return EMBER_ERR_INVALID_ARG;
+    for (int64_t j = 0; k->weights && j < k->nnz; j++) // every per-id weight must be finite
+        if (!isfinite(k->weights[j])) return EMBER_ERR_NUMERIC;
     if (!rows) return EMBER_OK;
     int64_t j = 0;
     for (int64_t i = 0; i < nbags; i++) {
