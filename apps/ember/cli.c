@@ -118,3 +118,10 @@ void cli_optim_names(const char *sep, char *buf, size_t cap) {
         n += (size_t)len;
     }
 }
+
+bool cli_parse_timeout(const char *text, double *out, char *err, size_t cap) {
+    if (!cli_parse_double("--timeout_s", text, out, err, cap)) return false;
+    if (*out >= 0 && *out <= 1e9) return true;
+    snprintf(err, cap, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", text);
+    return false;
+}

@@ -27,6 +27,8 @@ int cli_exit(int status);
 bool cli_parse_i64(const char *flag, const char *text, int64_t min, int64_t max, int64_t *out, char *err,
                    size_t cap);
 bool cli_parse_double(const char *flag, const char *text, double *out, char *err, size_t cap);
+// --timeout_s: seconds in [0, 1e9] (0: no deadline), the collective deadline of train and eval.
+bool cli_parse_timeout(const char *text, double *out, char *err, size_t cap);
 // A comma-separated list of integers in [min, max]: at most `cap_items` items, *n receives the count.
 bool cli_parse_i64_list(const char *flag, const char *text, int64_t min, int64_t max, int64_t *items, int cap_items,
                         int *n, char *err, size_t cap);

@@ -56,11 +56,7 @@ static int parse(int argc, char **argv, eval_options *e, int32_t *threads, char 
             *threads = (int32_t)v;
             break;
         case 'T':
-            ok = cli_parse_double("--timeout_s", optarg, &e->timeout_s, err, cap);
-            if (ok && !(e->timeout_s >= 0 && e->timeout_s <= 1e9)) {
-                snprintf(err, cap, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", optarg);
-                ok = false;
-            }
+            ok = cli_parse_timeout(optarg, &e->timeout_s, err, cap);
             break;
         case 'g': e->digest = true; break;
         case 'h': return 1;
@@ -103,8 +99,7 @@ int cmd_eval(int argc, char **argv) {
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
     threads_report placement;
-    ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
-    if (st == EMBER_OK) st = ember_comm_set_timeout(comm, e.timeout_s);
+    ember_status st = threads_start_mpi(argc, argv, threads, e.timeout_s, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
         e.threads_note = placement.text;
         train_result res = {0};

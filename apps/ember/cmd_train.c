@@ -378,11 +378,7 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
         case OPT_SAVE_DIR: o->save_dir = optarg; break;
         case OPT_RESUME: o->resume = optarg; break;
         case OPT_TIMEOUT:
-            if (!cli_parse_double("--timeout_s", optarg, &o->timeout_s, err, cap)) return false;
-            if (!(o->timeout_s >= 0 && o->timeout_s <= 1e9)) {
-                snprintf(err, cap, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", optarg);
-                return false;
-            }
+            if (!cli_parse_timeout(optarg, &o->timeout_s, err, cap)) return false;
             break;
         case OPT_CHECKPOINT_INTERVAL:
             if (!cli_parse_i64("--checkpoint_interval", optarg, 0, (int64_t)1 << 40, &o->checkpoint_interval, err,
@@ -465,8 +461,7 @@ int cmd_train(int argc, char **argv) {
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
     threads_report placement;
-    ember_status st = threads_start_mpi(argc, argv, threads, &ctx, &comm, &placement);
-    if (st == EMBER_OK) st = ember_comm_set_timeout(comm, o.timeout_s);
+    ember_status st = threads_start_mpi(argc, argv, threads, o.timeout_s, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
         o.threads_note = placement.text;
         train_result res = {0};

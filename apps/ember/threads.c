@@ -669,8 +669,8 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
     return st;
 }
 
-ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_ctx **ctx, ember_comm **comm,
-                               threads_report *placement) {
+ember_status threads_start_mpi(int argc, char **argv, int32_t requested, double timeout_s, ember_ctx **ctx,
+                               ember_comm **comm, threads_report *placement) {
     *ctx = NULL;
     *comm = NULL;
     threads_reexec(argc, argv, requested); // may start the program again, before MPI
@@ -695,6 +695,7 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_c
         fflush(stderr);
     }
     if (st == EMBER_OK) st = ember_comm_create(*ctx, MPI_COMM_WORLD, comm);
+    if (st == EMBER_OK) st = ember_comm_set_timeout(*comm, timeout_s);
     return st;
 }
 

@@ -104,10 +104,11 @@ ember_status app_mpi_status(ember_ctx *ctx, int rc, const char *what);
 // context of `requested` kernel threads (agreed across ranks before anything collective),
 // threads_setup, then the world communicator; *note gets the placement's text. The first rank
 // of a host whose threads outnumber its CPUs prints the warning to stderr, once ("ember CMD:
-// warning: ...", CMD = argv[0]). *ctx and *comm are NULL where not created. Collective over the
+// warning: ...", CMD = argv[0]). The communicator gets timeout_s as its collective deadline
+// (ember_comm_set_timeout). *ctx and *comm are NULL where not created. Collective over the
 // launch; every rank returns the same status.
-ember_status threads_start_mpi(int argc, char **argv, int32_t requested, ember_ctx **ctx, ember_comm **comm,
-                               threads_report *placement);
+ember_status threads_start_mpi(int argc, char **argv, int32_t requested, double timeout_s, ember_ctx **ctx,
+                               ember_comm **comm, threads_report *placement);
 // The end of it: rank 0 prints "ember CMD: error: MESSAGE" when st failed; destroys comm and
 // ctx; returns the exit code (0 or 1). main's exit path (cli_exit) then meets the other ranks and
 // finalises MPI, so rank 0's error is written before any rank exits. After EMBER_ERR_TIMEOUT (a
