@@ -1,0 +1,203 @@
+"""ember's embedding tables as PyTorch modules.
+
+``import ember.torch`` needs torch (it is not imported by ``import ember``). The modules hold no
+torch parameters: the tables live in ember, and the optimizer is fused into the backward, as
+TorchRec's fused optimizers (``apply_optimizer_in_backward``, FBGEMM's TBE) do. ``loss.backward()``
+therefore *is* the embedding update; a dense ``torch.optim`` optimizer sees only the dense model.
+
+Inputs: a TorchRec ``KeyedJaggedTensor`` (when torchrec is importable; its keys must be the
+collection's feature names, in any order) or plain tensors ``(values, lengths[, weights])`` with
+bags feature-major, bag ``f * B + b``. Output: the pooled ``[B, sum D]`` float32 tensor, features in
+the collection's order (KeyedTensor layout); a KeyedJaggedTensor input gives a TorchRec
+``KeyedTensor`` over the same values.
+
+Autograd: the output requires grad whenever grad is enabled; ``backward`` hands dL/d(out) to
+ember's fused backward (exactly as given, no rescaling) and returns the per-id weights' gradient
+when the weights require grad (local collection only). Each forward must be followed by at most
+one backward, with the same batch (ember refuses another). The sharded module's forward and
+backward are Collective: every rank must run them, in the same order.
+
+Training as one process on the global batch: with ``grad_convention="mean"`` (the default), give
+every rank an equal share of the global batch, make each rank's loss the mean over its share, and
+reduce the dense parameters' gradients with :func:`allreduce_dense_grads` before the dense
+optimizer's step; the tables' gradients get the same convention inside ember.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+import ember
+
+try:  # TorchRec is optional: only its input/output types are used.
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as _TorchRecKJT
+    from torchrec.sparse.jagged_tensor import KeyedTensor as _TorchRecKT
+except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
+    _TorchRecKJT = None
+    _TorchRecKT = None
+
+__all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "allreduce_dense_grads", "to_kjt"]
+
+
+def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    if t.device.type != "cpu":
+        raise ember.InvalidArgumentError(f"{what}: ember runs on the CPU, got a tensor on {t.device}")
+    return t.detach().contiguous().numpy()
+
+
+def to_kjt(collection, kjt_or_values, lengths=None, weights=None) -> "ember.KJT":
+    """An ember.KJT sharing the tensors' memory (CPU, contiguous, right dtype; converted otherwise)."""
+    if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
+        if lengths is not None or weights is not None:
+            raise ember.InvalidArgumentError("a KeyedJaggedTensor carries its own lengths and weights")
+        kjt = kjt_or_values
+        names = list(collection.feature_names)
+        keys = list(kjt.keys())
+        if keys != names:
+            if sorted(keys) != sorted(names):
+                raise ember.InvalidArgumentError(
+                    f"KeyedJaggedTensor keys {keys} are not the collection's features {names}")
+            kjt = kjt.permute([keys.index(n) for n in names])
+        w = kjt.weights_or_none()
+        return ember.KJT(_as_numpy(kjt.values(), "values"), lengths=_as_numpy(kjt.lengths(), "lengths"),
+                         weights=None if w is None else _as_numpy(w, "weights"), keys=names,
+                         batch_size=kjt.stride())
+    if lengths is None:
+        raise ember.InvalidArgumentError("lengths: required with plain tensors (values, lengths[, weights])")
+    return ember.KJT(_as_numpy(kjt_or_values, "values"), lengths=_as_numpy(lengths, "lengths"),
+                     weights=None if weights is None else _as_numpy(weights, "weights"))
+
+
+class _Lookup(torch.autograd.Function):
+    """Pooled lookup whose backward is ember's fused update."""
+
+    @staticmethod
+    def forward(ctx, anchor, weights, module, kjt):  # noqa: D401 - torch's signature
+        out = module.ebc.forward(kjt)
+        ctx.module, ctx.kjt = module, kjt
+        ctx.want_weight_grad = weights is not None and weights.requires_grad
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        g = grad_out.detach()
+        if g.dtype != torch.float32:
+            g = g.float()
+        gw = ctx.module.ebc.backward(ctx.kjt, g.contiguous().numpy(), grad_weights=ctx.want_weight_grad)
+        ctx.kjt = None
+        return None, (torch.from_numpy(gw) if ctx.want_weight_grad else None), None, None
+
+
+class _Base(torch.nn.Module):
+    def __init__(self, ebc) -> None:
+        super().__init__()
+        self.ebc = ebc
+        # Not a parameter: it only makes the output part of the autograd graph, so that
+        # loss.backward() reaches the fused update (TorchRec's tables do it through their weights).
+        self._anchor = torch.empty(0, requires_grad=True)
+        self._register_state_dict_hook(_Base._add_tables)
+        self._register_load_state_dict_pre_hook(self._take_tables)
+
+    @property
+    def feature_names(self) -> list:
+        return list(self.ebc.feature_names)
+
+    def _dims(self) -> list:
+        dims = []
+        for t in self.ebc.tables:
+            dims += [t.embedding_dim] * len(t.feature_names or [t.name])
+        return dims
+
+    def forward(self, kjt_or_values, lengths=None, weights=None):
+        kjt = to_kjt(self.ebc, kjt_or_values, lengths, weights)
+        w = None
+        if weights is not None and isinstance(weights, torch.Tensor):
+            w = weights
+        elif _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
+            w = kjt_or_values.weights_or_none()
+        if torch.is_grad_enabled():
+            out = _Lookup.apply(self._anchor, w, self, kjt)
+        else:
+            out = torch.from_numpy(self.ebc.forward(kjt))
+        if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
+            return _TorchRecKT(keys=self.feature_names, length_per_key=self._dims(), values=out)
+        return out
+
+    def set_lr(self, lr: float, table=None) -> None:
+        """Learning rate of one table (name) or every table (None), for the next steps."""
+        self.ebc.set_lr(lr, table)
+
+    # state_dict()/load_state_dict() carry the tables as "embedding_bags.<table>.weight" (TorchRec's
+    # keys), fp32 copies; optimizer state stays in ember (its state_dict/checkpoints hold it).
+    @staticmethod
+    def _add_tables(module, state_dict, prefix, local_metadata):
+        for t in module.ebc.tables:
+            arr = module._read_weight(t.name)
+            state_dict[f"{prefix}embedding_bags.{t.name}.weight"] = (
+                torch.from_numpy(arr) if arr is not None else None)
+        return state_dict
+
+    def _take_tables(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        for t in self.ebc.tables:
+            key = f"{prefix}embedding_bags.{t.name}.weight"
+            if key in state_dict:
+                self._write_weight(t.name, _as_numpy(state_dict.pop(key), key))
+            elif strict:
+                missing.append(key)
+
+
+class EmbeddingBagCollection(_Base):
+    """ember's local EmbeddingBagCollection as a torch.nn.Module (arguments as ember.EmbeddingBagCollection)."""
+
+    def __init__(self, tables: Sequence["ember.TableConfig"], **kwargs) -> None:
+        super().__init__(ember.EmbeddingBagCollection(tables, **kwargs))
+
+    def _read_weight(self, name):
+        return self.ebc.read(name, "weight")
+
+    def _write_weight(self, name, arr):
+        self.ebc.write(name, "weight", arr.astype(np.float32, copy=False))
+
+
+class ShardedEmbeddingBagCollection(_Base):
+    """ember's sharded collection as a torch.nn.Module (arguments as ember.ShardedEmbeddingBagCollection).
+
+    forward, backward, state_dict() and load_state_dict() are Collective on its communicator.
+    """
+
+    def __init__(self, tables: Sequence["ember.TableConfig"], plan="auto", **kwargs) -> None:
+        super().__init__(ember.ShardedEmbeddingBagCollection(tables, plan, **kwargs))
+
+    def _read_weight(self, name):
+        return self.ebc.read(name, "weight", root=-1)
+
+    def _write_weight(self, name, arr):
+        self.ebc.write(name, "weight", arr.astype(np.float32, copy=False), root=-1)
+
+
+def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember.Comm",
+                          convention: str = "mean") -> None:
+    """Reduces the gradients of ``parameters`` over ``comm`` with the gradient convention.
+
+    ``"mean"`` averages them over the ranks (J = (1/W) sum_r L_r), ``"sum"`` adds them, as ember's
+    tables do with the same convention. One allreduce of one float32 buffer. A parameter without a
+    gradient counts as zeros (and gets one), so every rank reduces the same layout. Collective.
+    """
+    params = [p for p in parameters if p.requires_grad]
+    if not params:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.detach().reshape(-1).float() for p in params])
+    comm.allreduce_grads(flat.numpy(), convention)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
