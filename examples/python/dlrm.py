@@ -152,7 +152,10 @@ class DLRM(torch.nn.Module):
             tables, args.sharding, comm=comm, grad_convention=args.grad_convention, seed=args.seed,
             num_threads=args.threads, max_batch_size=share(args.batch_size, comm.size, 0)[1])
         F = len(tables)
-        self.register_buffer("pairs", torch.triu_indices(F + 1, F + 1, offset=1), persistent=False)
+        # <T_i, T_j> for i < j, row after row, as flat indices into the [F+1, F+1] Gram matrix
+        # (index_select's backward is an index_add: far cheaper than 2-d advanced indexing's).
+        pairs = torch.triu_indices(F + 1, F + 1, offset=1)
+        self.register_buffer("pairs", pairs[0] * (F + 1) + pairs[1], persistent=False)
         self.over_arch = mlp(args.over_arch_layer_sizes, D + (F + 1) * F // 2, last_relu=False)
         self.D, self.F = D, F
 
@@ -160,7 +163,7 @@ class DLRM(torch.nn.Module):
         d = self.dense_arch(dense)
         e = self.sparse_arch(values, lengths).view(-1, self.F, self.D)
         t = torch.cat([d.unsqueeze(1), e], dim=1)
-        z = torch.bmm(t, t.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]
+        z = torch.bmm(t, t.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
         return self.over_arch(torch.cat([d, z], dim=1)).squeeze(1)
 
 
@@ -198,6 +201,12 @@ def main(argv=None):
     n_cycle = min(args.limit_train_batches, 64)
     train = [rank_batch(0, i) for i in range(n_cycle)]
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="mean")
+
+    def global_mean(rank_loss):  # the mean BCE over the global batch: (1/W) sum_r L_r
+        buf = np.array([float(rank_loss)])
+        comm.allreduce_grads(buf, "mean")
+        return float(buf[0])
+
     losses = []
     t0 = time.perf_counter()
     for step in range(args.limit_train_batches):
@@ -209,10 +218,13 @@ def main(argv=None):
         loss.backward()  # the tables' fused update happens here
         ember.torch.allreduce_dense_grads(dense_params, comm, args.grad_convention)
         opt.step()
-        losses.append(float(loss))
-        if r == 0 and args.print_interval and (step + 1) % args.print_interval == 0:
-            print(f"step {step + 1:6d}  train loss {losses[-1] / scale:.5f}", file=sys.stderr)
+        losses.append(loss.detach())
+        if args.print_interval and (step + 1) % args.print_interval == 0:
+            global_loss = global_mean(losses[-1])
+            if r == 0:
+                print(f"step {step + 1:6d}  train loss {global_loss:.5f}", file=sys.stderr)
     elapsed = time.perf_counter() - t0
+    loss_first, loss_last = global_mean(losses[0]), global_mean(losses[-1])
     timed = max(args.limit_train_batches - args.warmup_batches, 1)
     samples_per_s = timed * args.batch_size / elapsed
 
@@ -237,7 +249,7 @@ def main(argv=None):
             print(json.dumps({"bench": "dlrm", "impl": "ember-torch", "W": W, "threads": args.threads,
                               "batch_size": args.batch_size, "steps": timed,
                               "samples_per_s": round(samples_per_s, 1),
-                              "loss_first": losses[0] / scale, "loss_last": losses[-1] / scale,
+                              "loss_first": loss_first, "loss_last": loss_last,
                               "eval_auc": auc(scores, labels), "planted_auc": auc(planted, labels),
                               "plan": ",".join(p.scheme for p in model.sparse_arch.ebc.plan)}))
     model.sparse_arch.ebc.close()

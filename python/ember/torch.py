@@ -88,9 +88,13 @@ class _Lookup(torch.autograd.Function):
         g = grad_out.detach()
         if g.dtype != torch.float32:
             g = g.float()
-        gw = ctx.module.ebc.backward(ctx.kjt, g.contiguous().numpy(), grad_weights=ctx.want_weight_grad)
+        if ctx.want_weight_grad:
+            gw = torch.from_numpy(ctx.module.ebc.backward(ctx.kjt, g.contiguous().numpy(), grad_weights=True))
+        else:
+            ctx.module.ebc.backward(ctx.kjt, g.contiguous().numpy())
+            gw = None
         ctx.kjt = None
-        return None, (torch.from_numpy(gw) if ctx.want_weight_grad else None), None, None
+        return None, gw, None, None
 
 
 class _Base(torch.nn.Module):
