@@ -2,7 +2,8 @@
 # Installs what is missing, builds (preset `release`, or the one given), and runs every test.
 # After the release suite, the distributed tests (label mpi: everything under mpiexec) run again
 # against MPICH, whose ABI Cray MPICH and Intel MPI share (preset `mpich`, which builds only what
-# those tests need). Extra arguments go to both ctest runs.
+# those tests need). Then the Python package's tests (scripts/test-python.sh: its venv outside the
+# clone, `pip install .`, pytest on tests/python). Extra arguments go to both ctest runs.
 # Usage: scripts/test.sh [release|sanitize] [extra ctest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,5 @@ if [ "$preset" = release ]; then
   cmake --build --preset mpich -j "$(nproc)"
   echo "test.sh: the distributed tests again, under $(build-mpich/bin/ember --version | sed -n 's/^mpi: //p')"
   ctest --preset mpich -j "$(nproc)" "$@"
+  bash scripts/test-python.sh
 fi
