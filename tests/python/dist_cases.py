@@ -254,8 +254,10 @@ def case_conventions(run):
             train_both(run, "sum/" + scheme, sebc, local, tables, "sum", shares_for(W), seed=9)
             # root 0: the array on rank 0, None elsewhere.
             w = sebc.read("t0", "weight", root=0)
+            w_all = sebc.read("t0", "weight", root=-1)
             if R == 0:
-                run.check(w is not None and np.array_equal(w, local.read("t0")), "read root 0 on rank 0")
+                run.check(w is not None and np.array_equal(w, w_all), "read root 0 on rank 0")
+                run.close_enough(w, local.read("t0"), "read root 0 vs the single process")
             else:
                 run.check(w is None, "read root 0 gave %r on rank %d" % (type(w), R))
             # write from root W-1: only that rank's array is read (None elsewhere).
@@ -264,6 +266,26 @@ def case_conventions(run):
             run.check(np.all(sebc.read("t0", "weight", root=-1) == 0.25), "write root %d" % (W - 1))
             m = sebc.read("t1", "momentum1", root=-1)
             run.check(m.shape == (1, 1), "per-row state shape %s" % (m.shape,))
+            # Bytes: something crossed the wire in the last step (summed over the ranks).
+            sent = np.array([float(sebc.bytes_sent_last_step)])
+            run.comm.allreduce_grads(sent, convention="sum")
+            run.check(sent[0] > 0 or W == 1, "%s: no bytes sent in a step" % scheme)
+            run.check(sebc.bytes_outstanding > 0, "%s: bytes_outstanding %s" % (scheme, sebc.bytes_outstanding))
+            # lr 0 on one table: it stays, the others move; steps advance; set_step by hand.
+            sebc.set_lr(0.0, table="t3")
+            local.set_lr(0.0, table="t3")
+            local.load_state_dict(sebc.state_dict(root=-1))
+            t3 = sebc.read("t3", "weight", root=-1)
+            train_both(run, "sum/%s after set_lr" % scheme, sebc, local, tables, "sum", [shares_for(W)[0]], seed=10)
+            run.check(np.array_equal(sebc.read("t3", "weight", root=-1), t3), "%s: t3 moved at lr 0" % scheme)
+            run.check(sebc.step("t3") == 4, "%s: step %s" % (scheme, sebc.step("t3")))
+            sebc.set_step("t0", 7)
+            run.check(sebc.step("t0") == 7, "%s: set_step" % scheme)
+            # load_state_dict from root 0 only: every rank ends with rank 0's dict.
+            sd = local.state_dict()
+            sd["t2.weight"] = sd["t2.weight"] + 1.0
+            sebc.load_state_dict(sd if R == 0 else None, root=0)
+            compare_states(run, sebc.state_dict(root=-1), sd, "%s: load_state_dict root 0" % scheme, exact=True)
         finally:
             sebc.close()
             local.close()
@@ -403,6 +425,7 @@ def case_seed_dp_bf16(run):
         run.check(np.any(bits != bf16_bits(b16)), "the step moved nothing")
         run.check(np.any(bits != bf16_bits(o32.tables[0].w.astype(np.float32))),
                   "indistinguishable from training a detached fp32 copy")
+        o16.tables[0].w = bf16_value(bits).astype(np.float64)  # the storage, for the forward below
         out = s.forward(kjt)
         run.check(np.array_equal(out, o16.forward(ids, L).astype(np.float32)), "forward after the step")
 
@@ -449,7 +472,7 @@ def case_bad_input(run):
                                  lambda: s.forward(ember.KJT(good_ids, bad_len)))
             # Float ids, when ember.KJT accepts them lazily and forward refuses.
             if not probe(lambda: ember.KJT(np.array([1.5]), np.array([1, 0, 0, 0, 0, 0], np.int32))):
-                vals = good_ids.astype(np.float64) + (0.5 if R == bad else 0.0)
+                vals = good_ids.astype(np.float64) + 0.5 if R == bad else good_ids
                 run.expect_error(scheme + ": float ids", ember.InvalidArgumentError, [tag],
                                  lambda: s.forward(ember.KJT(vals, good_len)))
             # A NaN gradient on one rank after a good forward; a gradient of the wrong shape.
@@ -513,7 +536,7 @@ def case_ckpt_save(run, d):
             out = s.forward(kjt)
             s.backward(kjt, rng.standard_normal(out.shape).astype(np.float32))
         s.save(d, blobs={"meta": b"first"})
-        s.save(d, blobs={"meta": b"hello \x00 world", "empty": b""})
+        s.save(d, blobs={"meta": b"hello \x00 world", "empty": b""}, chunk_bytes=64)  # many small records
         sd = s.state_dict(root=-1)
         if R == 0:
             np.savez(d.rstrip("/") + ".expected.npz", **{k: np.asarray(v) for k, v in sd.items()})
@@ -528,6 +551,9 @@ def case_ckpt_save(run, d):
                 t2 = [t for t in c.tables if t["name"] == "t2"][0]
                 run.check(t2["dtype"] == "bf16" and t2["rows"] == 10 and t2["dim"] == 6 and t2["step"] == 3,
                           "t2 in the manifest: %s" % t2)
+                t0 = [t for t in c.tables if t["name"] == "t0"][0]
+                # 13 x 8 fp32 weight + two Adam moments in records of at most 64 bytes (2 rows).
+                run.check(t0["optimizer"] == "adam" and t0["num_records"] >= 3 * 7, "t0 in the manifest: %s" % t0)
                 c.verify()
         run.comm.barrier()
 
@@ -535,7 +561,7 @@ def case_ckpt_save(run, d):
 def case_ckpt_load(run, d):
     """W = 3, another plan, another seed: load equals the saved tables bitwise (t2 converted back
     to its stored bf16), and the next step equals the single process loaded the same way."""
-    W, R = run.size, run.rank
+    W = run.size
     tables = ckpt_tables(True)
     want = dict(np.load(d.rstrip("/") + ".expected.npz"))
     plan = [grid_plan(W) if W % 2 == 0 else ember.TablePlan("cw", ranks=tuple(range(W)), num_shards=W),
@@ -628,7 +654,8 @@ def main(argv):
                 CASES[case](run)
         n = total_failures(run, allreduce)
     except Exception:
-        sys.stderr.write("rank ?: unexpected exception in case %s:\n%s" % (case, traceback.format_exc()))
+        sys.stderr.write("rank %s: unexpected exception in case %s:\n%s"
+                         % (os.environ.get("OMPI_COMM_WORLD_RANK", "?"), case, traceback.format_exc()))
         sys.stderr.flush()
         os._exit(3)
     for f in run.failures:

@@ -842,3 +842,164 @@ def test_one_row_table_and_large_multiplicity():
         ebc.backward(kjt, g)
         oracle.backward(values, lengths, None, g)
         compare_state(ebc, oracle, "one-row table")
+
+
+def test_load_state_dict_refusals_change_nothing(make_tables, rng):
+    tables = make_tables(optimizer="adagrad", lr=0.1)
+    with ember.EmbeddingBagCollection(tables, seed=1) as a, ember.EmbeddingBagCollection(tables, seed=2) as b:
+        sd = a.state_dict()
+        before = b.state_dict()
+        bad_shape = dict(sd, **{"t2.momentum1": np.zeros((10, 5), np.float32)})
+        unknown = dict(sd, **{"t9.weight": np.zeros((1, 1), np.float32)})
+        missing = {k: v for k, v in sd.items() if k != "t1.weight"}
+        for name, d, frag in (("wrong shape", bad_shape, "t2.momentum1"), ("unknown key", unknown, "t9"),
+                              ("missing key", missing, "t1.weight")):
+            with pytest.raises(ember.InvalidArgumentError) as ei:
+                b.load_state_dict(d)
+            assert frag in ei.value.message, "%s: %r" % (name, ei.value.message)
+            # Checked before anything is written: t0 (first in order) is untouched too.
+            assert_states_equal(b.state_dict(), before)
+        b.load_state_dict(missing, strict=False)
+        got = b.state_dict()
+        assert np.array_equal(got["t0.weight"], sd["t0.weight"])
+        assert np.array_equal(got["t1.weight"], before["t1.weight"])
+
+
+def test_table_config_defaults():
+    t = ember.TableConfig("user", 7, 3)
+    assert (t.pooling, t.dtype, t.optimizer, t.lr, t.weight_decay_mode) == ("sum", "fp32", "sgd", 0.01, "none")
+    assert dataclasses.is_dataclass(t)
+    with ember.EmbeddingBagCollection([t], seed=1) as ebc:
+        assert ebc.feature_names == ["user"]  # feature_names None -> [name]
+        w = ebc.read("user")
+        assert np.all(np.abs(w) <= 0.01) and np.any(w != 0.0)  # uniform(-0.01, 0.01)
+    with ember.EmbeddingBagCollection([dataclasses.replace(t, init=("normal", 2.0))], seed=1) as ebc:
+        assert 1.0 < float(np.std(ebc.read("user"))) < 3.5
+    with ember.EmbeddingBagCollection([dataclasses.replace(t, init=("zeros",))], seed=1) as ebc:
+        assert np.all(ebc.read("user") == 0.0)
+
+
+GARBAGE = r'''
+import numpy as np, ember
+ebc = ember.EmbeddingBagCollection([ember.TableConfig("t0", 5, 4, feature_names=["a", "b"])], seed=1)
+I, L = np.array([1, 2], np.int64), np.array([1, 0, 1, 0], np.int32)
+cases = {
+    "values None": lambda: ebc.forward(ember.KJT(None, L)),
+    "values str": lambda: ebc.forward(ember.KJT("12", L)),
+    "values dict": lambda: ebc.forward(ember.KJT({1: 2}, L)),
+    "values ragged": lambda: ebc.forward(ember.KJT([[1], [2, 3]], L)),
+    "values bool": lambda: ebc.forward(ember.KJT(np.array([True, False]), L)),
+    "values int64 max": lambda: ebc.forward(ember.KJT(np.array([2**63 - 1, 0]), L)),
+    "values uint64 huge": lambda: ebc.forward(ember.KJT(np.array([2**64 - 1, 0], np.uint64), L)),
+    "values 3-d": lambda: ebc.forward(ember.KJT(np.zeros((1, 1, 2), np.int64), L)),
+    "no lengths": lambda: ebc.forward(ember.KJT(I)),
+    "lengths huge": lambda: ebc.forward(ember.KJT(I, np.array([2**31 - 1, 0, 1, 0], np.int32))),
+    "lengths int64 overflow": lambda: ebc.forward(ember.KJT(I, np.array([2**40, 0, 1, 0], np.int64))),
+    "lengths nan": lambda: ebc.forward(ember.KJT(I, np.array([np.nan, 0, 1, 0]))),
+    "offsets decreasing": lambda: ebc.forward(ember.KJT(I, offsets=np.array([0, 2, 1, 2, 2]))),
+    "offsets past nnz": lambda: ebc.forward(ember.KJT(I, offsets=np.array([0, 1, 5, 6, 9]))),
+    "offsets int64 min": lambda: ebc.forward(ember.KJT(I, offsets=np.array([0, -2**63, 0, 0, 2]))),
+    "weights str": lambda: ebc.forward(ember.KJT(I, L, weights="ab")),
+    "weights inf": lambda: ebc.forward(ember.KJT(I, L, weights=np.array([np.inf, 1.0]))),
+    "batch_size negative": lambda: ebc.forward(ember.KJT(I, L, batch_size=-1)),
+    "batch_size huge": lambda: ebc.forward(ember.KJT(I, L, batch_size=2**40)),
+    "batch_size str": lambda: ebc.forward(ember.KJT(I, L, batch_size="2")),
+    "keys int": lambda: ebc.forward(ember.KJT(I, L, keys=[1, 2])),
+    "not a kjt": lambda: ebc.forward((I, L)),
+    "grad None": lambda: (ebc.forward(ember.KJT(I, L)), ebc.backward(ember.KJT(I, L), None)),
+    "grad 1-d": lambda: (ebc.forward(ember.KJT(I, L)), ebc.backward(ember.KJT(I, L), np.ones(16, np.float32))),
+    "grad object": lambda: ebc.backward(ember.KJT(I, L), np.array([[object()] * 8] * 2)),
+    "read rows reversed": lambda: ebc.read("t0", rows=slice(4, 1)),
+    "read rows step": lambda: ebc.read("t0", rows=slice(0, 4, 2)),
+    "read rows tuple outside": lambda: ebc.read("t0", rows=(2, 9)),
+    "read table -1": lambda: ebc.read(-1),
+    "read table 7": lambda: ebc.read(7),
+    "read table float": lambda: ebc.read(0.5),
+    "read dtype bogus": lambda: ebc.read("t0", dtype="int8"),
+    "read bf16 of fp32": lambda: ebc.read("t0", dtype="bf16"),
+    "write None": lambda: ebc.write("t0", "weight", None),
+    "write row_begin negative": lambda: ebc.write("t0", "weight", np.zeros((1, 4), np.float32), row_begin=-1),
+    "write nan": lambda: ebc.write("t0", "weight", np.full((1, 4), np.nan, np.float32)),
+    "set_step negative": lambda: ebc.set_step("t0", -3),
+    "set_step huge": lambda: ebc.set_step("t0", 2**70),
+    "set_lr inf": lambda: ebc.set_lr(float("inf")),
+    "set_lr str": lambda: ebc.set_lr("fast"),
+    "convert bogus": lambda: ebc.convert_dtype("t0", "fp64"),
+    "table config garbage": lambda: ember.EmbeddingBagCollection([ember.TableConfig(None, "x", [])]),
+    "tables not a list": lambda: ember.EmbeddingBagCollection(42),
+    "num_threads negative": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], num_threads=-4),
+    "seed negative": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], seed=-1),
+}
+for name, fn in cases.items():
+    try:
+        fn()
+        print("ok", name)
+    except ember.EmberError as e:
+        assert e.message and isinstance(e.status, str), name
+        print("ember", type(e).__name__, name, "|", e.message)
+    except (TypeError, OverflowError, ValueError) as e:
+        print("python", type(e).__name__, name, "|", e)
+out = ebc.forward(ember.KJT(I, L))
+print("alive", out.shape)
+'''
+
+
+def test_garbage_inputs_never_crash():
+    """Odd inputs of every kind: the interpreter survives each one, each either works or raises an
+    ember error (or, for scalar arguments of a wrong Python type, TypeError/ValueError/OverflowError), and the
+    collection still works afterwards. Runs in a subprocess so that a crash is a failure."""
+    r = _run_python(GARBAGE, timeout=120)
+    assert r.returncode == 0, "exit %d\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1] == "alive (2, 8)"
+    got = {ln.split(" | ")[0].split(" ", 2)[-1] if not ln.startswith("ok") else ln[3:]: ln for ln in lines[:-1]}
+    print("\n".join(lines))
+    # What must be refused as an ember error (never accepted, never a bare Python error).
+    must_refuse = ["values None", "values str", "values dict", "values ragged", "values bool", "values int64 max",
+                   "values uint64 huge", "values 3-d", "no lengths", "lengths huge", "lengths int64 overflow",
+                   "lengths nan", "offsets decreasing", "offsets past nnz", "offsets int64 min", "weights str",
+                   "weights inf", "batch_size negative", "batch_size huge", "not a kjt", "grad None", "grad 1-d",
+                   "grad object", "read rows step", "read rows tuple outside", "read table 7", "read dtype bogus",
+                   "read bf16 of fp32", "write None", "write row_begin negative", "set_step negative",
+                   "set_lr inf", "convert bogus", "tables not a list"]
+    for name in must_refuse:
+        line = next((ln for ln in lines if ln.endswith(" " + name) or (" " + name + " |") in ln), None)
+        assert line is not None, "no line for %s" % name
+        assert line.startswith("ember "), "%s: %s" % (name, line)
+
+
+def test_long_calls_release_the_gil():
+    """A Python thread keeps running while forward and backward run in C (docs: long calls release
+    the GIL). A counting thread's progress during the calls is compared with its progress alone."""
+    import threading
+    import time
+    tables = [ember.TableConfig("big", 200000, 64, optimizer="adagrad")]
+    rng = np.random.default_rng(0)
+    nnz = 400000
+    kjt = ember.KJT(rng.integers(0, 200000, nnz).astype(np.int64), np.full(4000, 100, np.int32))
+    count = [0]
+    stop = [False]
+
+    def counter():
+        while not stop[0]:
+            count[0] += 1
+
+    with ember.EmbeddingBagCollection(tables, seed=1, num_threads=1) as ebc:
+        ebc.forward(kjt)  # workspaces sized
+        th = threading.Thread(target=counter)
+        th.start()
+        try:
+            time.sleep(0.05)
+            c0, t0 = count[0], time.perf_counter()
+            time.sleep(0.2)
+            alone = (count[0] - c0) / (time.perf_counter() - t0)
+            c0, t0 = count[0], time.perf_counter()
+            for _ in range(3):
+                out = ebc.forward(kjt)
+                ebc.backward(kjt, np.ones_like(out))
+            busy = (count[0] - c0) / (time.perf_counter() - t0)
+        finally:
+            stop[0] = True
+            th.join()
+    # Holding the GIL would leave the counter a switch interval (5 ms) per call at most.
+    assert busy > 0.2 * alone, "counter ran at %.0f/s during the calls, %.0f/s alone" % (busy, alone)

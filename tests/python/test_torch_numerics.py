@@ -34,12 +34,10 @@ def offsets_of(lengths):
     return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
 
 
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("mode", ["sum", "mean"])
+# torch.nn.EmbeddingBag takes per_sample_weights only with mode="sum".
+@pytest.mark.parametrize("mode,weighted", [("sum", False), ("sum", True), ("mean", False)])
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam"])
 def test_against_torch_embeddingbag(optimizer, mode, weighted):
-    if weighted and mode == "mean":
-        pytest.skip("torch.nn.EmbeddingBag takes per_sample_weights only with mode='sum'")
     torch.manual_seed(0)
     rng = np.random.default_rng({"sgd": 1, "adagrad": 2, "adam": 3}[optimizer] * 10 + (mode == "mean") * 2 + weighted)
     # Adam: ember adds eps to sqrt(m2 / c2), torch to sqrt(m2) (then rescales): with a tiny eps
@@ -74,7 +72,9 @@ def test_against_torch_embeddingbag(optimizer, mode, weighted):
             if optimizer == "adam":
                 assert int(st["step"]) == ebc.step("emb") == step + 1
                 assert_close(ebc.read("emb", "momentum1"), st["exp_avg"].numpy(), 1e-7, 1e-5, "exp_avg")
-                assert_close(ebc.read("emb", "momentum2"), st["exp_avg_sq"].numpy(), 1e-9, 1e-5, "exp_avg_sq")
+                # ember keeps beta2 in fp32 (0.999f), torch in double: 1 - beta2 differs by 1.3e-5
+                # relative, and so does the second moment after a few steps.
+                assert_close(ebc.read("emb", "momentum2"), st["exp_avg_sq"].numpy(), 1e-9, 1e-4, "exp_avg_sq")
 
 
 def test_untouched_rows_not_updated_like_sparse_adam():
