@@ -625,6 +625,33 @@ def case_mpi4py(run_unused=None):
     return run, (lambda v: world.allreduce(v, op=MPI.SUM))
 
 
+def case_timeout():
+    """A rank that arrives 6 s late at a collective of a communicator with a 2 s deadline: the
+    others raise CollectiveTimeoutError (a TimeoutError) naming it, in about 2 s; the late rank's
+    own call then misses its deadline too. The communicator cannot be used again, so every rank
+    reports one line and ends without MPI_Finalize (as ember's trainer aborts the job)."""
+    import time
+    comm = ember.Comm(timeout_s=2.0)
+    W, R = comm.size, comm.rank
+    t = [ember.TableConfig("table", 8, 4)]
+    s = ember.ShardedEmbeddingBagCollection(t, "rw", comm=comm)
+    kjt = ember.KJT(np.array([R % 8], np.int64), np.array([1], np.int32))
+    s.forward(kjt)
+    if R == W - 1:
+        time.sleep(6.0)
+    t0 = time.time()
+    try:
+        s.forward(kjt)
+        what = "no error"
+    except ember.EmberError as e:
+        what = "%s timeout=%s: %s" % (type(e).__name__, isinstance(e, TimeoutError), e.message)
+    sys.stdout.write("TIMEOUT rank %d after %.1f s: %s\n" % (R, time.time() - t0, what))
+    sys.stdout.flush()
+    if R != W - 1:
+        time.sleep(7.0)  # let the late rank report before mpiexec ends the job
+    os._exit(0)
+
+
 CASES = {
     "schemes": case_schemes,
     "conventions": case_conventions,
@@ -638,6 +665,8 @@ CASES = {
 
 
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "timeout":
+        case_timeout()
     if len(argv) < 2 or argv[1] not in list(CASES) + ["mpi4py"]:
         sys.stderr.write("usage: dist_cases.py CASE [DIR]; cases: %s mpi4py\n" % " ".join(CASES))
         return 2

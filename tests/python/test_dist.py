@@ -89,3 +89,20 @@ def test_dist_checkpoint_w2_to_w3(tmp_path):
     assert_ok(mpirun(2, "ckpt_save", d), "ckpt_save W=2")
     assert os.path.exists(os.path.join(d, "manifest.json"))
     assert_ok(mpirun(3, "ckpt_load", d), "ckpt_load W=3")
+
+
+def test_dist_collective_timeout():
+    """A rank 6 s late at a collective with a 2 s deadline: the others raise CollectiveTimeoutError
+    naming it after about 2 s, the late rank's call misses its own deadline, nothing hangs. The
+    ranks end without MPI_Finalize (the communicator is unusable), so mpiexec's exit status is not
+    the verdict: each rank's line is."""
+    W = 3
+    r = mpirun(W, "timeout", timeout=90)
+    lines = {int(ln.split()[2]): ln for ln in r.stdout.splitlines() if ln.startswith("TIMEOUT rank ")}
+    assert sorted(lines) == list(range(W)), "lines %s\n%s\n%s" % (lines, _tail(r.stdout), _tail(r.stderr))
+    for rank in range(W - 1):
+        ln = lines[rank]
+        assert "CollectiveTimeoutError timeout=True" in ln and "rank %d did not arrive" % (W - 1) in ln, ln
+        waited = float(ln.split()[4])
+        assert 1.5 <= waited <= 10.0, ln
+    assert "CollectiveTimeoutError" in lines[W - 1] or "CommunicationError" in lines[W - 1], lines[W - 1]

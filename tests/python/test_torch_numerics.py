@@ -14,6 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+# torch's sparse Adagrad warns that it skips its own invariant checks on every step.
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
+
 import ember  # noqa: E402
 from oracle import assert_close, random_batch  # noqa: E402
 
