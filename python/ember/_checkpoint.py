@@ -26,7 +26,7 @@ class Checkpoint:
     malformed manifest, a record failing its CRC), InvalidArgumentError (no such blob).
     """
 
-    def __init__(self, dir: str | os.PathLike) -> None:
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._c = _ember.Checkpoint(os.fsencode(dir))
         self._path = os.fsdecode(dir)
         generation, world, tables, blobs = self._c.info()

@@ -30,7 +30,10 @@ class Comm:
     its ``timeout_s`` and outlive a ``close()`` of it.
     """
 
+    _c: _ember.Comm
+
     def __init__(self, mpi_comm: Any = None, *, timeout_s: float = 600.0) -> None:
+        handle: int | None
         if mpi_comm is None:
             handle = None
         elif isinstance(mpi_comm, Comm):

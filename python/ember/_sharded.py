@@ -66,11 +66,11 @@ class TablePlan:
     def long_name(self) -> str:
         return _SCHEMES[_SCHEME_CODE[self.scheme]][1]
 
-    def _c_tuple(self) -> tuple:
+    def _c_tuple(self) -> tuple[Any, ...]:
         return (_SCHEME_CODE[self.scheme], self.num_shards, self.group_size, self.ranks)
 
     @classmethod
-    def _from_c(cls, t: tuple) -> TablePlan:
+    def _from_c(cls, t: tuple[Any, ...]) -> TablePlan:
         return cls(_SCHEMES[t[0]][0], tuple(t[3]), t[1], t[2])
 
 
@@ -90,7 +90,7 @@ def _default_plan(scheme: str, t: int, dim: int, W: int) -> TablePlan:
         return TablePlan(short, tuple(range(W)), group_size=W)
     # grid: two column slices (one if dim is 1), each row-wise over W // 2 ranks (1 if W is 1).
     shards, group = (2 if dim >= 2 else 1), max(1, W // 2)
-    return TablePlan(short, tuple(range(shards * group)), num_shards=shards, group_size=group)
+    return TablePlan(short, tuple(i % W for i in range(shards * group)), num_shards=shards, group_size=group)
 
 
 def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: int) -> list[TablePlan]:
@@ -207,6 +207,8 @@ class ShardedEmbeddingBagCollection(_Collection):
     them alike on every rank), the properties.
     """
 
+    _c: _ember.SEBC
+
     def __init__(self, tables: Sequence[TableConfig], plan: Any = "auto", *, comm: Any = None,
                  grad_convention: str = "mean", bounds: str = "error", seed: int = 0, num_threads: int = 0,
                  max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512) -> None:
@@ -241,12 +243,13 @@ class ShardedEmbeddingBagCollection(_Collection):
         """Pools the local batch: float32 [B_local, output_dim] (all-"none": [nnz_local, D]).
         Collective. Raises on every rank InvalidArgumentError (a malformed KJT on any rank),
         OutOfRangeError, NumericError, CommunicationError, CollectiveTimeoutError."""
-        def prepare() -> tuple:
+        def prepare() -> tuple[Any, ...]:
             parts = self._kjt_parts(kjt)
             return parts, self._out(out, self._out_shape(parts[0].shape[0], parts[5]))
         (values, lengths, offsets, weights, F, B), o = self._collective(prepare)
         self._c.forward(values, lengths, offsets, weights, F, B, o)
-        return o
+        result: np.ndarray = o
+        return result
 
     __call__ = forward
 
@@ -255,7 +258,7 @@ class ShardedEmbeddingBagCollection(_Collection):
         ``grad_out`` = dL_r/d(out) of the local loss. Collective. Raises StateError (no forward
         since the last backward), InvalidArgumentError (another KJT), NumericError (NaN/Inf in
         grad_out); on failure nothing changes anywhere."""
-        def prepare() -> tuple:
+        def prepare() -> tuple[Any, ...]:
             parts = self._kjt_parts(kjt)
             return parts, self._grad(grad_out, self._out_shape(parts[0].shape[0], parts[5]))
         (values, lengths, offsets, weights, F, B), g = self._collective(prepare)
@@ -292,7 +295,7 @@ class ShardedEmbeddingBagCollection(_Collection):
         16-bit table in its own dtype: float16 / uint16 bits), gathered onto ``root`` (-1: every
         rank). Returns None on the other ranks. Collective. The whole array passes through one
         rank (checkpoints stream pieces instead: save/load)."""
-        def prepare() -> tuple:
+        def prepare() -> tuple[Any, ...]:
             t = self._t(table)
             rows, cols = self._tensor(t, tensor, "read")
             r, code = self._root(root), parse_dtype(dtype)
@@ -300,13 +303,14 @@ class ShardedEmbeddingBagCollection(_Collection):
             return t, r, code, out
         t, r, code, out = self._collective(prepare)
         self._c.read(t, tensor, code, r, out)
-        return out
+        result: np.ndarray | None = out
+        return result
 
     def write(self, table: Any, tensor: str, array: Any, root: int = -1) -> None:
         """Scatters a global [rows, cols] array given on ``root`` (-1: every rank passes the same)
         into the table's tensor (rounded into 16-bit storage; a float16 / uint16-bits array of a
         16-bit weight is stored as it is). Other ranks may pass None. Collective."""
-        def prepare() -> tuple:
+        def prepare() -> tuple[Any, ...]:
             t = self._t(table)
             rows, _ = self._tensor(t, tensor, "write")
             r = self._root(root)
@@ -342,11 +346,13 @@ class ShardedEmbeddingBagCollection(_Collection):
         before anything is written. Collective."""
         entries = [(t, tensor) for t in range(len(self._tables)) for tensor in self._tensors[t]]
 
-        def prepare() -> tuple:
+        def prepare() -> tuple[Any, ...]:
             r = self._root(root)
-            arrays: list = [None] * len(entries)
+            arrays: list[Any] = [None] * len(entries)
             flags = np.zeros(len(entries) + len(self._tables), np.int64)  # present / step (-1: absent)
             if r in (-1, self._rank):
+                if state_dict is None:
+                    raise invalid(f"load_state_dict: no state dict on rank {self._rank} (root {r})", self._rank)
                 self._check_state_dict(state_dict, strict)
                 for i, (t, tensor) in enumerate(entries):
                     key = f"{self._table_names[t]}.{tensor}"
@@ -389,12 +395,12 @@ class ShardedEmbeddingBagCollection(_Collection):
 
     # ---- checkpoints -------------------------------------------------------------------------
 
-    def save(self, dir: str | os.PathLike, blobs: Mapping[str, Any] | None = None, chunk_bytes: int = 0) -> None:
+    def save(self, dir: str | os.PathLike[str], blobs: Mapping[str, Any] | None = None, chunk_bytes: int = 0) -> None:
         """Saves every table (and ``blobs``: {name: bytes-like}, identical on every rank) into the
         directory ``dir`` (created if missing, seen by every rank), committed atomically by its
         manifest: a failure or a kill leaves the previous checkpoint loadable. Collective. Raises
         EmberIOError (path and OS reason), InvalidArgumentError (bad blob name), ..."""
-        def prepare() -> tuple:
+        def prepare() -> tuple[Any, ...]:
             path = os.fsencode(dir)
             items = []
             for name, data in (blobs or {}).items():
@@ -405,7 +411,7 @@ class ShardedEmbeddingBagCollection(_Collection):
         path, items, chunk = self._collective(prepare)
         self._c.save(path, items, chunk)
 
-    def load(self, dir: str | os.PathLike, chunk_bytes: int = 0) -> None:
+    def load(self, dir: str | os.PathLike[str], chunk_bytes: int = 0) -> None:
         """Loads every table from a checkpoint saved under any world size and plan (tables matched
         by name; storage converted to the stored dtype; step counters set). Collective. Raises
         EmberIOError, FormatError (a table missing or of another shape, a record failing its
