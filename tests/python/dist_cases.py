@@ -237,6 +237,22 @@ def case_schemes(run):
             train_both(run, name, sebc, local, tbl, "mean", shares_for(W), seed=5)
             for t in tbl:
                 run.check(sebc.step(t.name) == 3, "%s: step(%s) = %s" % (name, t.name, sebc.step(t.name)))
+            # A dtype conversion under this placement: the same rounding as the local collection's
+            # (both start from the local's trained values), and the next forward reads it.
+            sebc.load_state_dict(local.state_dict())
+            for t, dt in (("t0", "fp16"), ("t2", "bf16")):
+                sebc.convert_dtype(t, dt)
+                local.convert_dtype(t, dt)
+            compare_states(run, read_all(sebc, tbl), local.state_dict(), "%s converted" % name, exact=True)
+            bits = np.asarray(sebc.read("t2", "weight", root=-1, dtype="bf16")).view(np.uint16)
+            run.check(np.array_equal(bits, np.asarray(local.read("t2", dtype="bf16")).view(np.uint16)),
+                      "%s: bf16 bits of t2" % name)
+            rng = np.random.default_rng(21)
+            batch = random_batch(rng, feature_rows(tbl), 2 * W, weighted=True)
+            kjt_l, _ = kjt_of(batch, range(2 * run.rank, 2 * run.rank + 2))
+            want = local.forward(kjt_of(batch, range(2 * W))[0])
+            run.close_enough(sebc.forward(kjt_l), want[2 * run.rank:2 * run.rank + 2], "%s: forward after conversion"
+                             % name)
         finally:
             sebc.close()
             local.close()
@@ -255,6 +271,10 @@ def case_conventions(run):
             # root 0: the array on rank 0, None elsewhere.
             w = sebc.read("t0", "weight", root=0)
             w_all = sebc.read("t0", "weight", root=-1)
+            sd0 = sebc.state_dict(root=0)
+            run.check((sd0 is None) == (R != 0), "state_dict root 0 on rank %d: %s" % (R, type(sd0)))
+            if R == 0 and sd0 is not None:
+                run.check(np.array_equal(sd0["t0.weight"], w_all), "state_dict root 0 t0.weight")
             if R == 0:
                 run.check(w is not None and np.array_equal(w, w_all), "read root 0 on rank 0")
                 run.close_enough(w, local.read("t0"), "read root 0 vs the single process")
