@@ -5,6 +5,12 @@
   features sharing a table), with keyword overrides applied to every table.
 - the report header names the ember build, the ISA, and which optional parts (torch, torchrec,
   mpiexec, mpi4py) are present; the terminal summary repeats every skip with its reason.
+
+Running: install the package into a virtual environment (pip install --no-build-isolation . with
+numpy, pytest, scikit-build-core; mpi4py optional) and run `python -m pytest tests/python`. The
+torch tests need torch in the same environment, the TorchRec scenarios torchrec too; both skip,
+saying why, when those are missing. The MPI tests (test_dist.py) need mpiexec; as root they set
+Open MPI's OMPI_ALLOW_RUN_AS_ROOT variables themselves.
 """
 import hashlib
 import os

@@ -353,6 +353,9 @@ def test_read_write_rows_and_state_shapes(make_tables):
         assert w.shape == (12, 8) and w.dtype == np.float32
         assert np.array_equal(ebc.read("t0", rows=slice(2, 5)), w[2:5])
         assert np.array_equal(ebc.read(0, "weight"), w)  # a table by index
+        w[:] = 5.0  # a copy: the table does not change
+        assert not np.any(ebc.read("t0") == 5.0)
+        w = ebc.read("t0")
         assert ebc.read("t0", "momentum1").shape == (12, 8)
         assert ebc.read("t0", "momentum2").shape == (12, 1)
         x = np.arange(16, dtype=np.float32).reshape(2, 8) / 16
