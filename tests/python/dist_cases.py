@@ -1,0 +1,723 @@
+"""Distributed cases of ember's Python API, run by test_dist.py under mpiexec.
+
+Usage: mpiexec -n W python dist_cases.py CASE [DIR]
+
+Every rank builds the sharded collection and, beside it, a local ember.EmbeddingBagCollection with
+the same tables and seed (the single-process reference), feeds its share of a seeded global batch
+(uneven shares, a rank with no samples, empty bags, duplicate ids, a one-row table) and checks:
+forward outputs against the local collection's forward of the concatenated global batch, and the
+tables after backward + several steps (read with root=-1) against the local collection trained on
+the global batch. With grad_convention "mean" ember trains J = (1/W) sum_r L_r
+(docs/semantics.md §3); rank r's local loss L_r is given the gradient W * G_r, where G_r are the
+rows of the global gradient G for its samples, so that dJ/dy = G: the local collection trained
+with G is the same objective. With "sum", L_r gets G_r.
+
+Every check is recorded, not raised; at the end of a case the ranks agree on the number of
+failures (ember.Comm.allreduce_grads, or mpi4py in the mpi4py case) and every rank exits 1 if any
+rank failed, after printing its own failures. An unexpected exception prints its traceback and
+ends the job (os._exit), so nothing waits forever; every collective also has a 30 s deadline.
+
+Cases: schemes, conventions, seed_rw_grad, seed_mean, seed_dp_bf16, bad_input, mpi4py,
+ckpt_save DIR (W=2), ckpt_load DIR (W=3).
+"""
+import os
+import sys
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ember  # noqa: E402
+from oracle import (Oracle, assert_close, bf16_bits, bf16_value, feature_rows,  # noqa: E402
+                    random_batch)
+
+TOL = (2e-5, 1e-4)  # docs/semantics.md §7: distributed vs single process over a few steps
+TIMEOUT_S = 30.0
+
+LONG = {"dp": "data_parallel", "tw": "table_wise", "cw": "column_wise", "rw": "row_wise",
+        "twrw": "table_row_wise", "grid": "grid_shard"}
+
+
+def short(scheme):
+    for k, v in LONG.items():
+        if scheme in (k, v):
+            return k
+    return scheme
+
+
+class Run:
+    """Per-process state of one case: the communicator, rank, size and the failures so far."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank = comm.rank
+        self.size = comm.size
+        self.failures = []
+        self.checks = 0
+
+    def check(self, cond, msg):
+        self.checks += 1
+        if not cond:
+            self.failures.append(msg)
+        return bool(cond)
+
+    def close_enough(self, got, want, what, tol=TOL):
+        self.checks += 1
+        try:
+            assert_close(got, want, tol[0], tol[1], what)
+            return True
+        except AssertionError as e:
+            self.failures.append(str(e))
+            return False
+
+    def expect_error(self, what, cls, fragments, fn):
+        """fn() must raise cls on this rank, its message holding every fragment."""
+        self.checks += 1
+        try:
+            fn()
+        except cls as e:
+            msg = getattr(e, "message", str(e))
+            missing = [f for f in fragments if f not in msg]
+            if missing:
+                self.failures.append("%s: %s message %r lacks %s" % (what, cls.__name__, msg, missing))
+            return e
+        except Exception as e:  # the wrong class is a failure, recorded with its message
+            self.failures.append("%s: raised %s (%s), want %s" % (what, type(e).__name__, e, cls.__name__))
+            return e
+        self.failures.append("%s: nothing raised, want %s" % (what, cls.__name__))
+        return None
+
+
+def total_failures(run, allreduce=None):
+    n = np.array([float(len(run.failures))])
+    if allreduce is None:
+        run.comm.allreduce_grads(n, convention="sum")
+        return int(n[0])
+    return int(allreduce(int(n[0])))
+
+
+# ---- tables, plans, batches ------------------------------------------------------------------
+
+def dist_tables(row_norm_optimizer="lamb", dtype2="fp32"):
+    """t0 13 x 8 SUM (f0, f1) adam; t1 1 x 4 MEAN (f2) rowwise_adagrad (one row); t2 10 x 6 MEAN
+    (f3) sgd; t3 7 x 5 SUM (f4) partial_rowwise_adam; t4 9 x 4 SUM (f5) row_norm_optimizer."""
+    T = ember.TableConfig
+    u = ("uniform", -0.5, 0.5)
+    return [
+        T("t0", 13, 8, feature_names=["f0", "f1"], pooling="sum", optimizer="adam", lr=0.02, init=u),
+        T("t1", 1, 4, feature_names=["f2"], pooling="mean", optimizer="rowwise_adagrad", lr=0.1,
+          initial_accumulator=0.01, init=u),
+        T("t2", 10, 6, feature_names=["f3"], pooling="mean", optimizer="sgd", lr=0.1, init=u, dtype=dtype2),
+        T("t3", 7, 5, feature_names=["f4"], pooling="sum", optimizer="partial_rowwise_adam", lr=0.02, init=u),
+        T("t4", 9, 4, feature_names=["f5"], pooling="sum", optimizer=row_norm_optimizer, lr=0.05, init=u),
+    ]
+
+
+def grid_plan(W, slices=2, group=None):
+    group = group or W
+    return ember.TablePlan("grid", ranks=tuple((k + c) % W for c in range(slices) for k in range(group)),
+                           num_shards=slices, group_size=group)
+
+
+def plans_for(W, tables):
+    """(name, plan argument, tables) of every placement the schemes case runs."""
+    out = []
+    for s in ("dp", "tw", "cw", "rw", "twrw") + (("grid",) if W % 2 == 0 else ()):
+        t = tables if s not in ("cw", "grid") else dist_tables(row_norm_optimizer="adagrad")
+        out.append((s, s, t))
+    out.append(("dp long name", "data_parallel", tables))
+    out.append(("auto", "auto", tables))
+    out.append(("planned, no dp", ember.plan(tables, W, batch_size=4, dp_max_bytes=64), tables))
+    # A mixed plan as a dict (names and TablePlans) and one as a list.
+    out.append(("mixed dict", {
+        "t0": grid_plan(W),  # 2 slices, each row-wise over all W ranks (W = 3 too)
+        "t1": "dp",
+        "t2": ember.TablePlan("cw", ranks=(W - 1, 0), num_shards=2),
+        "t3": ember.TablePlan("tw", ranks=(W - 1,)),
+        "t4": ember.TablePlan("twrw", ranks=tuple(reversed(range(W))), group_size=W),
+    }, tables))
+    out.append(("mixed list", [
+        ember.TablePlan("cw", ranks=tuple(range(W)), num_shards=W),
+        ember.TablePlan("twrw", ranks=(1, 0), group_size=2),
+        ember.TablePlan("tw", ranks=(0,)),
+        ember.TablePlan("dp"),
+        ember.TablePlan("rw"),
+    ], dist_tables(row_norm_optimizer="lars_sgd")))
+    return out
+
+
+def shares_for(W):
+    """Local batch sizes per step: uneven, one rank with none."""
+    if W == 2:
+        return [[3, 4], [0, 5], [4, 4]]
+    if W == 3:
+        return [[3, 1, 4], [2, 5, 0], [3, 3, 3]]
+    return [[1 + (r + s) % 3 for r in range(W)] for s in range(3)]
+
+
+def kjt_of(batch, samples):
+    values, lengths, weights, B = batch.arrays(samples)
+    return ember.KJT(values, lengths, weights=weights, batch_size=B), (values, lengths, weights, B)
+
+
+def read_all(sebc, tables):
+    """The global state dict of the sharded collection, gathered onto every rank."""
+    return sebc.state_dict(root=-1)
+
+
+def compare_states(run, got, want, what, exact=False):
+    for k in sorted(want):
+        if k not in got:
+            run.check(False, "%s: %s missing from the sharded state dict" % (what, k))
+            continue
+        g, w = np.asarray(got[k]), np.asarray(want[k])
+        if k.endswith(".step"):
+            run.check(int(g) == int(w), "%s: %s is %s, want %s" % (what, k, g, w))
+        elif exact:
+            run.check(g.size == w.size and np.array_equal(g.reshape(-1), w.reshape(-1)),
+                      "%s: %s differs bitwise" % (what, k))
+        else:
+            run.close_enough(g, w, "%s: %s" % (what, k))
+    run.check(set(got) == set(want), "%s: keys %s, want %s" % (what, sorted(got), sorted(want)))
+
+
+def train_both(run, name, sebc, local, tables, conv, steps_shares, seed):
+    """Steps of forward + backward on the sharded and the local collection, compared."""
+    W, R = run.size, run.rank
+    rng = np.random.default_rng(seed)
+    rows = feature_rows(tables)
+    for step, shares in enumerate(steps_shares):
+        Bg = sum(shares)
+        batch = random_batch(rng, rows, Bg, weighted=step == 1)
+        lo = sum(shares[:R])
+        mine = range(lo, lo + shares[R])
+        kjt_l, _ = kjt_of(batch, mine)
+        kjt_g, _ = kjt_of(batch, range(Bg))
+        out = sebc.forward(kjt_l)
+        want = local.forward(kjt_g)
+        run.check(out.shape == (shares[R], local.output_dim) and out.dtype == np.float32,
+                  "%s step %d: forward shape %s dtype %s" % (name, step, out.shape, out.dtype))
+        if out.shape == (shares[R], local.output_dim):
+            run.close_enough(out, want[lo:lo + shares[R]], "%s step %d: forward" % (name, step))
+        G = rng.standard_normal(want.shape).astype(np.float32)
+        g_local = G[lo:lo + shares[R]]
+        if conv == "mean":
+            g_local = (np.float32(W) * g_local).astype(np.float32)
+        sebc.backward(kjt_l, g_local)
+        local.backward(kjt_g, G)
+    compare_states(run, read_all(sebc, tables), local.state_dict(), "%s after %d steps" % (name, len(steps_shares)))
+
+
+# ---- cases -------------------------------------------------------------------------------
+
+def case_schemes(run):
+    """Every scheme, the planner's plans and mixed plans against the single process."""
+    W = run.size
+    tables = dist_tables()
+    for name, plan, tbl in plans_for(W, tables):
+        sebc = ember.ShardedEmbeddingBagCollection(tbl, plan, comm=run.comm, seed=17)
+        local = ember.EmbeddingBagCollection(tbl, seed=17)
+        try:
+            run.check(sebc.grad_convention == "mean", "%s: default convention %r" % (name, sebc.grad_convention))
+            run.check(sebc.output_dim == local.output_dim, "%s: output_dim" % name)
+            run.check(len(sebc.plan) == len(tbl), "%s: plan has %d entries" % (name, len(sebc.plan)))
+            if isinstance(plan, str) and plan != "auto":
+                got = {short(p.scheme) for p in sebc.plan}
+                run.check(got == {short(plan)}, "%s: plan schemes %s" % (name, got))
+            if plan == "auto":
+                want = ember.plan(tbl, W, batch_size=512)
+                run.check([(short(p.scheme), tuple(p.ranks), p.num_shards, p.group_size) for p in sebc.plan]
+                          == [(short(p.scheme), tuple(p.ranks), p.num_shards, p.group_size) for p in want],
+                          "%s: plan %s differs from ember.plan %s" % (name, sebc.plan, want))
+                desc = ember.describe_plan(tbl, sebc.plan)
+                run.check(all(t.name in desc for t in tbl), "%s: describe_plan %r" % (name, desc))
+            # Same seed: the same initial values as the unsharded collection, bitwise.
+            compare_states(run, read_all(sebc, tbl), local.state_dict(), "%s initial" % name, exact=True)
+            train_both(run, name, sebc, local, tbl, "mean", shares_for(W), seed=5)
+            for t in tbl:
+                run.check(sebc.step(t.name) == 3, "%s: step(%s) = %s" % (name, t.name, sebc.step(t.name)))
+            # A dtype conversion under this placement: the same rounding as the local collection's
+            # (both start from the local's trained values), and the next forward reads it.
+            sebc.load_state_dict(local.state_dict())
+            for t, dt in (("t0", "fp16"), ("t2", "bf16")):
+                sebc.convert_dtype(t, dt)
+                local.convert_dtype(t, dt)
+            compare_states(run, read_all(sebc, tbl), local.state_dict(), "%s converted" % name, exact=True)
+            bits = np.asarray(sebc.read("t2", "weight", root=-1, dtype="bf16")).view(np.uint16)
+            run.check(np.array_equal(bits, np.asarray(local.read("t2", dtype="bf16")).view(np.uint16)),
+                      "%s: bf16 bits of t2" % name)
+            rng = np.random.default_rng(21)
+            batch = random_batch(rng, feature_rows(tbl), 2 * W, weighted=True)
+            kjt_l, _ = kjt_of(batch, range(2 * run.rank, 2 * run.rank + 2))
+            want = local.forward(kjt_of(batch, range(2 * W))[0])
+            run.close_enough(sebc.forward(kjt_l), want[2 * run.rank:2 * run.rank + 2], "%s: forward after conversion"
+                             % name)
+        finally:
+            sebc.close()
+            local.close()
+
+
+def case_conventions(run):
+    """grad_convention "sum" (J = sum_r L_r) and the gather onto one root / scatter from one."""
+    W, R = run.size, run.rank
+    tables = dist_tables()
+    for scheme in ("rw", "dp", "twrw"):
+        sebc = ember.ShardedEmbeddingBagCollection(tables, scheme, comm=run.comm, seed=3, grad_convention="sum")
+        local = ember.EmbeddingBagCollection(tables, seed=3)
+        try:
+            run.check(sebc.grad_convention == "sum", "convention %r" % sebc.grad_convention)
+            train_both(run, "sum/" + scheme, sebc, local, tables, "sum", shares_for(W), seed=9)
+            # root 0: the array on rank 0, None elsewhere.
+            w = sebc.read("t0", "weight", root=0)
+            w_all = sebc.read("t0", "weight", root=-1)
+            sd0 = sebc.state_dict(root=0)
+            run.check((sd0 is None) == (R != 0), "state_dict root 0 on rank %d: %s" % (R, type(sd0)))
+            if R == 0 and sd0 is not None:
+                run.check(np.array_equal(sd0["t0.weight"], w_all), "state_dict root 0 t0.weight")
+            if R == 0:
+                run.check(w is not None and np.array_equal(w, w_all), "read root 0 on rank 0")
+                run.close_enough(w, local.read("t0"), "read root 0 vs the single process")
+            else:
+                run.check(w is None, "read root 0 gave %r on rank %d" % (type(w), R))
+            # write from root W-1: only that rank's array is read (None elsewhere).
+            x = np.full((13, 8), 0.25, np.float32) if R == W - 1 else None
+            sebc.write("t0", "weight", x, root=W - 1)
+            run.check(np.all(sebc.read("t0", "weight", root=-1) == 0.25), "write root %d" % (W - 1))
+            m = sebc.read("t1", "momentum1", root=-1)
+            run.check(m.shape == (1, 1), "per-row state shape %s" % (m.shape,))
+            # Bytes: something crossed the wire in the last step (summed over the ranks).
+            sent = np.array([float(sebc.bytes_sent_last_step)])
+            run.comm.allreduce_grads(sent, convention="sum")
+            run.check(sent[0] > 0 or W == 1, "%s: no bytes sent in a step" % scheme)
+            run.check(sebc.bytes_outstanding > 0, "%s: bytes_outstanding %s" % (scheme, sebc.bytes_outstanding))
+            # lr 0 on one table: it stays, the others move; steps advance; set_step by hand.
+            sebc.set_lr(0.0, table="t3")
+            local.set_lr(0.0, table="t3")
+            local.load_state_dict(sebc.state_dict(root=-1))
+            t3 = sebc.read("t3", "weight", root=-1)
+            train_both(run, "sum/%s after set_lr" % scheme, sebc, local, tables, "sum", [shares_for(W)[0]], seed=10)
+            run.check(np.array_equal(sebc.read("t3", "weight", root=-1), t3), "%s: t3 moved at lr 0" % scheme)
+            run.check(sebc.step("t3") == 4, "%s: step %s" % (scheme, sebc.step("t3")))
+            sebc.set_step("t0", 7)
+            run.check(sebc.step("t0") == 7, "%s: set_step" % scheme)
+            # load_state_dict from root 0 only: every rank ends with rank 0's dict.
+            sd = local.state_dict()
+            sd["t2.weight"] = sd["t2.weight"] + 1.0
+            sebc.load_state_dict(sd if R == 0 else None, root=0)
+            compare_states(run, sebc.state_dict(root=-1), sd, "%s: load_state_dict root 0" % scheme, exact=True)
+        finally:
+            sebc.close()
+            local.close()
+
+
+def case_seed_rw_grad(run):
+    """docs/semantics.md §3: 8 x 4 zeros, SGD lr 1, one bag per id, dL_r/dy = 0.5: GRAD_SUM hands
+    0.5 to the update (rows -0.5), GRAD_MEAN 0.5 / W, in every scheme; untouched rows stay 0."""
+    W, R = run.size, run.rank
+    per = max(4 // W, 1)
+    for scheme in ("dp", "tw", "cw", "rw", "twrw") + (("grid",) if W % 2 == 0 else ()):
+        for conv in ("sum", "mean"):
+            t = [ember.TableConfig("table", 8, 4, pooling="sum", optimizer="sgd", lr=1.0, init=("zeros",))]
+            # comm=None (MPI_COMM_WORLD) for one convention, the case's ember.Comm for the other.
+            comm = None if conv == "sum" else run.comm
+            with ember.ShardedEmbeddingBagCollection(t, scheme, comm=comm, grad_convention=conv) as s:
+                ids = np.arange(R * per, R * per + per, dtype=np.int64)
+                kjt = ember.KJT(ids, np.ones(per, np.int32))
+                s.forward(kjt)
+                s.backward(kjt, np.full((per, 4), 0.5, np.float32))
+                w = s.read("table", "weight", root=-1)
+                want = np.float32(-0.5) if conv == "sum" else np.float32(-0.5) / np.float32(W)
+                touched = W * per
+                ok = np.all(w[:touched] == want) and np.all(w[touched:] == 0.0)
+                run.check(ok, "%s %s: rows %s, want %r on rows 0..%d and 0 after"
+                          % (scheme, conv, w[:, 0].tolist(), float(want), touched - 1))
+
+
+def mean_batch(r, weighted):
+    """Rank r's MEAN batch over a 10-row table (the C seed scenario's): bags empty, with a
+    duplicate, across every row block, one id, duplicates over two blocks; weights whose bag sums
+    differ from the id counts; gradients 0.1 (1 + (7r + 3b + d) % 5) - 0.25."""
+    L = np.array([0, 3, 5, 1, 5], np.int32)
+    WT = np.array([0.5, 2.0, 1.5, 1.0, -0.5, 0.25, 2.0, 0.75, 1.5, -1.0, 3.0, 0.25, 1.0, 0.5], np.float32)
+    ids = np.array([3, 3, 7 - r % 2, 0, 4, 5, 9, 2, (r + 6) % 10, 1, 8, 8, 1, (3 * r) % 10], np.int64)
+    go = np.array([[0.1 * (1 + (7 * r + 3 * b + d) % 5) - 0.25 for d in range(4)] for b in range(5)], np.float32)
+    return ids, L, (WT if weighted else None), go
+
+
+def case_seed_mean(run):
+    """Row-wise MEAN divides by the global bag length (never local mean then sum), and by the id
+    count, not the weight sum, in every scheme; a step trains like the single process."""
+    W, R = run.size, run.rank
+    schemes = ("dp", "tw", "cw", "rw", "twrw") + (("grid",) if W % 2 == 0 else ())
+    for scheme in schemes:
+        # A bag whose ids live on several ranks' row blocks.
+        t = [ember.TableConfig("table", 8, 4, pooling="mean", optimizer="sgd", lr=1.0, init=("uniform", -1, 1))]
+        with ember.ShardedEmbeddingBagCollection(t, scheme, comm=run.comm, seed=5) as s, \
+                ember.EmbeddingBagCollection(t, seed=5) as ref:
+            ids = np.array([0, 3, 7], np.int64) if R == 0 else np.array([R % 8], np.int64)
+            kjt = ember.KJT(ids, np.array([len(ids)], np.int32))
+            out = s.forward(kjt)
+            run.check(np.max(np.abs(out - ref.forward(kjt))) <= 1e-6, "%s: mean over row blocks %s vs %s"
+                      % (scheme, out, ref.forward(kjt)))
+        for weighted in (False, True):
+            t = [ember.TableConfig("table", 10, 4, pooling="mean", optimizer="sgd", lr=1.0,
+                                   init=("uniform", -1, 1))]
+            with ember.ShardedEmbeddingBagCollection(t, scheme, comm=run.comm, seed=5, grad_convention="sum") as s, \
+                    ember.EmbeddingBagCollection(t, seed=5) as ref:
+                oracle = Oracle(t, ref.state_dict())
+                ids, L, wt, go = mean_batch(R, weighted)
+                kjt = ember.KJT(ids, L, weights=wt)
+                out = s.forward(kjt)
+                want = oracle.forward(ids, L, wt)
+                what = "%s weighted=%d" % (scheme, weighted)
+                run.close_enough(out, want, what + ": forward vs oracle")
+                run.close_enough(out, ref.forward(kjt), what + ": forward vs single process")
+                run.check(np.all(out[0] == 0.0), what + ": the empty bag is not 0")
+                if weighted:  # dividing by the weight sum would be visibly different
+                    j = 0
+                    for b, n in enumerate(L):
+                        if n:
+                            wsum = float(np.sum(wt[j:j + n]))
+                            apart = np.max(np.abs(out[b] - want[b] * n / wsum))
+                            run.check(apart > 1e-3, "%s bag %d: indistinguishable from the weight-sum mean" % (what, b))
+                        j += n
+                s.backward(kjt, go)
+                parts = [mean_batch(r, weighted) for r in range(W)]
+                gids = np.concatenate([p[0] for p in parts])
+                gL = np.concatenate([p[1] for p in parts])
+                gwt = np.concatenate([p[2] for p in parts]) if weighted else None
+                ggo = np.concatenate([p[3] for p in parts])
+                gk = ember.KJT(gids, gL, weights=gwt)
+                ref.forward(gk)
+                ref.backward(gk, ggo)
+                oracle.backward(gids, gL, gwt, ggo)
+                w1 = s.read("table", "weight", root=-1)
+                run.close_enough(w1, ref.read("table"), what + ": weights after a step vs single process")
+                run.close_enough(w1, oracle.tables[0].w, what + ": weights after a step vs oracle")
+                out = s.forward(kjt)
+                run.close_enough(out, oracle.forward(ids, L, wt), what + ": forward after the step")
+
+
+def dtype_batch(r):
+    ids = np.array([r % 8, 5, 2, 2, (r + 3) % 8], np.int64)
+    go = np.array([[(1 + b + d + r) * 2.0 ** -9 for d in range(4)] for b in range(2)], np.float32)
+    return ids, np.array([2, 3], np.int32), go
+
+
+def case_seed_dp_bf16(run):
+    """A data-parallel table converted to bf16 keeps training the one storage (docs/semantics.md
+    §5): the state dict, the next forward and the next update all see the bf16 values, bitwise,
+    on every rank. Values chosen so that every quantity is exact (the C seed test's)."""
+    W, R = run.size, run.rank
+    t = [ember.TableConfig("table", 8, 4, pooling="sum", optimizer="sgd", lr=1.0, init=("zeros",))]
+    with ember.ShardedEmbeddingBagCollection(t, "dp", comm=run.comm, grad_convention="sum") as s:
+        i = np.arange(32)
+        v = (np.where((i // 4) % 2 == 1, -1.0, 1.0) * (1.0 + (1 + i % 15) / 16.0) + 3 * 2.0 ** -10)
+        v = v.astype(np.float32).reshape(8, 4)
+        b16 = bf16_value(bf16_bits(v))
+        s.write("table", "weight", v, root=-1)
+        o32 = Oracle(t, {"table.weight": v})
+        o16 = Oracle(t, {"table.weight": b16})
+        ids, L, go = dtype_batch(R)
+        kjt = ember.KJT(ids, L)
+        out = s.forward(kjt)
+        run.check(np.array_equal(out, o32.forward(ids, L).astype(np.float32)), "fp32 forward is not exact")
+        s.convert_dtype("table", "bf16")
+        got = s.read("table", "weight", root=-1)
+        run.check(np.array_equal(got, b16) and not np.any(got == v), "state dict after conversion")
+        bits = np.asarray(s.read("table", "weight", root=-1, dtype="bf16")).view(np.uint16)
+        run.check(np.array_equal(bits, bf16_bits(v)), "bf16 bits after conversion")
+        out = s.forward(kjt)
+        want16 = o16.forward(ids, L)
+        run.check(np.array_equal(out, want16.astype(np.float32)), "forward after conversion reads old storage? %s vs %s"
+                  % (out.tolist(), want16.tolist()))
+        run.check(np.all(np.abs(out - o32.forward(ids, L)) >= 3 * 2.0 ** -10), "forward equals the fp32 one")
+        s.backward(kjt, go)
+        parts = [dtype_batch(r) for r in range(W)]
+        gids = np.concatenate([p[0] for p in parts])
+        gL = np.concatenate([p[1] for p in parts])
+        ggo = np.concatenate([p[2] for p in parts])
+        o16.backward(gids, gL, None, ggo)
+        o32.backward(gids, gL, None, ggo)
+        bits = np.asarray(s.read("table", "weight", root=-1, dtype="bf16")).view(np.uint16)
+        want = o16.tables[0].w.astype(np.float32)
+        run.check(np.array_equal(want.astype(np.float64), o16.tables[0].w), "oracle step not exact")
+        run.check(np.array_equal(bits, bf16_bits(want)), "bf16 weights after the step differ from the oracle")
+        run.check(np.any(bits != bf16_bits(b16)), "the step moved nothing")
+        run.check(np.any(bits != bf16_bits(o32.tables[0].w.astype(np.float32))),
+                  "indistinguishable from training a detached fp32 copy")
+        o16.tables[0].w = bf16_value(bits).astype(np.float64)  # the storage, for the forward below
+        out = s.forward(kjt)
+        run.check(np.array_equal(out, o16.forward(ids, L).astype(np.float32)), "forward after the step")
+
+
+def case_bad_input(run):
+    """A bad input on one rank raises on every rank, with the failing rank's message, and changes
+    nothing; the collection works afterwards (no hang: every collective has a deadline)."""
+    W, R = run.size, run.rank
+    bad = W - 1
+    tag = "(rank %d)" % bad
+    tables = dist_tables()
+    good_ids = np.array([1, 2, 0, 0, 3, 4, 5], np.int64)
+    good_len = np.array([2, 1, 1, 1, 1, 1], np.int32)  # f0..f5, B = 1: f0 has 2 ids
+
+    def probe(build):
+        """Whether ember.KJT itself refuses this input (then it never reaches a collective)."""
+        try:
+            build()
+            return False
+        except ember.InvalidArgumentError:
+            return True
+
+    for scheme in ("dp", "rw", "tw"):
+        with ember.ShardedEmbeddingBagCollection(tables, scheme, comm=run.comm, seed=2) as s:
+            before = s.state_dict(root=-1)
+            # An id outside its table (C-side validation).
+            ids = good_ids.copy()
+            if R == bad:
+                ids[5] = 9  # f4 reads t3 (7 rows)
+            run.expect_error(scheme + ": id out of range", ember.OutOfRangeError, [tag, "id 9", "f4"],
+                             lambda: s.forward(ember.KJT(ids, good_len)))
+            run.expect_error(scheme + ": backward without forward", ember.StateError, [],
+                             lambda: s.backward(ember.KJT(good_ids, good_len), np.ones((1, 35), np.float32)))
+            # Keys that are not the collection's (a Python-side check inside the collective).
+            keys = ["f0", "f1", "f2", "f3", "f4", "f5"] if R != bad else ["f0", "f1", "f2", "f3", "f5", "f4"]
+            run.expect_error(scheme + ": wrong keys", ember.InvalidArgumentError, [tag],
+                             lambda: s.forward(ember.KJT(good_ids, good_len, keys=keys)))
+            # Lengths whose sum is not nnz.
+            bad_len = good_len.copy()
+            if R == 0:
+                bad_len[0] = 3
+            if not probe(lambda: ember.KJT(good_ids, np.array([3, 1, 1, 1, 1, 1], np.int32))):
+                run.expect_error(scheme + ": lengths sum", ember.InvalidArgumentError, ["(rank 0)"],
+                                 lambda: s.forward(ember.KJT(good_ids, bad_len)))
+            # Float ids, when ember.KJT accepts them lazily and forward refuses.
+            if not probe(lambda: ember.KJT(np.array([1.5]), np.array([1, 0, 0, 0, 0, 0], np.int32))):
+                vals = good_ids.astype(np.float64) + 0.5 if R == bad else good_ids
+                run.expect_error(scheme + ": float ids", ember.InvalidArgumentError, [tag],
+                                 lambda: s.forward(ember.KJT(vals, good_len)))
+            # A NaN gradient on one rank after a good forward; a gradient of the wrong shape.
+            kjt = ember.KJT(good_ids, good_len)
+            s.forward(kjt)
+            g = np.ones((1, 35), np.float32)
+            if R == bad:
+                g[0, 7] = np.nan
+            run.expect_error(scheme + ": nan gradient", ember.NumericError, [tag], lambda: s.backward(kjt, g))
+            s.forward(kjt)
+            g = np.ones((1, 35) if R != bad else (1, 34), np.float32)
+            run.expect_error(scheme + ": gradient shape", ember.InvalidArgumentError, [tag],
+                             lambda: s.backward(kjt, g))
+            # Backward with another KJT than the forward's.
+            s.forward(kjt)
+            other = ember.KJT(good_ids[::-1].copy(), good_len) if R == bad else kjt
+            run.expect_error(scheme + ": another kjt", ember.InvalidArgumentError, [tag],
+                             lambda: s.backward(other, np.ones((1, 35), np.float32)))
+            # A table name one rank does not know.
+            run.expect_error(scheme + ": unknown table", ember.InvalidArgumentError, [tag, "nope"],
+                             lambda: s.read("nope" if R == bad else "t0", "weight", root=-1))
+            after = s.state_dict(root=-1)
+            for k in before:
+                run.check(np.array_equal(np.asarray(before[k]), np.asarray(after[k])), "%s: %s changed" % (scheme, k))
+            # And it still trains.
+            s.forward(kjt)
+            s.backward(kjt, np.ones((1, 35), np.float32))
+            run.check(s.step("t0") == 1, "%s: step after recovery %s" % (scheme, s.step("t0")))
+    # Configurations that differ between ranks, and a plan only one rank gets wrong.
+    t = [ember.TableConfig("user", 31 if R == bad else 30, 4)]
+    run.expect_error("rows differ", ember.InvalidArgumentError, ["rows", "31", "30"],
+                     lambda: ember.ShardedEmbeddingBagCollection(t, "rw", comm=run.comm))
+    t = [ember.TableConfig("user", 30, 4)]
+    run.expect_error("bad scheme on one rank", ember.InvalidArgumentError, [tag],
+                     lambda: ember.ShardedEmbeddingBagCollection(t, "bogus" if R == bad else "rw", comm=run.comm))
+    t = [ember.TableConfig("user", 30, 4, optimizer="lamb")]
+    run.expect_error("lamb column-wise", ember.UnsupportedError, ["user"],
+                     lambda: ember.ShardedEmbeddingBagCollection(t, "cw", comm=run.comm))
+    run.expect_error("tw on a rank outside", ember.InvalidArgumentError, ["user"],
+                     lambda: ember.ShardedEmbeddingBagCollection(
+                         t, [ember.TablePlan("tw", ranks=(W,))], comm=run.comm))
+
+
+def ckpt_tables(load_side):
+    """The checkpoint's tables: t2 stored bf16 (the loading side declares fp32: load converts)."""
+    return dist_tables(dtype2="fp32" if load_side else "bf16")
+
+
+def case_ckpt_save(run, d):
+    """W = 2: train 3 steps under a mixed plan, save twice (generation 2) with a blob; rank 0
+    writes the expected global state dict beside the checkpoint."""
+    W, R = run.size, run.rank
+    tables = ckpt_tables(False)
+    plan = {"t0": "rw", "t1": "dp", "t2": "cw", "t3": ember.TablePlan("tw", ranks=(W - 1,)), "t4": "twrw"}
+    with ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=12) as s:
+        rng = np.random.default_rng(4)
+        for step, shares in enumerate(shares_for(W)):
+            batch = random_batch(rng, feature_rows(tables), sum(shares), weighted=step == 1)
+            lo = sum(shares[:R])
+            kjt, _ = kjt_of(batch, range(lo, lo + shares[R]))
+            out = s.forward(kjt)
+            s.backward(kjt, rng.standard_normal(out.shape).astype(np.float32))
+        s.save(d, blobs={"meta": b"first"})
+        s.save(d, blobs={"meta": b"hello \x00 world", "empty": b""}, chunk_bytes=64)  # many small records
+        sd = s.state_dict(root=-1)
+        if R == 0:
+            np.savez(d.rstrip("/") + ".expected.npz", **{k: np.asarray(v) for k, v in sd.items()})
+            with ember.Checkpoint(d) as c:
+                run.check(c.world_size == W, "checkpoint world size %s" % c.world_size)
+                run.check(c.generation == 2, "generation %s" % c.generation)
+                run.check(sorted(c.blob_names) == ["empty", "meta"], "blobs %s" % (c.blob_names,))
+                run.check(c.read_blob("meta") == b"hello \x00 world", "blob bytes")
+                run.check(c.read_blob("empty") == b"", "empty blob")
+                names = [t["name"] for t in c.tables]
+                run.check(names == ["t0", "t1", "t2", "t3", "t4"], "checkpoint tables %s" % names)
+                t2 = [t for t in c.tables if t["name"] == "t2"][0]
+                run.check(t2["dtype"] == "bf16" and t2["rows"] == 10 and t2["dim"] == 6 and t2["step"] == 3,
+                          "t2 in the manifest: %s" % t2)
+                t0 = [t for t in c.tables if t["name"] == "t0"][0]
+                # 13 x 8 fp32 weight + two Adam moments in records of at most 64 bytes (2 rows).
+                run.check(t0["optimizer"] == "adam" and t0["num_records"] >= 3 * 7, "t0 in the manifest: %s" % t0)
+                c.verify()
+        run.comm.barrier()
+
+
+def case_ckpt_load(run, d):
+    """W = 3, another plan, another seed: load equals the saved tables bitwise (t2 converted back
+    to its stored bf16), and the next step equals the single process loaded the same way."""
+    W = run.size
+    tables = ckpt_tables(True)
+    want = dict(np.load(d.rstrip("/") + ".expected.npz"))
+    plan = [grid_plan(W) if W % 2 == 0 else ember.TablePlan("cw", ranks=tuple(range(W)), num_shards=W),
+            ember.TablePlan("tw", ranks=(1,)), ember.TablePlan("rw"), "dp", ember.TablePlan("tw", ranks=(0,))]
+    with ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=99) as s:
+        s.load(d)
+        got = s.state_dict(root=-1)
+        compare_states(run, got, want, "loaded", exact=True)
+        with ember.Checkpoint(d) as c:
+            run.check(c.world_size == 2 and c.read_blob("meta") == b"hello \x00 world", "checkpoint seen from W=3")
+        bits = np.asarray(s.read("t2", "weight", root=-1, dtype="bf16")).view(np.uint16)
+        run.check(np.array_equal(bits, bf16_bits(want["t2.weight"])), "t2 not stored as bf16 after load")
+        # One more step on both sides (t2 back in fp32 on both: a bf16 update rounds partial sums
+        # taken in another order to neighbouring bf16 values, beyond the fp32 tolerance).
+        with ember.EmbeddingBagCollection(ckpt_tables(False), seed=1) as local:
+            local.load_state_dict(want)
+            local.convert_dtype("t2", "fp32")
+            s.convert_dtype("t2", "fp32")
+            shares = [2, 0, 3][:W] if W == 3 else [1] * W
+            train_both(run, "after load", s, local, ckpt_tables(False), "mean", [shares], seed=8)
+
+
+def case_mpi4py(run_unused=None):
+    """An mpi4py communicator passed explicitly: ember.Comm(MPI.COMM_WORLD), the communicator
+    itself given to the collection, and sub-communicators from Split (each group trains its own
+    collection)."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    comm = ember.Comm(world, timeout_s=TIMEOUT_S)
+    run = Run(comm)
+    W, R = run.size, run.rank
+    run.check((W, R) == (world.size, world.rank), "Comm(MPI.COMM_WORLD) rank/size %s" % ((W, R),))
+    comm.barrier()
+    x = np.full(5, float(R + 1), np.float32)
+    comm.allreduce_grads(x, convention="sum")
+    run.check(np.all(x == W * (W + 1) / 2), "allreduce_grads sum %s" % x)
+    y = np.full(3, float(R + 1), np.float64)
+    comm.allreduce_grads(y, convention="mean")
+    run.check(np.allclose(y, (W + 1) / 2), "allreduce_grads mean %s" % y)
+    run.check(comm.bytes_sent >= 0, "bytes_sent")
+    tables = dist_tables()
+    # The mpi4py communicator directly.
+    with ember.ShardedEmbeddingBagCollection(tables, "rw", comm=world, seed=4) as s, \
+            ember.EmbeddingBagCollection(tables, seed=4) as local:
+        run.check(s.comm.size == W and s.comm.rank == R, "collection's comm")
+        train_both(run, "mpi4py world", s, local, tables, "mean", shares_for(W), seed=6)
+    # Sub-communicators: ranks 0..W-2 together, the last one alone (W >= 2).
+    color = 0 if R < W - 1 else 1
+    sub = world.Split(color, R)
+    subcomm = ember.Comm(sub, timeout_s=TIMEOUT_S)
+    sub_run = Run(subcomm)
+    n = sub.size
+    run.check(subcomm.size == n and subcomm.rank == sub.rank, "sub-communicator rank/size")
+    with ember.ShardedEmbeddingBagCollection(tables, "twrw" if n > 1 else "dp", comm=subcomm, seed=4) as s, \
+            ember.EmbeddingBagCollection(tables, seed=4) as local:
+        shares = [[2] * n, [1 + r for r in range(n)]]
+        train_both(sub_run, "mpi4py sub %d" % color, s, local, tables, "mean", shares, seed=7 + color)
+    run.failures += sub_run.failures
+    subcomm.close()
+    sub.Free()
+    return run, (lambda v: world.allreduce(v, op=MPI.SUM))
+
+
+def case_timeout():
+    """A rank that arrives 6 s late at a collective of a communicator with a 2 s deadline: the
+    others raise CollectiveTimeoutError (a TimeoutError) naming it, in about 2 s; the late rank's
+    own call then misses its deadline too. The communicator cannot be used again, so every rank
+    reports one line and ends without MPI_Finalize (as ember's trainer aborts the job)."""
+    import time
+    comm = ember.Comm(timeout_s=2.0)
+    W, R = comm.size, comm.rank
+    t = [ember.TableConfig("table", 8, 4)]
+    s = ember.ShardedEmbeddingBagCollection(t, "rw", comm=comm)
+    kjt = ember.KJT(np.array([R % 8], np.int64), np.array([1], np.int32))
+    s.forward(kjt)
+    if R == W - 1:
+        time.sleep(6.0)
+    t0 = time.time()
+    try:
+        s.forward(kjt)
+        what = "no error"
+    except ember.EmberError as e:
+        what = "%s timeout=%s: %s" % (type(e).__name__, isinstance(e, TimeoutError), e.message)
+    sys.stdout.write("TIMEOUT rank %d after %.1f s: %s\n" % (R, time.time() - t0, what))
+    sys.stdout.flush()
+    if R != W - 1:
+        time.sleep(7.0)  # let the late rank report before mpiexec ends the job
+    os._exit(0)
+
+
+CASES = {
+    "schemes": case_schemes,
+    "conventions": case_conventions,
+    "seed_rw_grad": case_seed_rw_grad,
+    "seed_mean": case_seed_mean,
+    "seed_dp_bf16": case_seed_dp_bf16,
+    "bad_input": case_bad_input,
+    "ckpt_save": case_ckpt_save,
+    "ckpt_load": case_ckpt_load,
+}
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "timeout":
+        case_timeout()
+    if len(argv) < 2 or argv[1] not in list(CASES) + ["mpi4py"]:
+        sys.stderr.write("usage: dist_cases.py CASE [DIR]; cases: %s mpi4py\n" % " ".join(CASES))
+        return 2
+    case = argv[1]
+    try:
+        if case == "mpi4py":
+            run, allreduce = case_mpi4py()
+        else:
+            allreduce = None
+            run = Run(ember.Comm(timeout_s=TIMEOUT_S))
+            if case.startswith("ckpt"):
+                CASES[case](run, argv[2])
+            else:
+                CASES[case](run)
+        n = total_failures(run, allreduce)
+    except Exception:
+        sys.stderr.write("rank %s: unexpected exception in case %s:\n%s"
+                         % (os.environ.get("OMPI_COMM_WORLD_RANK", "?"), case, traceback.format_exc()))
+        sys.stderr.flush()
+        os._exit(3)
+    for f in run.failures:
+        sys.stderr.write("rank %d: %s: %s\n" % (run.rank, case, f))
+    if run.rank == 0:
+        print("%s: W=%d: %d checks on rank 0, %d failures over all ranks" % (case, run.size, run.checks, n))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    run.comm.close()
+    return 1 if n else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,151 @@
+"""The planner (ember.plan, ember.describe_plan, ember.TablePlan), checkpoint inspection
+(ember.Checkpoint) and a one-process communicator (ember.Comm without mpiexec: ember initialises
+MPI itself and finalises it at exit). Those that start MPI run in a subprocess, so that this
+process never initialises MPI."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ember
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SHORT = {"data_parallel": "dp", "table_wise": "tw", "column_wise": "cw", "row_wise": "rw",
+         "table_row_wise": "twrw", "grid_shard": "grid"}
+
+
+def short(s):
+    return SHORT.get(s, s)
+
+
+def tables():
+    T = ember.TableConfig
+    return [T("small", 10, 8), T("big", 400000, 64, optimizer="adam"), T("mid", 20000, 32, feature_names=["m1", "m2"]),
+            T("wide", 50000, 128, optimizer="rowwise_adagrad")]
+
+
+def test_plan_is_deterministic_and_respects_allow():
+    p1 = ember.plan(tables(), 4)
+    p2 = ember.plan(tables(), 4)
+    assert p1 == p2 and len(p1) == 4
+    assert all(isinstance(p, ember.TablePlan) for p in p1)
+    assert short(p1[0].scheme) == "dp", "a 320-byte table is data-parallel: %s" % (p1[0],)
+    for allow in (["rw"], ["tw"], ["tw", "rw"]):
+        got = {short(p.scheme) for p in ember.plan(tables(), 4, allow=allow)}
+        assert got <= set(allow), "allow=%s gave %s" % (allow, got)
+    tw = ember.plan(tables(), 4, allow=["tw"])
+    assert all(len(p.ranks) == 1 and 0 <= p.ranks[0] < 4 for p in tw)
+    assert len({p.ranks[0] for p in tw}) > 1, "table-wise tables all on one rank: %s" % (tw,)
+    desc = ember.describe_plan(tables(), p1, world_size=4)
+    lines = desc.strip().splitlines()
+    assert len(lines) == 4 and all(t.name in desc for t in tables())
+
+
+def test_plan_memory_budget():
+    # big: 400000 x 64 fp32 + two Adam moments = 307 MB: no single rank of 100 MB holds it.
+    p = ember.plan(tables(), 4, memory_per_rank=100 << 20, allow=["tw", "rw"])
+    assert short(p[1].scheme) == "rw"
+    with pytest.raises(ember.OutOfMemoryError) as ei:
+        ember.plan(tables(), 2, memory_per_rank=100 << 20)
+    assert isinstance(ei.value, MemoryError) and "big" in ei.value.message
+
+
+def test_plan_refusals():
+    with pytest.raises(ember.InvalidArgumentError):
+        ember.plan(tables(), 0)
+    with pytest.raises(ember.InvalidArgumentError, match="bogus"):
+        ember.plan(tables(), 2, allow=["bogus"])
+    with pytest.raises(ember.InvalidArgumentError):
+        ember.plan(tables(), 2, pooling_factor=[1.0, 2.0])  # 5 features
+    with pytest.raises(ember.InvalidArgumentError):
+        ember.TablePlan("diagonal")
+    with pytest.raises(ember.InvalidArgumentError):
+        ember.describe_plan(tables(), [ember.TablePlan("tw", ranks=(0,))])  # one plan, four tables
+
+
+def test_checkpoint_inspection_refusals(tmp_path):
+    with pytest.raises(ember.EmberIOError) as ei:
+        ember.Checkpoint(str(tmp_path / "nowhere"))
+    assert isinstance(ei.value, OSError) and "nowhere" in ei.value.message
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "manifest.json").write_text('{"format": "something else", "tables": 3}')
+    with pytest.raises(ember.FormatError) as ei:
+        ember.Checkpoint(str(d))
+    assert isinstance(ei.value, ValueError)
+
+
+SINGLETON = r'''
+import json, os, sys
+import numpy as np
+import ember
+out = {}
+comm = ember.Comm(timeout_s=20.0)
+out["rank_size"] = [comm.rank, comm.size]
+comm.timeout_s = 5.0
+out["timeout"] = comm.timeout_s
+try:
+    comm.timeout_s = -1.0
+    out["negative_timeout"] = "accepted"
+except ember.InvalidArgumentError as e:
+    out["negative_timeout"] = "refused"
+x = np.arange(4, dtype=np.float32)
+comm.allreduce_grads(x, convention="mean")
+out["allreduce_w1"] = x.tolist()
+tables = [ember.TableConfig("a", 10, 4, optimizer="adam"), ember.TableConfig("b", 1, 3, pooling="mean")]
+kjt = ember.KJT(np.array([1, 9, 9, 0, 0], np.int64), np.array([2, 1, 1, 1], np.int32))
+out["schemes"] = {}
+with ember.EmbeddingBagCollection(tables, seed=3) as local:
+    want = local.forward(kjt)
+    for scheme in ("dp", "tw", "cw", "rw", "twrw", "auto"):
+        with ember.ShardedEmbeddingBagCollection(tables, scheme, comm=comm, seed=3) as s:
+            out["schemes"][scheme] = bool(np.array_equal(s.forward(kjt), want))
+    with ember.ShardedEmbeddingBagCollection(tables, "rw", comm=comm, seed=3) as s:
+        s.forward(kjt)
+        s.backward(kjt, np.ones((2, 7), np.float32))
+        s.save(sys.argv[1], blobs={"note": b"w1"})
+with ember.Checkpoint(sys.argv[1]) as c:
+    out["ckpt"] = [c.world_size, c.generation, c.blob_names, [t["name"] for t in c.tables]]
+    c.verify()
+comm.close()
+print("RESULT " + json.dumps(out))
+'''
+
+
+def _env():
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+
+
+def test_one_process_comm_and_checkpoint(tmp_path):
+    """Without mpiexec: ember starts MPI itself (one rank), every scheme equals the local
+    collection, a checkpoint saves and verifies, and the process exits cleanly (MPI finalised by
+    ember at exit). Then the checkpoint is corrupted: verify() names the bad record."""
+    d = str(tmp_path / "ck")
+    r = subprocess.run([sys.executable, "-c", SINGLETON, d], capture_output=True, text=True, env=_env(), timeout=120)
+    assert r.returncode == 0, "exit %d\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, r.stdout
+    out = json.loads(line[0][7:])
+    assert out["rank_size"] == [0, 1]
+    assert out["timeout"] == 5.0 and out["negative_timeout"] == "refused"
+    assert out["allreduce_w1"] == [0.0, 1.0, 2.0, 3.0]
+    assert all(out["schemes"].values()), out["schemes"]
+    assert out["ckpt"] == [1, 1, ["note"], ["a", "b"]]
+    # Flip one byte of a data file: the manifest still opens, verify() refuses.
+    data = sorted(f for f in os.listdir(d) if f.endswith(".bin"))
+    assert data
+    path = os.path.join(d, data[0])
+    with open(path, "r+b") as f:
+        f.seek(7)
+        b = f.read(1)
+        f.seek(7)
+        f.write(bytes([b[0] ^ 0x40]))
+    with ember.Checkpoint(d) as c:
+        with pytest.raises(ember.FormatError):
+            c.verify()
+    with pytest.raises(ember.InvalidArgumentError, match="nope"):
+        with ember.Checkpoint(d) as c:
+            c.read_blob("nope")
