@@ -1,0 +1,45 @@
+"""ember: embedding bags with fused optimizers and Lookup-Free Quantization over MPI (numpy API).
+
+The objects, TorchRec's names where they exist:
+
+* ``TableConfig``, ``KJT`` (keyed jagged tensor), ``EmbeddingBagCollection`` (local);
+* ``Comm`` (an MPI communicator), ``ShardedEmbeddingBagCollection``, ``TablePlan``, ``plan()``,
+  ``describe_plan()``, ``Checkpoint`` (inspection of a saved checkpoint);
+* the exceptions of ``ember.errors``, one class per library status (re-exported here).
+
+Arrays: ids int64, lengths int32, offsets int64, weights and outputs float32; C-contiguous arrays
+of the right dtype are used without a copy. ``import ember.torch`` gives the PyTorch modules.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .errors import *  # noqa: F401,F403  (the exception classes)
+from . import _ember
+from ._config import TableConfig
+from ._kjt import KJT
+from ._ebc import EmbeddingBagCollection
+
+__version__: str = _ember.version()
+
+
+def build_info() -> str:
+    """The library's build description (compiler, OpenMP, MPI, kernel variants)."""
+    return _ember.build_info()
+
+
+def cpu() -> tuple[str, str]:
+    """(CPU model name, its relevant features "avx2 fma f16c ...")."""
+    return _ember.cpu()
+
+
+def isa_best() -> str:
+    """The best kernel variant this build and CPU run: "generic", "avx2" or "avx512"."""
+    return _ember.isa_best()
+
+
+__all__ = [
+    "__version__", "build_info", "cpu", "isa_best", "errors",
+    "TableConfig", "KJT", "EmbeddingBagCollection",
+    *errors.__all__,
+]

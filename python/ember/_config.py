@@ -1,0 +1,238 @@
+"""Table configurations and the conversions every object shares (names of the C enums, arrays)."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from . import _ember
+from .errors import InvalidArgumentError
+
+POOLING = {"sum": 0, "mean": 1, "none": 2}
+DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2}
+DTYPE_ALIASES = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
+                 "bfloat16": "bf16"}
+INIT_KINDS = {"zeros": 0, "uniform": 1, "normal": 2}
+WD_MODES = {"none": 0, "l2": 1, "decoupled": 2}
+BOUNDS = {"error": 0, "clamp": 1, "skip": 2}
+CONVENTIONS = {"mean": 0, "sum": 1}
+OPTIMIZERS = {name: k for k, name in enumerate(_ember.optim_names())}
+# numpy dtype of a state array read or written in a storage dtype (bf16: its raw bits).
+NP_OF_DTYPE = {0: np.dtype(np.float32), 1: np.dtype(np.float16), 2: np.dtype(np.uint16)}
+
+InitSpec = Union[tuple, list, str]
+
+
+def rank_tag(rank: int | None = None) -> str:
+    return f" (rank {_ember.world_rank() if rank is None else rank})"
+
+
+def invalid(message: str, rank: int | None = None) -> InvalidArgumentError:
+    """InvalidArgumentError in the library's style: what, which, the value, then "(rank R)"."""
+    return InvalidArgumentError(message + rank_tag(rank))
+
+
+def parse_name(value: Any, table: dict[str, int], what: str, aliases: dict[str, str] | None = None) -> int:
+    """The C value of an enum given by name (case-insensitive); InvalidArgumentError otherwise."""
+    if isinstance(value, str):
+        key = value.lower()
+        if aliases:
+            key = aliases.get(key, key)
+        if key in table:
+            return table[key]
+    raise invalid(f"{what}: unknown {value!r} (one of {', '.join(table)})")
+
+
+def parse_dtype(value: Any, what: str = "dtype") -> int:
+    """A storage dtype: "fp32" | "fp16" | "bf16" (or float32/float16/bfloat16, numpy's float32/float16)."""
+    if not isinstance(value, str):
+        try:
+            value = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16"}.get(np.dtype(value), value)
+        except TypeError:
+            pass
+    return parse_name(value, DTYPES, what, DTYPE_ALIASES)
+
+
+def dtype_name(code: int) -> str:
+    return _ember.dtype_names()[code]
+
+
+def as_index(value: Any, what: str) -> int:
+    """An integer argument (bool refused); InvalidArgumentError otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        raise invalid(f"{what}: expected an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise invalid(f"{what}: expected an integer, got {type(value).__name__} {value!r}") from None
+
+
+_INT_KINDS = "iu"
+_REFUSED = {"b": "booleans", "c": "complex numbers", "O": "Python objects", "U": "strings", "S": "bytes",
+            "V": "structured records", "M": "datetimes", "m": "timedeltas"}
+
+
+def as_array(x: Any, dtype: Any, what: str, ndim: int = 1, rank: int | None = None) -> np.ndarray:
+    """``x`` as a C-contiguous array of ``dtype`` with ``ndim`` dimensions, without a copy when it
+    already is one. Conversions that change meaning are refused with InvalidArgumentError: floats
+    to integers (ids, lengths, offsets), booleans, complex numbers, objects, strings, and integers
+    outside the target's range."""
+    dt = np.dtype(dtype)
+    if type(x) is np.ndarray and x.dtype == dt and x.ndim == ndim and x.flags.c_contiguous:
+        return x
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # ragged lists, objects numpy cannot read
+        raise invalid(f"{what}: cannot be converted to an array ({e})", rank) from None
+    if a.size == 0 and a.ndim != ndim:
+        a = a.reshape((0,) * ndim if ndim == 1 else (0, 0)[:ndim])
+    if a.ndim != ndim:
+        raise invalid(f"{what}: expected a {ndim}-D array, got shape {a.shape}", rank)
+    kind = a.dtype.kind
+    if a.size and kind in _REFUSED:
+        raise invalid(f"{what}: {_REFUSED[kind]} are not {dt.name} values (dtype {a.dtype})", rank)
+    if dt.kind in _INT_KINDS:
+        if a.size and kind == "f":
+            raise invalid(f"{what}: float values are not {dt.name} ids or counts (dtype {a.dtype}: convert "
+                          f"explicitly if they are whole numbers)", rank)
+        if a.size and kind in _INT_KINDS and (a.dtype.itemsize > dt.itemsize or
+                                              (kind == "u" and a.dtype.itemsize >= dt.itemsize)):
+            info = np.iinfo(dt)
+            lo, hi = int(a.min()), int(a.max())
+            if lo < info.min or hi > info.max:
+                bad = lo if lo < info.min else hi
+                raise invalid(f"{what}: value {bad} outside the {dt.name} range", rank)
+    if not a.size:
+        return np.zeros(a.shape, dt)
+    return np.ascontiguousarray(a, dt)
+
+
+@dataclasses.dataclass
+class TableConfig:
+    """One embedding table (TorchRec's EmbeddingBagConfig, plus ember's fused optimizer).
+
+    name            unique within a collection
+    num_embeddings  rows (>= 1); embedding_dim: columns (>= 1)
+    feature_names   the features that read this table, in order (None: [name])
+    pooling         "sum" | "mean" (divides by the id count, as FBGEMM) | "none" (one row per id)
+    dtype           storage: "fp32" | "fp16" | "bf16" (updates accumulate in fp32)
+    init            ("uniform", a, b) | ("normal", std) | ("zeros",)
+    optimizer       sgd adagrad rowwise_adagrad adam partial_rowwise_adam lamb partial_rowwise_lamb
+                    lars_sgd, with lr, eps, beta1, beta2, weight_decay, weight_decay_mode ("none" |
+                    "l2" | "decoupled"), initial_accumulator (Adagrad), momentum and eta (LARS-SGD)
+    stochastic_rounding  16-bit storage: round updates stochastically (seeded)
+
+    The library checks the values (sizes, hyper-parameters) when a collection is created; names
+    are checked here (InvalidArgumentError).
+    """
+
+    name: str
+    num_embeddings: int
+    embedding_dim: int
+    feature_names: list[str] | None = None
+    pooling: str = "sum"
+    dtype: str = "fp32"
+    init: InitSpec = ("uniform", -0.01, 0.01)
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    eps: float = 1e-8
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    weight_decay_mode: str = "none"
+    initial_accumulator: float = 0.0
+    momentum: float = 0.9
+    eta: float = 0.001
+    stochastic_rounding: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise invalid(f"TableConfig: name must be a non-empty string, got {self.name!r}")
+        if self.feature_names is None:
+            self.feature_names = [self.name]
+        elif isinstance(self.feature_names, str):
+            self.feature_names = [self.feature_names]
+        else:
+            self.feature_names = list(self.feature_names)
+        for f in self.feature_names:
+            if not isinstance(f, str) or not f:
+                raise invalid(f"table '{self.name}': feature name {f!r} is not a non-empty string")
+        self.num_embeddings = as_index(self.num_embeddings, f"table '{self.name}' num_embeddings")
+        self.embedding_dim = as_index(self.embedding_dim, f"table '{self.name}' embedding_dim")
+        parse_name(self.pooling, POOLING, f"table '{self.name}' pooling")
+        parse_dtype(self.dtype, f"table '{self.name}' dtype")
+        parse_name(self.optimizer, OPTIMIZERS, f"table '{self.name}' optimizer")
+        parse_name(self.weight_decay_mode, WD_MODES, f"table '{self.name}' weight_decay_mode")
+        self._init_values()
+
+    def _init_values(self) -> tuple[int, float, float, float]:
+        init = (self.init,) if isinstance(self.init, str) else tuple(self.init)
+        what = f"table '{self.name}' init"
+        if not init:
+            raise invalid(f"{what}: empty (\"uniform\", a, b), (\"normal\", std) or (\"zeros\",) expected")
+        kind = parse_name(init[0], INIT_KINDS, what)
+        need = {0: 1, 1: 3, 2: 2}[kind]
+        if len(init) != need:
+            raise invalid(f"{what}: {init!r} has {len(init) - 1} parameter(s), {init[0]!r} takes {need - 1}")
+        try:
+            params = [float(v) for v in init[1:]]
+        except (TypeError, ValueError):
+            raise invalid(f"{what}: parameters of {init!r} are not numbers") from None
+        if kind == 1:
+            return kind, params[0], params[1], 0.0
+        if kind == 2:
+            return kind, 0.0, 0.0, params[0]
+        return kind, 0.0, 0.0, 0.0
+
+    def _c_tuple(self) -> tuple:
+        """The extension's table tuple (internal.h: ember_py_config_parse)."""
+        kind, a, b, std = self._init_values()
+        return (self.name, int(self.num_embeddings), int(self.embedding_dim), POOLING[self.pooling.lower()],
+                parse_dtype(self.dtype), kind, a, b, std, OPTIMIZERS[self.optimizer.lower()], float(self.lr),
+                float(self.eps), float(self.beta1), float(self.beta2), float(self.weight_decay),
+                WD_MODES[self.weight_decay_mode.lower()], float(self.initial_accumulator), float(self.momentum),
+                float(self.eta), int(bool(self.stochastic_rounding)))
+
+    def tensor_names(self) -> list[str]:
+        """The tensors a table of this configuration holds: "weight", then its optimizer's states."""
+        return [t[0] for t in _ember.table_tensors(self._c_tuple())]
+
+
+def c_config(tables: Sequence[TableConfig]) -> tuple[list[tuple], list[tuple[str, int]], list[TableConfig]]:
+    """The extension's (tables, features) tuples of a list of TableConfig, and the list itself."""
+    if isinstance(tables, TableConfig):
+        tables = [tables]
+    try:
+        tables = list(tables)
+    except TypeError:
+        raise invalid(f"tables: expected a list of TableConfig, got {type(tables).__name__}") from None
+    if not tables:
+        raise invalid("tables: empty list (a collection needs at least one TableConfig)")
+    for i, t in enumerate(tables):
+        if not isinstance(t, TableConfig):
+            raise invalid(f"tables[{i}]: expected a TableConfig, got {type(t).__name__}")
+    ctab = [t._c_tuple() for t in tables]
+    feats = [(f, i) for i, t in enumerate(tables) for f in (t.feature_names or [t.name])]
+    return ctab, feats, tables
+
+
+def table_index(table: Any, names: Sequence[str], what: str = "table", rank: int | None = None) -> int:
+    """A table given by name or index -> its index; InvalidArgumentError naming the known tables."""
+    if isinstance(table, str):
+        try:
+            return list(names).index(table)
+        except ValueError:
+            raise invalid(f"{what}: unknown table '{table}' (tables: {', '.join(names)})", rank) from None
+    if isinstance(table, (bool, np.bool_)):
+        raise invalid(f"{what}: expected a table name or index, got {table!r}", rank)
+    try:
+        t = operator.index(table)
+    except TypeError:
+        raise invalid(f"{what}: expected a table name or index, got {type(table).__name__}", rank) from None
+    if not 0 <= t < len(names):
+        raise invalid(f"{what}: table index {t} outside [0, {len(names)})", rank)
+    return t

@@ -1,0 +1,69 @@
+// python/src/internal.h — what the collection, communicator, plan and checkpoint files of the
+// extension share beyond binding.h: per-object locks, configurations and KJTs from Python
+// arguments, and the agreement of a Python-side refusal across ranks.
+#ifndef EMBER_PY_INTERNAL_H
+#define EMBER_PY_INTERNAL_H
+
+#include "binding.h"
+
+#include <pythread.h>
+
+#include "ember/ebc.h"
+#include "ember/kjt.h"
+#include "ember/plan.h"
+#include "ember/shard.h"
+#include "ember/state.h"
+
+// Every object's methods take its lock around their use of the C object (waiting without the
+// GIL), so that two Python threads never run one ember object at once (the library's objects
+// are thread-compatible, and long calls release the GIL). Arguments are converted first: nothing
+// under the lock calls back into Python.
+void ember_py_lock(PyThread_type_lock lock);
+// Raises StateError "<what> is closed (rank R)"; returns NULL.
+PyObject *ember_py_closed(const char *what);
+// Creates a context with `num_threads` kernel threads; on failure raises and returns -1.
+int ember_py_ctx_create(int32_t num_threads, ember_ctx **out);
+// Rank in MPI_COMM_WORLD when MPI is initialised and not finalised, else 0.
+int ember_py_world_rank(void);
+
+// A collection's configuration from the Python layer's tuples:
+//   tables    sequence of (name, rows, dim, pooling, dtype, init_kind, a, b, std, optim, lr, eps,
+//             beta1, beta2, weight_decay, weight_decay_mode, initial_accumulator, momentum, eta,
+//             stochastic_rounding), enums as their C values
+//   features  sequence of (name, table index)
+// Names point into the Python strings: keep `tables` and `features` alive while cfg is used.
+typedef struct ember_py_config {
+    ember_ebc_config cfg;
+    ember_table_config *tables;
+    ember_feature_config *features;
+} ember_py_config;
+int ember_py_config_parse(PyObject *tables, PyObject *features, ember_py_config *out);
+void ember_py_config_free(ember_py_config *c);
+// [(name, rows, cols, dtype name)] of n tensor descriptions.
+PyObject *ember_py_tensor_list(const ember_tensor_info *ti, int32_t n);
+
+// A KJT over the buffers of Python arrays (values int64, lengths int32 or None, offsets int64
+// or None, weights float32 or None) with F features and batch size B. Checks what the C struct
+// cannot carry (array lengths against F*B and nnz) so that the library never reads past a
+// buffer. 0, or -1 with InvalidArgumentError raised; release with ember_py_kjt_release.
+typedef struct ember_py_kjt {
+    ember_kjt kjt;
+    Py_buffer views[4];
+    int held[4];
+} ember_py_kjt;
+int ember_py_kjt_get(PyObject *values, PyObject *lengths, PyObject *offsets, PyObject *weights, long long F,
+                     long long B, ember_py_kjt *out);
+void ember_py_kjt_release(ember_py_kjt *k);
+
+// The Python-side agreement of a collective call: the status of the pending Python exception
+// (an ember error's own status and message; anything else INVALID_ARG), or OK when none is
+// pending, is recorded on ctx (ember_ctx_set_error) and agreed over comm (ember_comm_agree).
+// Returns 0 when every rank is fine; otherwise raises the agreed error on this rank (the failing
+// rank's message on the others) and returns -1. Every rank must call it once per collective call.
+int ember_py_agree(ember_comm *comm, ember_ctx *ctx);
+
+// Parses a table argument (index) and checks it against [lo, n): 0, or -1 with
+// InvalidArgumentError naming `fn`.
+int ember_py_table_index(const char *fn, int table, int lo, int32_t n);
+
+#endif
