@@ -19,6 +19,7 @@ from . import _ember
 from ._config import TableConfig
 from ._kjt import KJT
 from ._ebc import EmbeddingBagCollection
+from .lfq import LFQ
 
 __version__: str = _ember.version()
 
@@ -40,6 +41,6 @@ def isa_best() -> str:
 
 __all__ = [
     "__version__", "build_info", "cpu", "isa_best", "errors",
-    "TableConfig", "KJT", "EmbeddingBagCollection",
+    "TableConfig", "KJT", "EmbeddingBagCollection", "LFQ",
     *errors.__all__,
 ]

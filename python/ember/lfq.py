@@ -154,7 +154,7 @@ class LFQ:
                  entropy_loss_offset=5.0, frac_per_sample_entropy=1.0, dist_mean="ranks",
                  dtype="float32", seed=0, comm=None, max_tokens=0):
         self._core = None
-        if comm is not None and not isinstance(comm, _ember.Comm):
+        if comm is not None and not isinstance(comm, getattr(_ember, "Comm", ())):
             from . import Comm  # an mpi4py communicator: ember.Comm converts it (or refuses)
 
             comm = Comm(comm)

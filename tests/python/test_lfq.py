@@ -257,11 +257,11 @@ def test_backward_matches_finite_differences(name, masked):
         gx = q.backward(G, grad_aux=0.7)
         want = ref.grads(x, G, 0.7, mask)
         assert gx.shape == x.shape and gx.dtype == np.float64
-        assert rel_err(gx, want["x"]) < 1e-6, rel_err(gx, want["x"])
+        assert rel_err(gx, want["x"]) < 1e-7, rel_err(gx, want["x"])
         grads = q.grads()
         assert sorted(grads) == sorted(k for k in want if k != "x")
         for k, g in grads.items():
-            assert rel_err(g, want[k]) < 1e-6, (k, rel_err(g, want[k]))
+            assert rel_err(g, want[k]) < 1e-7, (k, rel_err(g, want[k]))
 
 
 def test_backward_aux_only_and_accumulation():
@@ -276,7 +276,7 @@ def test_backward_aux_only_and_accumulation():
         np.testing.assert_array_equal(g1["project_out.weight"], 0)  # project_out sees grad_out only
         q.backward()  # again: accumulates
         for k, v in q.grads().items():
-            np.testing.assert_allclose(v, 2 * g1[k], rtol=1e-15, atol=0)
+            np.testing.assert_allclose(v, 2 * g1[k], rtol=1e-12, atol=0)  # per-token +=: rounding differs
         q.zero_grad()
         assert all(not v.any() for v in q.grads().values())
 
