@@ -489,6 +489,31 @@ def test_the_private_type_checks_buffers_itself():
             core.indices_to_codes(np.zeros((3, 2), np.int64), False, np.zeros((2, 4)))
 
 
+def test_threads_share_one_module_safely():
+    # The GIL is released inside the calls; the module's lock serialises them.
+    import threading
+
+    with ember.LFQ(dim=6, codebook_size=64, num_codebooks=2, seed=2) as q:
+        x = data((4, 16, 6), 24).astype(np.float32)
+        want_out, want_idx, _ = q.forward(x, training=False)
+        failures = []
+
+        def work():
+            for _ in range(20):
+                out, idx, _ = q.forward(x, training=False)
+                codes = q.indices_to_codes(idx)
+                if not (np.array_equal(out, want_out) and np.array_equal(idx, want_idx)
+                        and np.array_equal(codes, want_out)):
+                    failures.append(1)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures
+
+
 # ---- lifetime ----------------------------------------------------------------------------------
 
 
