@@ -19,6 +19,9 @@ from . import _ember
 from ._config import TableConfig
 from ._kjt import KJT
 from ._ebc import EmbeddingBagCollection
+from ._comm import Comm
+from ._sharded import ShardedEmbeddingBagCollection, TablePlan, describe_plan, plan
+from ._checkpoint import Checkpoint
 from .lfq import LFQ
 
 __version__: str = _ember.version()
@@ -41,6 +44,7 @@ def isa_best() -> str:
 
 __all__ = [
     "__version__", "build_info", "cpu", "isa_best", "errors",
-    "TableConfig", "KJT", "EmbeddingBagCollection", "LFQ",
+    "TableConfig", "KJT", "EmbeddingBagCollection",
+    "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "plan", "describe_plan", "Checkpoint", "LFQ",
     *errors.__all__,
 ]

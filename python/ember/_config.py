@@ -22,9 +22,9 @@ BOUNDS = {"error": 0, "clamp": 1, "skip": 2}
 CONVENTIONS = {"mean": 0, "sum": 1}
 OPTIMIZERS = {name: k for k, name in enumerate(_ember.optim_names())}
 # numpy dtype of a state array read or written in a storage dtype (bf16: its raw bits).
-NP_OF_DTYPE = {0: np.dtype(np.float32), 1: np.dtype(np.float16), 2: np.dtype(np.uint16)}
+NP_OF_DTYPE: dict[int, np.dtype[Any]] = {0: np.dtype(np.float32), 1: np.dtype(np.float16), 2: np.dtype(np.uint16)}
 
-InitSpec = Union[tuple, list, str]
+InitSpec = Union[tuple[Any, ...], list[Any], str]
 
 
 def rank_tag(rank: int | None = None) -> str:
@@ -188,7 +188,7 @@ class TableConfig:
             return kind, 0.0, 0.0, params[0]
         return kind, 0.0, 0.0, 0.0
 
-    def _c_tuple(self) -> tuple:
+    def _c_tuple(self) -> tuple[Any, ...]:
         """The extension's table tuple (internal.h: ember_py_config_parse)."""
         kind, a, b, std = self._init_values()
         return (self.name, int(self.num_embeddings), int(self.embedding_dim), POOLING[self.pooling.lower()],
@@ -202,7 +202,7 @@ class TableConfig:
         return [t[0] for t in _ember.table_tensors(self._c_tuple())]
 
 
-def c_config(tables: Sequence[TableConfig]) -> tuple[list[tuple], list[tuple[str, int]], list[TableConfig]]:
+def c_config(tables: Any) -> tuple[list[tuple[Any, ...]], list[tuple[str, int]], list[TableConfig]]:
     """The extension's (tables, features) tuples of a list of TableConfig, and the list itself."""
     if isinstance(tables, TableConfig):
         tables = [tables]

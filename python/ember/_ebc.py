@@ -20,8 +20,10 @@ class _Collection:
     """What the local and the sharded collection share: names, shapes, argument checks."""
 
     _rank: int | None = None
+    _output_dim: int = 0
+    _c: Any
 
-    def _setup(self, tables: Any) -> tuple[list, list]:
+    def _setup(self, tables: Any) -> tuple[list[Any], list[Any]]:
         ctab, feats, tables = c_config(tables)
         self._tables = [dataclasses.replace(t) for t in tables]
         self._table_names = [t.name for t in self._tables]
@@ -66,7 +68,7 @@ class _Collection:
         """Table's tensors: "weight", then its optimizer's states ("momentum1", "momentum2")."""
         return list(self._tensors[self._t(table)])
 
-    def _kjt_parts(self, kjt: Any) -> tuple:
+    def _kjt_parts(self, kjt: Any) -> tuple[Any, ...]:
         if not isinstance(kjt, KJT):
             raise invalid(f"kjt: expected an ember.KJT, got {type(kjt).__name__}", self._rank)
         return kjt._parts(self._feature_names, self._rank)
@@ -158,6 +160,8 @@ class EmbeddingBagCollection(_Collection):
     Errors raise ember.errors classes; a failed call changes nothing. Tables are given by name or
     index. Use as a context manager, or close(); garbage collection frees it too.
     """
+
+    _c: _ember.EBC
 
     def __init__(self, tables: Sequence[TableConfig], *, bounds: str = "error", seed: int = 0,
                  num_threads: int = 0, max_batch_size: int = 0, max_nnz: int = 0) -> None:
@@ -252,7 +256,7 @@ class EmbeddingBagCollection(_Collection):
         """Writes every tensor and step of ``state_dict`` (as state_dict() returns it). With strict,
         a missing or unexpected key is refused. Every array is checked before anything is written."""
         self._check_state_dict(state_dict, strict)
-        writes = []
+        writes: list[tuple[Any, ...]] = []
         for t, name in enumerate(self._table_names):
             for tensor, (rows, _) in self._tensors[t].items():
                 key = f"{name}.{tensor}"

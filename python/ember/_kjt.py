@@ -80,7 +80,7 @@ class KJT:
     def nnz(self) -> int:
         return int(self.values.shape[0])
 
-    def _parts(self, features: Sequence[str], rank: int | None = None) -> tuple:
+    def _parts(self, features: Sequence[str], rank: int | None = None) -> tuple[Any, ...]:
         """(values, lengths, offsets, weights, F, B) for a collection with these features; raises
         the refused input or InvalidArgumentError (keys other than the features, bags not F*B)."""
         if self._error is not None:

@@ -46,7 +46,7 @@ class EmberError(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def __reduce__(self):  # picklable (multiprocessing, pytest-xdist) with its message
+    def __reduce__(self) -> tuple[type[EmberError], tuple[str]]:  # picklable (multiprocessing, pytest-xdist) with its message
         return (type(self), (self.message,))
 
 

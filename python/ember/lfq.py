@@ -24,7 +24,7 @@ import operator
 import numpy as np
 
 from . import _ember
-from .errors import InvalidArgumentError
+from ._comm import Comm
 
 __all__ = ["LFQ"]
 
@@ -154,11 +154,10 @@ class LFQ:
                  entropy_loss_offset=5.0, frac_per_sample_entropy=1.0, dist_mean="ranks",
                  dtype="float32", seed=0, comm=None, max_tokens=0):
         self._core = None
-        if comm is not None and not isinstance(comm, getattr(_ember, "Comm", ())):
-            from . import Comm  # an mpi4py communicator: ember.Comm converts it (or refuses)
-
-            comm = Comm(comm)
+        if comm is not None and not isinstance(comm, Comm):
+            comm = Comm(comm)  # an mpi4py communicator (ember.Comm converts it, or refuses)
         self._comm = comm
+        core_comm = None if comm is None else comm._c
         try:
             kwargs = dict(
                 dim=_int(dim, "dim", -2**31, 2**31 - 1),
@@ -183,9 +182,9 @@ class LFQ:
             )
         except _Refusal as e:
             # Every rank of comm learns it (the constructor is Collective with a comm).
-            _ember._LFQ(comm=comm, refuse=str(e))
+            _ember._LFQ(comm=core_comm, refuse=str(e))
             raise AssertionError("unreachable: _LFQ(refuse=...) raises")  # pragma: no cover
-        self._core = _ember._LFQ(comm=comm, **kwargs)
+        self._core = _ember._LFQ(comm=core_comm, **kwargs)
         cfg = self._core.config()
         self._dtype = np.dtype(cfg["dtype"])
         self._dim = cfg["dim"]

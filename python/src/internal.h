@@ -62,8 +62,15 @@ void ember_py_kjt_release(ember_py_kjt *k);
 // rank's message on the others) and returns -1. Every rank must call it once per collective call.
 int ember_py_agree(ember_comm *comm, ember_ctx *ctx);
 
-// Parses a table argument (index) and checks it against [lo, n): 0, or -1 with
-// InvalidArgumentError naming `fn`.
-int ember_py_table_index(const char *fn, int table, int lo, int32_t n);
+// ember_py_agree on the communicator of `comm_obj` (an ember._ember.Comm), under its lock.
+int ember_py_comm_agree_obj(PyObject *comm_obj);
+
+// A sharding plan from the Python layer: a sequence of (scheme, num_shards, group_size, ranks)
+// tuples, one per table (ranks: a sequence of ints). 0, or -1 with an exception raised;
+// ember_py_plan_free releases what parse allocated (also after a failure).
+int ember_py_plan_parse(PyObject *plans, int32_t num_tables, ember_table_plan **out);
+void ember_py_plan_free(ember_table_plan *plan, int32_t num_tables);
+// [(scheme, num_shards, group_size, (ranks...))] of a plan.
+PyObject *ember_py_plan_list(const ember_table_plan *plan, int32_t num_tables);
 
 #endif

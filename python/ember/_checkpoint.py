@@ -1,0 +1,80 @@
+"""Checkpoint: inspection of a saved checkpoint without a collection (include/ember/state.h)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _ember
+
+__all__ = ["Checkpoint"]
+
+_TABLE_KEYS = ("name", "rows", "dim", "optimizer", "dtype", "step", "num_records", "bytes")
+
+
+class Checkpoint:
+    """A checkpoint directory opened for inspection: its manifest is read and checked (not the
+    data files). Local: any process may open one, no MPI needed.
+
+    generation   saves into this directory so far
+    world_size   the world size that wrote it
+    tables       [{"name", "rows", "dim", "optimizer", "dtype", "step", "num_records", "bytes"}]
+    blob_names   the caller's blobs saved with it
+    read_blob(name) -> bytes (CRC-checked); verify(): reads every record and checks its CRC-32.
+
+    Raises EmberIOError (missing directory or manifest: path and OS reason), FormatError (a
+    malformed manifest, a record failing its CRC), InvalidArgumentError (no such blob).
+    """
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        self._c = _ember.Checkpoint(os.fsencode(dir))
+        self._path = os.fsdecode(dir)
+        generation, world, tables, blobs = self._c.info()
+        self._generation: int = generation
+        self._world_size: int = world
+        self._tables = [dict(zip(_TABLE_KEYS, t)) for t in tables]
+        self._blobs: dict[str, int] = dict(blobs)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def tables(self) -> list[dict[str, Any]]:
+        return [dict(t) for t in self._tables]
+
+    @property
+    def blob_names(self) -> list[str]:
+        return list(self._blobs)
+
+    def blob_size(self, name: str) -> int:
+        return self._blobs[name]
+
+    def read_blob(self, name: str) -> bytes:
+        return self._c.read_blob(name)
+
+    def verify(self) -> None:
+        """Reads every record of every table and blob and checks its CRC-32 (FormatError naming
+        the first bad record)."""
+        self._c.verify()
+
+    @property
+    def closed(self) -> bool:
+        return self._c.closed
+
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Checkpoint({self._path!r}, generation={self._generation}, world_size={self._world_size}, "
+                f"tables={[t['name'] for t in self._tables]})")

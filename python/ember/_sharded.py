@@ -1,0 +1,474 @@
+"""ShardedEmbeddingBagCollection, TablePlan and the planner (include/ember/shard.h, plan.h, state.h)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from . import _ember
+from ._comm import Comm
+from ._config import (BOUNDS, CONVENTIONS, NP_OF_DTYPE, TableConfig, as_index, c_config, dtype_name, invalid,
+                      parse_dtype, parse_name)
+from ._ebc import _Collection
+from ._kjt import KJT
+
+__all__ = ["TablePlan", "ShardedEmbeddingBagCollection", "plan", "describe_plan"]
+
+_SCHEMES = _ember.schemes()  # [(short, long, fields)] by ember_shard_scheme
+_SCHEME_CODE = {**{s: k for k, (s, _, _) in enumerate(_SCHEMES)}, **{n: k for k, (_, n, _) in enumerate(_SCHEMES)}}
+_USES_RANKS, _USES_SHARDS, _USES_GROUP = 1, 2, 4
+
+R = TypeVar("R")
+
+
+def _scheme_code(name: Any, what: str) -> int:
+    if isinstance(name, str) and name.lower() in _SCHEME_CODE:
+        return _SCHEME_CODE[name.lower()]
+    names = ", ".join(f"{s} ({n})" for s, n, _ in _SCHEMES)
+    raise invalid(f"{what}: unknown sharding scheme {name!r} (one of {names})")
+
+
+@dataclasses.dataclass
+class TablePlan:
+    """One table's placement (ember_table_plan).
+
+    scheme      "dp" | "tw" | "cw" | "rw" | "twrw" | "grid" (or the long names "data_parallel",
+                "table_wise", "column_wise", "row_wise", "table_row_wise", "grid_shard"); kept as
+                the short name
+    ranks       tw: (owner,); cw: one rank per column slice; twrw: the group; grid: rank of slice c,
+                row block k at c * group_size + k; dp, rw: ()
+    num_shards  cw, grid: column slices
+    group_size  twrw, grid: ranks in (each slice's) group
+
+    A TablePlan naming only its scheme gets the default placement of that scheme for the table
+    (as a plan given by scheme name: tw on rank t mod W, cw over min(W, dim) ranks from 0, twrw over
+    all W ranks, grid 2 slices x W // 2 ranks).
+    """
+
+    scheme: str
+    ranks: tuple[int, ...] = ()
+    num_shards: int = 0
+    group_size: int = 0
+
+    def __post_init__(self) -> None:
+        self.scheme = _SCHEMES[_scheme_code(self.scheme, "TablePlan")][0]
+        if isinstance(self.ranks, (int, np.integer)):
+            self.ranks = (int(self.ranks),)
+        self.ranks = tuple(as_index(r, "TablePlan ranks") for r in self.ranks)
+        self.num_shards = as_index(self.num_shards, "TablePlan num_shards")
+        self.group_size = as_index(self.group_size, "TablePlan group_size")
+
+    @property
+    def long_name(self) -> str:
+        return _SCHEMES[_SCHEME_CODE[self.scheme]][1]
+
+    def _c_tuple(self) -> tuple[Any, ...]:
+        return (_SCHEME_CODE[self.scheme], self.num_shards, self.group_size, self.ranks)
+
+    @classmethod
+    def _from_c(cls, t: tuple[Any, ...]) -> TablePlan:
+        return cls(_SCHEMES[t[0]][0], tuple(t[3]), t[1], t[2])
+
+
+def _default_plan(scheme: str, t: int, dim: int, W: int) -> TablePlan:
+    """A scheme name alone: the contract's default placement for table t."""
+    code = _scheme_code(scheme, "plan")
+    short = _SCHEMES[code][0]
+    fields = _SCHEMES[code][2]
+    if not fields & _USES_RANKS:
+        return TablePlan(short)
+    if short == "tw":
+        return TablePlan(short, (t % W,))
+    if short == "cw":
+        n = max(1, min(W, dim))
+        return TablePlan(short, tuple(range(n)), num_shards=n)
+    if short == "twrw":
+        return TablePlan(short, tuple(range(W)), group_size=W)
+    # grid: two column slices (one if dim is 1), each row-wise over W // 2 ranks (1 if W is 1).
+    shards, group = (2 if dim >= 2 else 1), max(1, W // 2)
+    return TablePlan(short, tuple(i % W for i in range(shards * group)), num_shards=shards, group_size=group)
+
+
+def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: int) -> list[TablePlan]:
+    """A plan argument -> one TablePlan per table ("auto", a scheme name, a list, a dict)."""
+    names = [t.name for t in tables]
+
+    def one(p: Any, t: int) -> TablePlan:
+        if isinstance(p, str):
+            return _default_plan(p, t, tables[t].embedding_dim, W)
+        if isinstance(p, TablePlan):
+            fields = _SCHEMES[_SCHEME_CODE[p.scheme]][2]
+            if fields & _USES_RANKS and not p.ranks and not p.num_shards and not p.group_size:
+                return _default_plan(p.scheme, t, tables[t].embedding_dim, W)
+            return dataclasses.replace(p)
+        raise invalid(f"plan: table '{names[t]}': expected a TablePlan or a scheme name, got {type(p).__name__}")
+
+    if isinstance(spec, str):
+        if spec.lower() == "auto":
+            return plan(tables, W, batch_size=batch_size)
+        return [one(spec, t) for t in range(len(tables))]
+    if isinstance(spec, Mapping):
+        unknown = [k for k in spec if k not in names]
+        missing = [n for n in names if n not in spec]
+        if unknown or missing:
+            raise invalid(f"plan: the dict's tables {sorted(map(str, spec))} differ from the collection's: "
+                          f"missing {missing}, unknown {unknown}")
+        return [one(spec[n], t) for t, n in enumerate(names)]
+    if isinstance(spec, TablePlan):
+        spec = [spec]
+    try:
+        items = list(spec)
+    except TypeError:
+        raise invalid(f"plan: expected \"auto\", a scheme name, a list of TablePlan or a dict, got "
+                      f"{type(spec).__name__}") from None
+    if len(items) != len(tables):
+        raise invalid(f"plan: {len(items)} table plans for {len(tables)} tables")
+    return [one(p, t) for t, p in enumerate(items)]
+
+
+def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 512, memory_per_rank: int = 0,
+         pooling_factor: Any = None, allow: Sequence[str] | None = None,
+         dp_max_bytes: int = 0) -> list[TablePlan]:
+    """The planner (ember_plan_create): one TablePlan per table for ``world_size`` ranks.
+
+    batch_size       local batch size per rank
+    memory_per_rank  bytes of embedding storage available on each rank (0: unlimited)
+    pooling_factor   mean ids per sample of each feature: a sequence in feature order, a dict
+                     {feature: value} (others 1), or None (1 each)
+    allow            scheme names the planner may use (None: all but grid)
+    dp_max_bytes     data-parallel only for tables up to this size (0: 1 MiB)
+
+    Local and deterministic: every rank computes the same plan. Raises InvalidArgumentError, and
+    OutOfMemoryError when a table fits on no rank within memory_per_rank (the table is named).
+    """
+    ctab, feats, tables = c_config(tables)
+    W = as_index(world_size, "plan: world_size")
+    pf = None
+    if pooling_factor is not None:
+        fnames = [f for f, _ in feats]
+        if isinstance(pooling_factor, Mapping):
+            unknown = [k for k in pooling_factor if k not in fnames]
+            if unknown:
+                raise invalid(f"plan: pooling_factor names unknown features {unknown} (features: {fnames})")
+            pf = np.array([float(pooling_factor.get(f, 1.0)) for f in fnames], np.float32)
+        else:
+            pf = np.ascontiguousarray(pooling_factor, np.float32).reshape(-1)
+            if pf.shape[0] != len(fnames):
+                raise invalid(f"plan: pooling_factor has {pf.shape[0]} entries for {len(fnames)} features")
+    mask = 0
+    if allow is not None:
+        if isinstance(allow, str):
+            allow = [allow]
+        for name in allow:
+            mask |= 1 << _scheme_code(name, "plan: allow")
+        if not mask:
+            raise invalid("plan: allow is empty")
+    result, _, _ = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size"),
+                               as_index(memory_per_rank, "plan: memory_per_rank"), pf, mask,
+                               as_index(dp_max_bytes, "plan: dp_max_bytes"))
+    return [TablePlan._from_c(p) for p in result]
+
+
+def describe_plan(tables: Sequence[TableConfig], plan: Any, *, world_size: int = 1) -> str:
+    """One line per table, "name scheme ranks=..." (ember_plan_describe). ``plan`` as the sharded
+    collection takes it (scheme names get their default placement over ``world_size`` ranks)."""
+    ctab, feats, tables = c_config(tables)
+    if isinstance(plan, str) and plan.lower() == "auto":
+        raise invalid("describe_plan: \"auto\" is not a plan (call ember.plan first)")
+    plans = _resolve_plan(plan, tables, as_index(world_size, "world_size"), 512)
+    return _ember.describe_plan(ctab, feats, [p._c_tuple() for p in plans])
+
+
+class ShardedEmbeddingBagCollection(_Collection):
+    """An EmbeddingBagCollection sharded over the ranks of a communicator (ember_sebc).
+
+    Every rank passes its own local KJT (local batch sizes may differ) and receives exactly the
+    pooled rows of its local batch that an unsharded collection with the same weights gives.
+    Backward trains J = (1/W) sum_r L_r (grad_convention "mean") or sum_r L_r ("sum"), applied
+    identically to every table whatever its scheme.
+
+    tables           list of TableConfig (the same on every rank)
+    plan             "auto" (the planner for comm.size ranks and batch_size_hint), a scheme name
+                     for every table, a list of TablePlan (one per table), or a dict {table name:
+                     TablePlan or scheme name}; see TablePlan for the default placements
+    comm             ember.Comm, an mpi4py communicator, or None (MPI_COMM_WORLD); the collection
+                     runs on a duplicate of it and follows its timeout_s
+    bounds, seed, num_threads, max_batch_size, max_nnz: as EmbeddingBagCollection (same seed:
+                     the same initial values as the unsharded collection)
+
+    Collective calls (every rank calls them, in the same order): creation, forward, backward,
+    step, read, write, state_dict, load_state_dict, convert_dtype, save, load. Any refusal on one
+    rank (a bad KJT, an unknown table name, a wrong shape) raises on every rank, the failing
+    rank's message on all; a failed call changes nothing anywhere. Local: set_lr, set_step (call
+    them alike on every rank), the properties.
+    """
+
+    _c: _ember.SEBC
+
+    def __init__(self, tables: Sequence[TableConfig], plan: Any = "auto", *, comm: Any = None,
+                 grad_convention: str = "mean", bounds: str = "error", seed: int = 0, num_threads: int = 0,
+                 max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512) -> None:
+        self._comm = comm if isinstance(comm, Comm) else Comm(comm)
+        self._rank = self._comm.rank
+        try:
+            ctab, feats = self._setup(tables)
+            self._plan = _resolve_plan(plan, self._tables, self._comm.size,
+                                       as_index(batch_size_hint, "batch_size_hint"))
+            self._conv = parse_name(grad_convention, CONVENTIONS, "grad_convention")
+            args = (parse_name(bounds, BOUNDS, "bounds"), as_index(seed, "seed"), as_index(num_threads, "num_threads"),
+                    as_index(max_batch_size, "max_batch_size"), as_index(max_nnz, "max_nnz"))
+            if not 0 <= args[1] < 2**64:
+                raise invalid(f"seed: {args[1]} outside [0, 2^64)", self._rank)
+        except Exception as e:
+            self._comm._c.agree(e)
+            raise  # not reached: agree raises on every rank
+        self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv)
+        self._output_dim = self._c.output_dim
+
+    def _collective(self, prepare: Callable[[], R]) -> R:
+        """Runs the Python-side checks of a collective call; a refusal is agreed on every rank."""
+        try:
+            return prepare()
+        except Exception as e:
+            self._c.agree(e)
+            raise  # not reached
+
+    # ---- forward / backward ------------------------------------------------------------------
+
+    def forward(self, kjt: KJT, out: np.ndarray | None = None) -> np.ndarray:
+        """Pools the local batch: float32 [B_local, output_dim] (all-"none": [nnz_local, D]).
+        Collective. Raises on every rank InvalidArgumentError (a malformed KJT on any rank),
+        OutOfRangeError, NumericError, CommunicationError, CollectiveTimeoutError."""
+        def prepare() -> tuple[Any, ...]:
+            parts = self._kjt_parts(kjt)
+            return parts, self._out(out, self._out_shape(parts[0].shape[0], parts[5]))
+        (values, lengths, offsets, weights, F, B), o = self._collective(prepare)
+        self._c.forward(values, lengths, offsets, weights, F, B, o)
+        result: np.ndarray = o
+        return result
+
+    __call__ = forward
+
+    def backward(self, kjt: KJT, grad_out: Any) -> None:
+        """Backward + fused optimizer with the same KJT (contents) as the preceding forward;
+        ``grad_out`` = dL_r/d(out) of the local loss. Collective. Raises StateError (no forward
+        since the last backward), InvalidArgumentError (another KJT), NumericError (NaN/Inf in
+        grad_out); on failure nothing changes anywhere."""
+        def prepare() -> tuple[Any, ...]:
+            parts = self._kjt_parts(kjt)
+            return parts, self._grad(grad_out, self._out_shape(parts[0].shape[0], parts[5]))
+        (values, lengths, offsets, weights, F, B), g = self._collective(prepare)
+        self._c.backward(values, lengths, offsets, weights, F, B, g)
+
+    # ---- optimizer ---------------------------------------------------------------------------
+
+    def set_lr(self, lr: float, table: Any = None) -> None:
+        """Learning rate of ``table`` (None: every table). Local: call it alike on every rank."""
+        t = -1 if table is None else self._t(table)
+        self._c.set_lr(t, float(lr))
+        for i in (range(len(self._tables)) if t < 0 else (t,)):
+            self._tables[i].lr = float(lr)
+
+    def step(self, table: Any) -> int:
+        """The table's step counter (the same on every rank). Collective."""
+        t = self._collective(lambda: self._t(table))
+        return self._c.step(t)
+
+    def set_step(self, table: Any, step: int) -> None:
+        """Sets the table's step counter on this rank's pieces. Local: call it alike on every rank."""
+        self._c.set_step(self._t(table), as_index(step, "step"))
+
+    # ---- global state ------------------------------------------------------------------------
+
+    def _root(self, root: Any) -> int:
+        r = as_index(root, "root")
+        if not -1 <= r < self._comm.size:
+            raise invalid(f"root: {r} outside [-1, {self._comm.size})", self._rank)
+        return r
+
+    def read(self, table: Any, tensor: str = "weight", root: int = -1, dtype: Any = "fp32") -> np.ndarray | None:
+        """The table's whole tensor as one global [rows, cols] array (float32, or the weight of a
+        16-bit table in its own dtype: float16 / uint16 bits), gathered onto ``root`` (-1: every
+        rank). Returns None on the other ranks. Collective. The whole array passes through one
+        rank (checkpoints stream pieces instead: save/load)."""
+        def prepare() -> tuple[Any, ...]:
+            t = self._t(table)
+            rows, cols = self._tensor(t, tensor, "read")
+            r, code = self._root(root), parse_dtype(dtype)
+            out = np.empty((rows, cols), NP_OF_DTYPE[code]) if r in (-1, self._rank) else None
+            return t, r, code, out
+        t, r, code, out = self._collective(prepare)
+        self._c.read(t, tensor, code, r, out)
+        result: np.ndarray | None = out
+        return result
+
+    def write(self, table: Any, tensor: str, array: Any, root: int = -1) -> None:
+        """Scatters a global [rows, cols] array given on ``root`` (-1: every rank passes the same)
+        into the table's tensor (rounded into 16-bit storage; a float16 / uint16-bits array of a
+        16-bit weight is stored as it is). Other ranks may pass None. Collective."""
+        def prepare() -> tuple[Any, ...]:
+            t = self._t(table)
+            rows, _ = self._tensor(t, tensor, "write")
+            r = self._root(root)
+            if r in (-1, self._rank):
+                a, code = self._state_array(t, tensor, array, rows, "write")
+            else:
+                a, code = None, 0
+            return t, r, a, code
+        t, r, a, code = self._collective(prepare)
+        if r >= 0:  # every rank must name the same dtype: the root's
+            code = self._bcast_codes([code], r)[0]
+        self._c.write(t, tensor, code, r, a)
+
+    def _bcast_codes(self, values: Sequence[int], root: int) -> list[int]:
+        buf = np.array(values, np.int64)
+        self._c.bcast_i64(buf, root)
+        return [int(v) for v in buf]
+
+    def state_dict(self, root: int = -1) -> dict[str, Any] | None:
+        """{"<table>.<tensor>": float32 global array, "<table>.step": int} gathered onto root
+        (-1: every rank); None on the other ranks. Collective."""
+        r = self._collective(lambda: self._root(root))
+        d: dict[str, Any] = {}
+        for t, name in enumerate(self._table_names):
+            for tensor in self._tensors[t]:
+                d[f"{name}.{tensor}"] = self.read(t, tensor, r)
+            d[f"{name}.step"] = self.step(t)
+        return d if r in (-1, self._rank) else None
+
+    def load_state_dict(self, state_dict: Mapping[str, Any] | None, root: int = -1, strict: bool = True) -> None:
+        """Writes a state dict given on ``root`` (-1: every rank passes the same; other ranks may
+        pass None). With strict, a missing or unexpected key is refused. Everything is checked
+        before anything is written. Collective."""
+        entries = [(t, tensor) for t in range(len(self._tables)) for tensor in self._tensors[t]]
+
+        def prepare() -> tuple[Any, ...]:
+            r = self._root(root)
+            arrays: list[Any] = [None] * len(entries)
+            flags = np.zeros(len(entries) + len(self._tables), np.int64)  # present / step (-1: absent)
+            if r in (-1, self._rank):
+                if state_dict is None:
+                    raise invalid(f"load_state_dict: no state dict on rank {self._rank} (root {r})", self._rank)
+                self._check_state_dict(state_dict, strict)
+                for i, (t, tensor) in enumerate(entries):
+                    key = f"{self._table_names[t]}.{tensor}"
+                    if key in state_dict:
+                        arrays[i] = self._state_array(t, tensor, state_dict[key], self._tensors[t][tensor][0], key)
+                        flags[i] = 1 + arrays[i][1]  # 1 + dtype code
+                for t, name in enumerate(self._table_names):
+                    key = f"{name}.step"
+                    v = state_dict.get(key)
+                    if v is None:
+                        flags[len(entries) + t] = -1
+                    else:
+                        step = as_index(v.item() if isinstance(v, np.ndarray) else v, key)
+                        if step < 0:
+                            raise invalid(f"{key}: negative step {step}", self._rank)
+                        flags[len(entries) + t] = step
+            return r, arrays, flags
+        r, arrays, flags = self._collective(prepare)
+        if r >= 0:
+            self._c.bcast_i64(flags, r)
+        for i, (t, tensor) in enumerate(entries):
+            if flags[i] > 0:
+                a = arrays[i][0] if arrays[i] is not None else None
+                self._c.write(t, tensor, int(flags[i]) - 1, r, a)
+        for t in range(len(self._tables)):
+            step = int(flags[len(entries) + t])
+            if step >= 0:
+                self._c.set_step(t, step)
+
+    def convert_dtype(self, table: Any, dtype: Any) -> None:
+        """Converts the table's weight storage on every rank holding a piece. Collective."""
+        t, code = self._collective(lambda: (self._t(table), parse_dtype(dtype)))
+        self._c.convert_dtype(t, code)
+        self._sync_dtypes()
+
+    def _sync_dtypes(self) -> None:
+        for t, code in enumerate(self._c.dtypes()):
+            self._dtype_codes[t] = code
+            self._tables[t].dtype = dtype_name(code)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    def save(self, dir: str | os.PathLike[str], blobs: Mapping[str, Any] | None = None, chunk_bytes: int = 0) -> None:
+        """Saves every table (and ``blobs``: {name: bytes-like}, identical on every rank) into the
+        directory ``dir`` (created if missing, seen by every rank), committed atomically by its
+        manifest: a failure or a kill leaves the previous checkpoint loadable. Collective. Raises
+        EmberIOError (path and OS reason), InvalidArgumentError (bad blob name), ..."""
+        def prepare() -> tuple[Any, ...]:
+            path = os.fsencode(dir)
+            items = []
+            for name, data in (blobs or {}).items():
+                if not isinstance(name, str):
+                    raise invalid(f"save: blob name {name!r} is not a string", self._rank)
+                items.append((name, data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")))
+            return path, items, as_index(chunk_bytes, "chunk_bytes")
+        path, items, chunk = self._collective(prepare)
+        self._c.save(path, items, chunk)
+
+    def load(self, dir: str | os.PathLike[str], chunk_bytes: int = 0) -> None:
+        """Loads every table from a checkpoint saved under any world size and plan (tables matched
+        by name; storage converted to the stored dtype; step counters set). Collective. Raises
+        EmberIOError, FormatError (a table missing or of another shape, a record failing its
+        CRC), ..."""
+        path, chunk = self._collective(lambda: (os.fsencode(dir), as_index(chunk_bytes, "chunk_bytes")))
+        try:
+            self._c.load(path, chunk)
+        finally:
+            if not self._c.closed:
+                self._sync_dtypes()
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def plan(self) -> list[TablePlan]:
+        """The TablePlan of each table."""
+        return [dataclasses.replace(p) for p in self._plan]
+
+    def describe_plan(self) -> str:
+        return _ember.describe_plan([t._c_tuple() for t in self._tables],
+                                    [(f, i) for i, t in enumerate(self._tables) for f in t.feature_names or []],
+                                    [p._c_tuple() for p in self._plan])
+
+    def pieces(self, table: Any) -> list[dict[str, int]]:
+        """The blocks of the table this rank holds: row_begin, row_end, col_begin, col_end,
+        replicated (data parallel). Local."""
+        keys = ("row_begin", "row_end", "col_begin", "col_end", "replicated")
+        return [dict(zip(keys, p)) for p in self._c.pieces(self._t(table))]
+
+    @property
+    def grad_convention(self) -> str:
+        return "mean" if self._conv == 0 else "sum"
+
+    @property
+    def comm(self) -> Comm:
+        return self._comm
+
+    @property
+    def bytes_sent_last_step(self) -> int:
+        """Bytes this rank sent in the last forward + backward."""
+        return self._c.bytes_sent_last_step
+
+    @property
+    def bytes_outstanding(self) -> int:
+        """Bytes the collection's context holds (its shards, workspaces, communicator); 0 once closed."""
+        return self._c.bytes_outstanding
+
+    @property
+    def closed(self) -> bool:
+        return self._c.closed
+
+    def close(self) -> None:
+        """Frees this rank's shards and the collection's communicator. Idempotent."""
+        self._c.close()
+
+    def __enter__(self) -> ShardedEmbeddingBagCollection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
