@@ -18,10 +18,14 @@ codebook entropy of the exact K-way softmax ``p = softmax_k(2 tau <z, E_k>)``, c
 distribution is averaged over the ranks by a differentiable all-reduce (``dist_mean``).
 """
 
+from __future__ import annotations
+
 import numbers
 import operator
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _ember
 from ._comm import Comm
@@ -33,24 +37,25 @@ _DIST_MEANS = {"ranks": 0, "tokens": 1}
 _DTYPES = {"float32": 0, "float64": 1}
 _CONVENTIONS = {"mean": 0, "sum": 1}
 _NUM_PARAMS = 4
-_ST_INVALID_ARG, _ST_OUT_OF_RANGE, _ST_NOMEM = -1, -2, -3
+_ST_INVALID_ARG, _ST_OUT_OF_RANGE, _ST_NOMEM, _ST_STATE = -1, -2, -3, -9
+_T = TypeVar("_T")
 
 
 class _Refusal(Exception):
     """A Python-side refusal: (status, message), raised through the module's context."""
 
-    def __init__(self, message, status=_ST_INVALID_ARG):
+    def __init__(self, message: str, status: int = _ST_INVALID_ARG) -> None:
         super().__init__(message)
         self.status = status
 
 
-def _name(value, table, what):
+def _name(value: Any, table: dict[str, int], what: str) -> int:
     if isinstance(value, str) and value.lower() in table:
         return table[value.lower()]
     raise _Refusal(f"LFQ: {what} = {value!r} is not one of {', '.join(repr(k) for k in table)}")
 
 
-def _dtype_code(dtype):
+def _dtype_code(dtype: Any) -> int:
     if isinstance(dtype, str) and dtype.lower() in ("f32", "f64"):
         return 0 if dtype.lower() == "f32" else 1
     try:
@@ -64,7 +69,7 @@ def _dtype_code(dtype):
     raise _Refusal(f"LFQ: dtype = {dtype!r} is not 'float32' or 'float64'")
 
 
-def _int(value, what, lo=None, hi=None):
+def _int(value: Any, what: str, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
         raise _Refusal(f"LFQ: {what} = {value!r} is not an integer")
     v = operator.index(value)
@@ -73,19 +78,19 @@ def _int(value, what, lo=None, hi=None):
     return v
 
 
-def _real(value, what):
+def _real(value: Any, what: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
         raise _Refusal(f"LFQ: {what} = {value!r} is not a real number")
     return float(value)
 
 
-def _flag(value, what):
+def _flag(value: Any, what: str) -> bool:
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
     raise _Refusal(f"LFQ: {what} = {value!r} is not a bool")
 
 
-def _floats(a, what, dtype):
+def _floats(a: Any, what: str, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     """`a` as a C-contiguous array of the module's dtype (no copy when it already is one)."""
     try:
         arr = np.asarray(a)
@@ -99,7 +104,7 @@ def _floats(a, what, dtype):
         raise _Refusal(f"{what}: no memory to convert {arr.shape} to {np.dtype(dtype).name}", _ST_NOMEM) from None
 
 
-def _shape(shape):
+def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
@@ -147,22 +152,24 @@ class LFQ:
     failing rank.
     """
 
-    def __init__(self, dim=0, codebook_size=0, num_codebooks=1, *, codebook_scale=1.0,
-                 entropy_loss_weight=0.1, commitment_loss_weight=0.0, diversity_gamma=1.0,
-                 inv_temperature=100.0, projection="auto", projection_has_bias=True,
-                 soft_clamp_input_value=0.0, spherical=False, softplus_entropy_loss=False,
-                 entropy_loss_offset=5.0, frac_per_sample_entropy=1.0, dist_mean="ranks",
-                 dtype="float32", seed=0, comm=None, max_tokens=0):
-        self._core = None
+    def __init__(self, dim: int = 0, codebook_size: int = 0, num_codebooks: int = 1, *,
+                 codebook_scale: float = 1.0, entropy_loss_weight: float = 0.1,
+                 commitment_loss_weight: float = 0.0, diversity_gamma: float = 1.0,
+                 inv_temperature: float = 100.0, projection: str = "auto", projection_has_bias: bool = True,
+                 soft_clamp_input_value: float = 0.0, spherical: bool = False,
+                 softplus_entropy_loss: bool = False, entropy_loss_offset: float = 5.0,
+                 frac_per_sample_entropy: float = 1.0, dist_mean: str = "ranks", dtype: Any = "float32",
+                 seed: int = 0, comm: Any = None, max_tokens: int = 0) -> None:
         if comm is not None and not isinstance(comm, Comm):
             comm = Comm(comm)  # an mpi4py communicator (ember.Comm converts it, or refuses)
-        self._comm = comm
+        self._comm: Optional[Comm] = comm
         core_comm = None if comm is None else comm._c
+        i32 = (-2**31, 2**31 - 1)
         try:
-            kwargs = dict(
-                dim=_int(dim, "dim", -2**31, 2**31 - 1),
-                codebook_size=_int(codebook_size, "codebook_size", -2**31, 2**31 - 1),
-                num_codebooks=_int(num_codebooks, "num_codebooks", -2**31, 2**31 - 1),
+            self._core = _ember._LFQ(
+                dim=_int(dim, "dim", *i32),
+                codebook_size=_int(codebook_size, "codebook_size", *i32),
+                num_codebooks=_int(num_codebooks, "num_codebooks", *i32),
                 codebook_scale=_real(codebook_scale, "codebook_scale"),
                 entropy_loss_weight=_real(entropy_loss_weight, "entropy_loss_weight"),
                 commitment_loss_weight=_real(commitment_loss_weight, "commitment_loss_weight"),
@@ -179,108 +186,110 @@ class LFQ:
                 dtype=_dtype_code(dtype),
                 seed=_int(seed, "seed", 0, 2**64 - 1),
                 max_tokens=_int(max_tokens, "max_tokens", 0, 2**63 - 1),
+                comm=core_comm,
             )
         except _Refusal as e:
-            # Every rank of comm learns it (the constructor is Collective with a comm).
+            # Every rank of comm learns it (the constructor is Collective with a comm): the
+            # refusal is agreed where the module's creation would agree.
             _ember._LFQ(comm=core_comm, refuse=str(e))
-            raise AssertionError("unreachable: _LFQ(refuse=...) raises")  # pragma: no cover
-        self._core = _ember._LFQ(comm=core_comm, **kwargs)
+            raise AssertionError("unreachable: _LFQ(refuse=...) raises") from None
         cfg = self._core.config()
-        self._dtype = np.dtype(cfg["dtype"])
-        self._dim = cfg["dim"]
-        self._C = cfg["num_codebooks"]
-        self._D = cfg["codebook_dim"]
-        self._proj = cfg["projection"] == "linear"
+        self._dtype: np.dtype[Any] = np.dtype(cfg["dtype"])
+        self._dim: int = cfg["dim"]
+        self._C: int = cfg["num_codebooks"]
+        self._D: int = cfg["codebook_dim"]
+        self._proj: bool = cfg["projection"] == "linear"
         self._names = tuple(_ember._LFQ.param_name(i) for i in range(_NUM_PARAMS))
 
     # ---- configuration ---------------------------------------------------------------------
 
     @property
-    def config(self):
+    def config(self) -> dict[str, Any]:
         """The resolved configuration (``ember_lfq_get_config``): dim, codebook_size and
         num_codebooks derived, projection "none" or "linear", zero defaults filled in, the current
         inv_temperature; plus codebook_dim. A new dict each time."""
         return self._core.config()
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         """Width of x and out."""
         return self._dim
 
     @property
-    def codebook_size(self):
+    def codebook_size(self) -> int:
         """K, codes per codebook."""
         return 1 << self._D
 
     @property
-    def num_codebooks(self):
+    def num_codebooks(self) -> int:
         """C."""
         return self._C
 
     @property
-    def codebook_dim(self):
+    def codebook_dim(self) -> int:
         """D = log2(codebook_size), bits per codebook (``ember_lfq_codebook_dim``); the quantised
         width is ``num_codebooks * codebook_dim``."""
         return self._D
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype[Any]:
         """The module's numpy dtype (float32 or float64)."""
         return self._dtype
 
     @property
-    def has_projections(self):
+    def has_projections(self) -> bool:
         """Whether project_in / project_out exist (projection resolved to "linear")."""
         return self._proj
 
     @property
-    def inv_temperature(self):
+    def inv_temperature(self) -> float:
         """tau used by the next forwards."""
-        return self._core.config()["inv_temperature"]
+        return float(self._core.config()["inv_temperature"])
 
     @inv_temperature.setter
-    def inv_temperature(self, tau):
+    def inv_temperature(self, tau: float) -> None:
         self.set_inv_temperature(tau)
 
     @property
-    def comm(self):
+    def comm(self) -> Optional[Comm]:
         """The ``ember.Comm`` given (None: single process)."""
         return self._comm
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This process's rank in the module's communicator (0 without one)."""
         return self._core.rank
 
     @property
-    def size(self):
+    def size(self) -> int:
         """Ranks in the module's communicator (1 without one)."""
         return self._core.size
 
     @property
-    def bytes_outstanding(self):
+    def bytes_outstanding(self) -> int:
         """Bytes held by the module's own ember context (``ember_ctx_bytes_outstanding``). After
         ``close()`` (once no array shares the parameters any more): what the context still held
         when the module was destroyed, 0 unless the library leaked."""
         return self._core.bytes_outstanding
 
     @property
-    def closed(self):
-        return self._core is None or self._core.closed
+    def closed(self) -> bool:
+        return self._core.closed
 
-    def set_inv_temperature(self, inv_temperature):
+    def set_inv_temperature(self, inv_temperature: float) -> None:
         """Sets tau for the next forwards (``ember_lfq_set_inv_temperature``). Local.
         Raises InvalidArgumentError when not finite or <= 0."""
         self._core.set_inv_temperature(self._local(lambda: _real(inv_temperature, "inv_temperature")))
 
-    def set_seed(self, seed):
+    def set_seed(self, seed: int) -> None:
         """Restarts the token-subsampling stream (``frac_per_sample_entropy < 1``) at ``seed``
         (``ember_lfq_set_seed``), so a subsampled step can be replayed exactly. Local."""
         self._core.set_seed(self._local(lambda: _int(seed, "seed", 0, 2**64 - 1)))
 
     # ---- forward / backward ------------------------------------------------------------------
 
-    def forward(self, x, mask=None, training=True):
+    def forward(self, x: npt.ArrayLike, mask: Optional[npt.ArrayLike] = None,
+                training: bool = True) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], dict[str, Any]]:
         """Quantises ``x [B, N, dim]`` (``ember_lfq_forward``); returns ``(out, indices, losses)``.
 
         - ``out [B, N, dim]`` (module dtype): the straight-through output in training,
@@ -325,7 +334,7 @@ class LFQ:
     __call__ = forward
 
     @staticmethod
-    def _mask(mask, B, N):
+    def _mask(mask: npt.ArrayLike, B: int, N: int) -> np.ndarray[Any, Any]:
         try:
             m = np.asarray(mask)
         except (TypeError, ValueError) as e:
@@ -337,11 +346,11 @@ class LFQ:
         if m.dtype == np.uint8:
             return np.ascontiguousarray(m)
         if m.dtype.kind in "iu":
-            return (m != 0).astype(np.uint8)
+            return np.asarray(m != 0).view(np.uint8)
         raise _Refusal(f"LFQ.forward: mask has dtype {m.dtype} (bool or integers expected; nonzero selects a "
                        "token: pass mask != 0)")
 
-    def backward(self, grad_out=None, grad_aux=1.0):
+    def backward(self, grad_out: Optional[npt.ArrayLike] = None, grad_aux: float = 1.0) -> np.ndarray[Any, Any]:
         """Backward of the last training forward (``ember_lfq_backward``) for the objective
         ``<grad_out, out> + grad_aux * aux``; returns ``grad_x [B, N, dim]`` (module dtype).
 
@@ -364,13 +373,16 @@ class LFQ:
         """
         collective = self._comm is not None
         saved = self._core.saved_shape
+        if saved is None:  # as the C half and the library say it, on every rank
+            self._core.refuse(_ST_STATE, "LFQ.backward: no training forward to differentiate (forward with "
+                              "training=True first)", collective)
         try:
             ga = None if grad_out is None else _floats(grad_out, "LFQ.backward: grad_out", self._dtype)
             try:
                 aux = float(grad_aux)
             except (TypeError, ValueError):
                 raise _Refusal(f"LFQ.backward: grad_aux = {grad_aux!r} is not a real number") from None
-            grad_x = None if saved is None else np.empty(saved + (self._dim,), self._dtype)
+            grad_x = np.empty(saved + (self._dim,), self._dtype)
         except _Refusal as e:
             self._core.refuse(e.status, str(e), collective)
         except MemoryError:
@@ -380,7 +392,7 @@ class LFQ:
 
     # ---- parameters ----------------------------------------------------------------------------
 
-    def params(self):
+    def params(self) -> dict[str, np.ndarray[Any, Any]]:
         """The parameters, a dict name -> array sharing the module's memory (read/write; writes
         take effect at the next forward): ``project_in.weight [C*D, dim]``, ``project_in.bias
         [C*D]``, ``project_out.weight [dim, C*D]``, ``project_out.bias [dim]`` (linear weights
@@ -388,11 +400,11 @@ class LFQ:
         has (empty without projections). The arrays stay valid after ``close()``. Local."""
         return self._tensors(False)
 
-    def grads(self):
+    def grads(self) -> dict[str, np.ndarray[Any, Any]]:
         """The gradient accumulators, same names, shapes and sharing as ``params()``. Local."""
         return self._tensors(True)
 
-    def _tensors(self, grad):
+    def _tensors(self, grad: bool) -> dict[str, np.ndarray[Any, Any]]:
         out = {}
         for i, name in enumerate(self._names):
             t = self._core.tensor(grad, i)
@@ -400,11 +412,11 @@ class LFQ:
                 out[name] = np.asarray(t)
         return out
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
         """Sets every gradient accumulator to zero (``ember_lfq_zero_grad``). Local."""
         self._core.zero_grad()
 
-    def allreduce_grads(self, convention="mean"):
+    def allreduce_grads(self, convention: str = "mean") -> None:
         """Data-parallel gradient synchronisation (``ember_lfq_allreduce_grads``): ``"mean"``
         (J = (1/W) sum_r L_r: sums over ranks and divides by W) or ``"sum"``. Collective on the
         module's comm; a no-op without one. Raises InvalidArgumentError (unknown convention: on
@@ -415,13 +427,13 @@ class LFQ:
         self._core.refuse(_ST_INVALID_ARG, f"LFQ.allreduce_grads: convention = {convention!r} is not 'mean' or "
                           "'sum'", True)
 
-    def indices_to_codes(self, indices, project_out=True):
+    def indices_to_codes(self, indices: npt.ArrayLike, project_out: bool = True) -> np.ndarray[Any, Any]:
         """Decodes ``indices [..., C]`` (integers in [0, K)) into codes (``ember_lfq_indices_to_codes``):
         ``[..., C*D]``, the ±s' corners, or with ``project_out`` and projections ``[..., dim]`` =
         project_out(codes) (what an eval forward returns). Module dtype. Local. Raises
         InvalidArgumentError (not integers, last axis not C), OutOfRangeError (an index outside
         [0, K), named by position)."""
-        def convert():
+        def convert() -> np.ndarray[Any, Any]:
             try:
                 a = np.asarray(indices)
             except (TypeError, ValueError) as e:
@@ -446,7 +458,7 @@ class LFQ:
 
     # ---- lifetime -------------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Destroys the module (its communicator now; its memory once no array from ``params()``
         or ``grads()`` shares it). Further calls raise StateError. With a comm, every rank should
         close at the same point (the duplicate communicator is freed); also done at garbage
@@ -454,21 +466,20 @@ class LFQ:
         if self._core is not None:
             self._core.close()
 
-    def __enter__(self):
+    def __enter__(self) -> LFQ:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self.closed:
             return "ember.LFQ(closed)"
         c = self._core.config()
         return (f"ember.LFQ(dim={c['dim']}, codebook_size={c['codebook_size']}, num_codebooks={c['num_codebooks']}, "
                 f"projection={c['projection']!r}, dtype={c['dtype']!r}, ranks={self.size})")
 
-    def _local(self, make):
+    def _local(self, make: Callable[[], _T]) -> _T:
         """make(), turning a _Refusal into the library's exception (Local call)."""
         try:
             return make()
