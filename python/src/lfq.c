@@ -753,12 +753,20 @@ static int Tensor_getbuffer(TensorObject *self, Py_buffer *view, int flags) {
     void *p = self->grad ? ember_lfq_grad(o->q, (ember_lfq_param_id)self->id, &numel)
                          : ember_lfq_param(o->q, (ember_lfq_param_id)self->id, &numel);
     const Py_ssize_t esz = self->strides[self->ndim - 1];
+    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && self->ndim == 2 && self->shape[0] > 1 &&
+        self->shape[1] > 1) {
+        PyErr_SetString(PyExc_BufferError, "LFQ: parameters are C-contiguous (row-major), not Fortran-contiguous");
+        view->obj = NULL;
+        return -1;
+    }
     if (PyBuffer_FillInfo(view, (PyObject *)self, p, (Py_ssize_t)numel * esz, 0, flags) != 0) return -1;
-    view->itemsize = esz;
     view->format = (flags & PyBUF_FORMAT) ? (char *)(esz == (Py_ssize_t)sizeof(double) ? "d" : "f") : NULL;
-    view->ndim = self->ndim;
-    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? self->shape : NULL;
-    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+    if ((flags & PyBUF_ND) == PyBUF_ND) { // else a flat view of bytes, as PyBuffer_FillInfo made it
+        view->itemsize = esz;
+        view->ndim = self->ndim;
+        view->shape = self->shape;
+        view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+    }
     o->exports++;
     return 0;
 }

@@ -311,6 +311,11 @@ def test_params_share_memory_and_writes_take_effect():
         g = q.grads()["project_in.bias"]
         q.backward(np.ones_like(x))
         assert g.any()  # the array sees the accumulator
+        m = memoryview(q._core.tensor(False, 2))  # project_out.weight through the buffer protocol
+        assert (m.format, m.shape, m.strides, m.readonly) == ("d", (5, 6), (48, 8), False)
+        assert m.c_contiguous and not m.f_contiguous
+        np.testing.assert_array_equal(np.asarray(m), ref.W_out)
+        m.release()
 
 
 # ---- masks -----------------------------------------------------------------------------------
