@@ -52,7 +52,7 @@ static int mpi_finalized(void) {
 }
 
 void ember_py_comm_destroy(ember_comm *comm) {
-    if (comm && !mpi_finalized()) ember_comm_destroy(comm);
+    if (comm && !mpi_finalized() && !ember_py_timed_out) ember_comm_destroy(comm);
 }
 
 // Makes sure MPI is initialised; 0, or -1 with StateError (finalised) / CommunicationError raised.
@@ -95,6 +95,24 @@ static int ensure_mpi(void) {
 // Registered with atexit at import; idempotent.
 static PyObject *py_finalize(PyObject *self, PyObject *args) {
     (void)self, (void)args;
+    int init = 0;
+    MPI_Initialized(&init);
+    if (ember_py_timed_out && init && !mpi_finalized()) {
+        // MPI_Finalize would progress the collective that timed out, on buffers long gone.
+        static const char *streams[] = {"stdout", "stderr"};
+        for (int i = 0; i < 2; i++) {
+            PyObject *f = PySys_GetObject(streams[i]); // borrowed
+            PyObject *r = f && f != Py_None ? PyObject_CallMethod(f, "flush", NULL) : NULL;
+            Py_XDECREF(r);
+            PyErr_Clear();
+        }
+        fprintf(stderr,
+                "ember (rank %d): a collective missed its deadline earlier in this process; MPI cannot finalise "
+                "with it in flight: ending the job with MPI_Abort\n",
+                ember_py_world_rank());
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     while (registry_len > 0) {
         tracked t = registry[registry_len - 1];
         ember_py_untrack(t.obj);

@@ -25,6 +25,10 @@ PyObject *ember_py_closed(const char *what);
 int ember_py_ctx_create(int32_t num_threads, ember_ctx **out);
 // Rank in MPI_COMM_WORLD when MPI is initialised and not finalised, else 0.
 int ember_py_world_rank(void);
+// Set when a call raised CollectiveTimeoutError: a collective is still in flight in MPI (it cannot
+// be cancelled), so no communicator is freed any more and the process cannot finalise MPI; at
+// exit the module ends the job with MPI_Abort, as the library prescribes (ember/comm.h).
+extern int ember_py_timed_out;
 
 // A collection's configuration from the Python layer's tuples:
 //   tables    sequence of (name, rows, dim, pooling, dtype, init_kind, a, b, std, optim, lr, eps,

@@ -12,6 +12,8 @@ static PyObject *errors_by_status; // dict "INVALID_ARG" -> class
 static PyObject *errors_base;      // ember.errors.EmberError
 static PyObject *errors_invalid;   // ember.errors.InvalidArgumentError
 
+int ember_py_timed_out;
+
 int ember_py_world_rank(void) {
     int init = 0, fin = 0, rank = 0;
     MPI_Initialized(&init);
@@ -26,6 +28,7 @@ static PyObject *class_of(ember_status st) {
 }
 
 PyObject *ember_py_raise(ember_ctx *ctx, ember_status st) {
+    if (st == EMBER_ERR_TIMEOUT) ember_py_timed_out = 1;
     const char *msg = ctx ? ember_ctx_errmsg(ctx) : NULL;
     char buf[160];
     if (!msg || !*msg) {
