@@ -37,6 +37,7 @@ typedef struct {
     PyObject *comm_obj;       // the ember.Comm given (for its timeout; NULL after close)
     int closed;               // close() was called: every method refuses
     int closing;              // close() is freeing the communicator (GIL released)
+    int timed_out;            // a call of this module missed a collective deadline
     Py_ssize_t exports;       // live buffers over the parameter / gradient slabs
     int32_t saved_B, saved_N; // shape of the last successful training forward; 0: none
     // The resolved configuration's shape, fixed at creation (read without the lock).
@@ -68,6 +69,13 @@ static PyObject *new_ref(PyObject *o) {
 #endif
 
 // ---- errors and the lock ----------------------------------------------------------------------
+
+// Raises the exception of `st` with the context's message. After EMBER_ERR_TIMEOUT a collective
+// is still in flight in MPI, possibly on the module's buffers: the module is then never freed.
+static PyObject *raise_st(LFQObject *self, ember_status st) {
+    if (st == EMBER_ERR_TIMEOUT) self->timed_out = 1;
+    return ember_py_raise(self->ctx, st);
+}
 
 // Raises the exception of `st` with a message in the library's style ("... (rank R)") without
 // touching the module's context (closed, or not made yet).
@@ -103,7 +111,7 @@ PRINTF_LIKE(4, 5) static PyObject *refuse(LFQObject *self, int collective, ember
         st = ember_comm_agree(self->comm, st);
         Py_END_ALLOW_THREADS
     }
-    return ember_py_raise(self->ctx, st);
+    return raise_st(self, st);
 }
 
 static void lock(LFQObject *self) {
@@ -143,8 +151,17 @@ static void sync_timeout(LFQObject *self) {
     if (t >= 0) ember_comm_set_timeout(self->comm, t);
 }
 
-// Frees the module, its communicator and its context (no buffer may be exported).
+// Frees the module, its communicator and its context (no buffer may be exported). After a
+// collective timeout nothing is freed (ember/comm.h: MPI may still write the buffers of the
+// collective that timed out; the job is to end): the handles are dropped.
 static void free_all(LFQObject *self) {
+    if (self->timed_out) {
+        self->final_bytes = self->ctx ? ember_ctx_bytes_outstanding(self->ctx) : self->final_bytes;
+        self->q = NULL;
+        self->comm = NULL;
+        self->ctx = NULL;
+        return;
+    }
     if (self->q) ember_lfq_set_comm(self->q, NULL);
     ember_lfq_destroy(self->q);
     self->q = NULL;
@@ -169,9 +186,11 @@ static void close_now(LFQObject *self) {
         ember_comm *c = self->comm;
         self->comm = NULL;
         self->closing = 1; // an array released meanwhile must not free the context under us
-        Py_BEGIN_ALLOW_THREADS
-        ember_py_comm_destroy(c);
-        Py_END_ALLOW_THREADS
+        if (!self->timed_out) {
+            Py_BEGIN_ALLOW_THREADS
+            ember_py_comm_destroy(c);
+            Py_END_ALLOW_THREADS
+        }
         self->closing = 0;
     }
     Py_CLEAR(self->comm_obj);
@@ -283,7 +302,7 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
         Py_END_ALLOW_THREADS
     }
     if (st != EMBER_OK) {
-        ember_py_raise(self->ctx, st);
+        raise_st(self, st);
         if (self->comm) ember_py_untrack((PyObject *)self);
         free_all(self);
         Py_CLEAR(self->comm_obj);
@@ -431,7 +450,7 @@ static PyObject *forward_locked(LFQObject *self, views *vs, int ok, int training
     if (st != EMBER_OK) {
         // The saved state survives a refused forward, but not a broken communicator.
         if (st == EMBER_ERR_COMM || st == EMBER_ERR_TIMEOUT) self->saved_B = self->saved_N = 0;
-        return ember_py_raise(self->ctx, st);
+        return raise_st(self, st);
     }
     if (training) {
         self->saved_B = (int32_t)B;
@@ -484,7 +503,7 @@ static PyObject *backward_locked(LFQObject *self, views *vs, int ok, double grad
     Py_BEGIN_ALLOW_THREADS
     st = ember_lfq_backward(self->q, v[0].obj ? v[0].buf : NULL, grad_aux, v[1].obj ? v[1].buf : NULL);
     Py_END_ALLOW_THREADS
-    if (st != EMBER_OK) return ember_py_raise(self->ctx, st);
+    if (st != EMBER_OK) return raise_st(self, st);
     Py_RETURN_NONE;
 }
 
@@ -526,7 +545,7 @@ static PyObject *decode_locked(LFQObject *self, views *vs, int project_out) {
     Py_BEGIN_ALLOW_THREADS
     st = ember_lfq_indices_to_codes(self->q, (const int64_t *)v[0].buf, (int64_t)di[0], project_out != 0, v[1].buf);
     Py_END_ALLOW_THREADS
-    if (st != EMBER_OK) return ember_py_raise(self->ctx, st);
+    if (st != EMBER_OK) return raise_st(self, st);
     Py_RETURN_NONE;
 }
 
@@ -604,7 +623,7 @@ static PyObject *LFQ_param_name(PyObject *Py_UNUSED(cls), PyObject *arg) {
 static PyObject *LFQ_zero_grad(LFQObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!enter(self, "LFQ.zero_grad")) return NULL;
     ember_status st = ember_lfq_zero_grad(self->q);
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : ember_py_raise(self->ctx, st));
+    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
 }
 
 // allreduce_grads(convention: 0 mean, 1 sum). Collective on the module's comm.
@@ -622,7 +641,7 @@ static PyObject *LFQ_allreduce_grads(LFQObject *self, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     st = ember_lfq_allreduce_grads(self->q, (ember_grad_convention)conv);
     Py_END_ALLOW_THREADS
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : ember_py_raise(self->ctx, st));
+    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
 }
 
 // refuse(status, message, collective): the Python layer's refusal, recorded on the context and,
@@ -642,7 +661,7 @@ static PyObject *LFQ_set_inv_temperature(LFQObject *self, PyObject *arg) {
     if (tau == -1.0 && PyErr_Occurred()) return NULL;
     if (!enter(self, "LFQ.set_inv_temperature")) return NULL;
     ember_status st = ember_lfq_set_inv_temperature(self->q, tau);
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : ember_py_raise(self->ctx, st));
+    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
 }
 
 static PyObject *LFQ_set_seed(LFQObject *self, PyObject *arg) {
@@ -653,7 +672,7 @@ static PyObject *LFQ_set_seed(LFQObject *self, PyObject *arg) {
     }
     if (!enter(self, "LFQ.set_seed")) return NULL;
     ember_status st = ember_lfq_set_seed(self->q, (uint64_t)seed);
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : ember_py_raise(self->ctx, st));
+    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
 }
 
 // The resolved configuration (ember_lfq_get_config) as a dict, enums by name, plus codebook_dim.

@@ -617,14 +617,47 @@ def _mpi_main():
     print(f"rank {rank}: ok", flush=True)
 
 
+def _mpi_timeout_main():
+    """Rank 1 never joins rank 0's training forward: rank 0 gets CollectiveTimeoutError naming
+    rank 1, closing the module afterwards frees nothing MPI may still write, and interpreter exit
+    ends the job with MPI_Abort (ember/comm.h) instead of hanging or crashing."""
+    import time
+
+    comm = ember.Comm(timeout_s=0.5)
+    q = ember.LFQ(dim=4, codebook_size=4, num_codebooks=2, comm=comm)
+    if comm.rank == 0:
+        try:
+            q.forward(np.ones((1, 2, 4), np.float32))
+        except ember.CollectiveTimeoutError as e:
+            print(f"rank 0 timed out: {e}", flush=True)
+        q.close()
+        del q
+    else:
+        time.sleep(3)
+
+
+def _mpiexec(mode):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return subprocess.run(["mpiexec", "--oversubscribe", "-n", "2", sys.executable, os.path.abspath(__file__), mode],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not found")
 def test_two_ranks_equal_one_process():
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    r = subprocess.run(["mpiexec", "--oversubscribe", "-n", "2", sys.executable, os.path.abspath(__file__), "--mpi"],
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = _mpiexec("--mpi")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count(": ok") == 2, r.stdout + r.stderr
 
 
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not found")
+def test_two_ranks_timeout_ends_the_job():
+    r = _mpiexec("--mpi-timeout")
+    assert "rank 0 timed out" in r.stdout and "rank 1 did not arrive" in r.stdout, r.stdout + r.stderr
+    assert r.returncode != 0 and "MPI_Abort" in r.stderr, r.stdout + r.stderr
+    assert "Segmentation" not in r.stderr and "signal" not in r.stderr, r.stderr
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--mpi"]:
     _mpi_main()
+elif __name__ == "__main__" and sys.argv[1:] == ["--mpi-timeout"]:
+    _mpi_timeout_main()
