@@ -22,6 +22,7 @@ from ._ebc import EmbeddingBagCollection
 from ._comm import Comm
 from ._sharded import ShardedEmbeddingBagCollection, TablePlan, describe_plan, plan
 from ._checkpoint import Checkpoint
+from .lfq import LFQ
 
 __version__: str = _ember.version()
 
@@ -44,6 +45,6 @@ def isa_best() -> str:
 __all__ = [
     "__version__", "build_info", "cpu", "isa_best", "errors",
     "TableConfig", "KJT", "EmbeddingBagCollection",
-    "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "plan", "describe_plan", "Checkpoint",
+    "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "plan", "describe_plan", "Checkpoint", "LFQ",
     *errors.__all__,
 ]
