@@ -26,12 +26,15 @@
 # Every run's JSON line, a meta line and, per W, one summary line go to --out; the summaries are
 # also printed on stdout:
 #   {"bench":"dlrm_ab","W":..,"rounds":..,"steps":..,"median_samples_per_s":{impl: ..},
-#    "runs":{impl: [..]},"ember_torch_over_torchrec":..,"ember_torch_over_cli":..,"cli_over_torchrec":..}
-# (a ratio is null when one of its sides has no run). A run that fails records
+#    "runs":{impl: [.. per round, null when skipped]},"ember_torch_over_torchrec":..,
+#    "ember_torch_over_cli":..,"cli_over_torchrec":.., and each ratio's "_paired" twin}
+# A ratio is of the medians; its _paired twin is the median over rounds of the ratio within the
+# round (the two runs were neighbours in time, so it is less moved by the load drifting between
+# rounds). null when one of its sides has no run. A run that fails records
 # {"bench":"dlrm","impl":..,"W":..,"skipped":"why"} and the script goes on.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 rounds=3 ranks=1,2 steps=100 warmup=5 impls=torchrec,cli,ember-torch out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -135,19 +138,25 @@ tail -n +"$start_line" "$out" >"$tmp/lines"
 "$py" - "$tmp/lines" "$rounds" "$steps" >"$tmp/summary" <<'PY'
 import json, statistics, sys
 rounds, steps = int(sys.argv[2]), int(sys.argv[3])
-runs = {}
+runs = {}  # W -> impl -> [samples/s or None (skipped)], in round order
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    if d.get("bench") == "dlrm" and "samples_per_s" in d:
-        runs.setdefault(d["W"], {}).setdefault(d["impl"], []).append(d["samples_per_s"])
+    if d.get("bench") == "dlrm":
+        runs.setdefault(d["W"], {}).setdefault(d["impl"], []).append(d.get("samples_per_s"))
 for w in sorted(runs):
-    med = {impl: statistics.median(v) for impl, v in runs[w].items()}
-    ratio = lambda a, b: round(med[a] / med[b], 3) if a in med and b in med else None
-    print(json.dumps({"bench": "dlrm_ab", "W": w, "rounds": rounds, "steps": steps,
-                      "median_samples_per_s": {k: round(v, 1) for k, v in med.items()}, "runs": runs[w],
-                      "ember_torch_over_torchrec": ratio("ember-torch", "torchrec"),
-                      "ember_torch_over_cli": ratio("ember-torch", "cli"),
-                      "cli_over_torchrec": ratio("cli", "torchrec")}, separators=(",", ":")))
+    got = {impl: [x for x in v if x is not None] for impl, v in runs[w].items()}
+    med = {impl: statistics.median(v) for impl, v in got.items() if v}
+    def ratio(a, b):  # of the medians, and the median of the rounds' own ratios
+        if a not in med or b not in med:
+            return None, None
+        paired = [x / y for x, y in zip(runs[w][a], runs[w][b]) if x is not None and y is not None]
+        return round(med[a] / med[b], 3), (round(statistics.median(paired), 3) if paired else None)
+    out = {"bench": "dlrm_ab", "W": w, "rounds": rounds, "steps": steps,
+           "median_samples_per_s": {k: round(v, 1) for k, v in med.items()}, "runs": runs[w]}
+    for name, a, b in (("ember_torch_over_torchrec", "ember-torch", "torchrec"),
+                       ("ember_torch_over_cli", "ember-torch", "cli"), ("cli_over_torchrec", "cli", "torchrec")):
+        out[name], out[name + "_paired"] = ratio(a, b)
+    print(json.dumps(out, separators=(",", ":")))
 PY
 cat "$tmp/summary" >>"$out"
 cat "$tmp/summary"
