@@ -21,7 +21,8 @@
 #              scripts do before timing)
 #   --out      default bench/results/<host>/dlrm-python-YYYY-MM-DD.jsonl (appended to)
 # Env: EMBER_PYTHON: the interpreter (default: the venv of scripts/pyenv.sh, made if missing);
-#      EMBER_BIN: the CLI (default build/bin/ember); MPIEXEC (default mpiexec).
+#      EMBER_BIN: the CLI (default build/bin/ember); MPIEXEC (default mpiexec);
+#      EMBER_DLRM_EXAMPLE: the ember-torch script (default examples/python/dlrm.py).
 #
 # Every run's JSON line, a meta line and, per W, one summary line go to --out; the summaries are
 # also printed on stdout:
@@ -60,7 +61,7 @@ else
 fi
 ember="${EMBER_BIN:-$root/build/bin/ember}"
 mpiexec="${MPIEXEC:-mpiexec}"
-example="$root/examples/python/dlrm.py"
+example="${EMBER_DLRM_EXAMPLE:-$root/examples/python/dlrm.py}"
 # Open MPI as root, more ranks than cores, shared memory without CMA (as scripts/main-job.sh);
 # one thread per rank everywhere.
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
@@ -68,6 +69,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=${OMPI_MCA_rmaps_base_oversubscribe:-1}
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader} OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 export OMP_NUM_THREADS=1
 # The same model and data settings for all three (the CLI's defaults, spelled out).
+# shellcheck disable=SC2054  # the commas are layer lists
 common=(--batch_size 2048 --embedding_dim 16 --dense_arch_layer_sizes 64,16 --over_arch_layer_sizes 64,32,1
         --learning_rate 0.05 --seed 1 --threads 1)
 
@@ -93,7 +95,7 @@ run_one() {  # impl W round
     torchrec)
       "$py" -m torch.distributed.run --standalone --nproc_per_node "$w" "$root/bench/python/torchrec_dlrm.py" \
         "${common[@]}" --limit_train_batches "$steps" --warmup_batches "$warmup" >"$log" 2>&1
-      line="$(grep '^{"bench":"dlrm"' "$log" | tail -n 1)"
+      line="$(grep -E '^\{ *"bench" *: *"dlrm"' "$log" | tail -n 1)"
       [ -n "$line" ] || { skip torchrec "$w" "no result line: $(tail -n 3 "$log")"; return; }
       echo "$line" >>"$out" ;;
     cli)
@@ -109,9 +111,10 @@ run_one() {  # impl W round
         "$w" "$sps" "$n_steps" "$n_samples" "$secs" >>"$out" ;;
     ember-torch)
       [ -f "$example" ] || { skip ember-torch "$w" "examples/python/dlrm.py does not exist yet"; return; }
-      "$mpiexec" -n "$w" "$py" "$example" "${common[@]}" --limit_train_batches "$steps" \
-        --warmup_batches "$warmup" >"$log" 2>&1
-      line="$(grep '^{"bench":"dlrm"' "$log" | tail -n 1)"
+      local wu=()  # the example's own warm-up flag, when it has one
+      grep -q -- '--warmup_batches' "$example" && wu=(--warmup_batches "$warmup")
+      "$mpiexec" -n "$w" "$py" "$example" "${common[@]}" --limit_train_batches "$steps" "${wu[@]}" >"$log" 2>&1
+      line="$(grep -E '^\{ *"bench" *: *"dlrm"' "$log" | tail -n 1)"
       [ -n "$line" ] || { skip ember-torch "$w" "no result line: $(tail -n 3 "$log")"; return; }
       echo "$line" >>"$out" ;;
     *) echo "dlrm_ab.sh: unknown implementation '$impl' (torchrec, cli, ember-torch)" >&2; exit 2 ;;
