@@ -113,6 +113,7 @@ run_one() {  # impl W round
       [ -f "$example" ] || { skip ember-torch "$w" "examples/python/dlrm.py does not exist yet"; return; }
       local wu=()  # the example's own warm-up flag, when it has one
       grep -q -- '--warmup_batches' "$example" && wu=(--warmup_batches "$warmup")
+      grep -q -- '"--json"' "$example" && wu+=(--json)
       "$mpiexec" -n "$w" "$py" "$example" "${common[@]}" --limit_train_batches "$steps" "${wu[@]}" >"$log" 2>&1
       line="$(grep -E '^\{ *"bench" *: *"dlrm"' "$log" | tail -n 1)"
       [ -n "$line" ] || { skip ember-torch "$w" "no result line: $(tail -n 3 "$log")"; return; }
