@@ -78,12 +78,10 @@ static int ensure_mpi(void) {
         MPI_Error_string(rc, text, &len);
         text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
         ember_ctx *ctx = NULL;
-        if (ember_ctx_create(NULL, &ctx) == EMBER_OK) {
+        if (ember_py_ctx_create(1, &ctx) == 0) { // else its error is raised
             ember_ctx_set_error(ctx, EMBER_ERR_COMM, "ember.Comm: MPI_Init_thread failed: %s", text);
             ember_py_raise(ctx, EMBER_ERR_COMM);
             ember_ctx_destroy(ctx);
-        } else {
-            PyErr_NoMemory();
         }
         return -1;
     }

@@ -609,6 +609,65 @@ def case_bad_scalars(run):
                      lambda: ember.ShardedEmbeddingBagCollection(t, [p], comm=run.comm))
 
 
+def case_memory(run, d):
+    """ember.bytes_outstanding() returns to its baseline exactly after every close and after the
+    garbage collection of an unclosed object: sharded collections of every scheme (created,
+    trained, saved, closed 50 times), Comms and Checkpoints (opened, read, closed 50 times)."""
+    import gc
+    W, R = run.size, run.rank
+    base = ember.bytes_outstanding()
+    run.check(base > 0, "the run's own Comm holds bytes: %d" % base)
+    tables = [ember.TableConfig("a", 40, 8, optimizer="adam", feature_names=["fa", "fb"]),
+              ember.TableConfig("b", 7, 4, optimizer="rowwise_adagrad")]
+    schemes = ["dp", "tw", "cw", "rw", "twrw"]
+    rng = np.random.default_rng(5 + R)
+    B = 3 + R
+    kjt = ember.KJT(np.concatenate([rng.integers(0, 40, 2 * B * 2), rng.integers(0, 7, B * 2)]).astype(np.int64),
+                    np.full(3 * B, 2, np.int32))
+
+    def check_base(what):
+        now = ember.bytes_outstanding()
+        run.check(now == base, "%s: ember.bytes_outstanding() %d, baseline %d" % (what, now, base))
+
+    for i in range(50):
+        s = ember.ShardedEmbeddingBagCollection(tables, schemes[i % len(schemes)], comm=run.comm, seed=i)
+        out = s.forward(kjt)
+        s.backward(kjt, np.ones_like(out))
+        held = ember.bytes_outstanding() - base
+        run.check(held >= s.bytes_outstanding > 0, "iteration %d: process %d, collection %d"
+                  % (i, held, s.bytes_outstanding))
+        if i == 0:
+            s.save(d, blobs={"meta": b"memory"})
+        s.close()
+        run.check(s.bytes_outstanding == 0, "closed collection holds %d" % s.bytes_outstanding)
+        check_base("sharded %d (%s) closed" % (i, schemes[i % len(schemes)]))
+    for i in range(5):  # garbage collection of unclosed ones
+        s = ember.ShardedEmbeddingBagCollection(tables, schemes[i], comm=run.comm, seed=i)
+        s.forward(kjt)
+        del s
+        gc.collect()
+        check_base("sharded %d collected" % i)
+    for i in range(50):
+        c = ember.Comm(run.comm, timeout_s=30.0)
+        c.barrier()
+        run.check(ember.bytes_outstanding() > base, "a Comm holds bytes")
+        c.close()
+        check_base("Comm %d closed" % i)
+    run.comm.barrier()  # the checkpoint is complete on every rank's view
+    for i in range(50):
+        c = ember.Checkpoint(d)
+        run.check(ember.bytes_outstanding() > base, "a Checkpoint holds bytes")
+        run.check(c.read_blob("meta") == b"memory" and c.world_size == W, "checkpoint contents")
+        if i == 0:
+            c.verify()
+        c.close()
+        check_base("Checkpoint %d closed" % i)
+    c = ember.Checkpoint(d)
+    del c
+    gc.collect()
+    check_base("Checkpoint collected")
+
+
 def ckpt_tables(load_side):
     """The checkpoint's tables: t2 stored bf16 (the loading side declares fp32: load converts)."""
     return dist_tables(dtype2="fp32" if load_side else "bf16")
@@ -755,6 +814,7 @@ CASES = {
     "bad_scalars": case_bad_scalars,
     "ckpt_save": case_ckpt_save,
     "ckpt_load": case_ckpt_load,
+    "memory": case_memory,
 }
 
 
@@ -771,7 +831,7 @@ def main(argv):
         else:
             allreduce = None
             run = Run(ember.Comm(timeout_s=TIMEOUT_S))
-            if case.startswith("ckpt"):
+            if case.startswith("ckpt") or case == "memory":
                 CASES[case](run, argv[2])
             else:
                 CASES[case](run)

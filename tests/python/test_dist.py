@@ -83,6 +83,12 @@ def test_dist_mpi4py_communicator(W):
     assert_ok(mpirun(W, "mpi4py"), "mpi4py W=%d" % W)
 
 
+def test_dist_bytes_outstanding_w2(tmp_path):
+    """ember.bytes_outstanding() back at its baseline after every close / collection (dist_cases
+    memory: sharded collections of every scheme, Comms, Checkpoints, 50 times each)."""
+    assert_ok(mpirun(2, "memory", str(tmp_path / "ckpt")), "memory W=2")
+
+
 def test_dist_checkpoint_w2_to_w3(tmp_path):
     """Saved by 2 ranks under one plan, loaded by 3 ranks under another: the same tables."""
     d = str(tmp_path / "ckpt")
