@@ -37,13 +37,21 @@ def cpu() -> tuple[str, str]:
     return _ember.cpu()
 
 
+def bytes_outstanding() -> int:
+    """Bytes every ember object of this process (collections, communicators, checkpoints, LFQ
+    modules, weights_view arrays keeping a closed collection's storage) holds through the library,
+    counted by the allocator hooks of their contexts; 0 when all are closed or collected. Each
+    object's own share is its ``.bytes_outstanding``. Local; thread-safe."""
+    return _ember.bytes_outstanding()
+
+
 def isa_best() -> str:
     """The best kernel variant this build and CPU run: "generic", "avx2" or "avx512"."""
     return _ember.isa_best()
 
 
 __all__ = [
-    "__version__", "build_info", "cpu", "isa_best", "errors",
+    "__version__", "build_info", "cpu", "isa_best", "bytes_outstanding", "errors",
     "TableConfig", "KJT", "EmbeddingBagCollection",
     "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "plan", "describe_plan", "Checkpoint", "LFQ",
     *errors.__all__,

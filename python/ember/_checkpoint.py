@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from . import _ember
+from ._config import as_path, invalid
 
 __all__ = ["Checkpoint"]
 
@@ -27,7 +28,7 @@ class Checkpoint:
     """
 
     def __init__(self, dir: str | os.PathLike[str]) -> None:
-        self._c = _ember.Checkpoint(os.fsencode(dir))
+        self._c = _ember.Checkpoint(as_path(dir, "Checkpoint: dir"))
         self._path = os.fsdecode(dir)
         generation, world, tables, blobs = self._c.info()
         self._generation: int = generation
@@ -52,9 +53,14 @@ class Checkpoint:
         return list(self._blobs)
 
     def blob_size(self, name: str) -> int:
+        if not isinstance(name, str) or name not in self._blobs:
+            raise invalid(f"Checkpoint {self._path!r}: no blob {name!r} (blobs: {', '.join(self._blobs) or 'none'})")
         return self._blobs[name]
 
     def read_blob(self, name: str) -> bytes:
+        """The blob's bytes (CRC-checked). InvalidArgumentError for a name the checkpoint lacks."""
+        if not isinstance(name, str):
+            raise invalid(f"read_blob: a blob name is a string, got {type(name).__name__} {name!r}")
         return self._c.read_blob(name)
 
     def verify(self) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from . import _ember
-from ._config import CONVENTIONS, invalid, parse_name
+from ._config import CONVENTIONS, as_float, invalid, parse_name
+from .errors import InvalidArgumentError
 
 __all__ = ["Comm"]
 
@@ -44,11 +45,12 @@ class Comm:
             raise invalid(f"Comm: mpi_comm must be an mpi4py communicator, an ember.Comm or None, got "
                           f"{type(mpi_comm).__name__}")
         try:
-            t = float(timeout_s)
-        except (TypeError, ValueError):
-            raise invalid(f"Comm: timeout_s {timeout_s!r} is not a number") from None
-        # The library refuses a bad deadline on every rank alike (after the duplication).
-        self._c = _ember.Comm(handle, t if not math.isnan(t) else -1.0)
+            t, refusal = as_float(timeout_s, "Comm: timeout_s"), None
+        except InvalidArgumentError as e:
+            t, refusal = 0.0, e
+        # The library refuses a bad deadline on every rank alike (after the duplication); a
+        # timeout_s that is no number is agreed over the duplicate too (every rank raises).
+        self._c = _ember.Comm(handle, t if not math.isnan(t) else -1.0, refusal)
         self._rank: int = self._c.rank
         self._size: int = self._c.size
 
@@ -67,7 +69,8 @@ class Comm:
 
     @timeout_s.setter
     def timeout_s(self, seconds: float) -> None:
-        self._c.timeout_s = float(seconds)
+        t = as_float(seconds, "Comm.timeout_s", self._rank)
+        self._c.timeout_s = t  # the library refuses NaN, negative and huge deadlines (InvalidArgumentError)
 
     @property
     def bytes_sent(self) -> int:

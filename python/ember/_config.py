@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import os
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -61,14 +62,49 @@ def dtype_name(code: int) -> str:
     return _ember.dtype_names()[code]
 
 
-def as_index(value: Any, what: str) -> int:
-    """An integer argument (bool refused); InvalidArgumentError otherwise."""
+I32 = (-2**31, 2**31 - 1)
+I64 = (-2**63, 2**63 - 1)
+U64 = (0, 2**64 - 1)
+
+
+def as_index(value: Any, what: str, lo: int | None = None, hi: int | None = None, rank: int | None = None) -> int:
+    """An integer argument within [lo, hi] (default: the int64 range, what the library takes),
+    bool refused; InvalidArgumentError naming ``what`` and the value otherwise."""
     if isinstance(value, (bool, np.bool_)):
-        raise invalid(f"{what}: expected an integer, got {value!r}")
+        raise invalid(f"{what}: expected an integer, got {value!r}", rank)
     try:
-        return operator.index(value)
+        v = operator.index(value)
     except TypeError:
-        raise invalid(f"{what}: expected an integer, got {type(value).__name__} {value!r}") from None
+        raise invalid(f"{what}: expected an integer, got {type(value).__name__} {value!r}", rank) from None
+    lo = I64[0] if lo is None else lo
+    hi = I64[1] if hi is None else hi
+    if not lo <= v <= hi:
+        raise invalid(f"{what}: {v} outside [{lo}, {hi}]", rank)
+    return v
+
+
+def as_float(value: Any, what: str, rank: int | None = None) -> float:
+    """A real-number argument (int, float, numpy scalars; bool and strings refused) as a Python
+    float; InvalidArgumentError naming ``what`` and the value otherwise. The library checks the
+    value itself (NaN, sign, range) where it matters."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise invalid(f"{what}: expected a number, got {type(value).__name__} {value!r}", rank)
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise invalid(f"{what}: expected a number, got {type(value).__name__} {value!r}", rank) from None
+
+
+def as_path(value: Any, what: str, rank: int | None = None) -> bytes:
+    """A file-system path (str, bytes or os.PathLike) as bytes; InvalidArgumentError otherwise."""
+    try:
+        path = os.fsencode(value)
+    except TypeError:
+        raise invalid(f"{what}: expected a path (str, bytes or os.PathLike), got {type(value).__name__} "
+                      f"{value!r}", rank) from None
+    if not path or b"\0" in path:
+        raise invalid(f"{what}: {value!r} is not a path (empty, or a NUL byte in it)", rank)
+    return path
 
 
 _INT_KINDS = "iu"
@@ -91,7 +127,8 @@ def as_array(x: Any, dtype: Any, what: str, ndim: int = 1, rank: int | None = No
     if a.size == 0 and a.ndim != ndim:
         a = a.reshape((0,) * ndim if ndim == 1 else (0, 0)[:ndim])
     if a.ndim != ndim:
-        raise invalid(f"{what}: expected a {ndim}-D array, got shape {a.shape}", rank)
+        got = f"{type(x).__name__} {x!r}" if a.ndim == 0 else f"shape {a.shape}"
+        raise invalid(f"{what}: expected a {ndim}-D array, got {got}", rank)
     kind = a.dtype.kind
     if a.size and kind in _REFUSED:
         raise invalid(f"{what}: {_REFUSED[kind]} are not {dt.name} values (dtype {a.dtype})", rank)
@@ -149,7 +186,16 @@ class TableConfig:
     eta: float = 0.001
     stochastic_rounding: bool = False
 
+    _FLOATS = ("lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator", "momentum", "eta")
+
     def __post_init__(self) -> None:
+        self._c_tuple()
+
+    def _c_tuple(self) -> tuple[Any, ...]:
+        """Checks the fields (names, types, the ranges of the C types) and returns the extension's
+        table tuple (internal.h: ember_py_config_parse). Run at construction and again by every
+        collection, so that a field changed afterwards is checked too: InvalidArgumentError naming
+        the table, the field and its value."""
         if not isinstance(self.name, str) or not self.name:
             raise invalid(f"TableConfig: name must be a non-empty string, got {self.name!r}")
         if self.feature_names is None:
@@ -157,45 +203,52 @@ class TableConfig:
         elif isinstance(self.feature_names, str):
             self.feature_names = [self.feature_names]
         else:
-            self.feature_names = list(self.feature_names)
+            try:
+                self.feature_names = list(self.feature_names)
+            except TypeError:
+                raise invalid(f"table '{self.name}': feature_names {self.feature_names!r} is not a list of "
+                              f"names") from None
         for f in self.feature_names:
             if not isinstance(f, str) or not f:
                 raise invalid(f"table '{self.name}': feature name {f!r} is not a non-empty string")
-        self.num_embeddings = as_index(self.num_embeddings, f"table '{self.name}' num_embeddings")
-        self.embedding_dim = as_index(self.embedding_dim, f"table '{self.name}' embedding_dim")
-        parse_name(self.pooling, POOLING, f"table '{self.name}' pooling")
-        parse_dtype(self.dtype, f"table '{self.name}' dtype")
-        parse_name(self.optimizer, OPTIMIZERS, f"table '{self.name}' optimizer")
-        parse_name(self.weight_decay_mode, WD_MODES, f"table '{self.name}' weight_decay_mode")
-        self._init_values()
+        what = f"table '{self.name}'"
+        self.num_embeddings = as_index(self.num_embeddings, f"{what} num_embeddings")
+        self.embedding_dim = as_index(self.embedding_dim, f"{what} embedding_dim", *I32)
+        for field in self._FLOATS:
+            setattr(self, field, as_float(getattr(self, field), f"{what} {field}"))
+        if not isinstance(self.stochastic_rounding, (bool, np.bool_, int, np.integer)):
+            raise invalid(f"{what} stochastic_rounding: expected a bool, got {self.stochastic_rounding!r}")
+        pooling = parse_name(self.pooling, POOLING, f"{what} pooling")
+        dtype = parse_dtype(self.dtype, f"{what} dtype")
+        optimizer = parse_name(self.optimizer, OPTIMIZERS, f"{what} optimizer")
+        wd_mode = parse_name(self.weight_decay_mode, WD_MODES, f"{what} weight_decay_mode")
+        kind, a, b, std = self._init_values()
+        return (self.name, self.num_embeddings, self.embedding_dim, pooling, dtype, kind, a, b, std, optimizer,
+                self.lr, self.eps, self.beta1, self.beta2, self.weight_decay, wd_mode, self.initial_accumulator,
+                self.momentum, self.eta, int(bool(self.stochastic_rounding)))
 
     def _init_values(self) -> tuple[int, float, float, float]:
-        init = (self.init,) if isinstance(self.init, str) else tuple(self.init)
         what = f"table '{self.name}' init"
+        if isinstance(self.init, str):
+            init: tuple[Any, ...] = (self.init,)
+        else:
+            try:
+                init = tuple(self.init)
+            except TypeError:
+                raise invalid(f"{what}: {self.init!r} is not (\"uniform\", a, b), (\"normal\", std) or "
+                              f"(\"zeros\",)") from None
         if not init:
             raise invalid(f"{what}: empty (\"uniform\", a, b), (\"normal\", std) or (\"zeros\",) expected")
         kind = parse_name(init[0], INIT_KINDS, what)
         need = {0: 1, 1: 3, 2: 2}[kind]
         if len(init) != need:
             raise invalid(f"{what}: {init!r} has {len(init) - 1} parameter(s), {init[0]!r} takes {need - 1}")
-        try:
-            params = [float(v) for v in init[1:]]
-        except (TypeError, ValueError):
-            raise invalid(f"{what}: parameters of {init!r} are not numbers") from None
+        params = [as_float(v, f"{what} {init[0]!r} parameter") for v in init[1:]]
         if kind == 1:
             return kind, params[0], params[1], 0.0
         if kind == 2:
             return kind, 0.0, 0.0, params[0]
         return kind, 0.0, 0.0, 0.0
-
-    def _c_tuple(self) -> tuple[Any, ...]:
-        """The extension's table tuple (internal.h: ember_py_config_parse)."""
-        kind, a, b, std = self._init_values()
-        return (self.name, int(self.num_embeddings), int(self.embedding_dim), POOLING[self.pooling.lower()],
-                parse_dtype(self.dtype), kind, a, b, std, OPTIMIZERS[self.optimizer.lower()], float(self.lr),
-                float(self.eps), float(self.beta1), float(self.beta2), float(self.weight_decay),
-                WD_MODES[self.weight_decay_mode.lower()], float(self.initial_accumulator), float(self.momentum),
-                float(self.eta), int(bool(self.stochastic_rounding)))
 
     def tensor_names(self) -> list[str]:
         """The tensors a table of this configuration holds: "weight", then its optimizer's states."""

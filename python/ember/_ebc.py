@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from . import _ember
-from ._config import (BOUNDS, NP_OF_DTYPE, TableConfig, as_array, as_index, c_config, dtype_name, invalid,
-                      parse_dtype, parse_name, table_index)
+from ._config import (BOUNDS, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, c_config,
+                      dtype_name, invalid, parse_dtype, parse_name, table_index)
 from ._kjt import KJT
 
 __all__ = ["EmbeddingBagCollection"]
@@ -101,7 +101,7 @@ class _Collection:
                 raise invalid(f"rows: slice step {step} (contiguous rows only)", self._rank)
             return r0, max(r0, r1)
         if isinstance(rows, (tuple, list)) and len(rows) == 2:
-            r0, r1 = as_index(rows[0], "rows begin"), as_index(rows[1], "rows end")
+            r0, r1 = as_index(rows[0], "rows begin", rank=self._rank), as_index(rows[1], "rows end", rank=self._rank)
             if not 0 <= r0 <= r1 <= n:
                 raise invalid(f"rows: [{r0}, {r1}) outside [0, {n}]", self._rank)
             return r0, r1
@@ -168,11 +168,8 @@ class EmbeddingBagCollection(_Collection):
         self._rank = _ember.world_rank()
         ctab, feats = self._setup(tables)
         b = parse_name(bounds, BOUNDS, "bounds")
-        seed = as_index(seed, "seed")
-        if not 0 <= seed < 2**64:
-            raise invalid(f"seed: {seed} outside [0, 2^64)")
-        self._c = _ember.EBC(ctab, feats, b, seed, as_index(num_threads, "num_threads"),
-                             as_index(max_batch_size, "max_batch_size"), as_index(max_nnz, "max_nnz"))
+        self._c = _ember.EBC(ctab, feats, b, as_index(seed, "seed", *U64), as_index(num_threads, "num_threads", 0, I32[1]),
+                             as_index(max_batch_size, "max_batch_size", 0, I32[1]), as_index(max_nnz, "max_nnz", 0))
         self._output_dim = self._c.output_dim
 
     # ---- forward / backward ------------------------------------------------------------------
@@ -208,16 +205,17 @@ class EmbeddingBagCollection(_Collection):
     def set_lr(self, lr: float, table: Any = None) -> None:
         """Learning rate of ``table`` (name or index; None: every table) for the next steps."""
         t = -1 if table is None else self._t(table)
-        self._c.set_lr(t, float(lr))
+        v = as_float(lr, "set_lr: lr")
+        self._c.set_lr(t, v)
         for i in (range(len(self._tables)) if t < 0 else (t,)):
-            self._tables[i].lr = float(lr)
+            self._tables[i].lr = v
 
     def step(self, table: Any) -> int:
         """Backward steps applied to the table (Adam/LAMB bias correction)."""
         return self._c.step(self._t(table))
 
     def set_step(self, table: Any, step: int) -> None:
-        self._c.set_step(self._t(table), as_index(step, "step"))
+        self._c.set_step(self._t(table), as_index(step, "set_step: step"))
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -240,7 +238,8 @@ class EmbeddingBagCollection(_Collection):
         bits for a bf16 one, are stored as they are). Local. Raises InvalidArgumentError."""
         t = self._t(table)
         a, code = self._state_array(t, tensor, array, None, "write")
-        r0 = as_index(row_begin, "row_begin")
+        # The rows' end must stay within int64 (the library then refuses rows past the table).
+        r0 = as_index(row_begin, "write: row_begin", hi=2**63 - 1 - a.shape[0])
         self._c.write(t, tensor, r0, r0 + a.shape[0], code, a)
 
     def state_dict(self) -> dict[str, Any]:

@@ -11,8 +11,8 @@ import numpy as np
 
 from . import _ember
 from ._comm import Comm
-from ._config import (BOUNDS, CONVENTIONS, NP_OF_DTYPE, TableConfig, as_index, c_config, dtype_name, invalid,
-                      parse_dtype, parse_name)
+from ._config import (BOUNDS, CONVENTIONS, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, as_path,
+                      c_config, dtype_name, invalid, parse_dtype, parse_name)
 from ._ebc import _Collection
 from ._kjt import KJT
 
@@ -58,9 +58,13 @@ class TablePlan:
         self.scheme = _SCHEMES[_scheme_code(self.scheme, "TablePlan")][0]
         if isinstance(self.ranks, (int, np.integer)):
             self.ranks = (int(self.ranks),)
-        self.ranks = tuple(as_index(r, "TablePlan ranks") for r in self.ranks)
-        self.num_shards = as_index(self.num_shards, "TablePlan num_shards")
-        self.group_size = as_index(self.group_size, "TablePlan group_size")
+        try:
+            ranks = tuple(self.ranks)
+        except TypeError:
+            raise invalid(f"TablePlan ranks: expected a sequence of ranks, got {self.ranks!r}") from None
+        self.ranks = tuple(as_index(r, "TablePlan ranks", *I32) for r in ranks)
+        self.num_shards = as_index(self.num_shards, "TablePlan num_shards", *I32)
+        self.group_size = as_index(self.group_size, "TablePlan group_size", *I32)
 
     @property
     def long_name(self) -> str:
@@ -146,7 +150,7 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
     OutOfMemoryError when a table fits on no rank within memory_per_rank (the table is named).
     """
     ctab, feats, tables = c_config(tables)
-    W = as_index(world_size, "plan: world_size")
+    W = as_index(world_size, "plan: world_size", 1, I32[1])
     pf = None
     if pooling_factor is not None:
         fnames = [f for f, _ in feats]
@@ -154,9 +158,10 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
             unknown = [k for k in pooling_factor if k not in fnames]
             if unknown:
                 raise invalid(f"plan: pooling_factor names unknown features {unknown} (features: {fnames})")
-            pf = np.array([float(pooling_factor.get(f, 1.0)) for f in fnames], np.float32)
+            pf = np.array([as_float(pooling_factor.get(f, 1.0), f"plan: pooling_factor of '{f}'")
+                           for f in fnames], np.float32)
         else:
-            pf = np.ascontiguousarray(pooling_factor, np.float32).reshape(-1)
+            pf = as_array(pooling_factor, np.float32, "plan: pooling_factor")
             if pf.shape[0] != len(fnames):
                 raise invalid(f"plan: pooling_factor has {pf.shape[0]} entries for {len(fnames)} features")
     mask = 0
@@ -167,9 +172,9 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
             mask |= 1 << _scheme_code(name, "plan: allow")
         if not mask:
             raise invalid("plan: allow is empty")
-    result, _, _ = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size"),
-                               as_index(memory_per_rank, "plan: memory_per_rank"), pf, mask,
-                               as_index(dp_max_bytes, "plan: dp_max_bytes"))
+    result, _, _ = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size", *I32),
+                               as_index(memory_per_rank, "plan: memory_per_rank", *U64), pf, mask,
+                               as_index(dp_max_bytes, "plan: dp_max_bytes", *U64))
     return [TablePlan._from_c(p) for p in result]
 
 
@@ -179,7 +184,7 @@ def describe_plan(tables: Sequence[TableConfig], plan: Any, *, world_size: int =
     ctab, feats, tables = c_config(tables)
     if isinstance(plan, str) and plan.lower() == "auto":
         raise invalid("describe_plan: \"auto\" is not a plan (call ember.plan first)")
-    plans = _resolve_plan(plan, tables, as_index(world_size, "world_size"), 512)
+    plans = _resolve_plan(plan, tables, as_index(world_size, "describe_plan: world_size", 1, I32[1]), 512)
     return _ember.describe_plan(ctab, feats, [p._c_tuple() for p in plans])
 
 
@@ -217,12 +222,12 @@ class ShardedEmbeddingBagCollection(_Collection):
         try:
             ctab, feats = self._setup(tables)
             self._plan = _resolve_plan(plan, self._tables, self._comm.size,
-                                       as_index(batch_size_hint, "batch_size_hint"))
+                                       as_index(batch_size_hint, "batch_size_hint", *I32, rank=self._rank))
             self._conv = parse_name(grad_convention, CONVENTIONS, "grad_convention")
-            args = (parse_name(bounds, BOUNDS, "bounds"), as_index(seed, "seed"), as_index(num_threads, "num_threads"),
-                    as_index(max_batch_size, "max_batch_size"), as_index(max_nnz, "max_nnz"))
-            if not 0 <= args[1] < 2**64:
-                raise invalid(f"seed: {args[1]} outside [0, 2^64)", self._rank)
+            args = (parse_name(bounds, BOUNDS, "bounds"), as_index(seed, "seed", *U64, rank=self._rank),
+                    as_index(num_threads, "num_threads", 0, I32[1], rank=self._rank),
+                    as_index(max_batch_size, "max_batch_size", 0, I32[1], rank=self._rank),
+                    as_index(max_nnz, "max_nnz", 0, rank=self._rank))
         except Exception as e:
             self._comm._c.agree(e)
             raise  # not reached: agree raises on every rank
@@ -269,9 +274,10 @@ class ShardedEmbeddingBagCollection(_Collection):
     def set_lr(self, lr: float, table: Any = None) -> None:
         """Learning rate of ``table`` (None: every table). Local: call it alike on every rank."""
         t = -1 if table is None else self._t(table)
-        self._c.set_lr(t, float(lr))
+        v = as_float(lr, "set_lr: lr", self._rank)
+        self._c.set_lr(t, v)
         for i in (range(len(self._tables)) if t < 0 else (t,)):
-            self._tables[i].lr = float(lr)
+            self._tables[i].lr = v
 
     def step(self, table: Any) -> int:
         """The table's step counter (the same on every rank). Collective."""
@@ -280,12 +286,12 @@ class ShardedEmbeddingBagCollection(_Collection):
 
     def set_step(self, table: Any, step: int) -> None:
         """Sets the table's step counter on this rank's pieces. Local: call it alike on every rank."""
-        self._c.set_step(self._t(table), as_index(step, "step"))
+        self._c.set_step(self._t(table), as_index(step, "set_step: step", rank=self._rank))
 
     # ---- global state ------------------------------------------------------------------------
 
     def _root(self, root: Any) -> int:
-        r = as_index(root, "root")
+        r = as_index(root, "root", rank=self._rank)
         if not -1 <= r < self._comm.size:
             raise invalid(f"root: {r} outside [-1, {self._comm.size})", self._rank)
         return r
@@ -365,7 +371,7 @@ class ShardedEmbeddingBagCollection(_Collection):
                     if v is None:
                         flags[len(entries) + t] = -1
                     else:
-                        step = as_index(v.item() if isinstance(v, np.ndarray) else v, key)
+                        step = as_index(v.item() if isinstance(v, np.ndarray) else v, key, rank=self._rank)
                         if step < 0:
                             raise invalid(f"{key}: negative step {step}", self._rank)
                         flags[len(entries) + t] = step
@@ -401,13 +407,13 @@ class ShardedEmbeddingBagCollection(_Collection):
         manifest: a failure or a kill leaves the previous checkpoint loadable. Collective. Raises
         EmberIOError (path and OS reason), InvalidArgumentError (bad blob name), ..."""
         def prepare() -> tuple[Any, ...]:
-            path = os.fsencode(dir)
+            path = as_path(dir, "save: dir", self._rank)
             items = []
             for name, data in (blobs or {}).items():
                 if not isinstance(name, str):
                     raise invalid(f"save: blob name {name!r} is not a string", self._rank)
                 items.append((name, data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")))
-            return path, items, as_index(chunk_bytes, "chunk_bytes")
+            return path, items, as_index(chunk_bytes, "save: chunk_bytes", *U64, rank=self._rank)
         path, items, chunk = self._collective(prepare)
         self._c.save(path, items, chunk)
 
@@ -416,7 +422,8 @@ class ShardedEmbeddingBagCollection(_Collection):
         by name; storage converted to the stored dtype; step counters set). Collective. Raises
         EmberIOError, FormatError (a table missing or of another shape, a record failing its
         CRC), ..."""
-        path, chunk = self._collective(lambda: (os.fsencode(dir), as_index(chunk_bytes, "chunk_bytes")))
+        path, chunk = self._collective(lambda: (as_path(dir, "load: dir", self._rank),
+                                                as_index(chunk_bytes, "load: chunk_bytes", *U64, rank=self._rank)))
         try:
             self._c.load(path, chunk)
         finally:

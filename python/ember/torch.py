@@ -13,7 +13,9 @@ the collection's order (KeyedTensor layout); a KeyedJaggedTensor input gives a T
 
 Autograd: the output requires grad whenever grad is enabled; ``backward`` hands dL/d(out) to
 ember's fused backward (exactly as given, no rescaling) and returns the per-id weights' gradient
-when the weights require grad (local collection only). Each forward must be followed by at most
+when the weights require grad (local collection only, in the caller's order also for a
+KeyedJaggedTensor with permuted keys; the sharded module refuses weights that require grad with
+UnsupportedError on every rank). ``load_state_dict`` checks every table's shape before writing. Each forward must be followed by at most
 one backward, with the same batch (ember refuses another). The sharded module's forward and
 backward are Collective: every rank must run them, in the same order.
 
@@ -50,27 +52,45 @@ def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def to_kjt(collection, kjt_or_values, lengths=None, weights=None) -> "ember.KJT":
-    """An ember.KJT sharing the tensors' memory (CPU, contiguous, right dtype; converted otherwise)."""
+def _convert(collection, kjt_or_values, lengths=None, weights=None):
+    """(ember.KJT, the per-id weights tensor in the KJT's value order or None). A KeyedJaggedTensor
+    whose keys are the collection's features in another order is reordered here (its weights by
+    differentiable indexing, so that their gradient reaches the caller's tensor in its own order)."""
     if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
         if lengths is not None or weights is not None:
             raise ember.InvalidArgumentError("a KeyedJaggedTensor carries its own lengths and weights")
         kjt = kjt_or_values
         names = list(collection.feature_names)
         keys = list(kjt.keys())
+        values, lens, w = kjt.values(), kjt.lengths(), kjt.weights_or_none()
+        B = kjt.stride()
         if keys != names:
-            if sorted(keys) != sorted(names):
+            if sorted(keys) != sorted(names) or len(set(keys)) != len(keys):
                 raise ember.InvalidArgumentError(
                     f"KeyedJaggedTensor keys {keys} are not the collection's features {names}")
-            kjt = kjt.permute([keys.index(n) for n in names])
-        w = kjt.weights_or_none()
-        return ember.KJT(_as_numpy(kjt.values(), "values"), lengths=_as_numpy(kjt.lengths(), "lengths"),
-                         weights=None if w is None else _as_numpy(w, "weights"), keys=names,
-                         batch_size=kjt.stride())
+            # Feature k's bags are lengths[k*B:(k+1)*B], its ids one contiguous segment of values.
+            lens = lens.reshape(len(keys), B) if B else lens.reshape(len(keys), 0)
+            per_key = lens.sum(dim=1, dtype=torch.int64)
+            starts = torch.cumsum(per_key, 0) - per_key
+            order = [keys.index(n) for n in names]
+            idx = torch.cat([torch.arange(int(starts[k]), int(starts[k] + per_key[k]), dtype=torch.int64)
+                             for k in order]) if order else torch.zeros(0, dtype=torch.int64)
+            values = values[idx]
+            w = None if w is None else w[idx]
+            lens = lens[order].reshape(-1)
+        return (ember.KJT(_as_numpy(values, "values"), lengths=_as_numpy(lens, "lengths"),
+                          weights=None if w is None else _as_numpy(w, "weights"), keys=names, batch_size=B),
+                w if isinstance(w, torch.Tensor) else None)
     if lengths is None:
         raise ember.InvalidArgumentError("lengths: required with plain tensors (values, lengths[, weights])")
-    return ember.KJT(_as_numpy(kjt_or_values, "values"), lengths=_as_numpy(lengths, "lengths"),
-                     weights=None if weights is None else _as_numpy(weights, "weights"))
+    kjt = ember.KJT(_as_numpy(kjt_or_values, "values"), lengths=_as_numpy(lengths, "lengths"),
+                    weights=None if weights is None else _as_numpy(weights, "weights"))
+    return kjt, weights if isinstance(weights, torch.Tensor) else None
+
+
+def to_kjt(collection, kjt_or_values, lengths=None, weights=None) -> "ember.KJT":
+    """An ember.KJT sharing the tensors' memory (CPU, contiguous, right dtype; converted otherwise)."""
+    return _convert(collection, kjt_or_values, lengths, weights)[0]
 
 
 class _Lookup(torch.autograd.Function):
@@ -118,12 +138,13 @@ class _Base(torch.nn.Module):
         return dims
 
     def forward(self, kjt_or_values, lengths=None, weights=None):
-        kjt = to_kjt(self.ebc, kjt_or_values, lengths, weights)
-        w = None
-        if weights is not None and isinstance(weights, torch.Tensor):
-            w = weights
-        elif _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
-            w = kjt_or_values.weights_or_none()
+        kjt, w = _convert(self.ebc, kjt_or_values, lengths, weights)
+        if (w is not None and w.requires_grad and torch.is_grad_enabled()
+                and isinstance(self.ebc, ember.ShardedEmbeddingBagCollection) and kjt._error is None):
+            # Refused inside the collective forward (the KJT carries the refusal), so every rank raises.
+            kjt._error = ember.UnsupportedError(
+                f"per-id weights that require grad: the sharded collection does not compute dL/dw "
+                f"(detach them, or use the local collection) (rank {self.ebc.comm.rank})")
         if torch.is_grad_enabled():
             out = _Lookup.apply(self._anchor, w, self, kjt)
         else:
@@ -147,12 +168,21 @@ class _Base(torch.nn.Module):
         return state_dict
 
     def _take_tables(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        # Every table present is checked (its whole [rows, dim] shape) before any is written.
+        arrays = []
         for t in self.ebc.tables:
             key = f"{prefix}embedding_bags.{t.name}.weight"
             if key in state_dict:
-                self._write_weight(t.name, _as_numpy(state_dict.pop(key), key))
+                arr = _as_numpy(state_dict.pop(key), key)
+                want = (t.num_embeddings, t.embedding_dim)
+                if tuple(arr.shape) != want:
+                    raise ember.InvalidArgumentError(
+                        f"{key}: shape {tuple(arr.shape)}, table '{t.name}' is {list(want)}")
+                arrays.append((t.name, arr))
             elif strict:
                 missing.append(key)
+        for name, arr in arrays:
+            self._write_weight(name, arr)
 
 
 class EmbeddingBagCollection(_Base):
@@ -198,7 +228,9 @@ def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.detach().reshape(-1).float() for p in params])
+    # float64 parameters keep their precision: the buffer is float64 when any gradient is.
+    dtype = torch.float64 if any(p.grad.dtype == torch.float64 for p in params) else torch.float32
+    flat = torch.cat([p.grad.detach().reshape(-1).to(dtype) for p in params])
     comm.allreduce_grads(flat.numpy(), convention)
     offset = 0
     for p in params:

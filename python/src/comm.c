@@ -78,12 +78,10 @@ static int ensure_mpi(void) {
         MPI_Error_string(rc, text, &len);
         text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
         ember_ctx *ctx = NULL;
-        if (ember_ctx_create(NULL, &ctx) == EMBER_OK) {
+        if (ember_py_ctx_create(1, &ctx) == 0) { // else its error is raised
             ember_ctx_set_error(ctx, EMBER_ERR_COMM, "ember.Comm: MPI_Init_thread failed: %s", text);
             ember_py_raise(ctx, EMBER_ERR_COMM);
             ember_ctx_destroy(ctx);
-        } else {
-            PyErr_NoMemory();
         }
         return -1;
     }
@@ -168,15 +166,20 @@ static void comm_dealloc(CommObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-// Comm(fortran_handle or None, timeout_s). Collective on the communicator.
+static int set_pending(PyObject *exc);
+
+// Comm(fortran_handle or None, timeout_s, refusal=None). Collective on the communicator.
+// `refusal`: an exception the Python layer raised on this rank for the arguments (a timeout_s that
+// is no number): the duplicate is made anyway and the refusal agreed over it, so that every rank
+// raises it (nothing is left waiting in the duplication) and no Comm is returned anywhere.
 static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *handle;
+    PyObject *handle, *refusal = Py_None;
     double timeout;
     if (kwds && PyDict_Size(kwds) > 0) {
         PyErr_SetString(PyExc_TypeError, "Comm takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "Od", &handle, &timeout)) return NULL;
+    if (!PyArg_ParseTuple(args, "Od|O", &handle, &timeout, &refusal)) return NULL;
     long long fint = 0;
     if (handle != Py_None) {
         fint = PyLong_AsLongLong(handle);
@@ -205,7 +208,17 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         Py_DECREF(self);
         return NULL;
     }
-    // The deadline is local, but a rank refusing it must not leave the others with a Comm.
+    // The deadline is local, but a rank refusing it (or its Python-side refusal) must not leave
+    // the others with a Comm.
+    if (refusal != Py_None) {
+        if (set_pending(refusal) <= 0) { // not an exception: agreed as INVALID_ARG
+            PyErr_Clear();
+            ember_py_invalid("ember.Comm: refused arguments");
+        }
+        ember_py_agree(self->comm, self->ctx); // fails (this rank refuses) and raises the agreed error
+        Py_DECREF(self);
+        return NULL;
+    }
     st = ember_comm_set_timeout(self->comm, timeout);
     Py_BEGIN_ALLOW_THREADS
     st = ember_comm_agree(self->comm, st);

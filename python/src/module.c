@@ -1,6 +1,8 @@
 // python/src/module.c — the extension module ember._ember: its init, the exceptions of the
 // statuses, buffers, and the module-level functions (version, CPU, names of the enums).
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +188,36 @@ PyObject *ember_py_closed(const char *what) {
     return NULL;
 }
 
+// The allocator hooks of every context the binding creates: one process-wide count of the bytes
+// they hold (ember.bytes_outstanding()). Each block carries its size in a 64-byte header, so that
+// the returned pointer keeps the 64-byte alignment the library's hooks must give. Atomic: the
+// library allocates and frees from kernel threads and several contexts run at once.
+#define EMBER_PY_HEADER 64
+static atomic_llong live_bytes;
+
+static void *counted_alloc(void *user, size_t size) {
+    (void)user;
+    if (size > SIZE_MAX - 2 * EMBER_PY_HEADER) return NULL;
+    const size_t total = (size + EMBER_PY_HEADER + (EMBER_PY_HEADER - 1)) & ~(size_t)(EMBER_PY_HEADER - 1);
+    unsigned char *block = aligned_alloc(EMBER_PY_HEADER, total);
+    if (!block) return NULL;
+    memcpy(block, &size, sizeof size);
+    atomic_fetch_add(&live_bytes, (long long)size);
+    return block + EMBER_PY_HEADER;
+}
+
+static void counted_free(void *user, void *ptr) {
+    (void)user;
+    if (!ptr) return;
+    unsigned char *block = (unsigned char *)ptr - EMBER_PY_HEADER;
+    size_t size;
+    memcpy(&size, block, sizeof size);
+    atomic_fetch_sub(&live_bytes, (long long)size);
+    free(block);
+}
+
+long long ember_py_bytes_outstanding(void) { return atomic_load(&live_bytes); }
+
 int ember_py_ctx_create(int32_t num_threads, ember_ctx **out) {
     *out = NULL;
     if (num_threads < 0) {
@@ -193,6 +225,8 @@ int ember_py_ctx_create(int32_t num_threads, ember_ctx **out) {
         return -1;
     }
     ember_ctx_config cfg = EMBER_CTX_CONFIG_DEFAULT;
+    cfg.allocator.alloc = counted_alloc;
+    cfg.allocator.free = counted_free;
     cfg.num_threads = num_threads;
     ember_status st = ember_ctx_create(&cfg, out);
     if (st != EMBER_OK) {
@@ -230,6 +264,11 @@ static PyObject *py_cpu(PyObject *self, PyObject *args) {
 static PyObject *py_isa_best(PyObject *self, PyObject *args) {
     (void)self, (void)args;
     return PyUnicode_FromString(ember_isa_name(ember_isa_best()));
+}
+
+static PyObject *py_bytes_outstanding(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return PyLong_FromLongLong(ember_py_bytes_outstanding());
 }
 
 static PyObject *py_world_rank(PyObject *self, PyObject *args) {
@@ -326,6 +365,8 @@ static PyMethodDef module_methods[] = {
     {"cpu", py_cpu, METH_NOARGS, "(ember_cpu_name(), ember_cpu_features())."},
     {"isa_best", py_isa_best, METH_NOARGS, "The best kernel variant this build and CPU run (ember_isa_best)."},
     {"world_rank", py_world_rank, METH_NOARGS, "Rank in MPI_COMM_WORLD when MPI is initialised, else 0."},
+    {"bytes_outstanding", py_bytes_outstanding, METH_NOARGS,
+     "Bytes the contexts of every ember object of this process hold through the library (0: all closed)."},
     {"statuses", py_statuses, METH_NOARGS, "[(name, code, description)] of every ember_status."},
     {"optim_names", py_optim_names, METH_NOARGS, "Optimizer names by ember_optim_kind."},
     {"dtype_names", py_dtype_names, METH_NOARGS, "Storage dtype names by ember_dtype."},

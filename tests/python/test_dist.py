@@ -71,7 +71,7 @@ def assert_ok(r, what):
 
 @pytest.mark.parametrize("W", [2, 3])
 @pytest.mark.parametrize("case", ["schemes", "conventions", "seed_rw_grad", "seed_mean", "seed_dp_bf16",
-                                  "bad_input"])
+                                  "bad_input", "bad_scalars"])
 def test_dist_case(case, W):
     assert_ok(mpirun(W, case), "%s W=%d" % (case, W))
 
@@ -81,6 +81,12 @@ def test_dist_mpi4py_communicator(W):
     if not _has_mpi4py():
         pytest.skip("mpi4py is not installed: the explicit mpi4py communicator case needs it")
     assert_ok(mpirun(W, "mpi4py"), "mpi4py W=%d" % W)
+
+
+def test_dist_bytes_outstanding_w2(tmp_path):
+    """ember.bytes_outstanding() back at its baseline after every close / collection (dist_cases
+    memory: sharded collections of every scheme, Comms, Checkpoints, 50 times each)."""
+    assert_ok(mpirun(2, "memory", str(tmp_path / "ckpt")), "memory W=2")
 
 
 def test_dist_checkpoint_w2_to_w3(tmp_path):

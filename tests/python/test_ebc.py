@@ -932,7 +932,50 @@ cases = {
     "tables not a list": lambda: ember.EmbeddingBagCollection(42),
     "num_threads negative": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], num_threads=-4),
     "seed negative": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], seed=-1),
+    "seed huge": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], seed=2**64),
+    "num_threads huge": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], num_threads=2**40),
+    "num_threads str": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], num_threads="4"),
+    "max_batch_size huge": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], max_batch_size=2**31),
+    "max_nnz huge": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], max_nnz=2**70),
+    "max_nnz negative": lambda: ember.EmbeddingBagCollection([ember.TableConfig("t", 2, 2)], max_nnz=-1),
+    "num_embeddings str": lambda: ember.TableConfig("t", "x", 2),
+    "num_embeddings huge": lambda: ember.TableConfig("t", 2**70, 2),
+    "num_embeddings float": lambda: ember.TableConfig("t", 2.5, 2),
+    "embedding_dim huge": lambda: ember.TableConfig("t", 2, 2**40),
+    "lr str": lambda: ember.TableConfig("t", 2, 2, lr="fast"),
+    "eps None": lambda: ember.TableConfig("t", 2, 2, eps=None),
+    "init int": lambda: ember.TableConfig("t", 2, 2, init=5),
+    "init parameter str": lambda: ember.TableConfig("t", 2, 2, init=("normal", "wide")),
+    "feature_names int": lambda: ember.TableConfig("t", 2, 2, feature_names=5),
+    "config changed after": lambda: ember.EmbeddingBagCollection([_mutated()]),
+    "set_lr None": lambda: ebc.set_lr(None),
+    "set_lr complex": lambda: ebc.set_lr(1j),
+    "set_step str": lambda: ebc.set_step("t0", "3"),
+    "set_step float": lambda: ebc.set_step("t0", 3.0),
+    "write row_begin huge": lambda: ebc.write("t0", "weight", np.zeros((1, 4), np.float32), row_begin=2**63 - 1),
+    "write row_begin str": lambda: ebc.write("t0", "weight", np.zeros((1, 4), np.float32), row_begin="0"),
+    "read rows tuple huge": lambda: ebc.read("t0", rows=(0, 2**70)),
+    "plan world_size str": lambda: ember.plan([ember.TableConfig("t", 2, 2)], "2"),
+    "plan world_size zero": lambda: ember.plan([ember.TableConfig("t", 2, 2)], 0),
+    "plan memory negative": lambda: ember.plan([ember.TableConfig("t", 2, 2)], 2, memory_per_rank=-1),
+    "plan batch huge": lambda: ember.plan([ember.TableConfig("t", 2, 2)], 2, batch_size=2**40),
+    "plan pooling_factor str": lambda: ember.plan([ember.TableConfig("t", 2, 2)], 2, pooling_factor="x"),
+    "plan pooling_factor dict str": lambda: ember.plan([ember.TableConfig("t", 2, 2)], 2, pooling_factor={"t": "x"}),
+    "describe_plan world zero": lambda: ember.describe_plan([ember.TableConfig("t", 2, 2)], "tw", world_size=0),
+    "TablePlan ranks huge": lambda: ember.TablePlan("tw", ranks=(2**40,)),
+    "TablePlan ranks str": lambda: ember.TablePlan("tw", ranks="0"),
+    "TablePlan num_shards str": lambda: ember.TablePlan("cw", ranks=(0,), num_shards="1"),
+    "Checkpoint dir int": lambda: ember.Checkpoint(5),
+    "Checkpoint dir nul": lambda: ember.Checkpoint("a\0b"),
 }
+
+
+def _mutated():
+    t = ember.TableConfig("t", 2, 2)
+    t.num_embeddings = 2**70
+    return t
+
+
 for name, fn in cases.items():
     try:
         fn()
@@ -940,7 +983,7 @@ for name, fn in cases.items():
     except ember.EmberError as e:
         assert e.message and isinstance(e.status, str), name
         print("ember", type(e).__name__, name, "|", e.message)
-    except (TypeError, OverflowError, ValueError) as e:
+    except Exception as e:
         print("python", type(e).__name__, name, "|", e)
 out = ebc.forward(ember.KJT(I, L))
 print("alive", out.shape)
@@ -949,8 +992,9 @@ print("alive", out.shape)
 
 def test_garbage_inputs_never_crash():
     """Odd inputs of every kind: the interpreter survives each one, each either works or raises an
-    ember error (or, for scalar arguments of a wrong Python type, TypeError/ValueError/OverflowError), and the
-    collection still works afterwards. Runs in a subprocess so that a crash is a failure."""
+    ember error (scalar arguments of a wrong type or out of range included: InvalidArgumentError
+    naming the argument, never a bare TypeError/ValueError/OverflowError), and the collection still
+    works afterwards. Runs in a subprocess so that a crash is a failure."""
     r = _run_python(GARBAGE, timeout=120)
     assert r.returncode == 0, "exit %d\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
     lines = r.stdout.strip().splitlines()
@@ -969,6 +1013,38 @@ def test_garbage_inputs_never_crash():
         line = next((ln for ln in lines if ln.endswith(" " + name) or (" " + name + " |") in ln), None)
         assert line is not None, "no line for %s" % name
         assert line.startswith("ember "), "%s: %s" % (name, line)
+    # Nothing raises a bare Python error.
+    bare = [ln for ln in lines if ln.startswith("python ")]
+    assert not bare, "bare Python errors:\n" + "\n".join(bare)
+    # Scalar arguments of a wrong type or out of range: InvalidArgumentError naming the argument
+    # and the value.
+    scalars = {
+        "seed negative": ["seed", "-1"], "seed huge": ["seed", str(2**64)],
+        "num_threads negative": ["num_threads", "-4"], "num_threads huge": ["num_threads", str(2**40)],
+        "num_threads str": ["num_threads", "'4'"], "max_batch_size huge": ["max_batch_size", str(2**31)],
+        "max_nnz huge": ["max_nnz", str(2**70)], "max_nnz negative": ["max_nnz", "-1"],
+        "num_embeddings str": ["num_embeddings", "'x'"], "num_embeddings huge": ["num_embeddings", str(2**70)],
+        "num_embeddings float": ["num_embeddings", "2.5"], "embedding_dim huge": ["embedding_dim", str(2**40)],
+        "lr str": ["lr", "'fast'"], "eps None": ["eps", "None"], "init int": ["init", "5"],
+        "init parameter str": ["init", "'wide'"], "feature_names int": ["feature_names", "5"],
+        "table config garbage": ["name", "None"], "config changed after": ["num_embeddings", str(2**70)],
+        "set_lr str": ["lr", "'fast'"], "set_lr None": ["lr", "None"], "set_lr complex": ["lr", "1j"],
+        "set_step str": ["step", "'3'"], "set_step float": ["step", "3.0"], "set_step huge": ["step", str(2**70)],
+        "write row_begin huge": ["row_begin", str(2**63 - 1)], "write row_begin str": ["row_begin", "'0'"],
+        "read rows tuple huge": ["rows", str(2**70)], "batch_size str": ["batch_size", "'2'"],
+        "batch_size huge": ["batch_size", str(2**40)],
+        "plan world_size str": ["world_size", "'2'"], "plan world_size zero": ["world_size", "0"],
+        "plan memory negative": ["memory_per_rank", "-1"], "plan batch huge": ["batch_size", str(2**40)],
+        "plan pooling_factor str": ["pooling_factor", "str"], "plan pooling_factor dict str": ["pooling_factor", "'x'"],
+        "describe_plan world zero": ["world_size", "0"], "TablePlan ranks huge": ["ranks", str(2**40)],
+        "TablePlan ranks str": ["ranks", "'0'"], "TablePlan num_shards str": ["num_shards", "'1'"],
+        "Checkpoint dir int": ["dir", "5"], "Checkpoint dir nul": ["dir", "\\x00"],
+    }
+    for name, fragments in scalars.items():
+        line = next((ln for ln in lines if (" " + name + " |") in ln), None)
+        assert line is not None and line.startswith("ember InvalidArgumentError "), "%s: %s" % (name, line)
+        for frag in fragments:
+            assert frag in line.split(" | ", 1)[1], "%s: %r not in %s" % (name, frag, line)
 
 
 def test_long_calls_release_the_gil():

@@ -1,0 +1,188 @@
+"""ember.torch under MPI (run by test_ember_torch.py with mpiexec -n W, W = 2 and 3; also runs as
+one rank): a small DLRM-like model (bottom MLP over dense features, the sharded ember.torch
+collection, top MLP, BCE) trained for 5 steps on W ranks gives the same tables and dense
+parameters as the same model in one process on the global batch, within 1e-5 relative.
+
+Each rank trains its share of the global batch: rank loss = mean over its B_r samples times
+W * B_r / G, so that (1/W) sum_r L_r is the global mean (grad_convention "mean" on the tables,
+allreduce_dense_grads "mean" on the dense parameters). The "sum" variant reduces with "sum" and
+trains both the tables (all SGD then) and the dense model (SGD) with lr / W: the same steps. Every rank also
+trains the one-process reference itself (ember.torch.EmbeddingBagCollection, the same seeds).
+
+Usage: dist case = python torch_cases.py [plans...]; exit 0 when every rank agrees on success.
+"""
+import os
+import sys
+import traceback
+
+import numpy as np
+import torch
+
+import ember
+import ember.torch
+
+TABLES = [("t0", 37, 8, ["f0", "f1"], "sgd"), ("t1", 11, 8, ["f2"], "rowwise_adagrad"),
+          ("t2", 23, 8, ["f3"], "adagrad")]
+DENSE_IN = 5
+RTOL = 1e-5
+STEPS = 5
+
+
+def tables(lr, sgd_only=False):
+    """The tables; sgd_only: every table SGD (the "sum" variant: lr / W is the same step only for SGD)."""
+    return [ember.TableConfig(n, r, d, feature_names=f, optimizer="sgd" if sgd_only else o, lr=lr,
+                              init=("uniform", -0.3, 0.3))
+            for n, r, d, f, o in TABLES]
+
+
+class DLRM(torch.nn.Module):
+    def __init__(self, sparse, emb_dim):
+        super().__init__()
+        torch.manual_seed(11)  # the same dense initial values on every rank and in the reference
+        self.bottom = torch.nn.Sequential(torch.nn.Linear(DENSE_IN, 8), torch.nn.ReLU())
+        self.top = torch.nn.Sequential(torch.nn.Linear(8 + emb_dim, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        self.sparse = sparse
+
+    def forward(self, dense, values, lengths):
+        return self.top(torch.cat([self.bottom(dense), self.sparse(values, lengths)], dim=1)).squeeze(1)
+
+    def dense_parameters(self):
+        return list(self.bottom.parameters()) + list(self.top.parameters())
+
+
+def global_batch(step, G):
+    """(dense [G, DENSE_IN], per-sample id lists per feature, labels [G]) of one step."""
+    rng = np.random.default_rng(1000 + step)
+    dense = rng.standard_normal((G, DENSE_IN)).astype(np.float32)
+    rows = [r for _, r, _, f, _ in TABLES for _ in f]
+    ids = [[rng.integers(0, rows[k], rng.integers(0, 4)).astype(np.int64) for _ in range(G)]
+           for k in range(len(rows))]
+    labels = rng.integers(0, 2, G).astype(np.float32)
+    return dense, ids, labels
+
+
+def batch_slice(batch, b0, b1):
+    """Samples [b0, b1) as tensors: dense, values, lengths (bags feature-major), labels."""
+    dense, ids, labels = batch
+    bags = [ids[k][b] for k in range(len(ids)) for b in range(b0, b1)]
+    values = np.concatenate(bags) if bags else np.zeros(0, np.int64)
+    lengths = np.array([len(x) for x in bags], np.int32)
+    return (torch.from_numpy(dense[b0:b1].copy()), torch.from_numpy(values.astype(np.int64)),
+            torch.from_numpy(lengths), torch.from_numpy(labels[b0:b1].copy()))
+
+
+def make_optimizer(name, params, lr):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    return torch.optim.Adagrad(params, lr=lr)
+
+
+def train(model, optimizer, shares, rank, W, comm=None, convention="mean", no_grad_eval=False):
+    G = sum(shares)
+    b0 = sum(shares[:rank])
+    b1 = b0 + shares[rank]
+    bce = torch.nn.BCEWithLogitsLoss()
+    for step in range(STEPS):
+        batch = global_batch(step, G)
+        dense, values, lengths, labels = batch_slice(batch, b0, b1)
+        if no_grad_eval:  # an evaluation forward without grad between steps changes nothing
+            with torch.no_grad():
+                model(*batch_slice(global_batch(100 + step, G), b0, b1)[:3])
+        optimizer.zero_grad()
+        loss = bce(model(dense, values, lengths), labels) * (W * (b1 - b0) / G)
+        loss.backward()
+        if comm is not None:
+            ember.torch.allreduce_dense_grads(model.dense_parameters(), comm, convention)
+        optimizer.step()
+
+
+def close(name, got, want, failures):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
+    err = float(np.max(np.abs(got - want))) if want.size else 0.0
+    if got.shape != want.shape or err > RTOL * scale:
+        failures.append("%s: max |diff| %.3g > %.1g x max |want| %.3g" % (name, err, RTOL, scale))
+
+
+def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=False):
+    W, R = comm.size, comm.rank
+    lr = 0.05
+    emb_dim = sum(d * len(f) for _, _, d, f, _ in TABLES)
+    what = "W=%d plan=%s opt=%s shares=%s conv=%s%s" % (W, plan, opt_name, shares, convention,
+                                                        " no_grad eval" if no_grad_eval else "")
+    # Reference: one process, the global batch, the mean loss.
+    sgd_only = convention == "sum"
+    ref = DLRM(ember.torch.EmbeddingBagCollection(tables(lr, sgd_only), seed=5), emb_dim)
+    train(ref, make_optimizer(opt_name, ref.parameters(), lr), [sum(shares)], 0, 1)
+    # Distributed: "sum" trains with lr / W on the tables and the dense model.
+    dlr = lr / W if convention == "sum" else lr
+    sparse = ember.torch.ShardedEmbeddingBagCollection(tables(dlr, sgd_only), plan, comm=comm, seed=5,
+                                                       grad_convention=convention)
+    model = DLRM(sparse, emb_dim)
+    train(model, make_optimizer(opt_name, model.parameters(), dlr), shares, R, W, comm, convention,
+          no_grad_eval)
+    for n, _, _, _, _ in TABLES:
+        close("%s: table %s" % (what, n), sparse.ebc.read(n, "weight", root=-1), ref.sparse.ebc.read(n, "weight"),
+              failures)
+    for (pn, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        close("%s: dense %s" % (what, pn), p.detach().numpy(), q.detach().numpy(), failures)
+    # The trained model moved away from its start (the comparison is not of two untouched models).
+    start = DLRM(ember.torch.EmbeddingBagCollection(tables(lr), seed=5), emb_dim)
+    with torch.no_grad():
+        moved = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), start.parameters()))
+    if moved < 1e-4:
+        failures.append("%s: dense parameters moved only %g" % (what, moved))
+    if np.array_equal(sparse.ebc.read("t0", "weight", root=-1), start.sparse.ebc.read("t0")):
+        failures.append("%s: table t0 did not train" % what)
+    sparse.ebc.close()
+
+
+def main(argv):
+    comm = ember.Comm(timeout_s=120.0)
+    W, R = comm.size, comm.rank
+    plans = argv[1:] or ["dp", "tw", "cw", "rw", "twrw", "auto"]
+    failures = []
+    try:
+        G = 4 * W
+        equal = [G // W] * W
+        for plan in plans:
+            for opt_name in ("sgd", "adagrad"):
+                run_case(comm, plan, opt_name, equal, "mean", failures)
+            run_case(comm, plan, "sgd", equal, "sum", failures)  # dense SGD, tables SGD
+            if W == 3:
+                run_case(comm, plan, "sgd", [1, 4, 7], "mean", failures)
+                if plan in ("twrw", "auto"):  # a rank with no samples, Adagrad on both sides
+                    run_case(comm, plan, "adagrad", [5, 0, 2], "mean", failures)
+        run_case(comm, plans[0], "sgd", equal, "mean", failures, no_grad_eval=True)
+        # Per-id weights requiring grad on one rank: the sharded module has no dL/dw; every rank
+        # raises UnsupportedError (agreed inside the collective forward), nothing hangs.
+        m = ember.torch.ShardedEmbeddingBagCollection(tables(0.1), "rw", comm=comm, seed=1)
+        _, v, ln, _ = batch_slice(global_batch(0, W), R, R + 1)
+        w = torch.ones(v.shape[0], requires_grad=(R == W - 1))
+        try:
+            m(v, ln, w)
+            failures.append("weights requiring grad: nothing raised")
+        except ember.UnsupportedError as e:
+            if "(rank %d)" % (W - 1) not in e.message:
+                failures.append("weights requiring grad: message %r" % e.message)
+        m(v, ln, w.detach()).sum().backward()  # and the module still trains
+        if m.ebc.step("t0") != 1:
+            failures.append("weights requiring grad: step %d after recovery" % m.ebc.step("t0"))
+    except Exception:
+        sys.stderr.write("rank %d: unexpected exception:\n%s" % (R, traceback.format_exc()))
+        sys.stderr.flush()
+        os._exit(3)
+    n = np.array([float(len(failures))])
+    comm.allreduce_grads(n, convention="sum")
+    for f in failures:
+        sys.stderr.write("rank %d: %s\n" % (R, f))
+    if R == 0:
+        print("torch_cases: W=%d plans %s: %d failures over all ranks" % (W, plans, int(n[0])))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    comm.close()
+    return 1 if n[0] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
