@@ -30,6 +30,12 @@ PyObject *ember_py_invalid(const char *fmt, ...)
 // and what it got, and returns -1; 0 on success (release with PyBuffer_Release).
 int ember_py_buffer(PyObject *obj, const char *what, const char *format, int writable, Py_buffer *view);
 
+// Creates a context with `num_threads` kernel threads and the binding's counting allocator
+// hooks; on failure raises and returns -1. Every context the binding creates comes from here.
+int ember_py_ctx_create(int32_t num_threads, ember_ctx **out);
+// Bytes the binding's contexts hold through their allocator hooks, over the whole process.
+long long ember_py_bytes_outstanding(void);
+
 // ---- Communicators (comm.c) ------------------------------------------------------------------
 // Objects holding MPI resources (an ember_comm of their own) must release them before MPI is
 // finalised: they register a close function, which the module calls for each live object at

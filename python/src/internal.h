@@ -21,11 +21,6 @@
 void ember_py_lock(PyThread_type_lock lock);
 // Raises StateError "<what> is closed (rank R)"; returns NULL.
 PyObject *ember_py_closed(const char *what);
-// Creates a context with `num_threads` kernel threads and the binding's counting allocator
-// hooks; on failure raises and returns -1. Every context the binding creates comes from here.
-int ember_py_ctx_create(int32_t num_threads, ember_ctx **out);
-// Bytes the binding's contexts hold through their allocator hooks, over the whole process.
-long long ember_py_bytes_outstanding(void);
 // Rank in MPI_COMM_WORLD when MPI is initialised and not finalised, else 0.
 int ember_py_world_rank(void);
 // Set when a call raised CollectiveTimeoutError: a collective is still in flight in MPI (it cannot

@@ -233,12 +233,8 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
-    ember_status st = ember_ctx_create(NULL, &self->ctx);
-    if (st != EMBER_OK) {
-        // Without a communicator of its own the module cannot tell the other ranks: local.
-        raise_fmt(self, st, "LFQ: cannot create a context (EMBER_ISA names a variant this CPU or build lacks?)");
-        return -1;
-    }
+    // Without a communicator of its own the module cannot tell the other ranks: a failure is local.
+    if (ember_py_ctx_create(0, &self->ctx) != 0) return -1;
     int mpi_up = 0, mpi_down = 0, world_rank = 0;
     MPI_Initialized(&mpi_up);
     MPI_Finalized(&mpi_down);
@@ -257,6 +253,7 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
         self->comm_obj = comm_obj;
     }
     // From here every failure is agreed over the communicator.
+    ember_status st = EMBER_OK;
     if (refusal) {
         st = ember_ctx_set_error(self->ctx, EMBER_ERR_INVALID_ARG, "%s", refusal);
     } else if (!fits_i32(dim) || !fits_i32(K) || !fits_i32(C)) {

@@ -105,8 +105,6 @@ def test_bytes_outstanding_threads(rng):
 
 def test_bytes_outstanding_lfq(rng):
     """LFQ modules created, run and closed (or collected) 50 times."""
-    if not hasattr(ember, "LFQ"):
-        pytest.skip("ember.LFQ is not on this branch")
     gc.collect()
     base = ember.bytes_outstanding()
     x = rng.standard_normal((2, 3, 4))
