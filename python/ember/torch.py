@@ -27,7 +27,7 @@ optimizer's step; the tables' gradients get the same convention inside ember.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def _convert(collection, kjt_or_values, lengths=None, weights=None):
+def _convert(collection: Any, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> Any:
     """(ember.KJT, the per-id weights tensor in the KJT's value order or None). A KeyedJaggedTensor
     whose keys are the collection's features in another order is reordered here (its weights by
     differentiable indexing, so that their gradient reaches the caller's tensor in its own order)."""
@@ -88,7 +88,7 @@ def _convert(collection, kjt_or_values, lengths=None, weights=None):
     return kjt, weights if isinstance(weights, torch.Tensor) else None
 
 
-def to_kjt(collection, kjt_or_values, lengths=None, weights=None) -> "ember.KJT":
+def to_kjt(collection: Any, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> "ember.KJT":
     """An ember.KJT sharing the tensors' memory (CPU, contiguous, right dtype; converted otherwise)."""
     return _convert(collection, kjt_or_values, lengths, weights)[0]
 
@@ -97,14 +97,14 @@ class _Lookup(torch.autograd.Function):
     """Pooled lookup whose backward is ember's fused update."""
 
     @staticmethod
-    def forward(ctx, anchor, weights, module, kjt):  # noqa: D401 - torch's signature
+    def forward(ctx: Any, anchor: Any, weights: Any, module: Any, kjt: Any) -> Any:  # torch's signature
         out = module.ebc.forward(kjt)
         ctx.module, ctx.kjt = module, kjt
         ctx.want_weight_grad = weights is not None and weights.requires_grad
         return torch.from_numpy(out)
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx: Any, grad_out: Any) -> Any:
         g = grad_out.detach()
         if g.dtype != torch.float32:
             g = g.float()
@@ -118,7 +118,7 @@ class _Lookup(torch.autograd.Function):
 
 
 class _Base(torch.nn.Module):
-    def __init__(self, ebc) -> None:
+    def __init__(self, ebc: Any) -> None:
         super().__init__()
         self.ebc = ebc
         # Not a parameter: it only makes the output part of the autograd graph, so that
@@ -128,16 +128,16 @@ class _Base(torch.nn.Module):
         self._register_load_state_dict_pre_hook(self._take_tables)
 
     @property
-    def feature_names(self) -> list:
+    def feature_names(self) -> list[str]:
         return list(self.ebc.feature_names)
 
-    def _dims(self) -> list:
+    def _dims(self) -> list[int]:
         dims = []
         for t in self.ebc.tables:
             dims += [t.embedding_dim] * len(t.feature_names or [t.name])
         return dims
 
-    def forward(self, kjt_or_values, lengths=None, weights=None):
+    def forward(self, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> Any:
         kjt, w = _convert(self.ebc, kjt_or_values, lengths, weights)
         if (w is not None and w.requires_grad and torch.is_grad_enabled()
                 and isinstance(self.ebc, ember.ShardedEmbeddingBagCollection) and kjt._error is None):
@@ -153,21 +153,22 @@ class _Base(torch.nn.Module):
             return _TorchRecKT(keys=self.feature_names, length_per_key=self._dims(), values=out)
         return out
 
-    def set_lr(self, lr: float, table=None) -> None:
+    def set_lr(self, lr: float, table: Optional[Any] = None) -> None:
         """Learning rate of one table (name) or every table (None), for the next steps."""
         self.ebc.set_lr(lr, table)
 
     # state_dict()/load_state_dict() carry the tables as "embedding_bags.<table>.weight" (TorchRec's
     # keys), fp32 copies; optimizer state stays in ember (its state_dict/checkpoints hold it).
     @staticmethod
-    def _add_tables(module, state_dict, prefix, local_metadata):
+    def _add_tables(module: Any, state_dict: Any, prefix: str, local_metadata: Any) -> Any:
         for t in module.ebc.tables:
             arr = module._read_weight(t.name)
             state_dict[f"{prefix}embedding_bags.{t.name}.weight"] = (
                 torch.from_numpy(arr) if arr is not None else None)
         return state_dict
 
-    def _take_tables(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+    def _take_tables(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool, missing: list[str],
+                     unexpected: list[str], errors: list[str]) -> None:
         # Every table present is checked (its whole [rows, dim] shape) before any is written.
         arrays = []
         for t in self.ebc.tables:
@@ -188,13 +189,13 @@ class _Base(torch.nn.Module):
 class EmbeddingBagCollection(_Base):
     """ember's local EmbeddingBagCollection as a torch.nn.Module (arguments as ember.EmbeddingBagCollection)."""
 
-    def __init__(self, tables: Sequence["ember.TableConfig"], **kwargs) -> None:
+    def __init__(self, tables: Sequence["ember.TableConfig"], **kwargs: Any) -> None:
         super().__init__(ember.EmbeddingBagCollection(tables, **kwargs))
 
-    def _read_weight(self, name):
+    def _read_weight(self, name: str) -> Any:
         return self.ebc.read(name, "weight")
 
-    def _write_weight(self, name, arr):
+    def _write_weight(self, name: str, arr: Any) -> None:
         self.ebc.write(name, "weight", arr.astype(np.float32, copy=False))
 
 
@@ -204,13 +205,13 @@ class ShardedEmbeddingBagCollection(_Base):
     forward, backward, state_dict() and load_state_dict() are Collective on its communicator.
     """
 
-    def __init__(self, tables: Sequence["ember.TableConfig"], plan="auto", **kwargs) -> None:
+    def __init__(self, tables: Sequence["ember.TableConfig"], plan: Any = "auto", **kwargs: Any) -> None:
         super().__init__(ember.ShardedEmbeddingBagCollection(tables, plan, **kwargs))
 
-    def _read_weight(self, name):
+    def _read_weight(self, name: str) -> Any:
         return self.ebc.read(name, "weight", root=-1)
 
-    def _write_weight(self, name, arr):
+    def _write_weight(self, name: str, arr: Any) -> None:
         self.ebc.write(name, "weight", arr.astype(np.float32, copy=False), root=-1)
 
 
