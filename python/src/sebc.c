@@ -149,81 +149,48 @@ static int64_t output_size(const SEBCObject *self, const ember_kjt *k) {
     return self->all_none ? k->nnz * d : (int64_t)k->batch_size * d;
 }
 
-// forward(values, lengths, offsets, weights, F, B, out)   Collective.
-static PyObject *sebc_forward(SEBCObject *self, PyObject *args) {
-    PyObject *values, *lengths, *offsets, *weights, *out;
+// forward(values, lengths, offsets, weights, F, B, out) and backward(..., grad_out): Collective.
+// One body: the KJT and the [output size] float buffer (written by forward, read by backward).
+static PyObject *sebc_pass(SEBCObject *self, PyObject *args, int backward) {
+    const char *what = backward ? "grad_out" : "out";
+    PyObject *values, *lengths, *offsets, *weights, *buf;
     long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &out)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &buf)) return NULL;
     ember_py_kjt k;
-    Py_buffer ov;
+    Py_buffer bv;
     int held = 0;
     if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) == 0) {
-        if (ember_py_buffer(out, "out", "f", 1, &ov) == 0) held = 1;
+        if (ember_py_buffer(buf, what, "f", !backward, &bv) == 0) held = 1;
         else ember_py_kjt_release(&k);
     }
     if (sebc_enter(self) != 0) goto release;
     PyObject *ret = NULL;
-    if (held && ov.len / 4 != output_size(self, &k.kjt))
-        ember_py_invalid("forward: out holds %lld floats, the output needs %lld", (long long)(ov.len / 4),
-                         (long long)output_size(self, &k.kjt));
+    if (held && bv.len / 4 != output_size(self, &k.kjt))
+        ember_py_invalid("%s: %s holds %lld floats, the output has %lld", backward ? "backward" : "forward", what,
+                         (long long)(bv.len / 4), (long long)output_size(self, &k.kjt));
     AGREE_OR_OUT(self);
     ember_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = ember_sebc_forward(self->s, &k.kjt, ov.buf);
+    st = backward ? ember_sebc_backward(self->s, &k.kjt, bv.buf) : ember_sebc_forward(self->s, &k.kjt, bv.buf);
     Py_END_ALLOW_THREADS
     ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
 out:
     sebc_leave(self);
     if (held) {
-        PyBuffer_Release(&ov);
+        PyBuffer_Release(&bv);
         ember_py_kjt_release(&k);
     }
     return ret;
 release:
     if (held) {
-        PyBuffer_Release(&ov);
+        PyBuffer_Release(&bv);
         ember_py_kjt_release(&k);
     }
     return NULL;
 }
 
-// backward(values, lengths, offsets, weights, F, B, grad_out)   Collective.
-static PyObject *sebc_backward(SEBCObject *self, PyObject *args) {
-    PyObject *values, *lengths, *offsets, *weights, *grad;
-    long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &grad)) return NULL;
-    ember_py_kjt k;
-    Py_buffer gv;
-    int held = 0;
-    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) == 0) {
-        if (ember_py_buffer(grad, "grad_out", "f", 0, &gv) == 0) held = 1;
-        else ember_py_kjt_release(&k);
-    }
-    if (sebc_enter(self) != 0) goto release;
-    PyObject *ret = NULL;
-    if (held && gv.len / 4 != output_size(self, &k.kjt))
-        ember_py_invalid("backward: grad_out holds %lld floats, the output has %lld", (long long)(gv.len / 4),
-                         (long long)output_size(self, &k.kjt));
-    AGREE_OR_OUT(self);
-    ember_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ember_sebc_backward(self->s, &k.kjt, gv.buf);
-    Py_END_ALLOW_THREADS
-    ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
-out:
-    sebc_leave(self);
-    if (held) {
-        PyBuffer_Release(&gv);
-        ember_py_kjt_release(&k);
-    }
-    return ret;
-release:
-    if (held) {
-        PyBuffer_Release(&gv);
-        ember_py_kjt_release(&k);
-    }
-    return NULL;
-}
+static PyObject *sebc_forward(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, 0); }
+static PyObject *sebc_backward(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, 1); }
 
 // set_lr(t, lr)   Local.
 static PyObject *sebc_set_lr(SEBCObject *self, PyObject *args) {
