@@ -38,7 +38,8 @@ for scheme in dict.fromkeys(r["scheme"] for r in rows):
     p = {r["round"]: r["ms_med"] for r in rows if r["scheme"] == scheme and r["impl"] == "ember-python"}
     paired = [p[k] / c[k] for k in c if k in p]
     print(json.dumps({"bench": "binding_ab", "scheme": scheme, "W": rows[0]["W"], "rounds": len(paired),
-                      "ms_med_c": statistics.median(c.values()), "ms_med_python": statistics.median(p.values()),
+                      "ms_med_c": round(statistics.median(c.values()), 3),
+                      "ms_med_python": round(statistics.median(p.values()), 3),
                       "python_over_c_paired": round(statistics.median(paired), 3)}))
 PY
 cat "$tmp" >> "$out"
