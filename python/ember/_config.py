@@ -14,7 +14,7 @@ from . import _ember
 from .errors import InvalidArgumentError
 
 POOLING = {"sum": 0, "mean": 1, "none": 2}
-DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2}
+DTYPES = {name: k for k, name in enumerate(_ember.dtype_names())}  # the library's names, in enum order
 DTYPE_ALIASES = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
                  "bfloat16": "bf16"}
 INIT_KINDS = {"zeros": 0, "uniform": 1, "normal": 2}
