@@ -41,11 +41,9 @@ import time
 
 import numpy as np
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-# apps/ember/train.c default_rows: the CLI's default table sizes.
-DEFAULT_ROWS = [1000, 20000, 100000, 50000, 300, 30, 10000, 600, 4, 20000, 5000, 80000, 3000,
-                30000, 40, 100000, 10, 1000, 2000, 5, 20000, 20, 15, 6000, 100, 80]
+# The data set, the table sizes and the rank shares of the ember example: one generator for both.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
+from synthetic_clicks import DEFAULT_ROWS, NUM_DENSE, NUM_SPARSE, SyntheticClicks, share  # noqa: E402
 
 
 def int_list(text):
@@ -106,54 +104,14 @@ def rank_and_world():
     return rank, world
 
 
-def share(global_batch, world, rank):
-    """Rank's contiguous share [begin, end) of a global batch: the first G mod W ranks take one more
-    (as the CLI)."""
-    base, extra = divmod(global_batch, world)
-    begin = rank * base + min(rank, extra)
-    return begin, begin + base + (1 if rank < extra else 0)
-
-
 def make_data(a, num_batches, rank, world):
-    """This rank's shares of global batches 0..num_batches-1: a list of (dense [b,13] f32,
-    ids [26*b] i64 feature-major, labels [b] f32). Global batch g is a function of (--seed, g)
-    alone, so W = 1 and W = 2, and runs of any length, train the same samples."""
-    rng = np.random.default_rng([a.seed, 0])
-    G = a.batch_size
-    # Planted model, as the CLI's synthetic set: dense x = log(1 + exp(mu + u)), weights w of norm 1
-    # on the latents, per-id effects centred and scaled under each feature's Zipf traffic to deviation
-    # sigma_f with sqrt(sum sigma_f^2) = 1.6, bias -1.2.
-    mu = rng.normal(0.0, 1.0, NUM_DENSE)
-    w = rng.normal(0.0, 1.0, NUM_DENSE)
-    w /= np.linalg.norm(w)
-    sigma = rng.random(NUM_SPARSE) + 0.1
-    sigma *= 1.6 / np.linalg.norm(sigma)
-    cdfs, perms, effects = [], [], []
-    for f, rows in enumerate(a.rows):
-        p = np.arange(1, rows + 1, dtype=np.float64) ** -a.zipf_alpha
-        p /= p.sum()
-        cdf = np.cumsum(p)
-        cdf[-1] = 1.0
-        perm = rng.permutation(rows)  # Zipf rank k -> id perm[k]: hot ids spread over the table
-        e = np.empty(rows)
-        e[perm] = rng.standard_normal(rows)  # effect of id perm[k], indexed by id
-        m = float(p @ e[perm])
-        sd = float(np.sqrt(p @ (e[perm] - m) ** 2)) or 1.0
-        cdfs.append(cdf)
-        perms.append(perm)
-        effects.append((e - m) * (sigma[f] / sd))
-    b0, b1 = share(G, world, rank)
+    """This rank's shares of training batches 0..num_batches-1: a list of (dense [b,13] f32,
+    ids [26*b] i64 feature-major, labels [b] f32) (examples/python/synthetic_clicks.py)."""
+    data = SyntheticClicks(a.rows, a.zipf_alpha, a.seed)
+    b0, b1 = share(a.batch_size, world, rank)
     out = []
     for g in range(num_batches):
-        r = np.random.default_rng([a.seed, 1, g])
-        u = r.standard_normal((G, NUM_DENSE))
-        logit = -1.2 + u @ w
-        ids = np.empty((NUM_SPARSE, G), dtype=np.int64)
-        for f in range(NUM_SPARSE):
-            ids[f] = perms[f][np.searchsorted(cdfs[f], r.random(G), side="right")]
-            logit += effects[f][ids[f]]
-        labels = (r.random(G) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
-        dense = np.log1p(np.exp(mu + u)).astype(np.float32)
+        dense, ids, labels, _ = data.batch(0, g, a.batch_size)
         out.append((np.ascontiguousarray(dense[b0:b1]), np.ascontiguousarray(ids[:, b0:b1]).reshape(-1),
                     labels[b0:b1].copy()))
     return out

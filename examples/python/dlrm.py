@@ -11,10 +11,10 @@ the over arch (ReLU after every layer but the last) and BCE with logits. The den
 parallel: its gradients are reduced with ember.torch.allreduce_dense_grads under the same gradient
 convention as the tables, so W ranks train what one process trains on the global batch.
 
-Data: synthetic click logs from a planted logistic model (dense features, Zipf-distributed ids,
-labels drawn from the model), generated up front from --seed; global batch g is the same whatever
-the world size, and rank r trains on its contiguous share. Flag names follow `ember train` (and
-TorchRec's examples/dlrm/dlrm_main.py). Prints the training loss every --print_interval steps, the
+Data: the synthetic click logs of `ember train` (examples/python/synthetic_clicks.py, the same
+generator as the TorchRec benchmark's), generated up front from --seed; global batch g is the same
+whatever the world size, and rank r trains on its contiguous share. Flag names follow
+`ember train` (and TorchRec's examples/dlrm/dlrm_main.py). Prints the training loss every --print_interval steps, the
 eval AUC at the end, and with --json one line: {"bench":"dlrm","impl":"ember-torch",...}.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -32,11 +31,7 @@ import torch
 import ember
 import ember.torch
 
-# `ember train`'s default table sizes: 26 tables from 4 to 100k rows (Criteo-like cardinalities).
-DEFAULT_ROWS = [1000, 20000, 100000, 50000, 300, 30, 10000, 600, 4, 20000, 5000, 80000, 3000,
-                30000, 40, 100000, 10, 1000, 2000, 5, 20000, 20, 15, 6000, 100, 80]
-NUM_DENSE = 13
-
+from synthetic_clicks import DEFAULT_ROWS, NUM_DENSE, SyntheticClicks, share
 
 def int_list(text: str) -> list:
     try:
@@ -84,49 +79,6 @@ def parse_args(argv=None):
         if getattr(a, name) < 1:
             p.error(f"--{name}: must be >= 1, got {getattr(a, name)}")
     return a
-
-
-class SyntheticClicks:
-    """Planted logistic model: z = bias + w.u + sum_f e_f[id_f], label ~ Bernoulli(sigmoid(z))."""
-
-    def __init__(self, rows, alpha, seed):
-        rng = np.random.default_rng(seed)
-        self.rows = rows
-        self.mu = rng.normal(0.0, 1.0, NUM_DENSE)
-        self.w = rng.normal(0.0, 1.0, NUM_DENSE)
-        self.w *= 1.0 / np.linalg.norm(self.w)
-        sigma = rng.uniform(0.2, 1.0, len(rows))
-        sigma *= 1.6 / np.linalg.norm(sigma)
-        self.effects = [rng.normal(0.0, s, n) for s, n in zip(sigma, rows)]
-        # Zipf ranks over each table, mapped through a fixed permutation (hot ids spread out).
-        self.cdf = []
-        self.perm = []
-        for n in rows:
-            p = np.arange(1, n + 1, dtype=np.float64) ** -alpha
-            self.cdf.append(np.cumsum(p / p.sum()))
-            self.perm.append(rng.permutation(n))
-        self.seed = seed
-
-    def batch(self, split, index, size):
-        """Global batch `index` of `split` (0 train, 1 eval): dense [size, 13], ids [26, size], labels."""
-        rng = np.random.default_rng([self.seed, split, index])
-        u = rng.normal(0.0, 1.0, (size, NUM_DENSE))
-        dense = np.log1p(np.exp(self.mu + u)).astype(np.float32)
-        ids = np.empty((len(self.rows), size), dtype=np.int64)
-        z = -1.2 + u @ self.w
-        for f, n in enumerate(self.rows):
-            k = np.minimum(np.searchsorted(self.cdf[f], rng.random(size)), n - 1)
-            ids[f] = self.perm[f][k]
-            z += self.effects[f][ids[f]]
-        labels = (rng.random(size) < 1.0 / (1.0 + np.exp(-z))).astype(np.float32)
-        return dense, ids, labels, z
-
-
-def share(global_size, world, rank):
-    """Rank's contiguous share of a global batch: the first (size mod W) ranks take one more."""
-    base, extra = divmod(global_size, world)
-    begin = rank * base + min(rank, extra)
-    return begin, begin + base + (1 if rank < extra else 0)
 
 
 def mlp(sizes, in_features, last_relu):
