@@ -3,7 +3,9 @@
 # After the release suite, the distributed tests (label mpi: everything under mpiexec) run again
 # against MPICH, whose ABI Cray MPICH and Intel MPI share (preset `mpich`, which builds only what
 # those tests need). Then the Python package's tests (scripts/test-python.sh: its venv outside the
-# clone, `pip install .`, pytest on tests/python). Extra arguments go to both ctest runs.
+# clone, `pip install .`, pytest on tests/python). The release and sanitize suites include the
+# cluster tests (tests/cluster.cmake: network namespaces, scripts/cluster.sh). Extra arguments go
+# to both ctest runs.
 # Usage: scripts/test.sh [release|sanitize] [extra ctest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,9 @@ shift || true
 bash scripts/setup.sh
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"
+# The cluster tests (label cluster) need network namespaces; where there are none they skip,
+# and this says why.
+bash scripts/cluster.sh check || echo "test.sh: the cluster tests will be skipped"
 ctest --preset "$preset" -j "$(nproc)" "$@"
 if [ "$preset" = release ]; then
   cmake --preset mpich >/dev/null

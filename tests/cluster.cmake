@@ -1,0 +1,44 @@
+# The cluster on one machine (scripts/cluster.sh): 2 network-namespace hosts x 2 ranks, Open MPI
+# over TCP only, links shaped to 1 Gbit/s. The distributed-equals-single-process cases and
+# `ember train` across hosts, and a host whose link is cut mid-run. Each test brings up a cluster
+# of its own and takes it down; they run one at a time (4 ranks on CI's 2 cores). Where the
+# machine cannot create network namespaces they report "Skipped" with the reason (which
+# scripts/test.sh also prints). Open MPI only: the launcher agent is Open MPI's rsh mechanism.
+if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
+  # Cluster names and subnets of their own per build (release and sanitize may run at once).
+  if(EMBER_SANITIZE)
+    set(cluster_tag s)
+    set(cluster_net 10.79)
+  else()
+    set(cluster_tag r)
+    set(cluster_net 10.78)
+  endif()
+  set(cluster_env "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  if(EMBER_SANITIZE)
+    list(APPEND cluster_env "ASAN_OPTIONS=detect_leaks=0")
+  endif()
+  set(cluster_n 0)
+  function(ember_cluster_test name)
+    math(EXPR n "${cluster_n} + 1")
+    set(cluster_n ${n} PARENT_SCOPE)
+    string(REPLACE "@NAME@" "c${n}${cluster_tag}" argv "${ARGN}")
+    string(REPLACE "@NET@" "${cluster_net}.${n}" argv "${argv}")
+    add_test(NAME cluster.${name} COMMAND ${argv})
+    set_tests_properties(cluster.${name} PROPERTIES TIMEOUT 300 LABELS "dist;cluster" PROCESSORS 2
+                         RESOURCE_LOCK ember_cluster SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${cluster_env};EMBER_TEST_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data")
+  endfunction()
+  set(run ${CMAKE_CURRENT_SOURCE_DIR}/cluster/run.sh @NAME@ @NET@ 2 2 4 1gbit)
+  foreach(scheme dp tw cw rw twrw grid mixed planned)
+    ember_cluster_test(dist.${scheme}.mean ${run} $<TARGET_FILE:test_shard> --scheme ${scheme} --pool mean)
+  endforeach()
+  foreach(scheme rw mixed)
+    ember_cluster_test(dist.${scheme}.sum ${run} $<TARGET_FILE:test_shard> --scheme ${scheme} --pool sum)
+  endforeach()
+  ember_cluster_test(dist.rw.none ${run} $<TARGET_FILE:test_shard> --scheme rw --pool none)
+  ember_cluster_test(dist.checkpoint.reshard ${run} $<TARGET_FILE:test_shard> --scheme mixed --pool mean --reshard)
+  ember_cluster_test(train.loss_curve ${run} $<TARGET_FILE:test_train> --backend sebc --case loss_curve)
+  foreach(case equal cut)
+    ember_cluster_test(train.cli.${case} ${CMAKE_CURRENT_SOURCE_DIR}/cluster/train.sh ${case} $<TARGET_FILE:ember_cli> @NAME@ @NET@)
+  endforeach()
+endif()
