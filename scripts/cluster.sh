@@ -25,11 +25,11 @@
 #
 # State lives in /tmp/ember-cluster-<C>/ (hostfile, launcher agent). The name (default "ember",
 # at most 8 characters) keeps clusters of different users of one machine apart; each needs its
-# own --net. Needs root, iproute2, Open MPI's mpiexec.
+# own --net (remembered: later commands on the cluster need only its name). Needs root, iproute2, Open MPI's mpiexec.
 set -euo pipefail
 
 name=ember
-net=10.77.0
+net=""
 usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,8 +42,10 @@ done
 [ $# -ge 1 ] || usage
 cmd=$1; shift
 [[ "$name" =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "cluster.sh: --name '$name': 1-8 lower-case letters/digits" >&2; exit 2; }
-[[ "$net" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "cluster.sh: --net '$net': three octets, e.g. 10.77.0" >&2; exit 2; }
 dir=/tmp/ember-cluster-$name
+# The subnet: as given, else the one the cluster was brought up with, else 10.77.0.
+[ -n "$net" ] || net=$(cat "$dir/net" 2>/dev/null || echo 10.77.0)
+[[ "$net" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "cluster.sh: --net '$net': three octets, e.g. 10.77.0" >&2; exit 2; }
 br=${name}br
 
 nhosts() { [ -f "$dir/hosts" ] && cat "$dir/hosts" || echo 0; }
@@ -102,6 +104,7 @@ case "$cmd" in
     r=$(why_not); [ -z "$r" ] || { echo "cluster.sh: cannot build a cluster here: $r" >&2; exit 1; }
     mkdir -p "$dir"
     echo 0 > "$dir/hosts" # partially up: 'down' cleans whatever exists
+    echo "$net" > "$dir/net"
     trap 'echo "cluster.sh: up failed; cleaning up" >&2; bash "$0" --name "$name" --net "$net" down >/dev/null 2>&1 || true' ERR
     ip link add "$br" type bridge
     ip addr add "$net.254/24" dev "$br"
