@@ -1,0 +1,21 @@
+# Wire precision (tests/dist/test_wire.c): fp16/bf16 pooled outputs and gradients within their
+# bounds of the fp32 path for every scheme (row-block partial sums included), explicit fp32
+# bitwise the default, a short training run, ranks that disagree, overflow.
+ember_test_exe(test_wire ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_wire.c)
+foreach(np 2 3 4)
+  foreach(scheme tw cw rw twrw grid dp)
+    ember_mpi_test(dist.wire.bound.${scheme}.sum.np${np} ${np} test_wire bound --scheme ${scheme} --pool sum)
+  endforeach()
+endforeach()
+foreach(scheme tw rw twrw grid cw)
+  ember_mpi_test(dist.wire.bound.${scheme}.mean.np3 3 test_wire bound --scheme ${scheme} --pool mean)
+  ember_mpi_test(dist.wire.train.${scheme}.mean.np2 2 test_wire train --scheme ${scheme} --pool mean)
+endforeach()
+foreach(scheme tw rw twrw)
+  ember_mpi_test(dist.wire.bound.${scheme}.none.np3 3 test_wire bound --scheme ${scheme} --pool none)
+endforeach()
+ember_mpi_test(dist.wire.train.rw.sum.np4 4 test_wire train --scheme rw --pool sum)
+foreach(np 2 3)
+  ember_mpi_test(dist.wire.disagree.np${np} ${np} test_wire disagree)
+  ember_mpi_test(dist.wire.overflow.np${np} ${np} test_wire overflow)
+endforeach()
