@@ -19,3 +19,8 @@ foreach(np 2 3)
   ember_mpi_test(dist.wire.disagree.np${np} ${np} test_wire disagree)
   ember_mpi_test(dist.wire.overflow.np${np} ${np} test_wire overflow)
 endforeach()
+# `ember bench shard --wire_precision`: every scheme runs a step with 16-bit pooled outputs and
+# gradients, its forward within the rounding's bound of the unsharded collection (exit status).
+ember_mpi_test(bench.shard.wire.fp16.np2 2 ember_cli bench shard --quick --wire_precision fp16)
+ember_mpi_test(bench.shard.wire.bf16_fp32.np3 3 ember_cli bench shard --quick --wire_precision bf16,fp32)
+set_tests_properties(bench.shard.wire.fp16.np2 bench.shard.wire.bf16_fp32.np3 PROPERTIES LABELS "bench;mpi")
