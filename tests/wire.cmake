@@ -24,3 +24,11 @@ endforeach()
 ember_mpi_test(bench.shard.wire.fp16.np2 2 ember_cli bench shard --quick --wire_precision fp16)
 ember_mpi_test(bench.shard.wire.bf16_fp32.np3 3 ember_cli bench shard --quick --wire_precision bf16,fp32)
 set_tests_properties(bench.shard.wire.fp16.np2 bench.shard.wire.bf16_fp32.np3 PROPERTIES LABELS "bench;mpi")
+# `ember train --wire_precision`: trains with fp16 pooled outputs and bf16 gradients and says so;
+# a value outside fp32, fp16, bf16 is refused.
+ember_cli_test(dist.train.cli.wire_precision.np2 2 0
+               "^(  wire        pooled outputs fp16, their gradients bf16 between ranks|eval AUC [0-9.]+ +planted)" 2
+               train --sharding rw --wire_precision fp16,bf16 --batch_size 512 --limit_train_batches 10
+               --limit_val_batches 2)
+ember_cli_test(dist.train.cli.wire_precision_bad 0 2 "^ember train: --wire_precision 'fp8': expected fp32, fp16 or bf16" 1
+               train --wire_precision fp8)
