@@ -188,9 +188,11 @@ static void bound(void **state) {
             }
         }
         ok = ok && memcmp(d, dr, sizeof d) == 0;
-        // Every rank's bytes: fewer in total whenever anything crosses ranks (W > 1).
-        // and the encoding did round something (the outputs are not all the fp32 bits).
-        int64_t tot[3] = {(int64_t)bytes, (int64_t)bytes_ref, memcmp(out, out_ref, sizeof(float) * (size_t)n) != 0};
+        // Every rank's bytes: fewer in total whenever anything crosses ranks (W > 1), and the
+        // encoding did round something (the outputs are not all the fp32 bits); otherwise (one
+        // process, or nothing routed) the same bytes and bits as fp32, outputs and weights.
+        int64_t tot[3] = {(int64_t)bytes, (int64_t)bytes_ref,
+                          memcmp(out, out_ref, sizeof(float) * (size_t)n) != 0 || memcmp(w, wr, sizeof w) != 0};
         MPI_Allreduce(MPI_IN_PLACE, tot, 3, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
         if (W > 1 && strcmp(g_scheme, "dp") != 0) ok = ok && tot[0] < tot[1] && tot[2] > 0;
         else ok = ok && tot[0] == tot[1] && tot[2] == 0;
