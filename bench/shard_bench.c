@@ -16,7 +16,10 @@ typedef struct opts {
     int32_t T, D, B, L, iters;
     int64_t E;
     int quick;
+    ember_dtype wire_fwd, wire_bwd; // --wire_precision
 } opts;
+
+static int shard_bench_parse_wire(const char *arg, ember_dtype *fwd, ember_dtype *bwd);
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -28,6 +31,9 @@ static void usage(FILE *f) {
             "  --pooling L       ids per bag (default 20)\n"
             "  --iters N         timed steps per scheme and bucketize path after one warm-up (default 10)\n"
             "  --quick           tiny sizes, 2 steps (smoke test)\n"
+            "  --wire_precision P[,Q]  fp32 (default), fp16 or bf16: pooled outputs (P) and their gradients\n"
+            "                    (Q, default P) between ranks; the residual is then checked against the\n"
+            "                    rounding's bound (ember_sebc_set_wire_precision)\n"
             "One JSON line per scheme (dp, tw, cw, rw, twrw, grid) from rank 0: bytes sent per rank per step\n"
             "(max and mean over ranks), ms per step (median over steps of the slowest rank), and the\n"
             "forward's residual against an unsharded collection with the same weights. Steps alternate\n"
@@ -36,10 +42,11 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){8, 64, 512, 20, 10, 50000, 0};
+    *o = (opts){8, 64, 512, 20, 10, 50000, 0, EMBER_DTYPE_F32, EMBER_DTYPE_F32};
     static const struct option lo[] = {{"tables", 1, 0, 'T'}, {"rows", 1, 0, 'E'},       {"dim", 1, 0, 'D'},
                                        {"batch_size", 1, 0, 'B'}, {"pooling", 1, 0, 'L'}, {"iters", 1, 0, 'i'},
-                                       {"quick", 0, 0, 'q'},      {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+                                       {"quick", 0, 0, 'q'},      {"help", 0, 0, 'h'},    {"wire_precision", 1, 0, 'w'},
+                                       {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -51,11 +58,14 @@ static int parse(int argc, char **argv, opts *o) {
         case 'L': o->L = atoi(optarg); break;
         case 'i': o->iters = atoi(optarg); break;
         case 'q': o->quick = 1; break;
+        case 'w':
+            if (shard_bench_parse_wire(optarg, &o->wire_fwd, &o->wire_bwd) != 0) return 2;
+            break;
         case 'h': return 1;
         default: return 2;
         }
     }
-    if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1};
+    if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1, o->wire_fwd, o->wire_bwd};
     if (o->T < 1 || o->E < 1 || o->D < 1 || o->B < 1 || o->L < 0 || o->iters < 1) return 2;
     return 0;
 }
@@ -116,6 +126,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     double *ms = malloc(sizeof(double) * (size_t)o->iters), *ms_legacy = malloc(sizeof(double) * (size_t)o->iters);
     int64_t examined[2] = {0, 0}; // new, legacy: max over ranks
     ember_status st = ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, &s);
+    if (st == EMBER_OK) st = ember_sebc_set_wire_precision(s, o->wire_fwd, o->wire_bwd);
     if (st != EMBER_OK) {
         if (R == 0) fprintf(stderr, "ember bench shard: %s: %s\n", name, ember_ctx_errmsg(ctx));
         goto done;
@@ -180,6 +191,8 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         bench_json_int(&j, "B", o->B);
         bench_json_int(&j, "L", o->L);
         bench_json_str(&j, "optimizer", "rowwise_adagrad");
+        bench_json_str(&j, "wire_forward", ember_dtype_name(o->wire_fwd));
+        bench_json_str(&j, "wire_backward", ember_dtype_name(o->wire_bwd));
         bench_json_host(&j, ctx);
         bench_json_int(&j, "bytes_per_rank_max", (long long)bytes_max);
         bench_json_fixed(&j, "bytes_per_rank_mean", bytes_sum / W, 0);
@@ -194,7 +207,10 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         bench_json_sig(&j, "residual", worst);
         bench_json_end(&j);
     }
-    rc = !(worst <= 1e-5) && !isnan(worst);
+    // fp16/bf16 on the wire round each value (or row-block partial) once: |err| <= u * the sum of
+    // the partials' magnitudes <= u * L * 0.01 (the initial weights' bound) at the first forward.
+    const double u = o->wire_fwd == EMBER_DTYPE_F16 ? 0x1p-11 : o->wire_fwd == EMBER_DTYPE_BF16 ? 0x1p-8 : 0;
+    rc = !(worst <= 1e-5 + u * o->L * 0.01) && !isnan(worst);
 done:
     ember_sebc_destroy(s);
     free(tc);
@@ -219,6 +235,22 @@ static int run_all(ember_comm *comm, const void *arg) {
     for (int i = 0; i < EMBER_SHARD_COUNT; i++)
         rc |= run_scheme(comm, o, (ember_shard_scheme)i, ember_shard_scheme_short_name((ember_shard_scheme)i));
     return rc;
+}
+
+// "P" or "P,Q" of --wire_precision: 0, or -1 for anything else.
+static int shard_bench_parse_wire(const char *arg, ember_dtype *fwd, ember_dtype *bwd) {
+    char a[16];
+    const char *comma = strchr(arg, ',');
+    const size_t n = comma ? (size_t)(comma - arg) : strlen(arg);
+    if (n >= sizeof a) return -1;
+    memcpy(a, arg, n);
+    a[n] = '\0';
+    if (ember_dtype_parse(a, fwd) != 0) return -1;
+    if (!comma) {
+        *bwd = *fwd;
+        return 0;
+    }
+    return ember_dtype_parse(comma + 1, bwd);
 }
 
 int shard_bench_main(int argc, char **argv) {

@@ -7,7 +7,7 @@
 #define EMBER_BENCH_SHARD_BENCH_H
 
 // argv[0] is the command name. Initialises and finalises MPI itself. Returns the exit status:
-// 0 ok, 1 a failure or a residual above 1e-5, 2 bad usage.
+// 0 ok, 1 a failure or a residual above 1e-5 (plus the wire precision's bound), 2 bad usage.
 int shard_bench_main(int argc, char **argv);
 // fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.
 int shard_bench_parse_only(int argc, char **argv);

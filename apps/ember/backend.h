@@ -31,6 +31,10 @@ typedef struct dlrm_backend {
     // refuses --save_dir and --resume, and ember eval --load, with a message saying so.
     ember_status (*save)(void *impl, const char *dir, const ember_checkpoint_options *opts);
     ember_status (*load)(void *impl, const char *dir);
+    // Wire precision of the pooled outputs and their gradients between ranks
+    // (ember_sebc_set_wire_precision). Collective. NULL when the backend has none: ember train then
+    // refuses --wire_precision other than fp32.
+    ember_status (*set_wire_precision)(void *impl, ember_dtype forward, ember_dtype backward);
     void (*destroy)(void *impl); // collective; impl NULL accepted
 } dlrm_backend;
 

@@ -35,6 +35,10 @@ static ember_status load(void *impl, const char *dir) {
     return ember_checkpoint_load(((sebc_backend *)impl)->sebc, dir, NULL);
 }
 
+static ember_status set_wire_precision(void *impl, ember_dtype forward, ember_dtype backward) {
+    return ember_sebc_set_wire_precision(((sebc_backend *)impl)->sebc, forward, backward);
+}
+
 static void destroy(void *impl) {
     sebc_backend *b = impl;
     if (!b) return;
@@ -66,6 +70,7 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->read = read;
     out->save = save;
     out->load = load;
+    out->set_wire_precision = set_wire_precision;
     out->destroy = destroy;
     return EMBER_OK;
 }

@@ -33,6 +33,9 @@ static const char help[] =
     "  --plan FILE                       the tables' placement from a plan file that\n"
     "                                    'ember plan --output FILE' wrote (instead of --sharding)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
+    "  --wire_precision P[,Q]            fp32 (default, exact), fp16 or bf16: pooled embeddings (P)\n"
+    "                                    and their gradients (Q, default P) between ranks, rounded\n"
+    "                                    to nearest even; an fp16 overflow stops the step (docs/sharding.md)\n"
     "\n"
     "data:\n"
     "  --dataset synthetic|criteo        (default synthetic)\n"
@@ -131,6 +134,7 @@ enum {
     OPT_KEEP_CHECKPOINTS,
     OPT_RESUME,
     OPT_TIMEOUT,
+    OPT_WIRE_PRECISION,
 };
 
 static const struct option options[] = {
@@ -168,6 +172,7 @@ static const struct option options[] = {
     {"keep_checkpoints", required_argument, NULL, OPT_KEEP_CHECKPOINTS},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"timeout_s", required_argument, NULL, OPT_TIMEOUT},
+    {"wire_precision", required_argument, NULL, OPT_WIRE_PRECISION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -181,6 +186,20 @@ static bool parse_layers(const char *flag, const char *text, int32_t *sizes, int
     if (!cli_parse_i64_list(flag, text, 1, 65536, v, TRAIN_MAX_LAYERS, &k, err, cap)) return false;
     for (int i = 0; i < k; i++) sizes[i] = (int32_t)v[i];
     *n = k;
+    return true;
+}
+
+// --wire_precision P or P,Q: fp32, fp16 or bf16 each.
+static bool parse_wire_precision(const char *text, ember_dtype *fwd, ember_dtype *bwd, char *err, size_t cap) {
+    char a[8] = "", b[8] = "";
+    const char *comma = strchr(text, ',');
+    const size_t n = comma ? (size_t)(comma - text) : strlen(text);
+    if (n < sizeof a) memcpy(a, text, n), a[n] = '\0';
+    if (comma && strlen(comma + 1) < sizeof b) strcpy(b, comma + 1);
+    if (n >= sizeof a || ember_dtype_parse(a, fwd) != 0 || (comma ? ember_dtype_parse(b, bwd) != 0 : (*bwd = *fwd, 0))) {
+        snprintf(err, cap, "--wire_precision '%s': expected fp32, fp16 or bf16, or two of them comma-separated", text);
+        return false;
+    }
     return true;
 }
 
@@ -379,6 +398,9 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
         case OPT_RESUME: o->resume = optarg; break;
         case OPT_TIMEOUT:
             if (!cli_parse_timeout(optarg, &o->timeout_s, err, cap)) return false;
+            break;
+        case OPT_WIRE_PRECISION:
+            if (!parse_wire_precision(optarg, &o->wire_forward, &o->wire_backward, err, cap)) return false;
             break;
         case OPT_CHECKPOINT_INTERVAL:
             if (!cli_parse_i64("--checkpoint_interval", optarg, 0, (int64_t)1 << 40, &o->checkpoint_interval, err,

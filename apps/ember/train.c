@@ -374,6 +374,9 @@ static void print_config(const run *R) {
             R->world > 1 ? "s" : "", (int)ember_ctx_num_threads(R->ctx),
             ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", o->grad_convention == EMBER_GRAD_MEAN ? "mean" : "sum");
     if (o->threads_note) fprintf(f, "  threads     %s\n", o->threads_note);
+    if (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32)
+        fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks\n", ember_dtype_name(o->wire_forward),
+                ember_dtype_name(o->wire_backward));
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
                 (unsigned long long)o->seed, o->zipf_alpha);
@@ -925,6 +928,11 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
                                .max_nnz = DLRM_NUM_SPARSE * R->max_local};
         st = factory(comm, &ec, R->plan, o->grad_convention, &R->backend);
     }
+    if (st == EMBER_OK && (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32))
+        st = R->backend.set_wire_precision
+                 ? R->backend.set_wire_precision(R->backend.impl, o->wire_forward, o->wire_backward)
+                 : ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED,
+                                       "--wire_precision: this embedding backend sends fp32 only");
     // The backend is the same on every rank: these verdicts are too.
     if (st == EMBER_OK && R->resumed && !R->backend.load) {
         st = ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED, "%s: this embedding backend cannot load checkpoints",

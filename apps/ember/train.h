@@ -40,6 +40,7 @@ typedef struct train_options {
     int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO (all tables) or an ember_shard_scheme per table
     const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;
+    ember_dtype wire_forward, wire_backward; // --wire_precision (default fp32: exact)
     // Data.
     train_dataset dataset;
     const char *data_path;            // criteo: training file

@@ -191,6 +191,28 @@ EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, em
 EMBER_API ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p,
                                               int32_t W, int32_t rank, size_t *weight_bytes, size_t *state_bytes);
 
+// Wire precision (as TorchRec's quantized comms, QCommsConfig's forward_precision and
+// backward_precision): the pooled rows of the output dist (owner -> home) travel as `forward`, their
+// gradients of the gradient dist (home -> owner, after the convention's scale and the row-wise MEAN
+// divisor) as `backward`. EMBER_DTYPE_F32 (the default) sends them exactly; EMBER_DTYPE_F16 and
+// EMBER_DTYPE_BF16 send 2 bytes a value (ember_comm_bytes_sent and the bytes of the last step count
+// them), rounded once to nearest even: |error| <= 2^-11 |x| in fp16's normal range (|x| >= 2^-14;
+// below it, steps of 2^-24), <= 2^-8 |x| in bf16. Row-block partial sums (rw, twrw, grid) are
+// rounded per partial, so a pooled value's error is bounded by the same factor times the sum of
+// its partials' magnitudes. Only values that cross ranks are encoded: a rank's own block (and
+// everything at W = 1) stays fp32, as do the input dist, the data-parallel gradient exchange and
+// the row-wise optimizers' sums of squares. Values that are not finite pass as they are. A finite
+// value that would round to infinity (fp16: |x| >= 65520; bf16: beyond 3.39e38) is refused: the
+// forward or backward returns EMBER_ERR_NUMERIC on every rank, naming the feature, table, sample
+// and value, before anything is sent (a failed backward changes no table); there is no loss scale.
+// Collective on comm: every rank passes the same values; ranks that differ all return
+// EMBER_ERR_INVALID_ARG with one message naming the values and ranks. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (a value other than the three above, or ranks that differ), EMBER_ERR_NOMEM,
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; on failure the precision is unchanged. wire_precision reads
+// the current pair (Local; NULL pointers are skipped).
+EMBER_API ember_status ember_sebc_set_wire_precision(ember_sebc *s, ember_dtype forward, ember_dtype backward);
+EMBER_API void ember_sebc_wire_precision(const ember_sebc *s, ember_dtype *forward, ember_dtype *backward);
+
 // Bytes this rank sent in the last forward + backward (all schemes), and the analytic count for
 // one table (see docs/sharding.md). Local.
 EMBER_API uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s);

@@ -269,7 +269,7 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
         }
     }
     float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
-    EMBER_TRY(ember_comm_alltoallv(c, send, sc, recv, rc, sizeof(float)));
+    EMBER_TRY(ember__wire_exchange(s, EMBER__WIRE_BWD, send, sc, recv, rc));
     if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
     // Every allocation the updates need, the routed pieces' and the schemes' kept at home, made
     // and agreed on before any table changes: a rank out of memory leaves every table, step and

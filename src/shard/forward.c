@@ -181,7 +181,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 0);
         send = s->snd_out.p;
     }
-    EMBER_TRY(ember_comm_alltoallv(c, send, sc, s->rcv_out.p, rc, sizeof(float)));
+    EMBER_TRY(ember__wire_exchange(s, EMBER__WIRE_FWD, send, sc, s->rcv_out.p, rc));
 
     // Assemble this rank's output.
     const float *rout = s->rcv_out.p;

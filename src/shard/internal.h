@@ -166,6 +166,8 @@ struct ember_sebc {
     uint64_t bytes_last_step, bytes_at_forward;
     int64_t ids_examined;         // ids bucketize looked at in the last forward
     int legacy_bucketize;         // measurement only: the O(W * nnz) path
+    ember_dtype wire_fwd, wire_bwd; // wire precision of the output and gradient dists (wire.c)
+    ember__buf wire_snd, wire_rcv;  // their 16-bit messages
 };
 
 // The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a
@@ -191,5 +193,15 @@ ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes
 // the replicas (its weights are dropped at home_forward if no rank sends weights).
 ember_status ember__bucketize(ember_sebc *s, int32_t B);
 
+// The float exchange of the output dist (dir EMBER__WIRE_FWD: owner -> home, this rank's routes'
+// rows for rank q's samples in block q) or of the gradient dist (EMBER__WIRE_BWD: home -> owner,
+// rank q's routes' rows for this rank's samples), as ember_comm_alltoallv with float elements, in
+// the wire precision set for that direction (wire.c). s->cnt[2W, 4W) is used as scratch.
+// Collective. Returns EMBER_OK, EMBER_ERR_NUMERIC (a value overflows the 16-bit format, on any
+// rank), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
+enum { EMBER__WIRE_FWD = 0, EMBER__WIRE_BWD = 1 };
+ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,
+                                  const int64_t *rc);
+void ember__wire_free(ember_sebc *s);
 
 #endif

@@ -93,6 +93,7 @@ void ember_sebc_destroy(ember_sebc *s) {
                           &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
                           &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
+    ember__wire_free(s);
     void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,
                       s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
                       s->route_base, s->froute_off,    s->froute,        s->dp_features,  s->Bs,
