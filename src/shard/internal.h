@@ -166,6 +166,7 @@ struct ember_sebc {
     uint64_t bytes_last_step, bytes_at_forward;
     int64_t ids_examined;         // ids bucketize looked at in the last forward
     int legacy_bucketize;         // measurement only: the O(W * nnz) path
+    struct ember__overlap *ov;    // prefetch and split backward (shard/overlap.h)
 };
 
 // The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a
