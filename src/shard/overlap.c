@@ -167,6 +167,7 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
     if (st == EMBER_OK) st = ember_comm_allreduce_max_i64(c, &differs, 1);
     if (st != EMBER_OK || differs) {
         const ember_status d = ember__prefetch_drain(s);
+        ov->dropped++;
         if (st == EMBER_OK && differs)
             ember__log(s->ctx, EMBER_LOG_INFO,
                        "ember_sebc_forward: some rank's batch is not the one it prefetched: input dist redone");
@@ -179,5 +180,6 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
     s->fwd_digest = ov->digest;
     s->fwd_nnz = ov->nnz;
     *taken = 1;
+    ov->taken++;
     return EMBER_OK;
 }

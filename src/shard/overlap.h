@@ -28,6 +28,7 @@ typedef struct ember__overlap {
     uint64_t digest;
     int64_t nnz;
     ember__req in[3];      // lengths, ids, weights (the last only when weighted)
+    int64_t taken, dropped; // prefetches a forward took, and those it had to drop (tests)
     // The split backward: started (between ember_sebc_backward_start and _finish), its
     // gradient exchange and the data-parallel tables' gathers.
     int bwd_started;
