@@ -32,6 +32,14 @@ typedef struct dlrm_backend {
     ember_status (*save)(void *impl, const char *dir, const ember_checkpoint_options *opts);
     ember_status (*load)(void *impl, const char *dir);
     void (*destroy)(void *impl); // collective; impl NULL accepted
+    // Overlap (ember train --overlap on; NULL when the backend cannot, then the step is plain):
+    // prefetch starts the next batch's input dist after the current forward; backward_start /
+    // backward_finish split backward around the dense backward; progress lets the exchanges in
+    // flight advance between dense layers (Local). The results are bitwise the plain step's.
+    ember_status (*prefetch)(void *impl, const ember_kjt *next_kjt);
+    ember_status (*backward_start)(void *impl, const ember_kjt *kjt, const float *grad_out);
+    ember_status (*backward_finish)(void *impl);
+    void (*progress)(void *impl);
 } dlrm_backend;
 
 // Creates a backend: the same arguments as ember_sebc_create. Collective on comm; every rank
