@@ -98,7 +98,10 @@ static ember_status wait_seq(ember_comm *c, MPI_Request *req, const char *what, 
             break;
         }
         if (done) break;
-        if (spins < 1024) continue; // the common case ends here within microseconds
+        // The common case ends here within microseconds. Then the clock is read on every test: on
+        // an oversubscribed host each MPI_Test may yield the core for milliseconds, and counting
+        // many of them first would overrun the deadline by seconds.
+        if (spins < 16) continue;
         const double waited = MPI_Wtime() - start;
         if (c->diag != MPI_COMM_NULL) {
             if (!announced && waited >= announce_at) {
