@@ -904,6 +904,24 @@ static void overlap_gives_the_same_bits(void **state) {
         run_state(MPI_COMM_WORLD, &o, &on);
         ok = ok && same_bits(&off, &on, 0, what);
     }
+    // Saved with overlap on (its data position is the one before the look-ahead), resumed with
+    // it off: the uninterrupted run's bits.
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    char save[160], from[200];
+    snprintf(save, sizeof save, "%s/overlap_np%d", dir, world);
+    train_options o = resume_options(EMBER_OPT_ROWWISE_ADAGRAD);
+    train_options r = o;
+    o.save_dir = save;
+    o.checkpoint_interval = 3;
+    o.keep_checkpoints = 10;
+    o.overlap = true;
+    run_state(MPI_COMM_WORLD, &o, &on);
+    assert_true(ckpt_step_path(save, 3, from, sizeof from));
+    r.resume = from;
+    r.overlap = false;
+    run_state(MPI_COMM_WORLD, &r, &off);
+    ok = ok && same_bits(&on, &off, 3, "saved with --overlap on at step 3, resumed with it off");
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
     end_state_free(&off);
     end_state_free(&on);
