@@ -444,6 +444,12 @@ ember_status ember_comm_alltoall_i64(ember_comm *c, const int64_t *send, int64_t
     return EMBER_OK;
 }
 
+ember_status ember__comm_alltoall_i64n(ember_comm *c, const int64_t *send, int64_t *recv, int n) {
+    COLL(c, "alltoall_i64", MPI_Ialltoall(send, n, MPI_INT64_T, recv, n, MPI_INT64_T, c->comm, &req_));
+    c->bytes_sent += (uint64_t)(c->size - 1) * (uint64_t)n * sizeof(int64_t);
+    return EMBER_OK;
+}
+
 ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
                                    const int64_t *recv_counts, size_t elem_size) {
     if (!c) return EMBER_ERR_INVALID_ARG;

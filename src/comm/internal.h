@@ -53,6 +53,9 @@ ember_status ember__comm_ialltoallv(ember_comm *c, const void *send, const int64
                                     const int64_t *recv_counts, size_t elem_size, ember__req *r);
 ember_status ember__comm_iallgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
                                      const int64_t *recv_counts, size_t elem_size, ember__req *r);
+// Each rank sends n int64 to every rank: recv[s * n + i] = rank s's send[me * n + i]. The status
+// and argument rules of ember_comm_alltoall_i64. Collective.
+ember_status ember__comm_alltoall_i64n(ember_comm *c, const int64_t *send, int64_t *recv, int n);
 // Waits for r under the deadline (the messages and announcements of every collective; the time
 // is added to the wait seconds). EMBER_OK at once when r is not pending. Returns EMBER_OK,
 // EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; r is no longer pending afterwards in every case.

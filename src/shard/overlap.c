@@ -46,9 +46,10 @@ ember_status ember__overlap_create(ember_sebc *s) {
     b->Bs = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
     b->send_ids = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
     b->recv_ids = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
+    ov->ctl = ember__calloc(s->ctx, sizeof(int64_t) * 6 * (size_t)s->W);
     // The requests' MPI counts now, so that starting an exchange cannot fail for memory.
     ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad, &ov->dp[0], &ov->dp[1]};
-    int ok = b->Bs && b->send_ids && b->recv_ids;
+    int ok = b->Bs && b->send_ids && b->recv_ids && ov->ctl;
     for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
         reqs[i]->mpi = MPI_REQUEST_NULL;
         reqs[i]->counts = ember__alloc(s->ctx, sizeof(int) * 4 * (size_t)s->W);
@@ -73,6 +74,7 @@ void ember__overlap_destroy(ember_sebc *s) {
     ember__free(s->ctx, b->Bs);
     ember__free(s->ctx, b->send_ids);
     ember__free(s->ctx, b->recv_ids);
+    ember__free(s->ctx, ov->ctl);
     ember__free(s->ctx, ov);
     s->ov = NULL;
 }
@@ -107,21 +109,28 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
     swap_input(s, &ov->spare);
     if (st == EMBER_OK) st = ember__sanitise(s, kjt);
     if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
-    st = ember_comm_agree(c, st);
+    // One exchange instead of the forward's three (agreement, batch sizes, id counts): to every
+    // rank q, (this rank failed, 2 B + weighted, ids for q). The failing rank's message is agreed
+    // on only when one failed.
     const int32_t W = s->W, nr = s->nroutes[s->rank];
+    int64_t *snd3 = ov->ctl, *rcv3 = ov->ctl + 3 * W;
+    for (int32_t q = 0; q < W; q++) {
+        snd3[3 * q] = st != EMBER_OK;
+        snd3[3 * q + 1] = st == EMBER_OK ? (int64_t)kjt->batch_size * 2 + (kjt->weights != NULL) : 0;
+        snd3[3 * q + 2] = st == EMBER_OK ? s->send_ids[q] : 0;
+    }
+    ember_status ex = ember__comm_alltoall_i64n(c, snd3, rcv3, 3);
+    int failed = 0;
+    for (int32_t q = 0; ex == EMBER_OK && q < W; q++) failed |= rcv3[3 * q] != 0;
+    st = ex != EMBER_OK ? ex : failed ? ember_comm_agree(c, st) : EMBER_OK;
     if (st == EMBER_OK) {
-        const int32_t B = kjt->batch_size;
-        int64_t *Bw = s->cnt;
-        st = ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw);
-        if (st == EMBER_OK) {
-            s->weighted = 0;
-            for (int32_t q = 0; q < W; q++) {
-                s->Bs[q] = Bw[q] / 2;
-                s->weighted |= (int32_t)(Bw[q] & 1);
-            }
-            s->batch = B;
-            st = ember_comm_alltoall_i64(c, s->send_ids, s->recv_ids);
+        s->weighted = 0;
+        for (int32_t q = 0; q < W; q++) {
+            s->Bs[q] = rcv3[3 * q + 1] / 2;
+            s->weighted |= (int32_t)(rcv3[3 * q + 1] & 1);
+            s->recv_ids[q] = rcv3[3 * q + 2];
         }
+        s->batch = kjt->batch_size;
     }
     if (st == EMBER_OK) {
         int64_t Btot = 0, nrecv = 0;

@@ -29,6 +29,7 @@ typedef struct ember__overlap {
     int64_t nnz;
     ember__req in[3];      // lengths, ids, weights (the last only when weighted)
     int64_t taken, dropped; // prefetches a forward took, and those it had to drop (tests)
+    int64_t *ctl;           // [6W] the prefetch's control exchange: sent, received
     // The split backward: started (between ember_sebc_backward_start and _finish), its
     // gradient exchange and the data-parallel tables' gathers.
     int bwd_started;
