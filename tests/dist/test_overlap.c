@@ -186,15 +186,15 @@ static void run_pair(int scheme, ember_pooling pool, ember_optim_kind opt, int w
         ok = ok && memcmp(oa, op, sizeof(float) * (size_t)sd[k].nout) == 0;
         check_ok(ctx, ember_sebc_backward(A, &sd[k].g.kjt, sd[k].grad), "plain backward");
         // Pipelined: the next batch's prefetch (from a copy freed at once, given as offsets on odd
-        // steps), then backward start, the caller's work, finish.
-        if (k + 1 < K) {
-            gen_kjt c;
-            copy_kjt(&sd[k + 1].g.kjt, &c);
-            check_ok(ctx, ember_sebc_prefetch(P, k % 2 ? &c.kjt : &sd[k + 1].g.kjt), "prefetch");
-            gen_kjt_free(&c);
-        }
+        // steps; before the backward's start on even steps, between start and finish on odd
+        // ones), then backward start, the caller's work, finish.
+        gen_kjt c;
+        if (k + 1 < K) copy_kjt(&sd[k + 1].g.kjt, &c);
+        if (k + 1 < K && k % 2 == 0) check_ok(ctx, ember_sebc_prefetch(P, &sd[k + 1].g.kjt), "prefetch");
         check_ok(ctx, ember_comm_progress(comm), "progress");
         check_ok(ctx, ember_sebc_backward_start(P, &sd[k].g.kjt, sd[k].grad), "backward_start");
+        if (k + 1 < K && k % 2 == 1) check_ok(ctx, ember_sebc_prefetch(P, &c.kjt), "prefetch");
+        if (k + 1 < K) gen_kjt_free(&c);
         check_ok(ctx, ember_comm_progress(comm), "progress");
         check_ok(ctx, ember_sebc_backward_finish(P), "backward_finish");
         free(oa);
