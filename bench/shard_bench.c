@@ -17,6 +17,7 @@ typedef struct opts {
     int64_t E;
     int quick;
     ember_dtype wire_fwd, wire_bwd; // --wire_precision
+    double dense_ms; // simulated dense work per step (0: none)
 } opts;
 
 static int shard_bench_parse_wire(const char *arg, ember_dtype *fwd, ember_dtype *bwd);
@@ -30,6 +31,9 @@ static void usage(FILE *f) {
             "  --batch_size B    samples per rank (default 512)\n"
             "  --pooling L       ids per bag (default 20)\n"
             "  --iters N         timed steps per scheme and bucketize path after one warm-up (default 10)\n"
+            "  --dense_ms X      dense work per step to overlap with, in ms (default 0): a spin on this\n"
+            "                    rank's core in two halves (before the backward, and between its start\n"
+            "                    and finish), calling ember_comm_progress every ~50 us\n"
             "  --quick           tiny sizes, 2 steps (smoke test)\n"
             "  --wire_precision P[,Q]  fp32 (default), fp16 or bf16: pooled outputs (P) and their gradients\n"
             "                    (Q, default P) between ranks; the residual is then checked against the\n"
@@ -38,14 +42,23 @@ static void usage(FILE *f) {
             "(max and mean over ranks), ms per step (median over steps of the slowest rank), and the\n"
             "forward's residual against an unsharded collection with the same weights. Steps alternate\n"
             "between the O(nnz) bucketize and the legacy O(W * nnz) one (ms_med vs ms_med_legacy); both\n"
-            "report the ids bucketize examined per step on the busiest rank, next to the local nnz.\n");
+            "report the ids bucketize examined per step on the busiest rank, next to the local nnz.\n"
+            "Overlap: a timed step is the dense work, the backward of batch i and the forward of batch\n"
+            "i+1 (batch i's forward and batch i+1's backward run untimed around it). Off (ms_med): dense\n"
+            "work, ember_sebc_backward, ember_sebc_forward. On (ms_med_overlap): ember_sebc_prefetch of\n"
+            "batch i+1, the first half of the dense work, backward_start, the second half, backward_finish,\n"
+            "forward (taking the prefetch). comm_ms: time blocked in collectives with overlap off;\n"
+            "compute_ms = ms_med - comm_ms; exposed_comm_ms: blocked with overlap on; hidden_fraction =\n"
+            "1 - exposed_comm_ms / comm_ms (per step the busiest-waiting rank, median over steps). Steps\n"
+            "cycle off, legacy bucketize (off), on.\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){8, 64, 512, 20, 10, 50000, 0, EMBER_DTYPE_F32, EMBER_DTYPE_F32};
-    static const struct option lo[] = {{"tables", 1, 0, 'T'}, {"rows", 1, 0, 'E'},       {"dim", 1, 0, 'D'},
-                                       {"batch_size", 1, 0, 'B'}, {"pooling", 1, 0, 'L'}, {"iters", 1, 0, 'i'},
-                                       {"quick", 0, 0, 'q'},      {"help", 0, 0, 'h'},    {"wire_precision", 1, 0, 'w'},
+    *o = (opts){8, 64, 512, 20, 10, 50000, 0, EMBER_DTYPE_F32, EMBER_DTYPE_F32, 0.0};
+    static const struct option lo[] = {{"tables", 1, 0, 'T'},     {"rows", 1, 0, 'E'},       {"dim", 1, 0, 'D'},
+                                       {"batch_size", 1, 0, 'B'}, {"pooling", 1, 0, 'L'},    {"iters", 1, 0, 'i'},
+                                       {"quick", 0, 0, 'q'},      {"help", 0, 0, 'h'},       {"wire_precision", 1, 0, 'w'},
+                                       {"dense_ms", 1, 0, 'x'},
                                        {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -61,13 +74,30 @@ static int parse(int argc, char **argv, opts *o) {
         case 'w':
             if (shard_bench_parse_wire(optarg, &o->wire_fwd, &o->wire_bwd) != 0) return 2;
             break;
+        case 'x': o->dense_ms = atof(optarg); break;
         case 'h': return 1;
         default: return 2;
         }
     }
-    if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1, o->wire_fwd, o->wire_bwd};
-    if (o->T < 1 || o->E < 1 || o->D < 1 || o->B < 1 || o->L < 0 || o->iters < 1) return 2;
+    if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1, o->wire_fwd, o->wire_bwd, o->dense_ms};
+    if (o->T < 1 || o->E < 1 || o->D < 1 || o->B < 1 || o->L < 0 || o->iters < 1 || !(o->dense_ms >= 0) ||
+        o->dense_ms > 1e4)
+        return 2;
     return 0;
+}
+
+// Simulated dense work: ms milliseconds of arithmetic on this core, letting MPI progress the
+// exchanges in flight every ~50 us (as a training loop calls ember_comm_progress between layers).
+static volatile float dense_sink;
+static void dense_work(ember_comm *comm, double ms) {
+    if (ms <= 0) return;
+    const double end = bench_now_ms() + ms;
+    float acc = 1.0f;
+    for (double now = bench_now_ms(); now < end; now = bench_now_ms()) {
+        for (int i = 0; i < 2000; i++) acc = acc * 0.999999f + 1e-7f;
+        (void)ember_comm_progress(comm);
+    }
+    dense_sink = acc;
 }
 
 // One scheme: a collection of T tables, all sharded by `scheme`; returns 0 when it ran.
@@ -124,6 +154,8 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     float *out = malloc(sizeof(float) * (size_t)nout), *ref_out = malloc(sizeof(float) * (size_t)nout);
     float *grad = malloc(sizeof(float) * (size_t)nout);
     double *ms = malloc(sizeof(double) * (size_t)o->iters), *ms_legacy = malloc(sizeof(double) * (size_t)o->iters);
+    double *ms_on = malloc(sizeof(double) * (size_t)o->iters), *comm_off = malloc(sizeof(double) * (size_t)o->iters);
+    double *comm_on = malloc(sizeof(double) * (size_t)o->iters);
     int64_t examined[2] = {0, 0}; // new, legacy: max over ranks
     ember_status st = ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, &s);
     if (st == EMBER_OK) st = ember_sebc_set_wire_precision(s, o->wire_fwd, o->wire_bwd);
@@ -155,24 +187,44 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad); // warm-up step
     uint64_t bytes_max = 0;
     double bytes_sum = 0;
-    for (int it = 0; st == EMBER_OK && it < 2 * o->iters; it++) {
-        const int legacy = it & 1; // alternating, so both paths see the same machine state
-        ember_sebc_set_reference_bucketize(s, legacy);
+    for (int it = 0; st == EMBER_OK && it < 3 * o->iters; it++) {
+        const int mode = it % 3; // 0: off, 1: off with the legacy bucketize, 2: on
+        ember_sebc_set_reference_bucketize(s, mode == 1);
+        st = ember_sebc_forward(s, &kjt, out); // batch i, untimed
         MPI_Barrier(MPI_COMM_WORLD);
+        ember_comm_reset_wait_seconds(comm);
         const double t0 = bench_now_ms();
-        st = ember_sebc_forward(s, &kjt, out);
-        if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad);
+        if (mode == 2) {
+            if (st == EMBER_OK) st = ember_sebc_prefetch(s, &kjt);
+            dense_work(comm, o->dense_ms / 2);
+            if (st == EMBER_OK) st = ember_sebc_backward_start(s, &kjt, grad);
+            dense_work(comm, o->dense_ms / 2);
+            if (st == EMBER_OK) st = ember_sebc_backward_finish(s);
+        } else {
+            dense_work(comm, o->dense_ms);
+            if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad);
+        }
+        if (st == EMBER_OK) st = ember_sebc_forward(s, &kjt, out); // batch i+1 (on: takes the prefetch)
         double dt = bench_now_ms() - t0, slowest = 0;
+        double waited = 1e3 * ember_comm_wait_seconds(comm), waited_max = 0;
         MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        (legacy ? ms_legacy : ms)[it / 2] = slowest;
-        int64_t ex = ember_sebc_ids_examined_last_step(s), exmax = 0;
-        MPI_Allreduce(&ex, &exmax, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-        examined[legacy] = exmax;
+        MPI_Allreduce(&waited, &waited_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        (mode == 0 ? ms : mode == 1 ? ms_legacy : ms_on)[it / 3] = slowest;
+        if (mode == 0) comm_off[it / 3] = waited_max;
+        if (mode == 2) comm_on[it / 3] = waited_max;
+        if (mode < 2) {
+            int64_t ex = ember_sebc_ids_examined_last_step(s), exmax = 0;
+            MPI_Allreduce(&ex, &exmax, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+            examined[mode] = exmax;
+        }
+        if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad); // batch i+1, untimed
         uint64_t b = ember_sebc_bytes_sent_last_step(s), bmax = 0, bsum = 0;
         MPI_Allreduce(&b, &bmax, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&b, &bsum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-        if (bmax > bytes_max) bytes_max = bmax;
-        bytes_sum = (double)bsum;
+        if (mode == 0) {
+            if (bmax > bytes_max) bytes_max = bmax;
+            bytes_sum = (double)bsum;
+        }
     }
     double worst = residual;
     MPI_Allreduce(&residual, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -200,6 +252,14 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         bench_json_fixed(&j, "ms_med", bench_median(ms, o->iters), 3);
         bench_json_fixed(&j, "ms_min_legacy", bench_min(ms_legacy, o->iters), 3);
         bench_json_fixed(&j, "ms_med_legacy", bench_median(ms_legacy, o->iters), 3);
+        const double med_off = bench_median(ms, o->iters), comm_med = bench_median(comm_off, o->iters);
+        const double exposed = bench_median(comm_on, o->iters);
+        bench_json_fixed(&j, "dense_ms", o->dense_ms, 3);
+        bench_json_fixed(&j, "ms_med_overlap", bench_median(ms_on, o->iters), 3);
+        bench_json_fixed(&j, "comm_ms", comm_med, 3);
+        bench_json_fixed(&j, "compute_ms", med_off - comm_med, 3);
+        bench_json_fixed(&j, "exposed_comm_ms", exposed, 3);
+        bench_json_fixed(&j, "hidden_fraction", comm_med > 0 ? 1.0 - exposed / comm_med : 0.0, 3);
         bench_json_int(&j, "nnz", nnz);
         bench_json_int(&j, "ids_examined", examined[0]);
         bench_json_int(&j, "ids_examined_legacy", examined[1]);
@@ -225,6 +285,9 @@ done:
     free(grad);
     free(ms);
     free(ms_legacy);
+    free(ms_on);
+    free(comm_off);
+    free(comm_on);
     return rc;
 }
 

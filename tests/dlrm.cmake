@@ -39,6 +39,10 @@ foreach(np 1 2)
   ember_mpi_test(dist.train.sebc.resume.np${np} ${np} test_train --backend sebc --case resume_is_exact)
 endforeach()
 ember_mpi_test(dist.train.sebc.resume_world.np3 3 test_train --backend sebc --case resume_under_another_world_size)
+# ember train --overlap on and off: the same bits.
+foreach(np 1 2 3)
+  ember_mpi_test(dist.train.sebc.overlap.np${np} ${np} test_train --backend sebc --case overlap)
+endforeach()
 
 ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
 target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)

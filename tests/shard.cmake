@@ -117,3 +117,10 @@ ember_test_exe(test_agreement ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_agreement.c)
 foreach(np 1 2 3 4)
   ember_mpi_test(dist.agreement.np${np} ${np} test_agreement)
 endforeach()
+
+# The pipelined step (prefetch, backward start/finish) equals the plain step bitwise; a prefetch
+# one rank's forward does not repeat, and a bad KJT after a prefetch, agreed on without a hang.
+ember_test_exe(test_overlap ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_overlap.c)
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.overlap.np${np} ${np} test_overlap)
+endforeach()

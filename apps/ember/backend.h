@@ -36,6 +36,14 @@ typedef struct dlrm_backend {
     // refuses --wire_precision other than fp32.
     ember_status (*set_wire_precision)(void *impl, ember_dtype forward, ember_dtype backward);
     void (*destroy)(void *impl); // collective; impl NULL accepted
+    // Overlap (ember train --overlap on; NULL when the backend cannot, then the step is plain):
+    // prefetch starts the next batch's input dist after the current forward; backward_start /
+    // backward_finish split backward around the dense backward; progress lets the exchanges in
+    // flight advance between dense layers (Local). The results are bitwise the plain step's.
+    ember_status (*prefetch)(void *impl, const ember_kjt *next_kjt);
+    ember_status (*backward_start)(void *impl, const ember_kjt *kjt, const float *grad_out);
+    ember_status (*backward_finish)(void *impl);
+    void (*progress)(void *impl);
 } dlrm_backend;
 
 // Creates a backend: the same arguments as ember_sebc_create. Collective on comm; every rank

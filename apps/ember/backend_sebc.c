@@ -18,6 +18,18 @@ static ember_status backward(void *impl, const ember_kjt *kjt, const float *grad
     return ember_sebc_backward(((sebc_backend *)impl)->sebc, kjt, grad_out);
 }
 
+static ember_status prefetch(void *impl, const ember_kjt *next_kjt) {
+    return ember_sebc_prefetch(((sebc_backend *)impl)->sebc, next_kjt);
+}
+
+static ember_status backward_start(void *impl, const ember_kjt *kjt, const float *grad_out) {
+    return ember_sebc_backward_start(((sebc_backend *)impl)->sebc, kjt, grad_out);
+}
+
+static ember_status backward_finish(void *impl) { return ember_sebc_backward_finish(((sebc_backend *)impl)->sebc); }
+
+static void progress(void *impl) { (void)ember_comm_progress(((sebc_backend *)impl)->comm); }
+
 static ember_status reduce_dense_grads(void *impl, float *grad, size_t n) {
     sebc_backend *b = impl;
     return ember_comm_allreduce_grads(b->comm, b->conv, grad, n);
@@ -72,5 +84,9 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->load = load;
     out->set_wire_precision = set_wire_precision;
     out->destroy = destroy;
+    out->prefetch = prefetch;
+    out->backward_start = backward_start;
+    out->backward_finish = backward_finish;
+    out->progress = progress;
     return EMBER_OK;
 }

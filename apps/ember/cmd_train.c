@@ -67,6 +67,10 @@ static const char help[] =
     "  --timeout_s S                     deadline of every collective (default 600; 0: none): when a\n"
     "                                    rank stalls or dies, the others stop after S seconds naming\n"
     "                                    it, and the job exits non-zero instead of hanging\n"
+    "  --overlap on|off                  overlap communication with computation (default on): the next\n"
+    "                                    batch's input dist starts after this step's embedding forward,\n"
+    "                                    the embedding backward's exchanges travel during the dense\n"
+    "                                    backward; the results are bitwise the same either way\n"
     "\n"
     "checkpoints (docs/dlrm.md, Resume):\n"
     "  --save_dir DIR                    save DIR/step-<step, 10 digits>/ (tables, dense parameters,\n"
@@ -135,6 +139,7 @@ enum {
     OPT_RESUME,
     OPT_TIMEOUT,
     OPT_WIRE_PRECISION,
+    OPT_OVERLAP,
 };
 
 static const struct option options[] = {
@@ -173,6 +178,7 @@ static const struct option options[] = {
     {"resume", required_argument, NULL, OPT_RESUME},
     {"timeout_s", required_argument, NULL, OPT_TIMEOUT},
     {"wire_precision", required_argument, NULL, OPT_WIRE_PRECISION},
+    {"overlap", required_argument, NULL, OPT_OVERLAP},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -401,6 +407,13 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
             break;
         case OPT_WIRE_PRECISION:
             if (!parse_wire_precision(optarg, &o->wire_forward, &o->wire_backward, err, cap)) return false;
+            break;
+        case OPT_OVERLAP:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                snprintf(err, cap, "--overlap: '%s' is not on or off", optarg);
+                return false;
+            }
+            o->overlap = optarg[1] == 'n';
             break;
         case OPT_CHECKPOINT_INTERVAL:
             if (!cli_parse_i64("--checkpoint_interval", optarg, 0, (int64_t)1 << 40, &o->checkpoint_interval, err,

@@ -30,6 +30,7 @@ struct dlrm_model {
     int32_t *lengths;      // [F*max_batch] all 1: one id per bag
     int64_t *offsets;      // [F*max_batch + 1] i
     int64_t *values;       // [F*max_batch] feature-major ids
+    int64_t *next_values;  // [F*max_batch] the next batch's (dlrm_train_step_overlap's prefetch)
     ember_kjt kjt;         // the last forward's input
 };
 
@@ -72,7 +73,7 @@ void dlrm_destroy(dlrm_model *m) {
     mlp_destroy(ctx, &m->top);
     dense_optim_destroy(ctx, &m->optim);
     void *bufs[] = {m->params, m->grads, m->emb, m->inter, m->dlogit, m->dinter,
-                    m->ddense, m->demb, m->lengths, m->offsets, m->values};
+                    m->ddense, m->demb, m->lengths, m->offsets, m->values, m->next_values};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember_ctx_free(ctx, bufs[i]);
     ember_ctx_free(ctx, m);
 }
@@ -105,7 +106,8 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
         !(m->demb = app_alloc(ctx, sizeof(float) * B * FD, "embedding gradient")) ||
         !(m->lengths = app_alloc(ctx, sizeof(int32_t) * nbags, "kjt lengths")) ||
         !(m->offsets = app_alloc(ctx, sizeof(int64_t) * (nbags + 1), "kjt offsets")) ||
-        !(m->values = app_alloc(ctx, sizeof(int64_t) * nbags, "kjt values"))) {
+        !(m->values = app_alloc(ctx, sizeof(int64_t) * nbags, "kjt values")) ||
+        !(m->next_values = app_alloc(ctx, sizeof(int64_t) * nbags, "next kjt values"))) {
         goto fail;
     }
     if ((st = mlp_create(ctx, cfg->num_dense, cfg->bottom_sizes, cfg->num_bottom, true, cfg->max_batch, m->params,
@@ -132,32 +134,60 @@ float *dlrm_dense_params(dlrm_model *m) { return m->params; }
 const float *dlrm_dense_grads(const dlrm_model *m) { return m->grads; }
 dense_optim *dlrm_dense_optim(dlrm_model *m) { return &m->optim; }
 
-ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logits) {
+// The KJT of batch b in `values`: feature-major, bag (f, i) is number f*B + i, one id each.
+static ember_kjt batch_kjt(const dlrm_model *m, const dlrm_batch *b, int64_t *values) {
     const int32_t B = b->size, F = m->num_sparse;
-    APP_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
-    // The KJT is feature-major: bag (f, i) is number f*B + i.
 #pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < B; i++) {
         const int64_t *ids = b->ids + (size_t)i * (size_t)F;
-        for (int32_t f = 0; f < F; f++) m->values[(size_t)f * (size_t)B + (size_t)i] = ids[f];
+        for (int32_t f = 0; f < F; f++) values[(size_t)f * (size_t)B + (size_t)i] = ids[f];
     }
-    m->kjt = (ember_kjt){.num_features = F, .batch_size = B, .lengths = m->lengths, .offsets = m->offsets,
-                         .values = m->values, .weights = NULL, .nnz = (int64_t)F * B};
+    return (ember_kjt){.num_features = F, .batch_size = B, .lengths = m->lengths, .offsets = m->offsets,
+                       .values = values, .weights = NULL, .nnz = (int64_t)F * B};
+}
+
+static void progress(dlrm_model *m, bool overlap) {
+    if (overlap && m->backend->progress) m->backend->progress(m->backend->impl);
+}
+
+// The forward; with `overlap`, the prefetch of `next` (if any) right after the embeddings'.
+static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch *next, bool overlap,
+                            const float **logits) {
+    const int32_t B = b->size, F = m->num_sparse;
+    APP_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
+    m->kjt = batch_kjt(m, b, m->values);
     m->dense_out = mlp_forward(&m->bottom, b->dense, B);
     APP_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
+    if (overlap && next && m->backend->prefetch) {
+        APP_ASSERT(next->size >= 0 && next->size <= m->max_batch && next->num_sparse == F);
+        const ember_kjt nk = batch_kjt(m, next, m->next_values);
+        APP_TRY(m->backend->prefetch(m->backend->impl, &nk));
+    }
     interaction_forward(B, F, m->dim, m->dense_out, m->emb, m->inter);
+    progress(m, overlap);
     *logits = mlp_forward(&m->top, m->inter, B);
     return EMBER_OK;
 }
 
-ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scale, double *loss_sum) {
+ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logits) {
+    return forward(m, b, NULL, false, logits);
+}
+
+static ember_status train_step(dlrm_model *m, const dlrm_batch *b, const dlrm_batch *next, bool overlap,
+                               float loss_scale, double *loss_sum) {
     const int32_t B = b->size;
     const float *logits;
-    APP_TRY(dlrm_forward(m, b, &logits));
+    overlap = overlap && m->backend->backward_start && m->backend->backward_finish;
+    APP_TRY(forward(m, b, next, overlap, &logits));
     *loss_sum = bce_with_logits(B, logits, b->labels, loss_scale, m->dlogit);
     mlp_backward(&m->top, m->inter, B, m->dlogit, m->dinter);
+    progress(m, overlap);
     interaction_backward(B, m->num_sparse, m->dim, m->dense_out, m->emb, m->dinter, m->ddense, m->demb);
+    // The embedding gradient is known: its exchange travels during the bottom MLP's backward,
+    // the dense allreduce and the dense optimizer step.
+    if (overlap) APP_TRY(m->backend->backward_start(m->backend->impl, &m->kjt, m->demb));
     mlp_backward(&m->bottom, b->dense, B, m->ddense, NULL);
+    progress(m, overlap);
     APP_TRY(m->backend->reduce_dense_grads(m->backend->impl, m->grads, (size_t)m->num_params));
     // The reduced gradient is the same on every rank, so every rank takes this exit together.
     // The first non-finite element, whatever the thread count: the smallest index.
@@ -171,5 +201,15 @@ ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scal
               "training diverged: dense gradient %lld is %g after step %lld (lower --learning_rate?)",
               (long long)bad, bad < n ? (double)m->grads[bad] : 0.0, (long long)m->optim.step);
     dense_optim_step(&m->optim, m->params, m->grads);
+    if (overlap) return m->backend->backward_finish(m->backend->impl);
     return m->backend->backward(m->backend->impl, &m->kjt, m->demb);
+}
+
+ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scale, double *loss_sum) {
+    return train_step(m, b, NULL, false, loss_scale, loss_sum);
+}
+
+ember_status dlrm_train_step_overlap(dlrm_model *m, const dlrm_batch *b, const dlrm_batch *next, float loss_scale,
+                                     double *loss_sum) {
+    return train_step(m, b, next, true, loss_scale, loss_sum);
 }

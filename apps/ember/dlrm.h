@@ -52,6 +52,13 @@ ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logi
 // i.e. the local loss is L_r = loss_scale * sum_i l_i (1/B for the local mean). *loss_sum gets
 // the unscaled sum_i l_i of this rank. Collective.
 ember_status dlrm_train_step(dlrm_model *m, const dlrm_batch *b, float loss_scale, double *loss_sum);
+// The same step overlapped with communication, when the backend offers it (else the plain step):
+// `next` (NULL: none) is the batch the next step will train on, whose input dist the embedding
+// backend starts after this step's forward (prefetch); the embedding backward is started once its
+// gradient is known and finished after the dense backward, optimizer step included. The results
+// are bitwise those of dlrm_train_step. Collective (next NULL or not on every rank alike).
+ember_status dlrm_train_step_overlap(dlrm_model *m, const dlrm_batch *b, const dlrm_batch *next, float loss_scale,
+                                     double *loss_sum);
 
 // The dense parameter slab and its gradient slab [dlrm_num_dense_params].
 int64_t dlrm_num_dense_params(const dlrm_model *m);

@@ -57,6 +57,7 @@ void train_options_default(train_options *o) {
     o->checkpoint_interval = -1; // the resumed checkpoint's, else 0: only at the end
     o->keep_checkpoints = 0;     // the resumed checkpoint's, else 3
     o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
+    o->overlap = true;
 }
 
 #define DEFAULT_KEEP_CHECKPOINTS 3
@@ -79,6 +80,7 @@ typedef struct run {
     synth *syn;
     source train, eval;
     dlrm_batch batch;
+    dlrm_batch ahead;       // --overlap on: the next training batch, fetched before this step
     dlrm_backend backend;
     dlrm_model *model;
     ember_table_config tables[DLRM_NUM_SPARSE];
@@ -301,6 +303,8 @@ static ember_status open_data(run *R) {
         APP_TRY(criteo_open(R->ctx, &ec, &R->eval.reader));
     }
     APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->batch));
+    if (o->overlap && !R->eval_only)
+        APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->ahead));
     R->sizes = app_alloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
     if (!R->sizes) return EMBER_ERR_NOMEM;
     if (R->rank == 0 && o->metrics_path) APP_TRY(metrics_open(R->ctx, o->metrics_path, &R->metrics));
@@ -513,7 +517,8 @@ static ember_status eval_point(run *R, metrics_row *row) {
 // Saves the run after `step` into save_dir/step-<step>/: the tables through the backend
 // (include/ember/state.h) with trainer.json and the dense blobs (trainstate.h), then removes the
 // checkpoints beyond --keep_checkpoints. Collective.
-static ember_status save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples) {
+// next_batch: the data position after `step` (the source's own may be one batch ahead).
+static ember_status save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples, int64_t next_batch) {
     const double t0 = now_s();
     char path[TRAINSTATE_PATH_MAX + 32];
     ember_status st = EMBER_OK;
@@ -526,7 +531,7 @@ static ember_status save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t
     trainstate ts = {.cfg = *R->o,
                      .world_size = R->world,
                      .num_dense_params = dlrm_num_dense_params(R->model),
-                     .pos = {.epoch = epoch, .next_batch = R->train.next, .steps = step, .samples = samples,
+                     .pos = {.epoch = epoch, .next_batch = next_batch, .steps = step, .samples = samples,
                              .skipped_batches = R->skipped_batches},
                      .dense_step = dlrm_dense_optim(R->model)->step,
                      .digest_losses = R->digest_losses,
@@ -626,18 +631,47 @@ static ember_status train_loop(run *R, train_result *res) {
         APP_TRY(ember_comm_agree(R->comm, resume_here ? source_seek(&R->train, p->next_batch)
                                                       : source_rewind(&R->train)));
         last_epoch = epoch;
+        // --overlap on: the next batch is fetched before this step (ahead), so that the step can
+        // start its input dist (dlrm_train_step_overlap); the batches and their order are the same.
+        bool have_ahead = false;
+        fetched ahead_what = FETCH_END;
+        int64_t ahead_global = 0, ahead_skipped = 0;
         for (;;) {
             double t0 = now_s();
             fetched what;
             int64_t global;
-            APP_TRY(source_fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
+            if (have_ahead) {
+                dlrm_batch t = R->batch;
+                R->batch = R->ahead;
+                R->ahead = t;
+                what = ahead_what;
+                global = ahead_global;
+                R->skipped_batches += ahead_skipped;
+                have_ahead = false;
+            } else {
+                APP_TRY(source_fetch(R->comm, &R->train, &R->batch, R->sizes, &what, &global));
+            }
             if (what == FETCH_END) break;
             if (what == FETCH_SKIP) {
                 R->skipped_batches++;
                 continue;
             }
+            const int64_t next_batch = R->train.next; // the position after this batch
+            if (o->overlap) {
+                ahead_skipped = 0;
+                do {
+                    APP_TRY(source_fetch(R->comm, &R->train, &R->ahead, R->sizes, &ahead_what, &ahead_global));
+                    ahead_skipped += ahead_what == FETCH_SKIP;
+                } while (ahead_what == FETCH_SKIP);
+                have_ahead = true;
+            }
             double loss = 0.0;
-            APP_TRY(dlrm_train_step(R->model, &R->batch, (float)((double)R->world / (double)global), &loss));
+            const float scale = (float)((double)R->world / (double)global);
+            if (o->overlap)
+                APP_TRY(dlrm_train_step_overlap(R->model, &R->batch, ahead_what == FETCH_OK ? &R->ahead : NULL, scale,
+                                                &loss));
+            else
+                APP_TRY(dlrm_train_step(R->model, &R->batch, scale, &loss));
             APP_TRY(ember_comm_allreduce_sum_f64(R->comm, &loss, 1));
             R->digest_losses = digest_fold(R->digest_losses, &loss, sizeof loss);
             if (res->step_loss && step < res->step_loss_cap) res->step_loss[step] = loss / (double)global;
@@ -657,7 +691,7 @@ static ember_status train_loop(run *R, train_result *res) {
                 win_loss = win_samples = win_time = 0.0;
             }
             if (R->save_dir[0] && o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0) {
-                APP_TRY(save_checkpoint(R, epoch, step, samples));
+                APP_TRY(save_checkpoint(R, epoch, step, samples, next_batch));
                 last_save = step;
             }
         }
@@ -668,7 +702,7 @@ static ember_status train_loop(run *R, train_result *res) {
                            .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN};
         APP_TRY(eval_point(R, &row));
     }
-    if (R->save_dir[0] && step != last_save) APP_TRY(save_checkpoint(R, last_epoch, step, samples));
+    if (R->save_dir[0] && step != last_save) APP_TRY(save_checkpoint(R, last_epoch, step, samples, R->train.next));
     res->steps = step;
     res->seconds = train_time;
     const metrics_row *last = R->rank == 0 ? &R->rows[R->num_rows - 1] : NULL;
@@ -799,6 +833,7 @@ static void cleanup(run *R) {
     criteo_close(R->ctx, R->eval.reader);
     synth_destroy(R->ctx, R->syn);
     dlrm_batch_destroy(R->ctx, &R->batch);
+    dlrm_batch_destroy(R->ctx, &R->ahead);
     metrics_close(&R->metrics);
     ember_ctx_free(R->ctx, R->sizes);
     eval_free(&R->ev);

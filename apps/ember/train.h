@@ -59,6 +59,9 @@ typedef struct train_options {
     ember_optim_kind embedding_optimizer;
     uint64_t seed;
     double timeout_s;                 // every collective's deadline (ember_comm_set_timeout); 0: none
+    bool overlap;                     // --overlap: prefetch the next batch's input dist and split the
+                                      // embedding backward around the dense backward (bitwise the
+                                      // same results; default on)
     // Checkpoints (docs/dlrm.md, Resume; trainstate.h).
     const char *save_dir;             // saves DIR/step-<step, 10 digits>/ every checkpoint_interval
                                       // steps and at the end; NULL: none (but see resume)

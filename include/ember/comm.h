@@ -125,6 +125,21 @@ EMBER_API ember_status ember_comm_allreduce_grads_f64(ember_comm *comm, ember_gr
 EMBER_API uint64_t ember_comm_bytes_sent(const ember_comm *comm);
 EMBER_API void ember_comm_reset_bytes_sent(ember_comm *comm);
 
+// Overlap. The sharded collection starts some exchanges nonblocking and waits for them later
+// (ember_sebc_prefetch, ember_sebc_backward_start/finish). MPI transports without a progress
+// thread (Open MPI over TCP or shared memory) advance a nonblocking collective only inside MPI
+// calls: a caller that computes between the start and the wait (dense layers) calls
+// ember_comm_progress now and then (e.g. between layers) so that the data moves meanwhile.
+// Local (each call only tests this rank's requests; it never blocks). Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (NULL), EMBER_ERR_COMM. Cheap when nothing is in flight.
+EMBER_API ember_status ember_comm_progress(ember_comm *comm);
+
+// Seconds this rank has spent blocked waiting for collectives to complete on this communicator
+// (every collective above and the split-phase waits) since creation or the last reset: the
+// communication time the caller's computation did not hide. Local.
+EMBER_API double ember_comm_wait_seconds(const ember_comm *comm);
+EMBER_API void ember_comm_reset_wait_seconds(ember_comm *comm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -126,6 +126,50 @@ EMBER_API ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, f
 // every rank returns the same status, and on failure no table or optimizer state changes.
 EMBER_API ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out);
 
+// Overlap: the same step with its exchanges in flight while the caller computes. Results are
+// bitwise those of the plain calls (every sum is taken in the same order; only the time at which
+// data moves changes).
+//
+// ember_sebc_prefetch validates, sanitises and routes the NEXT batch's KJT, exchanges its counts
+// and starts its input dist (lengths, ids, weights) into a second set of buffers, then returns:
+// TorchRec's sparse-dist pipeline. The next ember_sebc_forward whose KJT has the same contents
+// on every rank (the digest ember_sebc_backward compares) completes that exchange instead of
+// redoing it. If any rank's forward KJT differs from what it prefetched (or is invalid), every
+// rank learns it in the forward, waits for and drops the prefetch, and then does the plain input
+// dist (or returns the agreed error); a prefetch is never a reason for a different result. A
+// second prefetch before the forward waits for and drops the first. The KJT need not outlive the
+// call (what travels was copied). Collective. Returns EMBER_OK, and the validation statuses of
+// ember_sebc_forward (then nothing is in flight), EMBER_ERR_NOMEM, EMBER_ERR_COMM,
+// EMBER_ERR_TIMEOUT; every rank returns the same status.
+//
+// ember_sebc_backward_start(s, kjt, grad_out) is the first half of ember_sebc_backward: the same
+// checks and statuses (agreed), then it starts the routed gradients' exchange, prepares the
+// data-parallel tables' update (their gradient from grad_out, every allocation agreed on) and
+// starts their gathers, and returns with those exchanges in flight. grad_out and kjt are not read
+// after it returns. ember_sebc_backward_finish(s) waits for them and applies the fused updates;
+// it returns EMBER_OK, EMBER_ERR_STATE (no backward started), EMBER_ERR_NOMEM, EMBER_ERR_COMM,
+// EMBER_ERR_TIMEOUT, the same on every rank. The failure contract of ember_sebc_backward holds
+// for the pair: when start or finish fails no table or optimizer state has changed (and the
+// backward may be started again after a failed finish). ember_sebc_backward is start + finish.
+//
+// The order of a pipelined step, every call Collective and in the same order on every rank:
+//
+//     forward(kjt[i]); prefetch(kjt[i+1]);              // the next input dist starts
+//     ... dense forward, loss, top of the dense backward, calling ember_comm_progress now and then
+//     backward_start(kjt[i], grad_out); ... the rest of the dense backward (its allreduce too)
+//     backward_finish(); forward(kjt[i+1]) ...           // takes the prefetch
+//
+// A prefetch may also be issued between backward_start and backward_finish. Between start and
+// finish no other call on s is allowed but prefetch: ember_sebc_forward returns EMBER_ERR_STATE
+// there, and so does a second backward_start. Statistics: the bytes of a prefetch count in the
+// step during which it was issued (ember_sebc_bytes_sent_last_step), as do its ids examined
+// (ember_sebc_ids_examined_last_step reports the forward's own batch).
+// Exchanges in flight advance only inside MPI calls on transports without a progress thread:
+// see ember_comm_progress in ember/comm.h.
+EMBER_API ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *next_kjt);
+EMBER_API ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out);
+EMBER_API ember_status ember_sebc_backward_finish(ember_sebc *s);
+
 // Sets table's learning rate (table -1: every table) on this rank's pieces. Local: call it with
 // the same value on every rank (each applies its own to the rows it updates). Returns EMBER_OK,
 // EMBER_ERR_INVALID_ARG (table outside [-1, T), lr NaN or negative).

@@ -45,14 +45,16 @@ static void announce(ember_comm *c) {
     }
 }
 
-static ember_status timed_out(ember_comm *c, const char *what, double waited) {
+// `seq`: the collective waited for (announcements carry the latest collective a rank started, so
+// a rank that announced seq or later has started this one).
+static ember_status timed_out(ember_comm *c, const char *what, double waited, int64_t seq) {
     char who[192] = "";
     size_t n = 0;
     int absent = 0;
     if (c->diag != MPI_COMM_NULL) {
         listen_diag(c);
         for (int r = 0; r < c->size; r++) {
-            if (r == c->rank || c->heard[r] >= c->seq) continue;
+            if (r == c->rank || c->heard[r] >= seq) continue;
             if (n + 16 < sizeof who) n += (size_t)snprintf(who + n, sizeof who - n, "%s%d", absent ? ", " : "", r);
             else if (n + 5 < sizeof who && who[n - 1] != '.') n += (size_t)snprintf(who + n, sizeof who - n, "...");
             absent++;
@@ -63,33 +65,43 @@ static ember_status timed_out(ember_comm *c, const char *what, double waited) {
         ember__error(c->ctx, EMBER_ERR_TIMEOUT,
                      "%s: collective #%lld missed its %g s deadline (waited %.1f s): rank%s %s did not arrive "
                      "(stopped, dead, or in another call); this communicator cannot be used again",
-                     what, (long long)c->seq, c->timeout_s, waited, absent > 1 ? "s" : "", who);
+                     what, (long long)seq, c->timeout_s, waited, absent > 1 ? "s" : "", who);
     else
         ember__error(c->ctx, EMBER_ERR_TIMEOUT,
                      "%s: collective #%lld missed its %g s deadline (waited %.1f s)%s; this communicator cannot be "
                      "used again",
-                     what, (long long)c->seq, c->timeout_s, waited,
+                     what, (long long)seq, c->timeout_s, waited,
                      c->diag != MPI_COMM_NULL ? ": every rank arrived but MPI did not complete it" : "");
     memcpy(c->why, c->ctx->errmsg, sizeof c->why);
     return EMBER_ERR_TIMEOUT;
 }
 
-// Waits for a started collective against the deadline.
-static ember_status wait_for(ember_comm *c, MPI_Request *req, const char *what) {
+// Waits for started collective number `seq` against the deadline (the deadline counts from the
+// wait, not from the start: a split-phase collective's caller computes in between). The time
+// spent here is added to c->wait_s.
+static ember_status wait_seq(ember_comm *c, MPI_Request *req, const char *what, int64_t seq) {
     int rc;
+    const double start = MPI_Wtime();
     if (c->timeout_s <= 0) {
         rc = MPI_Wait(req, MPI_STATUS_IGNORE);
+        c->wait_s += MPI_Wtime() - start;
         return rc == MPI_SUCCESS ? EMBER_OK : mpi_fail(c, rc, what);
     }
-    const double start = MPI_Wtime();
     const double announce_at = c->timeout_s < 10 ? c->timeout_s / 10 : 1.0;
     bool announced = false;
+    ember_status st = EMBER_OK;
     for (unsigned spins = 0;; spins++) {
         int done = 0;
         rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, what);
-        if (done) return EMBER_OK;
-        if (spins < 1024) continue; // the common case ends here within microseconds
+        if (rc != MPI_SUCCESS) {
+            st = mpi_fail(c, rc, what);
+            break;
+        }
+        if (done) break;
+        // The common case ends here within microseconds. Then the clock is read on every test: on
+        // an oversubscribed host each MPI_Test may yield the core for milliseconds, and counting
+        // many of them first would overrun the deadline by seconds.
+        if (spins < 16) continue;
         const double waited = MPI_Wtime() - start;
         if (c->diag != MPI_COMM_NULL) {
             if (!announced && waited >= announce_at) {
@@ -98,9 +110,18 @@ static ember_status wait_for(ember_comm *c, MPI_Request *req, const char *what) 
             }
             if (announced) listen_diag(c);
         }
-        if (waited >= c->timeout_s) return timed_out(c, what, waited);
+        if (waited >= c->timeout_s) {
+            st = timed_out(c, what, waited, seq);
+            break;
+        }
         sched_yield(); // let other ranks on this core run (oversubscribed hosts)
     }
+    c->wait_s += MPI_Wtime() - start;
+    return st;
+}
+
+static ember_status wait_for(ember_comm *c, MPI_Request *req, const char *what) {
+    return wait_seq(c, req, what, c->seq);
 }
 
 // Every collective starts here: refuses a communicator a timeout has left unusable and numbers
@@ -320,10 +341,112 @@ ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t
     return st;
 }
 
+// --- Split-phase collectives -----------------------------------------------------------------
+
+static ember_status req_start(ember_comm *c, ember__req *r, const char *what) {
+    EMBER_CHECK(c->ctx, r != NULL && !r->pending, EMBER_ERR_STATE, "%s: the request is still in flight", what);
+    if (!r->counts) r->counts = ember__alloc(c->ctx, sizeof(int) * 4 * (size_t)c->size);
+    if (!r->counts) return ember__error(c->ctx, EMBER_ERR_NOMEM, "%s: out of memory", what);
+    r->mpi = MPI_REQUEST_NULL;
+    r->what = what;
+    return EMBER_OK;
+}
+
+static void req_push(ember_comm *c, ember__req *r) {
+    r->seq = c->seq;
+    r->pending = 1;
+    r->next = c->inflight;
+    c->inflight = r;
+}
+
+ember_status ember__comm_ialltoallv(ember_comm *c, const void *send, const int64_t *send_counts, void *recv,
+                                    const int64_t *recv_counts, size_t elem_size, ember__req *r) {
+    EMBER_CHECK(c->ctx, send_counts && recv_counts && elem_size > 0 && elem_size <= INT_MAX, EMBER_ERR_INVALID_ARG,
+                "alltoallv: bad arguments");
+    EMBER_TRY(req_start(c, r, "alltoallv"));
+    int *sc = r->counts, *sd = sc + c->size, *rc = sc + 2 * c->size, *rd = sc + 3 * c->size;
+    ember_status st = to_int_counts(c, send_counts, sc, sd, "alltoallv send");
+    if (st == EMBER_OK) st = to_int_counts(c, recv_counts, rc, rd, "alltoallv recv");
+    if (st == EMBER_OK) st = begin(c, "alltoallv");
+    if (st != EMBER_OK) return st;
+    MPI_Datatype t;
+    MPI_Type_contiguous((int)elem_size, MPI_BYTE, &t);
+    MPI_Type_commit(&t);
+    int rc_ = MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, c->comm, &r->mpi);
+    MPI_Type_free(&t); // MPI keeps it until the exchange completes
+    if (rc_ != MPI_SUCCESS) return mpi_fail(c, rc_, "alltoallv");
+    req_push(c, r);
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank) c->bytes_sent += (uint64_t)send_counts[q] * elem_size;
+    return EMBER_OK;
+}
+
+ember_status ember__comm_iallgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                     const int64_t *recv_counts, size_t elem_size, ember__req *r) {
+    EMBER_CHECK(c->ctx, recv_counts && count >= 0 && count <= INT_MAX && elem_size > 0 && elem_size <= INT_MAX,
+                EMBER_ERR_INVALID_ARG, "allgatherv: bad arguments");
+    EMBER_TRY(req_start(c, r, "allgatherv"));
+    int *rc = r->counts, *rd = rc + c->size;
+    ember_status st = to_int_counts(c, recv_counts, rc, rd, "allgatherv");
+    if (st == EMBER_OK) st = begin(c, "allgatherv");
+    if (st != EMBER_OK) return st;
+    MPI_Datatype t;
+    MPI_Type_contiguous((int)elem_size, MPI_BYTE, &t);
+    MPI_Type_commit(&t);
+    int rc_ = MPI_Iallgatherv(send, (int)count, t, recv, rc, rd, t, c->comm, &r->mpi);
+    MPI_Type_free(&t);
+    if (rc_ != MPI_SUCCESS) return mpi_fail(c, rc_, "allgatherv");
+    req_push(c, r);
+    c->bytes_sent += (uint64_t)count * elem_size * (uint64_t)(c->size - 1);
+    return EMBER_OK;
+}
+
+ember_status ember__comm_wait(ember_comm *c, ember__req *r) {
+    if (!r || !r->pending) return EMBER_OK;
+    for (ember__req **p = &c->inflight; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    r->pending = 0;
+    r->next = NULL;
+    if (c->broken != EMBER_OK) { // a timeout elsewhere: MPI cannot cancel it, report that
+        memcpy(c->ctx->errmsg, c->why, sizeof c->why);
+        return c->ctx->last_status = c->broken;
+    }
+    return wait_seq(c, &r->mpi, r->what, r->seq);
+}
+
+void ember__comm_req_free(ember_comm *c, ember__req *r) {
+    if (!r) return;
+    ember__free(c->ctx, r->counts);
+    r->counts = NULL;
+}
+
+ember_status ember_comm_progress(ember_comm *c) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    for (ember__req *r = c->inflight; r; r = r->next) {
+        if (r->mpi == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        int rc = MPI_Test(&r->mpi, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "ember_comm_progress");
+    }
+    return EMBER_OK;
+}
+
+double ember_comm_wait_seconds(const ember_comm *c) { return c ? c->wait_s : 0; }
+void ember_comm_reset_wait_seconds(ember_comm *c) { if (c) c->wait_s = 0; }
+
 ember_status ember_comm_alltoall_i64(ember_comm *c, const int64_t *send, int64_t *recv) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     COLL(c, "alltoall_i64", MPI_Ialltoall(send, 1, MPI_INT64_T, recv, 1, MPI_INT64_T, c->comm, &req_));
     c->bytes_sent += (uint64_t)(c->size - 1) * sizeof(int64_t);
+    return EMBER_OK;
+}
+
+ember_status ember__comm_alltoall_i64n(ember_comm *c, const int64_t *send, int64_t *recv, int n) {
+    COLL(c, "alltoall_i64", MPI_Ialltoall(send, n, MPI_INT64_T, recv, n, MPI_INT64_T, c->comm, &req_));
+    c->bytes_sent += (uint64_t)(c->size - 1) * (uint64_t)n * sizeof(int64_t);
     return EMBER_OK;
 }
 

@@ -25,7 +25,43 @@ struct ember_comm {
     ember_status broken;  // EMBER_OK, or the status after which the communicator is unusable
     char why[EMBER_ERRMSG_CAP]; // the timeout's message, repeated by every later collective
     int flags[4];         // ember_comm_create's agreement on its allocations: (ok, rank) in and out
+    double wait_s;        // seconds spent blocked waiting for collectives (ember_comm_wait_seconds)
+    struct ember__req *inflight; // split-phase collectives started and not yet waited for
 };
+
+// Split-phase collectives: a start returns at once with the collective in flight in *r; the
+// caller computes and later waits for it (ember__comm_wait) under the watchdog's deadline, which
+// counts from the wait. Any number may be in flight on one communicator, with blocking
+// collectives between them, provided every rank starts them all in the same order (MPI's rule).
+// The buffers (and the counts' arrays passed in) belong to MPI until the wait returns; the int
+// counts MPI reads are kept in r. Nonblocking collectives advance only inside MPI calls on
+// transports without a progress thread (Open MPI's TCP and shared memory): ember_comm_progress
+// tests every request in flight.
+typedef struct ember__req {
+    MPI_Request mpi;         // MPI_REQUEST_NULL once complete
+    int64_t seq;             // the collective's number on its communicator
+    const char *what;        // the message's name of it
+    int *counts;             // [4W] MPI counts and displacements, owned (ember__comm_req_free)
+    int pending;             // started, not yet waited for (on the communicator's in-flight list)
+    struct ember__req *next; // that list
+} ember__req;
+
+// Start an exchange: the arguments and statuses of ember_comm_alltoallv / ember_comm_allgatherv
+// (argument errors are local; EMBER_ERR_NOMEM when r's counts cannot be allocated; a communicator
+// broken by a timeout refuses it). On failure nothing is in flight. Collective (started).
+ember_status ember__comm_ialltoallv(ember_comm *c, const void *send, const int64_t *send_counts, void *recv,
+                                    const int64_t *recv_counts, size_t elem_size, ember__req *r);
+ember_status ember__comm_iallgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                     const int64_t *recv_counts, size_t elem_size, ember__req *r);
+// Each rank sends n int64 to every rank: recv[s * n + i] = rank s's send[me * n + i]. The status
+// and argument rules of ember_comm_alltoall_i64. Collective.
+ember_status ember__comm_alltoall_i64n(ember_comm *c, const int64_t *send, int64_t *recv, int n);
+// Waits for r under the deadline (the messages and announcements of every collective; the time
+// is added to the wait seconds). EMBER_OK at once when r is not pending. Returns EMBER_OK,
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; r is no longer pending afterwards in every case.
+ember_status ember__comm_wait(ember_comm *c, ember__req *r);
+// Frees r's counts. r must not be pending, unless the communicator timed out.
+void ember__comm_req_free(ember_comm *c, ember__req *r);
 
 // A configuration as text, one "<field>: <value>\n" line per field, built by every rank in the
 // same order (e.g. "table 'user' rows: 31"). ember__fields_add appends a line; on failure to

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "shard/internal.h"
+#include "shard/overlap.h"
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
@@ -183,13 +183,22 @@ static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update
     return ember__ebc_apply(s->local, g->key, g->goff, g->grad, g->n, mine); // allocates nothing after coalesce
 }
 
-ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+// The data-parallel gathers a failed backward leaves in flight: waited for (their buffers are
+// the collection's), whatever fails.
+static void drain_dp(ember_sebc *s) {
+    (void)ember__comm_wait(s->comm, &s->ov->dp[0]);
+    (void)ember__comm_wait(s->comm, &s->ov->dp[1]);
+}
+
+ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_sebc_backward";
     ember_comm *c = s->comm;
     const int32_t W = s->W, me = s->rank;
     ember_status st = EMBER_OK;
-    if (!s->has_forward) {
+    if (s->ov->bwd_started) {
+        st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
+    } else if (!s->has_forward) {
         st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", fn);
     } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
                (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
@@ -217,7 +226,7 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
             st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
                               (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
     }
-    const int32_t B = s->batch, nr = s->nroutes[me], lod = s->local_out_dim[me];
+    const int32_t B = s->batch, lod = s->local_out_dim[me];
     const float scale = ember__grad_scale(s);
     int64_t nsend = 0;
     for (int32_t q = 0; q < W; q++)
@@ -269,23 +278,68 @@ ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const floa
         }
     }
     float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
-    EMBER_TRY(ember__wire_exchange(s, EMBER__WIRE_BWD, send, sc, recv, rc));
-    if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
-    // Every allocation the updates need, the routed pieces' and the schemes' kept at home, made
-    // and agreed on before any table changes: a rank out of memory leaves every table, step and
-    // the forward's state as they were, on every rank.
-    routed_update ru;
-    st = routed_prepare(s, s->loc_out.p, &ru);
+    ember__overlap *ov = s->ov;
+    if (s->wire_bwd != EMBER_DTYPE_F32 && s->W > 1) {
+        // 16-bit gradients on the wire: encoded, exchanged and decoded here (blocking; nothing is
+        // left in flight for the finish to wait for).
+        EMBER_TRY(ember__wire_exchange(s, EMBER__WIRE_BWD, send, sc, recv, rc));
+    } else {
+        EMBER_TRY(ember__comm_ialltoallv(c, send, sc, recv, rc, sizeof(float), &ov->grad));
+    }
+    (void)ember_comm_progress(c);
+    // The schemes kept at home prepare now, from grad_out (every allocation of their update, agreed
+    // on; data-parallel then starts its gathers), while the routed gradients travel.
+    st = EMBER_OK;
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
         if (ember__schemes[k]->backward_prepare) st = ember__schemes[k]->backward_prepare(s, grad_out, st);
-    EMBER_TRY(ember_comm_agree(c, st));
+    if (st != EMBER_OK) {
+        (void)ember__comm_wait(c, &ov->grad);
+        drain_dp(s);
+        return st;
+    }
+    ov->bwd_started = 1;
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_backward_finish(ember_sebc *s) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_comm *c = s->comm;
+    ember__overlap *ov = s->ov;
+    EMBER_CHECK(s->ctx, ov->bwd_started, EMBER_ERR_STATE, "ember_sebc_backward_finish: no backward was started");
+    ov->bwd_started = 0;
+    const int32_t nr = s->nroutes[s->rank];
+    ember_status st = ember__comm_wait(c, &ov->grad);
+    if (st != EMBER_OK) {
+        drain_dp(s);
+        return st;
+    }
+    if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
+    // Every allocation the updates need, the routed pieces' and (in the start) the schemes' kept
+    // at home, made and agreed on before any table changes: a rank out of memory leaves every
+    // table, step and the forward's state as they were, on every rank.
+    routed_update ru;
+    st = ember_comm_agree(c, routed_prepare(s, s->loc_out.p, &ru));
+    if (st != EMBER_OK) {
+        drain_dp(s);
+        return st;
+    }
     s->has_forward = 0; // the updates begin: this forward is spent
     st = routed_apply(s, s->loc_out.p, &ru);
     // Communication failures only: agree before the home schemes' collectives.
-    EMBER_TRY(ember_comm_agree(c, st));
+    st = ember_comm_agree(c, st);
+    if (st != EMBER_OK) {
+        drain_dp(s);
+        return st;
+    }
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
         if (st == EMBER_OK && ember__schemes[k]->backward_apply) st = ember__schemes[k]->backward_apply(s);
+    drain_dp(s); // after a failure only: nothing stays in flight
     s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
     return ember_comm_agree(c, st);
+}
+
+ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+    EMBER_TRY(ember_sebc_backward_start(s, kjt, grad_out));
+    return ember_sebc_backward_finish(s);
 }
 

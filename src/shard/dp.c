@@ -3,7 +3,7 @@
 // every replica applies bitwise the same update.
 #include <string.h>
 
-#include "shard/internal.h"
+#include "shard/overlap.h"
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
@@ -150,7 +150,11 @@ static ember_status backward_prepare(ember_sebc *s, const float *grad_out, ember
     // grads: gathered [tg], merged [tg].
     int64_t *keys = RESERVE(s, dp_keys, int64_t, 4 * tk + W + 1);
     float *grads = RESERVE(s, dp_grads, float, 2 * tg);
-    return ember_comm_agree(c, keys && grads ? EMBER_OK : EMBER_ERR_NOMEM);
+    EMBER_TRY(ember_comm_agree(c, keys && grads ? EMBER_OK : EMBER_ERR_NOMEM));
+    // The gathers start now and travel during the routed pieces' exchange and update (and the
+    // caller's dense backward between ember_sebc_backward_start and _finish); apply waits.
+    EMBER_TRY(ember__comm_iallgatherv(c, g->key, g->n, keys, nk, sizeof(int64_t), &s->ov->dp[0]));
+    return ember__comm_iallgatherv(c, g->grad, g->goff[g->n], grads, ng, sizeof(float), &s->ov->dp[1]);
 }
 
 // Apply: the exchange, the merge and the update. Collective; allocates nothing.
@@ -158,7 +162,6 @@ static ember_status backward_apply(ember_sebc *s) {
     if (!s->dp) return EMBER_OK;
     ember_comm *c = s->comm;
     const int32_t W = s->W;
-    const ember__sparse_grad *g = &s->dp_grad;
     int64_t *nk = s->dp_counts.p, *ng = nk + W, *head = nk + 2 * W; // head: next gathered index per rank
     int64_t tk = 0, tg = 0;
     for (int32_t q = 0; q < W; q++) {
@@ -167,8 +170,8 @@ static ember_status backward_apply(ember_sebc *s) {
     }
     int64_t *keys = s->dp_keys.p, *mkeys = keys + tk, *moff = keys + 2 * tk, *goffs = keys + 3 * tk + 1;
     float *grads = s->dp_grads.p, *mgrads = grads + tg;
-    EMBER_TRY(ember_comm_allgatherv(c, g->key, g->n, keys, nk, sizeof(int64_t)));
-    EMBER_TRY(ember_comm_allgatherv(c, g->grad, g->goff[g->n], grads, ng, sizeof(float)));
+    EMBER_TRY(ember__comm_wait(c, &s->ov->dp[0]));
+    EMBER_TRY(ember__comm_wait(c, &s->ov->dp[1]));
     // Offsets of every gathered row's gradient: each rank's rows are laid out in its key order
     // with the width of the key's table.
     int64_t k = 0, go = 0;

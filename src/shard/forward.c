@@ -5,7 +5,7 @@
 // others waiting.
 #include <string.h>
 
-#include "shard/internal.h"
+#include "shard/overlap.h"
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
@@ -97,27 +97,34 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     const char *fn = "ember_sebc_forward";
     ember_comm *c = s->comm;
     const int32_t W = s->W, me = s->rank;
+    EMBER_CHECK(s->ctx, !s->ov->bwd_started, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
     s->bytes_at_forward = ember_comm_bytes_sent(c);
     s->has_forward = 0;
     ember_status st = check_inputs(s, fn, kjt, out, "out");
-    if (st == EMBER_OK) st = ember__sanitise(s, kjt);
-    if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
-    if (st == EMBER_OK) {
-        s->fwd_digest = ember__kjt_digest(kjt);
-        s->fwd_nnz = kjt->nnz;
-    }
-    EMBER_TRY(ember_comm_agree(c, st));
+    // A prefetch of this batch (every rank's KJT the one it prefetched) did everything up to
+    // and including the input dist (overlap.c).
+    int taken = 0;
+    if (s->ov->pending) EMBER_TRY(ember__prefetch_take(s, kjt, st, &taken));
     const int32_t B = kjt->batch_size;
-    // Batch sizes and whether any rank carries weights (then every rank sends weights).
-    int64_t *Bw = s->cnt;
-    EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw));
-    s->weighted = 0;
-    for (int32_t q = 0; q < W; q++) {
-        s->Bs[q] = Bw[q] / 2;
-        s->weighted |= (int32_t)(Bw[q] & 1);
+    if (!taken) {
+        if (st == EMBER_OK) st = ember__sanitise(s, kjt);
+        if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
+        if (st == EMBER_OK) {
+            s->fwd_digest = ember__kjt_digest(kjt);
+            s->fwd_nnz = kjt->nnz;
+        }
+        EMBER_TRY(ember_comm_agree(c, st));
+        // Batch sizes and whether any rank carries weights (then every rank sends weights).
+        int64_t *Bw = s->cnt;
+        EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw));
+        s->weighted = 0;
+        for (int32_t q = 0; q < W; q++) {
+            s->Bs[q] = Bw[q] / 2;
+            s->weighted |= (int32_t)(Bw[q] & 1);
+        }
+        s->batch = B;
+        EMBER_TRY(ember_comm_alltoall_i64(c, s->send_ids, s->recv_ids));
     }
-    s->batch = B;
-    EMBER_TRY(ember_comm_alltoall_i64(c, s->send_ids, s->recv_ids));
     // Receive buffers and outputs, sized from the peers' counts; agreed before data moves.
     const int32_t nr = s->nroutes[me], lod = s->local_out_dim[me];
     int64_t Btot = 0, nrecv = 0, nout = 0;
@@ -152,9 +159,10 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         sc[q] = (int64_t)s->nroutes[q] * B;
         rc[q] = (int64_t)nr * s->Bs[q];
     }
-    st = ember_comm_alltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t));
-    if (st == EMBER_OK) st = ember_comm_alltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t));
-    if (st == EMBER_OK && s->weighted)
+    if (!taken) st = ember_comm_alltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t));
+    if (st == EMBER_OK && !taken)
+        st = ember_comm_alltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t));
+    if (st == EMBER_OK && !taken && s->weighted)
         st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {
         st = build_local(s);

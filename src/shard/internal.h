@@ -168,6 +168,7 @@ struct ember_sebc {
     int legacy_bucketize;         // measurement only: the O(W * nnz) path
     ember_dtype wire_fwd, wire_bwd; // wire precision of the output and gradient dists (wire.c)
     ember__buf wire_snd, wire_rcv;  // their 16-bit messages
+    struct ember__overlap *ov;    // prefetch and split backward (shard/overlap.h)
 };
 
 // The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a

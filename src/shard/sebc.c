@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "shard/internal.h"
+#include "shard/overlap.h"
 
 const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT] = {
     &ember__scheme_dp, &ember__scheme_tw, &ember__scheme_cw, &ember__scheme_rw, &ember__scheme_twrw,
@@ -78,6 +78,7 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
 void ember_sebc_destroy(ember_sebc *s) {
     if (!s) return;
     ember_ctx *ctx = s->ctx;
+    ember__overlap_destroy(s); // waits for exchanges still in flight first
     ember_ebc_destroy(s->local);
     ember_ebc_destroy(s->dp);
     if (s->ts)
@@ -125,6 +126,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     ALLOC(s->send_ids, W);
     ALLOC(s->recv_ids, W);
     ALLOC(s->cnt, 4 * W);
+    EMBER_TRY(ember__overlap_create(s));
     for (int32_t t = 0; t < T; t++) {
         s->tables[t] = cfg->tables[t];
         s->table_names[t] = ember__strdup(ctx, cfg->tables[t].name);

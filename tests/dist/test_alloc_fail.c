@@ -311,6 +311,8 @@ enum {
     S_PIECES,     // piece reads and writes, steps: no allocation
     S_SAVE,
     S_LOAD,
+    S_PREFETCH,   // prefetch of the batch, then its forward (which takes the prefetch)
+    S_SPLIT,      // backward_start, backward_finish
 };
 
 typedef struct sebc_fx {
@@ -352,8 +354,8 @@ static void sebc_setup(void *fx) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD,
                     ember_sebc_create(f->e->comm, &f->c.cfg, f->c.plan, EMBER_GRAD_MEAN, &f->s) == EMBER_OK);
     fill(f->s, 1);
-    if (f->what == S_FORWARD || f->what == S_BACKWARD) sebc_inputs(f);
-    if (f->what == S_BACKWARD)
+    if (f->what == S_FORWARD || f->what == S_BACKWARD || f->what == S_PREFETCH || f->what == S_SPLIT) sebc_inputs(f);
+    if (f->what == S_BACKWARD || f->what == S_SPLIT)
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(f->s, &f->g.kjt, f->out) == EMBER_OK);
     if (f->what >= S_READ_ALL && f->what <= S_WRITE_ROOT) {
         const int t = f->what == S_READ_ALL || f->what == S_WRITE_ALL ? 0 : 1;
@@ -395,6 +397,14 @@ static ember_status sebc_run(void *fx) {
         if (st == EMBER_OK) st = ember_sebc_set_step(s, 0, step + 1);
         return st;
     }
+    case S_PREFETCH: {
+        ember_status st = ember_sebc_prefetch(s, &f->g.kjt);
+        return st == EMBER_OK ? ember_sebc_forward(s, &f->g.kjt, f->out) : st;
+    }
+    case S_SPLIT: {
+        ember_status st = ember_sebc_backward_start(s, &f->g.kjt, f->grad);
+        return st == EMBER_OK ? ember_sebc_backward_finish(s) : st;
+    }
     case S_SAVE: {
         const ember_checkpoint_options o = {48, BLOBS, 2};
         return ember_checkpoint_save(s, f->dir, &o);
@@ -434,7 +444,8 @@ static void sebc_teardown(void *fx) {
 static const char *const WHAT[] = {"sebc_create",     "sebc_forward",   "sebc_backward",     "sebc_read (root -1)",
                                    "sebc_read_as (root 0)", "sebc_write (root -1)", "sebc_write_as (root W-1)",
                                    "sebc_convert_dtype (a)", "sebc_convert_dtype (b)", "sebc pieces and steps",
-                                   "checkpoint_save",  "checkpoint_load"};
+                                   "checkpoint_save",  "checkpoint_load", "sebc_prefetch + sebc_forward",
+                                   "sebc_backward_start + finish"};
 
 // The sequence `what` on a collection of `layout`, failing on each rank in turn for the mix (every
 // scheme at once) and on one rank, rotating with the layout, for the others.
@@ -465,6 +476,7 @@ static void sebc_forward_every_layout(void **state) {
     env e;
     env_open(&e);
     for (int l = 0; l < L_COUNT; l++) assert_true(sweep_sebc(&e, l, S_FORWARD, NULL, NULL) >= 4);
+    for (int l = 0; l < L_COUNT; l++) assert_true(sweep_sebc(&e, l, S_PREFETCH, NULL, NULL) >= 4);
     env_close(&e);
 }
 
@@ -473,6 +485,7 @@ static void sebc_backward_every_layout(void **state) {
     env e;
     env_open(&e);
     for (int l = 0; l < L_COUNT; l++) assert_true(sweep_sebc(&e, l, S_BACKWARD, NULL, NULL) >= 1);
+    for (int l = 0; l < L_COUNT; l++) assert_true(sweep_sebc(&e, l, S_SPLIT, NULL, NULL) >= 1);
     env_close(&e);
 }
 

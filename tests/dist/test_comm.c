@@ -136,12 +136,113 @@ static void a_late_rank_times_the_others_out(void **state) {
     (void)ctx;
 }
 
+// Split-phase collectives: several in flight at once with a blocking collective between them,
+// waited for in another order than started; the data, the byte counts and the blocked time.
+static void split_phase_collectives(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *c = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &c), EMBER_OK);
+    const int r = ember_comm_rank(c), w = ember_comm_size(c);
+    int64_t sc[8], rc[8], snd[64], rcv[64], g[8];
+    int32_t snd2[64], rcv2[64];
+    assert_true(w <= 8);
+    int64_t ns = 0, nr = 0;
+    for (int q = 0; q < w; q++) {
+        sc[q] = (r + q) % 3; // r sends (r + q) % 3 values to q, each 100 r + q
+        rc[q] = (q + r) % 3;
+        for (int64_t i = 0; i < sc[q]; i++) {
+            snd[ns] = 100 * r + q;
+            snd2[ns++] = -(100 * r + q);
+        }
+        nr += rc[q];
+    }
+    ember__req a = {.mpi = MPI_REQUEST_NULL}, b = {.mpi = MPI_REQUEST_NULL}, ga = {.mpi = MPI_REQUEST_NULL};
+    ember_comm_reset_bytes_sent(c);
+    ember_comm_reset_wait_seconds(c);
+    bool ok = ember__comm_ialltoallv(c, snd, sc, rcv, rc, sizeof(int64_t), &a) == EMBER_OK && a.pending;
+    ok = ok && ember_comm_progress(c) == EMBER_OK;
+    double x = 1;
+    ok = ok && ember_comm_allreduce_sum_f64(c, &x, 1) == EMBER_OK && x == w; // blocking, in between
+    ok = ok && ember__comm_ialltoallv(c, snd2, sc, rcv2, rc, sizeof(int32_t), &b) == EMBER_OK;
+    int64_t ones[8];
+    for (int q = 0; q < w; q++) ones[q] = 1;
+    const int64_t mine = 7 * r;
+    ok = ok && ember__comm_iallgatherv(c, &mine, 1, g, ones, sizeof(int64_t), &ga) == EMBER_OK;
+    ok = ok && ember_comm_progress(c) == EMBER_OK;
+    // A request still in flight cannot be started again.
+    ok = ok && ember__comm_ialltoallv(c, snd, sc, rcv, rc, sizeof(int64_t), &b) == EMBER_ERR_STATE;
+    ok = ok && ember__comm_wait(c, &ga) == EMBER_OK && ember__comm_wait(c, &b) == EMBER_OK &&
+         ember__comm_wait(c, &a) == EMBER_OK && !a.pending && !b.pending && !ga.pending;
+    ok = ok && ember__comm_wait(c, &a) == EMBER_OK; // not pending: nothing to do
+    int64_t n = 0;
+    for (int q = 0; q < w; q++) {
+        ok = ok && g[q] == 7 * q;
+        for (int64_t i = 0; i < rc[q]; i++, n++) ok = ok && rcv[n] == 100 * q + r && rcv2[n] == -(100 * q + r);
+    }
+    ok = ok && n == nr;
+    uint64_t want = 0;
+    for (int q = 0; q < w; q++)
+        if (q != r) want += (uint64_t)sc[q] * (sizeof(int64_t) + sizeof(int32_t)) + sizeof(int64_t);
+    if (w > 1) want += sizeof(double); // the all-reduce
+    ok = ok && ember_comm_bytes_sent(c) == want && ember_comm_wait_seconds(c) >= 0;
+    if (!ok) fprintf(stderr, "rank %d: split-phase collectives wrong (%s)\n", r, ember_ctx_errmsg(ctx));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    ember__comm_req_free(c, &a);
+    ember__comm_req_free(c, &b);
+    ember__comm_req_free(c, &ga);
+    ember_comm_destroy(c);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(ctx) == 0);
+    ember_ctx_destroy(ctx);
+}
+
+// The watchdog on a split-phase wait: the last rank never starts the exchange; the others' wait
+// gives up within the deadline (counted from the wait) and names it.
+static void a_split_phase_wait_times_out(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *c = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &c), EMBER_OK);
+    const int r = ember_comm_rank(c), w = ember_comm_size(c), late = w - 1;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_comm_set_timeout(c, 0.4) == EMBER_OK);
+    bool ok = true;
+    static int64_t snd[8], rcv[8], cnt[8]; // MPI may write rcv after the timeout: not on the stack
+    for (int q = 0; q < w; q++) cnt[q] = 1;
+    static ember__req a = {.mpi = MPI_REQUEST_NULL};
+    if (w > 1 && r != late) {
+        ok = ember__comm_ialltoallv(c, snd, cnt, rcv, cnt, sizeof(int64_t), &a) == EMBER_OK;
+        struct timespec ts = {0, 200000000}; // computing meanwhile does not count against the deadline
+        nanosleep(&ts, NULL);
+        const double t0 = MPI_Wtime();
+        const ember_status st = ember__comm_wait(c, &a);
+        const double took = MPI_Wtime() - t0;
+        char want[64];
+        snprintf(want, sizeof want, "rank %d did not arrive", late);
+        ok = ok && st == EMBER_ERR_TIMEOUT && took >= 0.4 && took < 1.4 && strstr(ember_ctx_errmsg(ctx), want) &&
+             strstr(ember_ctx_errmsg(ctx), "alltoallv: collective #") && !a.pending &&
+             ember_comm_wait_seconds(c) >= 0.4;
+        if (!ok) fprintf(stderr, "rank %d: %s after %.2f s: %s\n", r, ember_status_name(st), took, ember_ctx_errmsg(ctx));
+    } else if (w > 1) {
+        struct timespec ts = {1, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    if (w == 1) {
+        ember_comm_destroy(c);
+        ember_ctx_destroy(ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(agree_spreads_the_failing_ranks_error),
         cmocka_unit_test(collectives_move_the_right_bytes),
         cmocka_unit_test(gatherv_collects_onto_the_root),
+        cmocka_unit_test(split_phase_collectives),
+        cmocka_unit_test(a_split_phase_wait_times_out),
         cmocka_unit_test(a_late_rank_times_the_others_out),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,198 @@
+// Overlap of the sharded step's communication with computation: the next batch's input dist
+// started early (ember_sebc_prefetch, TorchRec's sparse-dist pipeline) and taken by the forward
+// that repeats its KJT. The split backward lives in backward.c (its exchanges are in s->ov).
+#include <string.h>
+
+#include "kjt/internal.h"
+#include "shard/overlap.h"
+
+#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+#define SWAP(T, a, b) do { T t_ = (a); (a) = (b); (b) = t_; } while (0)
+
+// Exchanges the current batch's input fields of s with b's.
+static void swap_input(ember_sebc *s, ember__batch_input *b) {
+    SWAP(int32_t, s->batch, b->batch);
+    SWAP(int32_t, s->weighted, b->weighted);
+    SWAP(int64_t *, s->Bs, b->Bs);
+    SWAP(int64_t *, s->send_ids, b->send_ids);
+    SWAP(int64_t *, s->recv_ids, b->recv_ids);
+    SWAP(ember__buf, s->san_off, b->san_off);
+    SWAP(ember__buf, s->san_val, b->san_val);
+    SWAP(ember__buf, s->san_w, b->san_w);
+    SWAP(ember__buf, s->san_pos, b->san_pos);
+    SWAP(ember__buf, s->san_blk, b->san_blk);
+    SWAP(ember__buf, s->snd_len, b->snd_len);
+    SWAP(ember__buf, s->snd_val, b->snd_val);
+    SWAP(ember__buf, s->snd_w, b->snd_w);
+    SWAP(ember__buf, s->snd_pos, b->snd_pos);
+    SWAP(ember__buf, s->snd_cur, b->snd_cur);
+    SWAP(ember__buf, s->rcv_len, b->rcv_len);
+    SWAP(ember__buf, s->rcv_val, b->rcv_val);
+    SWAP(ember__buf, s->rcv_w, b->rcv_w);
+    SWAP(ember__buf, s->dp_off, b->dp_off);
+    SWAP(ember__buf, s->dp_val, b->dp_val);
+    SWAP(ember__buf, s->dp_w, b->dp_w);
+    SWAP(ember__buf, s->dp_out, b->dp_out);
+    SWAP(ember_kjt, s->dp_kjt, b->dp_kjt);
+    SWAP(int64_t, s->ids_examined, b->ids_examined);
+}
+
+ember_status ember__overlap_create(ember_sebc *s) {
+    ember__overlap *ov = ember__calloc(s->ctx, sizeof *ov);
+    if (!ov) return EMBER_ERR_NOMEM;
+    s->ov = ov;
+    ember__batch_input *b = &ov->spare;
+    b->Bs = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
+    b->send_ids = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
+    b->recv_ids = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
+    ov->ctl = ember__calloc(s->ctx, sizeof(int64_t) * 6 * (size_t)s->W);
+    // The requests' MPI counts now, so that starting an exchange cannot fail for memory.
+    ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad, &ov->dp[0], &ov->dp[1]};
+    int ok = b->Bs && b->send_ids && b->recv_ids && ov->ctl;
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        reqs[i]->mpi = MPI_REQUEST_NULL;
+        reqs[i]->counts = ember__alloc(s->ctx, sizeof(int) * 4 * (size_t)s->W);
+        ok = ok && reqs[i]->counts;
+    }
+    return ok ? EMBER_OK : EMBER_ERR_NOMEM;
+}
+
+void ember__overlap_destroy(ember_sebc *s) {
+    ember__overlap *ov = s->ov;
+    if (!ov) return;
+    ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad, &ov->dp[0], &ov->dp[1]};
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        (void)ember__comm_wait(s->comm, reqs[i]); // MPI owns the buffers until then
+        ember__free(s->ctx, reqs[i]->counts);
+    }
+    ember__batch_input *b = &ov->spare;
+    ember__buf *bufs[] = {&b->san_off, &b->san_val, &b->san_w,   &b->san_pos, &b->san_blk, &b->snd_len,
+                          &b->snd_val, &b->snd_w,   &b->snd_pos, &b->snd_cur, &b->rcv_len, &b->rcv_val,
+                          &b->rcv_w,   &b->dp_off,  &b->dp_val,  &b->dp_w,    &b->dp_out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(s->ctx, bufs[i]);
+    ember__free(s->ctx, b->Bs);
+    ember__free(s->ctx, b->send_ids);
+    ember__free(s->ctx, b->recv_ids);
+    ember__free(s->ctx, ov->ctl);
+    ember__free(s->ctx, ov);
+    s->ov = NULL;
+}
+
+// Waits for the prefetch's exchanges, all of them whatever fails (none stays in flight).
+static ember_status wait_input(ember_sebc *s) {
+    ember_status st = EMBER_OK;
+    for (int i = 0; i < 3; i++) {
+        ember_status w = ember__comm_wait(s->comm, &s->ov->in[i]);
+        if (st == EMBER_OK) st = w;
+    }
+    return st;
+}
+
+ember_status ember__prefetch_drain(ember_sebc *s) {
+    if (!s->ov->pending) return EMBER_OK;
+    s->ov->pending = 0;
+    return wait_input(s);
+}
+
+ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_prefetch";
+    ember__overlap *ov = s->ov;
+    ember_comm *c = s->comm;
+    EMBER_TRY(ember__prefetch_drain(s)); // an earlier prefetch whose batch was never forwarded
+    int64_t oor = 0;
+    ember_status st = ember__kjt_validate(s->ctx, fn, kjt, s->F, s->feature_rows,
+                                          (const char *const *)s->feature_names, s->bounds, &oor);
+    // The next batch goes into the spare fields; the current batch's (its backward reads them)
+    // are swapped back before returning.
+    swap_input(s, &ov->spare);
+    if (st == EMBER_OK) st = ember__sanitise(s, kjt);
+    if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
+    // One exchange instead of the forward's three (agreement, batch sizes, id counts): to every
+    // rank q, (this rank failed, 2 B + weighted, ids for q). The failing rank's message is agreed
+    // on only when one failed.
+    const int32_t W = s->W, nr = s->nroutes[s->rank];
+    int64_t *snd3 = ov->ctl, *rcv3 = ov->ctl + 3 * W;
+    for (int32_t q = 0; q < W; q++) {
+        snd3[3 * q] = st != EMBER_OK;
+        snd3[3 * q + 1] = st == EMBER_OK ? (int64_t)kjt->batch_size * 2 + (kjt->weights != NULL) : 0;
+        snd3[3 * q + 2] = st == EMBER_OK ? s->send_ids[q] : 0;
+    }
+    ember_status ex = ember__comm_alltoall_i64n(c, snd3, rcv3, 3);
+    int failed = 0;
+    for (int32_t q = 0; ex == EMBER_OK && q < W; q++) failed |= rcv3[3 * q] != 0;
+    st = ex != EMBER_OK ? ex : failed ? ember_comm_agree(c, st) : EMBER_OK;
+    if (st == EMBER_OK) {
+        s->weighted = 0;
+        for (int32_t q = 0; q < W; q++) {
+            s->Bs[q] = rcv3[3 * q + 1] / 2;
+            s->weighted |= (int32_t)(rcv3[3 * q + 1] & 1);
+            s->recv_ids[q] = rcv3[3 * q + 2];
+        }
+        s->batch = kjt->batch_size;
+    }
+    if (st == EMBER_OK) {
+        int64_t Btot = 0, nrecv = 0;
+        for (int32_t q = 0; q < W; q++) {
+            Btot += s->Bs[q];
+            nrecv += s->recv_ids[q];
+        }
+        const int ok = RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) && RESERVE(s, rcv_val, int64_t, nrecv) &&
+                       RESERVE(s, rcv_w, float, nrecv);
+        st = ember_comm_agree(c, ok ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_NOMEM, "%s: out of memory", fn));
+    }
+    if (st == EMBER_OK) {
+        // The input dist, as the forward's: lengths, ids, weights.
+        int64_t *sc = s->cnt, *rc = s->cnt + W;
+        for (int32_t q = 0; q < W; q++) {
+            sc[q] = (int64_t)s->nroutes[q] * s->batch;
+            rc[q] = (int64_t)nr * s->Bs[q];
+        }
+        st = ember__comm_ialltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t), &ov->in[0]);
+        if (st == EMBER_OK)
+            st = ember__comm_ialltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t),
+                                        &ov->in[1]);
+        if (st == EMBER_OK && s->weighted)
+            st = ember__comm_ialltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float), &ov->in[2]);
+        if (st != EMBER_OK) (void)wait_input(s);
+    }
+    swap_input(s, &ov->spare);
+    if (st != EMBER_OK) return st;
+    ov->pending = 1;
+    ov->digest = ember__kjt_digest(kjt);
+    ov->nnz = kjt->nnz;
+    (void)ember_comm_progress(c); // hand MPI the first chunks before the caller computes
+    return EMBER_OK;
+}
+
+ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_status st, int *taken) {
+    ember__overlap *ov = s->ov;
+    ember_comm *c = s->comm;
+    *taken = 0;
+    // One small all-reduce when every rank's batch is valid and the prefetched one: (failed,
+    // differs), maxima over ranks; the failing rank's message is agreed on only when one failed.
+    int64_t v[2] = {st != EMBER_OK, !(st == EMBER_OK && kjt->nnz == ov->nnz && kjt->batch_size == ov->spare.batch &&
+                                      ember__kjt_digest(kjt) == ov->digest)};
+    ember_status agreed = ember_comm_allreduce_max_i64(c, v, 2);
+    if (agreed == EMBER_OK && v[0]) agreed = ember_comm_agree(c, st);
+    st = agreed;
+    const int64_t differs = v[1];
+    if (st != EMBER_OK || differs) {
+        const ember_status d = ember__prefetch_drain(s);
+        ov->dropped++;
+        if (st == EMBER_OK && differs)
+            ember__log(s->ctx, EMBER_LOG_INFO,
+                       "ember_sebc_forward: some rank's batch is not the one it prefetched: input dist redone");
+        return st != EMBER_OK ? st : d;
+    }
+    ov->pending = 0;
+    st = wait_input(s);
+    if (st != EMBER_OK) return st;
+    swap_input(s, &ov->spare); // the prefetched batch is current; the previous one is the spare
+    s->fwd_digest = ov->digest;
+    s->fwd_nnz = ov->nnz;
+    *taken = 1;
+    ov->taken++;
+    return EMBER_OK;
+}

@@ -1,0 +1,56 @@
+// Overlap state of the sharded collection (overlap.c): the prefetched input dist of the next
+// batch and the exchanges a split backward leaves in flight between its start and its finish.
+#ifndef EMBER_SHARD_OVERLAP_H
+#define EMBER_SHARD_OVERLAP_H
+
+#include "shard/internal.h"
+
+// The fields of ember_sebc that describe one batch's input (its sanitised and bucketized KJT,
+// what it sends and receives in the input dist, its replicas' sub-KJT). A prefetch swaps its own
+// set in, fills it and starts its input dist, and swaps the current batch's back; the forward
+// that takes the prefetch swaps them in for good (the previous batch's set becomes the spare).
+typedef struct ember__batch_input {
+    int32_t batch, weighted;
+    int64_t *Bs, *send_ids, *recv_ids; // [W] each
+    ember__buf san_off, san_val, san_w, san_pos, san_blk;
+    ember__buf snd_len, snd_val, snd_w, snd_pos, snd_cur;
+    ember__buf rcv_len, rcv_val, rcv_w;
+    ember__buf dp_off, dp_val, dp_w, dp_out;
+    ember_kjt dp_kjt;
+    int64_t ids_examined;
+} ember__batch_input;
+
+typedef struct ember__overlap {
+    // The prefetch: `spare` holds its batch while it is in flight (pending), identified by the
+    // KJT's digest, nnz and batch size.
+    ember__batch_input spare;
+    int pending;
+    uint64_t digest;
+    int64_t nnz;
+    ember__req in[3];      // lengths, ids, weights (the last only when weighted)
+    int64_t taken, dropped; // prefetches a forward took, and those it had to drop (tests)
+    int64_t *ctl;           // [6W] the prefetch's control exchange: sent, received
+    // The split backward: started (between ember_sebc_backward_start and _finish), its
+    // gradient exchange and the data-parallel tables' gathers.
+    int bwd_started;
+    ember__req grad, dp[2];
+} ember__overlap;
+
+// Allocates s->ov (its spare [W] arrays and requests' counts). NULL-safe free that first waits
+// for anything in flight.
+ember_status ember__overlap_create(ember_sebc *s);
+void ember__overlap_destroy(ember_sebc *s);
+
+// Forward's side of the prefetch. Collective when a prefetch is pending on every rank (it is
+// pending on all ranks or none): agrees on `st` (this rank's validation of kjt) and on whether
+// every rank's kjt is the one it prefetched. Returns the agreed failure (the prefetch drained),
+// or EMBER_OK with *taken = 1 (the prefetched batch is now s's current input; its exchanges are
+// still in flight: ember__prefetch_finish) or *taken = 0 (some rank's kjt differed: the prefetch
+// was drained; do the plain input dist).
+ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_status st, int *taken);
+// Waits for the taken prefetch's input dist. Collective (completes started collectives).
+ember_status ember__prefetch_finish(ember_sebc *s);
+// Waits for and forgets a pending prefetch (its batch is never forwarded). Collective.
+ember_status ember__prefetch_drain(ember_sebc *s);
+
+#endif
