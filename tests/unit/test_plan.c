@@ -43,7 +43,7 @@ static void small_tables_are_data_parallel_equal_tables_spread(void **state) {
     ember_table_plan plan[6];
     size_t storage[4];
     double step[4];
-    ember_plan_stats st = {storage, step};
+    ember_plan_stats st = {.storage_bytes = storage, .step_bytes = step};
     assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
     assert_int_equal(plan[0].scheme, EMBER_SHARD_DATA_PARALLEL);
     assert_int_equal(plan[1].scheme, EMBER_SHARD_DATA_PARALLEL);
@@ -80,7 +80,7 @@ static void memory_budget_forces_row_wise_and_is_respected(void **state) {
     pc.memory_per_rank = (size_t)200 << 20;
     ember_table_plan plan[2];
     size_t storage[3];
-    ember_plan_stats st = {storage, NULL};
+    ember_plan_stats st = {.storage_bytes = storage};
     assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
     assert_int_equal(plan[0].scheme, EMBER_SHARD_ROW_WISE);
     for (int q = 0; q < 3; q++) assert_true(st.storage_bytes[q] <= pc.memory_per_rank);
@@ -184,7 +184,7 @@ static void plans_for_4096_ranks(void **state) {
     size_t *storage = calloc(W, sizeof *storage);
     double *step = calloc(W, sizeof *step);
     assert_true(storage && step);
-    ember_plan_stats st = {storage, step};
+    ember_plan_stats st = {.storage_bytes = storage, .step_bytes = step};
     assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
     size_t placed = 0, want = 0;
     for (int q = 0; q < W; q++) assert_true(storage[q] <= pc.memory_per_rank);
