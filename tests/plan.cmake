@@ -1,1 +1,5 @@
 ember_unit_test(plan ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan.c)
+ember_test_exe(test_plan_topology ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_plan_topology.c)
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.plan_topology.np${np} ${np} test_plan_topology)
+endforeach()
