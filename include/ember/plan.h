@@ -74,6 +74,14 @@ EMBER_API ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config 
                                          const ember_plan_config *cfg, ember_table_plan *plan,
                                          ember_plan_stats *stats);
 
+// The planner's estimate for a given plan (one entry per table of ebc_cfg, e.g. an explicit
+// placement or a plan file), under cfg's batch, pooling factors and topology: fills the arrays
+// of stats that are not NULL (storage_bytes from ember_shard_rank_bytes). Local. Returns
+// EMBER_OK, EMBER_ERR_INVALID_ARG (NULL argument, bad sizes or topology as ember_plan_create, a
+// table's plan that ember_sebc_create would refuse: the message names the table).
+EMBER_API ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ebc_cfg, const ember_plan_config *cfg,
+                                          const ember_table_plan *plan, ember_plan_stats *stats);
+
 // The topology of comm for ember_plan_config: host_of[W] (every rank's host: ranks that share
 // memory, MPI_COMM_TYPE_SHARED, are one host; hosts numbered by their lowest rank, so host 0
 // holds rank 0) and the number of hosts in *num_hosts (may be NULL). With probe_bytes > 0,

@@ -367,6 +367,73 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     return st;
 }
 
+ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, const ember_plan_config *pc,
+                                const ember_table_plan *plan, ember_plan_stats *stats) {
+    if (!ctx) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_plan_predict";
+    EMBER_CHECK(ctx, ec && pc && plan && stats, EMBER_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    EMBER_CHECK(ctx, ec->num_tables >= 1 && ec->tables && ec->num_features >= 0, EMBER_ERR_INVALID_ARG,
+                "%s: %d tables", fn, (int)ec->num_tables);
+    const int W = pc->world_size, T = ec->num_tables;
+    EMBER_CHECK(ctx, W >= 1, EMBER_ERR_INVALID_ARG, "%s: world size %d, expected at least 1", fn, W);
+    EMBER_CHECK(ctx, pc->batch_size >= 1, EMBER_ERR_INVALID_ARG, "%s: batch size %d", fn, (int)pc->batch_size);
+    for (int t = 0; t < T; t++) {
+        const ember_table_plan *p = &plan[t];
+        const char *name = ec->tables[t].name ? ec->tables[t].name : "?";
+        EMBER_CHECK(ctx, (int)p->scheme >= 0 && p->scheme < EMBER_SHARD_COUNT, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown scheme %d", fn, name, (int)p->scheme);
+        const int32_t need = ember_table_plan_ranks_needed(p);
+        EMBER_CHECK(ctx, need >= 0 && p->num_ranks == need && (need == 0 || p->ranks), EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': %d ranks given, the %s plan needs %d", fn, name, (int)p->num_ranks,
+                    ember_shard_scheme_name(p->scheme), (int)need);
+        ember_status vs = ember__scheme(p->scheme)->validate(ctx, &ec->tables[t], p, W);
+        if (vs != EMBER_OK) return vs;
+    }
+    const size_t Wz = (size_t)W, NA = EMBER__TRAFFIC_ARRAYS;
+    ember__buf scratch = {0};
+    char *mem = ember__buf_reserve(ctx, &scratch, Wz * ((NA + 2) * sizeof(double) + 3 * sizeof(int32_t)) + 4);
+    if (!mem) return EMBER_ERR_NOMEM;
+    double *d = (double *)mem;
+    ember__traffic acc = {.W = W};
+    for (size_t i = 0; i < NA; i++) {
+        *traffic_array(&acc, (int)i) = d + i * Wz;
+        memset(d + i * Wz, 0, sizeof(double) * Wz);
+    }
+    model m = {0};
+    m.host_out = d + NA * Wz;
+    m.host_in = m.host_out + W;
+    int32_t *own_host_of = (int32_t *)(m.host_in + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
+    ember_status st = model_init(ctx, pc, &m, own_host_of, host_first, host_ranks);
+    acc.host_of = m.host_of;
+    for (int t = 0; t < T && st == EMBER_OK; t++) {
+        const ember_table_config *tc = &ec->tables[t];
+        double L = 0;
+        for (int f = 0; f < ec->num_features; f++)
+            if (ec->features[f].table == t) L += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
+        size_t wbytes = 0;
+        ember_table_config_bytes(tc, &wbytes, NULL);
+        ember__scheme(plan[t].scheme)
+            ->step_traffic(&plan[t], W, pc->batch_size, L, (double)wbytes / (double)tc->rows, 4.0 * tc->dim,
+                           (double)tc->rows, &acc);
+        for (int q = 0; q < W && stats->storage_bytes; q++) {
+            size_t w = 0, s = 0;
+            st = ember_shard_rank_bytes(ctx, tc, &plan[t], W, q, &w, &s);
+            if (st != EMBER_OK) break;
+            stats->storage_bytes[q] = (t ? stats->storage_bytes[q] : 0) + w + s;
+        }
+    }
+    if (st == EMBER_OK) {
+        host_sums(&m, &acc, NULL);
+        for (int q = 0; q < W; q++) {
+            if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
+            if (stats->step_seconds) stats->step_seconds[q] = m.intra_bw > 0 ? rank_seconds(&m, &acc, NULL, q) : 0;
+            if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
+        }
+    }
+    ember__buf_free(ctx, &scratch);
+    return st;
+}
+
 // Appends to buf[cap] at *n (kept NUL-terminated while it fits), counting what it needed.
 static void put(char *buf, size_t cap, size_t *n, const char *fmt, ...) EMBER__PRINTF(4, 5);
 static void put(char *buf, size_t cap, size_t *n, const char *fmt, ...) {

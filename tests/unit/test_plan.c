@@ -320,6 +320,23 @@ static void slow_links_keep_big_tables_on_one_host(void **state) {
     }
     assert_true(hosts_used[0] == 1 && hosts_used[1] == 1); // one table per host
     for (int q = 0; q < 4; q++) assert_true(storage[q] <= pc.memory_per_rank);
+    // ember_plan_predict of the plan repeats the planner's figures.
+    size_t p_storage[4];
+    double p_secs[4], p_inter[4];
+    ember_plan_stats ps = {.storage_bytes = p_storage, .step_seconds = p_secs, .inter_bytes = p_inter};
+    assert_int_equal(ember_plan_predict(ctx, &x.ec, &pc, plan, &ps), EMBER_OK);
+    for (int q = 0; q < 4; q++) {
+        assert_true(p_storage[q] == storage[q]);
+        assert_true(fabs(p_secs[q] - secs[q]) <= 1e-12 * secs[q] && fabs(p_inter[q] - inter[q]) <= 1e-9 * inter[q]);
+    }
+    // A plan ember_sebc_create would refuse is refused, naming the table.
+    plan[1].ranks[1] = plan[1].ranks[0];
+    assert_int_equal(ember_plan_predict(ctx, &x.ec, &pc, plan, &ps), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "table 't1'"));
+    plan[1].num_ranks = 1;
+    assert_int_equal(ember_plan_predict(ctx, &x.ec, &pc, plan, &ps), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "table 't1': 1 ranks given"));
+    plan[1].num_ranks = 2;
     // Row-wise only (what the planner picks without topology) predicts a slower step with more
     // bytes between hosts.
     ember_plan_config only_rw = pc;
