@@ -58,6 +58,7 @@ typedef struct train_options {
     ember_optim_kind embedding_optimizer;
     uint64_t seed;
     double timeout_s;                 // every collective's deadline (ember_comm_set_timeout); 0: none
+    double intra_gbps, inter_gbps;    // bandwidths for the planner, Gbit/s (0: probed)
     // Checkpoints (docs/dlrm.md, Resume; trainstate.h).
     const char *save_dir;             // saves DIR/step-<step, 10 digits>/ every checkpoint_interval
                                       // steps and at the end; NULL: none (but see resume)
