@@ -38,6 +38,9 @@ static void usage(FILE *f) {
             "  --inter_gbps G                   Gbit/s of each host's link to the others\n"
             "  --mem_gbps G                     Gbit/s one rank reads embedding rows at (default 80)\n"
             "  --grid                           also offer grid sharding\n"
+            "  --sharding S                     no planning: every table as S (dp, tw, cw, rw, twrw, grid;\n"
+            "                                   placed as 'ember train --sharding S', twrw groups of\n"
+            "                                   --ranks_per_host) and the planner's estimate of it\n"
             "Prints one line per table (name, scheme, ranks), then each rank's storage, bytes per step\n"
             "(of which to other hosts) and, with bandwidths, its predicted seconds per step and the\n"
             "predicted step time (the slowest rank's).\n"
@@ -55,6 +58,7 @@ typedef struct plan_args {
     int64_t ranks_per_host;
     double intra_gbps, inter_gbps, mem_gbps;
     int grid;
+    int sharding; // SHARDING_AUTO or a scheme for every table
 } plan_args;
 
 // Parses the options into a (defaults first). Returns 0 (run), 1 (--help) or 2 (bad usage: err
@@ -75,12 +79,14 @@ static int parse(int argc, char **argv, plan_args *a, char *err, size_t cap) {
                                        {"inter_gbps", 1, 0, 'X'},
                                        {"mem_gbps", 1, 0, 'M'},
                                        {"grid", 0, 0, 'g'},
+                                       {"sharding", 1, 0, 's'},
                                        {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
     train_options defaults;
     train_options_default(&defaults);
     *a = (plan_args){.dim = defaults.embedding_dim, .world = 2, .batch = defaults.batch_size, .memory = 0,
-                     .pooling = 1.0, .ntables = DLRM_NUM_SPARSE, .optim = defaults.embedding_optimizer};
+                     .pooling = 1.0, .ntables = DLRM_NUM_SPARSE, .optim = defaults.embedding_optimizer,
+                     .sharding = SHARDING_AUTO};
     memcpy(a->rows, defaults.rows, sizeof defaults.rows);
     int c;
     optind = 1;
@@ -132,6 +138,13 @@ static int parse(int argc, char **argv, plan_args *a, char *err, size_t cap) {
             break;
         }
         case 'g': a->grid = 1; break;
+        case 's':
+            a->sharding = sharding_parse(optarg);
+            if (a->sharding < 0) {
+                snprintf(err, cap, "--sharding '%.64s': expected dp, tw, cw, rw, twrw or grid", optarg);
+                ok = false;
+            }
+            break;
         case 'h': return 1;
         default:
             snprintf(err, cap, "unknown option '%s' (try 'ember plan --help')", argv[optind - 1]);
@@ -191,9 +204,20 @@ int cmd_plan(int argc, char **argv) {
                               ember_ctx_alloc(ctx, sizeof(double) * (size_t)world),
                               ember_ctx_alloc(ctx, sizeof(double) * (size_t)world)};
     ember_status st = stats.storage_bytes && stats.step_bytes && stats.step_seconds && stats.inter_bytes
-                          ? ember_plan_create(ctx, &ec, &pc, plan, &stats)
+                          ? EMBER_OK
                           : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "out of memory for %lld ranks", (long long)world);
-    const int planned = st == EMBER_OK;
+    int planned = 0;
+    if (st == EMBER_OK && a.sharding == SHARDING_AUTO) {
+        st = ember_plan_create(ctx, &ec, &pc, plan, &stats);
+        planned = st == EMBER_OK;
+    } else if (st == EMBER_OK) {
+        int choice[PLAN_MAX_TABLES];
+        for (int t = 0; t < ntables; t++) choice[t] = a.sharding;
+        st = sharding_plan(ctx, ntables, (int32_t)dim, choice, (int32_t)world,
+                           a.ranks_per_host > 0 ? (int32_t)a.ranks_per_host : (int32_t)world, plan);
+        planned = st == EMBER_OK;
+        if (st == EMBER_OK) st = ember_plan_predict(ctx, &ec, &pc, plan, &stats);
+    }
     if (st == EMBER_OK && output) st = planfile_write(ctx, output, &ec, plan, (int32_t)world);
     const size_t need = st == EMBER_OK ? ember_plan_describe(&ec, plan, NULL, 0) + 1 : 0;
     char *text = need ? ember_ctx_alloc(ctx, need) : NULL;
