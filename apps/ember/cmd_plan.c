@@ -36,7 +36,9 @@ static void usage(FILE *f) {
             "  --intra_gbps G                   Gbit/s between ranks of a host: plan on predicted time\n"
             "                                   (default: on bytes; needed with more than one host)\n"
             "  --inter_gbps G                   Gbit/s of each host's link to the others\n"
-            "  --mem_gbps G                     Gbit/s one rank reads embedding rows at (default 80)\n"
+            "  --mem_gbps G                     Gbit/s of embedding rows one rank pools and updates\n"
+            "                                   (default 16)\n"
+            "  --round_ms T                     ms of one collective round over all ranks (default 0)\n"
             "  --grid                           also offer grid sharding\n"
             "  --sharding S                     no planning: every table as S (dp, tw, cw, rw, twrw, grid;\n"
             "                                   placed as 'ember train --sharding S', twrw groups of\n"
@@ -56,7 +58,7 @@ typedef struct plan_args {
     ember_optim_kind optim;
     const char *output;
     int64_t ranks_per_host;
-    double intra_gbps, inter_gbps, mem_gbps;
+    double intra_gbps, inter_gbps, mem_gbps, round_ms;
     int grid;
     int sharding; // SHARDING_AUTO or a scheme for every table
 } plan_args;
@@ -78,6 +80,7 @@ static int parse(int argc, char **argv, plan_args *a, char *err, size_t cap) {
                                        {"intra_gbps", 1, 0, 'I'},
                                        {"inter_gbps", 1, 0, 'X'},
                                        {"mem_gbps", 1, 0, 'M'},
+                                       {"round_ms", 1, 0, 'T'},
                                        {"grid", 0, 0, 'g'},
                                        {"sharding", 1, 0, 's'},
                                        {"help", 0, 0, 'h'},
@@ -137,6 +140,13 @@ static int parse(int argc, char **argv, plan_args *a, char *err, size_t cap) {
             }
             break;
         }
+        case 'T':
+            ok = cli_parse_double("--round_ms", optarg, &a->round_ms, err, cap);
+            if (ok && !(a->round_ms >= 0 && a->round_ms < 1e6)) {
+                snprintf(err, cap, "--round_ms %.64s: expected ms >= 0", optarg);
+                ok = false;
+            }
+            break;
         case 'g': a->grid = 1; break;
         case 's':
             a->sharding = sharding_parse(optarg);
@@ -194,7 +204,8 @@ int cmd_plan(int argc, char **argv) {
     pc.ranks_per_host = (int32_t)a.ranks_per_host;
     pc.intra_host_bw = a.intra_gbps * 1e9 / 8;
     pc.inter_host_bw = a.inter_gbps * 1e9 / 8;
-    pc.mem_bw = (a.mem_gbps > 0 ? a.mem_gbps : 80) * 1e9 / 8;
+    pc.mem_bw = a.mem_gbps * 1e9 / 8;
+    pc.round_s = a.round_ms / 1e3;
     if (a.grid) pc.allow = 0x3f;
     ember_ctx *ctx = NULL;
     if (ember_ctx_create(NULL, &ctx) != EMBER_OK) return 1;

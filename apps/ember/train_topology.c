@@ -19,15 +19,16 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
                                       : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "topology: out of memory for %d ranks",
                                                             (int)W);
     st = ember_comm_agree(comm, st);
-    double intra = 0, inter = 0;
-    const int probe = !(tt->intra_given && tt->inter_given);
+    double intra = 0, inter = 0, round = 0;
     if (st == EMBER_OK)
-        st = ember_plan_detect_topology(comm, host_of, &tt->hosts, probe ? (int64_t)4 << 20 : 0, 3, &intra, &inter);
+        st = ember_plan_detect_topology(comm, host_of, &tt->hosts, (int64_t)4 << 20, 3, &intra, &inter,
+                                        &round);
     if (st == EMBER_OK) {
         if (tt->intra_given) intra = intra_gbps * 1e9 / 8;
         if (tt->inter_given) inter = inter_gbps * 1e9 / 8;
         tt->intra_bw = intra;
         tt->inter_bw = inter;
+        tt->round_s = round;
         ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
         pc.world_size = W;
         pc.batch_size = batch;
@@ -37,6 +38,7 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
                 pc.host_of = host_of;
                 pc.intra_host_bw = intra;
                 pc.inter_host_bw = inter;
+                pc.round_s = round;
             }
             st = ember_plan_create(ctx, ec, &pc, plan, NULL);
         }
@@ -45,6 +47,7 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
             // One rank sends nothing to others: any intra bandwidth predicts the same.
             pc.intra_host_bw = W == 1 && intra <= 0 ? 1e9 : intra;
             pc.inter_host_bw = inter;
+            pc.round_s = round;
             ember_plan_stats ps = {.step_seconds = secs};
             if (pc.intra_host_bw <= 0 || (tt->hosts > 1 && inter <= 0)) {
                 snprintf(tt->why_none, sizeof tt->why_none, "no bandwidth measured between ranks");

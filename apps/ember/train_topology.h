@@ -9,12 +9,13 @@ typedef struct train_topology {
     int32_t hosts;
     double intra_bw, inter_bw;  // bytes/s used for the prediction
     int intra_given, inter_given;
+    double round_s;             // probed seconds of one collective round
     double predicted_s;         // the slowest rank's predicted embedding step (NAN: none)
     char why_none[160];         // why there is no prediction
 } train_topology;
 
-// Detects the hosts of comm and, unless given (Gbit/s > 0), probes the bandwidths (4 MiB, 3
-// rounds). With plan_auto, fills plan[ec->num_tables] with the planner's placement: on more than
+// Detects the hosts of comm and probes the bandwidths (4 MiB, 3 rounds; given ones, Gbit/s > 0,
+// replace them) and one collective round's time. With plan_auto, fills plan[ec->num_tables] with the planner's placement: on more than
 // one host from the predicted time, on one host as ever (bytes). Then predicts the step of plan.
 // batch: samples per rank. Collective. Returns what ember_plan_detect_topology and
 // ember_plan_create return (agreed on by every rank); a prediction that fails is no failure (tt

@@ -14,7 +14,7 @@
 //   - without bandwidths, a rank's step cost is its bytes read + sent (one host); with them, a
 //     predicted time: rows read / memory bandwidth + intra-host bytes / intra-host bandwidth +
 //     the busier direction of its host's link (all its ranks' inter-host bytes) / inter-host
-//     bandwidth (docs/planner.md);
+//     bandwidth + the step's collective rounds x round_s (docs/planner.md);
 //   - tables are placed largest first, each on the option that keeps the largest per-rank
 //     step cost lowest while every rank stays within its memory budget; with more than one
 //     host, table-row-wise over each host's ranks (and grid, one column slice per host, when
@@ -47,9 +47,13 @@ typedef struct ember_plan_config {
     double intra_host_bw;        // bytes/s a rank sends to ranks of its host (0: plan on bytes)
     double inter_host_bw;        // bytes/s of one host's link to the others, each direction; needed
                                  // (with intra_host_bw) when there is more than one host
-    double mem_bw;               // bytes/s one rank reads embedding rows at (0: 10e9)
+    double mem_bw;               // bytes/s of embedding rows one rank pools and updates (forward,
+                                 // backward, optimizer), per byte of rows read (0: 2e9)
+    double round_s;              // seconds of one collective round over all ranks (0: none); a
+                                 // step takes about 15 rounds with routed tables, 6 more with
+                                 // data-parallel ones (the collectives of src/shard/)
 } ember_plan_config;
-#define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0, NULL, 0, 0, 0, 0}
+#define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0, NULL, 0, 0, 0, 0, 0}
 
 // Per-rank totals of a plan, as the planner estimates them: arrays of world_size entries the
 // caller provides (either may be NULL).
@@ -88,15 +92,16 @@ EMBER_API ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config
 // also measures *intra_bw and *inter_bw in bytes/s (either pointer may be NULL): ranks 0 and
 // the next rank of its host exchange probe_bytes back and forth `reps` times (reps < 1: 3), as
 // do rank 0 and the lowest rank of host 1; the best round trip of each pair gives the bandwidth
-// (0 when there is no such pair: one rank per host, or one host). Every rank gets the same
-// numbers. probe_bytes 0: no probe, the bandwidths are left alone. Each step is bounded by
-// comm's watchdog deadline.
+// (0 when there is no such pair: one rank per host, or one host), and the mean of 10 barriers
+// over every rank gives *round_s (may be NULL). Every rank gets the same numbers. probe_bytes 0:
+// no probe, the bandwidths and round_s are left alone. Each step is bounded by comm's watchdog
+// deadline.
 // Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL comm or host_of, probe_bytes
 // negative or over 1 GiB), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; the status is
 // agreed on by every rank, and on failure host_of and the bandwidths are unchanged.
 EMBER_API ember_status ember_plan_detect_topology(ember_comm *comm, int32_t *host_of, int32_t *num_hosts,
                                                   int64_t probe_bytes, int32_t reps, double *intra_bw,
-                                                  double *inter_bw);
+                                                  double *inter_bw, double *round_s);
 
 // Frees the ranks arrays of plan[num_tables] through ctx's allocator (those ember_plan_create
 // allocated, or that the caller allocated with ember_ctx_alloc) and sets them NULL and their

@@ -35,6 +35,7 @@ typedef struct model {
     int32_t *host_first;    // [H + 1] offsets into host_ranks
     int32_t *host_ranks;    // [W] ranks of host h: host_ranks[host_first[h] .. host_first[h + 1])
     double intra_bw, inter_bw, mem_bw;
+    double round_s;             // seconds of one collective round
     double *host_out, *host_in; // [H] scratch
 } model;
 
@@ -84,6 +85,14 @@ static double rank_seconds(const model *m, const ember__traffic *a, const ember_
     return t;
 }
 
+// Collective rounds of a step (src/shard/forward.c, backward.c, dp.c: counts, ids, lengths,
+// outputs, gradients and the status agreements), with routed tables and with data-parallel ones.
+#define ROUNDS_ROUTED 15
+#define ROUNDS_DP 6
+static double rounds_seconds(const model *m, int routed, int dp) {
+    return m->round_s * ((routed ? ROUNDS_ROUTED : 0) + (dp ? ROUNDS_DP : 0));
+}
+
 // Checks the topology fields and fills m (host_of from ranks_per_host into own_host_of[W]).
 static ember_status model_init(ember_ctx *ctx, const ember_plan_config *pc, model *m, int32_t *own_host_of,
                                int32_t *host_first, int32_t *host_ranks) {
@@ -95,11 +104,11 @@ static ember_status model_init(ember_ctx *ctx, const ember_plan_config *pc, mode
     EMBER_CHECK(ctx, pc->ranks_per_host >= 0 && (pc->ranks_per_host == 0 || W % pc->ranks_per_host == 0),
                 EMBER_ERR_INVALID_ARG, "%s: ranks_per_host %d does not divide the world size %d", fn,
                 (int)pc->ranks_per_host, W);
-    const double bw[3] = {pc->intra_host_bw, pc->inter_host_bw, pc->mem_bw};
-    const char *bw_name[3] = {"intra_host_bw", "inter_host_bw", "mem_bw"};
-    for (int i = 0; i < 3; i++)
-        EMBER_CHECK(ctx, bw[i] >= 0 && isfinite(bw[i]), EMBER_ERR_INVALID_ARG, "%s: %s %g bytes/s", fn, bw_name[i],
-                    bw[i]);
+    const double bw[4] = {pc->intra_host_bw, pc->inter_host_bw, pc->mem_bw, pc->round_s};
+    const char *bw_name[4] = {"intra_host_bw", "inter_host_bw", "mem_bw", "round_s"};
+    for (int i = 0; i < 4; i++)
+        EMBER_CHECK(ctx, bw[i] >= 0 && isfinite(bw[i]), EMBER_ERR_INVALID_ARG, "%s: %s %g%s", fn, bw_name[i], bw[i],
+                    i == 3 ? " s" : " bytes/s");
     if (pc->host_of || (pc->ranks_per_host > 0 && pc->ranks_per_host < W)) {
         int H = 0;
         for (int q = 0; q < W; q++) {
@@ -134,7 +143,8 @@ static ember_status model_init(ember_ctx *ctx, const ember_plan_config *pc, mode
     m->host_ranks = host_ranks;
     m->intra_bw = pc->intra_host_bw;
     m->inter_bw = pc->inter_host_bw;
-    m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 10e9;
+    m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 2e9;
+    m->round_s = pc->round_s;
     EMBER_CHECK(ctx, m->H == 1 || (m->intra_bw > 0 && m->inter_bw > 0), EMBER_ERR_INVALID_ARG,
                 "%s: %d hosts need intra_host_bw and inter_host_bw (given %g and %g bytes/s)", fn, m->H, m->intra_bw,
                 m->inter_bw);
@@ -223,6 +233,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     for (int h = 0; h < m.H && hosts_even; h++)
         hosts_even = host_first[h + 1] - host_first[h] == W / m.H && W / m.H >= 2;
     const double B = pc->batch_size;
+    int has_routed = 0, has_dp = 0; // the placed tables' kinds, for the collective rounds
     for (int i = 0; i < T && st == EMBER_OK; i++) {
         const int t = (int)order[i];
         const ember_table_config *tc = &ec->tables[t];
@@ -320,6 +331,10 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 total += timed ? s : rank_bytes(&cand.tr, NULL, q);
             }
             if (!fits) continue;
+            if (timed) {
+                const int dp = cand.plan.scheme == EMBER_SHARD_DATA_PARALLEL;
+                score += rounds_seconds(&m, has_routed || !dp, has_dp || dp);
+            }
             if (best_score < 0 || score < best_score * (1 - 1e-9) ||
                 (score <= best_score * (1 + 1e-9) && total < best_total)) {
                 const option keep = best; // the new best; the old one's arrays become scratch
@@ -345,6 +360,8 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             }
             memcpy(plan[t].ranks, best.plan.ranks, sizeof(int32_t) * (size_t)best.plan.num_ranks);
         }
+        if (best.plan.scheme == EMBER_SHARD_DATA_PARALLEL) has_dp = 1;
+        else has_routed = 1;
         for (int q = 0; q < W; q++) {
             acc_storage[q] += best.storage[q];
             for (size_t a = 0; a < NA; a++) (*traffic_array(&acc, (int)a))[q] += (*traffic_array(&best.tr, (int)a))[q];
@@ -355,7 +372,9 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         host_sums(&m, &acc, NULL);
         for (int q = 0; q < W; q++) {
             if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
-            if (stats->step_seconds) stats->step_seconds[q] = timed ? rank_seconds(&m, &acc, NULL, q) : 0;
+            if (stats->step_seconds)
+                stats->step_seconds[q] = timed ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, has_routed, has_dp)
+                                               : 0;
             if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
         }
     }
@@ -405,8 +424,11 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     int32_t *own_host_of = (int32_t *)(m.host_in + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
     ember_status st = model_init(ctx, pc, &m, own_host_of, host_first, host_ranks);
     acc.host_of = m.host_of;
+    int has_routed = 0, has_dp = 0;
     for (int t = 0; t < T && st == EMBER_OK; t++) {
         const ember_table_config *tc = &ec->tables[t];
+        if (plan[t].scheme == EMBER_SHARD_DATA_PARALLEL) has_dp = 1;
+        else has_routed = 1;
         double L = 0;
         for (int f = 0; f < ec->num_features; f++)
             if (ec->features[f].table == t) L += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
@@ -426,7 +448,9 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
         host_sums(&m, &acc, NULL);
         for (int q = 0; q < W; q++) {
             if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
-            if (stats->step_seconds) stats->step_seconds[q] = m.intra_bw > 0 ? rank_seconds(&m, &acc, NULL, q) : 0;
+            if (stats->step_seconds)
+                stats->step_seconds[q] =
+                    m.intra_bw > 0 ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, has_routed, has_dp) : 0;
             if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
         }
     }

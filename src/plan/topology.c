@@ -30,7 +30,7 @@ static ember_status probe_pair(ember_comm *c, int32_t a, int32_t b, int64_t byte
 }
 
 ember_status ember_plan_detect_topology(ember_comm *c, int32_t *host_of, int32_t *num_hosts, int64_t probe_bytes,
-                                        int32_t reps, double *intra_bw, double *inter_bw) {
+                                        int32_t reps, double *intra_bw, double *inter_bw, double *round_s) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     ember_ctx *ctx = c->ctx;
     const char *fn = "ember_plan_detect_topology";
@@ -69,7 +69,7 @@ ember_status ember_plan_detect_topology(ember_comm *c, int32_t *host_of, int32_t
         // Hosts numbered in the order of their lowest ranks (a rank's lowest is never above it).
         for (int32_t q = 0; q < W; q++) hosts[q] = low[q] == q ? H++ : hosts[low[q]];
     }
-    double bw[2] = {0, 0};
+    double bw[2] = {0, 0}, round = 0;
     if (st == EMBER_OK && probe_bytes) {
         memset(buf, 0x5a, (size_t)probe_bytes * 2);
         int32_t pair[2][2] = {{-1, -1}, {-1, -1}}; // intra: two ranks of one host; inter: rank 0, host 1
@@ -87,12 +87,18 @@ ember_status ember_plan_detect_topology(ember_comm *c, int32_t *host_of, int32_t
             if (st == EMBER_OK && t > 0) bw[i] = (double)probe_bytes / t;
         }
         ember_ctx_free(ctx, cbuf);
+        // One collective round over every rank: the mean of 10 barriers, rank 0's clock.
+        const double t0 = MPI_Wtime();
+        for (int i = 0; i < 10 && st == EMBER_OK; i++) st = ember_comm_barrier(c);
+        round = (MPI_Wtime() - t0) / 10;
+        if (st == EMBER_OK) st = ember_comm_bcast(c, &round, sizeof round, 0);
     }
     if (st == EMBER_OK) {
         memcpy(host_of, hosts, sizeof(int32_t) * (size_t)W);
         if (num_hosts) *num_hosts = H;
         if (probe_bytes && intra_bw) *intra_bw = bw[0];
         if (probe_bytes && inter_bw) *inter_bw = bw[1];
+        if (probe_bytes && round_s) *round_s = round;
     }
     ember_ctx_free(ctx, buf);
     ember_ctx_free(ctx, low);

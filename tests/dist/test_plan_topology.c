@@ -22,19 +22,20 @@ static void one_machine_is_one_host(void **state) {
     const int w = ember_comm_size(c);
     int32_t host_of[8], hosts = -1;
     for (int q = 0; q < 8; q++) host_of[q] = -7;
-    double intra = -1, inter = -1;
+    double intra = -1, inter = -1, round = -1;
     // No probe: the bandwidths are left alone.
-    assert_int_equal(ember_plan_detect_topology(c, host_of, &hosts, 0, 0, &intra, &inter), EMBER_OK);
+    assert_int_equal(ember_plan_detect_topology(c, host_of, &hosts, 0, 0, &intra, &inter, NULL), EMBER_OK);
     bool ok = hosts == 1 && intra == -1 && inter == -1 && host_of[w] == -7;
     for (int q = 0; q < w; q++) ok = ok && host_of[q] == 0;
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
     // A 1 MiB probe, 2 rounds: a pair inside the host when there are two ranks; none across.
-    assert_int_equal(ember_plan_detect_topology(c, host_of, &hosts, 1 << 20, 2, &intra, &inter), EMBER_OK);
+    assert_int_equal(ember_plan_detect_topology(c, host_of, &hosts, 1 << 20, 2, &intra, &inter, &round), EMBER_OK);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, hosts == 1 && inter == 0 && (w == 1 ? intra == 0 : intra > 1e6));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, round > 0 && round < 1);
     // Every rank has the same numbers.
-    double mine[2] = {intra, -intra}, all[2];
-    MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, all[0] == intra && -all[1] == intra);
+    double mine[4] = {intra, -intra, round, -round}, all[4];
+    MPI_Allreduce(mine, all, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, all[0] == intra && -all[1] == intra && all[2] == round && -all[3] == round);
     // The detected topology plans: one host, no time without bandwidths, time with them.
     ember_table_config t[1] = {{"t", 1000, 16, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
                                 EMBER_OPTIM_CONFIG_DEFAULT, 0}};
@@ -52,12 +53,12 @@ static void one_machine_is_one_host(void **state) {
     ember_plan_release(ctx, plan, 1);
     // Bad arguments: every rank fails alike, the outputs untouched.
     host_of[0] = -3;
-    assert_int_equal(ember_plan_detect_topology(c, host_of, &hosts, -1, 0, &intra, &inter), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_plan_detect_topology(c, host_of, &hosts, -1, 0, &intra, &inter, NULL), EMBER_ERR_INVALID_ARG);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), "probe_bytes -1") != NULL && host_of[0] == -3);
-    assert_int_equal(ember_plan_detect_topology(c, NULL, &hosts, 0, 0, NULL, NULL), EMBER_ERR_INVALID_ARG);
-    assert_int_equal(ember_plan_detect_topology(NULL, host_of, &hosts, 0, 0, NULL, NULL), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_plan_detect_topology(c, NULL, &hosts, 0, 0, NULL, NULL, NULL), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_plan_detect_topology(NULL, host_of, &hosts, 0, 0, NULL, NULL, NULL), EMBER_ERR_INVALID_ARG);
     // Still usable afterwards.
-    assert_int_equal(ember_plan_detect_topology(c, host_of, NULL, 4096, 1, NULL, NULL), EMBER_OK);
+    assert_int_equal(ember_plan_detect_topology(c, host_of, NULL, 4096, 1, NULL, NULL, NULL), EMBER_OK);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, host_of[0] == 0);
     ember_comm_destroy(c);
     assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
