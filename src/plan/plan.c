@@ -94,9 +94,9 @@ static double rounds_seconds(const model *m, int routed, int dp) {
 }
 
 // Checks the topology fields and fills m (host_of from ranks_per_host into own_host_of[W]).
-static ember_status model_init(ember_ctx *ctx, const ember_plan_config *pc, model *m, int32_t *own_host_of,
-                               int32_t *host_first, int32_t *host_ranks) {
-    const char *fn = "ember_plan_create";
+// fn names the caller in messages.
+static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_config *pc, model *m,
+                               int32_t *own_host_of, int32_t *host_first, int32_t *host_ranks) {
     const int W = pc->world_size;
     m->W = W;
     m->H = 1;
@@ -202,7 +202,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     best.plan.ranks = by_load + W;
     cand.plan.ranks = best.plan.ranks + W;
     int32_t *own_host_of = cand.plan.ranks + W, *host_ranks = own_host_of + W, *host_first = host_ranks + W;
-    ember_status st = model_init(ctx, pc, &m, own_host_of, host_first, host_ranks);
+    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
     if (st != EMBER_OK) {
         ember__buf_free(ctx, &scratch);
         return st;
@@ -422,7 +422,7 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     m.host_out = d + NA * Wz;
     m.host_in = m.host_out + W;
     int32_t *own_host_of = (int32_t *)(m.host_in + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
-    ember_status st = model_init(ctx, pc, &m, own_host_of, host_first, host_ranks);
+    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
     acc.host_of = m.host_of;
     int has_routed = 0, has_dp = 0;
     for (int t = 0; t < T && st == EMBER_OK; t++) {
