@@ -32,6 +32,11 @@ static const char help[] =
     "                                    column slices, each row-wise over W / 2 ranks)\n"
     "  --plan FILE                       the tables' placement from a plan file that\n"
     "                                    'ember plan --output FILE' wrote (instead of --sharding)\n"
+    "  --intra_gbps G, --inter_gbps G    Gbit/s between ranks of a host / of each host's link, for\n"
+    "                                    the planner (default: probed at start, 4 MiB x 3); hosts\n"
+    "                                    are the ranks sharing memory. auto plans on one host as\n"
+    "                                    always, across hosts on the predicted step time; every plan's\n"
+    "                                    predicted embedding step is printed with the measured one\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
     "  --wire_precision P[,Q]            fp32 (default, exact), fp16 or bf16: pooled embeddings (P)\n"
     "                                    and their gradients (Q, default P) between ranks, rounded\n"
@@ -111,6 +116,8 @@ enum {
     OPT_OVER_ARCH,
     OPT_SHARDING,
     OPT_PLAN,
+    OPT_INTRA_GBPS,
+    OPT_INTER_GBPS,
     OPT_GRAD_CONVENTION,
     OPT_DATASET,
     OPT_DATA_PATH,
@@ -150,6 +157,8 @@ static const struct option options[] = {
     {"over_arch_layer_sizes", required_argument, NULL, OPT_OVER_ARCH},
     {"sharding", required_argument, NULL, OPT_SHARDING},
     {"plan", required_argument, NULL, OPT_PLAN},
+    {"intra_gbps", required_argument, NULL, OPT_INTRA_GBPS},
+    {"inter_gbps", required_argument, NULL, OPT_INTER_GBPS},
     {"grad_convention", required_argument, NULL, OPT_GRAD_CONVENTION},
     {"dataset", required_argument, NULL, OPT_DATASET},
     {"data_path", required_argument, NULL, OPT_DATA_PATH},
@@ -305,6 +314,17 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
             sharding_given = true;
             break;
         case OPT_PLAN: o->plan_path = optarg; break;
+        case OPT_INTRA_GBPS:
+        case OPT_INTER_GBPS: {
+            const char *gflag = c == OPT_INTRA_GBPS ? "--intra_gbps" : "--inter_gbps";
+            double *g = c == OPT_INTRA_GBPS ? &o->intra_gbps : &o->inter_gbps;
+            if (!cli_parse_double(gflag, optarg, g, err, cap)) return false;
+            if (!(*g > 0 && *g < 1e9)) {
+                snprintf(err, cap, "%s %.64s: expected Gbit/s > 0", gflag, optarg);
+                return false;
+            }
+            break;
+        }
         case OPT_GRAD_CONVENTION:
             if ((k = pick(optarg, conventions, 2)) < 0) {
                 choices = "mean, sum";

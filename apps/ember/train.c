@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "planfile.h"
 #include "sharding.h"
+#include "train_topology.h"
 #include "source.h"
 #include "synth.h"
 #include "train.h"
@@ -86,6 +87,7 @@ typedef struct run {
     ember_table_config tables[DLRM_NUM_SPARSE];
     ember_feature_config features[DLRM_NUM_SPARSE];
     ember_table_plan plan[DLRM_NUM_SPARSE];
+    train_topology topo;    // hosts, bandwidths and the plan's predicted embedding step
     char table_names[DLRM_NUM_SPARSE][16];
     char feature_names[DLRM_NUM_SPARSE][16];
     int64_t *sizes;         // [W] shares of the current global batch
@@ -370,6 +372,16 @@ static ember_status require_data(run *R) {
     return scan->usable ? EMBER_OK : source_unusable(R->ctx, &d, scan);
 }
 
+// The planner's line: hosts, bandwidths and the plan's predicted embedding step.
+static void print_topology(const run *R, FILE *f) {
+    const train_topology *t = &R->topo;
+    fprintf(f, "  topology    %d host%s, intra-host %.2f Gbit/s (%s), inter-host %.2f Gbit/s (%s), round %.3f ms\n",
+            (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9, t->intra_given ? "given" : "probed",
+            t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
+    if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
+    else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);
+}
+
 static void print_config(const run *R) {
     FILE *f = R->out;
     if (!f) return;
@@ -423,6 +435,7 @@ static void print_config(const run *R) {
         }
         fputc('\n', f);
     }
+    print_topology(R, f);
     if (R->resumed) {
         const train_position *p = &R->start;
         fprintf(f, "  resume      '%s': step %lld, epoch %d, next batch %lld (written by %d rank%s, generation %lld)\n",
@@ -718,6 +731,12 @@ static ember_status train_loop(run *R, train_result *res) {
                                 (long long)p->steps);
         fprintf(R->out, ", %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)run_samples,
                 train_time, train_time > 0.0 ? (double)run_samples / train_time : 0.0);
+        if (step > p->steps) {
+            fprintf(R->out, "step time: measured %.3f ms", train_time * 1e3 / (double)(step - p->steps));
+            if (!isnan(R->topo.predicted_s))
+                fprintf(R->out, ", predicted %.3f ms for the embeddings (planner)", R->topo.predicted_s * 1e3);
+            fputc('\n', R->out);
+        }
         fprintf(R->out, "eval AUC %.4f", res->eval_auc);
         if (!isnan(res->planted_auc)) {
             fprintf(R->out, "   planted model AUC %.4f (gap %.4f)", res->planted_auc,
@@ -936,18 +955,20 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
         // same plan everywhere.
         ember_ebc_config pe = {.tables = R->tables, .num_tables = DLRM_NUM_SPARSE, .features = R->features,
                                .num_features = DLRM_NUM_SPARSE};
+        const bool plan_auto = !o->plan_path && o->sharding[0] == SHARDING_AUTO;
         if (o->plan_path) {
             st = planfile_read(R->ctx, o->plan_path, &pe, R->world, R->plan);
-        } else if (o->sharding[0] == SHARDING_AUTO) {
-            ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
-            pc.world_size = R->world;
-            pc.batch_size = o->batch_size / R->world > 0 ? (int32_t)(o->batch_size / R->world) : 1;
-            st = ember_plan_create(R->ctx, &pe, &pc, R->plan, NULL);
-        } else {
+        } else if (!plan_auto) {
             st = sharding_plan(R->ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, R->world, R->node_size,
                                R->plan);
         }
         st = ember_comm_agree(comm, st);
+        // Hosts and bandwidths (probed unless given); the planner's placement for auto (on one
+        // host as ever, across hosts from the predicted time), and every plan's predicted step.
+        const int32_t local_batch = o->batch_size / R->world > 0 ? (int32_t)(o->batch_size / R->world) : 1;
+        if (st == EMBER_OK)
+            st = ember_comm_agree(comm, train_topology_plan(comm, &pe, local_batch, o->intra_gbps, o->inter_gbps,
+                                                            plan_auto, R->plan, &R->topo));
     }
     if (st == EMBER_OK) st = check_memory(R);
     if (st == EMBER_OK) st = ember_comm_agree(comm, open_data(R));

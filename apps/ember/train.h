@@ -62,6 +62,7 @@ typedef struct train_options {
     bool overlap;                     // --overlap: prefetch the next batch's input dist and split the
                                       // embedding backward around the dense backward (bitwise the
                                       // same results; default on)
+    double intra_gbps, inter_gbps;    // bandwidths for the planner, Gbit/s (0: probed)
     // Checkpoints (docs/dlrm.md, Resume; trainstate.h).
     const char *save_dir;             // saves DIR/step-<step, 10 digits>/ every checkpoint_interval
                                       // steps and at the end; NULL: none (but see resume)

@@ -137,7 +137,7 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
         pc.pooling_factor = have_pf ? pv.buf : NULL;
         pc.allow = allow;
         pc.dp_max_bytes = (size_t)dp_max;
-        ember_plan_stats stats = {storage, step};
+        ember_plan_stats stats = {.storage_bytes = storage, .step_bytes = step};
         ember_status st;
         Py_BEGIN_ALLOW_THREADS
         st = ember_plan_create(ctx, &c.cfg, &pc, plan, &stats);

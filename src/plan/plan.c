@@ -1,6 +1,7 @@
 // The planner (see include/ember/plan.h): enumerate each table's options, estimate their
 // per-rank storage and step bytes, place tables largest first on the option that keeps the
 // busiest rank least busy within the memory budget.
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,13 +20,29 @@ static size_t table_bytes(const ember_table_config *t) {
 typedef struct option {
     ember_table_plan plan; // plan.ranks: [W] scratch
     size_t *storage;
-    double *step;
+    ember__traffic tr;
 } option;
 
-// Option o's per-step bytes, from its scheme's estimate (L = ids per sample of the table, B
+static double **traffic_array(ember__traffic *tr, int i) {
+    double **a[EMBER__TRAFFIC_ARRAYS] = {&tr->read, &tr->self, &tr->intra, &tr->intra_in, &tr->inter, &tr->inter_in};
+    return a[i];
+}
+
+// The machine the plan is for: hosts, bandwidths (time mode when intra_bw > 0) and per-host sums.
+typedef struct model {
+    int W, H;
+    const int32_t *host_of; // [W], NULL: one host
+    int32_t *host_first;    // [H + 1] offsets into host_ranks
+    int32_t *host_ranks;    // [W] ranks of host h: host_ranks[host_first[h] .. host_first[h + 1])
+    double intra_bw, inter_bw, mem_bw;
+    double round_s;             // seconds of one collective round
+    double *host_out, *host_in; // [H] scratch
+} model;
+
+// Option o's per-step traffic, from its scheme's estimate (L = ids per sample of the table, B
 // samples per rank, row = bytes of one stored row, out = bytes of one pooled output row).
 static void cost(option *o, int W, double B, double L, double row, double out, double rows) {
-    ember__scheme(o->plan.scheme)->step_bytes(&o->plan, W, B, L, row, out, rows, o->step);
+    ember__scheme(o->plan.scheme)->step_traffic(&o->plan, W, B, L, row, out, rows, &o->tr);
 }
 
 // A candidate plan of scheme s (every other field and cost zero).
@@ -35,7 +52,105 @@ static void option_init(option *o, ember_shard_scheme s, int W) {
     o->plan.scheme = s;
     o->plan.ranks = ranks;
     memset(o->storage, 0, sizeof(size_t) * (size_t)W);
-    memset(o->step, 0, sizeof(double) * (size_t)W);
+    for (int i = 0; i < EMBER__TRAFFIC_ARRAYS; i++) memset(*traffic_array(&o->tr, i), 0, sizeof(double) * (size_t)W);
+}
+
+// Bytes rank q reads and sends per step with acc and c (c may be NULL).
+static double rank_bytes(const ember__traffic *a, const ember__traffic *c, int q) {
+    double v = a->read[q] + a->self[q] + a->intra[q] + a->inter[q];
+    if (c) v += c->read[q] + c->self[q] + c->intra[q] + c->inter[q];
+    return v;
+}
+
+// Fills m->host_out/host_in with each host's inter-host bytes sent/received with acc and c.
+static void host_sums(model *m, const ember__traffic *a, const ember__traffic *c) {
+    for (int h = 0; h < m->H; h++) m->host_out[h] = m->host_in[h] = 0;
+    if (!m->host_of) return;
+    for (int q = 0; q < m->W; q++) {
+        m->host_out[m->host_of[q]] += a->inter[q] + (c ? c->inter[q] : 0);
+        m->host_in[m->host_of[q]] += a->inter_in[q] + (c ? c->inter_in[q] : 0);
+    }
+}
+
+// Predicted seconds of rank q (after host_sums): its rows read at memory bandwidth, the busier
+// direction of its traffic inside the host, and the busier direction of its host's link.
+static double rank_seconds(const model *m, const ember__traffic *a, const ember__traffic *c, int q) {
+    const double read = a->read[q] + (c ? c->read[q] : 0);
+    const double out = a->intra[q] + (c ? c->intra[q] : 0), in = a->intra_in[q] + (c ? c->intra_in[q] : 0);
+    double t = read / m->mem_bw + (out > in ? out : in) / m->intra_bw;
+    if (m->host_of) {
+        const int h = m->host_of[q];
+        t += (m->host_out[h] > m->host_in[h] ? m->host_out[h] : m->host_in[h]) / m->inter_bw;
+    }
+    return t;
+}
+
+// Collective rounds of a step (src/shard/forward.c, backward.c, dp.c: counts, ids, lengths,
+// outputs, gradients and the status agreements), with routed tables and with data-parallel ones.
+#define ROUNDS_ROUTED 15
+#define ROUNDS_DP 6
+static double rounds_seconds(const model *m, int routed, int dp) {
+    return m->round_s * ((routed ? ROUNDS_ROUTED : 0) + (dp ? ROUNDS_DP : 0));
+}
+
+// Checks the topology fields and fills m (host_of from ranks_per_host into own_host_of[W]).
+// fn names the caller in messages.
+static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_config *pc, model *m,
+                               int32_t *own_host_of, int32_t *host_first, int32_t *host_ranks) {
+    const int W = pc->world_size;
+    m->W = W;
+    m->H = 1;
+    m->host_of = NULL;
+    EMBER_CHECK(ctx, pc->ranks_per_host >= 0 && (pc->ranks_per_host == 0 || W % pc->ranks_per_host == 0),
+                EMBER_ERR_INVALID_ARG, "%s: ranks_per_host %d does not divide the world size %d", fn,
+                (int)pc->ranks_per_host, W);
+    const double bw[4] = {pc->intra_host_bw, pc->inter_host_bw, pc->mem_bw, pc->round_s};
+    const char *bw_name[4] = {"intra_host_bw", "inter_host_bw", "mem_bw", "round_s"};
+    for (int i = 0; i < 4; i++)
+        EMBER_CHECK(ctx, bw[i] >= 0 && isfinite(bw[i]), EMBER_ERR_INVALID_ARG, "%s: %s %g%s", fn, bw_name[i], bw[i],
+                    i == 3 ? " s" : " bytes/s");
+    if (pc->host_of || (pc->ranks_per_host > 0 && pc->ranks_per_host < W)) {
+        int H = 0;
+        for (int q = 0; q < W; q++) {
+            const int32_t h = pc->host_of ? pc->host_of[q] : q / pc->ranks_per_host;
+            EMBER_CHECK(ctx, h >= 0 && h < W, EMBER_ERR_INVALID_ARG, "%s: rank %d on host %d, outside [0, %d)", fn, q,
+                        (int)h, W);
+            own_host_of[q] = h;
+            if (h + 1 > H) H = h + 1;
+        }
+        for (int h = 0; h <= H; h++) host_first[h] = 0;
+        for (int q = 0; q < W; q++) host_first[own_host_of[q] + 1]++;
+        for (int h = 0; h < H; h++) {
+            EMBER_CHECK(ctx, host_first[h + 1] > 0, EMBER_ERR_INVALID_ARG,
+                        "%s: no rank on host %d of 0..%d (hosts are numbered without gaps)", fn, h, H - 1);
+            host_first[h + 1] += host_first[h];
+        }
+        // Ranks of each host in rank order (O(W * H), well within the planner's O(T * W^2)).
+        for (int h = 0, pos = 0; h < H; h++)
+            for (int q = 0; q < W; q++)
+                if (own_host_of[q] == h) host_ranks[pos++] = q;
+        if (H > 1) {
+            m->H = H;
+            m->host_of = own_host_of;
+        }
+    }
+    if (m->H == 1) {
+        host_first[0] = 0;
+        host_first[1] = W;
+        for (int q = 0; q < W; q++) host_ranks[q] = q;
+    }
+    m->host_first = host_first;
+    m->host_ranks = host_ranks;
+    m->intra_bw = pc->intra_host_bw;
+    m->inter_bw = pc->inter_host_bw;
+    m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 2e9;
+    m->round_s = pc->round_s;
+    EMBER_CHECK(ctx, m->H == 1 || (m->intra_bw > 0 && m->inter_bw > 0), EMBER_ERR_INVALID_ARG,
+                "%s: %d hosts need intra_host_bw and inter_host_bw (given %g and %g bytes/s)", fn, m->H, m->intra_bw,
+                m->inter_bw);
+    EMBER_CHECK(ctx, m->intra_bw > 0 || m->inter_bw == 0, EMBER_ERR_INVALID_ARG,
+                "%s: inter_host_bw %g bytes/s without intra_host_bw", fn, m->inter_bw);
+    return EMBER_OK;
 }
 
 void ember_plan_release(ember_ctx *ctx, ember_table_plan *plan, int32_t num_tables) {
@@ -60,21 +175,41 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     const int32_t allow = pc->allow ? pc->allow : 0x1f;
     const size_t dp_max = pc->dp_max_bytes ? pc->dp_max_bytes : ((size_t)1 << 20);
     for (int t = 0; t < T; t++) plan[t] = (ember_table_plan){0};
-    // Scratch: per table Lt, order; per rank the running totals, two candidates and the ranks by load.
-    const size_t Wz = (size_t)W, Tz = (size_t)T;
+    // Scratch: per table Lt, order; per rank three traffics (running totals, two candidates),
+    // three storages, the ranks by load, two candidates' ranks, hosts and per-host sums.
+    const size_t Wz = (size_t)W, Tz = (size_t)T, NA = EMBER__TRAFFIC_ARRAYS;
     ember__buf scratch = {0};
-    char *mem = ember__buf_reserve(ctx, &scratch, Tz * (sizeof(double) + sizeof(size_t)) +
-                                                      Wz * (3 * sizeof(size_t) + 3 * sizeof(double) + 3 * sizeof(int32_t)));
+    char *mem = ember__buf_reserve(ctx, &scratch,
+                                   Tz * (sizeof(double) + sizeof(size_t)) +
+                                       Wz * ((3 * NA + 2) * sizeof(double) + 3 * sizeof(size_t) + 6 * sizeof(int32_t)) +
+                                       sizeof(int32_t));
     if (!mem) return EMBER_ERR_NOMEM;
-    double *Lt = (double *)mem, *acc_step = Lt + T;
-    option best = {.step = acc_step + W}, cand = {.step = best.step + W};
-    size_t *order = (size_t *)(cand.step + W), *acc_storage = order + T;
+    double *Lt = (double *)mem, *d = Lt + T;
+    ember__traffic acc = {.W = W};
+    option best = {.tr = {.W = W}}, cand = {.tr = {.W = W}};
+    for (size_t i = 0; i < NA; i++) {
+        *traffic_array(&acc, (int)i) = d + i * Wz;
+        *traffic_array(&best.tr, (int)i) = d + (NA + i) * Wz;
+        *traffic_array(&cand.tr, (int)i) = d + (2 * NA + i) * Wz;
+    }
+    model m = {0};
+    m.host_out = d + 3 * NA * Wz;
+    m.host_in = m.host_out + W;
+    size_t *order = (size_t *)(m.host_in + W), *acc_storage = order + T;
     best.storage = acc_storage + W;
     cand.storage = best.storage + W;
     int32_t *by_load = (int32_t *)(cand.storage + W);
     best.plan.ranks = by_load + W;
     cand.plan.ranks = best.plan.ranks + W;
-    memset(acc_step, 0, sizeof(double) * Wz);
+    int32_t *own_host_of = cand.plan.ranks + W, *host_ranks = own_host_of + W, *host_first = host_ranks + W;
+    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
+    if (st != EMBER_OK) {
+        ember__buf_free(ctx, &scratch);
+        return st;
+    }
+    best.tr.host_of = cand.tr.host_of = acc.host_of = m.host_of;
+    const int timed = m.intra_bw > 0;
+    for (size_t i = 0; i < NA; i++) memset(*traffic_array(&acc, (int)i), 0, sizeof(double) * Wz);
     memset(acc_storage, 0, sizeof(size_t) * Wz);
     // Ids per sample of each table: the sum over the features that read it.
     for (int t = 0; t < T; t++) Lt[t] = 0;
@@ -93,8 +228,12 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         }
         order[j + 1] = v;
     }
-    ember_status st = EMBER_OK;
+    // Grid with one column slice per host needs hosts of equal size, at least 2 ranks each.
+    int hosts_even = m.H > 1;
+    for (int h = 0; h < m.H && hosts_even; h++)
+        hosts_even = host_first[h + 1] - host_first[h] == W / m.H && W / m.H >= 2;
     const double B = pc->batch_size;
+    int has_routed = 0, has_dp = 0; // the placed tables' kinds, for the collective rounds
     for (int i = 0; i < T && st == EMBER_OK; i++) {
         const int t = (int)order[i];
         const ember_table_config *tc = &ec->tables[t];
@@ -104,16 +243,19 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         const double row = (double)wbytes / (double)tc->rows, out = 4.0 * tc->dim, L = Lt[t];
         double best_score = -1, best_total = 0;
         // Ranks by current step load, least first: the candidates for single placements.
+        host_sums(&m, &acc, NULL);
         for (int q = 0; q < W; q++) by_load[q] = q;
         for (int a = 1; a < W; a++) {
             int v = by_load[a], b = a - 1;
-            while (b >= 0 && acc_step[by_load[b]] > acc_step[v]) {
+            while (b >= 0 && (timed ? rank_seconds(&m, &acc, NULL, by_load[b]) > rank_seconds(&m, &acc, NULL, v)
+                                    : rank_bytes(&acc, NULL, by_load[b]) > rank_bytes(&acc, NULL, v))) {
                 by_load[b + 1] = by_load[b];
                 b--;
             }
             by_load[b + 1] = v;
         }
-        for (int kind = 0; kind < 5 + W; kind++) {
+        const int ntwrw = m.H > 1 ? m.H : 0;
+        for (int kind = 0; kind < 5 + W + ntwrw + 1; kind++) {
             if (kind == 0) {
                 if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max) continue;
                 option_init(&cand, EMBER_SHARD_DATA_PARALLEL, W);
@@ -138,11 +280,15 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 for (int j = 0; j < k; j++) cand.plan.ranks[j] = by_load[j];
                 cost(&cand, W, B, L, row, out, (double)tc->rows);
                 for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
-            } else if (kind == 4 + W) {
-                // Grid, only when named in pc->allow: 2 column slices of at least 16 columns, each
-                // row-wise over W / 2 of the least loaded ranks.
-                const int k = 2, g = W / 2;
-                if (!(pc->allow & (1 << EMBER_SHARD_GRID)) || W < 4 || tc->dim < 16 * k || tc->rows < g) continue;
+            } else if (kind == 4 + W || kind == 5 + W + ntwrw) {
+                // Grid, only when named in pc->allow, with column slices of at least 16 columns:
+                // 2 slices each row-wise over W / 2 of the least loaded ranks, or (several hosts
+                // of equal size) one slice per host, row-wise over its ranks.
+                const int per_host = kind != 4 + W;
+                const int k = per_host ? m.H : 2, g = W / k;
+                if (!(pc->allow & (1 << EMBER_SHARD_GRID)) || (per_host ? !hosts_even : W < 4) || tc->dim < 16 * k ||
+                    tc->rows < g)
+                    continue;
                 ember_optim_info oi;
                 if (ember_optim_info_get(tc->optim.kind, &oi) != EMBER_OK || !oi.column_wise ||
                     tc->pooling == EMBER_POOL_NONE)
@@ -151,10 +297,21 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 cand.plan.num_shards = k;
                 cand.plan.group_size = g;
                 cand.plan.num_ranks = k * g;
-                for (int j = 0; j < k * g; j++) cand.plan.ranks[j] = by_load[j];
+                for (int j = 0; j < k * g; j++) cand.plan.ranks[j] = per_host ? host_ranks[j] : by_load[j];
                 cost(&cand, W, B, L, row, out, (double)tc->rows);
                 const size_t n = (size_t)(k * g);
-                for (int s = 0; s < k * g; s++) cand.storage[by_load[s]] = bytes / n + bytes % n;
+                for (int s = 0; s < k * g; s++) cand.storage[cand.plan.ranks[s]] = bytes / n + bytes % n;
+            } else if (kind > 4 + W) {
+                // Table-row-wise over the ranks of host h (more than one host, at least 2 ranks).
+                const int h = kind - 5 - W, g = host_first[h + 1] - host_first[h];
+                if (!(allow & (1 << EMBER_SHARD_TABLE_ROW_WISE)) || g < 2 || tc->rows < g) continue;
+                option_init(&cand, EMBER_SHARD_TABLE_ROW_WISE, W);
+                cand.plan.group_size = g;
+                cand.plan.num_ranks = g;
+                for (int j = 0; j < g; j++) cand.plan.ranks[j] = host_ranks[host_first[h] + j];
+                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                for (int j = 0; j < g; j++)
+                    cand.storage[cand.plan.ranks[j]] = bytes / (size_t)g + bytes % (size_t)g;
             } else {
                 if (!(allow & (1 << EMBER_SHARD_TABLE_WISE))) continue;
                 const int r = kind - 4;
@@ -166,13 +323,18 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             }
             double score = 0, total = 0;
             int fits = 1;
+            if (timed) host_sums(&m, &acc, &cand.tr);
             for (int q = 0; q < W; q++) {
                 if (pc->memory_per_rank && acc_storage[q] + cand.storage[q] > pc->memory_per_rank) fits = 0;
-                double s = acc_step[q] + cand.step[q];
+                const double s = timed ? rank_seconds(&m, &acc, &cand.tr, q) : rank_bytes(&acc, &cand.tr, q);
                 if (s > score) score = s;
-                total += cand.step[q];
+                total += timed ? s : rank_bytes(&cand.tr, NULL, q);
             }
             if (!fits) continue;
+            if (timed) {
+                const int dp = cand.plan.scheme == EMBER_SHARD_DATA_PARALLEL;
+                score += rounds_seconds(&m, has_routed || !dp, has_dp || dp);
+            }
             if (best_score < 0 || score < best_score * (1 - 1e-9) ||
                 (score <= best_score * (1 + 1e-9) && total < best_total)) {
                 const option keep = best; // the new best; the old one's arrays become scratch
@@ -198,18 +360,99 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             }
             memcpy(plan[t].ranks, best.plan.ranks, sizeof(int32_t) * (size_t)best.plan.num_ranks);
         }
+        if (best.plan.scheme == EMBER_SHARD_DATA_PARALLEL) has_dp = 1;
+        else has_routed = 1;
         for (int q = 0; q < W; q++) {
             acc_storage[q] += best.storage[q];
-            acc_step[q] += best.step[q];
+            for (size_t a = 0; a < NA; a++) (*traffic_array(&acc, (int)a))[q] += (*traffic_array(&best.tr, (int)a))[q];
         }
     }
     if (st == EMBER_OK && stats) {
         if (stats->storage_bytes) memcpy(stats->storage_bytes, acc_storage, sizeof(size_t) * Wz);
-        if (stats->step_bytes) memcpy(stats->step_bytes, acc_step, sizeof(double) * Wz);
+        host_sums(&m, &acc, NULL);
+        for (int q = 0; q < W; q++) {
+            if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
+            if (stats->step_seconds)
+                stats->step_seconds[q] = timed ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, has_routed, has_dp)
+                                               : 0;
+            if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
+        }
     }
     if (st != EMBER_OK) { // as at the start: no ranks array, no half-made plan
         ember_plan_release(ctx, plan, T);
         for (int t = 0; t < T; t++) plan[t] = (ember_table_plan){0};
+    }
+    ember__buf_free(ctx, &scratch);
+    return st;
+}
+
+ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, const ember_plan_config *pc,
+                                const ember_table_plan *plan, ember_plan_stats *stats) {
+    if (!ctx) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_plan_predict";
+    EMBER_CHECK(ctx, ec && pc && plan && stats, EMBER_ERR_INVALID_ARG, "%s: NULL argument", fn);
+    EMBER_CHECK(ctx, ec->num_tables >= 1 && ec->tables && ec->num_features >= 0, EMBER_ERR_INVALID_ARG,
+                "%s: %d tables", fn, (int)ec->num_tables);
+    const int W = pc->world_size, T = ec->num_tables;
+    EMBER_CHECK(ctx, W >= 1, EMBER_ERR_INVALID_ARG, "%s: world size %d, expected at least 1", fn, W);
+    EMBER_CHECK(ctx, pc->batch_size >= 1, EMBER_ERR_INVALID_ARG, "%s: batch size %d", fn, (int)pc->batch_size);
+    for (int t = 0; t < T; t++) {
+        const ember_table_plan *p = &plan[t];
+        const char *name = ec->tables[t].name ? ec->tables[t].name : "?";
+        EMBER_CHECK(ctx, (int)p->scheme >= 0 && p->scheme < EMBER_SHARD_COUNT, EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': unknown scheme %d", fn, name, (int)p->scheme);
+        const int32_t need = ember_table_plan_ranks_needed(p);
+        EMBER_CHECK(ctx, need >= 0 && p->num_ranks == need && (need == 0 || p->ranks), EMBER_ERR_INVALID_ARG,
+                    "%s: table '%s': %d ranks given, the %s plan needs %d", fn, name, (int)p->num_ranks,
+                    ember_shard_scheme_name(p->scheme), (int)need);
+        ember_status vs = ember__scheme(p->scheme)->validate(ctx, &ec->tables[t], p, W);
+        if (vs != EMBER_OK) return vs;
+    }
+    const size_t Wz = (size_t)W, NA = EMBER__TRAFFIC_ARRAYS;
+    ember__buf scratch = {0};
+    char *mem = ember__buf_reserve(ctx, &scratch, Wz * ((NA + 2) * sizeof(double) + 3 * sizeof(int32_t)) + 4);
+    if (!mem) return EMBER_ERR_NOMEM;
+    double *d = (double *)mem;
+    ember__traffic acc = {.W = W};
+    for (size_t i = 0; i < NA; i++) {
+        *traffic_array(&acc, (int)i) = d + i * Wz;
+        memset(d + i * Wz, 0, sizeof(double) * Wz);
+    }
+    model m = {0};
+    m.host_out = d + NA * Wz;
+    m.host_in = m.host_out + W;
+    int32_t *own_host_of = (int32_t *)(m.host_in + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
+    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
+    acc.host_of = m.host_of;
+    int has_routed = 0, has_dp = 0;
+    for (int t = 0; t < T && st == EMBER_OK; t++) {
+        const ember_table_config *tc = &ec->tables[t];
+        if (plan[t].scheme == EMBER_SHARD_DATA_PARALLEL) has_dp = 1;
+        else has_routed = 1;
+        double L = 0;
+        for (int f = 0; f < ec->num_features; f++)
+            if (ec->features[f].table == t) L += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
+        size_t wbytes = 0;
+        ember_table_config_bytes(tc, &wbytes, NULL);
+        ember__scheme(plan[t].scheme)
+            ->step_traffic(&plan[t], W, pc->batch_size, L, (double)wbytes / (double)tc->rows, 4.0 * tc->dim,
+                           (double)tc->rows, &acc);
+        for (int q = 0; q < W && stats->storage_bytes; q++) {
+            size_t w = 0, s = 0;
+            st = ember_shard_rank_bytes(ctx, tc, &plan[t], W, q, &w, &s);
+            if (st != EMBER_OK) break;
+            stats->storage_bytes[q] = (t ? stats->storage_bytes[q] : 0) + w + s;
+        }
+    }
+    if (st == EMBER_OK) {
+        host_sums(&m, &acc, NULL);
+        for (int q = 0; q < W; q++) {
+            if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
+            if (stats->step_seconds)
+                stats->step_seconds[q] =
+                    m.intra_bw > 0 ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, has_routed, has_dp) : 0;
+            if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
+        }
     }
     ember__buf_free(ctx, &scratch);
     return st;

@@ -28,15 +28,21 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
 
 // Every rank sends its ids and lengths to each slice; each slice's owner pools every bag over
 // its columns and returns them.
-static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
-                       double *step) {
+static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, ember__traffic *tr) {
     (void)rows;
     const int k = p->num_shards;
-    for (int q = 0; q < W; q++) step[q] = k * (B * L * 8 + B * 4) + B * out;
-    for (int i = 0; i < k; i++) step[p->ranks[i]] += W * B * L * row / k + (W - 1) * B * out / k;
+    for (int i = 0; i < k; i++) {
+        const int o = p->ranks[i];
+        tr->read[o] += W * B * L * row / k;
+        for (int q = 0; q < W; q++) {
+            ember__traffic_send(tr, q, o, B * L * 8 + B * 4 + B * out / k); // ids, lengths, gradients
+            if (q != o) ember__traffic_send(tr, o, q, B * out / k);          // the slice's pools
+        }
+    }
 }
 
 const ember__scheme_ops ember__scheme_cw = {
     .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
-    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS, .column_slices = 1, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
+    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS, .column_slices = 1, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
 };

@@ -225,15 +225,20 @@ static ember_status backward_apply(ember_sebc *s) {
 
 // Per rank: every id's pooling reads B * L rows; the touched rows' keys and gradients go to
 // every other rank.
-static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
-                       double *step) {
+static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, ember__traffic *tr) {
     (void)p;
-    double touched = B * L < rows ? B * L : rows;
-    for (int q = 0; q < W; q++) step[q] = B * L * row + (W - 1) * touched * (8 + out);
+    const double touched = B * L < rows ? B * L : rows;
+    for (int q = 0; q < W; q++) {
+        tr->read[q] += B * L * row;
+        // The sparse gradient exchange: every rank's touched rows (key + row) to every other.
+        for (int d = 0; d < W; d++)
+            if (d != q) ember__traffic_send(tr, q, d, touched * (8 + out));
+    }
 }
 
 const ember__scheme_ops ember__scheme_dp = {
     .scheme = EMBER_SHARD_DATA_PARALLEL, .name = "data_parallel", .short_name = "dp", .validate = validate,
     .cut = cut, .partial = 0, .plan_fields = 0, .bucket = bucket, .build_home = build_home, .home_forward = home_forward,
-    .backward_prepare = backward_prepare, .backward_apply = backward_apply, .step_bytes = step_bytes,
+    .backward_prepare = backward_prepare, .backward_apply = backward_apply, .step_traffic = step_traffic,
 };

@@ -50,15 +50,21 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
 // Every rank sends each id to the num_shards slices of its row block, and the lengths to every
 // shard; each shard pools its rows' share of every bag over its columns and returns partial
 // slices, the gradients travel back the same way.
-static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
-                       double *step) {
+static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, ember__traffic *tr) {
     (void)rows;
     const int k = p->num_shards, g = p->group_size;
-    for (int q = 0; q < W; q++) step[q] = k * (B * L * 8 + g * B * 4) + 2 * g * B * out;
-    for (int i = 0; i < k * g; i++) step[p->ranks[i]] += W * B * L * row / (k * g) + 2 * (W - 1) * B * out / k;
+    for (int i = 0; i < k * g; i++) {
+        const int o = p->ranks[i];
+        tr->read[o] += W * B * L * row / (k * g);
+        for (int q = 0; q < W; q++) {
+            ember__traffic_send(tr, q, o, B * L * 8 / g + B * 4 + 2 * B * out / k);
+            if (q != o) ember__traffic_send(tr, o, q, 2 * B * out / k);
+        }
+    }
 }
 
 const ember__scheme_ops ember__scheme_grid = {
     .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid", .validate = validate, .cut = cut,
-    .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP, .column_slices = 1, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
+    .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP, .column_slices = 1, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
 };

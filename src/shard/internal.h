@@ -24,6 +24,29 @@ typedef struct ember__shard {
 
 typedef struct ember__table_shards ember__table_shards;
 
+// The planner's per-step traffic of one option, per rank ([W] arrays, summed into): bytes of
+// stored rows read, and bytes sent to itself (counted by the byte model, free in time), sent to
+// and received from ranks of its host, sent to and received from other hosts. host_of NULL: one
+// host.
+typedef struct ember__traffic {
+    int32_t W;
+    const int32_t *host_of;
+    double *read, *self, *intra, *intra_in, *inter, *inter_in;
+} ember__traffic;
+#define EMBER__TRAFFIC_ARRAYS 6
+
+// Adds `bytes` sent by rank src to rank dst.
+static inline void ember__traffic_send(ember__traffic *tr, int32_t src, int32_t dst, double bytes) {
+    if (src == dst) tr->self[src] += bytes;
+    else if (!tr->host_of || tr->host_of[src] == tr->host_of[dst]) {
+        tr->intra[src] += bytes;
+        tr->intra_in[dst] += bytes;
+    } else {
+        tr->inter[src] += bytes;
+        tr->inter_in[dst] += bytes;
+    }
+}
+
 // One scheme: how a table's plan is checked, how the table is cut into shards, where each id
 // goes, and what the scheme adds to a step besides the routed data. One file per scheme; a new
 // scheme is its file, its enum value and its entry in ember__schemes.
@@ -60,10 +83,11 @@ typedef struct ember__scheme_ops {
     ember_status (*home_forward)(ember_sebc *s, float *out);
     ember_status (*backward_prepare)(ember_sebc *s, const float *grad_out, ember_status st);
     ember_status (*backward_apply)(ember_sebc *s);
-    // The planner's estimate: bytes each rank reads and sends per step for one table of the
-    // plan p; B samples per rank, L ids per sample, row/out bytes of a stored/pooled row.
-    void (*step_bytes)(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
-                       double *step);
+    // The planner's estimate of one table of the plan p per step: the bytes each rank reads and
+    // sends, by destination, into tr (ember__traffic_send); B samples per rank, L ids per sample,
+    // row/out bytes of a stored/pooled row, rows of the table.
+    void (*step_traffic)(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, struct ember__traffic *tr);
 } ember__scheme_ops;
 
 // What every scheme that splits a table's columns requires (cw, grid): pooled bags (a sequence

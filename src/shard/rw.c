@@ -24,14 +24,18 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
 
 // Every rank pools its block's share of all bags, sends the ids of the other blocks and the
 // lengths, returns partial rows and sends gradients.
-static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
-                       double *step) {
+static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, ember__traffic *tr) {
     (void)p; (void)rows;
-    for (int q = 0; q < W; q++)
-        step[q] = B * L * row + B * L * 8 * (W - 1) / W + (W - 1) * B * 4 + 2 * (W - 1) * B * out;
+    for (int q = 0; q < W; q++) {
+        tr->read[q] += B * L * row;
+        // To every other rank: its share of the ids, the lengths, partial pools and their gradients.
+        for (int d = 0; d < W; d++)
+            if (d != q) ember__traffic_send(tr, q, d, B * L * 8 / W + B * 4 + 2 * B * out);
+    }
 }
 
 const ember__scheme_ops ember__scheme_rw = {
     .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .validate = validate, .cut = cut,
-    .partial = 1, .plan_fields = 0, .bucket = ember__bucket_row_split, .step_bytes = step_bytes,
+    .partial = 1, .plan_fields = 0, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
 };

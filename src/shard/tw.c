@@ -17,17 +17,19 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
 
 // The owner pools every rank's bags and returns their rows; the others send ids and lengths
 // and receive rows, then send their gradients.
-static void step_bytes(const ember_table_plan *p, int32_t W, double B, double L, double row, double out, double rows,
-                       double *step) {
+static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, ember__traffic *tr) {
     (void)rows;
     const int r = p->ranks[0];
+    tr->read[r] += W * B * L * row; // pools every bag
     for (int q = 0; q < W; q++) {
-        if (q == r) step[q] = W * B * L * row + (W - 1) * B * out;  // pools every bag, returns rows
-        else step[q] = B * L * 8 + B * 4 + B * out;                  // ids out, gradients out
+        if (q == r) continue;
+        ember__traffic_send(tr, q, r, B * L * 8 + B * 4 + B * out); // ids, lengths, gradients in
+        ember__traffic_send(tr, r, q, B * out);                     // pooled rows back
     }
 }
 
 const ember__scheme_ops ember__scheme_tw = {
     .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
-    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS, .bucket = ember__bucket_one_block, .step_bytes = step_bytes,
+    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
 };

@@ -30,7 +30,27 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     return n;
 }
 
-const ember__scheme_ops ember__scheme_twrw = { // not a planner option: no step_bytes
+// Row-wise inside the group: every rank sends each group member its share of the ids, the
+// lengths and the gradients of the partial pools; each member pools its rows' share of every
+// bag and returns the partials. With the group on one host, only ids, lengths and pools of
+// the other hosts' samples cross hosts (as row-wise over all ranks would for every rank).
+static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
+                         double rows, ember__traffic *tr) {
+    (void)rows;
+    const int g = p->group_size;
+    for (int i = 0; i < g; i++) {
+        const int o = p->ranks[i];
+        tr->read[o] += W * B * L * row / g;
+        for (int q = 0; q < W; q++) {
+            if (q == o) continue;
+            ember__traffic_send(tr, q, o, B * L * 8 / g + B * 4 + B * out);
+            ember__traffic_send(tr, o, q, B * out);
+        }
+    }
+}
+
+const ember__scheme_ops ember__scheme_twrw = {
     .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw", .validate = validate,
     .cut = cut, .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_GROUP, .bucket = ember__bucket_row_split,
+    .step_traffic = step_traffic,
 };

@@ -359,7 +359,7 @@ static void plan_setup(void *fx) {
 static ember_status plan_run(void *fx) {
     plan_fx *f = fx;
     ember_plan_release(f->e->ctx, f->plan, 6); // a rerun replaces the plan
-    ember_plan_stats stats = {f->storage, f->step};
+    ember_plan_stats stats = {.storage_bytes = f->storage, .step_bytes = f->step};
     return ember_plan_create(f->e->ctx, &f->cfg, &f->pc, f->plan, &stats);
 }
 

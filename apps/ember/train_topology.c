@@ -1,0 +1,66 @@
+// `ember train`'s topology and prediction (train_topology.h).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train_topology.h"
+
+ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, double intra_gbps,
+                                 double inter_gbps, int plan_auto, ember_table_plan *plan, train_topology *tt) {
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    const int32_t W = ember_comm_size(comm);
+    memset(tt, 0, sizeof *tt);
+    tt->predicted_s = NAN;
+    tt->intra_given = intra_gbps > 0;
+    tt->inter_given = inter_gbps > 0;
+    int32_t *host_of = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)W);
+    double *secs = ember_ctx_alloc(ctx, sizeof(double) * (size_t)W);
+    ember_status st = host_of && secs ? EMBER_OK
+                                      : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "topology: out of memory for %d ranks",
+                                                            (int)W);
+    st = ember_comm_agree(comm, st);
+    double intra = 0, inter = 0, round = 0;
+    if (st == EMBER_OK)
+        st = ember_plan_detect_topology(comm, host_of, &tt->hosts, (int64_t)4 << 20, 3, &intra, &inter,
+                                        &round);
+    if (st == EMBER_OK) {
+        if (tt->intra_given) intra = intra_gbps * 1e9 / 8;
+        if (tt->inter_given) inter = inter_gbps * 1e9 / 8;
+        tt->intra_bw = intra;
+        tt->inter_bw = inter;
+        tt->round_s = round;
+        ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+        pc.world_size = W;
+        pc.batch_size = batch;
+        if (plan_auto) {
+            // One host plans on bytes as before; several on the predicted time.
+            if (tt->hosts > 1) {
+                pc.host_of = host_of;
+                pc.intra_host_bw = intra;
+                pc.inter_host_bw = inter;
+                pc.round_s = round;
+            }
+            st = ember_plan_create(ctx, ec, &pc, plan, NULL);
+        }
+        if (st == EMBER_OK) {
+            pc.host_of = host_of;
+            // One rank sends nothing to others: any intra bandwidth predicts the same.
+            pc.intra_host_bw = W == 1 && intra <= 0 ? 1e9 : intra;
+            pc.inter_host_bw = inter;
+            pc.round_s = round;
+            ember_plan_stats ps = {.step_seconds = secs};
+            if (pc.intra_host_bw <= 0 || (tt->hosts > 1 && inter <= 0)) {
+                snprintf(tt->why_none, sizeof tt->why_none, "no bandwidth measured between ranks");
+            } else if (ember_plan_predict(ctx, ec, &pc, plan, &ps) != EMBER_OK) {
+                snprintf(tt->why_none, sizeof tt->why_none, "%s", ember_ctx_errmsg(ctx));
+            } else {
+                tt->predicted_s = 0;
+                for (int32_t q = 0; q < W; q++)
+                    if (secs[q] > tt->predicted_s) tt->predicted_s = secs[q];
+            }
+        }
+    }
+    ember_ctx_free(ctx, secs);
+    ember_ctx_free(ctx, host_of);
+    return st;
+}

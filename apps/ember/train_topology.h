@@ -1,0 +1,26 @@
+// The planner's view of the machine for `ember train`: hosts from MPI, bandwidths probed or
+// given, the plan for --sharding auto and the predicted embedding step of any plan.
+#ifndef EMBER_APP_TRAIN_TOPOLOGY_H
+#define EMBER_APP_TRAIN_TOPOLOGY_H
+
+#include "ember.h"
+
+typedef struct train_topology {
+    int32_t hosts;
+    double intra_bw, inter_bw;  // bytes/s used for the prediction
+    int intra_given, inter_given;
+    double round_s;             // probed seconds of one collective round
+    double predicted_s;         // the slowest rank's predicted embedding step (NAN: none)
+    char why_none[160];         // why there is no prediction
+} train_topology;
+
+// Detects the hosts of comm and probes the bandwidths (4 MiB, 3 rounds; given ones, Gbit/s > 0,
+// replace them) and one collective round's time. With plan_auto, fills plan[ec->num_tables] with the planner's placement: on more than
+// one host from the predicted time, on one host as ever (bytes). Then predicts the step of plan.
+// batch: samples per rank. Collective. Returns what ember_plan_detect_topology and
+// ember_plan_create return (agreed on by every rank); a prediction that fails is no failure (tt
+// says why).
+ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, double intra_gbps,
+                                 double inter_gbps, int plan_auto, ember_table_plan *plan, train_topology *tt);
+
+#endif
