@@ -47,6 +47,8 @@ for rate in $rates; do
   inter=$(sed -E 's/.*inter-host ([0-9.]+) Gbit.*/\1/' <<<"$topo")
   round=$(sed -E 's/.*round ([0-9.]+) ms.*/\1/' <<<"$topo")
   echo "$rate: $topo" >&2
+  intra_flag="--intra_gbps $intra"
+  [ "$slots" = 1 ] && intra_flag="" # nothing stays inside a host
   line=$(grep -m1 '^step time: measured' <<<"$out")
   meas=$(sed -E 's/.*measured ([0-9.]+) ms.*/\1/' <<<"$line")
   pred=$(sed -E 's/.*predicted ([0-9.]+) ms.*/\1/' <<<"$line")
@@ -60,7 +62,7 @@ for rate in $rates; do
       meas=$(grep "\"scheme\":\"$s\"" <<<"$bout" | sed -E 's/.*"ms_med":([0-9.]+).*/\1/')
       pred=$("$ember" plan --sharding "$s" --world_size $((2 * slots)) --ranks_per_host "$slots" --batch_size $((B * 2 * slots)) \
              --pooling_factor "$L" --embedding_dim "$D" --num_embeddings_per_feature "$rows" \
-             --intra_gbps "$intra" --inter_gbps "$inter" --round_ms "$round" |
+             $intra_flag --inter_gbps "$inter" --round_ms "$round" |
              sed -nE 's/^predicted step time ([0-9.]+) ms.*/\1/p')
       json "$rate" "bench_T${T}_E${E}_D${D}_L${L}_B${B}" "$s" "$pred" "$meas"
     done

@@ -6,6 +6,9 @@ endforeach()
 # `ember plan` with a topology, and `ember train`'s topology and predicted step lines.
 ember_cli_test(cli.plan.topology 0 0 "^predicted step time [0-9.]+ ms" 1
                plan --world_size 4 --ranks_per_host 2 --intra_gbps 40 --inter_gbps 1)
+# One rank per host: nothing stays inside a host, the inter-host bandwidth alone predicts.
+ember_cli_test(cli.plan.topology_rank_per_host 0 0 "^predicted step time [0-9.]+ ms" 1
+               plan --world_size 4 --ranks_per_host 1 --inter_gbps 1)
 ember_cli_test(cli.plan.topology_twrw 0 0 "^t_cat_[01] table_row_wise ranks=(0,1|2,3)$" 2
                plan --world_size 4 --num_embeddings_per_feature 8000000,8000000 --pooling_factor 20
                --memory_per_rank 300000000 --ranks_per_host 2 --intra_gbps 40 --inter_gbps 1)

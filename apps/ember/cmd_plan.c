@@ -240,11 +240,11 @@ int cmd_plan(int argc, char **argv) {
         for (int q = 0; q < world; q++) {
             printf("rank %d: storage %.1f MiB, %.2f MB per step (%.2f MB to other hosts)", q,
                    (double)stats.storage_bytes[q] / (1 << 20), stats.step_bytes[q] / 1e6, stats.inter_bytes[q] / 1e6);
-            if (pc.intra_host_bw > 0) printf(", predicted %.3f ms", stats.step_seconds[q] * 1e3);
+            if (pc.intra_host_bw > 0 || pc.inter_host_bw > 0) printf(", predicted %.3f ms", stats.step_seconds[q] * 1e3);
             printf("\n");
             if (stats.step_seconds[q] > slowest) slowest = stats.step_seconds[q];
         }
-        if (pc.intra_host_bw > 0) printf("predicted step time %.3f ms (embeddings only)\n", slowest * 1e3);
+        if (pc.intra_host_bw > 0 || pc.inter_host_bw > 0) printf("predicted step time %.3f ms (embeddings only)\n", slowest * 1e3);
     } else {
         fprintf(stderr, "ember plan: %s\n", ember_ctx_errmsg(ctx));
     }

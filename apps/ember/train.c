@@ -376,7 +376,8 @@ static ember_status require_data(run *R) {
 static void print_topology(const run *R, FILE *f) {
     const train_topology *t = &R->topo;
     fprintf(f, "  topology    %d host%s, intra-host %.2f Gbit/s (%s), inter-host %.2f Gbit/s (%s), round %.3f ms\n",
-            (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9, t->intra_given ? "given" : "probed",
+            (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9,
+            t->intra_given ? "given" : t->intra_bw > 0 ? "probed" : "none: one rank per host",
             t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
     if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
     else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);

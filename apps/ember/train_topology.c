@@ -44,12 +44,14 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
         }
         if (st == EMBER_OK) {
             pc.host_of = host_of;
-            // One rank sends nothing to others: any intra bandwidth predicts the same.
+            // One rank sends nothing to others: any intra bandwidth predicts the same. With one
+            // rank per host nothing stays inside a host (no intra pair to probe; the planner
+            // accepts 0 there).
             pc.intra_host_bw = W == 1 && intra <= 0 ? 1e9 : intra;
             pc.inter_host_bw = inter;
             pc.round_s = round;
             ember_plan_stats ps = {.step_seconds = secs};
-            if (pc.intra_host_bw <= 0 || (tt->hosts > 1 && inter <= 0)) {
+            if ((tt->hosts == 1 && pc.intra_host_bw <= 0) || (tt->hosts > 1 && inter <= 0)) {
                 snprintf(tt->why_none, sizeof tt->why_none, "no bandwidth measured between ranks");
             } else if (ember_plan_predict(ctx, ec, &pc, plan, &ps) != EMBER_OK) {
                 snprintf(tt->why_none, sizeof tt->why_none, "%s", ember_ctx_errmsg(ctx));

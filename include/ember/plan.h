@@ -44,9 +44,11 @@ typedef struct ember_plan_config {
     const int32_t *host_of;      // [world_size] host of each rank, hosts numbered 0..H-1 with no gap
                                  // (e.g. from ember_plan_detect_topology), or NULL
     int32_t ranks_per_host;      // when host_of is NULL: host h holds ranks [h*n, (h+1)*n) (0: one host)
-    double intra_host_bw;        // bytes/s a rank sends to ranks of its host (0: plan on bytes)
+    double intra_host_bw;        // bytes/s a rank sends to ranks of its host (0: plan on bytes;
+                                 // not needed when every host holds one rank)
     double inter_host_bw;        // bytes/s of one host's link to the others, each direction; needed
-                                 // (with intra_host_bw) when there is more than one host
+                                 // (with intra_host_bw, where a host holds 2 ranks or more) when
+                                 // there is more than one host
     double mem_bw;               // bytes/s of embedding rows one rank pools and updates (forward,
                                  // backward, optimizer), per byte of rows read (0: 2e9)
     double round_s;              // seconds of one collective round over all ranks (0: none); a

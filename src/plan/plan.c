@@ -145,9 +145,14 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
     m->inter_bw = pc->inter_host_bw;
     m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 2e9;
     m->round_s = pc->round_s;
+    // One rank per host (a rank per node with many threads): nothing travels inside a host, and
+    // no probe can measure it; its bandwidth only has to be positive for the time model.
+    bool shared = m->H == 1;
+    for (int h = 0; h < m->H && !shared; h++) shared = host_first[h + 1] - host_first[h] > 1;
+    if (!shared && m->intra_bw == 0) m->intra_bw = m->inter_bw;
     EMBER_CHECK(ctx, m->H == 1 || (m->intra_bw > 0 && m->inter_bw > 0), EMBER_ERR_INVALID_ARG,
-                "%s: %d hosts need intra_host_bw and inter_host_bw (given %g and %g bytes/s)", fn, m->H, m->intra_bw,
-                m->inter_bw);
+                "%s: %d hosts need %s (given %g and %g bytes/s)", fn, m->H,
+                shared ? "intra_host_bw and inter_host_bw" : "inter_host_bw", m->intra_bw, m->inter_bw);
     EMBER_CHECK(ctx, m->intra_bw > 0 || m->inter_bw == 0, EMBER_ERR_INVALID_ARG,
                 "%s: inter_host_bw %g bytes/s without intra_host_bw", fn, m->inter_bw);
     return EMBER_OK;

@@ -432,6 +432,36 @@ static void predictions_are_monotone_in_bandwidth(void **state) {
 }
 
 // Topologies that describe no machine are refused, naming the value.
+// One rank per host (a rank per node with many threads): nothing travels inside a host and no
+// probe can measure it, so the inter-host bandwidth alone plans on time; the prediction is the
+// same whatever intra-host bandwidth is given.
+static void one_rank_per_host_needs_no_intra_bandwidth(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    topo_fx x;
+    const int64_t rows[3] = {200000, 5000, 100};
+    topo_init(&x, 3, rows, 16, 10);
+    double secs[2][4];
+    ember_table_plan plan[2][3];
+    for (int k = 0; k < 2; k++) {
+        ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+        pc.world_size = 4;
+        pc.batch_size = 512;
+        pc.pooling_factor = x.pf;
+        pc.ranks_per_host = 1;
+        pc.inter_host_bw = 1.25e8;
+        pc.intra_host_bw = k == 0 ? 0 : 5e9;
+        ember_plan_stats st = {.step_seconds = secs[k]};
+        assert_int_equal(ember_plan_create(ctx, &x.ec, &pc, plan[k], &st), EMBER_OK);
+        for (int q = 0; q < 4; q++) assert_true(secs[k][q] > 0 && isfinite(secs[k][q]));
+    }
+    assert_plans_equal(plan[0], plan[1], 3);
+    for (int q = 0; q < 4; q++) assert_true(secs[0][q] == secs[1][q]);
+    for (int k = 0; k < 2; k++) ember_plan_release(ctx, plan[k], 3);
+    ember_ctx_destroy(ctx);
+}
+
 static void bad_topologies_are_refused(void **state) {
     (void)state;
     ember_ctx *ctx = NULL;
@@ -488,6 +518,7 @@ int main(void) {
         cmocka_unit_test(one_host_topology_reproduces_the_plans),
         cmocka_unit_test(slow_links_keep_big_tables_on_one_host),
         cmocka_unit_test(predictions_are_monotone_in_bandwidth),
+        cmocka_unit_test(one_rank_per_host_needs_no_intra_bandwidth),
         cmocka_unit_test(bad_topologies_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
