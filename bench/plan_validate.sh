@@ -41,7 +41,7 @@ print(json.dumps({"bench":"plan_validate","rate":r,"model":m,"scheme":s,"hosts":
 configs=("8 50000 64 20 512" "4 200000 32 5 1024")
 for rate in $rates; do
   bash "$cluster" --name "$name" shape "$rate" >&2
-  out=$(crun "$ember" train --limit_train_batches "$batches" --eval_interval 0)
+  out=$(crun "$ember" train --limit_train_batches "$batches" --eval_interval 0 --threads 1)
   topo=$(grep -m1 '^  topology' <<<"$out") || { echo "$out" >&2; exit 1; }
   intra=$(sed -E 's/.*intra-host ([0-9.]+) Gbit.*/\1/' <<<"$topo")
   inter=$(sed -E 's/.*inter-host ([0-9.]+) Gbit.*/\1/' <<<"$topo")
