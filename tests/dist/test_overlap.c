@@ -18,6 +18,7 @@
 #include "ember.h"
 #include "gen.h"
 #include "mpi_assert.h"
+#include "plans.h"
 #include "shard/overlap.h" // the prefetch counters
 
 #define NT 5
@@ -30,33 +31,10 @@ static int W, R;
 
 enum { MIXED = 100 };
 
-// Table t's plan under scheme sc (MIXED: every scheme in one collection); ranks in store.
+// Table t's plan under scheme sc_in (MIXED: every scheme in one collection); ranks in store.
 static ember_table_plan make_plan(int sc_in, int t, int32_t *store) {
-    ember_shard_scheme sc = sc_in == MIXED ? (ember_shard_scheme)(t % 5) : (ember_shard_scheme)sc_in;
-    ember_table_plan p;
-    memset(&p, 0, sizeof p);
-    p.scheme = sc;
-    p.ranks = store;
-    switch (sc) {
-    case EMBER_SHARD_TABLE_WISE: p.ranks[p.num_ranks++] = (t + 1) % W; break;
-    case EMBER_SHARD_COLUMN_WISE:
-        p.num_shards = DIMS[t] < 3 ? DIMS[t] : 3;
-        for (int i = 0; i < p.num_shards; i++) p.ranks[p.num_ranks++] = (t + i) % W;
-        break;
-    case EMBER_SHARD_TABLE_ROW_WISE:
-        p.group_size = W < 2 ? W : 2;
-        for (int i = 0; i < p.group_size; i++) p.ranks[p.num_ranks++] = (W - 1 - i + t) % W;
-        break;
-    case EMBER_SHARD_GRID:
-        p.num_shards = DIMS[t] < 2 ? DIMS[t] : 2;
-        p.group_size = W < 2 ? W : 2;
-        p.num_ranks = p.num_shards * p.group_size;
-        for (int c = 0; c < p.num_shards; c++)
-            for (int k = 0; k < p.group_size; k++) p.ranks[c * p.group_size + k] = (t + k + (t % 2 ? c : 0)) % W;
-        break;
-    default: break;
-    }
-    return p;
+    const ember_shard_scheme sc = sc_in == MIXED ? (ember_shard_scheme)(t % 5) : (ember_shard_scheme)sc_in;
+    return test_plan_for(sc, t, DIMS[t], W, store);
 }
 
 typedef struct setup {

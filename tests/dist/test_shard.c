@@ -17,6 +17,7 @@
 #include "ember.h"
 #include "gen.h"
 #include "mpi_assert.h"
+#include "plans.h"
 #include "tmpdir.h"
 
 #define NT 5
@@ -44,33 +45,7 @@ static ember_shard_scheme parse_scheme(const char *s, int t) {
 
 // Table t's plan under scheme sc; its ranks live in store (at least 8 entries).
 static ember_table_plan make_plan(ember_shard_scheme sc, int t, int32_t *store) {
-    ember_table_plan p;
-    memset(&p, 0, sizeof p);
-    p.scheme = sc;
-    p.ranks = store;
-    switch (sc) {
-    case EMBER_SHARD_TABLE_WISE: p.ranks[p.num_ranks++] = (t + 1) % W; break;
-    case EMBER_SHARD_COLUMN_WISE:
-        p.num_shards = DIMS[t] < 3 ? DIMS[t] : 3;
-        for (int i = 0; i < p.num_shards; i++) p.ranks[p.num_ranks++] = (t + i) % W;
-        break;
-    case EMBER_SHARD_TABLE_ROW_WISE:
-        p.group_size = W < 2 ? W : 2;
-        for (int i = 0; i < p.group_size; i++) p.ranks[p.num_ranks++] = (W - 1 - i + t) % W;
-        break;
-    case EMBER_SHARD_GRID:
-        // Slice c's row block k on rank t + k (+ c on odd tables): even tables hold both slices
-        // of a row block on one rank, odd ones two row blocks on one rank (W = 2); table 1 (one
-        // row) leaves its second row block empty.
-        p.num_shards = DIMS[t] < 2 ? DIMS[t] : 2;
-        p.group_size = W < 2 ? W : 2;
-        p.num_ranks = p.num_shards * p.group_size;
-        for (int c = 0; c < p.num_shards; c++)
-            for (int k = 0; k < p.group_size; k++) p.ranks[c * p.group_size + k] = (t + k + (t % 2 ? c : 0)) % W;
-        break;
-    default: break;
-    }
-    return p;
+    return test_plan_for(sc, t, DIMS[t], W, store);
 }
 
 typedef struct setup {
