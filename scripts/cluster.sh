@@ -31,11 +31,12 @@ set -euo pipefail
 name=ember
 net=""
 usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+help() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) name=$2; shift 2 ;;
     --net) net=$2; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) help ;;
     *) break ;;
   esac
 done
