@@ -25,7 +25,8 @@
 #
 # State lives in /tmp/ember-cluster-<C>/ (hostfile, launcher agent). The name (default "ember",
 # at most 8 characters) keeps clusters of different users of one machine apart; each needs its
-# own --net (remembered: later commands on the cluster need only its name). Needs root, iproute2, Open MPI's mpiexec.
+# own --net (remembered: later commands on the cluster need only its name). Needs root,
+# iproute2 and Open MPI's mpiexec.
 set -euo pipefail
 
 name=ember
