@@ -72,7 +72,8 @@ typedef struct ember_plan_stats {
 // O(W) beside the plan: 4096 ranks plan in well under a second.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, world size < 1, a host_of entry
 // outside [0, world_size) or hosts numbered with a gap, ranks_per_host < 0 or not dividing the
-// world size, a negative or non-finite bandwidth, more than one host without both bandwidths:
+// world size, a negative or non-finite bandwidth, more than one host without inter_host_bw or,
+// where a host holds 2 ranks or more, intra_host_bw:
 // the message names the value),
 // EMBER_ERR_NOMEM (a table fits on no rank within memory_per_rank: the message names it; or an
 // allocation failed). On failure no ranks array is left allocated and every entry is zero.
