@@ -13,6 +13,7 @@
 
 #include "ember.h"
 #include "mpi_assert.h"
+#include "plans.h"
 #include "oracle.h"
 #include "shard/internal.h"
 
@@ -21,28 +22,7 @@ static const char *g_case = "", *g_scheme = "rw";
 
 static int32_t g_ranks[16]; // the ranks of plan_for's plan (W <= 4)
 
-static ember_table_plan plan_for(const char *scheme) {
-    ember_table_plan p;
-    memset(&p, 0, sizeof p);
-    p.ranks = g_ranks;
-    if (!strcmp(scheme, "dp")) p.scheme = EMBER_SHARD_DATA_PARALLEL;
-    else if (!strcmp(scheme, "tw")) { p.scheme = EMBER_SHARD_TABLE_WISE; p.ranks[0] = W - 1; }
-    else if (!strcmp(scheme, "cw")) { p.scheme = EMBER_SHARD_COLUMN_WISE; p.num_shards = 2; p.ranks[0] = 0; p.ranks[1] = W - 1; }
-    else if (!strcmp(scheme, "twrw")) {
-        p.scheme = EMBER_SHARD_TABLE_ROW_WISE;
-        p.group_size = W;
-        for (int i = 0; i < W; i++) p.ranks[i] = W - 1 - i;
-    } else if (!strcmp(scheme, "grid")) {
-        p.scheme = EMBER_SHARD_GRID; // 2 slices x W row blocks, slice c's block k on rank k + c
-        p.num_shards = 2;
-        p.group_size = W;
-        for (int c = 0; c < 2; c++)
-            for (int k = 0; k < W; k++) p.ranks[c * W + k] = (k + c) % W;
-    } else p.scheme = EMBER_SHARD_ROW_WISE;
-    p.num_ranks = ember_table_plan_ranks_needed(&p);
-    if (!p.num_ranks) p.ranks = NULL;
-    return p;
-}
+static ember_table_plan plan_for(const char *scheme) { return test_plan_named(scheme, W, g_ranks); }
 
 typedef struct env {
     ember_ctx *ctx;

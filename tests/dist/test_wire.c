@@ -15,6 +15,7 @@
 
 #include "ember.h"
 #include "mpi_assert.h"
+#include "plans.h"
 
 static int W, R;
 static const char *g_case = "", *g_scheme = "rw", *g_pool = "sum";
@@ -22,28 +23,7 @@ static int32_t g_ranks[16];
 
 enum { ROWS = 13, DIM = 6, MAXB = 8, MAXL = 5 };
 
-static ember_table_plan plan_for(const char *scheme) {
-    ember_table_plan p;
-    memset(&p, 0, sizeof p);
-    p.ranks = g_ranks;
-    if (!strcmp(scheme, "dp")) p.scheme = EMBER_SHARD_DATA_PARALLEL;
-    else if (!strcmp(scheme, "tw")) { p.scheme = EMBER_SHARD_TABLE_WISE; p.ranks[0] = W - 1; }
-    else if (!strcmp(scheme, "cw")) { p.scheme = EMBER_SHARD_COLUMN_WISE; p.num_shards = 2; p.ranks[0] = 0; p.ranks[1] = W - 1; }
-    else if (!strcmp(scheme, "twrw")) {
-        p.scheme = EMBER_SHARD_TABLE_ROW_WISE;
-        p.group_size = W;
-        for (int i = 0; i < W; i++) p.ranks[i] = W - 1 - i;
-    } else if (!strcmp(scheme, "grid")) {
-        p.scheme = EMBER_SHARD_GRID; // 2 slices x W row blocks, slice c's block k on rank k + c
-        p.num_shards = 2;
-        p.group_size = W;
-        for (int c = 0; c < 2; c++)
-            for (int k = 0; k < W; k++) p.ranks[c * W + k] = (k + c) % W;
-    } else p.scheme = EMBER_SHARD_ROW_WISE;
-    p.num_ranks = ember_table_plan_ranks_needed(&p);
-    if (!p.num_ranks) p.ranks = NULL;
-    return p;
-}
+static ember_table_plan plan_for(const char *scheme) { return test_plan_named(scheme, W, g_ranks); }
 
 static ember_pooling pool_for(const char *pool) {
     return !strcmp(pool, "mean") ? EMBER_POOL_MEAN : !strcmp(pool, "none") ? EMBER_POOL_NONE : EMBER_POOL_SUM;

@@ -29,3 +29,26 @@ ember_table_plan test_plan_for(ember_shard_scheme sc, int t, int32_t dim, int W,
     }
     return p;
 }
+
+ember_table_plan test_plan_named(const char *scheme, int W, int32_t *store) {
+    ember_table_plan p;
+    memset(&p, 0, sizeof p);
+    p.ranks = store;
+    if (!strcmp(scheme, "dp")) p.scheme = EMBER_SHARD_DATA_PARALLEL;
+    else if (!strcmp(scheme, "tw")) { p.scheme = EMBER_SHARD_TABLE_WISE; p.ranks[0] = W - 1; }
+    else if (!strcmp(scheme, "cw")) { p.scheme = EMBER_SHARD_COLUMN_WISE; p.num_shards = 2; p.ranks[0] = 0; p.ranks[1] = W - 1; }
+    else if (!strcmp(scheme, "twrw")) {
+        p.scheme = EMBER_SHARD_TABLE_ROW_WISE;
+        p.group_size = W;
+        for (int i = 0; i < W; i++) p.ranks[i] = W - 1 - i;
+    } else if (!strcmp(scheme, "grid")) {
+        p.scheme = EMBER_SHARD_GRID;
+        p.num_shards = 2;
+        p.group_size = W;
+        for (int c = 0; c < 2; c++)
+            for (int k = 0; k < W; k++) p.ranks[c * W + k] = (k + c) % W;
+    } else p.scheme = EMBER_SHARD_ROW_WISE;
+    p.num_ranks = ember_table_plan_ranks_needed(&p);
+    if (!p.num_ranks) p.ranks = NULL;
+    return p;
+}

@@ -14,4 +14,10 @@
 // on one rank at W = 2); data-parallel and row-wise need no ranks. All modulo W.
 ember_table_plan test_plan_for(ember_shard_scheme sc, int t, int32_t dim, int W, int32_t *store);
 
+// One table's plan by short name on W ranks (ranks in store, at least 2W entries): "dp"; "tw" on
+// rank W - 1; "cw" in 2 slices on ranks 0 and W - 1; "twrw" over every rank counted down from
+// W - 1; "grid" in 2 slices of W row blocks, slice c's block k on rank (k + c) % W; anything
+// else row-wise. ranks is NULL when the scheme reads none.
+ember_table_plan test_plan_named(const char *scheme, int W, int32_t *store);
+
 #endif
