@@ -350,11 +350,13 @@ static ember_status make(ember_comm *comm, const opts *o, ember_shard_scheme sch
     for (int t = 0; t < o->T && st == EMBER_OK; t++) {
         ember_optim_config oc = EMBER_OPTIM_CONFIG_DEFAULT;
         oc.kind = o->optim;
-        tc[t] = (ember_table_config){names[2 * t], o->E, o->D, EMBER_POOL_SUM, o->dtype, {EMBER_INIT_ZEROS, 0, 0, 0}, oc, 0};
+        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc[t].name = names[2 * t], tc[t].rows = o->E, tc[t].dim = o->D, tc[t].dtype = o->dtype, tc[t].optim = oc;
+        tc[t].init.kind = EMBER_INIT_ZEROS;
         fc[t] = (ember_feature_config){names[2 * t + 1], t};
         plan[t] = plan_of(scheme, t, W, o->D, ranks + (size_t)t * (size_t)(W + 4));
     }
-    ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, 0, 0};
+    ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, 0, 0, NULL};
     int ok = st == EMBER_OK, all = 0; // every rank gives up together
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     st = all ? ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, out) : EMBER_ERR_NOMEM;
@@ -389,7 +391,9 @@ static int run(ember_comm *comm, const opts *o) {
     for (int t = 0; t < o->T; t++) {
         ember_optim_config oc = EMBER_OPTIM_CONFIG_DEFAULT;
         oc.kind = o->optim;
-        ember_table_config tc = {names[2 * t], o->E, o->D, EMBER_POOL_SUM, o->dtype, {EMBER_INIT_ZEROS, 0, 0, 0}, oc, 0};
+        ember_table_config tc = EMBER_TABLE_CONFIG_DEFAULT;
+        tc.name = names[2 * t], tc.rows = o->E, tc.dim = o->D, tc.dtype = o->dtype, tc.optim = oc;
+        tc.init.kind = EMBER_INIT_ZEROS;
         size_t w = 0, s = 0;
         ember_table_config_bytes(&tc, &w, &s);
         total += (double)w + (double)s;

@@ -122,7 +122,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         ember_optim_config oc = EMBER_OPTIM_CONFIG_DEFAULT;
         oc.kind = EMBER_OPT_ROWWISE_ADAGRAD;
         tc[t] = (ember_table_config){names[2 * t], o->E, o->D, EMBER_POOL_SUM, EMBER_DTYPE_F32,
-                                     {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0}, oc, 0};
+                                     {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0}, oc, 0, 0, EMBER_EVICT_LRU, {0}};
         fc[t] = (ember_feature_config){names[2 * t + 1], t};
         plan[t].scheme = scheme;
         plan[t].ranks = rank_pool + (size_t)t * (size_t)(W + 4); // at most W (cw) or 4 (grid) entries
@@ -144,7 +144,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
                 for (int k = 0; k < g; k++) plan[t].ranks[plan[t].num_ranks++] = (t + c + k) % W;
         }
     }
-    ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, o->B, (int64_t)o->B * o->T * o->L};
+    ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, o->B, (int64_t)o->B * o->T * o->L, NULL};
     ember_sebc *s = NULL;
     ember_ebc *ref = NULL;
     int rc = 1;

@@ -549,11 +549,11 @@ static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_
             oc.beta1 = BENCH_BETA1;
             oc.beta2 = BENCH_BETA2;
             tables[t] = (ember_table_config){names[2 * t], s->E, s->D, pool ? EMBER_POOL_MEAN : EMBER_POOL_SUM, dt,
-                                             {EMBER_INIT_UNIFORM, -0.05f, 0.05f, 0}, oc, 0};
+                                             {EMBER_INIT_UNIFORM, -0.05f, 0.05f, 0}, oc, 0, 0, EMBER_EVICT_LRU, {0}};
             features[t] = (ember_feature_config){names[2 * t + 1], t};
         }
         ember_ebc_config cfg = {tables, s->T, features, s->T, EMBER_BOUNDS_ERROR, r->o->seed, s->B,
-                                (int64_t)s->T * s->B * s->L};
+                                (int64_t)s->T * s->B * s->L, NULL};
         if (ember_ebc_create(r->ctx, &cfg, &ebc) != EMBER_OK) fail(r, "ember_ebc_create");
     }
     free(tables);

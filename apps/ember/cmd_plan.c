@@ -191,11 +191,11 @@ int cmd_plan(int argc, char **argv) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = optim;
         tables[t] = (ember_table_config){names[t], rows[t], (int32_t)dim, EMBER_POOL_SUM, EMBER_DTYPE_F32,
-                                         {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0};
+                                         {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         features[t] = (ember_feature_config){names[t], t};
         pf[t] = (float)pooling;
     }
-    ember_ebc_config ec = {tables, ntables, features, ntables, EMBER_BOUNDS_ERROR, 0, 0, 0};
+    ember_ebc_config ec = {tables, ntables, features, ntables, EMBER_BOUNDS_ERROR, 0, 0, 0, NULL};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = (int32_t)world;
     pc.batch_size = (int32_t)(batch / world > 0 ? batch / world : 1);

@@ -104,6 +104,30 @@ EMBER_API ember_status ember_optim_info_get(ember_optim_kind kind, ember_optim_i
 EMBER_API const char *ember_optim_name(ember_optim_kind kind);
 EMBER_API ember_status ember_optim_parse(const char *name, ember_optim_kind *out);
 
+// Which rows leave first when a cache (tiered tables) or a hashed table is full.
+typedef enum ember_evict_policy {
+    EMBER_EVICT_LRU = 0, // least recently used (by step)
+    EMBER_EVICT_LFU = 1, // least frequently used (occurrences since admission); ties: least recent
+    EMBER_EVICT_TTL = 2, // hashed tables: rows unused for ttl_steps steps leave; when full, as LRU
+} ember_evict_policy;
+// "lru", "lfu", "ttl" ("unknown" outside the enum); parse: EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG. Local.
+EMBER_API const char *ember_evict_policy_name(ember_evict_policy p);
+EMBER_API ember_status ember_evict_policy_parse(const char *name, ember_evict_policy *out);
+
+// Collisionless hashing (docs/hashed.md): ids are arbitrary 64-bit keys (any int64 value); the
+// table maps each id to a row of its own. `rows` is then the capacity, split into rows /
+// bucket_rows buckets: an id lives in bucket hash(id) mod buckets, and eviction is within a
+// bucket, so a table sharded by bucket ranges evolves exactly as the whole table.
+#define EMBER_HASH_BUCKET_ROWS 16 // bucket_rows when 0
+typedef struct ember_hash_config {
+    int32_t enabled;         // 1: this table is hashed
+    int32_t bucket_rows;     // rows per bucket (0: 16); must divide rows
+    int64_t min_count;       // an id gets a row at its min_count-th occurrence (<= 1: at once)
+    ember_evict_policy policy;
+    int64_t ttl_steps;       // TTL: rows unused for this many training steps are dropped (>= 1)
+} ember_hash_config;
+
 typedef struct ember_table_config {
     const char *name;        // copied; unique within the collection
     int64_t rows;            // >= 1
@@ -113,11 +137,18 @@ typedef struct ember_table_config {
     ember_init init;
     ember_optim_config optim;
     int32_t stochastic_rounding; // 16-bit storage: round updates stochastically (seeded)
+    // Tiered storage (docs/tiered.md): cache_rows > 0 keeps the table's weights and optimizer
+    // state in a file under the collection's ssd_dir with a DRAM cache of cache_rows rows,
+    // evicted by cache_policy (LRU or LFU). 0: the table lives in RAM.
+    int64_t cache_rows;
+    ember_evict_policy cache_policy;
+    ember_hash_config hash;  // collisionless hashed table (hash.enabled), see above
 } ember_table_config;
-// Start from this and set name, rows and dim: SUM pooling, fp32, uniform(-0.01, 0.01) init, SGD.
+// Start from this and set name, rows and dim: SUM pooling, fp32, uniform(-0.01, 0.01) init, SGD,
+// in RAM, not hashed.
 #define EMBER_TABLE_CONFIG_DEFAULT                                                                          \
     {NULL, 0, 0, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0.0f},                 \
-     EMBER_OPTIM_CONFIG_DEFAULT, 0}
+     EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0, 0, 0, EMBER_EVICT_LRU, 0}}
 
 typedef struct ember_feature_config {
     const char *name; // copied
@@ -133,9 +164,10 @@ typedef struct ember_ebc_config {
     uint64_t seed;              // initialisation and stochastic rounding
     int32_t max_batch_size;     // workspace hints (0: sized on first use)
     int64_t max_nnz;
+    const char *ssd_dir;        // tiered tables' files go here (NULL: $TMPDIR, else /tmp)
 } ember_ebc_config;
 // Start from this and set tables/features: bounds ERROR, seed 0, no workspace hints.
-#define EMBER_EBC_CONFIG_DEFAULT {NULL, 0, NULL, 0, EMBER_BOUNDS_ERROR, 0, 0, 0}
+#define EMBER_EBC_CONFIG_DEFAULT {NULL, 0, NULL, 0, EMBER_BOUNDS_ERROR, 0, 0, 0, NULL}
 
 typedef struct ember_ebc ember_ebc;
 
@@ -172,6 +204,11 @@ EMBER_API ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, f
 // before anything changes).
 EMBER_API ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                           float *grad_weights);
+
+// Training (1, the default) or evaluation (0). In evaluation a forward changes no table: a
+// hashed table admits no id (unknown ids read as absent). Local. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (NULL).
+EMBER_API ember_status ember_ebc_set_training(ember_ebc *ebc, int training);
 
 // Learning-rate schedules: changes table t's lr (t = -1: every table) for the next steps.
 EMBER_API ember_status ember_ebc_set_lr(ember_ebc *ebc, int32_t table, float lr);

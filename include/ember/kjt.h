@@ -35,7 +35,8 @@ typedef enum ember_bounds_mode {
 
 // Validates `kjt` against an expected feature count and, when rows_per_feature is not NULL, each
 // feature's table size under `mode` (ERROR fails on the first bad id; CLAMP/SKIP accept it and
-// report how many ids were out of range in *num_out_of_range when that is not NULL).
+// report how many ids were out of range in *num_out_of_range when that is not NULL). A negative
+// size accepts every id (a hashed table's ids are arbitrary 64-bit keys).
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL arrays, F mismatch, negative B or length,
 // offsets not starting at 0 or decreasing, sum(lengths) != nnz, lengths and offsets disagreeing),
 // EMBER_ERR_OUT_OF_RANGE (mode ERROR: id < 0 or >= rows). The message names feature, bag and value.

@@ -92,14 +92,14 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
     if (rows_per_feature && kjt->nnz > 0) {
         int64_t start = 0;
         for (int32_t f = 0; f < kjt->num_features; f++) {
-            const int64_t rows = rows_per_feature[f];
+            const int64_t rows = rows_per_feature[f]; // < 0: any id (a hashed table)
             int64_t end = start;
             for (int32_t b = 0; b < B; b++) {
                 int64_t bag = (int64_t)f * B + b;
                 int64_t len = kjt->lengths ? kjt->lengths[bag] : kjt->offsets[bag + 1] - kjt->offsets[bag];
                 for (int64_t j = end; j < end + len; j++) {
                     int64_t id = kjt->values[j];
-                    if (id < 0 || id >= rows) {
+                    if (rows >= 0 && (id < 0 || id >= rows)) {
                         if (mode == EMBER_BOUNDS_ERROR) {
                             return ember__error(ctx, EMBER_ERR_OUT_OF_RANGE,
                                                 "%s: %s bag %d: id %lld outside [0, %lld)", caller,

@@ -71,7 +71,7 @@ static ember_status home_forward(ember_sebc *s, float *out) {
     if (!s->weighted) s->dp_kjt.weights = NULL;
     if (!s->dp || s->ndp_features == 0) return EMBER_OK;
     const int32_t B = s->batch;
-    ember__ebc_forward_unchecked(s->dp, &s->dp_kjt, s->dp_out.p); // ids sanitised at home
+    EMBER_TRY(ember__ebc_forward_unchecked(s->dp, &s->dp_kjt, s->dp_out.p)); // ids sanitised at home
     const float *dout = s->dp_out.p;
     if (s->sequence) {
         // Rows follow the sub-KJT's value order: features in order, their kept ids.

@@ -166,11 +166,11 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {
         st = build_local(s);
-        if (st == EMBER_OK) ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
+        if (st == EMBER_OK) st = ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
     }
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
         if (st == EMBER_OK && ember__schemes[k]->home_forward) st = ember__schemes[k]->home_forward(s, out);
-    // Local failures here are internal (inputs were validated): agree before the output dist.
+    // Local failures here (workspace, a tiered table's file): agree before the output dist.
     st = ember_comm_agree(c, st);
     if (st != EMBER_OK) return st;
 

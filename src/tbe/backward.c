@@ -28,6 +28,7 @@
 #endif
 
 #include "tbe/isa/isa.h"
+#include "tbe/rowmap.h"
 
 // Workspace slots (slot 0 is the offsets array shared with forward).
 enum { WS_OFFSETS = 0, WS_ENT, WS_BAG, WS_TAB, WS_ROWBUF, WS_GOFF, WS_GRAD, WS_UKEY };
@@ -122,7 +123,7 @@ static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32
         for (int64_t i = (int64_t)f * B; i < (int64_t)(f + 1) * B; i++) {
             for (int64_t j = s->off[i]; j < s->off[i + 1]; j++) {
                 int64_t id = kjt->values[j];
-                if (resolve_ids && (id = ember__resolve_id(id, rows, ebc->bounds)) < 0) continue;
+                if (resolve_ids && (id = ember__resolve_id(id, rows, ebc->kbounds)) < 0) continue;
                 row[e] = id;
                 item[e] = s->kind == EMBER__ITEM_BAG ? i : j;
                 e++;
@@ -140,8 +141,13 @@ static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32
 static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
     // The caller validated the KJT: under EMBER_BOUNDS_ERROR every id is a row as is; under
     // CLAMP/SKIP each id is resolved while the entries are built (a predictable compare).
-    const int resolve_ids = ebc->bounds != EMBER_BOUNDS_ERROR;
+    // Mapped tables' ids are translated first (rowmap.h): rows, or -1 resolved as SKIP.
+    const int resolve_ids = ebc->kbounds != EMBER_BOUNDS_ERROR;
     const int64_t *off = ember__ebc_offsets(ebc, kjt);
+    if (off && ebc->mapped) {
+        EMBER_TRY(ember__ebc_map(ebc, kjt, off, EMBER__MAP_BACKWARD));
+        kjt = &ebc->mkjt;
+    }
     const size_t nnz = (size_t)kjt->nnz, T = (size_t)ebc->T;
     const int32_t B = kjt->batch_size;
     const int64_t nbags = (int64_t)ebc->F * B;
@@ -167,7 +173,7 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, ember__
         for (int32_t b = 0; b < B; b++) {
             const int64_t i = (int64_t)f * B + b;
             int64_t kept = off[i + 1] - off[i];
-            if (ebc->bounds == EMBER_BOUNDS_SKIP) {
+            if (ebc->kbounds == EMBER_BOUNDS_SKIP) {
                 for (int64_t j = off[i]; j < off[i + 1]; j++)
                     kept -= kjt->values[j] < 0 || kjt->values[j] >= tb->cfg.rows;
             }
@@ -218,7 +224,7 @@ static void weight_grads(ember_ebc *ebc, const ember__segments *s, const float *
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
         const int32_t D = tb->cfg.dim;
         for (int64_t j = s->off[i]; j < s->off[i + 1]; j++) {
-            const int64_t id = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+            const int64_t id = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->kbounds);
             if (id < 0) {
                 grad_weights[j] = 0.0f;
                 continue;

@@ -5,6 +5,7 @@
 #include "tbe/dtype.h"
 #include "tbe/isa/isa.h"
 #include "tbe/kernels.h"
+#include "tbe/rowmap.h"
 
 size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
 
@@ -59,6 +60,28 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg
         EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_NORMAL || (isfinite(tc->init.std) && tc->init.std >= 0),
                     EMBER_ERR_INVALID_ARG, "%s: table '%s': normal std %g", fn, nm, (double)tc->init.std);
         EMBER_TRY(ember__optim_check(ctx, fn, nm, &tc->optim));
+        EMBER_CHECK(ctx, tc->cache_rows >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': cache_rows %lld < 0", fn, nm,
+                    (long long)tc->cache_rows);
+        EMBER_CHECK(ctx, tc->cache_policy == EMBER_EVICT_LRU || tc->cache_policy == EMBER_EVICT_LFU,
+                    EMBER_ERR_INVALID_ARG, "%s: table '%s': cache policy %s (lru or lfu)", fn, nm,
+                    ember_evict_policy_name(tc->cache_policy));
+        EMBER_CHECK(ctx, !tc->hash.enabled || tc->cache_rows == 0, EMBER_ERR_UNSUPPORTED,
+                    "%s: table '%s': a hashed table cannot also be tiered (cache_rows %lld)", fn, nm,
+                    (long long)tc->cache_rows);
+        EMBER_CHECK(ctx, !(tc->hash.enabled || tc->cache_rows > 0) || !tc->stochastic_rounding, EMBER_ERR_UNSUPPORTED,
+                    "%s: table '%s': stochastic rounding is not available on %s tables", fn, nm,
+                    tc->hash.enabled ? "hashed" : "tiered");
+        if (tc->hash.enabled) {
+            const int64_t br = tc->hash.bucket_rows > 0 ? tc->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
+            EMBER_CHECK(ctx, tc->hash.bucket_rows >= 0 && tc->rows % br == 0, EMBER_ERR_INVALID_ARG,
+                        "%s: table '%s': bucket_rows %d does not divide rows %lld", fn, nm, (int)br,
+                        (long long)tc->rows);
+            EMBER_CHECK(ctx, tc->hash.policy >= EMBER_EVICT_LRU && tc->hash.policy <= EMBER_EVICT_TTL,
+                        EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown eviction policy %d", fn, nm,
+                        (int)tc->hash.policy);
+            EMBER_CHECK(ctx, tc->hash.policy != EMBER_EVICT_TTL || tc->hash.ttl_steps >= 1, EMBER_ERR_INVALID_ARG,
+                        "%s: table '%s': ttl_steps %lld < 1", fn, nm, (long long)tc->hash.ttl_steps);
+        }
         for (int32_t u = 0; u < t; u++) {
             EMBER_CHECK(ctx, strcmp(cfg->tables[u].name, tc->name) != 0, EMBER_ERR_INVALID_ARG,
                         "%s: table name '%s' used twice", fn, nm);
@@ -102,6 +125,11 @@ static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t
     return 0.0f;
 }
 
+void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst) {
+    for (int32_t c = 0; c < t->cfg.dim; c++)
+        dst[c] = init_value(t, ebc->seed, t->origin.row_offset + r, t->origin.col_offset + c);
+}
+
 // Stores an fp32 row into storage of `dt` with round-to-nearest-even.
 void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
     switch (dt) {
@@ -129,7 +157,7 @@ void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
 
 // Bytes of table tb's weights in the slab in dtype dt (each table starts 64-byte aligned).
 static size_t weight_block(const ember__table *tb, ember_dtype dt) {
-    return ((size_t)tb->cfg.rows * (size_t)tb->cfg.dim * ember__dtype_size(dt) + 63) & ~(size_t)63;
+    return ((size_t)tb->slab_rows * (size_t)tb->cfg.dim * ember__dtype_size(dt) + 63) & ~(size_t)63;
 }
 
 // Lays out the weight slab for the tables' current dtypes; returns its size.
@@ -148,7 +176,10 @@ void ember_ebc_destroy(ember_ebc *ebc) {
     if (!ebc) return;
     ember_ctx *ctx = ebc->ctx;
     if (ebc->tables)
-        for (int32_t t = 0; t < ebc->T; t++) ember__free(ctx, ebc->tables[t].name);
+        for (int32_t t = 0; t < ebc->T; t++) {
+            if (ebc->tables[t].map) ebc->tables[t].map->ops->destroy(ctx, ebc->tables[t].map);
+            ember__free(ctx, ebc->tables[t].name);
+        }
     if (ebc->feature_names)
         for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
     for (int i = 0; i < EMBER__WS_SLOTS; i++) ember__buf_free(ctx, &ebc->ws[i]);
@@ -177,6 +208,8 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     ebc->T = cfg->num_tables;
     ebc->F = cfg->num_features;
     ebc->bounds = cfg->bounds;
+    ebc->kbounds = cfg->bounds;
+    ebc->training = true;
     ebc->seed = cfg->seed;
     ebc->sequence = cfg->tables[0].pooling == EMBER_POOL_NONE;
     ebc->tables = ember__calloc(ctx, sizeof(ember__table) * (size_t)ebc->T);
@@ -203,13 +236,18 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
             tb->origin.global_rows = tb->cfg.rows;
             tb->origin.global_dim = tb->cfg.dim;
         }
+        tb->slab_rows = tb->cfg.cache_rows > 0 && tb->cfg.cache_rows < tb->cfg.rows ? tb->cfg.cache_rows : tb->cfg.rows;
+        if (tb->cfg.cache_rows > 0 || tb->cfg.hash.enabled) {
+            ebc->mapped = true;
+            ebc->kbounds = EMBER_BOUNDS_SKIP; // translated ids: rows or -1 (rowmap.h)
+        }
         tb->key_base = key;
         key += tb->cfg.rows;
         tb->optim = ember__optim(tb->cfg.optim.kind);
         const ember_optim_info *oi = &tb->optim->info;
         tb->m1_cols = oi->num_states > 0 ? (oi->state_per_row[0] ? 1 : tb->cfg.dim) : 0;
         tb->m2_cols = oi->num_states > 1 ? (oi->state_per_row[1] ? 1 : tb->cfg.dim) : 0;
-        state_floats += (size_t)tb->cfg.rows * (size_t)(tb->m1_cols + tb->m2_cols);
+        state_floats += (size_t)tb->slab_rows * (size_t)(tb->m1_cols + tb->m2_cols);
         if (tb->cfg.dim > ebc->max_dim) ebc->max_dim = tb->cfg.dim;
     }
     ebc->total_keys = key;
@@ -219,7 +257,8 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         ebc->feature_table[f] = fc->table;
         ebc->feature_names[f] = ember__strdup(ctx, fc->name);
         if (!ebc->feature_names[f]) goto nomem;
-        ebc->feature_rows[f] = cfg->tables[fc->table].rows;
+        // Hashed tables take any id (-1: not checked).
+        ebc->feature_rows[f] = cfg->tables[fc->table].hash.enabled ? -1 : cfg->tables[fc->table].rows;
         ebc->feature_col[f] = ebc->sequence ? 0 : col;
         col += cfg->tables[fc->table].dim;
     }
@@ -235,7 +274,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     size_t soff = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
-        size_t n1 = (size_t)tb->cfg.rows * (size_t)tb->m1_cols, n2 = (size_t)tb->cfg.rows * (size_t)tb->m2_cols;
+        size_t n1 = (size_t)tb->slab_rows * (size_t)tb->m1_cols, n2 = (size_t)tb->slab_rows * (size_t)tb->m2_cols;
         if (n1) tb->m1 = ebc->state + soff;
         soff += n1;
         if (n2) tb->m2 = ebc->state + soff;
@@ -249,7 +288,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         ember__table *tb = &ebc->tables[t];
         if (tb->cfg.init.kind == EMBER_INIT_ZEROS) continue; // the slab is zeroed
         const int32_t D = tb->cfg.dim;
-        const int64_t rows = tb->cfg.rows;
+        const int64_t rows = tb->slab_rows;
         int failed = 0;
 #pragma omp parallel num_threads(ember__threads(ctx))
         {
@@ -267,8 +306,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
             } else {
 #pragma omp for schedule(static)
                 for (int64_t r = 0; r < rows; r++) {
-                    for (int32_t c = 0; c < D; c++)
-                        row[c] = init_value(tb, ebc->seed, tb->origin.row_offset + r, tb->origin.col_offset + c);
+                    ember__init_row(ebc, tb, r, row);
                     ember__store_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, r), row, D);
                 }
             }
@@ -278,6 +316,17 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
             }
         }
         if (failed) goto nomem;
+    }
+    // Row maps, once the slabs hold their initial values.
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        ember_status st = EMBER_OK;
+        if (tb->cfg.cache_rows > 0) st = ember__tiered_create(ebc, tb, cfg->ssd_dir, &tb->map);
+        else if (tb->cfg.hash.enabled) st = ember__hashed_create(ebc, tb, &tb->map);
+        if (st != EMBER_OK) {
+            ember_ebc_destroy(ebc);
+            return st;
+        }
     }
     // Workspace from the hints.
     if (cfg->max_batch_size > 0 || cfg->max_nnz > 0) {
@@ -416,6 +465,7 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
     EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember_dtype_name(dtype));
+    if (tb->map && tb->map->ops->read) return tb->map->ops->read(ebc, tb, which, row_begin, row_end, dtype, dst);
     const int64_t n = row_end - row_begin;
     if (which) {
         memcpy(dst, st + (size_t)row_begin * (size_t)cols, sizeof(float) * (size_t)n * (size_t)cols);
@@ -441,6 +491,8 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
                 ember_dtype_name(dtype));
+    if (tb->map && tb->map->ops->write)
+        return tb->map->ops->write(ebc, (ember__table *)tb, which, row_begin, row_end, dtype, src);
     const int64_t n = row_end - row_begin;
     if (which) {
         memcpy(st + (size_t)row_begin * (size_t)cols, src, sizeof(float) * (size_t)n * (size_t)cols);
@@ -465,8 +517,11 @@ ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c) 
     c->bytes = 0;
     int change = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
-        c->bytes += weight_block(&ebc->tables[t], new_dtype(ebc, c, t));
-        change |= new_dtype(ebc, c, t) != ebc->tables[t].cfg.dtype;
+        const ember__table *tb = &ebc->tables[t];
+        c->bytes += weight_block(tb, new_dtype(ebc, c, t));
+        EMBER_CHECK(ebc->ctx, new_dtype(ebc, c, t) == tb->cfg.dtype || tb->slab_rows == tb->cfg.rows,
+                    EMBER_ERR_UNSUPPORTED, "table '%s': a tiered table's dtype cannot be converted", tb->name);
+        change |= new_dtype(ebc, c, t) != tb->cfg.dtype;
     }
     if (!change) return EMBER_OK;
     c->slab = ember__alloc_slab(ebc->ctx, c->bytes, "embedding weights");
@@ -488,9 +543,9 @@ void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
         const unsigned char *src = ebc->slab + tb->weight_offset;
         unsigned char *dst = c->slab + off;
         if (dt == tb->cfg.dtype) {
-            memcpy(dst, src, (size_t)tb->cfg.rows * rb);
+            memcpy(dst, src, (size_t)tb->slab_rows * rb);
         } else {
-            for (int64_t r = 0; r < tb->cfg.rows; r++) {
+            for (int64_t r = 0; r < tb->slab_rows; r++) {
                 ember__load_row(tb->cfg.dtype, src + (size_t)r * tb->row_bytes, c->row, tb->cfg.dim);
                 ember__store_row(dt, dst + (size_t)r * rb, c->row, tb->cfg.dim);
             }
@@ -532,6 +587,8 @@ ember_status ember_ebc_weights_view(const ember_ebc *ebc, int32_t table, const v
     EMBER_TRY(check_table(ebc, "ember_ebc_weights_view", table));
     EMBER_CHECK(ebc->ctx, data && row_stride, EMBER_ERR_INVALID_ARG, "ember_ebc_weights_view: NULL output");
     const ember__table *tb = &ebc->tables[table];
+    EMBER_CHECK(ebc->ctx, !tb->map || !tb->map->ops->read, EMBER_ERR_UNSUPPORTED,
+                "ember_ebc_weights_view: table '%s' is tiered: its rows are not in memory", tb->name);
     *data = ember__row_ptr(ebc, tb, 0);
     *row_stride = tb->row_bytes;
     return EMBER_OK;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tbe/isa/isa.h"
+#include "tbe/rowmap.h"
 
 ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
                                       const char *bufname, int64_t *oor) {
@@ -42,7 +43,7 @@ static void pool_range(const ember_ebc *ebc, const ember_kjt *kjt, const int64_t
         const ember__bag_run r = {ebc->slab + tb->weight_offset, tb->row_bytes, tb->cfg.dim, tb->cfg.dtype,
                                   tb->cfg.pooling == EMBER_POOL_MEAN, kjt->values, kjt->weights, off + i, end - i,
                                   off[end], ember__prefetch_ids(tb->row_bytes), o, (size_t)ebc->out_dim,
-                                  tb->cfg.rows, ebc->bounds, resolve_ids};
+                                  tb->cfg.rows, ebc->kbounds, resolve_ids};
         ebc->kern->pool_run(&r);
         i = end;
     }
@@ -56,7 +57,7 @@ static void sequence_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
         for (int64_t j = off[i]; j < off[i + 1]; j++) {
             float *o = out + j * D;
-            int64_t r = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+            int64_t r = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->kbounds);
             if (r < 0) {
                 memset(o, 0, sizeof(float) * (size_t)D);
                 continue;
@@ -85,8 +86,19 @@ static void forward_off(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off
                    out);
 }
 
-void ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
-    forward_off(ebc, kjt, kjt->offsets, 0, out);
+// Translates the ids of mapped tables first (rowmap.h); the kernels then resolve -1 as absent.
+static ember_status forward_mapped(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out) {
+    if (!ebc->mapped) {
+        forward_off(ebc, kjt, off, resolve, out);
+        return EMBER_OK;
+    }
+    EMBER_TRY(ember__ebc_map(ebc, kjt, off, EMBER__MAP_FORWARD));
+    forward_off(ebc, &ebc->mkjt, off, 1, out);
+    return EMBER_OK;
+}
+
+ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
+    return forward_mapped(ebc, kjt, kjt->offsets, 0, out);
 }
 
 ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
@@ -95,6 +107,5 @@ ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out)
     EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor));
     const int64_t *off = ember__ebc_offsets(ebc, kjt);
     if (!off) return EMBER_ERR_NOMEM;
-    forward_off(ebc, kjt, off, oor > 0, out);
-    return EMBER_OK;
+    return forward_mapped(ebc, kjt, off, oor > 0, out);
 }

@@ -49,6 +49,8 @@ typedef struct ember__table {
     int64_t key_base;        // first sort key of the table: key = key_base + row
     int64_t step;            // backward calls applied (bias correction)
     uint64_t name_hash;      // seeds init and stochastic rounding
+    int64_t slab_rows;       // rows held in the slabs: cfg.rows, or the cache of a tiered table
+    struct ember__rowmap *map; // tiered or hashed: translates the KJT's ids to slab rows (rowmap.h)
 } ember__table;
 
 #define EMBER__WS_SLOTS 16
@@ -68,6 +70,10 @@ struct ember_ebc {
     int32_t max_dim;
     bool sequence;           // all tables NONE
     ember_bounds_mode bounds;
+    ember_bounds_mode kbounds; // what the kernels apply: bounds, or SKIP when ids are mapped (-1 = absent)
+    bool mapped;             // some table has a row map: every call translates the KJT first
+    bool training;           // ember_ebc_set_training
+    ember_kjt mkjt;          // the translated KJT of the current call (values in the workspace)
     uint64_t seed;
     unsigned char *slab;     // weights, slab_bytes
     size_t slab_bytes;
@@ -99,7 +105,9 @@ typedef struct ember__sparse_grad {
 // sharded collection checks once, at the home rank): the KJT carries offsets, every id is a row
 // of its table, out/grad_out are non-NULL where needed and grad_out is finite. The public
 // ember_ebc_forward/backward check, then run the same code.
-void ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out);
+// With mapped tables (tiered, hashed) these first translate the ids (rowmap.h), which may fail
+// (EMBER_ERR_IO, EMBER_ERR_NOMEM, EMBER_ERR_UNSUPPORTED); otherwise forward returns EMBER_OK.
+ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out);
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                            float *grad_weights);
 
@@ -179,6 +187,9 @@ void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes);
 
 // dtype helpers
 size_t ember__dtype_size(ember_dtype dt);
+
+// Initial weights of row r of table t in global coordinates (origin.row_offset + r), D floats.
+void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst);
 
 // Pointer to row r of table t.
 static inline unsigned char *ember__row_ptr(const ember_ebc *ebc, const ember__table *t, int64_t r) {

@@ -128,11 +128,11 @@ int main(int argc, char **argv) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = OPTS[t];
         tc[t] = (ember_table_config){NAMES[t], ROWS[t], DIMS[t], EMBER_POOL_SUM, DTYPES[t],
-                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         fc[t] = (ember_feature_config){NAMES[t], t};
         plan[t] = plan_of(t, W, ranks + (size_t)t * (size_t)(2 * W + 4));
     }
-    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0};
+    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0, NULL};
     // Two blobs: a trainer's text and some doubles (rank 0's bytes are the ones saved).
     const char text[] = "{\"epoch\": 3, \"batch\": 1234, \"note\": \"read by numpy\"}";
     double dense[33];

@@ -126,11 +126,11 @@ static ember_status coll_open(coll *c, MPI_Comm comm, int shift) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = OPTS[t];
         tc[t] = (ember_table_config){NAMES[t], ROWS[t], DIMS[t], EMBER_POOL_SUM, DTYPES[t],
-                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         fc[t] = (ember_feature_config){NAMES[t], t};
         plan[t] = plan_of(shift + t, t, w, ranks[t]);
     }
-    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0};
+    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0, NULL};
     return ember_sebc_create(c->comm, &cfg, plan, EMBER_GRAD_MEAN, &c->s);
 }
 
@@ -287,9 +287,9 @@ static void bounded_memory(void **state) {
     assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-    ember_table_config tc = {"big", BIG_ROWS, BIG_DIM, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+    ember_table_config tc = {"big", BIG_ROWS, BIG_DIM, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
     ember_feature_config fc = {"f", 0};
-    ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 3, 0, 0};
+    ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 3, 0, 0, NULL};
     int32_t ranks[16];
     ember_table_plan rw = plan_of(3, 0, W, ranks);
     ember_sebc *s = NULL, *s2 = NULL;
@@ -537,9 +537,9 @@ static void commit_protocol(void **state) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
     {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
-        ember_table_config tc = {"w32", 40, 6, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0};
+        ember_table_config tc = {"w32", 40, 6, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         ember_feature_config fc = {"f", 0};
-        ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 1, 0, 0};
+        ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
         ember_table_plan dp = {EMBER_SHARD_DATA_PARALLEL, 0, 0, 0, NULL};
         ember_sebc *o1 = NULL;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(a.comm, &cfg, &dp, EMBER_GRAD_MEAN, &o1) == EMBER_OK);

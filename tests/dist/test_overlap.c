@@ -55,14 +55,14 @@ static void make_setup(setup *su, int scheme, ember_pooling pool, ember_optim_ki
         o.lr = opt == EMBER_OPT_SGD ? 0.5f : 0.05f;
         ember_pooling p = pool == EMBER_POOL_NONE ? pool : (t % 2 ? EMBER_POOL_MEAN : pool);
         su->tables[t] = (ember_table_config){su->names[t], ROWS[t], pool == EMBER_POOL_NONE ? 4 : DIMS[t], p,
-                                             EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0};
+                                             EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         su->plan[t] = make_plan(scheme, t, su->ranks[t]);
     }
     for (int f = 0; f < NF; f++) {
         snprintf(su->names[NT + f], 8, "f%d", f);
         su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
     }
-    su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0};
+    su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0, NULL};
 }
 
 // This rank's batch of step k: 0 to 3 + R samples (rank 0's empty on some steps), weighted or

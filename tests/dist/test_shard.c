@@ -69,14 +69,14 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         ember_pooling p = mixed_pool ? (t % 2 ? EMBER_POOL_MEAN : EMBER_POOL_SUM) : pool_all;
         // A sequence collection needs one dim for every table.
         su->tables[t] = (ember_table_config){su->names[t], ROWS[t], p == EMBER_POOL_NONE ? 4 : DIMS[t], p, EMBER_DTYPE_F32,
-                                             {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0};
+                                             {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         su->plan[t] = make_plan(parse_scheme(g_scheme, t), t, su->ranks[t]);
     }
     for (int f = 0; f < NF; f++) {
         snprintf(su->names[NT + f], 8, "f%d", f);
         su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
     }
-    su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0};
+    su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0, NULL};
     if (!strcmp(g_scheme, "planned")) {
         // The planner's choice (tiny budget for data parallelism, so several schemes appear).
         ember_ctx *pctx = NULL;

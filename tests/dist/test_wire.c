@@ -50,12 +50,12 @@ static void env_open(env *e, const char *scheme, ember_pooling pool) {
     o.kind = EMBER_OPT_SGD;
     o.lr = 0.5f;
     const ember_init init = {EMBER_INIT_UNIFORM, 0.25f, 1.0f, 0};
-    e->t[0] = (ember_table_config){"big", ROWS, DIM, pool, EMBER_DTYPE_F32, init, o, 0};
-    e->t[1] = (ember_table_config){"small", 7, DIM, pool, EMBER_DTYPE_F32, init, o, 0};
+    e->t[0] = (ember_table_config){"big", ROWS, DIM, pool, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
+    e->t[1] = (ember_table_config){"small", 7, DIM, pool, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
     e->f[0] = (ember_feature_config){"user", 0};
     e->f[1] = (ember_feature_config){"item", 0};
     e->f[2] = (ember_feature_config){"ctx", 1};
-    e->cfg = (ember_ebc_config){e->t, 2, e->f, 3, EMBER_BOUNDS_ERROR, 11, 0, 0};
+    e->cfg = (ember_ebc_config){e->t, 2, e->f, 3, EMBER_BOUNDS_ERROR, 11, 0, 0, NULL};
     e->plan[0] = plan_for(scheme);
     e->plan[1] = plan_for("dp");
 }

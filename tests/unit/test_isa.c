@@ -123,7 +123,7 @@ static void make_config(fixture *fx, const tcase *c) {
         snprintf(fx->names[NT + f], 8, "f%d", f);
         fx->features[f] = (ember_feature_config){fx->names[NT + f], FTAB[f]};
     }
-    fx->cfg = (ember_ebc_config){fx->tables, NT, fx->features, NF, c->bounds, 77, 0, 0};
+    fx->cfg = (ember_ebc_config){fx->tables, NT, fx->features, NF, c->bounds, 77, 0, 0, NULL};
 }
 
 static int quiet_log_calls;

@@ -1,0 +1,72 @@
+// The translation step of collections with mapped tables (rowmap.h), and the names of the
+// eviction policies.
+#include <string.h>
+
+#include "tbe/rowmap.h"
+
+static const char *const policy_names[] = {"lru", "lfu", "ttl"};
+
+const char *ember_evict_policy_name(ember_evict_policy p) {
+    return p >= EMBER_EVICT_LRU && p <= EMBER_EVICT_TTL ? policy_names[p] : "unknown";
+}
+
+ember_status ember_evict_policy_parse(const char *name, ember_evict_policy *out) {
+    if (!name || !out) return EMBER_ERR_INVALID_ARG;
+    for (int i = 0; i <= EMBER_EVICT_TTL; i++)
+        if (strcmp(name, policy_names[i]) == 0) {
+            *out = (ember_evict_policy)i;
+            return EMBER_OK;
+        }
+    return EMBER_ERR_INVALID_ARG;
+}
+
+ember_status ember_ebc_set_training(ember_ebc *ebc, int training) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    ebc->training = training != 0;
+    return EMBER_OK;
+}
+
+// Workspace slots of the translation (backward.c uses 0..7).
+enum { WS_MAP_VALUES = 12, WS_MAP_IDS = 13 };
+
+ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, enum ember__map_phase phase) {
+    const size_t nnz = (size_t)kjt->nnz, n1 = nnz ? nnz : 1;
+    int64_t *vals = ember__ws_get(ebc, WS_MAP_VALUES, sizeof(int64_t) * n1);
+    int64_t *buf = ember__ws_get(ebc, WS_MAP_IDS, sizeof(int64_t) * 2 * n1);
+    if (!vals || !buf) return EMBER_ERR_NOMEM;
+    const int32_t B = kjt->batch_size;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        if (!tb->map) {
+            // Resolved by the collection's bounds mode (CLAMP: a row; SKIP: -1).
+            for (int32_t f = 0; f < ebc->F; f++) {
+                if (ebc->feature_table[f] != t) continue;
+                for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++)
+                    vals[j] = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+            }
+            continue;
+        }
+        // The table's ids, its features in order (each a contiguous run of values).
+        int64_t *ids = buf, *rows = buf + n1, n = 0;
+        for (int32_t f = 0; f < ebc->F; f++) {
+            if (ebc->feature_table[f] != t) continue;
+            const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
+            if (tb->cfg.hash.enabled) {
+                memcpy(ids + n, kjt->values + j0, sizeof(int64_t) * (size_t)(j1 - j0));
+                n += j1 - j0;
+            } else {
+                for (int64_t j = j0; j < j1; j++) ids[n++] = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+            }
+        }
+        EMBER_TRY(tb->map->ops->map(ebc, tb, ids, n, rows, phase));
+        n = 0;
+        for (int32_t f = 0; f < ebc->F; f++) {
+            if (ebc->feature_table[f] != t) continue;
+            const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
+            memcpy(vals + j0, rows + n, sizeof(int64_t) * (size_t)(j1 - j0));
+            n += j1 - j0;
+        }
+    }
+    ebc->mkjt = (ember_kjt){kjt->num_features, B, NULL, off, vals, kjt->weights, kjt->nnz};
+    return EMBER_OK;
+}

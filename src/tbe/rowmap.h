@@ -1,0 +1,58 @@
+// Row maps: tables whose ids are not rows of the slab. A tiered table (tiered.c, docs/tiered.md)
+// keeps its rows in a file and a cache of slab_rows rows in the slab; a hashed table (hashed.c,
+// docs/hashed.md) maps arbitrary 64-bit ids to rows of its own. Either way the kernels never see
+// an id: every call of a collection with a mapped table first builds a translated copy of the
+// KJT (ember__ebc_map) whose values are slab rows, or -1 for an id that is absent (it
+// contributes nothing and does not count in MEAN, as EMBER_BOUNDS_SKIP), and the kernels run
+// with bounds SKIP on that copy. Unmapped tables' ids are resolved by the collection's bounds
+// mode in the same copy.
+#ifndef EMBER_TBE_ROWMAP_H
+#define EMBER_TBE_ROWMAP_H
+
+#include "tbe/internal.h"
+
+// What a translation is for.
+enum ember__map_phase {
+    EMBER__MAP_FORWARD = 0, // a forward: may admit ids (training) and fetch/evict cache rows
+    EMBER__MAP_BACKWARD = 1,// the backward of the preceding forward's ids: hashed tables look up
+                            // only (an id without a row gets no update); tiered tables fetch
+                            // what is missing as forward would
+};
+
+typedef struct ember__rowmap ember__rowmap;
+typedef struct ember__rowmap_ops {
+    const char *kind; // "tiered", "hashed"
+    // Translates the n ids of table tb in this call (its features in configuration order, each
+    // in value order) to slab rows in rows[n] (-1: absent). A hashed table gets the KJT's values
+    // as they are; any other table gets them resolved by the bounds mode: rows of [0, cfg.rows),
+    // or -1 for a skipped id, which stays -1. All of a call's ids are resident
+    // together: rows of this call are never evicted by it. A failure changes no logical state
+    // (weights, optimizer state, the id -> row map).
+    ember_status (*map)(ember_ebc *ebc, ember__table *tb, const int64_t *ids, int64_t n, int64_t *rows,
+                        enum ember__map_phase phase);
+    // State dict access for tables whose logical rows are not slab rows (tiered); NULL: the
+    // slab rows are the state dict rows. which: 0 weight, 1 momentum1, 2 momentum2; dst/src are
+    // [n, cols] in `dtype` as ember_ebc_read/write take them (checked by the caller).
+    ember_status (*read)(const ember_ebc *ebc, const ember__table *tb, int which, int64_t row_begin,
+                         int64_t row_end, ember_dtype dtype, void *dst);
+    ember_status (*write)(ember_ebc *ebc, ember__table *tb, int which, int64_t row_begin, int64_t row_end,
+                          ember_dtype dtype, const void *src);
+    void (*destroy)(ember_ctx *ctx, ember__rowmap *m);
+} ember__rowmap_ops;
+
+// Every map starts with this header; the implementation owns the rest.
+struct ember__rowmap {
+    const ember__rowmap_ops *ops;
+};
+
+// Create table tb's map after the collection laid out its slabs (tb->slab_rows rows, state
+// pointers set, initial values written). Local. EMBER_OK, EMBER_ERR_IO, EMBER_ERR_NOMEM,
+// EMBER_ERR_UNSUPPORTED; the message names the table.
+ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *ssd_dir, ember__rowmap **out);
+ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowmap **out);
+
+// The translated KJT of a validated `kjt` with offsets `off` into ebc->mkjt (values in the
+// collection's workspace; lengths NULL, offsets = off, weights shared). Local.
+ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, enum ember__map_phase phase);
+
+#endif
