@@ -265,6 +265,18 @@ EMBER_API ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, em
 EMBER_API ember_status ember_ebc_weights_view(const ember_ebc *ebc, int32_t table, const void **data,
                                               size_t *row_stride);
 
+// ---- Tiered tables (docs/tiered.md) ------------------------------------------------------------
+// Cumulative cache counters of a tiered table: per call, each distinct row is a hit (resident)
+// or a miss (loaded: from the file, or initial values for a row never written back); rows and
+// bytes read from / written to its file; rows evicted.
+typedef struct ember_tier_stats {
+    int64_t hits, misses, evictions;
+    int64_t rows_read, rows_written;
+    int64_t bytes_read, bytes_written;
+} ember_tier_stats;
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL, unknown table, a table that is not tiered).
+EMBER_API ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tier_stats *out);
+
 // Bytes of table t: weights (rows * dim * sizeof(dtype)) and optimizer state.
 EMBER_API ember_status ember_ebc_table_bytes(const ember_ebc *ebc, int32_t table, size_t *weight_bytes,
                                              size_t *state_bytes);

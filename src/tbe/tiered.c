@@ -1,8 +1,423 @@
-// Tiered tables (docs/tiered.md): not built yet.
+// Tiered tables (docs/tiered.md): a table's rows (weights in its dtype, then its optimizer state
+// in fp32: one fixed-size record per row) live in a scratch file; the slabs hold a cache of
+// slab_rows slots. Each call's distinct rows are made resident together (rowmap.h): resident
+// rows are touched, missing rows take free slots, then the slots of the least valuable unpinned
+// rows (LRU: least recent call, LFU: fewest uses then least recent; ties by slot), whose rows are
+// written back first when an update changed them. A row the file has never held is produced from
+// the initialiser, so creating a table costs no I/O and the file stays sparse.
+//
+// The slot choices depend only on the sequence of calls and their ids, so two collections fed the
+// same ids (the column shards of one table) cache the same rows in the same slots. The numbers do
+// not depend on the cache at all: a row is the same bytes in a slot or in the file.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ember/rng.h"
+#include "tbe/kernels.h"
 #include "tbe/rowmap.h"
 
+typedef struct tiered {
+    ember__rowmap hdr;
+    int fd;
+    char dir[256];            // where the file is (for messages)
+    int64_t rows, cap;         // logical rows, slots
+    size_t wbytes, rec;        // weight bytes of a row, record bytes (weights + state)
+    unsigned char *on_disk;    // [rows/8] bit: the file holds this row's record
+    int64_t *slot_row;         // [cap] row in the slot, -1 free
+    int64_t *last, *uses;      // [cap] call of the last use, uses since loaded
+    int64_t *pin;              // [cap] call that pinned it
+    unsigned char *dirty;      // [cap]
+    int64_t next_free;         // slots [next_free, cap) were never used
+    int64_t *heap, *hpos;      // min-heap of used slots by policy key; hpos[slot] its index
+    int64_t hn;
+    int64_t *hkeys, hmask;     // open addressing row -> slot: keys (rows, -1 empty), values
+    int64_t *hvals;
+    int64_t clock;             // calls so far
+    ember_evict_policy policy;
+    unsigned char *buf;        // one record
+    int64_t *miss, miss_cap;   // this call's missing rows
+    int64_t *stash;            // [cap] slots out of the heap during a call
+    int64_t *free_slots, nfree;// [cap] slots emptied by a failed load
+    ember_tier_stats stats;
+} tiered;
+
+// ---- row -> slot hash (linear probing, backward-shift deletion) ---------------------------
+static inline int64_t hslot(const tiered *m, int64_t row) {
+    return (int64_t)(ember_splitmix64((uint64_t)row) & (uint64_t)m->hmask);
+}
+static int64_t hfind(const tiered *m, int64_t row) {
+    for (int64_t i = hslot(m, row);; i = (i + 1) & m->hmask) {
+        if (m->hkeys[i] == row) return m->hvals[i];
+        if (m->hkeys[i] < 0) return -1;
+    }
+}
+static void hput(tiered *m, int64_t row, int64_t slot) {
+    int64_t i = hslot(m, row);
+    while (m->hkeys[i] >= 0) i = (i + 1) & m->hmask;
+    m->hkeys[i] = row;
+    m->hvals[i] = slot;
+}
+static void hdel(tiered *m, int64_t row) {
+    int64_t i = hslot(m, row);
+    while (m->hkeys[i] != row) i = (i + 1) & m->hmask;
+    for (int64_t j = (i + 1) & m->hmask;; j = (j + 1) & m->hmask) {
+        if (m->hkeys[j] < 0) break;
+        const int64_t h = hslot(m, m->hkeys[j]);
+        // Move j into the hole at i when its home is not cyclically in (i, j].
+        if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
+            m->hkeys[i] = m->hkeys[j];
+            m->hvals[i] = m->hvals[j];
+            i = j;
+        }
+    }
+    m->hkeys[i] = -1;
+}
+
+// ---- eviction order: a binary min-heap of slots ------------------------------------------
+static inline int before(const tiered *m, int64_t a, int64_t b) {
+    if (m->policy == EMBER_EVICT_LFU && m->uses[a] != m->uses[b]) return m->uses[a] < m->uses[b];
+    if (m->last[a] != m->last[b]) return m->last[a] < m->last[b];
+    return a < b;
+}
+static void hswap(tiered *m, int64_t i, int64_t j) {
+    const int64_t t = m->heap[i];
+    m->heap[i] = m->heap[j];
+    m->heap[j] = t;
+    m->hpos[m->heap[i]] = i;
+    m->hpos[m->heap[j]] = j;
+}
+static void sift_up(tiered *m, int64_t i) {
+    while (i > 0 && before(m, m->heap[i], m->heap[(i - 1) / 2])) {
+        hswap(m, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+static void sift_down(tiered *m, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, s = i;
+        if (l < m->hn && before(m, m->heap[l], m->heap[s])) s = l;
+        if (r < m->hn && before(m, m->heap[r], m->heap[s])) s = r;
+        if (s == i) return;
+        hswap(m, i, s);
+        i = s;
+    }
+}
+static void heap_push(tiered *m, int64_t slot) {
+    m->heap[m->hn] = slot;
+    m->hpos[slot] = m->hn++;
+    sift_up(m, m->hn - 1);
+}
+static void heap_remove(tiered *m, int64_t slot) {
+    const int64_t i = m->hpos[slot];
+    hswap(m, i, --m->hn);
+    if (i < m->hn) {
+        sift_up(m, i);
+        sift_down(m, i);
+    }
+}
+
+// ---- records ----------------------------------------------------------------------------
+static float *state_row(const ember__table *tb, int which, int64_t slot) {
+    return which == 1 ? tb->m1 + slot * tb->m1_cols : tb->m2 + slot * tb->m2_cols;
+}
+
+static ember_status io_error(const ember_ebc *ebc, const tiered *m, const ember__table *tb, const char *what,
+                             int64_t row, int err) {
+    return ember__error(ebc->ctx, EMBER_ERR_IO, "table '%s': %s row %lld of its file in '%s': %s", tb->name, what,
+                        (long long)row, m->dir, err ? strerror(err) : "short transfer");
+}
+
+static ember_status pread_all(int fd, void *p, size_t n, off_t off, int *err) {
+    for (size_t done = 0; done < n;) {
+        const ssize_t k = pread(fd, (char *)p + done, n - done, off + (off_t)done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            *err = k < 0 ? errno : 0;
+            return EMBER_ERR_IO;
+        }
+        done += (size_t)k;
+    }
+    return EMBER_OK;
+}
+static ember_status pwrite_all(int fd, const void *p, size_t n, off_t off, int *err) {
+    for (size_t done = 0; done < n;) {
+        const ssize_t k = pwrite(fd, (const char *)p + done, n - done, off + (off_t)done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            *err = k < 0 ? errno : 0;
+            return EMBER_ERR_IO;
+        }
+        done += (size_t)k;
+    }
+    return EMBER_OK;
+}
+
+// Record of `row` into buf: from the file, or the initial values and fresh optimizer state.
+static ember_status load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row,
+                                unsigned char *buf) {
+    if (m->on_disk[row >> 3] & (1u << (row & 7))) {
+        int err = 0;
+        if (pread_all(m->fd, buf, m->rec, (off_t)row * (off_t)m->rec, &err) != EMBER_OK)
+            return io_error(ebc, m, tb, "reading", row, err);
+        m->stats.rows_read++;
+        m->stats.bytes_read += (int64_t)m->rec;
+        return EMBER_OK;
+    }
+    float *w = (float *)(void *)(buf + m->wbytes); // scratch for the fp32 row, then the state
+    ember__init_row(ebc, tb, row, w);
+    ember__store_row(tb->cfg.dtype, buf, w, tb->cfg.dim);
+    const float a = tb->optim->adagrad_init ? tb->cfg.optim.initial_accumulator : 0.0f;
+    for (int32_t i = 0; i < tb->m1_cols; i++) w[i] = a;
+    for (int32_t i = 0; i < tb->m2_cols; i++) w[tb->m1_cols + i] = 0.0f;
+    return EMBER_OK;
+}
+
+static ember_status store_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row,
+                                 const unsigned char *buf) {
+    int err = 0;
+    if (pwrite_all(m->fd, buf, m->rec, (off_t)row * (off_t)m->rec, &err) != EMBER_OK)
+        return io_error(ebc, m, tb, "writing", row, err);
+    m->on_disk[row >> 3] |= (unsigned char)(1u << (row & 7));
+    m->stats.rows_written++;
+    m->stats.bytes_written += (int64_t)m->rec;
+    return EMBER_OK;
+}
+
+static void slot_to_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
+                           unsigned char *buf) {
+    memcpy(buf, ember__row_ptr(ebc, tb, slot), m->wbytes);
+    float *s = (float *)(void *)(buf + m->wbytes);
+    if (tb->m1_cols) memcpy(s, state_row(tb, 1, slot), sizeof(float) * (size_t)tb->m1_cols);
+    if (tb->m2_cols) memcpy(s + tb->m1_cols, state_row(tb, 2, slot), sizeof(float) * (size_t)tb->m2_cols);
+}
+static void record_to_slot(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
+                           const unsigned char *buf) {
+    memcpy(ember__row_ptr(ebc, tb, slot), buf, m->wbytes);
+    const float *s = (const float *)(const void *)(buf + m->wbytes);
+    if (tb->m1_cols) memcpy(state_row(tb, 1, slot), s, sizeof(float) * (size_t)tb->m1_cols);
+    if (tb->m2_cols) memcpy(state_row(tb, 2, slot), s + tb->m1_cols, sizeof(float) * (size_t)tb->m2_cols);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Puts the slots set aside during victim selection (and the call's new rows) back in the heap.
+static void restore_heap(tiered *m, int64_t ns) {
+    for (int64_t i = 0; i < ns; i++) heap_push(m, m->stash[i]);
+}
+
+static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *ids, int64_t n, int64_t *rows,
+                               enum ember__map_phase phase) {
+    tiered *m = (tiered *)tb->map;
+    const int64_t call = ++m->clock;
+    // 1. Pin the resident rows; list the missing ones, each once, ascending.
+    if (n > m->miss_cap) {
+        int64_t *p = ember__xalloc(ebc->ctx, sizeof(int64_t) * (size_t)n, "tiered table's miss list");
+        if (!p) return EMBER_ERR_NOMEM;
+        ember__free(ebc->ctx, m->miss);
+        m->miss = p;
+        m->miss_cap = n;
+    }
+    int64_t nmiss = 0, npinned = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (ids[j] < 0) continue;
+        const int64_t s = hfind(m, ids[j]);
+        if (s < 0) m->miss[nmiss++] = ids[j];
+        else if (m->pin[s] != call) m->pin[s] = call, npinned++;
+    }
+    qsort(m->miss, (size_t)nmiss, sizeof(int64_t), cmp_i64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < nmiss; i++)
+        if (i == 0 || m->miss[i] != m->miss[i - 1]) m->miss[u++] = m->miss[i];
+    nmiss = u;
+    EMBER_CHECK(ebc->ctx, nmiss + npinned <= m->cap, EMBER_ERR_UNSUPPORTED,
+                "table '%s': this batch touches %lld distinct rows, its cache holds %lld (raise cache_rows)",
+                tb->name, (long long)(nmiss + npinned), (long long)m->cap);
+    // 2. Each missing row takes a free slot, else the policy's first unpinned slot (pinned ones
+    // met on the way are set aside, as are the new rows, and go back into the heap after).
+    int64_t ns = 0;
+    ember_status st = EMBER_OK;
+    for (int64_t i = 0; i < nmiss && st == EMBER_OK; i++) {
+        const int64_t row = m->miss[i];
+        int64_t s;
+        if (m->nfree > 0) {
+            s = m->free_slots[--m->nfree];
+        } else if (m->next_free < m->cap) {
+            s = m->next_free++;
+        } else {
+            while (m->pin[m->heap[0]] == call) {
+                m->stash[ns++] = m->heap[0];
+                heap_remove(m, m->heap[0]);
+            }
+            s = m->heap[0];
+            if (m->dirty[s]) {
+                slot_to_record(ebc, m, tb, s, m->buf);
+                st = store_record(ebc, m, tb, m->slot_row[s], m->buf);
+                if (st != EMBER_OK) break; // the victim stays resident and dirty
+                m->dirty[s] = 0;
+            }
+            heap_remove(m, s);
+            hdel(m, m->slot_row[s]);
+            m->slot_row[s] = -1;
+            m->stats.evictions++;
+        }
+        st = load_record(ebc, m, tb, row, m->buf);
+        if (st != EMBER_OK) {
+            m->free_slots[m->nfree++] = s; // empty: the next miss takes it
+            break;
+        }
+        record_to_slot(ebc, m, tb, s, m->buf);
+        m->slot_row[s] = row;
+        m->dirty[s] = 0;
+        m->uses[s] = 0;
+        m->last[s] = call;
+        m->pin[s] = call;
+        hput(m, row, s);
+        m->stash[ns++] = s;
+    }
+    restore_heap(m, ns);
+    if (st != EMBER_OK) return st; // rows loaded so far stay cached: the cache holds no logical state
+    m->stats.hits += npinned;
+    m->stats.misses += nmiss;
+    // 3. Translate; a forward touches its rows (recency, uses), a backward marks them changed.
+    for (int64_t j = 0; j < n; j++) {
+        if (ids[j] < 0) {
+            rows[j] = -1;
+            continue;
+        }
+        const int64_t s = hfind(m, ids[j]);
+        rows[j] = s;
+        if (phase == EMBER__MAP_FORWARD) {
+            m->uses[s]++;
+            m->last[s] = call;
+            sift_down(m, m->hpos[s]);
+        } else {
+            m->dirty[s] = 1;
+        }
+    }
+    return EMBER_OK;
+}
+
+// Row r of tensor `which` as fp32 (or native weight bits when dtype is the table's) into dst.
+static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t r1,
+                                ember_dtype dtype, void *dst) {
+    tiered *m = (tiered *)tb->map;
+    const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t s = hfind(m, r);
+        if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
+        else EMBER_TRY(load_record(ebc, m, tb, r, m->buf));
+        const float *state = (const float *)(const void *)(m->buf + m->wbytes);
+        const int64_t k = r - r0;
+        if (which == 0 && dtype == tb->cfg.dtype) memcpy((char *)dst + (size_t)k * m->wbytes, m->buf, m->wbytes);
+        else if (which == 0) ember__load_row(tb->cfg.dtype, m->buf, (float *)dst + k * cols, cols);
+        else memcpy((float *)dst + k * cols, state + (which == 2 ? tb->m1_cols : 0), sizeof(float) * (size_t)cols);
+    }
+    return EMBER_OK;
+}
+
+static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, int64_t r0, int64_t r1,
+                                 ember_dtype dtype, const void *src) {
+    tiered *m = (tiered *)tb->map;
+    const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t s = hfind(m, r);
+        if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
+        else EMBER_TRY(load_record(ebc, m, tb, r, m->buf));
+        float *state = (float *)(void *)(m->buf + m->wbytes);
+        const int64_t k = r - r0;
+        if (which == 0 && dtype == tb->cfg.dtype) memcpy(m->buf, (const char *)src + (size_t)k * m->wbytes, m->wbytes);
+        else if (which == 0) ember__store_row(tb->cfg.dtype, m->buf, (const float *)src + k * cols, cols);
+        else memcpy(state + (which == 2 ? tb->m1_cols : 0), (const float *)src + k * cols, sizeof(float) * (size_t)cols);
+        if (s >= 0) {
+            record_to_slot(ebc, m, tb, s, m->buf);
+            m->dirty[s] = 1;
+        } else {
+            EMBER_TRY(store_record(ebc, m, tb, r, m->buf));
+        }
+    }
+    return EMBER_OK;
+}
+
+static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
+    tiered *m = (tiered *)map;
+    if (m->fd >= 0) close(m->fd);
+    void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hpos, m->hkeys,
+                    m->hvals, m->buf, m->miss, m->stash, m->free_slots};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
+    ember__free(ctx, m);
+}
+
+static const ember__rowmap_ops tiered_ops = {"tiered", tiered_map, tiered_read, tiered_write, tiered_destroy};
+
 ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *ssd_dir, ember__rowmap **out) {
-    (void)ssd_dir;
+    ember_ctx *ctx = ebc->ctx;
     *out = NULL;
-    return ember__error(ebc->ctx, EMBER_ERR_UNSUPPORTED, "ember_ebc_create: table '%s': tiered tables", tb->name);
+    tiered *m = ember__calloc(ctx, sizeof *m);
+    if (!m) return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory", tb->name);
+    m->hdr.ops = &tiered_ops;
+    m->fd = -1;
+    m->rows = tb->cfg.rows;
+    m->cap = tb->slab_rows;
+    m->policy = tb->cfg.cache_policy;
+    m->wbytes = tb->row_bytes;
+    m->rec = m->wbytes + sizeof(float) * (size_t)(tb->m1_cols + tb->m2_cols);
+    const char *dir = ssd_dir && ssd_dir[0] ? ssd_dir : getenv("TMPDIR");
+    snprintf(m->dir, sizeof m->dir, "%s", dir && dir[0] ? dir : "/tmp");
+    int64_t hsize = 16;
+    while (hsize < 2 * m->cap) hsize *= 2;
+    m->hmask = hsize - 1;
+    const size_t C = (size_t)m->cap;
+    m->on_disk = ember__calloc(ctx, (size_t)(m->rows + 7) / 8);
+    m->slot_row = ember__alloc(ctx, sizeof(int64_t) * C);
+    m->last = ember__calloc(ctx, sizeof(int64_t) * C);
+    m->uses = ember__calloc(ctx, sizeof(int64_t) * C);
+    m->pin = ember__calloc(ctx, sizeof(int64_t) * C);
+    m->dirty = ember__calloc(ctx, C);
+    m->heap = ember__alloc(ctx, sizeof(int64_t) * C);
+    m->hpos = ember__alloc(ctx, sizeof(int64_t) * C);
+    m->stash = ember__alloc(ctx, sizeof(int64_t) * C);
+    m->free_slots = ember__alloc(ctx, sizeof(int64_t) * C);
+    m->hkeys = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
+    m->hvals = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
+    // One record, and room for a row of fp32 initial values behind the weights.
+    m->buf = ember__alloc(ctx, m->rec + sizeof(float) * (size_t)tb->cfg.dim);
+    if (!m->on_disk || !m->slot_row || !m->last || !m->uses || !m->pin || !m->dirty || !m->heap || !m->hpos ||
+        !m->stash || !m->free_slots || !m->hkeys || !m->hvals || !m->buf) {
+        tiered_destroy(ctx, &m->hdr);
+        return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its cache",
+                            tb->name);
+    }
+    for (size_t i = 0; i < C; i++) m->slot_row[i] = -1;
+    for (int64_t i = 0; i < hsize; i++) m->hkeys[i] = -1;
+    char path[300];
+    snprintf(path, sizeof path, "%s/ember-tiered-XXXXXX", m->dir);
+    m->fd = mkstemp(path);
+    if (m->fd < 0) {
+        const int e = errno;
+        tiered_destroy(ctx, &m->hdr);
+        return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot make its file in '%s': %s",
+                            tb->name, dir && dir[0] ? dir : "/tmp", strerror(e));
+    }
+    unlink(path); // scratch: gone with the descriptor, whatever happens to the process
+    *out = &m->hdr;
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tier_stats *out) {
+    if (!ebc || !out) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(ebc->ctx, table >= 0 && table < ebc->T, EMBER_ERR_INVALID_ARG,
+                "ember_ebc_tier_stats: table %d outside [0, %d)", (int)table, (int)ebc->T);
+    const ember__table *tb = &ebc->tables[table];
+    EMBER_CHECK(ebc->ctx, tb->map && tb->map->ops == &tiered_ops, EMBER_ERR_INVALID_ARG,
+                "ember_ebc_tier_stats: table '%s' is not tiered", tb->name);
+    *out = ((const tiered *)tb->map)->stats;
+    return EMBER_OK;
 }
