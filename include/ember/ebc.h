@@ -37,7 +37,10 @@ typedef enum ember_pooling { EMBER_POOL_SUM = 0, EMBER_POOL_MEAN = 1, EMBER_POOL
 // Storage dtype of a table's weights. Gathers and updates accumulate in fp32; optimizer state
 // is always fp32.
 typedef enum ember_dtype { EMBER_DTYPE_F32 = 0, EMBER_DTYPE_F16 = 1, EMBER_DTYPE_BF16 = 2 } ember_dtype;
-// "fp32", "fp16", "bf16" ("unknown" outside the enum); parse: 0 and *out set, or -1. Local.
+// Not a storage dtype: the dtype of a hashed table's "ids" tensor (int64), outside the enum so
+// that what stores weights keeps its three cases.
+#define EMBER_DTYPE_I64 ((ember_dtype)3)
+// "fp32", "fp16", "bf16", "int64" ("unknown" outside the enum); parse: 0 and *out set, or -1. Local.
 EMBER_API const char *ember_dtype_name(ember_dtype dt);
 EMBER_API int ember_dtype_parse(const char *name, ember_dtype *out);
 
@@ -221,6 +224,9 @@ EMBER_API int64_t ember_ebc_step(const ember_ebc *ebc, int32_t table);
 // ---- Local state dict ---------------------------------------------------------------------
 // Each table exposes named tensors: "weight" [rows, dim] and its optimizer's states, named and
 // shaped by ember_optim_info ("momentum1", "momentum2"; [rows, dim] or [rows]); SGD has none.
+// A hashed table adds "ids" [rows, 3] EMBER_DTYPE_I64: per row its id, the step it was last
+// used and its uses since admission (0: the row is free); writing it replaces the id map
+// (refused, changing nothing, when an id is not in its row's bucket or twice in a bucket).
 // The step counter is read/written with ember_ebc_step/_set_step.
 // There is one storage: reads see exactly what the next forward uses, writes change it.
 
@@ -230,10 +236,10 @@ typedef struct ember_tensor_info {
     int32_t cols;      // dim, or 1 for per-row state
     ember_dtype dtype; // native storage dtype (state: F32)
 } ember_tensor_info;
-#define EMBER_MAX_TENSORS (1 + EMBER_MAX_STATES)
+#define EMBER_MAX_TENSORS (2 + EMBER_MAX_STATES)
 
 // The tensors a table of this configuration has, without a collection: out[0] is "weight",
-// then its optimizer's states (ember_optim_info). Returns their count (0 if t is NULL or its
+// then its optimizer's states (ember_optim_info), then "ids" for a hashed table. Returns their count (0 if t is NULL or its
 // optimizer unknown). Local.
 EMBER_API int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[EMBER_MAX_TENSORS]);
 // Bytes of a table of this configuration: weights in its dtype and optimizer state (fp32), as a
@@ -264,6 +270,16 @@ EMBER_API ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, em
 // EMBER_ERR_INVALID_ARG (unknown table, NULL pointers).
 EMBER_API ember_status ember_ebc_weights_view(const ember_ebc *ebc, int32_t table, const void **data,
                                               size_t *row_stride);
+
+// ---- Hashed tables (docs/hashed.md) ----------------------------------------------------------
+// Cumulative counters of a hashed table: occupied rows now; ids admitted, rows evicted (by the
+// policy or TTL); id occurrences that found no row in a forward (not admitted yet, or evaluation);
+// admissions refused because every row of the id's bucket was in use by the same call.
+typedef struct ember_hash_stats {
+    int64_t occupied, admitted, evicted, absent, overflow;
+} ember_hash_stats;
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL, unknown table, a table that is not hashed).
+EMBER_API ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table, ember_hash_stats *out);
 
 // ---- Tiered tables (docs/tiered.md) ------------------------------------------------------------
 // Cumulative cache counters of a tiered table: per call, each distinct row is a hit (resident)

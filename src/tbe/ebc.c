@@ -7,7 +7,7 @@
 #include "tbe/kernels.h"
 #include "tbe/rowmap.h"
 
-size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_F32 ? 4 : 2; }
+size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_I64 ? 8 : dt == EMBER_DTYPE_F32 ? 4 : 2; }
 
 const char *ember_dtype_name(ember_dtype dt) {
     switch (dt) {
@@ -15,6 +15,7 @@ const char *ember_dtype_name(ember_dtype dt) {
     case EMBER_DTYPE_F16: return "fp16";
     case EMBER_DTYPE_BF16: return "bf16";
     }
+    if (dt == EMBER_DTYPE_I64) return "int64";
     return "unknown";
 }
 
@@ -125,9 +126,12 @@ static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t
     return 0.0f;
 }
 
+void ember__init_global(const ember_ebc *ebc, const ember__table *t, int64_t R, float *dst) {
+    for (int32_t c = 0; c < t->cfg.dim; c++) dst[c] = init_value(t, ebc->seed, R, t->origin.col_offset + c);
+}
+
 void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst) {
-    for (int32_t c = 0; c < t->cfg.dim; c++)
-        dst[c] = init_value(t, ebc->seed, t->origin.row_offset + r, t->origin.col_offset + c);
+    ember__init_global(ebc, t, t->origin.row_offset + r, dst);
 }
 
 // Stores an fp32 row into storage of `dt` with round-to-nearest-even.
@@ -418,7 +422,7 @@ ember_status ember_ebc_set_step(ember_ebc *ebc, int32_t table, int64_t step) {
 int32_t ember_ebc_num_tensors(const ember_ebc *ebc, int32_t table) {
     if (!ebc || table < 0 || table >= ebc->T) return 0;
     const ember__table *tb = &ebc->tables[table];
-    return 1 + (tb->m1_cols > 0) + (tb->m2_cols > 0);
+    return 1 + (tb->m1_cols > 0) + (tb->m2_cols > 0) + (tb->cfg.hash.enabled != 0);
 }
 
 ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t tensor, ember_tensor_info *info) {
@@ -427,10 +431,9 @@ ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t 
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, info && tensor >= 0 && tensor < ember_ebc_num_tensors(ebc, table), EMBER_ERR_INVALID_ARG,
                 "ember_ebc_tensor_info: table '%s' has no tensor %d", tb->name, (int)tensor);
-    info->name = tensor == 0 ? "weight" : tb->optim->info.state_names[tensor - 1];
-    info->rows = tb->cfg.rows;
-    info->cols = tensor == 0 ? tb->cfg.dim : tensor == 1 ? tb->m1_cols : tb->m2_cols;
-    info->dtype = tensor == 0 ? tb->cfg.dtype : EMBER_DTYPE_F32;
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    ember_table_tensors(&tb->cfg, ti);
+    *info = ti[tensor];
     return EMBER_OK;
 }
 
@@ -440,7 +443,7 @@ static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t ta
     EMBER_TRY(check_table(ebc, fn, table));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, tensor != NULL, EMBER_ERR_INVALID_ARG, "%s: tensor name is NULL", fn);
-    *which = strcmp(tensor, "weight") == 0 ? 0 : -1;
+    *which = strcmp(tensor, "weight") == 0 ? 0 : tb->cfg.hash.enabled && strcmp(tensor, "ids") == 0 ? 3 : -1;
     for (int i = 0; i < tb->optim->info.num_states; i++)
         if (strcmp(tensor, tb->optim->info.state_names[i]) == 0) *which = 1 + i;
     EMBER_CHECK(ebc->ctx, *which >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no tensor '%s'", fn, tb->name,
@@ -449,7 +452,7 @@ static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t ta
                 "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->name, (long long)row_begin,
                 (long long)row_end, (long long)tb->cfg.rows);
     *state = *which == 1 ? tb->m1 : *which == 2 ? tb->m2 : NULL;
-    *cols = *which == 0 ? tb->cfg.dim : *which == 1 ? tb->m1_cols : tb->m2_cols;
+    *cols = *which == 0 ? tb->cfg.dim : *which == 1 ? tb->m1_cols : *which == 2 ? tb->m2_cols : 3;
     return EMBER_OK;
 }
 
@@ -463,8 +466,10 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
-    EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
-                "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember_dtype_name(dtype));
+    EMBER_CHECK(ebc->ctx, which == 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
+                EMBER_ERR_INVALID_ARG, "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor,
+                ember_dtype_name(dtype));
+    if (which == 3) return ember__hashed_read_ids(ebc, tb, row_begin, row_end, dst);
     if (tb->map && tb->map->ops->read) return tb->map->ops->read(ebc, tb, which, row_begin, row_end, dtype, dst);
     const int64_t n = row_end - row_begin;
     if (which) {
@@ -488,9 +493,10 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
-    EMBER_CHECK(ebc->ctx, dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype), EMBER_ERR_INVALID_ARG,
-                "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
+    EMBER_CHECK(ebc->ctx, which == 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
+                EMBER_ERR_INVALID_ARG, "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
                 ember_dtype_name(dtype));
+    if (which == 3) return ember__hashed_write_ids(ebc, (ember__table *)tb, row_begin, row_end, src);
     if (tb->map && tb->map->ops->write)
         return tb->map->ops->write(ebc, (ember__table *)tb, which, row_begin, row_end, dtype, src);
     const int64_t n = row_end - row_begin;

@@ -190,6 +190,8 @@ size_t ember__dtype_size(ember_dtype dt);
 
 // Initial weights of row r of table t in global coordinates (origin.row_offset + r), D floats.
 void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst);
+// The same for global row R (a hashed table's rows start from the values of their id's "row").
+void ember__init_global(const ember_ebc *ebc, const ember__table *t, int64_t R, float *dst);
 
 // Pointer to row r of table t.
 static inline unsigned char *ember__row_ptr(const ember_ebc *ebc, const ember__table *t, int64_t r) {

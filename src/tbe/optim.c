@@ -114,7 +114,10 @@ int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[E
     for (int32_t i = 0; i < d->info.num_states; i++)
         out[1 + i] = (ember_tensor_info){d->info.state_names[i], t->rows, d->info.state_per_row[i] ? 1 : t->dim,
                                          EMBER_DTYPE_F32};
-    return 1 + d->info.num_states;
+    int32_t n = 1 + d->info.num_states;
+    // A hashed table's id map: per row its id, last step and uses (0: free).
+    if (t->hash.enabled) out[n++] = (ember_tensor_info){"ids", t->rows, 3, EMBER_DTYPE_I64};
+    return n;
 }
 
 void ember_table_config_bytes(const ember_table_config *t, size_t *weight_bytes, size_t *state_bytes) {

@@ -45,11 +45,12 @@ oracle *oracle_create(const ember_ebc_config *cfg, const ember_ebc *ebc) {
         for (int s = 1; s < ember_ebc_num_tensors(ebc, t); s++) {
             ember_tensor_info info;
             ember_ebc_tensor_info(ebc, t, s, &info);
+            if (strcmp(info.name, "momentum1") != 0 && strcmp(info.name, "momentum2") != 0) continue; // "ids"
             int64_t m = info.rows * info.cols;
             double *d = calloc((size_t)m, sizeof(double));
             ember_ebc_read(ebc, t, info.name, 0, info.rows, EMBER_DTYPE_F32, tmp);
             for (int64_t i = 0; i < m; i++) d[i] = tmp[i];
-            if (s == 1) ot->m1 = d;
+            if (strcmp(info.name, "momentum1") == 0) ot->m1 = d;
             else ot->m2 = d;
         }
         free(tmp);
