@@ -227,6 +227,8 @@ EMBER_API int64_t ember_ebc_step(const ember_ebc *ebc, int32_t table);
 // A hashed table adds "ids" [rows, 3] EMBER_DTYPE_I64: per row its id, the step it was last
 // used and its uses since admission (0: the row is free); writing it replaces the id map
 // (refused, changing nothing, when an id is not in its row's bucket or twice in a bucket).
+// With min_count > 1 it also has "candidates" [rows, 3] EMBER_DTYPE_I64: the ids waiting for
+// admission, bucket b's in its rows: id, occurrences so far (0: none), last step seen.
 // The step counter is read/written with ember_ebc_step/_set_step.
 // There is one storage: reads see exactly what the next forward uses, writes change it.
 
@@ -236,10 +238,11 @@ typedef struct ember_tensor_info {
     int32_t cols;      // dim, or 1 for per-row state
     ember_dtype dtype; // native storage dtype (state: F32)
 } ember_tensor_info;
-#define EMBER_MAX_TENSORS (2 + EMBER_MAX_STATES)
+#define EMBER_MAX_TENSORS (3 + EMBER_MAX_STATES)
 
 // The tensors a table of this configuration has, without a collection: out[0] is "weight",
-// then its optimizer's states (ember_optim_info), then "ids" for a hashed table. Returns their count (0 if t is NULL or its
+// then its optimizer's states (ember_optim_info), then "ids" (and "candidates") for a hashed
+// table. Returns their count (0 if t is NULL or its
 // optimizer unknown). Local.
 EMBER_API int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[EMBER_MAX_TENSORS]);
 // Bytes of a table of this configuration: weights in its dtype and optimizer state (fp32), as a

@@ -110,6 +110,11 @@ EMBER_API ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step);
 EMBER_API ember_status ember_sebc_set_step(ember_sebc *s, int32_t t, int64_t step);
 EMBER_API ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s);
 
+// Training (1, the default) or evaluation (0) for every local collection (ember_ebc_set_training):
+// in evaluation a forward changes no table (a hashed table admits no id). Local: call it on every
+// rank alike. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL).
+EMBER_API ember_status ember_sebc_set_training(ember_sebc *s, int training);
+
 // Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]).
 // Collective on comm. A bad KJT on any rank makes every rank return that error (the message
 // names the failing rank); nothing changes anywhere. Returns EMBER_OK, EMBER_ERR_INVALID_ARG

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "shard/internal.h"
+#include "tbe/rowmap.h"
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
@@ -24,8 +25,9 @@ ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt) {
         const int64_t rows = s->feature_rows[i / B];
         const int64_t len = kjt->lengths ? kjt->lengths[i] : kjt->offsets[i + 1] - kjt->offsets[i];
         for (int64_t j = start; j < start + len; j++) {
-            const int64_t id = ember__resolve_id(kjt->values[j], rows, s->bounds);
-            if (id < 0) continue;
+            // rows < 0: a hashed table, where every int64 is an id.
+            const int64_t id = rows < 0 ? kjt->values[j] : ember__resolve_id(kjt->values[j], rows, s->bounds);
+            if (id < 0 && rows >= 0) continue; // skipped
             val[m] = id;
             w[m] = kjt->weights ? kjt->weights[j] : 1.0f;
             pos[m] = j;
@@ -43,7 +45,9 @@ int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id) {
 }
 
 int32_t ember__bucket_row_split(const ember__table_shards *ts, int64_t id) {
-    return ember__split_index(ts->rows, ts->nblocks, id);
+    if (ts->unit == 1) return ember__split_index(ts->rows, ts->nblocks, id);
+    const int64_t buckets = ts->rows / ts->unit; // hashed: the block holding the id's bucket
+    return ember__split_index(buckets, ts->nblocks, ember__hash_bucket(id, buckets));
 }
 
 void ember_sebc_set_reference_bucketize(ember_sebc *s, int on) {
@@ -189,7 +193,9 @@ static ember_status pack_input(ember_sebc *s, int32_t B) {
             const int64_t bag = (int64_t)f * B + b;
             for (int64_t j = off[bag]; j < off[bag + 1]; j++) {
                 const int32_t k = ts->nblocks == 1 ? 0 : blk[j];
-                const int64_t id = val[j] - ts->shards[k * ncols].r0;
+                // Rows are sent as rows of the block; a hashed table's ids as they are (the
+                // owner's map places them in its buckets).
+                const int64_t id = ts->unit > 1 ? val[j] : val[j] - ts->shards[k * ncols].r0;
                 for (int32_t c = 0; c < ncols; c++) {
                     const int64_t p = cur[(int64_t)fr[k * ncols + c] * B + b]++;
                     sval[p] = id;
@@ -204,6 +210,10 @@ static ember_status pack_input(ember_sebc *s, int32_t B) {
 
 ember_status ember__bucketize(ember_sebc *s, int32_t B) {
     s->ids_examined = 0;
-    EMBER_TRY(s->legacy_bucketize ? legacy_pack_input(s, B) : pack_input(s, B));
+    // The old path compares ids with row ranges: hashed tables always take the one that asks
+    // the scheme for each id's block.
+    int hashed = 0;
+    for (int32_t t = 0; t < s->T; t++) hashed |= s->ts[t].unit > 1;
+    EMBER_TRY(s->legacy_bucketize && !hashed ? legacy_pack_input(s, B) : pack_input(s, B));
     return pack_replicas(s, B);
 }

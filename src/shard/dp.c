@@ -7,8 +7,13 @@
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
+// A tiered table is not replicated (each replica would be a whole table on disk per rank), nor
+// a hashed one (the replicas' id maps would need every rank's ids in every forward).
 static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
-    (void)ctx; (void)t; (void)p; (void)W;
+    (void)p; (void)W;
+    EMBER_CHECK(ctx, t->cache_rows == 0 && !t->hash.enabled, EMBER_ERR_UNSUPPORTED,
+                "table '%s': a %s table cannot be data-parallel (plan it table-wise, row-wise or column-wise)",
+                t->name, t->hash.enabled ? "hashed" : "tiered");
     return EMBER_OK;
 }
 

@@ -35,7 +35,7 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     const int32_t g = p->group_size, nc = p->num_shards;
     int32_t n = 0;
     for (int32_t k = 0; k < g; k++) {
-        const int64_t r0 = ember__split_begin(t->rows, g, k), r1 = ember__split_begin(t->rows, g, k + 1);
+        const int64_t r0 = ember__block_begin(t, g, k), r1 = ember__block_begin(t, g, k + 1);
         if (r1 == r0) continue;
         for (int32_t c = 0; c < nc; c++) {
             if (out)

@@ -109,6 +109,12 @@ extern const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT];
 // The ops of a valid scheme (never NULL).
 static inline const ember__scheme_ops *ember__scheme(ember_shard_scheme s) { return ember__schemes[s]; }
 
+// Rows per unit of a table's row blocks: 1, or a hashed table's bucket rows (its blocks hold
+// whole buckets, so each block's id map evolves as the whole table's, docs/hashed.md).
+static inline int64_t ember__row_unit(const ember_table_config *t) {
+    return !t->hash.enabled ? 1 : t->hash.bucket_rows > 0 ? t->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
+}
+
 // Contiguous split of n into k parts: the first n % k parts get one more.
 static inline int64_t ember__split_begin(int64_t n, int32_t k, int32_t i) {
     int64_t base = n / k, rem = n % k;
@@ -118,6 +124,12 @@ static inline int64_t ember__split_begin(int64_t n, int32_t k, int32_t i) {
 static inline int32_t ember__split_index(int64_t n, int32_t k, int64_t x) {
     const int64_t base = n / k, rem = n % k, big = rem * (base + 1);
     return (int32_t)(x < big ? x / (base + 1) : rem + (x - big) / base);
+}
+
+// First row of block i of a table's rows split into k row blocks (rw, twrw, grid).
+static inline int64_t ember__block_begin(const ember_table_config *t, int32_t k, int32_t i) {
+    const int64_t u = ember__row_unit(t);
+    return ember__split_begin(t->rows / u, k, i) * u;
 }
 
 typedef struct ember__route {
@@ -132,6 +144,7 @@ struct ember__table_shards {
     ember_shard_scheme scheme;
     const ember__scheme_ops *ops;
     int64_t rows;
+    int64_t unit;           // ember__row_unit: > 1 for a hashed table (rows split by bucket)
     int32_t nshards;
     int32_t nblocks;        // row blocks (0 for DP); nshards / nblocks column slices each
     ember__shard *shards;   // [nshards]; NULL for DP

@@ -14,7 +14,7 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     // A table with fewer rows than ranks leaves the last blocks empty: they get no shard.
     int32_t n = 0;
     for (int32_t r = 0; r < W; r++) {
-        int64_t r0 = ember__split_begin(t->rows, W, r), r1 = ember__split_begin(t->rows, W, r + 1);
+        int64_t r0 = ember__block_begin(t, W, r), r1 = ember__block_begin(t, W, r + 1);
         if (r1 == r0) continue;
         if (out) out[n] = (ember__shard){r, r0, r1, 0, t->dim, -1};
         n++;

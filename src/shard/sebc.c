@@ -71,6 +71,12 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
                     "%s: table '%s': unknown scheme %d", fn, cfg->tables[t].name, (int)p->scheme);
         EMBER_TRY(check_plan_ranks(ctx, fn, &cfg->tables[t], p));
         EMBER_TRY(ember__scheme(p->scheme)->validate(ctx, &cfg->tables[t], p, W));
+        // A hashed table's absent ids are only known where its rows are: a mean over row blocks,
+        // divided at home, would count them.
+        EMBER_CHECK(ctx, !cfg->tables[t].hash.enabled || !ember__scheme(p->scheme)->partial ||
+                             cfg->tables[t].pooling != EMBER_POOL_MEAN,
+                    EMBER_ERR_UNSUPPORTED, "%s: table '%s': a hashed table with MEAN pooling cannot be %s (use SUM, "
+                    "or table-wise or column-wise)", fn, cfg->tables[t].name, ember__scheme(p->scheme)->name);
     }
     return EMBER_OK;
 }
@@ -138,7 +144,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         int32_t t = cfg->features[f].table;
         s->feature_table[f] = t;
         s->feature_col[f] = s->sequence ? 0 : col;
-        s->feature_rows[f] = cfg->tables[t].rows;
+        s->feature_rows[f] = cfg->tables[t].hash.enabled ? -1 : cfg->tables[t].rows; // -1: any id
         s->feature_names[f] = ember__strdup(ctx, cfg->features[f].name);
         if (!s->feature_names[f]) return EMBER_ERR_NOMEM;
         col += cfg->tables[t].dim;
@@ -154,6 +160,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         ember__table_shards *ts = &s->ts[t];
         ts->scheme = plan[t].scheme;
         ts->rows = cfg->tables[t].rows;
+        ts->unit = ember__row_unit(&cfg->tables[t]);
         const ember__scheme_ops *ops = ember__scheme(ts->scheme);
         ts->ops = ops;
         if (ops->column_slices && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
@@ -450,5 +457,12 @@ ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
         int32_t lt;
         for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) EMBER_TRY(ember_ebc_set_lr(e, lt, lr));
     }
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_set_training(ember_sebc *s, int training) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    if (s->local) ember_ebc_set_training(s->local, training);
+    if (s->dp) ember_ebc_set_training(s->dp, training);
     return EMBER_OK;
 }

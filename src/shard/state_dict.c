@@ -31,28 +31,37 @@ static ember_status check(ember_sebc *s, const char *fn, int32_t table, const ch
 }
 
 // Columns of shard `sh` in a tensor of `cols` columns: its slice for [rows, dim] tensors, the
-// whole (single) column for per-row state.
+// whole row for per-row state and a hashed table's "ids"/"candidates" (dim -1: never sliced).
 static void shard_cols(const ember__shard *sh, int32_t cols, int32_t dim, int32_t *c0, int32_t *w) {
     if (cols == dim) {
         *c0 = sh->c0;
         *w = sh->c1 - sh->c0;
     } else {
         *c0 = 0;
-        *w = 1;
+        *w = cols;
     }
+}
+
+// The dim shard_cols slices by: the table's, or -1 for the int64 tensors.
+static int32_t slice_dim(const ember_table_config *t, const char *tensor) {
+    return tensor && (strcmp(tensor, "ids") == 0 || strcmp(tensor, "candidates") == 0) ? -1 : t->dim;
 }
 
 // Bytes of one element of a state-dict array in `dtype` (0: not a dtype).
 static size_t elem_bytes(ember_dtype dtype) {
-    return dtype == EMBER_DTYPE_F32 ? 4 : dtype == EMBER_DTYPE_F16 || dtype == EMBER_DTYPE_BF16 ? 2 : 0;
+    return dtype == EMBER_DTYPE_I64 ? 8 : dtype == EMBER_DTYPE_F32 ? 4 : dtype == EMBER_DTYPE_F16 || dtype == EMBER_DTYPE_BF16 ? 2 : 0;
 }
 
 // A tensor is read or written as F32, or, the weight of a 16-bit table, as its own dtype.
 static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const char *tensor, ember_dtype dtype) {
     EMBER_CHECK(s->ctx, elem_bytes(dtype) > 0, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     const ember_table_config *tc = &s->tables[t];
-    const bool weight = tensor && strcmp(tensor, "weight") == 0;
-    EMBER_CHECK(s->ctx, dtype == EMBER_DTYPE_F32 || (weight && dtype == tc->dtype), EMBER_ERR_INVALID_ARG,
+    const bool weight = tensor && strcmp(tensor, "weight") == 0,
+               ids = tensor && (strcmp(tensor, "ids") == 0 || strcmp(tensor, "candidates") == 0);
+    EMBER_CHECK(s->ctx, ids == (dtype == EMBER_DTYPE_I64), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' tensor '%s' cannot be read or written as %s", fn, tc->name, tensor ? tensor : "(null)",
+                ember_dtype_name(dtype));
+    EMBER_CHECK(s->ctx, ids || dtype == EMBER_DTYPE_F32 || (weight && dtype == tc->dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be read or written as %s (stored as %s)", fn, tc->name,
                 tensor ? tensor : "(null)", ember_dtype_name(dtype), weight ? ember_dtype_name(tc->dtype) : "fp32");
     return EMBER_OK;
@@ -76,7 +85,7 @@ ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
-    const int32_t dim = s->tables[table < 0 || table >= s->T ? 0 : table].dim;
+    const int32_t dim = slice_dim(&s->tables[table < 0 || table >= s->T ? 0 : table], tensor);
     ember_ebc *e;
     int32_t lt;
     if (st == EMBER_OK && ts->nshards == 0) { // replicated: every rank holds the whole table
@@ -139,7 +148,7 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
-    const int32_t dim = st == EMBER_OK ? s->tables[table].dim : 0;
+    const int32_t dim = st == EMBER_OK ? slice_dim(&s->tables[table], tensor) : 0;
     // Every buffer before anything is written: the broadcast array, and one block of the largest
     // piece this rank holds (a rank may hold several: all are written, or none).
     int64_t most = 0;

@@ -22,7 +22,7 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
     const int32_t g = p->group_size;
     int32_t n = 0;
     for (int32_t i = 0; i < g; i++) {
-        int64_t r0 = ember__split_begin(t->rows, g, i), r1 = ember__split_begin(t->rows, g, i + 1);
+        int64_t r0 = ember__block_begin(t, g, i), r1 = ember__block_begin(t, g, i + 1);
         if (r1 == r0) continue;
         if (out) out[n] = (ember__shard){p->ranks[i], r0, r1, 0, t->dim, -1};
         n++;

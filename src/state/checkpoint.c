@@ -92,7 +92,7 @@ void ember_checkpoint_close(ember_checkpoint *c) {
     ember_ctx_free(ctx, c);
 }
 
-static size_t dtype_bytes(ember_dtype d) { return d == EMBER_DTYPE_F32 ? 4 : 2; }
+static size_t dtype_bytes(ember_dtype d) { return d == EMBER_DTYPE_I64 ? 8 : d == EMBER_DTYPE_F32 ? 4 : 2; }
 
 static void data_name(char *dst, size_t cap, int64_t generation, int32_t rank) {
     snprintf(dst, cap, "g%" PRId64 "-r%d.bin", generation, (int)rank);
@@ -339,7 +339,7 @@ static ember_status parse_manifest(ember_checkpoint *c, const char *text, size_t
                 bad(&p, where, "optimizer", "is not an optimizer this ember knows");
                 break;
             }
-            if (ember_dtype_parse(dt, &t->dtype) != 0) {
+            if (ember_dtype_parse(dt, &t->dtype) != 0 || t->dtype == EMBER_DTYPE_I64) {
                 bad(&p, where, "dtype", "is not fp32, fp16 or bf16");
                 break;
             }
@@ -356,11 +356,12 @@ static ember_status parse_manifest(ember_checkpoint *c, const char *text, size_t
                 int64_t cols = 0;
                 char kdt[16];
                 if (!cJSON_IsObject(kj) || !get_str(&p, kj, where, "name", k->name, sizeof k->name) ||
-                    !get_int(&p, kj, where, "cols", 1, dim, &cols) || !get_str(&p, kj, where, "dtype", kdt, sizeof kdt))
+                    !get_int(&p, kj, where, "cols", 1, dim > 3 ? dim : 3, &cols) || // 3: a hashed table's ids
+                    !get_str(&p, kj, where, "dtype", kdt, sizeof kdt))
                     break;
                 k->cols = (int32_t)cols;
                 if (ember_dtype_parse(kdt, &k->dtype) != 0) {
-                    bad(&p, where, "dtype", "of a tensor is not fp32, fp16 or bf16");
+                    bad(&p, where, "dtype", "of a tensor is not fp32, fp16, bf16 or int64");
                     break;
                 }
                 const cJSON *recs = cJSON_GetObjectItemCaseSensitive(kj, "records"), *rj;
@@ -676,7 +677,7 @@ static int blob_name_ok(const char *name) {
 // Columns of tensor info[k] a piece holds: its slice for [rows, dim] tensors, [0, 1) for per-row.
 static void piece_cols(const ember_table_config *tc, const ember_tensor_info *ti, const ember_piece *p, int32_t *c0,
                        int32_t *c1) {
-    if (ti->cols == tc->dim) {
+    if (ti->cols == tc->dim && ti->dtype != EMBER_DTYPE_I64) { // a hashed table's "ids" is never sliced
         *c0 = p->col_begin;
         *c1 = p->col_end;
     } else {
@@ -685,7 +686,7 @@ static void piece_cols(const ember_table_config *tc, const ember_tensor_info *ti
     }
 }
 
-static ember_dtype tensor_dtype(const ember_table_config *tc, int32_t k) { return k == 0 ? tc->dtype : EMBER_DTYPE_F32; }
+static ember_dtype tensor_dtype(const ember_tensor_info *ti) { return ti->dtype; }
 
 // Rank 0: the generation of the checkpoint in dir now (0 if none), creating dir if missing.
 static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *generation) {
@@ -772,8 +773,8 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
             for (int32_t k = 0; k < nt && st == EMBER_OK; k++) {
                 int32_t c0, c1;
                 piece_cols(tc, &ti[k], &p, &c0, &c1);
-                if (ti[k].cols != tc->dim && p.col_begin != 0) continue; // per-row state: one copy
-                const ember_dtype dt = tensor_dtype(tc, k);
+                if (c1 - c0 == ti[k].cols && p.col_begin != 0) continue; // per-row state, ids: one copy
+                const ember_dtype dt = tensor_dtype(&ti[k]);
                 const size_t row_bytes = (size_t)(c1 - c0) * dtype_bytes(dt);
                 const int64_t per = chunk / row_bytes > 0 ? (int64_t)(chunk / row_bytes) : 1;
                 const size_t need = row_bytes * (size_t)per; // the chunk, or one row larger than it
@@ -845,7 +846,7 @@ static char *manifest_text(ember_sebc *s, int64_t generation, const int64_t *ste
             cJSON_AddItemToArray(tensors, kj);
             cJSON_AddStringToObject(kj, "name", ti[k].name);
             cJSON_AddNumberToObject(kj, "cols", ti[k].cols);
-            cJSON_AddStringToObject(kj, "dtype", ember_dtype_name(tensor_dtype(tc, k)));
+            cJSON_AddStringToObject(kj, "dtype", ember_dtype_name(tensor_dtype(&ti[k])));
             cJSON *recs = cJSON_AddArrayToObject(kj, "records");
             for (int64_t j = 0; j < n; j++) {
                 const wrote *x = &all[j];
@@ -1005,7 +1006,7 @@ static ember_status match_tables(ember_sebc *s, const ember_checkpoint *c, int32
         int same = nt == x->ntensors;
         for (int32_t k = 0; k < nt && same; k++)
             same = strcmp(ti[k].name, x->tensors[k].name) == 0 && ti[k].cols == x->tensors[k].cols &&
-                   x->tensors[k].dtype == (k == 0 ? x->dtype : EMBER_DTYPE_F32);
+                   x->tensors[k].dtype == (k == 0 ? x->dtype : ti[k].dtype);
         if (!same)
             return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' tensors in checkpoint '%s' are not the ones "
                                        "its optimizer %s keeps", fn, tc->name, c->dir, ember_optim_name(tc->optim.kind));

@@ -20,7 +20,7 @@ const char *ember_dtype_name(ember_dtype dt) {
 }
 
 int ember_dtype_parse(const char *name, ember_dtype *out) {
-    for (int d = EMBER_DTYPE_F32; name && d <= EMBER_DTYPE_BF16; d++) {
+    for (int d = EMBER_DTYPE_F32; name && d <= (int)EMBER_DTYPE_I64; d++) {
         if (strcmp(name, ember_dtype_name((ember_dtype)d)) == 0) {
             *out = (ember_dtype)d;
             return 0;
@@ -422,7 +422,8 @@ ember_status ember_ebc_set_step(ember_ebc *ebc, int32_t table, int64_t step) {
 int32_t ember_ebc_num_tensors(const ember_ebc *ebc, int32_t table) {
     if (!ebc || table < 0 || table >= ebc->T) return 0;
     const ember__table *tb = &ebc->tables[table];
-    return 1 + (tb->m1_cols > 0) + (tb->m2_cols > 0) + (tb->cfg.hash.enabled != 0);
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    return ember_table_tensors(&tb->cfg, ti);
 }
 
 ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t tensor, ember_tensor_info *info) {
@@ -443,7 +444,9 @@ static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t ta
     EMBER_TRY(check_table(ebc, fn, table));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, tensor != NULL, EMBER_ERR_INVALID_ARG, "%s: tensor name is NULL", fn);
-    *which = strcmp(tensor, "weight") == 0 ? 0 : tb->cfg.hash.enabled && strcmp(tensor, "ids") == 0 ? 3 : -1;
+    *which = strcmp(tensor, "weight") == 0 ? 0 : -1;
+    if (tb->cfg.hash.enabled && strcmp(tensor, "ids") == 0) *which = 3;
+    if (tb->cfg.hash.enabled && tb->cfg.hash.min_count > 1 && strcmp(tensor, "candidates") == 0) *which = 4;
     for (int i = 0; i < tb->optim->info.num_states; i++)
         if (strcmp(tensor, tb->optim->info.state_names[i]) == 0) *which = 1 + i;
     EMBER_CHECK(ebc->ctx, *which >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no tensor '%s'", fn, tb->name,
@@ -452,7 +455,7 @@ static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t ta
                 "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->name, (long long)row_begin,
                 (long long)row_end, (long long)tb->cfg.rows);
     *state = *which == 1 ? tb->m1 : *which == 2 ? tb->m2 : NULL;
-    *cols = *which == 0 ? tb->cfg.dim : *which == 1 ? tb->m1_cols : *which == 2 ? tb->m2_cols : 3;
+    *cols = *which == 0 ? tb->cfg.dim : *which == 1 ? tb->m1_cols : *which == 2 ? tb->m2_cols : 3; // 3, 4: int64 x 3
     return EMBER_OK;
 }
 
@@ -466,10 +469,10 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
-    EMBER_CHECK(ebc->ctx, which == 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
+    EMBER_CHECK(ebc->ctx, which >= 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
                 EMBER_ERR_INVALID_ARG, "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor,
                 ember_dtype_name(dtype));
-    if (which == 3) return ember__hashed_read_ids(ebc, tb, row_begin, row_end, dst);
+    if (which >= 3) return ember__hashed_read_ids(ebc, tb, which == 4, row_begin, row_end, dst);
     if (tb->map && tb->map->ops->read) return tb->map->ops->read(ebc, tb, which, row_begin, row_end, dtype, dst);
     const int64_t n = row_end - row_begin;
     if (which) {
@@ -493,10 +496,10 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
-    EMBER_CHECK(ebc->ctx, which == 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
+    EMBER_CHECK(ebc->ctx, which >= 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
                 EMBER_ERR_INVALID_ARG, "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
                 ember_dtype_name(dtype));
-    if (which == 3) return ember__hashed_write_ids(ebc, (ember__table *)tb, row_begin, row_end, src);
+    if (which >= 3) return ember__hashed_write_ids(ebc, (ember__table *)tb, which == 4, row_begin, row_end, src);
     if (tb->map && tb->map->ops->write)
         return tb->map->ops->write(ebc, (ember__table *)tb, which, row_begin, row_end, dtype, src);
     const int64_t n = row_end - row_begin;

@@ -151,49 +151,60 @@ static ember_status hashed_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     return EMBER_OK;
 }
 
-// "ids" rows: id, last step, uses (0: the row is free).
-ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb, int64_t r0, int64_t r1,
+// "ids" rows: id, last step, uses (0: the row is free); "candidates": id, count, last step.
+ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb, int cand, int64_t r0, int64_t r1,
                                     int64_t *dst) {
     (void)ebc;
     const hashed *m = (const hashed *)tb->map;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t k = 3 * (r - r0);
-        dst[k] = m->occ[r] ? m->id[r] : 0;
-        dst[k + 1] = m->occ[r] ? m->last[r] : 0;
-        dst[k + 2] = m->occ[r] ? m->uses[r] : 0;
+        int64_t *e = dst + 3 * (r - r0);
+        const int on = cand ? m->cand_cnt[r] > 0 : m->occ[r];
+        e[0] = on ? (cand ? m->cand_id[r] : m->id[r]) : 0;
+        e[1] = on ? (cand ? m->cand_cnt[r] : m->last[r]) : 0;
+        e[2] = on ? (cand ? m->cand_last[r] : m->uses[r]) : 0;
     }
     return EMBER_OK;
 }
 
-ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int64_t r0, int64_t r1, const int64_t *src) {
+ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand, int64_t r0, int64_t r1,
+                                     const int64_t *src) {
     hashed *m = (hashed *)tb->map;
-    const char *fn = "ember_ebc_write";
+    const char *fn = "ember_ebc_write", *what = cand ? "candidates" : "ids";
+    const int cnt = cand ? 1 : 2; // the field that says the row is in use
     for (int64_t r = r0; r < r1; r++) { // check everything before anything changes
         const int64_t *e = src + 3 * (r - r0);
-        EMBER_CHECK(ebc->ctx, e[2] >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' ids row %lld: uses %lld < 0", fn,
-                    tb->name, (long long)r, (long long)e[2]);
-        if (e[2] == 0) continue;
+        EMBER_CHECK(ebc->ctx, e[cnt] >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' %s row %lld: count %lld < 0", fn,
+                    tb->name, what, (long long)r, (long long)e[cnt]);
+        if (e[cnt] == 0) continue;
         EMBER_CHECK(ebc->ctx, ember__hash_bucket(e[0], m->nb_global) - m->b0 == r / m->br, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s' ids row %lld: id %lld belongs to bucket %lld, the row to bucket %lld", fn,
-                    tb->name, (long long)r, (long long)e[0], (long long)ember__hash_bucket(e[0], m->nb_global),
+                    "%s: table '%s' %s row %lld: id %lld belongs to bucket %lld, the row to bucket %lld", fn,
+                    tb->name, what, (long long)r, (long long)e[0], (long long)ember__hash_bucket(e[0], m->nb_global),
                     (long long)(m->b0 + r / m->br));
         const int64_t b = r / m->br;
         for (int64_t q = b * m->br; q < (b + 1) * m->br; q++) {
             if (q == r) continue;
             const int64_t *o = q >= r0 && q < r1 ? src + 3 * (q - r0) : NULL;
-            const int64_t oid = o ? o[0] : m->id[q], ouses = o ? o[2] : m->occ[q];
-            EMBER_CHECK(ebc->ctx, ouses == 0 || oid != e[0], EMBER_ERR_INVALID_ARG,
-                        "%s: table '%s' ids: id %lld in rows %lld and %lld", fn, tb->name, (long long)e[0],
+            const int64_t oid = o ? o[0] : cand ? m->cand_id[q] : m->id[q];
+            const int64_t on = o ? o[cnt] : cand ? m->cand_cnt[q] : m->occ[q];
+            EMBER_CHECK(ebc->ctx, on == 0 || oid != e[0], EMBER_ERR_INVALID_ARG,
+                        "%s: table '%s' %s: id %lld in rows %lld and %lld", fn, tb->name, what, (long long)e[0],
                         (long long)r, (long long)q);
         }
     }
     for (int64_t r = r0; r < r1; r++) {
         const int64_t *e = src + 3 * (r - r0);
-        m->stats.occupied += (e[2] > 0) - m->occ[r];
-        m->occ[r] = e[2] > 0;
-        m->id[r] = e[2] > 0 ? e[0] : 0;
-        m->last[r] = e[2] > 0 ? e[1] : 0;
-        m->uses[r] = e[2];
+        const int on = e[cnt] > 0;
+        if (cand) {
+            m->cand_id[r] = on ? e[0] : 0;
+            m->cand_cnt[r] = on ? e[1] : 0;
+            m->cand_last[r] = on ? e[2] : 0;
+            continue;
+        }
+        m->stats.occupied += on - m->occ[r];
+        m->occ[r] = (unsigned char)on;
+        m->id[r] = on ? e[0] : 0;
+        m->last[r] = on ? e[1] : 0;
+        m->uses[r] = on ? e[2] : 0;
     }
     return EMBER_OK;
 }

@@ -117,6 +117,9 @@ int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[E
     int32_t n = 1 + d->info.num_states;
     // A hashed table's id map: per row its id, last step and uses (0: free).
     if (t->hash.enabled) out[n++] = (ember_tensor_info){"ids", t->rows, 3, EMBER_DTYPE_I64};
+    // Its admission candidates (min_count > 1): bucket b's are in its rows, id, count, last step.
+    if (t->hash.enabled && t->hash.min_count > 1)
+        out[n++] = (ember_tensor_info){"candidates", t->rows, 3, EMBER_DTYPE_I64};
     return n;
 }
 

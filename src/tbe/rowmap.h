@@ -53,11 +53,14 @@ static inline int64_t ember__hash_bucket(int64_t x, int64_t buckets) {
 }
 
 // Hashed tables: whether tb is one, and its "ids" tensor ([rows, 3] int64: id, last step, uses;
-// uses 0 = a free row) for ember_ebc_read/write. Writing checks every row first (the id in the
-// row's bucket, no id twice in a bucket): EMBER_ERR_INVALID_ARG and nothing changes.
+// uses 0 = a free row) or, cand = 1, its "candidates" ([rows, 3]: id, count, last step seen;
+// count 0 = none) for ember_ebc_read/write. Writing checks every row first (the id in the row's
+// bucket, no id twice in a bucket): EMBER_ERR_INVALID_ARG and nothing changes.
 int ember__is_hashed(const ember__table *tb);
-ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb, int64_t r0, int64_t r1, int64_t *dst);
-ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int64_t r0, int64_t r1, const int64_t *src);
+ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb, int cand, int64_t r0, int64_t r1,
+                                    int64_t *dst);
+ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand, int64_t r0, int64_t r1,
+                                     const int64_t *src);
 
 // Create table tb's map after the collection laid out its slabs (tb->slab_rows rows, state
 // pointers set, initial values written). Local. EMBER_OK, EMBER_ERR_IO, EMBER_ERR_NOMEM,

@@ -245,8 +245,7 @@ static void policies_and_admission_match_the_naive_model(void **state) {
 static void state_dict_round_trip(void **state) {
     (void)state;
     setup s;
-    // min_count 1: candidates' counts are not in the state dict (docs/hashed.md).
-    make(&s, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_POOL_SUM, EMBER_EVICT_LFU, 1);
+    make(&s, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_POOL_SUM, EMBER_EVICT_LFU, 2);
     run(&s, 6, 5, 0);
     ember_ebc *c;
     assert_int_equal(ember_ebc_create(s.ctx, &s.cfg, &c), EMBER_OK);
@@ -259,6 +258,9 @@ static void state_dict_round_trip(void **state) {
     assert_int_equal(ember_ebc_read(s.e, 0, "momentum1", 0, CAP, EMBER_DTYPE_F32, buf), EMBER_OK);
     assert_int_equal(ember_ebc_write(c, 0, "momentum1", 0, CAP, EMBER_DTYPE_F32, buf), EMBER_OK);
     assert_int_equal(ember_ebc_set_step(c, 0, ember_ebc_step(s.e, 0)), EMBER_OK);
+    int64_t cand[CAP * 3];
+    assert_int_equal(ember_ebc_read(s.e, 0, "candidates", 0, CAP, EMBER_DTYPE_I64, cand), EMBER_OK);
+    assert_int_equal(ember_ebc_write(c, 0, "candidates", 0, CAP, EMBER_DTYPE_I64, cand), EMBER_OK);
     // Bad maps are refused and change nothing: an id outside its row's bucket, an id twice.
     int64_t bad[CAP * 3];
     memcpy(bad, ids, sizeof bad);
