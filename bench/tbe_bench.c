@@ -533,7 +533,8 @@ static void emit_skipped(run *r, const tbe_bench_shape *s, unsigned ops, int poo
     fflush(o->out);
 }
 
-static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_kind opt, int pool, ember_dtype dt) {
+static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_kind opt, int pool, ember_dtype dt,
+                                  int64_t cache_rows) {
     ember_table_config *tables = calloc((size_t)s->T, sizeof *tables);
     ember_feature_config *features = calloc((size_t)s->T, sizeof *features);
     char(*names)[16] = calloc((size_t)s->T * 2, sizeof *names);
@@ -549,11 +550,12 @@ static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_
             oc.beta1 = BENCH_BETA1;
             oc.beta2 = BENCH_BETA2;
             tables[t] = (ember_table_config){names[2 * t], s->E, s->D, pool ? EMBER_POOL_MEAN : EMBER_POOL_SUM, dt,
-                                             {EMBER_INIT_UNIFORM, -0.05f, 0.05f, 0}, oc, 0, 0, EMBER_EVICT_LRU, {0}};
+                                             {EMBER_INIT_UNIFORM, -0.05f, 0.05f, 0}, oc, 0, cache_rows,
+                                             (ember_evict_policy)r->o->cache_policy, {0}};
             features[t] = (ember_feature_config){names[2 * t + 1], t};
         }
         ember_ebc_config cfg = {tables, s->T, features, s->T, EMBER_BOUNDS_ERROR, r->o->seed, s->B,
-                                (int64_t)s->T * s->B * s->L, NULL};
+                                (int64_t)s->T * s->B * s->L, r->o->ssd_dir};
         if (ember_ebc_create(r->ctx, &cfg, &ebc) != EMBER_OK) fail(r, "ember_ebc_create");
     }
     free(tables);
@@ -677,6 +679,110 @@ static void targets(const run *r) {
     }
 }
 
+// ---- tiered tables (docs/tiered.md) ---------------------------------------------------------------------
+// Per shape, dtype, pooling and id distribution: one training step (forward + fused backward +
+// row-wise Adagrad) of the same tables in RAM and on disk with a DRAM cache of cache_rows rows,
+// alternating, on a new batch each step, timed once every cache is full and evicting (the steady
+// state: each step brings rows the cache does not hold and writes others back). The residual is the largest difference between the two outputs (0 expected:
+// tiered tables are bitwise the same). Reports the cache's hit rate, the file's bytes read and
+// written per step and the two step times.
+static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype dt, int dist) {
+    const tbe_bench_opts *o = r->o;
+    ember_ctx_set_num_threads(r->ctx, o->threads[0]);
+    ember_ebc *ram = make_collection(r, s, EMBER_OPT_ROWWISE_ADAGRAD, pool, dt, 0);
+    ember_ebc *tier = make_collection(r, s, EMBER_OPT_ROWWISE_ADAGRAD, pool, dt, o->cache_rows);
+    const size_t nnz = (size_t)s->T * (size_t)s->B * (size_t)s->L, nout = (size_t)s->B * (size_t)s->T * (size_t)s->D;
+    int64_t *ids = malloc(sizeof(int64_t) * nnz), *offsets = malloc(sizeof(int64_t) * ((size_t)s->T * (size_t)s->B + 1));
+    float *out1 = malloc(sizeof(float) * nout), *out2 = malloc(sizeof(float) * nout), *grad = malloc(sizeof(float) * nout);
+    double *cdf = dist ? zipf_cdf(s->E) : NULL;
+    const int n = o->iters;
+    double *ms = calloc(2 * (size_t)n, sizeof(double));
+    if (!ram || !tier || !ids || !offsets || !out1 || !out2 || !grad || (dist && !cdf) || !ms) {
+        fail(r, "tiered: setup");
+    } else {
+        for (int64_t i = 0; i <= (int64_t)s->T * s->B; i++) offsets[i] = i * s->L;
+        make_grad(nout, o->seed, grad);
+        ember_kjt kjt = {s->T, s->B, NULL, offsets, ids, NULL, (int64_t)nnz};
+        ember_tier_stats st0 = {0}, st1 = {0};
+        double residual = 0;
+        // Warm-up: until every cache is full and evicting (at most 2000 steps), then --warmup more.
+        int warm = 0;
+        for (int full = 0; !full && warm < 2000; warm++) {
+            full = 1;
+            for (int32_t t = 0; t < s->T; t++) {
+                ember_tier_stats x;
+                ember_ebc_tier_stats(tier, t, &x);
+                full &= x.evictions > 0;
+            }
+            if (full) break;
+            make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(warm + 1), ids);
+            if (ember_ebc_forward(ram, &kjt, out1) != EMBER_OK || ember_ebc_backward(ram, &kjt, grad, NULL) != EMBER_OK ||
+                ember_ebc_forward(tier, &kjt, out2) != EMBER_OK || ember_ebc_backward(tier, &kjt, grad, NULL) != EMBER_OK) {
+                fail(r, "tiered warm-up");
+                break;
+            }
+        }
+        for (int it = warm; it < warm + o->warmup + n && r->worst < 2; it++) {
+            if (it == warm + o->warmup)
+                for (int32_t t = 0; t < s->T; t++) { // counters from the first timed step
+                    ember_tier_stats x;
+                    ember_ebc_tier_stats(tier, t, &x);
+                    st0.hits += x.hits, st0.misses += x.misses, st0.bytes_read += x.bytes_read,
+                        st0.bytes_written += x.bytes_written;
+                }
+            make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 1), ids);
+            for (int q = 0; q < 2; q++) { // alternating which goes first
+                const int which = (it + q) % 2;
+                ember_ebc *e = which ? tier : ram;
+                const double t0 = bench_now_ms();
+                ember_status st = ember_ebc_forward(e, &kjt, which ? out2 : out1);
+                if (st == EMBER_OK) st = ember_ebc_backward(e, &kjt, grad, NULL);
+                const double t = bench_now_ms() - t0;
+                if (st != EMBER_OK) {
+                    fail(r, which ? "tiered step" : "in-RAM step");
+                    break;
+                }
+                if (it >= warm + o->warmup) ms[which * n + it - warm - o->warmup] = t;
+            }
+            for (size_t i = 0; i < nout; i++) residual = fmax(residual, fabs((double)out1[i] - (double)out2[i]));
+        }
+        for (int32_t t = 0; t < s->T; t++) {
+            ember_tier_stats x;
+            ember_ebc_tier_stats(tier, t, &x);
+            st1.hits += x.hits, st1.misses += x.misses, st1.bytes_read += x.bytes_read,
+                st1.bytes_written += x.bytes_written;
+        }
+        if (residual > 0) r->worst = r->worst > 1 ? r->worst : 1;
+        if (r->worst < 2) {
+            const double hits = (double)(st1.hits - st0.hits), misses = (double)(st1.misses - st0.misses);
+            const double ram_ms = bench_median(ms, n), tier_ms = bench_median(ms + n, n);
+            bench_json j;
+            case_key(r, &j, "step_tiered_rowwise_adagrad", s, pool, dt, dist, o->threads[0]);
+            if (o->json) {
+                bench_json_int(&j, "cache_rows", o->cache_rows);
+                bench_json_str(&j, "cache_policy", ember_evict_policy_name((ember_evict_policy)o->cache_policy));
+                bench_json_fixed(&j, "hit_rate", hits + misses > 0 ? hits / (hits + misses) : 0, 4);
+                bench_json_fixed(&j, "read_mb_per_step", (double)(st1.bytes_read - st0.bytes_read) / n / 1e6, 3);
+                bench_json_fixed(&j, "written_mb_per_step", (double)(st1.bytes_written - st0.bytes_written) / n / 1e6, 3);
+                bench_json_fixed(&j, "ms_med", tier_ms, 4);
+                bench_json_fixed(&j, "ram_ms_med", ram_ms, 4);
+                bench_json_fixed(&j, "ratio", tier_ms / ram_ms, 4);
+                bench_json_sig(&j, "residual", residual);
+                bench_json_int(&j, "iters", n);
+                bench_json_end(&j);
+            } else {
+                fprintf(o->out, " hit %.3f read %.2f MB/step written %.2f MB/step  tiered %.3f ms  RAM %.3f ms  x%.2f  res %.1e\n",
+                        hits + misses > 0 ? hits / (hits + misses) : 0, (double)(st1.bytes_read - st0.bytes_read) / n / 1e6,
+                        (double)(st1.bytes_written - st0.bytes_written) / n / 1e6, tier_ms, ram_ms, tier_ms / ram_ms,
+                        residual);
+            }
+        }
+    }
+    free(ms), free(cdf), free(ids), free(offsets), free(out1), free(out2), free(grad);
+    ember_ebc_destroy(ram);
+    ember_ebc_destroy(tier);
+}
+
 int tbe_bench_run(const tbe_bench_opts *o) {
     run r;
     memset(&r, 0, sizeof r);
@@ -695,7 +801,13 @@ int tbe_bench_run(const tbe_bench_opts *o) {
     static const int groups[3] = {TBE_OP_FWD | TBE_OP_TRAIN_SGD | TBE_OP_STEP_SGD,
                                   TBE_OP_TRAIN_ROWWISE_ADAGRAD | TBE_OP_STEP_ROWWISE_ADAGRAD,
                                   TBE_OP_TRAIN_ADAM | TBE_OP_STEP_ADAM};
-    for (int si = 0; si < o->nshapes && r.worst < 2; si++) {
+    for (int si = 0; si < o->nshapes && r.worst < 2 && o->cache_rows > 0; si++)
+        for (int dt = 0; dt < 3 && r.worst < 2; dt++)
+            for (int pool = 0; pool < 2 && r.worst < 2; pool++)
+                for (int dist = 0; dist < 2 && r.worst < 2; dist++)
+                    if ((o->dtypes & (1u << dt)) && (o->pools & (1u << pool)) && (o->dists & (1u << dist)))
+                        run_tiered(&r, &o->shapes[si], pool, (ember_dtype)dt, dist);
+    for (int si = 0; si < o->nshapes && r.worst < 2 && o->cache_rows == 0; si++) {
         shape_in in;
         if (make_shape(&r, &o->shapes[si], &in) != 0) {
             fprintf(o->log, "ember bench tbe: out of memory for the inputs\n");
@@ -720,7 +832,7 @@ int tbe_bench_run(const tbe_bench_opts *o) {
                         emit_skipped(&r, &o->shapes[si], ops, pool, (ember_dtype)dt, why);
                         continue;
                     }
-                    ember_ebc *ebc = make_collection(&r, &o->shapes[si], opt, pool, (ember_dtype)dt);
+                    ember_ebc *ebc = make_collection(&r, &o->shapes[si], opt, pool, (ember_dtype)dt, 0);
                     if (!ebc) {
                         r.worst = 2;
                         break;
@@ -739,7 +851,7 @@ int tbe_bench_run(const tbe_bench_opts *o) {
         }
         free_shape(&in);
     }
-    if (o->targets && r.worst < 2) targets(&r);
+    if (o->targets && r.worst < 2 && o->cache_rows == 0) targets(&r);
     free(r.res);
     ember_ctx_destroy(r.ctx);
     if (r.worst == 1) fprintf(o->log, "ember bench tbe: a residual is above its tolerance\n");
@@ -766,6 +878,11 @@ void tbe_bench_usage(FILE *f) {
             "  --seed N                   ids, gradients and weights (default 20240611)\n"
             "  --isa auto|generic|avx2|avx512  kernel variant (default auto: $EMBER_ISA or the CPU's best)\n"
             "  --json                     one JSON object per line\n"
+            "  --cache_rows N             tiered mode (docs/tiered.md): each table on disk with a cache of N rows;\n"
+            "                             times a step (forward + backward, row-wise Adagrad) against the same\n"
+            "                             tables in RAM, alternating, and reports the hit rate and bytes moved\n"
+            "  --cache_policy lru|lfu     the cache's eviction policy (default lru)\n"
+            "  --ssd_dir DIR              where tiered tables' files go (default $TMPDIR or /tmp)\n"
             "  --no-targets               do not print the derived target ratios\n"
             "Exit status: 0 ok, 1 a residual above tolerance, 2 failure.\n");
 }
@@ -877,6 +994,17 @@ int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o) {
                 p = *end ? end + 1 : end;
             }
             bad |= o->nthreads == 0;
+        } else if (!strcmp(name, "--cache_rows")) {
+            char *end;
+            long long n = strtoll(v, &end, 10);
+            bad = *end != '\0' || n < 1;
+            if (!bad) o->cache_rows = n;
+        } else if (!strcmp(name, "--cache_policy")) {
+            ember_evict_policy p;
+            bad = ember_evict_policy_parse(v, &p) != EMBER_OK || p == EMBER_EVICT_TTL;
+            if (!bad) o->cache_policy = (int)p;
+        } else if (!strcmp(name, "--ssd_dir")) {
+            o->ssd_dir = v;
         } else if (!strcmp(name, "--isa")) {
             ember_isa isa;
             bad = ember_isa_parse(v, &isa) != EMBER_OK;

@@ -55,6 +55,9 @@ typedef struct tbe_bench_opts {
     int targets;    // print the derived target ratios at the end
     int calibrate;  // calibrate the limit loop per case (else a fixed variant: --quick)
     int isa;        // kernel variant (ember_isa); 0 = auto ($EMBER_ISA or the CPU's best)
+    int64_t cache_rows;     // > 0: the tiered mode (docs/tiered.md) instead of the kernel cases
+    int cache_policy;       // ember_evict_policy
+    const char *ssd_dir;    // tiered tables' files (NULL: $TMPDIR or /tmp)
     FILE *out;      // results (stdout)
     FILE *log;      // progress and errors (stderr)
 } tbe_bench_opts;

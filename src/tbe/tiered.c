@@ -1,6 +1,7 @@
 // Tiered tables (docs/tiered.md): a table's rows (weights in its dtype, then its optimizer state
-// in fp32: one fixed-size record per row) live in a scratch file; the slabs hold a cache of
-// slab_rows slots. Each call's distinct rows are made resident together (rowmap.h): resident
+// in fp32: one fixed-size record per row) live in a scratch file, reserved whole at creation and
+// mapped (the kernel's page cache and writeback move it to and from the disk); the slabs hold a
+// cache of slab_rows slots. Each call's distinct rows are made resident together (rowmap.h): resident
 // rows are touched, missing rows take free slots, then the slots of the least valuable unpinned
 // rows (LRU: least recent call, LFU: fewest uses then least recent; ties by slot), whose rows are
 // written back first when an update changed them. A row the file has never held is produced from
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "ember/rng.h"
@@ -24,7 +26,8 @@
 typedef struct tiered {
     ember__rowmap hdr;
     int fd;
-    char dir[256];            // where the file is (for messages)
+    unsigned char *file;       // the file, mapped (rows * rec bytes, reserved at creation)
+    size_t file_bytes;
     int64_t rows, cap;         // logical rows, slots
     size_t wbytes, rec;        // weight bytes of a row, record bytes (weights + state)
     unsigned char *on_disk;    // [rows/8] bit: the file holds this row's record
@@ -126,44 +129,11 @@ static float *state_row(const ember__table *tb, int which, int64_t slot) {
     return which == 1 ? tb->m1 + slot * tb->m1_cols : tb->m2 + slot * tb->m2_cols;
 }
 
-static ember_status io_error(const ember_ebc *ebc, const tiered *m, const ember__table *tb, const char *what,
-                             int64_t row, int err) {
-    return ember__error(ebc->ctx, EMBER_ERR_IO, "table '%s': %s row %lld of its file in '%s': %s", tb->name, what,
-                        (long long)row, m->dir, err ? strerror(err) : "short transfer");
-}
-
-static ember_status pread_all(int fd, void *p, size_t n, off_t off, int *err) {
-    for (size_t done = 0; done < n;) {
-        const ssize_t k = pread(fd, (char *)p + done, n - done, off + (off_t)done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            *err = k < 0 ? errno : 0;
-            return EMBER_ERR_IO;
-        }
-        done += (size_t)k;
-    }
-    return EMBER_OK;
-}
-static ember_status pwrite_all(int fd, const void *p, size_t n, off_t off, int *err) {
-    for (size_t done = 0; done < n;) {
-        const ssize_t k = pwrite(fd, (const char *)p + done, n - done, off + (off_t)done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            *err = k < 0 ? errno : 0;
-            return EMBER_ERR_IO;
-        }
-        done += (size_t)k;
-    }
-    return EMBER_OK;
-}
-
 // Record of `row` into buf: from the file, or the initial values and fresh optimizer state.
 static ember_status load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row,
                                 unsigned char *buf) {
     if (m->on_disk[row >> 3] & (1u << (row & 7))) {
-        int err = 0;
-        if (pread_all(m->fd, buf, m->rec, (off_t)row * (off_t)m->rec, &err) != EMBER_OK)
-            return io_error(ebc, m, tb, "reading", row, err);
+        memcpy(buf, m->file + (size_t)row * m->rec, m->rec);
         m->stats.rows_read++;
         m->stats.bytes_read += (int64_t)m->rec;
         return EMBER_OK;
@@ -179,9 +149,8 @@ static ember_status load_record(const ember_ebc *ebc, tiered *m, const ember__ta
 
 static ember_status store_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row,
                                  const unsigned char *buf) {
-    int err = 0;
-    if (pwrite_all(m->fd, buf, m->rec, (off_t)row * (off_t)m->rec, &err) != EMBER_OK)
-        return io_error(ebc, m, tb, "writing", row, err);
+    (void)ebc, (void)tb;
+    memcpy(m->file + (size_t)row * m->rec, buf, m->rec);
     m->on_disk[row >> 3] |= (unsigned char)(1u << (row & 7));
     m->stats.rows_written++;
     m->stats.bytes_written += (int64_t)m->rec;
@@ -348,6 +317,7 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
 
 static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     tiered *m = (tiered *)map;
+    if (m->file) munmap(m->file, m->file_bytes);
     if (m->fd >= 0) close(m->fd);
     void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hpos, m->hkeys,
                     m->hvals, m->buf, m->miss, m->stash, m->free_slots};
@@ -369,8 +339,7 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     m->policy = tb->cfg.cache_policy;
     m->wbytes = tb->row_bytes;
     m->rec = m->wbytes + sizeof(float) * (size_t)(tb->m1_cols + tb->m2_cols);
-    const char *dir = ssd_dir && ssd_dir[0] ? ssd_dir : getenv("TMPDIR");
-    snprintf(m->dir, sizeof m->dir, "%s", dir && dir[0] ? dir : "/tmp");
+    const char *env = getenv("TMPDIR"), *dir = ssd_dir && ssd_dir[0] ? ssd_dir : env && env[0] ? env : "/tmp";
     int64_t hsize = 16;
     while (hsize < 2 * m->cap) hsize *= 2;
     m->hmask = hsize - 1;
@@ -397,16 +366,27 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     }
     for (size_t i = 0; i < C; i++) m->slot_row[i] = -1;
     for (int64_t i = 0; i < hsize; i++) m->hkeys[i] = -1;
-    char path[300];
-    snprintf(path, sizeof path, "%s/ember-tiered-XXXXXX", m->dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ember-tiered-XXXXXX", dir);
     m->fd = mkstemp(path);
-    if (m->fd < 0) {
-        const int e = errno;
-        tiered_destroy(ctx, &m->hdr);
-        return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot make its file in '%s': %s",
-                            tb->name, dir && dir[0] ? dir : "/tmp", strerror(e));
+    if (m->fd >= 0) unlink(path); // scratch: gone with the descriptor, whatever happens to the process
+    // The whole file is reserved now: a full disk fails here, never later in a mapped write
+    // (which the kernel would answer with SIGBUS).
+    m->file_bytes = (size_t)m->rows * m->rec;
+    int e = m->fd < 0 ? errno : posix_fallocate(m->fd, 0, (off_t)m->file_bytes);
+    if (e == 0) {
+        m->file = mmap(NULL, m->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+        if (m->file == MAP_FAILED) {
+            e = errno;
+            m->file = NULL;
+        }
     }
-    unlink(path); // scratch: gone with the descriptor, whatever happens to the process
+    if (e != 0) {
+        tiered_destroy(ctx, &m->hdr);
+        return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot %s its file of %.3g GB in '%s': %s",
+                            tb->name, m->fd < 0 ? "create" : "reserve", (double)((size_t)tb->cfg.rows * m->rec) / 1e9,
+                            dir, strerror(e));
+    }
     *out = &m->hdr;
     return EMBER_OK;
 }
