@@ -35,6 +35,10 @@ typedef struct dlrm_backend {
     // (ember_sebc_set_wire_precision). Collective. NULL when the backend has none: ember train then
     // refuses --wire_precision other than fp32.
     ember_status (*set_wire_precision)(void *impl, ember_dtype forward, ember_dtype backward);
+    // Training (1) or evaluation (0): an evaluation forward changes no table (a hashed table
+    // admits no id). Local, the same on every rank. NULL when the backend's forwards never change
+    // a table.
+    ember_status (*set_training)(void *impl, int training);
     void (*destroy)(void *impl); // collective; impl NULL accepted
     // Overlap (ember train --overlap on; NULL when the backend cannot, then the step is plain):
     // prefetch starts the next batch's input dist after the current forward; backward_start /

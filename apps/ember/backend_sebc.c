@@ -47,6 +47,10 @@ static ember_status load(void *impl, const char *dir) {
     return ember_checkpoint_load(((sebc_backend *)impl)->sebc, dir, NULL);
 }
 
+static ember_status set_training(void *impl, int training) {
+    return ember_sebc_set_training(((sebc_backend *)impl)->sebc, training);
+}
+
 static ember_status set_wire_precision(void *impl, ember_dtype forward, ember_dtype backward) {
     return ember_sebc_set_wire_precision(((sebc_backend *)impl)->sebc, forward, backward);
 }
@@ -83,6 +87,7 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->save = save;
     out->load = load;
     out->set_wire_precision = set_wire_precision;
+    out->set_training = set_training;
     out->destroy = destroy;
     out->prefetch = prefetch;
     out->backward_start = backward_start;

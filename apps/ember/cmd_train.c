@@ -77,6 +77,22 @@ static const char help[] =
     "                                    the embedding backward's exchanges travel during the dense\n"
     "                                    backward; the results are bitwise the same either way\n"
     "\n"
+    "tables beyond RAM and beyond fixed id ranges (docs/tiered.md, docs/hashed.md):\n"
+    "  --ssd_tables all|LIST             these tables (indices or names t_cat_N, comma-separated) live\n"
+    "                                    in a file on local disk behind a DRAM cache (same numbers)\n"
+    "  --cache_rows N                    rows of each such table's cache (every batch must fit)\n"
+    "  --cache_policy lru|lfu            which cached rows leave first (default lru)\n"
+    "  --ssd_dir DIR                     where their files go (default $TMPDIR, else /tmp)\n"
+    "  --hash modulo|collisionless       categorical values to rows: modulo the table's rows (the\n"
+    "                                    default; unrelated values share rows), or collisionless:\n"
+    "                                    every value gets a row of its own, up to the table's rows\n"
+    "  --hash_min_count N                collisionless: a value gets a row at its N-th occurrence\n"
+    "  --hash_policy lru|lfu|ttl         collisionless: which rows leave when a bucket is full\n"
+    "  --hash_ttl STEPS                  collisionless, ttl: rows unused this long are dropped\n"
+    "  --hash_bucket_rows N              collisionless: rows per hash bucket (default 16)\n"
+    "  --synth_items K                   synthetic: K distinct items per table row, each a 64-bit\n"
+    "                                    value (default 1: the items are the rows)\n"
+    "\n"
     "checkpoints (docs/dlrm.md, Resume):\n"
     "  --save_dir DIR                    save DIR/step-<step, 10 digits>/ (tables, dense parameters,\n"
     "                                    optimizer state, data position) every --checkpoint_interval\n"
@@ -147,6 +163,16 @@ enum {
     OPT_TIMEOUT,
     OPT_WIRE_PRECISION,
     OPT_OVERLAP,
+    OPT_SSD_TABLES,
+    OPT_CACHE_ROWS,
+    OPT_CACHE_POLICY,
+    OPT_SSD_DIR,
+    OPT_HASH,
+    OPT_HASH_MIN_COUNT,
+    OPT_HASH_POLICY,
+    OPT_HASH_TTL,
+    OPT_HASH_BUCKET_ROWS,
+    OPT_SYNTH_ITEMS,
 };
 
 static const struct option options[] = {
@@ -188,6 +214,16 @@ static const struct option options[] = {
     {"timeout_s", required_argument, NULL, OPT_TIMEOUT},
     {"wire_precision", required_argument, NULL, OPT_WIRE_PRECISION},
     {"overlap", required_argument, NULL, OPT_OVERLAP},
+    {"ssd_tables", required_argument, NULL, OPT_SSD_TABLES},
+    {"cache_rows", required_argument, NULL, OPT_CACHE_ROWS},
+    {"cache_policy", required_argument, NULL, OPT_CACHE_POLICY},
+    {"ssd_dir", required_argument, NULL, OPT_SSD_DIR},
+    {"hash", required_argument, NULL, OPT_HASH},
+    {"hash_min_count", required_argument, NULL, OPT_HASH_MIN_COUNT},
+    {"hash_policy", required_argument, NULL, OPT_HASH_POLICY},
+    {"hash_ttl", required_argument, NULL, OPT_HASH_TTL},
+    {"hash_bucket_rows", required_argument, NULL, OPT_HASH_BUCKET_ROWS},
+    {"synth_items", required_argument, NULL, OPT_SYNTH_ITEMS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -253,6 +289,37 @@ static bool parse_sharding(const char *text, int *sharding, char *err, size_t ca
     if (!parse_per_feature("--sharding", DLRM_NUM_SPARSE, n, err, cap)) return false;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) sharding[f] = got[n == 1 ? 0 : f];
     return true;
+}
+
+// --ssd_tables all, or table indices / names (t_cat_3) comma-separated: a bit per table.
+static bool parse_tables(const char *flag, const char *text, uint32_t *mask, char *err, size_t cap) {
+    *mask = 0;
+    if (strcmp(text, "all") == 0) {
+        *mask = (1u << DLRM_NUM_SPARSE) - 1;
+        return true;
+    }
+    for (const char *p = text;;) {
+        const char *comma = strchr(p, ',');
+        const int len = comma ? (int)(comma - p) : (int)strlen(p);
+        int f = -1;
+        char name[16];
+        for (int t = 0; t < DLRM_NUM_SPARSE && f < 0; t++) {
+            sharding_table_name(t, name, sizeof name);
+            char num[8];
+            snprintf(num, sizeof num, "%d", t);
+            if (((int)strlen(name) == len && !strncmp(p, name, (size_t)len)) ||
+                ((int)strlen(num) == len && !strncmp(p, num, (size_t)len)))
+                f = t;
+        }
+        if (f < 0) {
+            snprintf(err, cap, "%s '%.*s': not a table (all, 0..%d or t_cat_0..t_cat_%d)", flag, len, p,
+                     DLRM_NUM_SPARSE - 1, DLRM_NUM_SPARSE - 1);
+            return false;
+        }
+        *mask |= 1u << f;
+        if (!comma) return true;
+        p = comma + 1;
+    }
 }
 
 // Picks `text` out of names[0..n); -1 if absent.
@@ -428,6 +495,45 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
         case OPT_WIRE_PRECISION:
             if (!parse_wire_precision(optarg, &o->wire_forward, &o->wire_backward, err, cap)) return false;
             break;
+        case OPT_SSD_TABLES:
+            if (!parse_tables("--ssd_tables", optarg, &o->ssd_tables, err, cap)) return false;
+            break;
+        case OPT_CACHE_ROWS:
+            if (!cli_parse_i64("--cache_rows", optarg, 1, MAX_ROWS, &o->cache_rows, err, cap)) return false;
+            break;
+        case OPT_CACHE_POLICY:
+        case OPT_HASH_POLICY: {
+            ember_evict_policy p;
+            const bool cache = c == OPT_CACHE_POLICY;
+            if (ember_evict_policy_parse(optarg, &p) != EMBER_OK || (cache && p == EMBER_EVICT_TTL)) {
+                choices = cache ? "lru, lfu" : "lru, lfu, ttl";
+                goto bad_choice;
+            }
+            if (cache) o->cache_policy = p;
+            else o->hash.policy = p;
+            break;
+        }
+        case OPT_SSD_DIR: o->ssd_dir = optarg; break;
+        case OPT_HASH:
+            if (strcmp(optarg, "modulo") != 0 && strcmp(optarg, "collisionless") != 0) {
+                choices = "modulo, collisionless";
+                goto bad_choice;
+            }
+            o->collisionless = optarg[0] == 'c';
+            break;
+        case OPT_HASH_MIN_COUNT:
+            if (!cli_parse_i64("--hash_min_count", optarg, 1, (int64_t)1 << 40, &o->hash.min_count, err, cap)) return false;
+            break;
+        case OPT_HASH_TTL:
+            if (!cli_parse_i64("--hash_ttl", optarg, 1, (int64_t)1 << 40, &o->hash.ttl_steps, err, cap)) return false;
+            break;
+        case OPT_HASH_BUCKET_ROWS:
+            if (!cli_parse_i64("--hash_bucket_rows", optarg, 1, 1 << 20, &v, err, cap)) return false;
+            o->hash.bucket_rows = (int32_t)v;
+            break;
+        case OPT_SYNTH_ITEMS:
+            if (!cli_parse_i64("--synth_items", optarg, 1, 1 << 20, &o->synth_items, err, cap)) return false;
+            break;
         case OPT_OVERLAP:
             if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
                 snprintf(err, cap, "--overlap: '%s' is not on or off", optarg);
@@ -462,6 +568,22 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
     }
     if (optind < argc) {
         snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
+        return false;
+    }
+    if (o->ssd_tables && o->cache_rows == 0) {
+        snprintf(err, cap, "--ssd_tables puts tables on disk behind a DRAM cache: give its size with --cache_rows N");
+        return false;
+    }
+    if (o->cache_rows && !o->ssd_tables) {
+        snprintf(err, cap, "--cache_rows sizes the cache of tables on disk: name them with --ssd_tables (or all)");
+        return false;
+    }
+    if (o->ssd_tables && o->collisionless) {
+        snprintf(err, cap, "--ssd_tables and --hash collisionless: a hashed table cannot also be on disk");
+        return false;
+    }
+    if (o->hash.policy == EMBER_EVICT_TTL && o->hash.ttl_steps == 0) {
+        snprintf(err, cap, "--hash_policy ttl needs --hash_ttl STEPS");
         return false;
     }
     if ((o->checkpoint_interval >= 0 || o->keep_checkpoints > 0) && !o->save_dir && !o->resume) {

@@ -176,6 +176,7 @@ static const char *feature_name(int field, char *buf, size_t cap) {
 
 // Parses `line` (cut up in place) into sample i of b. Returns false with a reason when malformed.
 // Touches nothing of the reader: lines are parsed on several threads at once.
+// rows NULL: raw ids (the categorical values as they are).
 static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i, char *why, size_t cap) {
     char *field[CRITEO_NUM_FIELDS];
     int nf = 0;
@@ -239,7 +240,7 @@ static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i
                      2 + DLRM_NUM_DENSE + f, feature_name(1 + DLRM_NUM_DENSE + f, name, sizeof name), s);
             return false;
         }
-        ids[f] = (int64_t)(h % (uint64_t)rows[f]);
+        ids[f] = rows ? (int64_t)(h % (uint64_t)rows[f]) : (int64_t)h;
     }
     return true;
 }
@@ -349,7 +350,7 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         r->parsed[k] = 0;
         if (r->fits[k] == LINE_TEXT) {
             memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
-            r->parsed[k] = parse_line(r->rows, line, b, k, why, sizeof why);
+            r->parsed[k] = parse_line(r->cfg.raw_ids ? NULL : r->rows, line, b, k, why, sizeof why);
         }
     }
     // In line order: malformed lines are reported (the first one stops a fatal reader) and the
@@ -367,7 +368,7 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
         } else if (!r->parsed[k]) {
             char line[CRITEO_LINE_MAX + 1];
             memcpy(line, r->text + r->start[k], strlen(r->text + r->start[k]) + 1);
-            parse_line(r->rows, line, b, b->size, why, sizeof why); // again, for the reason
+            parse_line(r->cfg.raw_ids ? NULL : r->rows, line, b, b->size, why, sizeof why); // again, for the reason
             APP_TRY(malformed(r, r->number[k], why));
         } else {
             if (b->size != k) move_sample(b, k, b->size);

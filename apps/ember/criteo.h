@@ -4,7 +4,8 @@
 // categorical features as hexadecimal hashes (Kaggle's train.txt, Terabyte's day_N). Any feature
 // field may be empty. Transforms, as TorchRec's Criteo pipeline:
 //   integer x:     log(1 + max(x, 0)) (negative counts are clamped to 0; empty is 0);
-//   categorical h: id = h mod rows_f (h read as a 64-bit hexadecimal number; empty is 0).
+//   categorical h: id = h mod rows_f (h read as a 64-bit hexadecimal number; empty is 0), or h
+//   itself with raw_ids (collisionless hashed tables map it to a row of its own).
 //
 // The file is read line by line through one fixed buffer and never loaded as a whole: only this
 // rank's lines of the current batch are kept, and parsed on the caller's OpenMP threads. Global
@@ -41,6 +42,7 @@ typedef struct criteo_config {
     int64_t first_line;   // data lines before this (0-based) are not used
     int64_t max_lines;    // lines used from first_line on; 0: to the end of the file
     criteo_malformed_mode malformed;
+    bool raw_ids;         // categorical h: id = h itself (for collisionless hashed tables), not h mod rows
 } criteo_config;
 
 // Malformed lines met in this reader's shares (each line counted once, however many epochs).

@@ -56,6 +56,7 @@ enum { STREAM_MODEL = 1, STREAM_EFFECT = 2, STREAM_CALIBRATE = 3, STREAM_SAMPLES
 struct synth {
     synth_config cfg;  // rows points into this object
     int64_t *rows;     // [F]
+    int64_t *table_rows; // [F] or NULL (cfg.table_rows points here)
     double *w;         // [Dn] dense weights
     double *mu;        // [Dn] dense offsets
     double *sigma;     // [F] per-feature effect standard deviation
@@ -89,6 +90,7 @@ static int64_t draw_id(const synth *s, int32_t f, ember_rng *r) {
 void synth_destroy(ember_ctx *ctx, synth *s) {
     if (!s) return;
     ember_ctx_free(ctx, s->rows);
+    ember_ctx_free(ctx, s->table_rows);
     ember_ctx_free(ctx, s->w);
     ember_ctx_free(ctx, s->mu);
     ember_ctx_free(ctx, s->sigma);
@@ -121,13 +123,17 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
     s->scale = app_alloc(ctx, sizeof(double) * (size_t)nf, "planted effect scales");
     s->perm = app_alloc(ctx, sizeof(uint64_t) * 2 * (size_t)nf, "id permutations");
     s->zipf = app_alloc(ctx, sizeof(zipf) * (size_t)nf, "zipf samplers");
-    if (!s->rows || !s->w || !s->mu || !s->sigma || !s->center || !s->scale || !s->perm || !s->zipf) {
+    if (cfg->table_rows) s->table_rows = app_alloc(ctx, sizeof(int64_t) * (size_t)nf, "synthetic table sizes");
+    if (!s->rows || !s->w || !s->mu || !s->sigma || !s->center || !s->scale || !s->perm || !s->zipf ||
+        (cfg->table_rows && !s->table_rows)) {
         synth_destroy(ctx, s);
         return EMBER_ERR_NOMEM;
     }
     memcpy(s->rows, cfg->rows, sizeof(int64_t) * (size_t)nf);
     s->cfg = *cfg;
     s->cfg.rows = s->rows;
+    if (s->table_rows) memcpy(s->table_rows, cfg->table_rows, sizeof(int64_t) * (size_t)nf);
+    s->cfg.table_rows = s->table_rows;
 
     ember_rng r = ember_rng_at(cfg->seed, STREAM_MODEL, 0);
     double norm = 0.0;
@@ -194,8 +200,13 @@ void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch 
         }
         int64_t *ids = b->ids + (size_t)i * (size_t)nf;
         for (int32_t f = 0; f < nf; f++) {
-            ids[f] = draw_id(s, f, &r);
-            z += synth_effect(s, f, ids[f]);
+            const int64_t item = draw_id(s, f, &r);
+            z += synth_effect(s, f, item);
+            ids[f] = item;
+            if (s->table_rows) {
+                const uint64_t key = ember_splitmix64(s->cfg.seed ^ ((uint64_t)f << 56) ^ (uint64_t)item);
+                ids[f] = s->cfg.raw_keys ? (int64_t)key : (int64_t)(key % (uint64_t)s->table_rows[f]);
+            }
         }
         b->planted[i] = (float)z;
         b->labels[i] = ember_rng_uniform(&r) < 1.0 / (1.0 + exp(-z)) ? 1.0f : 0.0f;

@@ -21,6 +21,7 @@
 #ifndef EMBER_APP_SYNTH_H
 #define EMBER_APP_SYNTH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "batch.h"
@@ -44,7 +45,12 @@ typedef struct synth_config {
     uint64_t seed;
     int32_t num_dense;   // Dn (13 for Criteo's schema)
     int32_t num_sparse;  // F (26)
-    const int64_t *rows; // [F] table size of each feature; ids are drawn in [0, rows[f])
+    const int64_t *rows; // [F] items of each feature; ids are drawn in [0, rows[f])
+    // NULL: the ids are the items. Else each item is a 64-bit key (a fixed mix of the feature and
+    // the item, as a raw categorical value), given as is with raw_keys (for collisionless hashed
+    // tables) or modulo table_rows[f] (modulo hashing: items with equal remainders share a row).
+    const int64_t *table_rows;
+    bool raw_keys;
     double zipf_alpha;   // >= 0
     double dense_scale;  // standard deviation of the dense part of the planted logit
     double sparse_scale; // standard deviation of its per-id part (all features together)

@@ -59,6 +59,9 @@ void train_options_default(train_options *o) {
     o->keep_checkpoints = 0;     // the resumed checkpoint's, else 3
     o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
     o->overlap = true;
+    o->cache_policy = EMBER_EVICT_LRU;
+    o->hash = (ember_hash_config){1, 0, 1, EMBER_EVICT_LRU, 0};
+    o->synth_items = 1;
 }
 
 #define DEFAULT_KEEP_CHECKPOINTS 3
@@ -196,6 +199,16 @@ static void setup_tables(run *R) {
                                             .dtype = EMBER_DTYPE_F32,
                                             .init = {EMBER_INIT_UNIFORM, -bound, bound, 0.0f},
                                             .optim = opt};
+        if (o->ssd_tables & (1u << f)) {
+            R->tables[f].cache_rows = o->cache_rows;
+            R->tables[f].cache_policy = o->cache_policy;
+        }
+        if (o->collisionless) {
+            // A capacity of whole buckets (the size rounded up) holding the raw ids.
+            R->tables[f].hash = o->hash;
+            const int64_t br = o->hash.bucket_rows > 0 ? o->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
+            R->tables[f].rows = (o->rows[f] + br - 1) / br * br;
+        }
         R->features[f] = (ember_feature_config){.name = R->feature_names[f], .table = f};
     }
 }
@@ -277,10 +290,17 @@ static ember_status open_data(run *R) {
     R->eval.limit = o->limit_val_batches;
     R->eval.split = 1;
     if (o->dataset == TRAIN_SYNTHETIC) {
+        // --synth_items K: K items per table row, each a 64-bit key (raw for collisionless tables,
+        // else modulo the table's rows); K = 1 and modulo: the items are the rows, as always.
+        int64_t items[DLRM_NUM_SPARSE];
+        for (int f = 0; f < DLRM_NUM_SPARSE; f++) items[f] = o->rows[f] * o->synth_items;
+        const bool keys = o->synth_items > 1 || o->collisionless;
         synth_config sc = {.seed = o->seed,
                            .num_dense = DLRM_NUM_DENSE,
                            .num_sparse = DLRM_NUM_SPARSE,
-                           .rows = o->rows,
+                           .rows = items,
+                           .table_rows = keys ? o->rows : NULL,
+                           .raw_keys = o->collisionless,
                            .zipf_alpha = o->zipf_alpha,
                            .dense_scale = SYNTH_DENSE_SCALE,
                            .sparse_scale = SYNTH_SPARSE_SCALE,
@@ -296,7 +316,8 @@ static ember_status open_data(run *R) {
                             .global_batch = o->batch_size,
                             .first_line = o->eval_data_path ? 0 : eval_lines,
                             .max_lines = 0,
-                            .malformed = o->malformed};
+                            .malformed = o->malformed,
+                            .raw_ids = o->collisionless};
         if (!R->eval_only) APP_TRY(criteo_open(R->ctx, &tc, &R->train.reader));
         criteo_config ec = tc;
         ec.path = o->eval_data_path ? o->eval_data_path : o->data_path;
@@ -492,9 +513,18 @@ static void progress(run *R, int64_t step, int32_t epoch, double loss, double sp
     fflush(R->bar);
 }
 
+// The eval set's loss and AUC with the tables in evaluation mode (no hashed table admits an eval
+// id). Collective.
+static ember_status eval_tables(run *R, double *loss, double *auc) {
+    if (R->backend.set_training) APP_TRY(R->backend.set_training(R->backend.impl, 0));
+    const ember_status st = eval_run(&R->ev, &R->eval, R->model, &R->batch, R->sizes, loss, auc);
+    if (R->backend.set_training) R->backend.set_training(R->backend.impl, 1);
+    return st;
+}
+
 // Evaluates, records a metrics row and reports it. Collective.
 static ember_status eval_point(run *R, metrics_row *row) {
-    APP_TRY(eval_run(&R->ev, &R->eval, R->model, &R->batch, R->sizes, &row->eval_loss, &row->eval_auc));
+    APP_TRY(eval_tables(R, &row->eval_loss, &row->eval_auc));
     row->planted_auc = R->ev.planted_auc;
     ember_status st = EMBER_OK;
     if (R->rank == 0) {
@@ -905,7 +935,7 @@ static ember_status evaluate_once(run *R, train_result *res) {
         fflush(R->out);
     }
     double loss = NAN, auc = NAN;
-    APP_TRY(eval_run(&R->ev, &R->eval, R->model, &R->batch, R->sizes, &loss, &auc));
+    APP_TRY(eval_tables(R, &loss, &auc));
     res->steps = R->start.steps;
     res->eval_loss = loss;
     res->eval_auc = auc;
@@ -982,7 +1012,8 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
                                .bounds = EMBER_BOUNDS_ERROR,
                                .seed = o->seed,
                                .max_batch_size = (int32_t)R->max_local,
-                               .max_nnz = DLRM_NUM_SPARSE * R->max_local};
+                               .max_nnz = DLRM_NUM_SPARSE * R->max_local,
+                               .ssd_dir = o->ssd_dir};
         st = factory(comm, &ec, R->plan, o->grad_convention, &R->backend);
     }
     if (st == EMBER_OK && (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32))

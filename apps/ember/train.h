@@ -63,6 +63,16 @@ typedef struct train_options {
                                       // embedding backward around the dense backward (bitwise the
                                       // same results; default on)
     double intra_gbps, inter_gbps;    // bandwidths for the planner, Gbit/s (0: probed)
+    // Tables beyond RAM and beyond fixed id ranges (docs/tiered.md, docs/hashed.md).
+    uint32_t ssd_tables;              // bit f: table f lives on disk (--ssd_tables)
+    int64_t cache_rows;               // its DRAM cache, rows (--cache_rows)
+    ember_evict_policy cache_policy;
+    const char *ssd_dir;              // NULL: $TMPDIR, else /tmp
+    bool collisionless;               // --hash collisionless: raw categorical values as ids of
+                                      // hashed tables of rows[f] rows (else modulo rows[f])
+    ember_hash_config hash;           // bucket_rows, min_count, policy, ttl_steps of those tables
+    int64_t synth_items;              // synthetic: distinct items per feature = rows * this (>= 1);
+                                      // above 1 each item is a 64-bit key, hashed as above
     // Checkpoints (docs/dlrm.md, Resume; trainstate.h).
     const char *save_dir;             // saves DIR/step-<step, 10 digits>/ every checkpoint_interval
                                       // steps and at the end; NULL: none (but see resume)

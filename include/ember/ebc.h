@@ -246,7 +246,8 @@ typedef struct ember_tensor_info {
 // optimizer unknown). Local.
 EMBER_API int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[EMBER_MAX_TENSORS]);
 // Bytes of a table of this configuration: weights in its dtype and optimizer state (fp32), as a
-// collection allocates them (either pointer may be NULL). Local; 0 for a NULL or unknown config.
+// collection allocates them in memory (a tiered table: its cache_rows rows; a hashed table: its id
+// map too) (either pointer may be NULL). Local; 0 for a NULL or unknown config.
 EMBER_API void ember_table_config_bytes(const ember_table_config *t, size_t *weight_bytes, size_t *state_bytes);
 
 // Number of tensors of table t (1 + optimizer states) and their descriptions, index 0 = weight.

@@ -54,8 +54,11 @@ typedef struct ember_plan_config {
     double round_s;              // seconds of one collective round over all ranks (0: none); a
                                  // step takes about 15 rounds with routed tables, 6 more with
                                  // data-parallel ones (the collectives of src/shard/)
+    double disk_bw;              // bytes/s a rank moves to and from a tiered table's file (0: 1e9);
+                                 // each step's expected misses (uniform ids: 1 - cache/rows of the
+                                 // rows it touches) read a record and write one back at this rate
 } ember_plan_config;
-#define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0, NULL, 0, 0, 0, 0, 0}
+#define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0}
 
 // Per-rank totals of a plan, as the planner estimates them: arrays of world_size entries the
 // caller provides (either may be NULL).

@@ -34,15 +34,45 @@ typedef struct model {
     const int32_t *host_of; // [W], NULL: one host
     int32_t *host_first;    // [H + 1] offsets into host_ranks
     int32_t *host_ranks;    // [W] ranks of host h: host_ranks[host_first[h] .. host_first[h + 1])
-    double intra_bw, inter_bw, mem_bw;
+    double intra_bw, inter_bw, mem_bw, disk_bw;
     double round_s;             // seconds of one collective round
     double *host_out, *host_in; // [H] scratch
+    double *before;             // [W] scratch of table_traffic
 } model;
 
-// Option o's per-step traffic, from its scheme's estimate (L = ids per sample of the table, B
-// samples per rank, row = bytes of one stored row, out = bytes of one pooled output row).
-static void cost(option *o, int W, double B, double L, double row, double out, double rows) {
-    ember__scheme(o->plan.scheme)->step_traffic(&o->plan, W, B, L, row, out, rows, &o->tr);
+// Bytes of one stored row of tc (its weights in its dtype), wherever the rows are kept.
+static double row_bytes(const ember_table_config *tc) {
+    ember_table_config ram = *tc;
+    ram.cache_rows = 0;
+    size_t w = 0;
+    ember_table_config_bytes(&ram, &w, NULL);
+    return (double)w / (double)tc->rows;
+}
+
+// Plan p's per-step traffic of table tc into tr (L = ids per sample of the table, B samples per
+// rank, row = bytes of one stored row, out = bytes of one pooled output row), from its scheme's
+// estimate; a tiered table's file traffic is added to the rows each rank reads, in bytes of
+// memory time (x mem_bw / disk_bw): of the rows it touches, 1 - cache/rows miss (uniform ids;
+// Zipf ids miss less) and each miss reads a record (row and optimizer state) and writes one back.
+static void table_traffic(const model *m, const ember_table_plan *p, const ember_table_config *tc, int W, double B,
+                          double L, double row, double out, ember__traffic *tr) {
+    const int tiered = tc->cache_rows > 0 && tc->cache_rows < tc->rows;
+    double *before = m->before;
+    for (int q = 0; q < W && tiered; q++) before[q] = tr->read[q];
+    ember__scheme(p->scheme)->step_traffic(p, W, B, L, row, out, (double)tc->rows, tr);
+    if (!tiered) return;
+    size_t w = 0, s = 0;
+    ember_table_config ram = *tc;
+    ram.cache_rows = 0;
+    ember_table_config_bytes(&ram, &w, &s);
+    const double record = (double)(w + s) / (double)tc->rows;
+    for (int q = 0; q < W; q++) {
+        const double touched = (tr->read[q] - before[q]) / row;
+        // Each shard keeps cache_rows rows of its block; the block is at most the table.
+        const double shard_rows = p->scheme == EMBER_SHARD_ROW_WISE ? (double)tc->rows / W : (double)tc->rows;
+        const double miss = shard_rows > (double)tc->cache_rows ? 1.0 - (double)tc->cache_rows / shard_rows : 0.0;
+        tr->read[q] += touched * miss * 2.0 * record * m->mem_bw / m->disk_bw;
+    }
 }
 
 // A candidate plan of scheme s (every other field and cost zero).
@@ -104,9 +134,9 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
     EMBER_CHECK(ctx, pc->ranks_per_host >= 0 && (pc->ranks_per_host == 0 || W % pc->ranks_per_host == 0),
                 EMBER_ERR_INVALID_ARG, "%s: ranks_per_host %d does not divide the world size %d", fn,
                 (int)pc->ranks_per_host, W);
-    const double bw[4] = {pc->intra_host_bw, pc->inter_host_bw, pc->mem_bw, pc->round_s};
-    const char *bw_name[4] = {"intra_host_bw", "inter_host_bw", "mem_bw", "round_s"};
-    for (int i = 0; i < 4; i++)
+    const double bw[5] = {pc->intra_host_bw, pc->inter_host_bw, pc->mem_bw, pc->round_s, pc->disk_bw};
+    const char *bw_name[5] = {"intra_host_bw", "inter_host_bw", "mem_bw", "round_s", "disk_bw"};
+    for (int i = 0; i < 5; i++)
         EMBER_CHECK(ctx, bw[i] >= 0 && isfinite(bw[i]), EMBER_ERR_INVALID_ARG, "%s: %s %g%s", fn, bw_name[i], bw[i],
                     i == 3 ? " s" : " bytes/s");
     if (pc->host_of || (pc->ranks_per_host > 0 && pc->ranks_per_host < W)) {
@@ -144,6 +174,7 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
     m->intra_bw = pc->intra_host_bw;
     m->inter_bw = pc->inter_host_bw;
     m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 2e9;
+    m->disk_bw = pc->disk_bw > 0 ? pc->disk_bw : 1e9;
     m->round_s = pc->round_s;
     // One rank per host (a rank per node with many threads): nothing travels inside a host, and
     // no probe can measure it; its bandwidth only has to be positive for the time model.
@@ -186,7 +217,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     ember__buf scratch = {0};
     char *mem = ember__buf_reserve(ctx, &scratch,
                                    Tz * (sizeof(double) + sizeof(size_t)) +
-                                       Wz * ((3 * NA + 2) * sizeof(double) + 3 * sizeof(size_t) + 6 * sizeof(int32_t)) +
+                                       Wz * ((3 * NA + 3) * sizeof(double) + 3 * sizeof(size_t) + 6 * sizeof(int32_t)) +
                                        sizeof(int32_t));
     if (!mem) return EMBER_ERR_NOMEM;
     double *Lt = (double *)mem, *d = Lt + T;
@@ -200,7 +231,8 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     model m = {0};
     m.host_out = d + 3 * NA * Wz;
     m.host_in = m.host_out + W;
-    size_t *order = (size_t *)(m.host_in + W), *acc_storage = order + T;
+    m.before = m.host_in + W;
+    size_t *order = (size_t *)(m.before + W), *acc_storage = order + T;
     best.storage = acc_storage + W;
     cand.storage = best.storage + W;
     int32_t *by_load = (int32_t *)(cand.storage + W);
@@ -243,9 +275,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         const int t = (int)order[i];
         const ember_table_config *tc = &ec->tables[t];
         const size_t bytes = table_bytes(tc);
-        size_t wbytes = 0;
-        ember_table_config_bytes(tc, &wbytes, NULL);
-        const double row = (double)wbytes / (double)tc->rows, out = 4.0 * tc->dim, L = Lt[t];
+        const double row = row_bytes(tc), out = 4.0 * tc->dim, L = Lt[t];
         double best_score = -1, best_total = 0;
         // Ranks by current step load, least first: the candidates for single placements.
         host_sums(&m, &acc, NULL);
@@ -262,14 +292,17 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         const int ntwrw = m.H > 1 ? m.H : 0;
         for (int kind = 0; kind < 5 + W + ntwrw + 1; kind++) {
             if (kind == 0) {
-                if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max) continue;
+                // Tiered and hashed tables are never replicated (src/shard/dp.c).
+                if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max || tc->cache_rows > 0 ||
+                    tc->hash.enabled)
+                    continue;
                 option_init(&cand, EMBER_SHARD_DATA_PARALLEL, W);
-                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
                 for (int q = 0; q < W; q++) cand.storage[q] = bytes;
             } else if (kind == 1) {
                 if (!(allow & (1 << EMBER_SHARD_ROW_WISE)) || W == 1 || tc->rows < W) continue;
                 option_init(&cand, EMBER_SHARD_ROW_WISE, W);
-                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
                 for (int q = 0; q < W; q++) cand.storage[q] = bytes / (size_t)W + bytes % (size_t)W;
             } else if (kind == 2 || kind == 3) {
                 // Column-wise in 2 or 4 slices of at least 16 columns, on the least loaded ranks.
@@ -283,7 +316,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 cand.plan.num_shards = k;
                 cand.plan.num_ranks = k;
                 for (int j = 0; j < k; j++) cand.plan.ranks[j] = by_load[j];
-                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
                 for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
             } else if (kind == 4 + W || kind == 5 + W + ntwrw) {
                 // Grid, only when named in pc->allow, with column slices of at least 16 columns:
@@ -303,7 +336,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 cand.plan.group_size = g;
                 cand.plan.num_ranks = k * g;
                 for (int j = 0; j < k * g; j++) cand.plan.ranks[j] = per_host ? host_ranks[j] : by_load[j];
-                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
                 const size_t n = (size_t)(k * g);
                 for (int s = 0; s < k * g; s++) cand.storage[cand.plan.ranks[s]] = bytes / n + bytes % n;
             } else if (kind > 4 + W) {
@@ -314,7 +347,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 cand.plan.group_size = g;
                 cand.plan.num_ranks = g;
                 for (int j = 0; j < g; j++) cand.plan.ranks[j] = host_ranks[host_first[h] + j];
-                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
                 for (int j = 0; j < g; j++)
                     cand.storage[cand.plan.ranks[j]] = bytes / (size_t)g + bytes % (size_t)g;
             } else {
@@ -323,7 +356,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 option_init(&cand, EMBER_SHARD_TABLE_WISE, W);
                 cand.plan.num_ranks = 1;
                 cand.plan.ranks[0] = r;
-                cost(&cand, W, B, L, row, out, (double)tc->rows);
+                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
                 cand.storage[r] = bytes;
             }
             double score = 0, total = 0;
@@ -415,7 +448,7 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     }
     const size_t Wz = (size_t)W, NA = EMBER__TRAFFIC_ARRAYS;
     ember__buf scratch = {0};
-    char *mem = ember__buf_reserve(ctx, &scratch, Wz * ((NA + 2) * sizeof(double) + 3 * sizeof(int32_t)) + 4);
+    char *mem = ember__buf_reserve(ctx, &scratch, Wz * ((NA + 3) * sizeof(double) + 3 * sizeof(int32_t)) + 4);
     if (!mem) return EMBER_ERR_NOMEM;
     double *d = (double *)mem;
     ember__traffic acc = {.W = W};
@@ -426,7 +459,8 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     model m = {0};
     m.host_out = d + NA * Wz;
     m.host_in = m.host_out + W;
-    int32_t *own_host_of = (int32_t *)(m.host_in + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
+    m.before = m.host_in + W;
+    int32_t *own_host_of = (int32_t *)(m.before + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
     ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
     acc.host_of = m.host_of;
     int has_routed = 0, has_dp = 0;
@@ -437,11 +471,7 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
         double L = 0;
         for (int f = 0; f < ec->num_features; f++)
             if (ec->features[f].table == t) L += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
-        size_t wbytes = 0;
-        ember_table_config_bytes(tc, &wbytes, NULL);
-        ember__scheme(plan[t].scheme)
-            ->step_traffic(&plan[t], W, pc->batch_size, L, (double)wbytes / (double)tc->rows, 4.0 * tc->dim,
-                           (double)tc->rows, &acc);
+        table_traffic(&m, &plan[t], tc, W, pc->batch_size, L, row_bytes(tc), 4.0 * tc->dim, &acc);
         for (int q = 0; q < W && stats->storage_bytes; q++) {
             size_t w = 0, s = 0;
             st = ember_shard_rank_bytes(ctx, tc, &plan[t], W, q, &w, &s);

@@ -126,9 +126,11 @@ int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[E
 void ember_table_config_bytes(const ember_table_config *t, size_t *weight_bytes, size_t *state_bytes) {
     ember_tensor_info ti[EMBER_MAX_TENSORS];
     const int32_t n = ember_table_tensors(t, ti);
+    // In memory: a tiered table's cache, not its rows.
+    const int64_t rows = t && t->cache_rows > 0 && t->cache_rows < t->rows ? t->cache_rows : t ? t->rows : 0;
     size_t wb = 0, sb = 0;
     for (int32_t i = 0; i < n; i++) {
-        const size_t bytes = (size_t)ti[i].rows * (size_t)ti[i].cols * ember__dtype_size(ti[i].dtype);
+        const size_t bytes = (size_t)rows * (size_t)ti[i].cols * ember__dtype_size(ti[i].dtype);
         if (i == 0) wb = bytes;
         else sb += bytes;
     }
