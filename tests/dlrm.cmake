@@ -261,3 +261,22 @@ add_test(NAME dist.train.cli.stall.np3
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.stall.np3 PROPERTIES TIMEOUT 120 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+
+# Tables on disk and collisionless hashed tables from the command line (docs/tiered.md,
+# docs/hashed.md): the same digest as in RAM, a resumed collisionless run equal to an
+# uninterrupted one, and flags that do not fit together refused in one line.
+add_test(NAME dist.train.cli.big_tables.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_big_tables.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.big_tables.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+ember_cli_test(cli.train.ssd_without_cache 0 2 "^ember train: --ssd_tables puts tables on disk behind a DRAM cache" 1
+               train --ssd_tables all)
+ember_cli_test(cli.train.ssd_bad_table 0 2 "^ember train: --ssd_tables 't_cat_30': not a table" 1
+               train --ssd_tables 3,t_cat_30 --cache_rows 10)
+ember_cli_test(cli.train.ssd_and_collisionless 0 2 "^ember train: --ssd_tables and --hash collisionless" 1
+               train --ssd_tables 1 --cache_rows 10 --hash collisionless)
+ember_cli_test(cli.train.bad_hash 0 2 "^ember train: --hash 'cuckoo': expected one of modulo, collisionless" 1
+               train --hash cuckoo)
+ember_cli_test(dist.train.cli.cache_too_small.np2 2 nonzero "^ember train: error: table 't_cat_.*': this batch touches [0-9]+ distinct rows, its cache holds 8 \\(raise cache_rows\\)" 1
+               train --ssd_tables all --cache_rows 8 --batch_size 256 --limit_train_batches 2 --limit_val_batches 1)

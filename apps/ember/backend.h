@@ -22,9 +22,10 @@ typedef struct dlrm_backend {
     ember_status (*backward)(void *impl, const ember_kjt *kjt, const float *grad_out);
     // grad [n] := the convention's combination over ranks (sum, or sum / W). Collective.
     ember_status (*reduce_dense_grads)(void *impl, float *grad, size_t n);
-    // dst [rows, cols] := table t's named tensor (ember_sebc_read), on rank 0 only. Collective.
-    // NULL when the backend cannot (ember train --digest then leaves the tables out).
-    ember_status (*read)(void *impl, int32_t table, const char *tensor, float *dst);
+    // dst [rows, cols] := table t's named tensor in dtype (F32, or I64 for a hashed table's
+    // "ids"/"candidates"; ember_sebc_read_as), on rank 0 only. Collective. NULL when the backend
+    // cannot (ember train --digest then leaves the tables out).
+    ember_status (*read)(void *impl, int32_t table, const char *tensor, ember_dtype dtype, void *dst);
     // Checkpoints (include/ember/state.h): save writes every table, its optimizer state and step
     // counter, and opts' blobs, into checkpoint directory `dir`; load reads every table back
     // (any world size and plan). Collective. NULL when the backend cannot: ember train then

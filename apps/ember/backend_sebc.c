@@ -35,8 +35,8 @@ static ember_status reduce_dense_grads(void *impl, float *grad, size_t n) {
     return ember_comm_allreduce_grads(b->comm, b->conv, grad, n);
 }
 
-static ember_status read(void *impl, int32_t table, const char *tensor, float *dst) {
-    return ember_sebc_read(((sebc_backend *)impl)->sebc, table, tensor, dst, 0);
+static ember_status read(void *impl, int32_t table, const char *tensor, ember_dtype dtype, void *dst) {
+    return ember_sebc_read_as(((sebc_backend *)impl)->sebc, table, tensor, dtype, dst, 0);
 }
 
 static ember_status save(void *impl, const char *dir, const ember_checkpoint_options *opts) {

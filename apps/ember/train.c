@@ -815,12 +815,16 @@ static ember_status final_state(run *R, train_result *res) {
         const int32_t n = ember_table_tensors(&R->tables[t], info);
         for (int32_t k = 0; k < n && st == EMBER_OK; k++) {
             const size_t len = (size_t)info[k].rows * (size_t)info[k].cols;
-            float *buf = app_alloc(R->ctx, sizeof(float) * len, "digest buffer");
+            // A hashed table's id map is int64: in the digest, not in the float export.
+            const bool i64 = info[k].dtype == EMBER_DTYPE_I64;
+            const size_t es = i64 ? sizeof(int64_t) : sizeof(float);
+            float *buf = app_alloc(R->ctx, es * len, "digest buffer");
             st = ember_comm_agree(R->comm, buf ? EMBER_OK : EMBER_ERR_NOMEM);
-            if (st == EMBER_OK) st = R->backend.read(R->backend.impl, t, info[k].name, buf);
-            if (st == EMBER_OK) tables = digest_fold(tables, buf, sizeof(float) * len);
-            if (st == EMBER_OK && want[1]) st = ember_comm_bcast(R->comm, buf, sizeof(float) * len, 0);
-            if (st == EMBER_OK && want[1]) {
+            if (st == EMBER_OK)
+                st = R->backend.read(R->backend.impl, t, info[k].name, i64 ? EMBER_DTYPE_I64 : EMBER_DTYPE_F32, buf);
+            if (st == EMBER_OK) tables = digest_fold(tables, buf, es * len);
+            if (st == EMBER_OK && want[1] && !i64) st = ember_comm_bcast(R->comm, buf, sizeof(float) * len, 0);
+            if (st == EMBER_OK && want[1] && !i64) {
                 for (size_t i = 0; i < len && res->tables; i++) {
                     if (res->tables_len + (int64_t)i < res->tables_cap) res->tables[res->tables_len + (int64_t)i] = buf[i];
                 }

@@ -182,6 +182,7 @@ void ember_ebc_destroy(ember_ebc *ebc) {
     if (ebc->tables)
         for (int32_t t = 0; t < ebc->T; t++) {
             if (ebc->tables[t].map) ebc->tables[t].map->ops->destroy(ctx, ebc->tables[t].map);
+            if (ebc->tables[t].label != ebc->tables[t].name) ember__free(ctx, ebc->tables[t].label);
             ember__free(ctx, ebc->tables[t].name);
         }
     if (ebc->feature_names)
@@ -231,10 +232,14 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         tb->name = ember__strdup(ctx, cfg->tables[t].name);
         if (!tb->name) goto nomem;
         tb->cfg.name = tb->name;
+        tb->label = tb->name;
         tb->name_hash = ember_hash_str(tb->name);
         if (origins) {
             tb->origin = origins[t];
-            if (tb->origin.global_name) tb->name_hash = ember_hash_str(tb->origin.global_name);
+            if (tb->origin.global_name) {
+                tb->name_hash = ember_hash_str(tb->origin.global_name);
+                if (!(tb->label = ember__strdup(ctx, tb->origin.global_name))) goto nomem;
+            }
             tb->origin.global_name = NULL; // borrowed: only needed here
         } else {
             tb->origin.global_rows = tb->cfg.rows;

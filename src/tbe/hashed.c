@@ -174,11 +174,11 @@ ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand,
     for (int64_t r = r0; r < r1; r++) { // check everything before anything changes
         const int64_t *e = src + 3 * (r - r0);
         EMBER_CHECK(ebc->ctx, e[cnt] >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' %s row %lld: count %lld < 0", fn,
-                    tb->name, what, (long long)r, (long long)e[cnt]);
+                    tb->label, what, (long long)r, (long long)e[cnt]);
         if (e[cnt] == 0) continue;
         EMBER_CHECK(ebc->ctx, ember__hash_bucket(e[0], m->nb_global) - m->b0 == r / m->br, EMBER_ERR_INVALID_ARG,
                     "%s: table '%s' %s row %lld: id %lld belongs to bucket %lld, the row to bucket %lld", fn,
-                    tb->name, what, (long long)r, (long long)e[0], (long long)ember__hash_bucket(e[0], m->nb_global),
+                    tb->label, what, (long long)r, (long long)e[0], (long long)ember__hash_bucket(e[0], m->nb_global),
                     (long long)(m->b0 + r / m->br));
         const int64_t b = r / m->br;
         for (int64_t q = b * m->br; q < (b + 1) * m->br; q++) {
@@ -187,7 +187,7 @@ ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand,
             const int64_t oid = o ? o[0] : cand ? m->cand_id[q] : m->id[q];
             const int64_t on = o ? o[cnt] : cand ? m->cand_cnt[q] : m->occ[q];
             EMBER_CHECK(ebc->ctx, on == 0 || oid != e[0], EMBER_ERR_INVALID_ARG,
-                        "%s: table '%s' %s: id %lld in rows %lld and %lld", fn, tb->name, what, (long long)e[0],
+                        "%s: table '%s' %s: id %lld in rows %lld and %lld", fn, tb->label, what, (long long)e[0],
                         (long long)r, (long long)q);
         }
     }
@@ -228,10 +228,10 @@ ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowma
     const int64_t br = h->bucket_rows > 0 ? h->bucket_rows : EMBER_HASH_BUCKET_ROWS;
     EMBER_CHECK(ctx, tb->origin.row_offset % br == 0 && tb->origin.global_rows % br == 0, EMBER_ERR_INVALID_ARG,
                 "ember_ebc_create: table '%s': rows [%lld, +%lld) of %lld are not whole buckets of %lld rows",
-                tb->name, (long long)tb->origin.row_offset, (long long)tb->cfg.rows,
+                tb->label, (long long)tb->origin.row_offset, (long long)tb->cfg.rows,
                 (long long)tb->origin.global_rows, (long long)br);
     hashed *m = ember__calloc(ctx, sizeof *m);
-    if (!m) return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory", tb->name);
+    if (!m) return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory", tb->label);
     m->hdr.ops = &hashed_ops;
     m->rows = tb->cfg.rows;
     m->br = br;
@@ -254,7 +254,7 @@ ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowma
     if (!m->id || !m->last || !m->uses || !m->occ || !m->pin || !m->cand_id || !m->cand_cnt || !m->cand_last || !m->row) {
         hashed_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its id map",
-                            tb->name);
+                            tb->label);
     }
     *out = &m->hdr;
     return EMBER_OK;
@@ -266,7 +266,7 @@ ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table, ember_has
                 "ember_ebc_hash_stats: table %d outside [0, %d)", (int)table, (int)ebc->T);
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, ember__is_hashed(tb), EMBER_ERR_INVALID_ARG, "ember_ebc_hash_stats: table '%s' is not hashed",
-                tb->name);
+                tb->label);
     *out = ((const hashed *)tb->map)->stats;
     return EMBER_OK;
 }

@@ -40,6 +40,7 @@ ember_status ember__optim_check(ember_ctx *ctx, const char *fn, const char *nm, 
 typedef struct ember__table {
     ember_table_config cfg;  // cfg.name points at `name`
     char *name;              // owned copy
+    char *label;             // for messages: the global table's name (owned), or name when unsharded
     ember__origin origin;
     size_t weight_offset;    // bytes into the weight slab
     size_t row_bytes;        // dim * sizeof(dtype)

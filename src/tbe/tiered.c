@@ -208,7 +208,7 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     nmiss = u;
     EMBER_CHECK(ebc->ctx, nmiss + npinned <= m->cap, EMBER_ERR_UNSUPPORTED,
                 "table '%s': this batch touches %lld distinct rows, its cache holds %lld (raise cache_rows)",
-                tb->name, (long long)(nmiss + npinned), (long long)m->cap);
+                tb->label, (long long)(nmiss + npinned), (long long)m->cap);
     // 2. Each missing row takes a free slot, else the policy's first unpinned slot (pinned ones
     // met on the way are set aside, as are the new rows, and go back into the heap after).
     int64_t ns = 0;
@@ -331,7 +331,7 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     ember_ctx *ctx = ebc->ctx;
     *out = NULL;
     tiered *m = ember__calloc(ctx, sizeof *m);
-    if (!m) return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory", tb->name);
+    if (!m) return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory", tb->label);
     m->hdr.ops = &tiered_ops;
     m->fd = -1;
     m->rows = tb->cfg.rows;
@@ -362,7 +362,7 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
         !m->stash || !m->free_slots || !m->hkeys || !m->hvals || !m->buf) {
         tiered_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its cache",
-                            tb->name);
+                            tb->label);
     }
     for (size_t i = 0; i < C; i++) m->slot_row[i] = -1;
     for (int64_t i = 0; i < hsize; i++) m->hkeys[i] = -1;
@@ -384,7 +384,7 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     if (e != 0) {
         tiered_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot %s its file of %.3g GB in '%s': %s",
-                            tb->name, m->fd < 0 ? "create" : "reserve", (double)((size_t)tb->cfg.rows * m->rec) / 1e9,
+                            tb->label, m->fd < 0 ? "create" : "reserve", (double)((size_t)tb->cfg.rows * m->rec) / 1e9,
                             dir, strerror(e));
     }
     *out = &m->hdr;
@@ -397,7 +397,7 @@ ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tie
                 "ember_ebc_tier_stats: table %d outside [0, %d)", (int)table, (int)ebc->T);
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, tb->map && tb->map->ops == &tiered_ops, EMBER_ERR_INVALID_ARG,
-                "ember_ebc_tier_stats: table '%s' is not tiered", tb->name);
+                "ember_ebc_tier_stats: table '%s' is not tiered", tb->label);
     *out = ((const tiered *)tb->map)->stats;
     return EMBER_OK;
 }
