@@ -400,6 +400,9 @@ static void print_topology(const run *R, FILE *f) {
             (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9,
             t->intra_given ? "given" : t->intra_bw > 0 ? "probed" : "none: one rank per host",
             t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
+    if (t->disk_bw > 0)
+        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (probed, 64 MiB)\n", t->disk_bw / 1e6,
+                R->o->ssd_dir ? R->o->ssd_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
     else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);
 }

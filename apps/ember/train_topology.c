@@ -32,6 +32,17 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
         ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
         pc.world_size = W;
         pc.batch_size = batch;
+        // Tables on disk: rank 0 measures the disk (64 MiB written, flushed and read back) and
+        // every rank plans with its figure.
+        int tiered = 0;
+        for (int32_t t = 0; t < ec->num_tables; t++) tiered |= ec->tables[t].cache_rows > 0;
+        if (tiered) {
+            st = ember_comm_rank(comm) == 0 ? ember_plan_probe_disk(ctx, ec->ssd_dir, (int64_t)64 << 20, &tt->disk_bw)
+                                            : EMBER_OK;
+            st = ember_comm_agree(comm, st);
+            if (st == EMBER_OK) st = ember_comm_bcast(comm, &tt->disk_bw, sizeof tt->disk_bw, 0);
+            pc.disk_bw = tt->disk_bw;
+        }
         if (plan_auto) {
             // One host plans on bytes as before; several on the predicted time.
             if (tt->hosts > 1) {
@@ -40,7 +51,7 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
                 pc.inter_host_bw = inter;
                 pc.round_s = round;
             }
-            st = ember_plan_create(ctx, ec, &pc, plan, NULL);
+            if (st == EMBER_OK) st = ember_plan_create(ctx, ec, &pc, plan, NULL);
         }
         if (st == EMBER_OK) {
             pc.host_of = host_of;

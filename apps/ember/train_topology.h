@@ -10,6 +10,7 @@ typedef struct train_topology {
     double intra_bw, inter_bw;  // bytes/s used for the prediction
     int intra_given, inter_given;
     double round_s;             // probed seconds of one collective round
+    double disk_bw;             // bytes/s of tiered tables' files (probed when there are any; else 0)
     double predicted_s;         // the slowest rank's predicted embedding step (NAN: none)
     char why_none[160];         // why there is no prediction
 } train_topology;

@@ -109,6 +109,15 @@ EMBER_API ember_status ember_plan_detect_topology(ember_comm *comm, int32_t *hos
                                                   int64_t probe_bytes, int32_t reps, double *intra_bw,
                                                   double *inter_bw, double *round_s);
 
+// Measures the rate at which a tiered table's file in `dir` (NULL: $TMPDIR, else /tmp) moves
+// records, in bytes/s for ember_plan_config.disk_bw: a scratch file of `bytes` (4 KiB to 16 GiB)
+// is reserved, mapped, written, flushed to the disk and read back (after asking the kernel to
+// drop it from the page cache, which it may not do on every file system: then the figure is the
+// page cache's). Takes about bytes / disk rate x 2. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG
+// (NULL bw, bytes out of range), EMBER_ERR_IO (the directory cannot hold the file; the message
+// names it).
+EMBER_API ember_status ember_plan_probe_disk(ember_ctx *ctx, const char *dir, int64_t bytes, double *bw);
+
 // Frees the ranks arrays of plan[num_tables] through ctx's allocator (those ember_plan_create
 // allocated, or that the caller allocated with ember_ctx_alloc) and sets them NULL and their
 // counts 0. NULL plan accepted. Local.

@@ -94,6 +94,64 @@ static void memory_budget_forces_row_wise_and_is_respected(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// A tiered table counts its cache, not its rows, against memory, so it fits where the same table
+// in RAM does not; its predicted step grows as the cache shrinks (more misses) and shrinks as the
+// disk gets faster. Tiered and hashed tables are never replicated.
+static void tiered_tables_count_their_cache_and_disk(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t[2] = {table("huge", 4000000, 16), table("tiny", 50, 16)};
+    t[0].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    ember_feature_config f[2] = {{"a", 0}, {"b", 1}};
+    ember_ebc_config ec = {t, 2, f, 2, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = 2;
+    pc.batch_size = 256;
+    pc.memory_per_rank = (size_t)64 << 20; // 272 MB of rows: in RAM it cannot fit on 2 ranks
+    ember_table_plan plan[2];
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_ERR_NOMEM);
+    t[0].cache_rows = 100000; // 6.8 MB per shard
+    size_t storage[2];
+    ember_plan_stats st = {.storage_bytes = storage};
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
+    for (int q = 0; q < 2; q++) assert_true(st.storage_bytes[q] <= pc.memory_per_rank);
+    // The same for a hashed table: never data-parallel, even when tiny.
+    ember_plan_release(ctx, plan, 2);
+    t[1].hash = (ember_hash_config){1, 2, 1, EMBER_EVICT_LRU, 0};
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_OK);
+    assert_int_not_equal(plan[1].scheme, EMBER_SHARD_DATA_PARALLEL);
+    assert_int_not_equal(plan[0].scheme, EMBER_SHARD_DATA_PARALLEL);
+    // Time: fewer cached rows or a slower disk predict a slower step.
+    pc.intra_host_bw = 1e10;
+    double prev = -1;
+    for (int64_t cache = 1000000; cache >= 10000; cache /= 10) {
+        t[0].cache_rows = cache;
+        double secs[2];
+        ember_plan_stats ps = {.step_seconds = secs};
+        assert_int_equal(ember_plan_predict(ctx, &ec, &pc, plan, &ps), EMBER_OK);
+        const double s1 = secs[0] > secs[1] ? secs[0] : secs[1];
+        assert_true(s1 > prev);
+        prev = s1;
+        pc.disk_bw = 1e11; // a much faster disk: faster than the default's
+        assert_int_equal(ember_plan_predict(ctx, &ec, &pc, plan, &ps), EMBER_OK);
+        assert_true((secs[0] > secs[1] ? secs[0] : secs[1]) < s1);
+        pc.disk_bw = 0;
+    }
+    pc.disk_bw = -1;
+    assert_int_equal(ember_plan_predict(ctx, &ec, &pc, plan, NULL), EMBER_ERR_INVALID_ARG);
+    // The disk probe: a figure for a writable directory, an error naming one that is not.
+    double bw = 0;
+    assert_int_equal(ember_plan_probe_disk(ctx, NULL, 1 << 20, &bw), EMBER_OK);
+    assert_true(bw > 0 && isfinite(bw));
+    assert_int_equal(ember_plan_probe_disk(ctx, "/nonexistent/dir", 1 << 20, &bw), EMBER_ERR_IO);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "/nonexistent/dir"));
+    assert_int_equal(ember_plan_probe_disk(ctx, NULL, 10, &bw), EMBER_ERR_INVALID_ARG);
+    ember_plan_release(ctx, plan, 2);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
 static void allowed_schemes_and_bad_inputs(void **state) {
     (void)state;
     ember_ctx *ctx = NULL;
@@ -512,6 +570,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_tables_are_data_parallel_equal_tables_spread),
         cmocka_unit_test(memory_budget_forces_row_wise_and_is_respected),
+        cmocka_unit_test(tiered_tables_count_their_cache_and_disk),
         cmocka_unit_test(allowed_schemes_and_bad_inputs),
         cmocka_unit_test(grid_only_when_allowed),
         cmocka_unit_test(plans_for_4096_ranks),
