@@ -691,18 +691,21 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
     ember_ctx_set_num_threads(r->ctx, o->threads[0]);
     ember_ebc *ram = make_collection(r, s, EMBER_OPT_ROWWISE_ADAGRAD, pool, dt, 0);
     ember_ebc *tier = make_collection(r, s, EMBER_OPT_ROWWISE_ADAGRAD, pool, dt, o->cache_rows);
+    ember_ebc *tpf = make_collection(r, s, EMBER_OPT_ROWWISE_ADAGRAD, pool, dt, o->cache_rows); // with prefetch
     const size_t nnz = (size_t)s->T * (size_t)s->B * (size_t)s->L, nout = (size_t)s->B * (size_t)s->T * (size_t)s->D;
-    int64_t *ids = malloc(sizeof(int64_t) * nnz), *offsets = malloc(sizeof(int64_t) * ((size_t)s->T * (size_t)s->B + 1));
-    float *out1 = malloc(sizeof(float) * nout), *out2 = malloc(sizeof(float) * nout), *grad = malloc(sizeof(float) * nout);
+    int64_t *ids = malloc(sizeof(int64_t) * nnz), *ids_next = malloc(sizeof(int64_t) * nnz), *offsets = malloc(sizeof(int64_t) * ((size_t)s->T * (size_t)s->B + 1));
+    float *out1 = malloc(sizeof(float) * nout), *out2 = malloc(sizeof(float) * nout),
+          *out3 = malloc(sizeof(float) * nout), *grad = malloc(sizeof(float) * nout);
     double *cdf = dist ? zipf_cdf(s->E) : NULL;
     const int n = o->iters;
-    double *ms = calloc(2 * (size_t)n, sizeof(double));
-    if (!ram || !tier || !ids || !offsets || !out1 || !out2 || !grad || (dist && !cdf) || !ms) {
+    double *ms = calloc(3 * (size_t)n, sizeof(double));
+    if (!ram || !tier || !tpf || !ids || !ids_next || !offsets || !out1 || !out2 || !out3 || !grad || (dist && !cdf) || !ms) {
         fail(r, "tiered: setup");
     } else {
         for (int64_t i = 0; i <= (int64_t)s->T * s->B; i++) offsets[i] = i * s->L;
         make_grad(nout, o->seed, grad);
         ember_kjt kjt = {s->T, s->B, NULL, offsets, ids, NULL, (int64_t)nnz};
+        ember_kjt kjt_next = {s->T, s->B, NULL, offsets, ids_next, NULL, (int64_t)nnz};
         ember_tier_stats st0 = {0}, st1 = {0};
         double residual = 0;
         // Warm-up: until every cache is full and evicting (at most 2000 steps), then --warmup more.
@@ -717,7 +720,8 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
             if (full) break;
             make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(warm + 1), ids);
             if (ember_ebc_forward(ram, &kjt, out1) != EMBER_OK || ember_ebc_backward(ram, &kjt, grad, NULL) != EMBER_OK ||
-                ember_ebc_forward(tier, &kjt, out2) != EMBER_OK || ember_ebc_backward(tier, &kjt, grad, NULL) != EMBER_OK) {
+                ember_ebc_forward(tier, &kjt, out2) != EMBER_OK || ember_ebc_backward(tier, &kjt, grad, NULL) != EMBER_OK ||
+                ember_ebc_forward(tpf, &kjt, out2) != EMBER_OK || ember_ebc_backward(tpf, &kjt, grad, NULL) != EMBER_OK) {
                 fail(r, "tiered warm-up");
                 break;
             }
@@ -731,11 +735,14 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
                         st0.bytes_written += x.bytes_written;
                 }
             make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 1), ids);
-            for (int q = 0; q < 2; q++) { // alternating which goes first
-                const int which = (it + q) % 2;
-                ember_ebc *e = which ? tier : ram;
+            make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 2), ids_next);
+            for (int q = 0; q < 3; q++) { // rotating which goes first
+                const int which = (it + q) % 3;
+                ember_ebc *e = which == 0 ? ram : which == 1 ? tier : tpf;
                 const double t0 = bench_now_ms();
-                ember_status st = ember_ebc_forward(e, &kjt, which ? out2 : out1);
+                ember_status st = ember_ebc_forward(e, &kjt, which == 0 ? out1 : which == 1 ? out2 : out3);
+                // The next batch's rows come in while this step's backward runs.
+                if (st == EMBER_OK && which == 2) st = ember_ebc_prefetch(e, &kjt_next);
                 if (st == EMBER_OK) st = ember_ebc_backward(e, &kjt, grad, NULL);
                 const double t = bench_now_ms() - t0;
                 if (st != EMBER_OK) {
@@ -744,7 +751,8 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
                 }
                 if (it >= warm + o->warmup) ms[which * n + it - warm - o->warmup] = t;
             }
-            for (size_t i = 0; i < nout; i++) residual = fmax(residual, fabs((double)out1[i] - (double)out2[i]));
+            for (size_t i = 0; i < nout; i++)
+                residual = fmax(residual, fmax(fabs((double)out1[i] - (double)out2[i]), fabs((double)out1[i] - (double)out3[i])));
         }
         for (int32_t t = 0; t < s->T; t++) {
             ember_tier_stats x;
@@ -755,7 +763,8 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
         if (residual > 0) r->worst = r->worst > 1 ? r->worst : 1;
         if (r->worst < 2) {
             const double hits = (double)(st1.hits - st0.hits), misses = (double)(st1.misses - st0.misses);
-            const double ram_ms = bench_median(ms, n), tier_ms = bench_median(ms + n, n);
+            const double ram_ms = bench_median(ms, n), tier_ms = bench_median(ms + n, n),
+                         pf_ms = bench_median(ms + 2 * n, n);
             bench_json j;
             case_key(r, &j, "step_tiered_rowwise_adagrad", s, pool, dt, dist, o->threads[0]);
             if (o->json) {
@@ -765,22 +774,27 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
                 bench_json_fixed(&j, "read_mb_per_step", (double)(st1.bytes_read - st0.bytes_read) / n / 1e6, 3);
                 bench_json_fixed(&j, "written_mb_per_step", (double)(st1.bytes_written - st0.bytes_written) / n / 1e6, 3);
                 bench_json_fixed(&j, "ms_med", tier_ms, 4);
+                bench_json_fixed(&j, "ms_med_prefetch", pf_ms, 4);
                 bench_json_fixed(&j, "ram_ms_med", ram_ms, 4);
                 bench_json_fixed(&j, "ratio", tier_ms / ram_ms, 4);
+                bench_json_fixed(&j, "ratio_prefetch", pf_ms / ram_ms, 4);
                 bench_json_sig(&j, "residual", residual);
                 bench_json_int(&j, "iters", n);
                 bench_json_end(&j);
             } else {
-                fprintf(o->out, " hit %.3f read %.2f MB/step written %.2f MB/step  tiered %.3f ms  RAM %.3f ms  x%.2f  res %.1e\n",
+                fprintf(o->out,
+                        " hit %.3f read %.2f MB/step written %.2f MB/step  tiered %.3f ms (prefetch %.3f)  RAM %.3f ms"
+                        "  x%.2f (x%.2f)  res %.1e\n",
                         hits + misses > 0 ? hits / (hits + misses) : 0, (double)(st1.bytes_read - st0.bytes_read) / n / 1e6,
-                        (double)(st1.bytes_written - st0.bytes_written) / n / 1e6, tier_ms, ram_ms, tier_ms / ram_ms,
-                        residual);
+                        (double)(st1.bytes_written - st0.bytes_written) / n / 1e6, tier_ms, pf_ms, ram_ms, tier_ms / ram_ms,
+                        pf_ms / ram_ms, residual);
             }
         }
     }
-    free(ms), free(cdf), free(ids), free(offsets), free(out1), free(out2), free(grad);
+    free(ms), free(cdf), free(ids), free(ids_next), free(offsets), free(out1), free(out2), free(out3), free(grad);
     ember_ebc_destroy(ram);
     ember_ebc_destroy(tier);
+    ember_ebc_destroy(tpf);
 }
 
 int tbe_bench_run(const tbe_bench_opts *o) {

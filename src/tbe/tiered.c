@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -45,7 +46,14 @@ typedef struct tiered {
     unsigned char *buf;        // one record
     int64_t *miss, miss_cap;   // this call's missing rows
     int64_t *stash;            // [cap] slots out of the heap during a call
-    int64_t *free_slots, nfree;// [cap] slots emptied by a failed load
+    // ember_ebc_prefetch: the next batch's missing rows (ascending) and their records, made by a
+    // thread while the caller's step goes on; valid until a write changes the row.
+    int64_t *st_rows, st_n, st_cap;
+    unsigned char *st_disk, *st_valid, *st_buf;
+    pthread_t thread;
+    int pending;               // the thread runs (join before reading st_*)
+    const ember_ebc *st_ebc;
+    const ember__table *st_tb;
     ember_tier_stats stats;
 } tiered;
 
@@ -129,14 +137,13 @@ static float *state_row(const ember__table *tb, int which, int64_t slot) {
     return which == 1 ? tb->m1 + slot * tb->m1_cols : tb->m2 + slot * tb->m2_cols;
 }
 
-// Record of `row` into buf: from the file, or the initial values and fresh optimizer state.
-static ember_status load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row,
-                                unsigned char *buf) {
-    if (m->on_disk[row >> 3] & (1u << (row & 7))) {
+// Record of `row` into buf: from the file, or the initial values and fresh optimizer state (buf
+// has room for the row in fp32 behind the weights). Pure: the prefetch thread runs it too.
+static void make_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t row, int on_disk,
+                        unsigned char *buf) {
+    if (on_disk) {
         memcpy(buf, m->file + (size_t)row * m->rec, m->rec);
-        m->stats.rows_read++;
-        m->stats.bytes_read += (int64_t)m->rec;
-        return EMBER_OK;
+        return;
     }
     float *w = (float *)(void *)(buf + m->wbytes); // scratch for the fp32 row, then the state
     ember__init_row(ebc, tb, row, w);
@@ -144,17 +151,42 @@ static ember_status load_record(const ember_ebc *ebc, tiered *m, const ember__ta
     const float a = tb->optim->adagrad_init ? tb->cfg.optim.initial_accumulator : 0.0f;
     for (int32_t i = 0; i < tb->m1_cols; i++) w[i] = a;
     for (int32_t i = 0; i < tb->m2_cols; i++) w[tb->m1_cols + i] = 0.0f;
-    return EMBER_OK;
 }
 
-static ember_status store_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row,
-                                 const unsigned char *buf) {
-    (void)ebc, (void)tb;
+static inline int is_on_disk(const tiered *m, int64_t row) { return (m->on_disk[row >> 3] >> (row & 7)) & 1; }
+
+// The staged record of `row` (ember_ebc_prefetch), or -1.
+static int64_t staged(const tiered *m, int64_t row) {
+    int64_t lo = 0, hi = m->st_n - 1;
+    while (lo <= hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (m->st_rows[mid] == row) return m->st_valid[mid] ? mid : -1;
+        if (m->st_rows[mid] < row) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static void load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row, unsigned char *buf) {
+    const int disk = is_on_disk(m, row);
+    const int64_t k = m->st_n ? staged(m, row) : -1;
+    if (k >= 0) memcpy(buf, m->st_buf + (size_t)k * m->rec, m->rec);
+    else make_record(ebc, m, tb, row, disk, buf);
+    if (disk) {
+        m->stats.rows_read++;
+        m->stats.bytes_read += (int64_t)m->rec;
+    }
+}
+
+static void store_record(tiered *m, int64_t row, const unsigned char *buf) {
     memcpy(m->file + (size_t)row * m->rec, buf, m->rec);
     m->on_disk[row >> 3] |= (unsigned char)(1u << (row & 7));
     m->stats.rows_written++;
     m->stats.bytes_written += (int64_t)m->rec;
-    return EMBER_OK;
+    if (m->st_n) { // a staged copy of the row is stale now
+        const int64_t k = staged(m, row);
+        if (k >= 0) m->st_valid[k] = 0;
+    }
 }
 
 static void slot_to_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
@@ -170,6 +202,20 @@ static void record_to_slot(const ember_ebc *ebc, const tiered *m, const ember__t
     const float *s = (const float *)(const void *)(buf + m->wbytes);
     if (tb->m1_cols) memcpy(state_row(tb, 1, slot), s, sizeof(float) * (size_t)tb->m1_cols);
     if (tb->m2_cols) memcpy(state_row(tb, 2, slot), s + tb->m1_cols, sizeof(float) * (size_t)tb->m2_cols);
+}
+
+// ---- prefetch ------------------------------------------------------------------------------
+static void *prefetch_thread(void *arg) {
+    tiered *m = arg;
+    for (int64_t k = 0; k < m->st_n; k++)
+        make_record(m->st_ebc, m, m->st_tb, m->st_rows[k], m->st_disk[k], m->st_buf + (size_t)k * m->rec);
+    return NULL;
+}
+
+static void prefetch_join(tiered *m) {
+    if (!m->pending) return;
+    pthread_join(m->thread, NULL);
+    m->pending = 0;
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -210,15 +256,14 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
                 "table '%s': this batch touches %lld distinct rows, its cache holds %lld (raise cache_rows)",
                 tb->label, (long long)(nmiss + npinned), (long long)m->cap);
     // 2. Each missing row takes a free slot, else the policy's first unpinned slot (pinned ones
-    // met on the way are set aside, as are the new rows, and go back into the heap after).
+    // met on the way are set aside, as are the new rows, and go back into the heap after). A
+    // forward waits for its prefetch first and takes the staged records.
+    if (phase == EMBER__MAP_FORWARD) prefetch_join(m);
     int64_t ns = 0;
-    ember_status st = EMBER_OK;
-    for (int64_t i = 0; i < nmiss && st == EMBER_OK; i++) {
+    for (int64_t i = 0; i < nmiss; i++) {
         const int64_t row = m->miss[i];
         int64_t s;
-        if (m->nfree > 0) {
-            s = m->free_slots[--m->nfree];
-        } else if (m->next_free < m->cap) {
+        if (m->next_free < m->cap) {
             s = m->next_free++;
         } else {
             while (m->pin[m->heap[0]] == call) {
@@ -228,20 +273,14 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
             s = m->heap[0];
             if (m->dirty[s]) {
                 slot_to_record(ebc, m, tb, s, m->buf);
-                st = store_record(ebc, m, tb, m->slot_row[s], m->buf);
-                if (st != EMBER_OK) break; // the victim stays resident and dirty
+                store_record(m, m->slot_row[s], m->buf);
                 m->dirty[s] = 0;
             }
             heap_remove(m, s);
             hdel(m, m->slot_row[s]);
-            m->slot_row[s] = -1;
             m->stats.evictions++;
         }
-        st = load_record(ebc, m, tb, row, m->buf);
-        if (st != EMBER_OK) {
-            m->free_slots[m->nfree++] = s; // empty: the next miss takes it
-            break;
-        }
+        load_record(ebc, m, tb, row, m->buf);
         record_to_slot(ebc, m, tb, s, m->buf);
         m->slot_row[s] = row;
         m->dirty[s] = 0;
@@ -252,7 +291,7 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
         m->stash[ns++] = s;
     }
     restore_heap(m, ns);
-    if (st != EMBER_OK) return st; // rows loaded so far stay cached: the cache holds no logical state
+    if (phase == EMBER__MAP_FORWARD) m->st_n = 0; // this forward had its prefetch
     m->stats.hits += npinned;
     m->stats.misses += nmiss;
     // 3. Translate; a forward touches its rows (recency, uses), a backward marks them changed.
@@ -274,6 +313,40 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     return EMBER_OK;
 }
 
+// Stages the records of rows[n] (ascending, distinct) that are not cached, on a thread. Any
+// failure only means no prefetch: the forward then reads them itself.
+static void tiered_prefetch(ember_ebc *ebc, ember__table *tb, const int64_t *rows, int64_t n) {
+    tiered *m = (tiered *)tb->map;
+    prefetch_join(m);
+    m->st_n = 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += hfind(m, rows[i]) < 0;
+    if (k == 0) return;
+    if (k > m->st_cap) {
+        int64_t *r = ember__alloc(ebc->ctx, sizeof(int64_t) * (size_t)k);
+        unsigned char *d = ember__alloc(ebc->ctx, (size_t)k), *v = ember__alloc(ebc->ctx, (size_t)k);
+        unsigned char *b = ember__alloc(ebc->ctx, (size_t)k * m->rec + sizeof(float) * (size_t)tb->cfg.dim);
+        if (!r || !d || !v || !b) {
+            ember__free(ebc->ctx, r), ember__free(ebc->ctx, d), ember__free(ebc->ctx, v), ember__free(ebc->ctx, b);
+            return;
+        }
+        ember__free(ebc->ctx, m->st_rows), ember__free(ebc->ctx, m->st_disk);
+        ember__free(ebc->ctx, m->st_valid), ember__free(ebc->ctx, m->st_buf);
+        m->st_rows = r, m->st_disk = d, m->st_valid = v, m->st_buf = b, m->st_cap = k;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (hfind(m, rows[i]) >= 0) continue;
+        m->st_rows[m->st_n] = rows[i];
+        m->st_disk[m->st_n] = (unsigned char)is_on_disk(m, rows[i]);
+        m->st_valid[m->st_n] = 1;
+        m->st_n++;
+    }
+    m->st_ebc = ebc;
+    m->st_tb = tb;
+    if (pthread_create(&m->thread, NULL, prefetch_thread, m) == 0) m->pending = 1;
+    else m->st_n = 0;
+}
+
 // Row r of tensor `which` as fp32 (or native weight bits when dtype is the table's) into dst.
 static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t r1,
                                 ember_dtype dtype, void *dst) {
@@ -282,7 +355,7 @@ static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, in
     for (int64_t r = r0; r < r1; r++) {
         const int64_t s = hfind(m, r);
         if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
-        else EMBER_TRY(load_record(ebc, m, tb, r, m->buf));
+        else make_record(ebc, m, tb, r, is_on_disk(m, r), m->buf);
         const float *state = (const float *)(const void *)(m->buf + m->wbytes);
         const int64_t k = r - r0;
         if (which == 0 && dtype == tb->cfg.dtype) memcpy((char *)dst + (size_t)k * m->wbytes, m->buf, m->wbytes);
@@ -299,7 +372,7 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
     for (int64_t r = r0; r < r1; r++) {
         const int64_t s = hfind(m, r);
         if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
-        else EMBER_TRY(load_record(ebc, m, tb, r, m->buf));
+        else make_record(ebc, m, tb, r, is_on_disk(m, r), m->buf);
         float *state = (float *)(void *)(m->buf + m->wbytes);
         const int64_t k = r - r0;
         if (which == 0 && dtype == tb->cfg.dtype) memcpy(m->buf, (const char *)src + (size_t)k * m->wbytes, m->wbytes);
@@ -309,7 +382,7 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
             record_to_slot(ebc, m, tb, s, m->buf);
             m->dirty[s] = 1;
         } else {
-            EMBER_TRY(store_record(ebc, m, tb, r, m->buf));
+            store_record(m, r, m->buf);
         }
     }
     return EMBER_OK;
@@ -317,10 +390,11 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
 
 static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     tiered *m = (tiered *)map;
+    prefetch_join(m);
     if (m->file) munmap(m->file, m->file_bytes);
     if (m->fd >= 0) close(m->fd);
     void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hpos, m->hkeys,
-                    m->hvals, m->buf, m->miss, m->stash, m->free_slots};
+                    m->hvals, m->buf, m->miss, m->stash, m->st_rows, m->st_disk, m->st_valid, m->st_buf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
     ember__free(ctx, m);
 }
@@ -353,13 +427,12 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     m->heap = ember__alloc(ctx, sizeof(int64_t) * C);
     m->hpos = ember__alloc(ctx, sizeof(int64_t) * C);
     m->stash = ember__alloc(ctx, sizeof(int64_t) * C);
-    m->free_slots = ember__alloc(ctx, sizeof(int64_t) * C);
     m->hkeys = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
     m->hvals = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
     // One record, and room for a row of fp32 initial values behind the weights.
     m->buf = ember__alloc(ctx, m->rec + sizeof(float) * (size_t)tb->cfg.dim);
     if (!m->on_disk || !m->slot_row || !m->last || !m->uses || !m->pin || !m->dirty || !m->heap || !m->hpos ||
-        !m->stash || !m->free_slots || !m->hkeys || !m->hvals || !m->buf) {
+        !m->stash || !m->hkeys || !m->hvals || !m->buf) {
         tiered_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its cache",
                             tb->label);
@@ -399,5 +472,34 @@ ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tie
     EMBER_CHECK(ebc->ctx, tb->map && tb->map->ops == &tiered_ops, EMBER_ERR_INVALID_ARG,
                 "ember_ebc_tier_stats: table '%s' is not tiered", tb->label);
     *out = ((const tiered *)tb->map)->stats;
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    int64_t oor;
+    const float dummy = 0; // no output: only the KJT is checked
+    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_prefetch", kjt, &dummy, "out", &oor));
+    const int64_t *off = ember__ebc_offsets(ebc, kjt);
+    int64_t *rows = ember__ws_get(ebc, 14, sizeof(int64_t) * (size_t)(kjt->nnz > 0 ? kjt->nnz : 1));
+    if (!off || !rows) return EMBER_ERR_NOMEM;
+    const int32_t B = kjt->batch_size;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        if (!tb->map || tb->map->ops != &tiered_ops) continue;
+        int64_t n = 0;
+        for (int32_t f = 0; f < ebc->F; f++) {
+            if (ebc->feature_table[f] != t) continue;
+            for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++) {
+                const int64_t r = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+                if (r >= 0) rows[n++] = r;
+            }
+        }
+        qsort(rows, (size_t)n, sizeof(int64_t), cmp_i64);
+        int64_t u = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (i == 0 || rows[i] != rows[i - 1]) rows[u++] = rows[i];
+        tiered_prefetch(ebc, tb, rows, u);
+    }
     return EMBER_OK;
 }
