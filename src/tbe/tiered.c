@@ -37,7 +37,7 @@ typedef struct tiered {
     int64_t *pin;              // [cap] call that pinned it
     unsigned char *dirty;      // [cap]
     int64_t next_free;         // slots [next_free, cap) were never used
-    int64_t *heap, *hpos;      // min-heap of used slots by policy key; hpos[slot] its index
+    struct hkey *heap;         // [cap] lazy min-heap of used slots by policy key
     int64_t hn;
     int64_t *hkeys, hmask;     // open addressing row -> slot: keys (rows, -1 empty), values
     int64_t *hvals;
@@ -89,46 +89,57 @@ static void hdel(tiered *m, int64_t row) {
     m->hkeys[i] = -1;
 }
 
-// ---- eviction order: a binary min-heap of slots ------------------------------------------
-static inline int before(const tiered *m, int64_t a, int64_t b) {
-    if (m->policy == EMBER_EVICT_LFU && m->uses[a] != m->uses[b]) return m->uses[a] < m->uses[b];
-    if (m->last[a] != m->last[b]) return m->last[a] < m->last[b];
-    return a < b;
-}
-static void hswap(tiered *m, int64_t i, int64_t j) {
-    const int64_t t = m->heap[i];
-    m->heap[i] = m->heap[j];
-    m->heap[j] = t;
-    m->hpos[m->heap[i]] = i;
-    m->hpos[m->heap[j]] = j;
-}
-static void sift_up(tiered *m, int64_t i) {
-    while (i > 0 && before(m, m->heap[i], m->heap[(i - 1) / 2])) {
-        hswap(m, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
-}
-static void sift_down(tiered *m, int64_t i) {
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, s = i;
-        if (l < m->hn && before(m, m->heap[l], m->heap[s])) s = l;
-        if (r < m->hn && before(m, m->heap[r], m->heap[s])) s = r;
-        if (s == i) return;
-        hswap(m, i, s);
-        i = s;
-    }
+// ---- eviction order: a lazy binary min-heap of slots ------------------------------------
+// Entries carry the key their slot had when pushed (uses, last call); a use only updates the
+// slot's arrays. Keys only grow, so when the top's key is stale it goes back in with its current
+// key, and the first top that is current is the true minimum: O(1) per use, O(log cache) per
+// eviction. Order: LRU (last, slot), LFU (uses, last, slot).
+typedef struct hkey {
+    int64_t uses, last, slot;
+} hkey;
+
+static inline hkey key_of(const tiered *m, int64_t slot) { return (hkey){m->uses[slot], m->last[slot], slot}; }
+static inline int before(const tiered *m, hkey a, hkey b) {
+    if (m->policy == EMBER_EVICT_LFU && a.uses != b.uses) return a.uses < b.uses;
+    if (a.last != b.last) return a.last < b.last;
+    return a.slot < b.slot;
 }
 static void heap_push(tiered *m, int64_t slot) {
-    m->heap[m->hn] = slot;
-    m->hpos[slot] = m->hn++;
-    sift_up(m, m->hn - 1);
+    int64_t i = m->hn++;
+    const hkey k = key_of(m, slot);
+    while (i > 0 && before(m, k, m->heap[(i - 1) / 2])) {
+        m->heap[i] = m->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    m->heap[i] = k;
 }
-static void heap_remove(tiered *m, int64_t slot) {
-    const int64_t i = m->hpos[slot];
-    hswap(m, i, --m->hn);
-    if (i < m->hn) {
-        sift_up(m, i);
-        sift_down(m, i);
+static void heap_pop(tiered *m) {
+    const hkey k = m->heap[--m->hn];
+    int64_t i = 0;
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, c = l;
+        if (l >= m->hn) break;
+        if (r < m->hn && before(m, m->heap[r], m->heap[l])) c = r;
+        if (!before(m, m->heap[c], k)) break;
+        m->heap[i] = m->heap[c];
+        i = c;
+    }
+    if (m->hn > 0) m->heap[i] = k;
+}
+// The slot to evict: the least by current key among slots not pinned by `call`. Pinned ones
+// found on the way are set aside in stash[*ns] (back in the heap after the call).
+static int64_t heap_victim(tiered *m, int64_t call, int64_t *ns) {
+    for (;;) {
+        const hkey top = m->heap[0];
+        const hkey now = key_of(m, top.slot);
+        heap_pop(m);
+        if (m->pin[top.slot] == call) {
+            m->stash[(*ns)++] = top.slot;
+        } else if (now.uses != top.uses || now.last != top.last) {
+            heap_push(m, top.slot); // stale: back with its current key
+        } else {
+            return top.slot;
+        }
     }
 }
 
@@ -241,10 +252,11 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
         m->miss_cap = n;
     }
     int64_t nmiss = 0, npinned = 0;
-    for (int64_t j = 0; j < n; j++) {
+    for (int64_t j = 0; j < n; j++) { // rows[j]: the slot, -1 for a skipped id, -2 for a miss
+        rows[j] = -1;
         if (ids[j] < 0) continue;
-        const int64_t s = hfind(m, ids[j]);
-        if (s < 0) m->miss[nmiss++] = ids[j];
+        const int64_t s = rows[j] = hfind(m, ids[j]);
+        if (s < 0) m->miss[nmiss++] = ids[j], rows[j] = -2;
         else if (m->pin[s] != call) m->pin[s] = call, npinned++;
     }
     qsort(m->miss, (size_t)nmiss, sizeof(int64_t), cmp_i64);
@@ -266,17 +278,12 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
         if (m->next_free < m->cap) {
             s = m->next_free++;
         } else {
-            while (m->pin[m->heap[0]] == call) {
-                m->stash[ns++] = m->heap[0];
-                heap_remove(m, m->heap[0]);
-            }
-            s = m->heap[0];
+            s = heap_victim(m, call, &ns);
             if (m->dirty[s]) {
                 slot_to_record(ebc, m, tb, s, m->buf);
                 store_record(m, m->slot_row[s], m->buf);
                 m->dirty[s] = 0;
             }
-            heap_remove(m, s);
             hdel(m, m->slot_row[s]);
             m->stats.evictions++;
         }
@@ -296,16 +303,11 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     m->stats.misses += nmiss;
     // 3. Translate; a forward touches its rows (recency, uses), a backward marks them changed.
     for (int64_t j = 0; j < n; j++) {
-        if (ids[j] < 0) {
-            rows[j] = -1;
-            continue;
-        }
-        const int64_t s = hfind(m, ids[j]);
-        rows[j] = s;
+        if (rows[j] == -1) continue;
+        const int64_t s = rows[j] == -2 ? (rows[j] = hfind(m, ids[j])) : rows[j];
         if (phase == EMBER__MAP_FORWARD) {
             m->uses[s]++;
             m->last[s] = call;
-            sift_down(m, m->hpos[s]);
         } else {
             m->dirty[s] = 1;
         }
@@ -393,7 +395,7 @@ static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     prefetch_join(m);
     if (m->file) munmap(m->file, m->file_bytes);
     if (m->fd >= 0) close(m->fd);
-    void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hpos, m->hkeys,
+    void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hkeys,
                     m->hvals, m->buf, m->miss, m->stash, m->st_rows, m->st_disk, m->st_valid, m->st_buf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
     ember__free(ctx, m);
@@ -424,14 +426,13 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     m->uses = ember__calloc(ctx, sizeof(int64_t) * C);
     m->pin = ember__calloc(ctx, sizeof(int64_t) * C);
     m->dirty = ember__calloc(ctx, C);
-    m->heap = ember__alloc(ctx, sizeof(int64_t) * C);
-    m->hpos = ember__alloc(ctx, sizeof(int64_t) * C);
+    m->heap = ember__alloc(ctx, sizeof(hkey) * C);
     m->stash = ember__alloc(ctx, sizeof(int64_t) * C);
     m->hkeys = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
     m->hvals = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
     // One record, and room for a row of fp32 initial values behind the weights.
     m->buf = ember__alloc(ctx, m->rec + sizeof(float) * (size_t)tb->cfg.dim);
-    if (!m->on_disk || !m->slot_row || !m->last || !m->uses || !m->pin || !m->dirty || !m->heap || !m->hpos ||
+    if (!m->on_disk || !m->slot_row || !m->last || !m->uses || !m->pin || !m->dirty || !m->heap ||
         !m->stash || !m->hkeys || !m->hvals || !m->buf) {
         tiered_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its cache",
