@@ -296,7 +296,7 @@ EMBER_API ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table,
 // staging area that cannot be allocated only means no prefetch.
 EMBER_API ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt);
 
-// Cumulative cache counters of a tiered table: per call, each distinct row is a hit (resident)
+// Cumulative cache counters of a tiered table: per forward, each distinct row is a hit (resident)
 // or a miss (loaded: from the file, or initial values for a row never written back); rows and
 // bytes read from / written to its file; rows evicted.
 typedef struct ember_tier_stats {

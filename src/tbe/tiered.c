@@ -299,8 +299,10 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     }
     restore_heap(m, ns);
     if (phase == EMBER__MAP_FORWARD) m->st_n = 0; // this forward had its prefetch
-    m->stats.hits += npinned;
-    m->stats.misses += nmiss;
+    if (phase == EMBER__MAP_FORWARD) { // a backward finds the forward's rows: not counted again
+        m->stats.hits += npinned;
+        m->stats.misses += nmiss;
+    }
     // 3. Translate; a forward touches its rows (recency, uses), a backward marks them changed.
     for (int64_t j = 0; j < n; j++) {
         if (rows[j] == -1) continue;
