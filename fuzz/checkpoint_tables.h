@@ -67,11 +67,11 @@ static inline ember_status ck_collection(ember_comm *comm, int shift, uint64_t s
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = CK_OPTS[t];
         tc[t] = (ember_table_config){CK_NAMES[t], CK_ROWS[t], CK_DIMS[t], EMBER_POOL_SUM, CK_DTYPES[t],
-                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0};
+                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         fc[t] = (ember_feature_config){CK_NAMES[t], t};
         plan[t] = ck_plan(shift + t, t, ranks[t]);
     }
-    ember_ebc_config cfg = {tc, CK_T, fc, CK_T, EMBER_BOUNDS_ERROR, seed, 0, 0};
+    ember_ebc_config cfg = {tc, CK_T, fc, CK_T, EMBER_BOUNDS_ERROR, seed, 0, 0, NULL};
     return ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, out);
 }
 

@@ -178,8 +178,11 @@ static int64_t staged(const tiered *m, int64_t row) {
     return -1;
 }
 
+static void prefetch_join(tiered *m);
+
 static void load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row, unsigned char *buf) {
     const int disk = is_on_disk(m, row);
+    if (m->pending) prefetch_join(m); // the staging area is the thread's until then
     const int64_t k = m->st_n ? staged(m, row) : -1;
     if (k >= 0) memcpy(buf, m->st_buf + (size_t)k * m->rec, m->rec);
     else make_record(ebc, m, tb, row, disk, buf);
@@ -458,10 +461,11 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
         }
     }
     if (e != 0) {
+        const char *what = m->fd < 0 ? "create" : "reserve";
+        const double gb = (double)m->file_bytes / 1e9;
         tiered_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot %s its file of %.3g GB in '%s': %s",
-                            tb->label, m->fd < 0 ? "create" : "reserve", (double)((size_t)tb->cfg.rows * m->rec) / 1e9,
-                            dir, strerror(e));
+                            tb->label, what, gb, dir, strerror(e));
     }
     *out = &m->hdr;
     return EMBER_OK;

@@ -236,7 +236,7 @@ static void batch_larger_than_cache_is_refused(void **state) {
     for (int i = 0; i < 20; i++) vals[i] = i * 3;
     len[0] = 20; // feature 0, bag 0: 20 distinct rows of table 0
     ember_kjt k = {NF, B, len, NULL, vals, NULL, 20};
-    float out[B * (8 + 4 + 8 + 5)];
+    float out[B * (8 + 4 + 8 + 5)] = {0}; // also the backward's (finite) gradient
     assert_int_equal(ember_ebc_forward(p.tier, &k, out), EMBER_ERR_UNSUPPORTED);
     assert_non_null(strstr(ember_ctx_errmsg(p.ctx), "'big'"));
     assert_int_equal(ember_ebc_backward(p.tier, &k, out, NULL), EMBER_ERR_UNSUPPORTED);
