@@ -6,13 +6,17 @@
 
 #include "shard/internal.h"
 
-// Columns of a named tensor of a table (0: no such tensor), from the optimizer descriptor.
-static int32_t tensor_cols(const ember_table_config *t, const char *name) {
+// A named tensor of a table, from the one list (ember_table_tensors): its columns (0: no such
+// tensor) and, when dtype is not NULL, its dtype.
+static int32_t tensor_cols(const ember_table_config *t, const char *name, ember_dtype *dtype) {
     if (!name) return 0;
     ember_tensor_info ti[EMBER_MAX_TENSORS];
     const int32_t n = ember_table_tensors(t, ti);
-    for (int32_t i = 0; i < n; i++)
-        if (strcmp(name, ti[i].name) == 0) return ti[i].cols;
+    for (int32_t i = 0; i < n; i++) {
+        if (strcmp(name, ti[i].name) != 0) continue;
+        if (dtype) *dtype = ti[i].dtype;
+        return ti[i].cols;
+    }
     return 0;
 }
 
@@ -20,7 +24,7 @@ static ember_status check(ember_sebc *s, const char *fn, int32_t table, const ch
                           int32_t root, int32_t *cols) {
     EMBER_CHECK(s->ctx, table >= 0 && table < s->T, EMBER_ERR_INVALID_ARG, "%s: table %d outside [0, %d)", fn,
                 (int)table, (int)s->T);
-    *cols = tensor_cols(&s->tables[table], tensor);
+    *cols = tensor_cols(&s->tables[table], tensor, NULL);
     EMBER_CHECK(s->ctx, *cols > 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no tensor '%s'", fn,
                 s->tables[table].name, tensor ? tensor : "(null)");
     EMBER_CHECK(s->ctx, root >= -1 && root < s->W, EMBER_ERR_INVALID_ARG, "%s: root %d outside [-1, %d)", fn,
@@ -42,10 +46,14 @@ static void shard_cols(const ember__shard *sh, int32_t cols, int32_t dim, int32_
     }
 }
 
-// The dim shard_cols slices by: the table's, or -1 for the int64 tensors.
-static int32_t slice_dim(const ember_table_config *t, const char *tensor) {
-    return tensor && (strcmp(tensor, "ids") == 0 || strcmp(tensor, "candidates") == 0) ? -1 : t->dim;
+// A hashed table's int64 tensors ("ids", "candidates"): never sliced by columns.
+static bool is_i64(const ember_table_config *t, const char *tensor) {
+    ember_dtype dt = EMBER_DTYPE_F32;
+    return tensor_cols(t, tensor, &dt) > 0 && dt == EMBER_DTYPE_I64;
 }
+
+// The dim shard_cols slices by: the table's, or -1 for the int64 tensors.
+static int32_t slice_dim(const ember_table_config *t, const char *tensor) { return is_i64(t, tensor) ? -1 : t->dim; }
 
 // Bytes of one element of a state-dict array in `dtype` (0: not a dtype).
 static size_t elem_bytes(ember_dtype dtype) {
@@ -56,8 +64,7 @@ static size_t elem_bytes(ember_dtype dtype) {
 static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const char *tensor, ember_dtype dtype) {
     EMBER_CHECK(s->ctx, elem_bytes(dtype) > 0, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     const ember_table_config *tc = &s->tables[t];
-    const bool weight = tensor && strcmp(tensor, "weight") == 0,
-               ids = tensor && (strcmp(tensor, "ids") == 0 || strcmp(tensor, "candidates") == 0);
+    const bool weight = tensor && strcmp(tensor, "weight") == 0, ids = is_i64(tc, tensor);
     EMBER_CHECK(s->ctx, ids == (dtype == EMBER_DTYPE_I64), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be read or written as %s", fn, tc->name, tensor ? tensor : "(null)",
                 ember_dtype_name(dtype));

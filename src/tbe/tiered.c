@@ -354,15 +354,21 @@ static void tiered_prefetch(ember_ebc *ebc, ember__table *tb, const int64_t *row
     else m->st_n = 0;
 }
 
+// The current record of logical row r into m->buf (cached, on file or initial); its slot, or -1.
+static int64_t current_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t r) {
+    const int64_t s = hfind(m, r);
+    if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
+    else make_record(ebc, m, tb, r, is_on_disk(m, r), m->buf);
+    return s;
+}
+
 // Row r of tensor `which` as fp32 (or native weight bits when dtype is the table's) into dst.
 static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t r1,
                                 ember_dtype dtype, void *dst) {
     tiered *m = (tiered *)tb->map;
     const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t s = hfind(m, r);
-        if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
-        else make_record(ebc, m, tb, r, is_on_disk(m, r), m->buf);
+        current_record(ebc, m, tb, r);
         const float *state = (const float *)(const void *)(m->buf + m->wbytes);
         const int64_t k = r - r0;
         if (which == 0 && dtype == tb->cfg.dtype) memcpy((char *)dst + (size_t)k * m->wbytes, m->buf, m->wbytes);
@@ -377,9 +383,7 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
     tiered *m = (tiered *)tb->map;
     const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t s = hfind(m, r);
-        if (s >= 0) slot_to_record(ebc, m, tb, s, m->buf);
-        else make_record(ebc, m, tb, r, is_on_disk(m, r), m->buf);
+        const int64_t s = current_record(ebc, m, tb, r);
         float *state = (float *)(void *)(m->buf + m->wbytes);
         const int64_t k = r - r0;
         if (which == 0 && dtype == tb->cfg.dtype) memcpy(m->buf, (const char *)src + (size_t)k * m->wbytes, m->wbytes);
