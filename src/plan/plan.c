@@ -292,7 +292,8 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         const int ntwrw = m.H > 1 ? m.H : 0;
         for (int kind = 0; kind < 5 + W + ntwrw + 1; kind++) {
             if (kind == 0) {
-                // Tiered and hashed tables are never replicated (src/shard/dp.c).
+                // Tiered tables are never replicated (src/shard/dp.c), nor, by the planner, hashed ones:
+                // their replicas gather every rank's ids each step.
                 if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max || tc->cache_rows > 0 ||
                     tc->hash.enabled)
                     continue;

@@ -4,16 +4,16 @@
 #include <string.h>
 
 #include "shard/overlap.h"
+#include "tbe/rowmap.h"
 
 #define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
-// A tiered table is not replicated (each replica would be a whole table on disk per rank), nor
-// a hashed one (the replicas' id maps would need every rank's ids in every forward).
+// A tiered table is not replicated: each replica would be a whole table on disk per rank.
 static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W) {
     (void)p; (void)W;
-    EMBER_CHECK(ctx, t->cache_rows == 0 && !t->hash.enabled, EMBER_ERR_UNSUPPORTED,
-                "table '%s': a %s table cannot be data-parallel (plan it table-wise, row-wise or column-wise)",
-                t->name, t->hash.enabled ? "hashed" : "tiered");
+    EMBER_CHECK(ctx, t->cache_rows == 0, EMBER_ERR_UNSUPPORTED,
+                "table '%s': a tiered table cannot be data-parallel (plan it table-wise, row-wise or column-wise)",
+                t->name);
     return EMBER_OK;
 }
 
@@ -43,7 +43,10 @@ static ember_status build_home(ember_sebc *s, const ember_ebc_config *local_cfg)
     ember_status st = EMBER_ERR_NOMEM;
     if (dt && df) {
         for (int32_t t = 0; t < s->T; t++)
-            if (s->ts[t].ops == &ember__scheme_dp) dt[s->ts[t].dp_local] = s->tables[t];
+            if (s->ts[t].ops == &ember__scheme_dp) {
+                dt[s->ts[t].dp_local] = s->tables[t];
+                s->dp_hashed |= s->tables[t].hash.enabled != 0;
+            }
         int32_t n = 0, dcol = 0;
         for (int32_t f = 0; f < s->F; f++) {
             const int32_t t = s->feature_table[f];
@@ -70,13 +73,74 @@ static ember_status build_home(ember_sebc *s, const ember_ebc_config *local_cfg)
     return st;
 }
 
+// Hashed replicas keep one id map: before pooling its own ids by lookup, every rank admits the
+// global batch's ids of the replicated features, each feature's bags of rank 0, 1, ... in
+// order: what one process does with the whole batch. Two allgathers (lengths, ids). Collective;
+// every rank comes here or none (forward agrees first).
+static ember_status admit_global(ember_sebc *s) {
+    ember_comm *c = s->comm;
+    const int32_t W = s->W, nf = s->ndp_features;
+    const ember_kjt *k = &s->dp_kjt;
+    int64_t *cnt = RESERVE(s, dp_counts, int64_t, 3 * W), G = 0, nnz = 0;
+    ember_status st = cnt ? EMBER_OK : EMBER_ERR_NOMEM;
+    st = ember_comm_agree(c, st);
+    if (st == EMBER_OK) st = ember_comm_allgather_i64(c, k->nnz, cnt + W); // ids per rank
+    if (st != EMBER_OK) return st;
+    for (int32_t q = 0; q < W; q++) {
+        cnt[q] = (int64_t)nf * s->Bs[q]; // bag lengths per rank
+        G += s->Bs[q];
+        nnz += cnt[W + q];
+    }
+    int64_t *len = RESERVE(s, dp_glen, int64_t, (int64_t)nf * G + (int64_t)nf * s->batch);
+    int64_t *val = RESERVE(s, dp_gval, int64_t, 2 * nnz);
+    int64_t *off = RESERVE(s, dp_goff, int64_t, (int64_t)nf * G + 1);
+    st = ember_comm_agree(c, len && val && off ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st != EMBER_OK) return st;
+    int64_t *mine = len + (int64_t)nf * G, *all = val + nnz; // this rank's lengths; gathered ids
+    for (int64_t i = 0; i < (int64_t)nf * s->batch; i++) mine[i] = k->offsets[i + 1] - k->offsets[i];
+    st = ember_comm_allgatherv(c, mine, (int64_t)nf * s->batch, len, cnt, sizeof(int64_t));
+    if (st == EMBER_OK) st = ember_comm_allgatherv(c, k->values, k->nnz, all, cnt + W, sizeof(int64_t));
+    if (st != EMBER_OK) return st;
+    // Rank q's block holds its nf features' bags (lengths) and ids, feature after feature.
+    int64_t n = 0, bag = 0, lbase = 0, vbase = 0;
+    off[0] = 0;
+    for (int32_t i = 0; i < nf; i++) {
+        lbase = vbase = 0;
+        for (int32_t q = 0; q < W; q++) {
+            const int64_t *lq = len + lbase, *vq = all + vbase;
+            int64_t skip = 0; // ids of rank q's earlier features
+            for (int64_t j = 0; j < (int64_t)i * s->Bs[q]; j++) skip += lq[j];
+            for (int64_t b = 0; b < s->Bs[q]; b++) {
+                const int64_t l = lq[(int64_t)i * s->Bs[q] + b];
+                memcpy(val + n, vq + skip, sizeof(int64_t) * (size_t)l);
+                skip += l;
+                n += l;
+                off[++bag] = n;
+            }
+            lbase += cnt[q];
+            vbase += cnt[W + q];
+        }
+    }
+    const ember_kjt global = {nf, (int32_t)G, NULL, off, val, NULL, n};
+    return ember__ebc_admit(s->dp, &global);
+}
+
 // Pools the replicated features' sub-KJT (bucketize built it) and places its rows in `out`
 // (zeroed; the routed schemes' columns and positions are disjoint from these).
 static ember_status home_forward(ember_sebc *s, float *out) {
     if (!s->weighted) s->dp_kjt.weights = NULL;
     if (!s->dp || s->ndp_features == 0) return EMBER_OK;
     const int32_t B = s->batch;
-    EMBER_TRY(ember__ebc_forward_unchecked(s->dp, &s->dp_kjt, s->dp_out.p)); // ids sanitised at home
+    if (s->dp_hashed) {
+        if (s->training) EMBER_TRY(admit_global(s));
+        // Then this rank's ids by lookup only: the admissions and uses were the global batch's.
+        ember_ebc_set_training(s->dp, 0);
+        const ember_status st = ember__ebc_forward_unchecked(s->dp, &s->dp_kjt, s->dp_out.p);
+        ember_ebc_set_training(s->dp, s->training);
+        EMBER_TRY(st);
+    } else {
+        EMBER_TRY(ember__ebc_forward_unchecked(s->dp, &s->dp_kjt, s->dp_out.p)); // ids sanitised at home
+    }
     const float *dout = s->dp_out.p;
     if (s->sequence) {
         // Rows follow the sub-KJT's value order: features in order, their kept ids.

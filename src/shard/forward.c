@@ -168,6 +168,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         st = build_local(s);
         if (st == EMBER_OK) st = ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
     }
+    // Hashed replicas gather every rank's ids in home_forward: every rank gets there, or none.
+    if (s->dp_hashed) st = ember_comm_agree(c, st);
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
         if (st == EMBER_OK && ember__schemes[k]->home_forward) st = ember__schemes[k]->home_forward(s, out);
     // Local failures here (workspace, a tiered table's file): agree before the output dist.

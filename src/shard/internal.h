@@ -197,6 +197,9 @@ struct ember_sebc {
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
     ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
     ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange
+    ember__buf dp_glen, dp_gval, dp_goff;         // DP hashed tables: the global batch's ids
+    int dp_hashed;                                // some data-parallel table is hashed
+    int training;                                 // ember_sebc_set_training (1 at creation)
     ember__sparse_grad dp_grad;                   // DP: this rank's coalesced gradient (backward)
     ember__buf ss_mine, ss_send, ss_recv;         // column-sliced row-wise optimizers: row sums of g^2
     ember_kjt local_kjt, dp_kjt;

@@ -98,7 +98,8 @@ void ember_sebc_destroy(ember_sebc *s) {
     ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->san_blk, &s->snd_cur, &s->snd_len, &s->snd_val, &s->snd_w,
                           &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_off, &s->loc_val, &s->loc_w,
                           &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
-                          &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv};
+                          &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv,
+                          &s->dp_glen, &s->dp_gval, &s->dp_goff};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
     ember__wire_free(s);
     void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,
@@ -372,6 +373,7 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
         s->W = comm->size;
         s->rank = comm->rank;
         s->conv = conv;
+        s->training = 1;
         s->T = cfg->num_tables;
         s->F = cfg->num_features;
         s->bounds = cfg->bounds;
@@ -462,6 +464,7 @@ ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
 
 ember_status ember_sebc_set_training(ember_sebc *s, int training) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    s->training = training != 0;
     if (s->local) ember_ebc_set_training(s->local, training);
     if (s->dp) ember_ebc_set_training(s->dp, training);
     return EMBER_OK;

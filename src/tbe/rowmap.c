@@ -20,6 +20,10 @@ ember_status ember_evict_policy_parse(const char *name, ember_evict_policy *out)
     return EMBER_ERR_INVALID_ARG;
 }
 
+ember_status ember__ebc_admit(ember_ebc *ebc, const ember_kjt *kjt) {
+    return ebc->mapped ? ember__ebc_map(ebc, kjt, kjt->offsets, EMBER__MAP_FORWARD) : EMBER_OK;
+}
+
 ember_status ember_ebc_set_training(ember_ebc *ebc, int training) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     ebc->training = training != 0;

@@ -68,6 +68,11 @@ ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand,
 ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *ssd_dir, ember__rowmap **out);
 ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowmap **out);
 
+// A training forward's admissions without the pooling: translates `kjt` (validated, with
+// offsets) as a forward does and drops the rows. The sharded collection's hashed replicas admit
+// the global batch with it. Local.
+ember_status ember__ebc_admit(ember_ebc *ebc, const ember_kjt *kjt);
+
 // The translated KJT of a validated `kjt` with offsets `off` into ebc->mkjt (values in the
 // collection's workspace; lengths NULL, offsets = off, weights shared). Local.
 ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, enum ember__map_phase phase);
