@@ -992,7 +992,7 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
         // Every rank reads the same file, or runs the same pure planner on the same inputs: the
         // same plan everywhere.
         ember_ebc_config pe = {.tables = R->tables, .num_tables = DLRM_NUM_SPARSE, .features = R->features,
-                               .num_features = DLRM_NUM_SPARSE};
+                               .num_features = DLRM_NUM_SPARSE, .ssd_dir = o->ssd_dir};
         const bool plan_auto = !o->plan_path && o->sharding[0] == SHARDING_AUTO;
         if (o->plan_path) {
             st = planfile_read(R->ctx, o->plan_path, &pe, R->world, R->plan);

@@ -466,10 +466,10 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     }
     if (e != 0) {
         const char *what = m->fd < 0 ? "create" : "reserve";
-        const double gb = (double)m->file_bytes / 1e9;
+        const double mb = (double)m->file_bytes / 1e6;
         tiered_destroy(ctx, &m->hdr);
-        return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot %s its file of %.3g GB in '%s': %s",
-                            tb->label, what, gb, dir, strerror(e));
+        return ember__error(ctx, EMBER_ERR_IO, "ember_ebc_create: table '%s': cannot %s its file of %.4g MB in '%s': %s",
+                            tb->label, what, mb, dir, strerror(e));
     }
     *out = &m->hdr;
     return EMBER_OK;
