@@ -178,8 +178,11 @@ typedef struct ember_ebc ember_ebc;
 // values depend only on the seed, t's name, and the row: the same table sharded or not starts
 // from the same values).
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, unknown table index, duplicate
-// names, mixed NONE/pooled, NONE with unequal dims, bad hyper-parameters), EMBER_ERR_NOMEM.
-// On failure *out is NULL and nothing is leaked.
+// names, mixed NONE/pooled, NONE with unequal dims, bad hyper-parameters, a cache or hash
+// configuration out of range, bucket_rows not dividing rows), EMBER_ERR_UNSUPPORTED (a table both
+// tiered and hashed, either with stochastic rounding), EMBER_ERR_IO (a tiered table's file cannot
+// be created or reserved in ssd_dir: the message names the table and the directory),
+// EMBER_ERR_NOMEM. On failure *out is NULL and nothing is leaked (no file is left).
 EMBER_API ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember_ebc **out);
 EMBER_API void ember_ebc_destroy(ember_ebc *ebc);
 
@@ -195,7 +198,9 @@ EMBER_API int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name);
 // Pools every bag of `kjt` into `out` (see the layout above). kjt is validated first against
 // the feature count and table sizes with the collection's bounds mode.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NOMEM
-// (workspace growth). On error `out` and the tables are unchanged.
+// (workspace growth), EMBER_ERR_UNSUPPORTED (a tiered table's batch has more distinct rows than
+// its cache). On error `out` and the tables are unchanged (a tiered table's cache may hold other
+// rows, never other values). A hashed table admits the batch's new ids (docs/hashed.md).
 EMBER_API ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out);
 
 // Backward with the fused optimizer. grad_out has forward's output layout and is dL/d(out)

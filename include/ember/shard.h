@@ -87,9 +87,13 @@ typedef struct ember_sebc ember_sebc;
 // ("table 'user' rows: 31 on rank 2, 30 on rank 0").
 // Collective on comm. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad plan: rank outside the
 // communicator, shard count > dim, num_ranks not what the scheme reads, ...; ranks configured
-// differently), EMBER_ERR_UNSUPPORTED (a scheme the table's pooling or optimizer cannot use),
-// EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status and
-// *out is NULL on failure.
+// differently), EMBER_ERR_UNSUPPORTED (a scheme the table's pooling or optimizer cannot use; a
+// tiered table data-parallel; a hashed table with MEAN pooling row-wise, table-row-wise or grid),
+// EMBER_ERR_IO (a tiered shard's file, docs/tiered.md), EMBER_ERR_NOMEM, EMBER_ERR_COMM,
+// EMBER_ERR_TIMEOUT; every rank returns the same status and *out is NULL on failure.
+// Tiered and hashed tables (docs/tiered.md, docs/hashed.md): each shard of a tiered table has its
+// own file and a cache of cache_rows rows; a hashed table's row blocks are whole buckets and its
+// ids travel to the rank holding their bucket.
 EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg,
                                          const ember_table_plan *plan, ember_grad_convention conv,
                                          ember_sebc **out);

@@ -331,6 +331,12 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
                           (double)o->weight_decay, NAME(decay, o->weight_decay_mode), (double)o->initial_accumulator,
                           (double)o->momentum, (double)o->eta);
         ember__fields_add(d, "table '%s' stochastic rounding: %d", c->name, (int)c->stochastic_rounding);
+        // Column shards on different ranks pick the same cache slots only with the same cache.
+        ember__fields_add(d, "table '%s' cache: %lld rows, %s", c->name, (long long)c->cache_rows,
+                          ember_evict_policy_name(c->cache_policy));
+        ember__fields_add(d, "table '%s' hash: %s bucket_rows %d min_count %lld policy %s ttl %lld", c->name,
+                          c->hash.enabled ? "on" : "off", (int)c->hash.bucket_rows, (long long)c->hash.min_count,
+                          ember_evict_policy_name(c->hash.policy), (long long)c->hash.ttl_steps);
         const unsigned u = ember_shard_scheme_plan_fields(p->scheme);
         char how[192];
         size_t n = (size_t)snprintf(how, sizeof how, "%s", ember_shard_scheme_name(p->scheme));
