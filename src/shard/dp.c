@@ -112,7 +112,7 @@ static ember_status admit_global(ember_sebc *s) {
             for (int64_t j = 0; j < (int64_t)i * s->Bs[q]; j++) skip += lq[j];
             for (int64_t b = 0; b < s->Bs[q]; b++) {
                 const int64_t l = lq[(int64_t)i * s->Bs[q] + b];
-                memcpy(val + n, vq + skip, sizeof(int64_t) * (size_t)l);
+                if (l > 0) memcpy(val + n, vq + skip, sizeof(int64_t) * (size_t)l);
                 skip += l;
                 n += l;
                 off[++bag] = n;

@@ -56,7 +56,7 @@ ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t 
             if (ebc->feature_table[f] != t) continue;
             const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
             if (tb->cfg.hash.enabled) {
-                memcpy(ids + n, kjt->values + j0, sizeof(int64_t) * (size_t)(j1 - j0));
+                if (j1 > j0) memcpy(ids + n, kjt->values + j0, sizeof(int64_t) * (size_t)(j1 - j0));
                 n += j1 - j0;
             } else {
                 for (int64_t j = j0; j < j1; j++) ids[n++] = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
@@ -67,7 +67,7 @@ ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t 
         for (int32_t f = 0; f < ebc->F; f++) {
             if (ebc->feature_table[f] != t) continue;
             const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
-            memcpy(vals + j0, rows + n, sizeof(int64_t) * (size_t)(j1 - j0));
+            if (j1 > j0) memcpy(vals + j0, rows + n, sizeof(int64_t) * (size_t)(j1 - j0));
             n += j1 - j0;
         }
     }

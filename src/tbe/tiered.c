@@ -262,7 +262,7 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
         if (s < 0) m->miss[nmiss++] = ids[j], rows[j] = -2;
         else if (m->pin[s] != call) m->pin[s] = call, npinned++;
     }
-    qsort(m->miss, (size_t)nmiss, sizeof(int64_t), cmp_i64);
+    if (nmiss > 1) qsort(m->miss, (size_t)nmiss, sizeof(int64_t), cmp_i64);
     int64_t u = 0;
     for (int64_t i = 0; i < nmiss; i++)
         if (i == 0 || m->miss[i] != m->miss[i - 1]) m->miss[u++] = m->miss[i];
@@ -506,7 +506,7 @@ ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
                 if (r >= 0) rows[n++] = r;
             }
         }
-        qsort(rows, (size_t)n, sizeof(int64_t), cmp_i64);
+        if (n > 1) qsort(rows, (size_t)n, sizeof(int64_t), cmp_i64);
         int64_t u = 0;
         for (int64_t i = 0; i < n; i++)
             if (i == 0 || rows[i] != rows[i - 1]) rows[u++] = rows[i];
