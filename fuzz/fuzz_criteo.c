@@ -150,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fuzz_write_file(path, data + skip, size - skip) != 0) abort();
 
     // 1. World size 1.
-    criteo_config cfg = {path, rows, 0, 1, G, first_line, max_lines, mode};
+    criteo_config cfg = {path, rows, 0, 1, G, first_line, max_lines, mode, false};
     criteo_reader *rd = NULL;
     dlrm_batch b;
     if (criteo_open(ctx, &cfg, &rd) != EMBER_OK ||
@@ -202,7 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int32_t r = 0; r < world; r++) {
             int64_t offset;
             const int64_t share = dlrm_share(G, r, world, &offset);
-            criteo_config rc = {path, rows, r, world, G, first_line, max_lines, mode};
+            criteo_config rc = {path, rows, r, world, G, first_line, max_lines, mode, false};
             if (criteo_open(ctx, &rc, &rd) != EMBER_OK ||
                 dlrm_batch_create(ctx, share > 0 ? (int32_t)share : 1, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b) != EMBER_OK)
                 abort();

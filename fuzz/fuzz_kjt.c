@@ -114,7 +114,8 @@ static ember_status expected_status(const ember_kjt *k, int32_t expected_feature
     for (int64_t i = 0; i < nbags; i++) {
         const int64_t len = k->offsets ? k->offsets[i + 1] - k->offsets[i] : k->lengths[i];
         const int64_t f = i / k->batch_size;
-        for (int64_t e = j + len; j < e; j++) *bad_ids += k->values[j] < 0 || k->values[j] >= rows[f];
+        // A negative size accepts every id (a hashed table's).
+        for (int64_t e = j + len; j < e; j++) *bad_ids += rows[f] >= 0 && (k->values[j] < 0 || k->values[j] >= rows[f]);
     }
     return mode == EMBER_BOUNDS_ERROR && *bad_ids > 0 ? EMBER_ERR_OUT_OF_RANGE : EMBER_OK;
 }
