@@ -49,6 +49,9 @@ typedef struct dlrm_backend {
     ember_status (*backward_start)(void *impl, const ember_kjt *kjt, const float *grad_out);
     ember_status (*backward_finish)(void *impl);
     void (*progress)(void *impl);
+    // Cache counters of tiered table t on this rank's pieces (ember_sebc_tier_stats). Local. NULL
+    // when the backend has no tiered tables' counters: ember train then prints none.
+    ember_status (*tier_stats)(void *impl, int32_t table, ember_tier_stats *out);
 } dlrm_backend;
 
 // Creates a backend: the same arguments as ember_sebc_create. Collective on comm; every rank

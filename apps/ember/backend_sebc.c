@@ -30,6 +30,10 @@ static ember_status backward_finish(void *impl) { return ember_sebc_backward_fin
 
 static void progress(void *impl) { (void)ember_comm_progress(((sebc_backend *)impl)->comm); }
 
+static ember_status tier_stats(void *impl, int32_t table, ember_tier_stats *out) {
+    return ember_sebc_tier_stats(((sebc_backend *)impl)->sebc, table, out);
+}
+
 static ember_status reduce_dense_grads(void *impl, float *grad, size_t n) {
     sebc_backend *b = impl;
     return ember_comm_allreduce_grads(b->comm, b->conv, grad, n);
@@ -93,5 +97,6 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->backward_start = backward_start;
     out->backward_finish = backward_finish;
     out->progress = progress;
+    out->tier_stats = tier_stats;
     return EMBER_OK;
 }

@@ -119,6 +119,13 @@ EMBER_API ember_grad_convention ember_sebc_grad_convention(const ember_sebc *s);
 // rank alike. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL).
 EMBER_API ember_status ember_sebc_set_training(ember_sebc *s, int training);
 
+// Cache counters of table t's pieces on this rank when t is tiered (ember_ebc_tier_stats of
+// each, summed; zero where the rank holds none of t). Column slices keep a cache each, so a
+// row read by a cw table's 2 slices counts twice: rates are unchanged. Sum over ranks for the
+// table's totals. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL, t outside [0, T), a
+// table that is not tiered).
+EMBER_API ember_status ember_sebc_tier_stats(const ember_sebc *s, int32_t t, ember_tier_stats *out);
+
 // Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]).
 // Collective on comm. A bad KJT on any rank makes every rank return that error (the message
 // names the failing rank); nothing changes anywhere. Returns EMBER_OK, EMBER_ERR_INVALID_ARG
@@ -147,7 +154,11 @@ EMBER_API ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, 
 // rank learns it in the forward, waits for and drops the prefetch, and then does the plain input
 // dist (or returns the agreed error); a prefetch is never a reason for a different result. A
 // second prefetch before the forward waits for and drops the first. The KJT need not outlive the
-// call (what travels was copied). Collective. Returns EMBER_OK, and the validation statuses of
+// call (what travels was copied). Tiered tables (docs/tiered.md): once the prefetched ids have
+// arrived at their owner (tested in this call, in ember_sebc_backward_start and at the start of
+// ember_sebc_backward_finish; never waited for), the owner's thread stages the rows they read
+// that are not cached (ember_ebc_prefetch), while the step goes on; ember_sebc_tier_stats counts
+// them (staged). Collective. Returns EMBER_OK, and the validation statuses of
 // ember_sebc_forward (then nothing is in flight), EMBER_ERR_NOMEM, EMBER_ERR_COMM,
 // EMBER_ERR_TIMEOUT; every rank returns the same status.
 //

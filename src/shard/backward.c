@@ -298,6 +298,7 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
         return st;
     }
     ov->bwd_started = 1;
+    ember__prefetch_rows(s); // the next batch's rows of tiered tables, if its ids are here
     return EMBER_OK;
 }
 
@@ -309,6 +310,7 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     ov->bwd_started = 0;
     const int32_t nr = s->nroutes[s->rank];
     ember_status st = ember__comm_wait(c, &ov->grad);
+    ember__prefetch_rows(s); // before the updates: the rows are read while they run
     if (st != EMBER_OK) {
         drain_dp(s);
         return st;

@@ -15,24 +15,26 @@ static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
 
 // Owner side: the local KJT over every source's bags, with offsets (the unchecked pooling and
 // update take them as they are). Local feature k (route k) has Btot = sum_s B_s bags, source
-// s's at [boff_s, boff_s + B_s). Its buffers were reserved before the forward wrote anything.
-static ember_status build_local(ember_sebc *s) {
+// s's at [boff_s, boff_s + B_s).
+ember_status ember__build_local(ember_sebc *s, ember__buf *obuf, ember__buf *vbuf, ember__buf *wbuf, int64_t *cur,
+                                ember_kjt *out) {
     const int32_t W = s->W, nr = s->nroutes[s->rank];
     int64_t Btot = 0, nnz = 0;
     for (int32_t q = 0; q < W; q++) {
         Btot += s->Bs[q];
         nnz += s->recv_ids[q];
     }
-    int64_t *off = RESERVE(s, loc_off, int64_t, (int64_t)nr * Btot + 1);
-    int64_t *val = RESERVE(s, loc_val, int64_t, nnz);
-    float *w = RESERVE(s, loc_w, float, nnz);
-    if (!off || !val || !w) return EMBER_ERR_NOMEM;
+    const int weighted = s->weighted && wbuf;
+    int64_t *off = ember__buf_reserve(s->ctx, obuf, sizeof(int64_t) * (size_t)(nr * Btot + 1));
+    int64_t *val = ember__buf_reserve(s->ctx, vbuf, sizeof(int64_t) * (size_t)(nnz > 0 ? nnz : 1));
+    float *w = weighted ? ember__buf_reserve(s->ctx, wbuf, sizeof(float) * (size_t)(nnz > 0 ? nnz : 1)) : NULL;
+    if (!off || !val || (weighted && !w)) return EMBER_ERR_NOMEM;
     const int32_t *rlen = s->rcv_len.p;
     const int64_t *rval = s->rcv_val.p;
     const float *rw = s->rcv_w.p;
     // Ids arrive grouped by source, then route; the local KJT wants route, then source. Source
     // q's next lengths and ids are at lcur[q] and vcur[q] (its routes come in order).
-    int64_t *lcur = s->cnt + 2 * W, *vcur = s->cnt + 3 * W; // free until the output dist
+    int64_t *lcur = cur, *vcur = cur + W;
     int64_t l = 0, v = 0;
     for (int32_t q = 0; q < W; q++) {
         lcur[q] = l;
@@ -51,11 +53,11 @@ static ember_status build_local(ember_sebc *s) {
             }
             const int64_t m = vcur[q] - v0;
             memcpy(val + n, rval + v0, sizeof(int64_t) * (size_t)m);
-            if (s->weighted) memcpy(w + n, rw + v0, sizeof(float) * (size_t)m);
+            if (weighted) memcpy(w + n, rw + v0, sizeof(float) * (size_t)m);
             n += m;
         }
     }
-    s->local_kjt = (ember_kjt){nr, (int32_t)Btot, NULL, off, val, s->weighted ? w : NULL, nnz};
+    *out = (ember_kjt){nr, (int32_t)Btot, NULL, off, val, weighted ? w : NULL, nnz};
     return EMBER_OK;
 }
 
@@ -139,7 +141,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
         !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
         st = EMBER_ERR_NOMEM;
-    // The owner's local KJT too (build_local then allocates nothing): nothing below may fail for
+    // The owner's local KJT too (ember__build_local then allocates nothing): nothing below may fail for
     // memory once `out` is written.
     if (st == EMBER_OK && s->local && nr > 0 &&
         (!RESERVE(s, loc_off, int64_t, (int64_t)nr * Btot + 1) || !RESERVE(s, loc_val, int64_t, nrecv) ||
@@ -165,7 +167,9 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     if (st == EMBER_OK && !taken && s->weighted)
         st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {
-        st = build_local(s);
+        // Its buffers were reserved above: this allocates nothing. s->cnt's second half is free
+        // until the output dist.
+        st = ember__build_local(s, &s->loc_off, &s->loc_val, &s->loc_w, s->cnt + 2 * W, &s->local_kjt);
         if (st == EMBER_OK) st = ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
     }
     // Hashed replicas gather every rank's ids in home_forward: every rank gets there, or none.

@@ -69,7 +69,8 @@ void ember__overlap_destroy(ember_sebc *s) {
     ember__batch_input *b = &ov->spare;
     ember__buf *bufs[] = {&b->san_off, &b->san_val, &b->san_w,   &b->san_pos, &b->san_blk, &b->snd_len,
                           &b->snd_val, &b->snd_w,   &b->snd_pos, &b->snd_cur, &b->rcv_len, &b->rcv_val,
-                          &b->rcv_w,   &b->dp_off,  &b->dp_val,  &b->dp_w,    &b->dp_out};
+                          &b->rcv_w,   &b->dp_off,  &b->dp_val,  &b->dp_w,    &b->dp_out,  &ov->pf_off,
+                          &ov->pf_val};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(s->ctx, bufs[i]);
     ember__free(s->ctx, b->Bs);
     ember__free(s->ctx, b->send_ids);
@@ -160,10 +161,28 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
     swap_input(s, &ov->spare);
     if (st != EMBER_OK) return st;
     ov->pending = 1;
+    ov->rows_started = 0;
     ov->digest = ember__kjt_digest(kjt);
     ov->nnz = kjt->nnz;
     (void)ember_comm_progress(c); // hand MPI the first chunks before the caller computes
+    ember__prefetch_rows(s);
     return EMBER_OK;
+}
+
+void ember__prefetch_rows(ember_sebc *s) {
+    ember__overlap *ov = s->ov;
+    if (!ov->pending || ov->rows_started || !s->local || s->nroutes[s->rank] == 0 || !ember__ebc_tiered(s->local))
+        return;
+    // A request MPI completed (here or in an earlier progress call) is null: its buffer is ready.
+    if (ember_comm_progress(s->comm) != EMBER_OK || ov->in[0].mpi != MPI_REQUEST_NULL ||
+        ov->in[1].mpi != MPI_REQUEST_NULL)
+        return;
+    ov->rows_started = 1;
+    ember_kjt k;
+    swap_input(s, &ov->spare); // the prefetched batch's fields, for ember__build_local
+    const ember_status st = ember__build_local(s, &ov->pf_off, &ov->pf_val, NULL, ov->ctl, &k);
+    swap_input(s, &ov->spare);
+    if (st == EMBER_OK && ember__ebc_prefetch_unchecked(s->local, &k) == EMBER_OK) ov->rows_prefetched++;
 }
 
 ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_status st, int *taken) {

@@ -29,6 +29,11 @@ typedef struct ember__overlap {
     int64_t nnz;
     ember__req in[3];      // lengths, ids, weights (the last only when weighted)
     int64_t taken, dropped; // prefetches a forward took, and those it had to drop (tests)
+    // The tiered tables' prefetch of the pending batch's rows on this rank's shards: started
+    // (at most once per prefetch), how many were (tests), the local KJT it read.
+    int rows_started;
+    int64_t rows_prefetched;
+    ember__buf pf_off, pf_val;
     int64_t *ctl;           // [6W] the prefetch's control exchange: sent, received
     // The split backward: started (between ember_sebc_backward_start and _finish), its
     // gradient exchange and the data-parallel tables' gathers.
@@ -52,5 +57,18 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
 ember_status ember__prefetch_finish(ember_sebc *s);
 // Waits for and forgets a pending prefetch (its batch is never forwarded). Collective.
 ember_status ember__prefetch_drain(ember_sebc *s);
+// Once a pending prefetch's lengths and ids have arrived (tested, never waited for), starts the
+// prefetch of the rows they read of this rank's tiered tables (ember_ebc_prefetch on the owner's
+// local KJT), at most once per prefetch: a thread reads them while the step goes on, and the
+// forward that takes the batch finds them staged. Called where the step passes (the prefetch
+// itself, the backward's start and finish). Local; never fails: a prefetch that cannot start
+// changes nothing but time.
+void ember__prefetch_rows(ember_sebc *s);
+
+// The owner's local KJT of s's current input (route-major, then source) into the given buffers,
+// with offsets: weights only when wbuf is given and the batch is weighted; cur: [2W] scratch.
+// Returns EMBER_OK, EMBER_ERR_NOMEM (a buffer could not grow). Local.
+ember_status ember__build_local(ember_sebc *s, ember__buf *obuf, ember__buf *vbuf, ember__buf *wbuf, int64_t *cur,
+                                ember_kjt *out);
 
 #endif

@@ -439,6 +439,25 @@ ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
     return EMBER_OK;
 }
 
+ember_status ember_sebc_tier_stats(const ember_sebc *s, int32_t t, ember_tier_stats *out) {
+    if (!s || !out) return EMBER_ERR_INVALID_ARG;
+    EMBER_CHECK(s->ctx, t >= 0 && t < s->T, EMBER_ERR_INVALID_ARG, "ember_sebc_tier_stats: table %d outside [0, %d)",
+                (int)t, (int)s->T);
+    EMBER_CHECK(s->ctx, s->tables[t].cache_rows > 0, EMBER_ERR_INVALID_ARG,
+                "ember_sebc_tier_stats: table '%s' is not tiered", s->table_names[t]);
+    memset(out, 0, sizeof *out);
+    ember_ebc *e;
+    int32_t lt;
+    for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) {
+        ember_tier_stats x;
+        EMBER_TRY(ember_ebc_tier_stats(e, lt, &x));
+        out->hits += x.hits, out->misses += x.misses, out->evictions += x.evictions;
+        out->rows_read += x.rows_read, out->rows_written += x.rows_written;
+        out->bytes_read += x.bytes_read, out->bytes_written += x.bytes_written, out->staged += x.staged;
+    }
+    return EMBER_OK;
+}
+
 ember_status ember_sebc_set_step(ember_sebc *s, int32_t t, int64_t step) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     EMBER_CHECK(s->ctx, t >= 0 && t < s->T, EMBER_ERR_INVALID_ARG, "ember_sebc_set_step: table %d outside [0, %d)",

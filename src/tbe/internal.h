@@ -111,6 +111,11 @@ typedef struct ember__sparse_grad {
 ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out);
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                            float *grad_weights);
+// ember_ebc_prefetch on such a KJT (the sharded collection's owners: the next batch's routed
+// ids, once its input dist arrived). Returns EMBER_OK, EMBER_ERR_NOMEM (then nothing is staged).
+ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt);
+// Whether the collection has a tiered table (a prefetch has something to do).
+int ember__ebc_tiered(const ember_ebc *ebc);
 
 typedef struct ember__optim_step ember__optim_step; // tbe/kernels.h
 

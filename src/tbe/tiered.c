@@ -184,8 +184,12 @@ static void load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb,
     const int disk = is_on_disk(m, row);
     if (m->pending) prefetch_join(m); // the staging area is the thread's until then
     const int64_t k = m->st_n ? staged(m, row) : -1;
-    if (k >= 0) memcpy(buf, m->st_buf + (size_t)k * m->rec, m->rec);
-    else make_record(ebc, m, tb, row, disk, buf);
+    if (k >= 0) {
+        memcpy(buf, m->st_buf + (size_t)k * m->rec, m->rec);
+        m->stats.staged++;
+    } else {
+        make_record(ebc, m, tb, row, disk, buf);
+    }
     if (disk) {
         m->stats.rows_read++;
         m->stats.bytes_read += (int64_t)m->rec;
@@ -272,8 +276,9 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
                 tb->label, (long long)(nmiss + npinned), (long long)m->cap);
     // 2. Each missing row takes a free slot, else the policy's first unpinned slot (pinned ones
     // met on the way are set aside, as are the new rows, and go back into the heap after). A
-    // forward waits for its prefetch first and takes the staged records.
-    if (phase == EMBER__MAP_FORWARD) prefetch_join(m);
+    // forward waits for its prefetch first and takes the staged records; any call that writes a
+    // victim back waits too (the thread may be reading the file).
+    if (phase == EMBER__MAP_FORWARD || nmiss > 0) prefetch_join(m);
     int64_t ns = 0;
     for (int64_t i = 0; i < nmiss; i++) {
         const int64_t row = m->miss[i];
@@ -381,6 +386,7 @@ static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, in
 static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, int64_t r0, int64_t r1,
                                  ember_dtype dtype, const void *src) {
     tiered *m = (tiered *)tb->map;
+    prefetch_join(m); // writes reach the file, which the thread may be reading
     const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t s = current_record(ebc, m, tb, r);
@@ -486,11 +492,21 @@ ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tie
     return EMBER_OK;
 }
 
+int ember__ebc_tiered(const ember_ebc *ebc) {
+    for (int32_t t = 0; ebc && t < ebc->T; t++)
+        if (ebc->tables[t].map && ebc->tables[t].map->ops == &tiered_ops) return 1;
+    return 0;
+}
+
 ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     int64_t oor;
     const float dummy = 0; // no output: only the KJT is checked
     EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_prefetch", kjt, &dummy, "out", &oor));
+    return ember__ebc_prefetch_unchecked(ebc, kjt);
+}
+
+ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt) {
     const int64_t *off = ember__ebc_offsets(ebc, kjt);
     int64_t *rows = ember__ws_get(ebc, 14, sizeof(int64_t) * (size_t)(kjt->nnz > 0 ? kjt->nnz : 1));
     if (!off || !rows) return EMBER_ERR_NOMEM;

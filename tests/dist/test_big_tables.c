@@ -2,7 +2,8 @@
 // table (arbitrary int64 ids, capacity far below the distinct ids: rows are evicted every step)
 // and a tiered table (caches far smaller than the table: rows are written back every step) under
 // one scheme (--scheme tw|cw|rw|twrw|grid|dp; dp replicates the hashed table, the tiered one is
-// then table-wise), ranks with uneven batches, empty bags and duplicate ids. Outputs match, and after the steps every row, its optimizer state and the hashed table's
+// then table-wise), ranks with uneven batches, empty bags and duplicate ids, plain and pipelined
+// steps (the prefetch stages tiered rows on the owners). Outputs match, and after the steps every row, its optimizer state and the hashed table's
 // id map ("ids", exactly) match; a checkpoint saved under this plan loads under another plan and
 // both go on as the single process does.
 #define _GNU_SOURCE
@@ -147,7 +148,16 @@ static float grad_of(int step, int sample, int col) {
 }
 
 // Steps [s0, s1): the sharded collection on this rank's batch, the reference on the global one.
-static void run(env *e, ember_sebc *s, int s0, int s1) {
+// Pipelined: each step prefetches the next batch (after the forward on even steps, between the
+// backward's start and finish on odd ones), so the tiered rows are staged while the step runs.
+static void prefetch_next(env *e, ember_sebc *s, int step) {
+    batch n;
+    make_batch(e, R, step + 1, &n);
+    ember_kjt k = {NF, n.B, n.len, NULL, n.ids, NULL, n.nnz};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_prefetch(s, &k) == EMBER_OK);
+}
+
+static void run(env *e, ember_sebc *s, int s0, int s1, bool pipelined) {
     const int D = NF * DIM;
     for (int step = s0; step < s1; step++) {
         batch b;
@@ -155,9 +165,11 @@ static void run(env *e, ember_sebc *s, int s0, int s1) {
         global g;
         make_global(e, step, &g);
         ember_kjt k = {NF, b.B, b.len, NULL, b.ids, NULL, b.nnz};
+        const bool next = pipelined && step + 1 < s1;
         float out[MAXB * NF * DIM], go[MAXB * NF * DIM];
         float *ref = calloc((size_t)g.B * D, sizeof(float)), *gref = calloc((size_t)g.B * D, sizeof(float));
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_OK);
+        if (next && step % 2 == 0) prefetch_next(e, s, step);
         assert_int_equal(ember_ebc_forward(e->ref, &g.k, ref), EMBER_OK);
         bool ok = true;
         for (int i = 0; i < b.B * D; i++) {
@@ -171,7 +183,13 @@ static void run(env *e, ember_sebc *s, int s0, int s1) {
         for (int sa = 0; sa < g.B; sa++)
             for (int c = 0; c < D; c++) gref[sa * D + c] = grad_of(step, sa, c);
         memcpy(go, gref + (size_t)g.first[R] * D, sizeof(float) * (size_t)b.B * D);
-        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(s, &k, go) == EMBER_OK);
+        if (pipelined) {
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward_start(s, &k, go) == EMBER_OK);
+            if (next && step % 2 == 1) prefetch_next(e, s, step);
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward_finish(s) == EMBER_OK);
+        } else {
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(s, &k, go) == EMBER_OK);
+        }
         assert_int_equal(ember_ebc_backward(e->ref, &g.k, gref, NULL), EMBER_OK);
         free(ref);
         free(gref);
@@ -215,8 +233,17 @@ static void equals_one_process(void **state) {
         env_open(&e, (ember_evict_policy)pol);
         ember_sebc *s = NULL;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(e.comm, &e.cfg, e.plan, EMBER_GRAD_SUM, &s) == EMBER_OK);
-        run(&e, s, 0, 8);
+        run(&e, s, 0, 4, false);
+        run(&e, s, 4, 8, true);
         compare(&e, s);
+        // The pipelined steps staged tiered rows on some rank (the forwards took them from there).
+        ember_tier_stats ts;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_tier_stats(s, 1, &ts) == EMBER_OK);
+        int64_t staged = ts.staged, hits = ts.hits + ts.misses;
+        MPI_Allreduce(MPI_IN_PLACE, &staged, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &hits, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        assert_true(staged > 0 && hits > 0);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_tier_stats(s, 0, &ts) == EMBER_ERR_INVALID_ARG); // hashed
         ember_hash_stats hs = {0};
         ember_ebc_hash_stats(e.ref, 0, &hs);
         assert_true(pol != EMBER_EVICT_LRU || hs.evicted > 0); // and the shards followed it
@@ -245,7 +272,7 @@ static void equals_one_process(void **state) {
         if (ls != EMBER_OK) fprintf(stderr, "%s\n", ember_ctx_errmsg(e.ctx));
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ls == EMBER_OK);
         compare(&e, s2);
-        run(&e, s2, 8, 11); // s2 and the reference
+        run(&e, s2, 8, 11, true); // s2 and the reference
         compare(&e, s2);
         ember_sebc_destroy(s2);
         ember_sebc_destroy(s);
