@@ -291,14 +291,17 @@ typedef struct ember_hash_stats {
 EMBER_API ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table, ember_hash_stats *out);
 
 // ---- Tiered tables (docs/tiered.md) ------------------------------------------------------------
-// Starts bringing the rows `kjt` reads of the tiered tables that are not in their caches (from
-// their files, or their initial values) into a staging area, on a thread of their own, so that
-// the work overlaps the caller's current step (call it with the next batch after this batch's
-// forward); the next forward waits for it and takes them from there. The results are the same
-// with or without it; a row written in between (state dict, write-back) is read again. Without
-// a tiered table it does nothing. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG,
-// EMBER_ERR_OUT_OF_RANGE (kjt checked as forward checks it), EMBER_ERR_NOMEM (workspace); a
-// staging area that cannot be allocated only means no prefetch.
+// Starts reading the rows `kjt` reads of the tiered tables that are not in their caches but in
+// their files into a staging area, on the collection's staging thread (one, started by the
+// first call, kept until ember_ebc_destroy), so that the reads overlap the caller's current step
+// (call it with the next batch after this batch's forward); the next forward waits for it and
+// takes them from there. Rows a file has never held are left to the forward, which makes them
+// from the initialiser (compute a thread would only take from the step's cores). The results
+// are the same with or without it; a row written in between (state dict, write-back) is read
+// again. Without a tiered table it does nothing. Local. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE (kjt checked as forward checks it),
+// EMBER_ERR_NOMEM (workspace); a staging area or thread that cannot be had only means no
+// prefetch.
 EMBER_API ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt);
 
 // Cumulative cache counters of a tiered table: per forward, each distinct row is a hit (resident)

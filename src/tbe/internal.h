@@ -82,6 +82,7 @@ struct ember_ebc {
     size_t state_floats;
     int64_t total_keys;      // sum_t rows_t
     ember__buf ws[EMBER__WS_SLOTS]; // grow-on-demand scratch of the calls (ember__ws_get)
+    struct ember__stager *stager;   // ember_ebc_prefetch's thread (tiered.c), from its first call
 };
 
 // Creates a collection whose table t is the piece origins[t] of a larger global table (NULL:
@@ -116,6 +117,9 @@ ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt,
 ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt);
 // Whether the collection has a tiered table (a prefetch has something to do).
 int ember__ebc_tiered(const ember_ebc *ebc);
+// Stops and frees the collection's staging thread (after its tables' maps). NULL-safe.
+typedef struct ember__stager ember__stager;
+void ember__stager_destroy(ember_ctx *ctx, ember__stager *g);
 
 typedef struct ember__optim_step ember__optim_step; // tbe/kernels.h
 

@@ -46,12 +46,13 @@ typedef struct tiered {
     unsigned char *buf;        // one record
     int64_t *miss, miss_cap;   // this call's missing rows
     int64_t *stash;            // [cap] slots out of the heap during a call
-    // ember_ebc_prefetch: the next batch's missing rows (ascending) and their records, made by a
-    // thread while the caller's step goes on; valid until a write changes the row.
+    // ember_ebc_prefetch: the next batch's missing rows that the file holds (ascending) and their
+    // records, made by the stager while the caller's step goes on; valid until a write changes
+    // the row.
     int64_t *st_rows, st_n, st_cap;
-    unsigned char *st_disk, *st_valid, *st_buf;
-    pthread_t thread;
-    int pending;               // the thread runs (join before reading st_*)
+    unsigned char *st_valid, *st_buf;
+    int pending;               // the stager's posted job has this table (wait before reading st_*)
+    ember__stager *stager;     // the collection's (set at the first prefetch)
     const ember_ebc *st_ebc;
     const ember__table *st_tb;
     ember_tier_stats stats;
@@ -223,17 +224,82 @@ static void record_to_slot(const ember_ebc *ebc, const tiered *m, const ember__t
 }
 
 // ---- prefetch ------------------------------------------------------------------------------
-static void *prefetch_thread(void *arg) {
-    tiered *m = arg;
-    for (int64_t k = 0; k < m->st_n; k++)
-        make_record(m->st_ebc, m, m->st_tb, m->st_rows[k], m->st_disk[k], m->st_buf + (size_t)k * m->rec);
+// The collection's staging thread (one, started by its first prefetch, kept until it is
+// destroyed): each prefetch posts the tiered tables with rows to stage; the thread makes their
+// records and says it is done. The caller's thread waits (prefetch_join) before it reads or
+// changes anything the job reads.
+struct ember__stager {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int posted, done, quit; // under mu
+    int busy;               // a posted job not yet waited for (caller's thread only)
+    int32_t n;              // tables in the job
+    tiered **job;           // [T]
+};
+
+static void *stager_main(void *arg) {
+    ember__stager *g = arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->posted && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
+        if (g->quit) break;
+        g->posted = 0;
+        pthread_mutex_unlock(&g->mu);
+        for (int32_t i = 0; i < g->n; i++) {
+            tiered *m = g->job[i];
+            for (int64_t k = 0; k < m->st_n; k++)
+                make_record(m->st_ebc, m, m->st_tb, m->st_rows[k], 1, m->st_buf + (size_t)k * m->rec);
+        }
+        pthread_mutex_lock(&g->mu);
+        g->done = 1;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
     return NULL;
 }
 
+static void stager_wait(ember__stager *g) {
+    if (!g || !g->busy) return;
+    pthread_mutex_lock(&g->mu);
+    while (!g->done) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    g->busy = 0;
+    for (int32_t i = 0; i < g->n; i++) g->job[i]->pending = 0;
+}
+
+static ember__stager *stager_create(ember_ebc *ebc) {
+    ember__stager *g = ember__calloc(ebc->ctx, sizeof *g);
+    tiered **job = ember__calloc(ebc->ctx, sizeof(tiered *) * (size_t)ebc->T);
+    if (g && job && pthread_mutex_init(&g->mu, NULL) == 0) {
+        if (pthread_cond_init(&g->cv, NULL) == 0) {
+            g->job = job;
+            if (pthread_create(&g->thread, NULL, stager_main, g) == 0) return g;
+            pthread_cond_destroy(&g->cv);
+        }
+        pthread_mutex_destroy(&g->mu);
+    }
+    ember__free(ebc->ctx, job);
+    ember__free(ebc->ctx, g);
+    return NULL;
+}
+
+void ember__stager_destroy(ember_ctx *ctx, ember__stager *g) {
+    if (!g) return;
+    stager_wait(g);
+    pthread_mutex_lock(&g->mu);
+    g->quit = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->thread, NULL);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    ember__free(ctx, g->job);
+    ember__free(ctx, g);
+}
+
 static void prefetch_join(tiered *m) {
-    if (!m->pending) return;
-    pthread_join(m->thread, NULL);
-    m->pending = 0;
+    if (m->pending) stager_wait(m->stager);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -325,38 +391,36 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     return EMBER_OK;
 }
 
-// Stages the records of rows[n] (ascending, distinct) that are not cached, on a thread. Any
-// failure only means no prefetch: the forward then reads them itself.
-static void tiered_prefetch(ember_ebc *ebc, ember__table *tb, const int64_t *rows, int64_t n) {
+// Lists the rows of rows[n] (ascending, distinct) that are neither cached nor only initial
+// values (those the forward makes itself: a thread would only take their compute from the
+// step's cores): the file's rows, whose reads the staging thread takes off the step. Returns
+// whether there is any. Any failure only means no prefetch: the forward then reads them itself.
+static int tiered_prefetch_list(ember_ebc *ebc, ember__table *tb, const int64_t *rows, int64_t n) {
     tiered *m = (tiered *)tb->map;
-    prefetch_join(m);
     m->st_n = 0;
     int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) k += hfind(m, rows[i]) < 0;
-    if (k == 0) return;
+    for (int64_t i = 0; i < n; i++) k += hfind(m, rows[i]) < 0 && is_on_disk(m, rows[i]);
+    if (k == 0) return 0;
     if (k > m->st_cap) {
         int64_t *r = ember__alloc(ebc->ctx, sizeof(int64_t) * (size_t)k);
-        unsigned char *d = ember__alloc(ebc->ctx, (size_t)k), *v = ember__alloc(ebc->ctx, (size_t)k);
+        unsigned char *v = ember__alloc(ebc->ctx, (size_t)k);
         unsigned char *b = ember__alloc(ebc->ctx, (size_t)k * m->rec + sizeof(float) * (size_t)tb->cfg.dim);
-        if (!r || !d || !v || !b) {
-            ember__free(ebc->ctx, r), ember__free(ebc->ctx, d), ember__free(ebc->ctx, v), ember__free(ebc->ctx, b);
-            return;
+        if (!r || !v || !b) {
+            ember__free(ebc->ctx, r), ember__free(ebc->ctx, v), ember__free(ebc->ctx, b);
+            return 0;
         }
-        ember__free(ebc->ctx, m->st_rows), ember__free(ebc->ctx, m->st_disk);
-        ember__free(ebc->ctx, m->st_valid), ember__free(ebc->ctx, m->st_buf);
-        m->st_rows = r, m->st_disk = d, m->st_valid = v, m->st_buf = b, m->st_cap = k;
+        ember__free(ebc->ctx, m->st_rows), ember__free(ebc->ctx, m->st_valid), ember__free(ebc->ctx, m->st_buf);
+        m->st_rows = r, m->st_valid = v, m->st_buf = b, m->st_cap = k;
     }
     for (int64_t i = 0; i < n; i++) {
-        if (hfind(m, rows[i]) >= 0) continue;
+        if (hfind(m, rows[i]) >= 0 || !is_on_disk(m, rows[i])) continue;
         m->st_rows[m->st_n] = rows[i];
-        m->st_disk[m->st_n] = (unsigned char)is_on_disk(m, rows[i]);
         m->st_valid[m->st_n] = 1;
         m->st_n++;
     }
     m->st_ebc = ebc;
     m->st_tb = tb;
-    if (pthread_create(&m->thread, NULL, prefetch_thread, m) == 0) m->pending = 1;
-    else m->st_n = 0;
+    return 1;
 }
 
 // The current record of logical row r into m->buf (cached, on file or initial); its slot, or -1.
@@ -411,7 +475,7 @@ static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     if (m->file) munmap(m->file, m->file_bytes);
     if (m->fd >= 0) close(m->fd);
     void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hkeys,
-                    m->hvals, m->buf, m->miss, m->stash, m->st_rows, m->st_disk, m->st_valid, m->st_buf};
+                    m->hvals, m->buf, m->miss, m->stash, m->st_rows, m->st_valid, m->st_buf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
     ember__free(ctx, m);
 }
@@ -468,6 +532,11 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
         if (m->file == MAP_FAILED) {
             e = errno;
             m->file = NULL;
+        } else {
+            // Rows are read one by one at scattered places: without this, each fault of a page
+            // that is not in memory reads the pages around it too (read-around), many times the
+            // row, and evicts other rows' pages when memory is short. Advice only: no failure.
+            (void)madvise(m->file, m->file_bytes, MADV_RANDOM);
         }
     }
     if (e != 0) {
@@ -507,10 +576,17 @@ ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
 }
 
 ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt) {
+    stager_wait(ebc->stager); // an earlier prefetch's job: its staging areas are rewritten below
     const int64_t *off = ember__ebc_offsets(ebc, kjt);
     int64_t *rows = ember__ws_get(ebc, 14, sizeof(int64_t) * (size_t)(kjt->nnz > 0 ? kjt->nnz : 1));
     if (!off || !rows) return EMBER_ERR_NOMEM;
     const int32_t B = kjt->batch_size;
+    if (!ember__ebc_tiered(ebc)) return EMBER_OK;
+    if (!ebc->stager) ebc->stager = stager_create(ebc);
+    ember__stager *g = ebc->stager;
+    if (!g) return EMBER_OK; // no thread: no prefetch
+    tiered **job = g->job;
+    int32_t nj = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
         if (!tb->map || tb->map->ops != &tiered_ops) continue;
@@ -526,7 +602,16 @@ ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt)
         int64_t u = 0;
         for (int64_t i = 0; i < n; i++)
             if (i == 0 || rows[i] != rows[i - 1]) rows[u++] = rows[i];
-        tiered_prefetch(ebc, tb, rows, u);
+        if (tiered_prefetch_list(ebc, tb, rows, u)) job[nj++] = (tiered *)tb->map;
     }
+    g->n = nj;
+    if (nj == 0) return EMBER_OK;
+    for (int32_t i = 0; i < nj; i++) job[i]->pending = 1, job[i]->stager = g;
+    pthread_mutex_lock(&g->mu);
+    g->done = 0;
+    g->posted = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    g->busy = 1;
     return EMBER_OK;
 }
