@@ -307,7 +307,7 @@ EMBER_API ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt);
 // Cumulative cache counters of a tiered table: per forward, each distinct row is a hit (resident)
 // or a miss (loaded: from the file, or initial values for a row never written back); rows and
 // bytes read from / written to its file; rows evicted; misses a prefetch had staged (the forward
-// copied them from the staging area instead of making them).
+// copied them from the staging area instead of reading the file).
 typedef struct ember_tier_stats {
     int64_t hits, misses, evictions;
     int64_t rows_read, rows_written;

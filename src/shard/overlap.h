@@ -30,9 +30,8 @@ typedef struct ember__overlap {
     ember__req in[3];      // lengths, ids, weights (the last only when weighted)
     int64_t taken, dropped; // prefetches a forward took, and those it had to drop (tests)
     // The tiered tables' prefetch of the pending batch's rows on this rank's shards: started
-    // (at most once per prefetch), how many were (tests), the local KJT it read.
+    // (at most once per prefetch), the local KJT it read.
     int rows_started;
-    int64_t rows_prefetched;
     ember__buf pf_off, pf_val;
     int64_t *ctl;           // [6W] the prefetch's control exchange: sent, received
     // The split backward: started (between ember_sebc_backward_start and _finish), its
