@@ -21,6 +21,7 @@ INIT_KINDS = {"zeros": 0, "uniform": 1, "normal": 2}
 WD_MODES = {"none": 0, "l2": 1, "decoupled": 2}
 BOUNDS = {"error": 0, "clamp": 1, "skip": 2}
 CONVENTIONS = {"mean": 0, "sum": 1}
+CACHE_POLICIES = {"lru": 0, "lfu": 1}  # ember_evict_policy values a tiered table's cache takes
 OPTIMIZERS = {name: k for k, name in enumerate(_ember.optim_names())}
 # numpy dtype of a state array read or written in a storage dtype (bf16: its raw bits).
 NP_OF_DTYPE: dict[int, np.dtype[Any]] = {0: np.dtype(np.float32), 1: np.dtype(np.float16), 2: np.dtype(np.uint16)}
@@ -162,6 +163,10 @@ class TableConfig:
                     lars_sgd, with lr, eps, beta1, beta2, weight_decay, weight_decay_mode ("none" |
                     "l2" | "decoupled"), initial_accumulator (Adagrad), momentum and eta (LARS-SGD)
     stochastic_rounding  16-bit storage: round updates stochastically (seeded)
+    cache_rows      > 0: a tiered table, its rows in a scratch file on disk (the collection's
+                    ssd_dir) behind a DRAM cache of this many rows; the numbers are bitwise those
+                    of the table in RAM (docs/tiered.md). 0 (default): in RAM
+    cache_policy    which cached rows leave first: "lru" | "lfu"
 
     The library checks the values (sizes, hyper-parameters) when a collection is created; names
     are checked here (InvalidArgumentError).
@@ -185,6 +190,8 @@ class TableConfig:
     momentum: float = 0.9
     eta: float = 0.001
     stochastic_rounding: bool = False
+    cache_rows: int = 0
+    cache_policy: str = "lru"
 
     _FLOATS = ("lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator", "momentum", "eta")
 
@@ -222,10 +229,12 @@ class TableConfig:
         dtype = parse_dtype(self.dtype, f"{what} dtype")
         optimizer = parse_name(self.optimizer, OPTIMIZERS, f"{what} optimizer")
         wd_mode = parse_name(self.weight_decay_mode, WD_MODES, f"{what} weight_decay_mode")
+        self.cache_rows = as_index(self.cache_rows, f"{what} cache_rows")
+        policy = parse_name(self.cache_policy, CACHE_POLICIES, f"{what} cache_policy")
         kind, a, b, std = self._init_values()
         return (self.name, self.num_embeddings, self.embedding_dim, pooling, dtype, kind, a, b, std, optimizer,
                 self.lr, self.eps, self.beta1, self.beta2, self.weight_decay, wd_mode, self.initial_accumulator,
-                self.momentum, self.eta, int(bool(self.stochastic_rounding)))
+                self.momentum, self.eta, int(bool(self.stochastic_rounding)), self.cache_rows, policy)
 
     def _init_values(self) -> tuple[int, float, float, float]:
         what = f"table '{self.name}' init"

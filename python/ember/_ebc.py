@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import _ember
-from ._config import (BOUNDS, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, c_config,
-                      dtype_name, invalid, parse_dtype, parse_name, table_index)
+from ._config import (BOUNDS, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, as_path,
+                      c_config, dtype_name, invalid, parse_dtype, parse_name, table_index)
 from ._kjt import KJT
 
 __all__ = ["EmbeddingBagCollection"]
@@ -154,6 +155,8 @@ class EmbeddingBagCollection(_Collection):
                     seed, its name and the row (a sharded collection starts from the same values)
     num_threads     kernel OpenMP threads (0: all); results are bitwise identical for any count
     max_batch_size, max_nnz   workspace hints (0: sized on first use)
+    ssd_dir         where tiered tables' scratch files go (TableConfig.cache_rows; None: $TMPDIR,
+                    else /tmp)
 
     The collection owns its own library context. Local: no communication. Methods may be called
     from several threads; calls on one collection run one at a time (long calls release the GIL).
@@ -164,12 +167,14 @@ class EmbeddingBagCollection(_Collection):
     _c: _ember.EBC
 
     def __init__(self, tables: Sequence[TableConfig], *, bounds: str = "error", seed: int = 0,
-                 num_threads: int = 0, max_batch_size: int = 0, max_nnz: int = 0) -> None:
+                 num_threads: int = 0, max_batch_size: int = 0, max_nnz: int = 0,
+                 ssd_dir: str | os.PathLike[str] | None = None) -> None:
         self._rank = _ember.world_rank()
         ctab, feats = self._setup(tables)
         b = parse_name(bounds, BOUNDS, "bounds")
+        d = None if ssd_dir is None else os.fsdecode(as_path(ssd_dir, "ssd_dir"))
         self._c = _ember.EBC(ctab, feats, b, as_index(seed, "seed", *U64), as_index(num_threads, "num_threads", 0, I32[1]),
-                             as_index(max_batch_size, "max_batch_size", 0, I32[1]), as_index(max_nnz, "max_nnz", 0))
+                             as_index(max_batch_size, "max_batch_size", 0, I32[1]), as_index(max_nnz, "max_nnz", 0), d)
         self._output_dim = self._c.output_dim
 
     # ---- forward / backward ------------------------------------------------------------------
@@ -291,6 +296,21 @@ class EmbeddingBagCollection(_Collection):
     def table_bytes(self, table: Any) -> tuple[int, int]:
         """(weight bytes, optimizer state bytes) of the table."""
         return self._c.table_bytes(self._t(table))
+
+    def prefetch(self, kjt: KJT) -> None:
+        """Starts reading the rows ``kjt`` will read of the tiered tables that only their files
+        hold into a staging area, on the collection's staging thread: call it with the next batch
+        after this batch's forward, and the next forward takes them from there. The numbers are
+        the same with or without it. Without a tiered table it does nothing. Local. Raises as
+        forward does for a bad KJT."""
+        values, lengths, offsets, weights, F, B = self._kjt_parts(kjt)
+        self._c.prefetch(values, lengths, offsets, weights, F, B)
+
+    def tier_stats(self, table: Any) -> dict[str, int]:
+        """A tiered table's cumulative cache counters: hits and misses (distinct rows per forward),
+        evictions, rows_read / rows_written and bytes_read / bytes_written of its file, staged
+        (misses a prefetch had staged). Local. Raises InvalidArgumentError for a table in RAM."""
+        return self._c.tier_stats(self._t(table))
 
     @property
     def bytes_outstanding(self) -> int:

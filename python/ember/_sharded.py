@@ -202,21 +202,24 @@ class ShardedEmbeddingBagCollection(_Collection):
                      TablePlan or scheme name}; see TablePlan for the default placements
     comm             ember.Comm, an mpi4py communicator, or None (MPI_COMM_WORLD); the collection
                      runs on a duplicate of it and follows its timeout_s
-    bounds, seed, num_threads, max_batch_size, max_nnz: as EmbeddingBagCollection (same seed:
-                     the same initial values as the unsharded collection)
+    bounds, seed, num_threads, max_batch_size, max_nnz, ssd_dir: as EmbeddingBagCollection (same
+                     seed: the same initial values as the unsharded collection); a tiered table
+                     (TableConfig.cache_rows) keeps a file and a cache per piece, and cannot be
+                     data-parallel
 
     Collective calls (every rank calls them, in the same order): creation, forward, backward,
     step, read, write, state_dict, load_state_dict, convert_dtype, save, load. Any refusal on one
     rank (a bad KJT, an unknown table name, a wrong shape) raises on every rank, the failing
     rank's message on all; a failed call changes nothing anywhere. Local: set_lr, set_step (call
-    them alike on every rank), the properties.
+    them alike on every rank), tier_stats, the properties.
     """
 
     _c: _ember.SEBC
 
     def __init__(self, tables: Sequence[TableConfig], plan: Any = "auto", *, comm: Any = None,
                  grad_convention: str = "mean", bounds: str = "error", seed: int = 0, num_threads: int = 0,
-                 max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512) -> None:
+                 max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512,
+                 ssd_dir: str | os.PathLike[str] | None = None) -> None:
         self._comm = comm if isinstance(comm, Comm) else Comm(comm)
         self._rank = self._comm.rank
         try:
@@ -228,10 +231,11 @@ class ShardedEmbeddingBagCollection(_Collection):
                     as_index(num_threads, "num_threads", 0, I32[1], rank=self._rank),
                     as_index(max_batch_size, "max_batch_size", 0, I32[1], rank=self._rank),
                     as_index(max_nnz, "max_nnz", 0, rank=self._rank))
+            d = None if ssd_dir is None else os.fsdecode(as_path(ssd_dir, "ssd_dir", self._rank))
         except Exception as e:
             self._comm._c.agree(e)
             raise  # not reached: agree raises on every rank
-        self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv)
+        self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv, d)
         self._output_dim = self._c.output_dim
 
     def _collective(self, prepare: Callable[[], R]) -> R:
@@ -441,6 +445,11 @@ class ShardedEmbeddingBagCollection(_Collection):
         return _ember.describe_plan([t._c_tuple() for t in self._tables],
                                     [(f, i) for i, t in enumerate(self._tables) for f in t.feature_names or []],
                                     [p._c_tuple() for p in self._plan])
+
+    def tier_stats(self, table: Any) -> dict[str, int]:
+        """A tiered table's cache counters summed over this rank's pieces of it (as
+        EmbeddingBagCollection.tier_stats; zero where the rank holds none). Local."""
+        return self._c.tier_stats(self._t(table))
 
     def pieces(self, table: Any) -> list[dict[str, int]]:
         """The blocks of the table this rank holds: row_begin, row_end, col_begin, col_end,

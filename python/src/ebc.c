@@ -37,17 +37,19 @@ static void ebc_dealloc(EBCObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-// EBC(tables, features, bounds, seed, num_threads, max_batch_size, max_nnz)
+// EBC(tables, features, bounds, seed, num_threads, max_batch_size, max_nnz, ssd_dir or None)
 static PyObject *ebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *tables, *features;
     int bounds = 0, num_threads = 0, max_batch = 0;
     unsigned long long seed = 0;
     long long max_nnz = 0;
+    const char *ssd_dir = NULL;
     if (kwds && PyDict_Size(kwds) > 0) {
         PyErr_SetString(PyExc_TypeError, "EBC takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OO|iKiiL", &tables, &features, &bounds, &seed, &num_threads, &max_batch, &max_nnz))
+    if (!PyArg_ParseTuple(args, "OO|iKiiLz", &tables, &features, &bounds, &seed, &num_threads, &max_batch, &max_nnz,
+                          &ssd_dir))
         return NULL;
     ember_py_config c;
     if (ember_py_config_parse(tables, features, &c) != 0) return NULL;
@@ -55,6 +57,7 @@ static PyObject *ebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     c.cfg.seed = seed;
     c.cfg.max_batch_size = max_batch;
     c.cfg.max_nnz = max_nnz;
+    c.cfg.ssd_dir = ssd_dir;
     EBCObject *self = (EBCObject *)type->tp_alloc(type, 0);
     if (!self) goto fail;
     self->lock = PyThread_allocate_lock();
@@ -318,6 +321,46 @@ static PyObject *ebc_table_bytes(EBCObject *self, PyObject *args) {
     return ret;
 }
 
+// A tiered table's counters as a dict (ember_tier_stats).
+PyObject *ember_py_tier_stats_dict(const ember_tier_stats *x) {
+    return Py_BuildValue("{sLsLsLsLsLsLsLsL}", "hits", (long long)x->hits, "misses", (long long)x->misses,
+                         "evictions", (long long)x->evictions, "rows_read", (long long)x->rows_read, "rows_written",
+                         (long long)x->rows_written, "bytes_read", (long long)x->bytes_read, "bytes_written",
+                         (long long)x->bytes_written, "staged", (long long)x->staged);
+}
+
+// tier_stats(t) -> dict   Local.
+static PyObject *ebc_tier_stats(EBCObject *self, PyObject *args) {
+    int t;
+    if (!PyArg_ParseTuple(args, "i", &t)) return NULL;
+    if (ebc_enter(self) != 0) return NULL;
+    ember_tier_stats x;
+    ember_status st = ember_ebc_tier_stats(self->ebc, t, &x);
+    PyObject *ret = st == EMBER_OK ? ember_py_tier_stats_dict(&x) : ember_py_raise(self->ctx, st);
+    ebc_leave(self);
+    return ret;
+}
+
+// prefetch(values, lengths, offsets, weights, F, B)   Local.
+static PyObject *ebc_prefetch(EBCObject *self, PyObject *args) {
+    PyObject *values, *lengths, *offsets, *weights;
+    long long F, B;
+    if (!PyArg_ParseTuple(args, "OOOOLL", &values, &lengths, &offsets, &weights, &F, &B)) return NULL;
+    ember_py_kjt k;
+    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) != 0) return NULL;
+    PyObject *ret = NULL;
+    if (ebc_enter(self) == 0) {
+        ember_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = ember_ebc_prefetch(self->ebc, &k.kjt);
+        Py_END_ALLOW_THREADS
+        ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+        ebc_leave(self);
+    }
+    ember_py_kjt_release(&k);
+    return ret;
+}
+
 // weights_view(t) -> WeightsView (a read-only [rows, dim] buffer)
 static PyObject *ebc_weights_view(EBCObject *self, PyObject *args) {
     int t;
@@ -408,6 +451,8 @@ static PyMethodDef ebc_methods[] = {
     {"convert_dtype", (PyCFunction)(void (*)(void))ebc_convert_dtype, METH_VARARGS, NULL},
     {"table_bytes", (PyCFunction)(void (*)(void))ebc_table_bytes, METH_VARARGS, NULL},
     {"weights_view", (PyCFunction)(void (*)(void))ebc_weights_view, METH_VARARGS, NULL},
+    {"tier_stats", (PyCFunction)(void (*)(void))ebc_tier_stats, METH_VARARGS, NULL},
+    {"prefetch", (PyCFunction)(void (*)(void))ebc_prefetch, METH_VARARGS, NULL},
     {"close", (PyCFunction)(void (*)(void))ebc_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

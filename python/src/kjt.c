@@ -27,11 +27,13 @@ int ember_py_config_parse(PyObject *tables, PyObject *features, ember_py_config 
         ember_table_config *c = &out->tables[t];
         *c = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
         long long rows = 0;
-        int dim = 0, pooling = 0, dtype = 0, init = 0, optim = 0, wd_mode = 0, sr = 0;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(tseq, t), "sLiiiifffifffffifffi;a table tuple", &c->name,
+        int dim = 0, pooling = 0, dtype = 0, init = 0, optim = 0, wd_mode = 0, sr = 0, policy = 0;
+        long long cache_rows = 0;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(tseq, t), "sLiiiifffifffffifffiLi;a table tuple", &c->name,
                               &rows, &dim, &pooling, &dtype, &init, &c->init.a, &c->init.b, &c->init.std, &optim,
                               &c->optim.lr, &c->optim.eps, &c->optim.beta1, &c->optim.beta2, &c->optim.weight_decay,
-                              &wd_mode, &c->optim.initial_accumulator, &c->optim.momentum, &c->optim.eta, &sr)) {
+                              &wd_mode, &c->optim.initial_accumulator, &c->optim.momentum, &c->optim.eta, &sr,
+                              &cache_rows, &policy)) {
             // An integer too large for its C field, most likely: the library's kind of error.
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
@@ -51,6 +53,8 @@ int ember_py_config_parse(PyObject *tables, PyObject *features, ember_py_config 
         c->optim.kind = (ember_optim_kind)optim;
         c->optim.weight_decay_mode = (ember_weight_decay_mode)wd_mode;
         c->stochastic_rounding = sr;
+        c->cache_rows = cache_rows;
+        c->cache_policy = (ember_evict_policy)policy;
     }
     for (Py_ssize_t f = 0; f < F; f++) {
         ember_feature_config *c = &out->features[f];

@@ -53,12 +53,13 @@ static PyObject *sebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     int bounds, num_threads, max_batch, conv;
     unsigned long long seed;
     long long max_nnz;
+    const char *ssd_dir = NULL;
     if (kwds && PyDict_Size(kwds) > 0) {
         PyErr_SetString(PyExc_TypeError, "SEBC takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOiKiiLOi", &parent, &tables, &features, &bounds, &seed, &num_threads, &max_batch,
-                          &max_nnz, &plans, &conv))
+    if (!PyArg_ParseTuple(args, "OOOiKiiLOi|z", &parent, &tables, &features, &bounds, &seed, &num_threads, &max_batch,
+                          &max_nnz, &plans, &conv, &ssd_dir))
         return NULL;
     ember_py_config c;
     memset(&c, 0, sizeof c);
@@ -74,6 +75,7 @@ static PyObject *sebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         c.cfg.seed = seed;
         c.cfg.max_batch_size = max_batch;
         c.cfg.max_nnz = max_nnz;
+        c.cfg.ssd_dir = ssd_dir;
         self->all_none = c.cfg.num_tables > 0;
         for (int32_t t = 0; t < c.cfg.num_tables; t++)
             if (c.tables[t].pooling != EMBER_POOL_NONE) self->all_none = 0;
@@ -230,6 +232,18 @@ static PyObject *sebc_set_step(SEBCObject *self, PyObject *args) {
     if (sebc_enter(self) != 0) return NULL;
     ember_status st = ember_sebc_set_step(self->s, t, step);
     PyObject *ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+    sebc_leave(self);
+    return ret;
+}
+
+// tier_stats(t) -> dict of this rank's pieces of table t   Local.
+static PyObject *sebc_tier_stats(SEBCObject *self, PyObject *args) {
+    int t;
+    if (!PyArg_ParseTuple(args, "i", &t)) return NULL;
+    if (sebc_enter(self) != 0) return NULL;
+    ember_tier_stats x;
+    ember_status st = ember_sebc_tier_stats(self->s, t, &x);
+    PyObject *ret = st == EMBER_OK ? ember_py_tier_stats_dict(&x) : ember_py_raise(self->ctx, st);
     sebc_leave(self);
     return ret;
 }
@@ -486,6 +500,7 @@ static PyMethodDef sebc_methods[] = {
     {"set_lr", (PyCFunction)(void (*)(void))sebc_set_lr, METH_VARARGS, NULL},
     {"step", (PyCFunction)(void (*)(void))sebc_step, METH_VARARGS, NULL},
     {"set_step", (PyCFunction)(void (*)(void))sebc_set_step, METH_VARARGS, NULL},
+    {"tier_stats", (PyCFunction)(void (*)(void))sebc_tier_stats, METH_VARARGS, NULL},
     {"read", (PyCFunction)(void (*)(void))sebc_read, METH_VARARGS, NULL},
     {"write", (PyCFunction)(void (*)(void))sebc_write, METH_VARARGS, NULL},
     {"convert_dtype", (PyCFunction)(void (*)(void))sebc_convert_dtype, METH_VARARGS, NULL},

@@ -211,6 +211,74 @@ def train_both(run, name, sebc, local, tables, conv, steps_shares, seed):
 
 # ---- cases -------------------------------------------------------------------------------
 
+def tiered_tables(cache):
+    """t0 120 x 4 SUM (f0) adam and t1 60 x 4 MEAN (f1) rowwise_adagrad with caches of `cache` rows
+    (0: in RAM; 36 holds a step's ids, fewer than the rows the steps touch), t2 10 x 4 in RAM."""
+    T = ember.TableConfig
+    u = ("uniform", -0.5, 0.5)
+    return [
+        T("t0", 120, 4, feature_names=["f0"], pooling="sum", optimizer="adam", lr=0.02, init=u, cache_rows=cache),
+        T("t1", 60, 4, feature_names=["f1"], pooling="mean", optimizer="rowwise_adagrad", lr=0.1,
+          initial_accumulator=0.01, init=u, cache_rows=cache, cache_policy="lfu"),
+        T("t2", 10, 4, feature_names=["f2"], optimizer="sgd", lr=0.1, init=u),
+    ]
+
+
+def case_tiered(run):
+    """Tables on disk (TableConfig.cache_rows) under every scheme that takes them against the
+    single process in RAM: the same numbers, caches that evicted and read rows back; a single
+    process with tiered tables is bitwise the one in RAM (prefetch included); data-parallel is
+    refused on every rank."""
+    W = run.size
+    ram, disk = tiered_tables(0), tiered_tables(36)
+    local = ember.EmbeddingBagCollection(ram, seed=3)
+    tiered = ember.EmbeddingBagCollection(disk, seed=3)
+    rng = np.random.default_rng(11)
+    batches = [random_batch(rng, feature_rows(ram), 9) for _ in range(8)]
+    for i, batch in enumerate(batches):
+        kjt = kjt_of(batch, range(9))[0]
+        want, got = local.forward(kjt), tiered.forward(kjt)
+        run.check(np.array_equal(want, got), "one process, step %d: tiered forward differs from RAM" % i)
+        if i + 1 < len(batches):
+            tiered.prefetch(kjt_of(batches[i + 1], range(9))[0])
+        G = rng.standard_normal(want.shape).astype(np.float32)
+        local.backward(kjt, G)
+        tiered.backward(kjt, G)
+    compare_states(run, tiered.state_dict(), local.state_dict(), "one process tiered", exact=True)
+    st = tiered.tier_stats("t0")
+    run.check(st["evictions"] > 0 and st["rows_read"] > 0 and st["staged"] > 0,
+              "one process: t0 cache counters %s (want evictions, file reads and staged rows)" % st)
+    try:
+        tiered.tier_stats("t2")
+        run.check(False, "tier_stats of a table in RAM did not raise")
+    except ember.errors.InvalidArgumentError:
+        pass
+    local.close()
+    tiered.close()
+    for plan in ("tw", "cw", "rw", "twrw", "auto"):
+        sebc = ember.ShardedEmbeddingBagCollection(disk, plan, comm=run.comm, seed=17)
+        local = ember.EmbeddingBagCollection(ram, seed=17)
+        try:
+            train_both(run, "tiered " + plan, sebc, local, disk, "mean", shares_for(W) * 4, seed=5)
+            # Summed over ranks: the pieces missed; a piece holding every row (tw, cw) also evicted
+            # rows and read some back from its file (row splits leave each piece fewer rows than
+            # its cache: dist.big_tables covers their eviction).
+            st = sebc.tier_stats("t0")
+            counts = np.array([st["misses"], st["evictions"], st["rows_read"]], dtype=np.float64)
+            run.comm.allreduce_grads(counts, convention="sum")
+            whole = plan in ("tw", "cw")
+            run.check(counts[0] > 0 and (not whole or (counts[1] > 0 and counts[2] > 0)),
+                      "tiered %s: misses, evictions and file reads over the ranks %s" % (plan, counts))
+        finally:
+            sebc.close()
+            local.close()
+    try:
+        ember.ShardedEmbeddingBagCollection(disk, {"t0": "dp", "t1": "tw", "t2": "tw"}, comm=run.comm, seed=17)
+        run.check(False, "a data-parallel tiered table was accepted")
+    except ember.errors.UnsupportedError as e:
+        run.check("t0" in str(e), "the refusal names the table: %s" % e)
+
+
 def case_schemes(run):
     """Every scheme, the planner's plans and mixed plans against the single process."""
     W = run.size
@@ -815,6 +883,7 @@ CASES = {
     "ckpt_save": case_ckpt_save,
     "ckpt_load": case_ckpt_load,
     "memory": case_memory,
+    "tiered": case_tiered,
 }
 
 

@@ -1083,3 +1083,38 @@ def test_long_calls_release_the_gil():
     # Holding the GIL would leave the counter a switch interval (5 ms) per call at most.
     print("counter %.0f/s during the calls, %.0f/s alone" % (busy, alone))
     assert busy > 0.2 * alone, "counter ran at %.0f/s during the calls, %.0f/s alone" % (busy, alone)
+
+
+def test_tiered_table_is_the_table_in_ram(tmp_path):
+    """TableConfig.cache_rows puts a table on disk behind a cache (docs/tiered.md): bitwise the
+    same outputs and state as in RAM, the prefetch included; the counters say rows went to the
+    file and came back; bad settings are refused naming the table."""
+    T = ember.TableConfig
+    u = ("uniform", -0.5, 0.5)
+    ram = [T("big", 50, 4, optimizer="adam", lr=0.05, init=u), T("small", 5, 3, pooling="mean", init=u)]
+    disk = [dataclasses.replace(ram[0], cache_rows=8, cache_policy="lfu"), ram[1]]
+    rng = np.random.default_rng(4)
+    with ember.EmbeddingBagCollection(ram, seed=9) as a, \
+            ember.EmbeddingBagCollection(disk, seed=9, ssd_dir=tmp_path) as b:
+        batches = [random_batch(rng, [50, 5], 3, max_len=2) for _ in range(12)]
+        for i, batch in enumerate(batches):
+            values, lengths, weights, B = batch.arrays(range(3))
+            kjt = ember.KJT(values, lengths, batch_size=B)
+            assert np.array_equal(a.forward(kjt), b.forward(kjt)), "step %d" % i
+            if i + 1 < len(batches):
+                nv, nl, _, nB = batches[i + 1].arrays(range(3))
+                b.prefetch(ember.KJT(nv, nl, batch_size=nB))
+            g = rng.standard_normal((B, a.output_dim)).astype(np.float32)
+            a.backward(kjt, g)
+            b.backward(kjt, g)
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
+        st = b.tier_stats("big")
+        assert st["evictions"] > 0 and st["rows_written"] > 0 and st["rows_read"] > 0
+        assert st["hits"] + st["misses"] > 0 and 0 <= st["staged"] <= st["rows_read"]
+        with pytest.raises(ember.errors.InvalidArgumentError, match="small"):
+            b.tier_stats("small")
+    with pytest.raises(ember.errors.InvalidArgumentError, match="cache_policy"):
+        T("x", 10, 4, cache_rows=4, cache_policy="ttl")
+    with pytest.raises(ember.errors.EmberIOError, match="big"):
+        ember.EmbeddingBagCollection(disk, ssd_dir=tmp_path / "missing")
