@@ -665,7 +665,7 @@ static ember_status restore(run *R) {
 // ---- Training ----------------------------------------------------------------------------------
 
 // Tiered tables' caches over the run (training and evaluation forwards), summed over ranks:
-// hit rate, rows moved to and from the files, misses the prefetch had staged (--overlap on).
+// hit rate, rows moved to and from the files, rows the prefetch asked the kernel to read ahead (--overlap on).
 // One line for all of them, and one per table when there are few. Collective.
 static ember_status print_tier_stats(run *R) {
     enum { K = 5 };
@@ -675,7 +675,7 @@ static ember_status print_tier_stats(run *R) {
         if (R->tables[t].cache_rows == 0 || !R->backend.tier_stats) continue;
         ember_tier_stats x;
         APP_TRY(R->backend.tier_stats(R->backend.impl, t, &x));
-        const double m[K] = {(double)x.hits, (double)x.misses, (double)x.staged, (double)x.bytes_read,
+        const double m[K] = {(double)x.hits, (double)x.misses, (double)x.prefetched, (double)x.bytes_read,
                              (double)x.bytes_written};
         memcpy(v[t], m, sizeof m);
         APP_TRY(ember_comm_allreduce_sum_f64(R->comm, v[t], K));
@@ -684,13 +684,13 @@ static ember_status print_tier_stats(run *R) {
     }
     if (n == 0 || !R->out) return EMBER_OK;
     fprintf(R->out,
-            "tiered tables (%d): cache hit rate %.3f over %.0f row lookups, %.0f misses (%.0f staged by the "
-            "prefetch), %.1f MB read from and %.1f MB written to their files\n",
+            "tiered tables (%d): cache hit rate %.3f over %.0f row lookups, %.0f misses (%.0f read ahead by "
+            "the prefetch), %.1f MB read from and %.1f MB written to their files\n",
             n, tot[0] + tot[1] > 0 ? tot[0] / (tot[0] + tot[1]) : 0.0, tot[0] + tot[1], tot[1], tot[2], tot[3] / 1e6,
             tot[4] / 1e6);
     for (int32_t t = 0; t < DLRM_NUM_SPARSE && n <= 4; t++)
         if (R->tables[t].cache_rows > 0)
-            fprintf(R->out, "  %s: hit rate %.3f, %.0f misses (%.0f staged)\n", R->table_names[t],
+            fprintf(R->out, "  %s: hit rate %.3f, %.0f misses (%.0f read ahead)\n", R->table_names[t],
                     v[t][0] + v[t][1] > 0 ? v[t][0] / (v[t][0] + v[t][1]) : 0.0, v[t][1], v[t][2]);
     return EMBER_OK;
 }

@@ -291,28 +291,25 @@ typedef struct ember_hash_stats {
 EMBER_API ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table, ember_hash_stats *out);
 
 // ---- Tiered tables (docs/tiered.md) ------------------------------------------------------------
-// Starts reading the rows `kjt` reads of the tiered tables that are not in their caches but in
-// their files into a staging area, on the collection's staging thread (one, started by the
-// first call, kept until ember_ebc_destroy), so that the reads overlap the caller's current step
-// (call it with the next batch after this batch's forward); the next forward waits for it and
-// takes them from there. Rows a file has never held are left to the forward, which makes them
-// from the initialiser (compute a thread would only take from the step's cores). The results
-// are the same with or without it; a row written in between (state dict, write-back) is read
-// again. Without a tiered table it does nothing. Local. Returns EMBER_OK,
-// EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE (kjt checked as forward checks it),
-// EMBER_ERR_NOMEM (workspace); a staging area or thread that cannot be had only means no
-// prefetch.
+// Asks the kernel to start reading the file pages of the rows `kjt` reads of the tiered tables
+// that are neither in their caches nor only initial values (MADV_WILLNEED on the mapping: the
+// reads are queued at once, as many at a time as the device takes, and go on while the caller's
+// step runs; call it with the next batch after this batch's forward). The next forward then
+// finds those pages in memory. A hint: no thread, no copy, nothing to wait for; the results are
+// the same with or without it, and pages already in memory cost only the call. Without a tiered
+// table it does nothing. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE
+// (kjt checked as forward checks it), EMBER_ERR_NOMEM (workspace).
 EMBER_API ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt);
 
 // Cumulative cache counters of a tiered table: per forward, each distinct row is a hit (resident)
 // or a miss (loaded: from the file, or initial values for a row never written back); rows and
-// bytes read from / written to its file; rows evicted; misses a prefetch had staged (the forward
-// copied them from the staging area instead of reading the file).
+// bytes read from / written to its file; rows evicted; rows a prefetch asked the kernel to read
+// ahead (ember_ebc_prefetch: not cached, held by the file).
 typedef struct ember_tier_stats {
     int64_t hits, misses, evictions;
     int64_t rows_read, rows_written;
     int64_t bytes_read, bytes_written;
-    int64_t staged;
+    int64_t prefetched;
 } ember_tier_stats;
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL, unknown table, a table that is not tiered).
 EMBER_API ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tier_stats *out);

@@ -156,9 +156,9 @@ EMBER_API ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, 
 // second prefetch before the forward waits for and drops the first. The KJT need not outlive the
 // call (what travels was copied). Tiered tables (docs/tiered.md): once the prefetched ids have
 // arrived at their owner (tested in this call, in ember_sebc_backward_start and at the start of
-// ember_sebc_backward_finish; never waited for), the owner's thread stages the rows they read
-// that only the files hold (ember_ebc_prefetch), while the step goes on; ember_sebc_tier_stats
-// counts them (staged). Collective. Returns EMBER_OK, and the validation statuses of
+// ember_sebc_backward_finish; never waited for), the owner asks the kernel to read the file
+// pages of the rows they read that are not cached (ember_ebc_prefetch), while the step goes on;
+// ember_sebc_tier_stats counts them (prefetched). Collective. Returns EMBER_OK, and the validation statuses of
 // ember_sebc_forward (then nothing is in flight), EMBER_ERR_NOMEM, EMBER_ERR_COMM,
 // EMBER_ERR_TIMEOUT; every rank returns the same status.
 //

@@ -298,18 +298,17 @@ class EmbeddingBagCollection(_Collection):
         return self._c.table_bytes(self._t(table))
 
     def prefetch(self, kjt: KJT) -> None:
-        """Starts reading the rows ``kjt`` will read of the tiered tables that only their files
-        hold into a staging area, on the collection's staging thread: call it with the next batch
-        after this batch's forward, and the next forward takes them from there. The numbers are
-        the same with or without it. Without a tiered table it does nothing. Local. Raises as
-        forward does for a bad KJT."""
+        """Asks the kernel to start reading the file pages of the rows ``kjt`` will read of the
+        tiered tables that are not cached (a hint: the reads go on while the step runs): call it
+        with the next batch after this batch's forward. The numbers are the same with or without
+        it. Without a tiered table it does nothing. Local. Raises as forward does for a bad KJT."""
         values, lengths, offsets, weights, F, B = self._kjt_parts(kjt)
         self._c.prefetch(values, lengths, offsets, weights, F, B)
 
     def tier_stats(self, table: Any) -> dict[str, int]:
         """A tiered table's cumulative cache counters: hits and misses (distinct rows per forward),
-        evictions, rows_read / rows_written and bytes_read / bytes_written of its file, staged
-        (misses a prefetch had staged). Local. Raises InvalidArgumentError for a table in RAM."""
+        evictions, rows_read / rows_written and bytes_read / bytes_written of its file,
+        prefetched (rows a prefetch asked the kernel to read ahead). Local. Raises InvalidArgumentError for a table in RAM."""
         return self._c.tier_stats(self._t(table))
 
     @property

@@ -326,7 +326,7 @@ PyObject *ember_py_tier_stats_dict(const ember_tier_stats *x) {
     return Py_BuildValue("{sLsLsLsLsLsLsLsL}", "hits", (long long)x->hits, "misses", (long long)x->misses,
                          "evictions", (long long)x->evictions, "rows_read", (long long)x->rows_read, "rows_written",
                          (long long)x->rows_written, "bytes_read", (long long)x->bytes_read, "bytes_written",
-                         (long long)x->bytes_written, "staged", (long long)x->staged);
+                         (long long)x->bytes_written, "prefetched", (long long)x->prefetched);
 }
 
 // tier_stats(t) -> dict   Local.

@@ -42,7 +42,7 @@ typedef struct ember_py_config {
 int ember_py_config_parse(PyObject *tables, PyObject *features, ember_py_config *out);
 void ember_py_config_free(ember_py_config *c);
 // A tiered table's counters as a dict: hits, misses, evictions, rows_read, rows_written,
-// bytes_read, bytes_written, staged (ember_tier_stats). NULL with an exception on failure.
+// bytes_read, bytes_written, prefetched (ember_tier_stats). NULL with an exception on failure.
 PyObject *ember_py_tier_stats_dict(const ember_tier_stats *x);
 // [(name, rows, cols, dtype name)] of n tensor descriptions.
 PyObject *ember_py_tensor_list(const ember_tensor_info *ti, int32_t n);

@@ -58,10 +58,10 @@ ember_status ember__prefetch_finish(ember_sebc *s);
 ember_status ember__prefetch_drain(ember_sebc *s);
 // Once a pending prefetch's lengths and ids have arrived (tested, never waited for), starts the
 // prefetch of the rows they read of this rank's tiered tables (ember_ebc_prefetch on the owner's
-// local KJT), at most once per prefetch: a thread reads them while the step goes on, and the
-// forward that takes the batch finds them staged. Called where the step passes (the prefetch
-// itself, the backward's start and finish). Local; never fails: a prefetch that cannot start
-// changes nothing but time.
+// local KJT), at most once per prefetch: the kernel reads their file pages while the step goes
+// on, and the forward that takes the batch finds them in memory. Called where the step passes
+// (the prefetch itself, the backward's start and finish). Local; never fails: a prefetch that
+// cannot start changes nothing but time.
 void ember__prefetch_rows(ember_sebc *s);
 
 // The owner's local KJT of s's current input (route-major, then source) into the given buffers,

@@ -453,7 +453,7 @@ ember_status ember_sebc_tier_stats(const ember_sebc *s, int32_t t, ember_tier_st
         EMBER_TRY(ember_ebc_tier_stats(e, lt, &x));
         out->hits += x.hits, out->misses += x.misses, out->evictions += x.evictions;
         out->rows_read += x.rows_read, out->rows_written += x.rows_written;
-        out->bytes_read += x.bytes_read, out->bytes_written += x.bytes_written, out->staged += x.staged;
+        out->bytes_read += x.bytes_read, out->bytes_written += x.bytes_written, out->prefetched += x.prefetched;
     }
     return EMBER_OK;
 }

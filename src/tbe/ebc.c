@@ -185,7 +185,6 @@ void ember_ebc_destroy(ember_ebc *ebc) {
             if (ebc->tables[t].label != ebc->tables[t].name) ember__free(ctx, ebc->tables[t].label);
             ember__free(ctx, ebc->tables[t].name);
         }
-    ember__stager_destroy(ctx, ebc->stager);
     if (ebc->feature_names)
         for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
     for (int i = 0; i < EMBER__WS_SLOTS; i++) ember__buf_free(ctx, &ebc->ws[i]);

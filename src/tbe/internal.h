@@ -82,7 +82,6 @@ struct ember_ebc {
     size_t state_floats;
     int64_t total_keys;      // sum_t rows_t
     ember__buf ws[EMBER__WS_SLOTS]; // grow-on-demand scratch of the calls (ember__ws_get)
-    struct ember__stager *stager;   // ember_ebc_prefetch's thread (tiered.c), from its first call
 };
 
 // Creates a collection whose table t is the piece origins[t] of a larger global table (NULL:
@@ -113,13 +112,10 @@ ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, 
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                            float *grad_weights);
 // ember_ebc_prefetch on such a KJT (the sharded collection's owners: the next batch's routed
-// ids, once its input dist arrived). Returns EMBER_OK, EMBER_ERR_NOMEM (then nothing is staged).
+// ids, once its input dist arrived). Returns EMBER_OK, EMBER_ERR_NOMEM (then nothing is advised).
 ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt);
 // Whether the collection has a tiered table (a prefetch has something to do).
 int ember__ebc_tiered(const ember_ebc *ebc);
-// Stops and frees the collection's staging thread (after its tables' maps). NULL-safe.
-typedef struct ember__stager ember__stager;
-void ember__stager_destroy(ember_ctx *ctx, ember__stager *g);
 
 typedef struct ember__optim_step ember__optim_step; // tbe/kernels.h
 

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@ typedef struct tiered {
     size_t file_bytes;
     int64_t rows, cap;         // logical rows, slots
     size_t wbytes, rec;        // weight bytes of a row, record bytes (weights + state)
+    size_t page;               // the system's page size (prefetch advice)
     unsigned char *on_disk;    // [rows/8] bit: the file holds this row's record
     int64_t *slot_row;         // [cap] row in the slot, -1 free
     int64_t *last, *uses;      // [cap] call of the last use, uses since loaded
@@ -46,15 +46,6 @@ typedef struct tiered {
     unsigned char *buf;        // one record
     int64_t *miss, miss_cap;   // this call's missing rows
     int64_t *stash;            // [cap] slots out of the heap during a call
-    // ember_ebc_prefetch: the next batch's missing rows that the file holds (ascending) and their
-    // records, made by the stager while the caller's step goes on; valid until a write changes
-    // the row.
-    int64_t *st_rows, st_n, st_cap;
-    unsigned char *st_valid, *st_buf;
-    int pending;               // the stager's posted job has this table (wait before reading st_*)
-    ember__stager *stager;     // the collection's (set at the first prefetch)
-    const ember_ebc *st_ebc;
-    const ember__table *st_tb;
     ember_tier_stats stats;
 } tiered;
 
@@ -167,30 +158,9 @@ static void make_record(const ember_ebc *ebc, const tiered *m, const ember__tabl
 
 static inline int is_on_disk(const tiered *m, int64_t row) { return (m->on_disk[row >> 3] >> (row & 7)) & 1; }
 
-// The staged record of `row` (ember_ebc_prefetch), or -1.
-static int64_t staged(const tiered *m, int64_t row) {
-    int64_t lo = 0, hi = m->st_n - 1;
-    while (lo <= hi) {
-        const int64_t mid = (lo + hi) / 2;
-        if (m->st_rows[mid] == row) return m->st_valid[mid] ? mid : -1;
-        if (m->st_rows[mid] < row) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return -1;
-}
-
-static void prefetch_join(tiered *m);
-
 static void load_record(const ember_ebc *ebc, tiered *m, const ember__table *tb, int64_t row, unsigned char *buf) {
     const int disk = is_on_disk(m, row);
-    if (m->pending) prefetch_join(m); // the staging area is the thread's until then
-    const int64_t k = m->st_n ? staged(m, row) : -1;
-    if (k >= 0) {
-        memcpy(buf, m->st_buf + (size_t)k * m->rec, m->rec);
-        m->stats.staged++;
-    } else {
-        make_record(ebc, m, tb, row, disk, buf);
-    }
+    make_record(ebc, m, tb, row, disk, buf);
     if (disk) {
         m->stats.rows_read++;
         m->stats.bytes_read += (int64_t)m->rec;
@@ -202,10 +172,6 @@ static void store_record(tiered *m, int64_t row, const unsigned char *buf) {
     m->on_disk[row >> 3] |= (unsigned char)(1u << (row & 7));
     m->stats.rows_written++;
     m->stats.bytes_written += (int64_t)m->rec;
-    if (m->st_n) { // a staged copy of the row is stale now
-        const int64_t k = staged(m, row);
-        if (k >= 0) m->st_valid[k] = 0;
-    }
 }
 
 static void slot_to_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
@@ -224,84 +190,6 @@ static void record_to_slot(const ember_ebc *ebc, const tiered *m, const ember__t
 }
 
 // ---- prefetch ------------------------------------------------------------------------------
-// The collection's staging thread (one, started by its first prefetch, kept until it is
-// destroyed): each prefetch posts the tiered tables with rows to stage; the thread makes their
-// records and says it is done. The caller's thread waits (prefetch_join) before it reads or
-// changes anything the job reads.
-struct ember__stager {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int posted, done, quit; // under mu
-    int busy;               // a posted job not yet waited for (caller's thread only)
-    int32_t n;              // tables in the job
-    tiered **job;           // [T]
-};
-
-static void *stager_main(void *arg) {
-    ember__stager *g = arg;
-    pthread_mutex_lock(&g->mu);
-    for (;;) {
-        while (!g->posted && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
-        if (g->quit) break;
-        g->posted = 0;
-        pthread_mutex_unlock(&g->mu);
-        for (int32_t i = 0; i < g->n; i++) {
-            tiered *m = g->job[i];
-            for (int64_t k = 0; k < m->st_n; k++)
-                make_record(m->st_ebc, m, m->st_tb, m->st_rows[k], 1, m->st_buf + (size_t)k * m->rec);
-        }
-        pthread_mutex_lock(&g->mu);
-        g->done = 1;
-        pthread_cond_broadcast(&g->cv);
-    }
-    pthread_mutex_unlock(&g->mu);
-    return NULL;
-}
-
-static void stager_wait(ember__stager *g) {
-    if (!g || !g->busy) return;
-    pthread_mutex_lock(&g->mu);
-    while (!g->done) pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-    g->busy = 0;
-    for (int32_t i = 0; i < g->n; i++) g->job[i]->pending = 0;
-}
-
-static ember__stager *stager_create(ember_ebc *ebc) {
-    ember__stager *g = ember__calloc(ebc->ctx, sizeof *g);
-    tiered **job = ember__calloc(ebc->ctx, sizeof(tiered *) * (size_t)ebc->T);
-    if (g && job && pthread_mutex_init(&g->mu, NULL) == 0) {
-        if (pthread_cond_init(&g->cv, NULL) == 0) {
-            g->job = job;
-            if (pthread_create(&g->thread, NULL, stager_main, g) == 0) return g;
-            pthread_cond_destroy(&g->cv);
-        }
-        pthread_mutex_destroy(&g->mu);
-    }
-    ember__free(ebc->ctx, job);
-    ember__free(ebc->ctx, g);
-    return NULL;
-}
-
-void ember__stager_destroy(ember_ctx *ctx, ember__stager *g) {
-    if (!g) return;
-    stager_wait(g);
-    pthread_mutex_lock(&g->mu);
-    g->quit = 1;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    pthread_join(g->thread, NULL);
-    pthread_cond_destroy(&g->cv);
-    pthread_mutex_destroy(&g->mu);
-    ember__free(ctx, g->job);
-    ember__free(ctx, g);
-}
-
-static void prefetch_join(tiered *m) {
-    if (m->pending) stager_wait(m->stager);
-}
-
 static int cmp_i64(const void *a, const void *b) {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -342,9 +230,6 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
                 tb->label, (long long)(nmiss + npinned), (long long)m->cap);
     // 2. Each missing row takes a free slot, else the policy's first unpinned slot (pinned ones
     // met on the way are set aside, as are the new rows, and go back into the heap after). A
-    // forward waits for its prefetch first and takes the staged records; any call that writes a
-    // victim back waits too (the thread may be reading the file).
-    if (phase == EMBER__MAP_FORWARD || nmiss > 0) prefetch_join(m);
     int64_t ns = 0;
     for (int64_t i = 0; i < nmiss; i++) {
         const int64_t row = m->miss[i];
@@ -372,7 +257,6 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
         m->stash[ns++] = s;
     }
     restore_heap(m, ns);
-    if (phase == EMBER__MAP_FORWARD) m->st_n = 0; // this forward had its prefetch
     if (phase == EMBER__MAP_FORWARD) { // a backward finds the forward's rows: not counted again
         m->stats.hits += npinned;
         m->stats.misses += nmiss;
@@ -391,36 +275,30 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     return EMBER_OK;
 }
 
-// Lists the rows of rows[n] (ascending, distinct) that are neither cached nor only initial
-// values (those the forward makes itself: a thread would only take their compute from the
-// step's cores): the file's rows, whose reads the staging thread takes off the step. Returns
-// whether there is any. Any failure only means no prefetch: the forward then reads them itself.
-static int tiered_prefetch_list(ember_ebc *ebc, ember__table *tb, const int64_t *rows, int64_t n) {
-    tiered *m = (tiered *)tb->map;
-    m->st_n = 0;
-    int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) k += hfind(m, rows[i]) < 0 && is_on_disk(m, rows[i]);
-    if (k == 0) return 0;
-    if (k > m->st_cap) {
-        int64_t *r = ember__alloc(ebc->ctx, sizeof(int64_t) * (size_t)k);
-        unsigned char *v = ember__alloc(ebc->ctx, (size_t)k);
-        unsigned char *b = ember__alloc(ebc->ctx, (size_t)k * m->rec + sizeof(float) * (size_t)tb->cfg.dim);
-        if (!r || !v || !b) {
-            ember__free(ebc->ctx, r), ember__free(ebc->ctx, v), ember__free(ebc->ctx, b);
-            return 0;
-        }
-        ember__free(ebc->ctx, m->st_rows), ember__free(ebc->ctx, m->st_valid), ember__free(ebc->ctx, m->st_buf);
-        m->st_rows = r, m->st_valid = v, m->st_buf = b, m->st_cap = k;
-    }
+// Advises the kernel to read the file's pages of rows[n] (ascending, distinct; neither cached
+// nor only initial values, which the forward makes from the initialiser): MADV_WILLNEED
+// queues the reads at once and returns, so they proceed while the caller's step goes on, as
+// many at a time as the device takes, and the forward finds the pages in memory. Pages at most
+// ADVISE_GAP apart go in one call (a call costs more than the kernel's check of a page already
+// in memory; a gap's pages are read too). A hint: nothing to wait for or undo, and a failure
+// changes nothing.
+enum { ADVISE_GAP = 8 }; // pages between two rows' pages that one call may span
+
+static void tiered_advise(tiered *m, const int64_t *rows, int64_t n) {
+    const size_t page = m->page;
+    size_t lo = 0, hi = 0; // the pending range of pages
+    m->stats.prefetched += n;
     for (int64_t i = 0; i < n; i++) {
-        if (hfind(m, rows[i]) >= 0 || !is_on_disk(m, rows[i])) continue;
-        m->st_rows[m->st_n] = rows[i];
-        m->st_valid[m->st_n] = 1;
-        m->st_n++;
+        const int64_t r = rows[i];
+        const size_t a = (size_t)r * m->rec / page * page, b = ((size_t)(r + 1) * m->rec + page - 1) / page * page;
+        if (hi > lo && a <= hi + ADVISE_GAP * page) { // near enough: one call, the gap read too
+            hi = b > hi ? b : hi;
+            continue;
+        }
+        if (hi > lo) (void)madvise(m->file + lo, hi - lo, MADV_WILLNEED);
+        lo = a, hi = b;
     }
-    m->st_ebc = ebc;
-    m->st_tb = tb;
-    return 1;
+    if (hi > lo) (void)madvise(m->file + lo, hi - lo, MADV_WILLNEED);
 }
 
 // The current record of logical row r into m->buf (cached, on file or initial); its slot, or -1.
@@ -450,7 +328,6 @@ static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, in
 static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, int64_t r0, int64_t r1,
                                  ember_dtype dtype, const void *src) {
     tiered *m = (tiered *)tb->map;
-    prefetch_join(m); // writes reach the file, which the thread may be reading
     const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t s = current_record(ebc, m, tb, r);
@@ -471,11 +348,10 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
 
 static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     tiered *m = (tiered *)map;
-    prefetch_join(m);
     if (m->file) munmap(m->file, m->file_bytes);
     if (m->fd >= 0) close(m->fd);
     void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hkeys,
-                    m->hvals, m->buf, m->miss, m->stash, m->st_rows, m->st_valid, m->st_buf};
+                    m->hvals, m->buf, m->miss, m->stash};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
     ember__free(ctx, m);
 }
@@ -526,6 +402,8 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     // The whole file is reserved now: a full disk fails here, never later in a mapped write
     // (which the kernel would answer with SIGBUS).
     m->file_bytes = (size_t)m->rows * m->rec;
+    const long page = sysconf(_SC_PAGESIZE);
+    m->page = page > 0 ? (size_t)page : 4096;
     int e = m->fd < 0 ? errno : posix_fallocate(m->fd, 0, (off_t)m->file_bytes);
     if (e == 0) {
         m->file = mmap(NULL, m->file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
@@ -576,42 +454,28 @@ ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
 }
 
 ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt) {
-    stager_wait(ebc->stager); // an earlier prefetch's job: its staging areas are rewritten below
+    if (!ember__ebc_tiered(ebc)) return EMBER_OK;
     const int64_t *off = ember__ebc_offsets(ebc, kjt);
     int64_t *rows = ember__ws_get(ebc, 14, sizeof(int64_t) * (size_t)(kjt->nnz > 0 ? kjt->nnz : 1));
     if (!off || !rows) return EMBER_ERR_NOMEM;
     const int32_t B = kjt->batch_size;
-    if (!ember__ebc_tiered(ebc)) return EMBER_OK;
-    if (!ebc->stager) ebc->stager = stager_create(ebc);
-    ember__stager *g = ebc->stager;
-    if (!g) return EMBER_OK; // no thread: no prefetch
-    tiered **job = g->job;
-    int32_t nj = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
         if (!tb->map || tb->map->ops != &tiered_ops) continue;
-        int64_t n = 0;
+        tiered *m = (tiered *)tb->map;
+        int64_t n = 0; // the rows the file holds and the cache does not: usually a few of the ids
         for (int32_t f = 0; f < ebc->F; f++) {
             if (ebc->feature_table[f] != t) continue;
             for (int64_t j = off[(int64_t)f * B]; j < off[(int64_t)(f + 1) * B]; j++) {
                 const int64_t r = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
-                if (r >= 0) rows[n++] = r;
+                if (r >= 0 && is_on_disk(m, r) && hfind(m, r) < 0) rows[n++] = r;
             }
         }
         if (n > 1) qsort(rows, (size_t)n, sizeof(int64_t), cmp_i64);
         int64_t u = 0;
         for (int64_t i = 0; i < n; i++)
             if (i == 0 || rows[i] != rows[i - 1]) rows[u++] = rows[i];
-        if (tiered_prefetch_list(ebc, tb, rows, u)) job[nj++] = (tiered *)tb->map;
+        tiered_advise(m, rows, u);
     }
-    g->n = nj;
-    if (nj == 0) return EMBER_OK;
-    for (int32_t i = 0; i < nj; i++) job[i]->pending = 1, job[i]->stager = g;
-    pthread_mutex_lock(&g->mu);
-    g->done = 0;
-    g->posted = 1;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    g->busy = 1;
     return EMBER_OK;
 }

@@ -29,14 +29,14 @@ state() { grep '^digest:' "$1" | sed 's/ outputs [0-9a-f]*//'; }
   >"$dir/ssd.txt" 2>&1 || fail "the run with tables on disk failed"
 [ -n "$(digest "$dir/ram.txt")" ] && [ "$(digest "$dir/ram.txt")" = "$(digest "$dir/ssd.txt")" ] ||
   fail "tables on disk changed the run's numbers"
-# --overlap on (the default) stages the next batch's missing rows while the step runs; off, the
+# --overlap on (the default) reads the next batch's missing rows ahead while the step runs; off, the
 # forward reads them itself: the same numbers, and the report says which happened.
-staged() { sed -n 's/^tiered tables (26): cache hit rate [0-9.]* over [0-9]* row lookups, [0-9]* misses (\([0-9]*\) staged.*/\1/p' "$1"; }
-[ "$(staged "$dir/ssd.txt")" -gt 0 ] 2>/dev/null || fail "the prefetch staged no row with --overlap on"
+ahead() { sed -n 's/^tiered tables (26): cache hit rate [0-9.]* over [0-9]* row lookups, [0-9]* misses (\([0-9]*\) read ahead.*/\1/p' "$1"; }
+[ "$(ahead "$dir/ssd.txt")" -gt 0 ] 2>/dev/null || fail "the prefetch asked for no row with --overlap on"
 "$@" "$ember" train "${common[@]}" --limit_train_batches 30 --ssd_tables all --cache_rows 300 --ssd_dir "$dir" \
   --overlap off >"$dir/ssd_plain.txt" 2>&1 || fail "the run with tables on disk and --overlap off failed"
 [ "$(digest "$dir/ram.txt")" = "$(digest "$dir/ssd_plain.txt")" ] || fail "--overlap off on disk changed the numbers"
-[ "$(staged "$dir/ssd_plain.txt")" = 0 ] || fail "--overlap off: rows were staged"
+[ "$(ahead "$dir/ssd_plain.txt")" = 0 ] || fail "--overlap off: rows were read ahead"
 ls "$dir"/ember-tiered-* >/dev/null 2>&1 && fail "a tiered table's scratch file was left behind"
 
 hash=(--hash collisionless --synth_items 4 --hash_min_count 2 --hash_policy lfu)

@@ -1111,7 +1111,7 @@ def test_tiered_table_is_the_table_in_ram(tmp_path):
         assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
         st = b.tier_stats("big")
         assert st["evictions"] > 0 and st["rows_written"] > 0 and st["rows_read"] > 0
-        assert st["hits"] + st["misses"] > 0 and 0 <= st["staged"] <= st["rows_read"]
+        assert st["hits"] + st["misses"] > 0 and 0 < st["prefetched"] <= st["rows_read"]
         with pytest.raises(ember.errors.InvalidArgumentError, match="small"):
             b.tier_stats("small")
     with pytest.raises(ember.errors.InvalidArgumentError, match="cache_policy"):
