@@ -141,7 +141,7 @@ static float *state_row(const ember__table *tb, int which, int64_t slot) {
 }
 
 // Record of `row` into buf: from the file, or the initial values and fresh optimizer state (buf
-// has room for the row in fp32 behind the weights). Pure: the prefetch thread runs it too.
+// has room for the row in fp32 behind the weights). Pure.
 static void make_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t row, int on_disk,
                         unsigned char *buf) {
     if (on_disk) {
@@ -229,7 +229,7 @@ static ember_status tiered_map(ember_ebc *ebc, ember__table *tb, const int64_t *
                 "table '%s': this batch touches %lld distinct rows, its cache holds %lld (raise cache_rows)",
                 tb->label, (long long)(nmiss + npinned), (long long)m->cap);
     // 2. Each missing row takes a free slot, else the policy's first unpinned slot (pinned ones
-    // met on the way are set aside, as are the new rows, and go back into the heap after). A
+    // met on the way are set aside, as are the new rows, and go back into the heap after).
     int64_t ns = 0;
     for (int64_t i = 0; i < nmiss; i++) {
         const int64_t row = m->miss[i];
