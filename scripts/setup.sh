@@ -2,7 +2,7 @@
 # Installs what ember needs on Debian 12 (as root), only what is missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin mpich libmpich-dev libcmocka-dev libopenblas-dev
-      libcjson-dev zlib1g-dev python3-numpy python3-venv python3-dev gnuplot-nox libsimde-dev gcc-aarch64-linux-gnu clang libomp-dev
+      libcjson-dev zlib1g-dev python3-numpy python3-venv python3-dev gnuplot-nox libsimde-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross clang libomp-dev
       libclang-rt-dev iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
