@@ -665,8 +665,8 @@ static ember_status restore(run *R) {
 // ---- Training ----------------------------------------------------------------------------------
 
 // Tiered tables' caches over the run (training and evaluation forwards), summed over ranks:
-// hit rate, rows moved to and from the files, rows the prefetch asked the kernel to read ahead (--overlap on).
-// One line for all of them, and one per table when there are few. Collective.
+// hit rate, rows moved to and from the files, rows the prefetch asked the kernel to read ahead
+// (--overlap on). One line for all of them, and one per table when there are few. Collective.
 static ember_status print_tier_stats(run *R) {
     enum { K = 5 };
     double v[DLRM_NUM_SPARSE][K] = {{0}}, tot[K] = {0};
@@ -675,9 +675,8 @@ static ember_status print_tier_stats(run *R) {
         if (R->tables[t].cache_rows == 0 || !R->backend.tier_stats) continue;
         ember_tier_stats x;
         APP_TRY(R->backend.tier_stats(R->backend.impl, t, &x));
-        const double m[K] = {(double)x.hits, (double)x.misses, (double)x.prefetched, (double)x.bytes_read,
-                             (double)x.bytes_written};
-        memcpy(v[t], m, sizeof m);
+        v[t][0] = (double)x.hits, v[t][1] = (double)x.misses, v[t][2] = (double)x.prefetched;
+        v[t][3] = (double)x.bytes_read, v[t][4] = (double)x.bytes_written;
         APP_TRY(ember_comm_allreduce_sum_f64(R->comm, v[t], K));
         for (int k = 0; k < K; k++) tot[k] += v[t][k];
         n++;

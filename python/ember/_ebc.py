@@ -308,7 +308,8 @@ class EmbeddingBagCollection(_Collection):
     def tier_stats(self, table: Any) -> dict[str, int]:
         """A tiered table's cumulative cache counters: hits and misses (distinct rows per forward),
         evictions, rows_read / rows_written and bytes_read / bytes_written of its file,
-        prefetched (rows a prefetch asked the kernel to read ahead). Local. Raises InvalidArgumentError for a table in RAM."""
+        prefetched (rows a prefetch asked the kernel to read ahead). Local. Raises
+        InvalidArgumentError for a table in RAM."""
         return self._c.tier_stats(self._t(table))
 
     @property
