@@ -371,7 +371,7 @@ static void case_key(const run *r, bench_json *j, const char *op, const tbe_benc
 static void emit(run *r, const tbe_bench_shape *s, const result *x, double ms_min, double residual, int iters,
                  limit_cfg lc) {
     const tbe_bench_opts *o = r->o;
-    const double bytes = (double)s->B * s->T * s->L * s->D * (double)(x->dtype == EMBER_DTYPE_F32 ? 4 : 2);
+    const double bytes = (double)s->B * s->T * s->L * s->D * (double)ember_dtype_size(x->dtype);
     const double gbps = bytes / (x->ms_med * 1e-3) / 1e9, lgbps = bytes / (x->limit_med * 1e-3) / 1e9;
     bench_json j;
     case_key(r, &j, OP_NAMES[x->op], s, x->pool, x->dtype, x->dist, x->threads);
@@ -498,7 +498,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
 static size_t collection_bytes(const tbe_bench_shape *s, ember_optim_kind opt, ember_dtype dt) {
     const size_t rows = (size_t)s->T * (size_t)s->E;
     const size_t state = opt == EMBER_OPT_ADAM ? 2 * (size_t)s->D : opt == EMBER_OPT_ROWWISE_ADAGRAD ? 1 : 0;
-    return rows * ((size_t)s->D * (dt == EMBER_DTYPE_F32 ? 4 : 2) + state * 4);
+    return rows * ((size_t)s->D * ember_dtype_size(dt) + state * 4);
 }
 
 static size_t mem_available(void) {

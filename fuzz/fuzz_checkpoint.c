@@ -226,7 +226,7 @@ static void check_loaded(ember_sebc *s, const input *in, const cJSON *root, int3
                          ember_dtype_parse(cJSON_GetObjectItemCaseSensitive(k, "dtype")->valuestring, &d) == 0,
                      "tensor fields");
         const char *name = cJSON_GetObjectItemCaseSensitive(k, "name")->valuestring;
-        const size_t es = d == EMBER_DTYPE_F32 ? 4 : 2, row = (size_t)cols * es, n = (size_t)CK_ROWS[t] * row;
+        const size_t es = ember_dtype_size(d), row = (size_t)cols * es, n = (size_t)CK_ROWS[t] * row;
         uint8_t *want = malloc(n), *have = malloc(n);
         if (!want || !have) abort();
         memset(want, 0xa5, n);

@@ -4,6 +4,7 @@
 #define EMBER_H
 
 #include "ember/core.h"
+#include "ember/dtype.h"
 #include "ember/comm.h"
 #include "ember/kjt.h"
 #include "ember/ebc.h"

@@ -77,7 +77,7 @@ static inline __attribute__((always_inline)) void bag_vec(const unsigned char *b
                                                           const int64_t *restrict values, int64_t j0, int64_t j1,
                                                           int64_t jend, int pd, int hint, int32_t c0, int nv,
                                                           float *acc) {
-    const size_t es = dt == EMBER_DTYPE_F32 ? 4 : 2;
+    const size_t es = ember_dtype_size(dt);
     vf a[8] = {{0}};
     for (int64_t j = j0; j < j1; j++) {
         if (c0 == 0 && j + pd < jend) prefetch_lines(base + (size_t)values[j + pd] * rb, rb, hint);
@@ -154,6 +154,7 @@ static void gather_limit(const gather_in *g, limit_cfg lc, int threads) {
                 case EMBER_DTYPE_F32: LIMIT_BAG(EMBER_DTYPE_F32) break;
                 case EMBER_DTYPE_BF16: LIMIT_BAG(EMBER_DTYPE_BF16) break;
                 case EMBER_DTYPE_F16: LIMIT_BAG(EMBER_DTYPE_F16) break;
+                default: break; // not a storage dtype
                 }
 #undef LIMIT_BAG
             }

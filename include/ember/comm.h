@@ -109,6 +109,11 @@ typedef enum ember_grad_convention {
     EMBER_GRAD_MEAN = 0, // J = (1/W) sum_r L_r (the default)
     EMBER_GRAD_SUM = 1,  // J = sum_r L_r
 } ember_grad_convention;
+#define EMBER_GRAD_COUNT 2
+// "mean", "sum" ("unknown" outside the enum); parse: EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG (*out unchanged). Local.
+EMBER_API const char *ember_grad_convention_name(ember_grad_convention c);
+EMBER_API ember_status ember_grad_convention_parse(const char *name, ember_grad_convention *out);
 
 // All-reduces data-parallel (dense) parameter gradients under the convention, in place:
 // GRAD_SUM sums them over ranks, GRAD_MEAN sums and multiplies by 1/W (rounded to the dtype, the

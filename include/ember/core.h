@@ -115,7 +115,9 @@ typedef struct ember_ctx_config {
     ember_log_level log_level;  // default (0) DEBUG is raised to WARN when log is NULL
     ember_isa isa;              // kernel variant; AUTO: $EMBER_ISA, else ember_isa_best()
 } ember_ctx_config;
-#define EMBER_CTX_CONFIG_DEFAULT {{0, 0, 0}, 0, 0, 0, EMBER_LOG_DEBUG, EMBER_ISA_AUTO}
+#define EMBER_CTX_CONFIG_DEFAULT                                                                      \
+    {.allocator = {0}, .num_threads = 0, .log = NULL, .log_user = NULL, .log_level = EMBER_LOG_DEBUG,    \
+     .isa = EMBER_ISA_AUTO}
 
 typedef struct ember_ctx ember_ctx;
 

@@ -26,6 +26,7 @@
 #define EMBER_EBC_H
 
 #include "ember/core.h"
+#include "ember/dtype.h"
 #include "ember/kjt.h"
 
 #ifdef __cplusplus
@@ -33,22 +34,21 @@ extern "C" {
 #endif
 
 typedef enum ember_pooling { EMBER_POOL_SUM = 0, EMBER_POOL_MEAN = 1, EMBER_POOL_NONE = 2 } ember_pooling;
-
-// Storage dtype of a table's weights. Gathers and updates accumulate in fp32; optimizer state
-// is always fp32.
-typedef enum ember_dtype { EMBER_DTYPE_F32 = 0, EMBER_DTYPE_F16 = 1, EMBER_DTYPE_BF16 = 2 } ember_dtype;
-// Not a storage dtype: the dtype of a hashed table's "ids" tensor (int64), outside the enum so
-// that what stores weights keeps its three cases.
-#define EMBER_DTYPE_I64 ((ember_dtype)3)
-// "fp32", "fp16", "bf16", "int64" ("unknown" outside the enum); parse: 0 and *out set, or -1. Local.
-EMBER_API const char *ember_dtype_name(ember_dtype dt);
-EMBER_API int ember_dtype_parse(const char *name, ember_dtype *out);
+#define EMBER_POOL_COUNT 3
+// "sum", "mean", "none" ("unknown" outside the enum); parse: EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG (*out unchanged). Local. Every enum of this header has such a pair.
+EMBER_API const char *ember_pooling_name(ember_pooling p);
+EMBER_API ember_status ember_pooling_parse(const char *name, ember_pooling *out);
 
 typedef enum ember_init_kind {
     EMBER_INIT_ZEROS = 0,
     EMBER_INIT_UNIFORM = 1, // uniform(a, b)
     EMBER_INIT_NORMAL = 2,  // normal(0, std)
 } ember_init_kind;
+#define EMBER_INIT_COUNT 3
+// "zeros", "uniform", "normal".
+EMBER_API const char *ember_init_kind_name(ember_init_kind k);
+EMBER_API ember_status ember_init_kind_parse(const char *name, ember_init_kind *out);
 
 typedef struct ember_init {
     ember_init_kind kind;
@@ -75,6 +75,10 @@ typedef enum ember_weight_decay_mode {
     EMBER_WD_L2 = 1,        // g += weight_decay * w before the optimizer (coupled, torch's weight_decay)
     EMBER_WD_DECOUPLED = 2, // w -= lr * weight_decay * w beside the update (AdamW style)
 } ember_weight_decay_mode;
+#define EMBER_WD_COUNT 3
+// "none", "l2", "decoupled".
+EMBER_API const char *ember_weight_decay_mode_name(ember_weight_decay_mode m);
+EMBER_API ember_status ember_weight_decay_mode_parse(const char *name, ember_weight_decay_mode *out);
 
 typedef struct ember_optim_config {
     ember_optim_kind kind;
@@ -87,7 +91,9 @@ typedef struct ember_optim_config {
     float momentum;          // LARS-SGD velocity decay
     float eta;               // LARS-SGD trust coefficient
 } ember_optim_config;
-#define EMBER_OPTIM_CONFIG_DEFAULT {EMBER_OPT_SGD, 0.01f, 1e-8f, 0.9f, 0.999f, 0.0f, EMBER_WD_NONE, 0.0f, 0.9f, 0.001f}
+#define EMBER_OPTIM_CONFIG_DEFAULT                                                                    \
+    {.kind = EMBER_OPT_SGD, .lr = 0.01f, .eps = 1e-8f, .beta1 = 0.9f, .beta2 = 0.999f, .weight_decay = 0.0f,   \
+     .weight_decay_mode = EMBER_WD_NONE, .initial_accumulator = 0.0f, .momentum = 0.9f, .eta = 0.001f}
 
 // What an optimizer keeps per table, from the library's one descriptor table: the planner,
 // checkpoints, state dicts and the CLI's memory check all ask here.
@@ -113,6 +119,7 @@ typedef enum ember_evict_policy {
     EMBER_EVICT_LFU = 1, // least frequently used (occurrences since admission); ties: least recent
     EMBER_EVICT_TTL = 2, // hashed tables: rows unused for ttl_steps steps leave; when full, as LRU
 } ember_evict_policy;
+#define EMBER_EVICT_COUNT 3
 // "lru", "lfu", "ttl" ("unknown" outside the enum); parse: EMBER_OK and *out set, or
 // EMBER_ERR_INVALID_ARG. Local.
 EMBER_API const char *ember_evict_policy_name(ember_evict_policy p);
@@ -125,7 +132,7 @@ EMBER_API ember_status ember_evict_policy_parse(const char *name, ember_evict_po
 #define EMBER_HASH_BUCKET_ROWS 16 // bucket_rows when 0
 typedef struct ember_hash_config {
     int32_t enabled;         // 1: this table is hashed
-    int32_t bucket_rows;     // rows per bucket (0: 16); must divide rows
+    int32_t bucket_rows;     // rows per bucket: 0 (16) or >= 2, dividing rows
     int64_t min_count;       // an id gets a row at its min_count-th occurrence (<= 1: at once)
     ember_evict_policy policy;
     int64_t ttl_steps;       // TTL: rows unused for this many training steps are dropped (>= 1)
@@ -136,7 +143,7 @@ typedef struct ember_table_config {
     int64_t rows;            // >= 1
     int32_t dim;             // >= 1
     ember_pooling pooling;
-    ember_dtype dtype;
+    ember_dtype dtype;       // a storage dtype (ember_dtype_is_storage)
     ember_init init;
     ember_optim_config optim;
     int32_t stochastic_rounding; // 16-bit storage: round updates stochastically (seeded)
@@ -148,10 +155,28 @@ typedef struct ember_table_config {
     ember_hash_config hash;  // collisionless hashed table (hash.enabled), see above
 } ember_table_config;
 // Start from this and set name, rows and dim: SUM pooling, fp32, uniform(-0.01, 0.01) init, SGD,
-// in RAM, not hashed.
-#define EMBER_TABLE_CONFIG_DEFAULT                                                                          \
-    {NULL, 0, 0, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0.0f},                 \
-     EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0, 0, 0, EMBER_EVICT_LRU, 0}}
+// in RAM, not hashed. Every _DEFAULT of the API is designated: fields are set by name, so a new
+// field changes only the code that uses it.
+#define EMBER_TABLE_CONFIG_DEFAULT                                                                    \
+    {.name = NULL, .rows = 0, .dim = 0, .pooling = EMBER_POOL_SUM, .dtype = EMBER_DTYPE_F32,            \
+     .init = {.kind = EMBER_INIT_UNIFORM, .a = -0.01f, .b = 0.01f, .std = 0.0f},                        \
+     .optim = EMBER_OPTIM_CONFIG_DEFAULT, .stochastic_rounding = 0, .cache_rows = 0,                   \
+     .cache_policy = EMBER_EVICT_LRU,                                                                  \
+     .hash = {.enabled = 0, .bucket_rows = 0, .min_count = 0, .policy = EMBER_EVICT_LRU, .ttl_steps = 0}}
+
+// What a table's ids are. Decided once, from the configuration, by the kind of the table's row
+// map; validation, routing, state dicts and the planner all ask it:
+//   EMBER_IDS_ROWS    an id is a row of [0, rows), out-of-range ids handled by the bounds mode
+//                     (tables in RAM and tiered tables);
+//   EMBER_IDS_HASHED  an id is any int64 key, given a row of its own by the table's collisionless
+//                     hash (hash.enabled): the bounds mode does not apply.
+typedef enum ember_id_space { EMBER_IDS_ROWS = 0, EMBER_IDS_HASHED = 1 } ember_id_space;
+#define EMBER_IDS_COUNT 2
+// "rows", "hashed".
+EMBER_API const char *ember_id_space_name(ember_id_space s);
+EMBER_API ember_status ember_id_space_parse(const char *name, ember_id_space *out);
+// The id space of a table of this configuration (EMBER_IDS_ROWS for NULL). Local.
+EMBER_API ember_id_space ember_table_id_space(const ember_table_config *t);
 
 typedef struct ember_feature_config {
     const char *name; // copied
@@ -170,7 +195,9 @@ typedef struct ember_ebc_config {
     const char *ssd_dir;        // tiered tables' files go here (NULL: $TMPDIR, else /tmp)
 } ember_ebc_config;
 // Start from this and set tables/features: bounds ERROR, seed 0, no workspace hints.
-#define EMBER_EBC_CONFIG_DEFAULT {NULL, 0, NULL, 0, EMBER_BOUNDS_ERROR, 0, 0, 0, NULL}
+#define EMBER_EBC_CONFIG_DEFAULT                                                                      \
+    {.tables = NULL, .num_tables = 0, .features = NULL, .num_features = 0, .bounds = EMBER_BOUNDS_ERROR, \
+     .seed = 0, .max_batch_size = 0, .max_nnz = 0, .ssd_dir = NULL}
 
 typedef struct ember_ebc ember_ebc;
 

@@ -32,6 +32,11 @@ typedef enum ember_bounds_mode {
     EMBER_BOUNDS_CLAMP = 1, // the id is clamped into [0, rows-1]; a warning is logged once per call
     EMBER_BOUNDS_SKIP = 2,  // the id is dropped: it contributes nothing and does not count in MEAN
 } ember_bounds_mode;
+#define EMBER_BOUNDS_COUNT 3
+// "error", "clamp", "skip" ("unknown" outside the enum); parse: EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG (*out unchanged). Local.
+EMBER_API const char *ember_bounds_mode_name(ember_bounds_mode m);
+EMBER_API ember_status ember_bounds_mode_parse(const char *name, ember_bounds_mode *out);
 
 // Validates `kjt` against an expected feature count and, when rows_per_feature is not NULL, each
 // feature's table size under `mode` (ERROR fails on the first bad id; CLAMP/SKIP accept it and

@@ -65,15 +65,11 @@
 
 #include "ember/comm.h"
 #include "ember/core.h"
+#include "ember/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum ember_lfq_dtype {
-    EMBER_LFQ_F32 = 0,
-    EMBER_LFQ_F64 = 1,
-} ember_lfq_dtype;
 
 typedef enum ember_lfq_projection {
     EMBER_LFQ_PROJ_AUTO = 0,   // projections iff dim != C*D (upstream's has_projections default)
@@ -108,14 +104,17 @@ typedef struct ember_lfq_config {
                                    // the rank and a counter of training forwards
                                    // (ember_lfq_set_seed restarts the stream)
     ember_lfq_dist_mean dist_mean; // how pbar is averaged over ranks (ignored without comm)
-    ember_lfq_dtype dtype;         // float or double for every buffer and the compute
+    ember_dtype dtype;             // EMBER_DTYPE_F32 or EMBER_DTYPE_F64: every buffer and the compute
     uint64_t seed;                 // projection initialisation and token subsampling
     ember_comm *comm;              // borrowed; NULL: single process (see ember_lfq_set_comm)
     int64_t max_tokens;            // workspace hint: largest B*N expected; 0: sized on first use
 } ember_lfq_config;
 #define EMBER_LFQ_CONFIG_DEFAULT                                                                  \
-    {0, 0, 1, 1.0, 0.1, 0.0, 1.0, 100.0, EMBER_LFQ_PROJ_AUTO, 1, 0.0, 0, 0, 5.0, 1.0,              \
-     EMBER_LFQ_MEAN_RANKS, EMBER_LFQ_F32, 0, NULL, 0}
+    {.dim = 0, .codebook_size = 0, .num_codebooks = 1, .codebook_scale = 1.0, .entropy_loss_weight = 0.1, \
+     .commitment_loss_weight = 0.0, .diversity_gamma = 1.0, .inv_temperature = 100.0,                  \
+     .projection = EMBER_LFQ_PROJ_AUTO, .projection_has_bias = 1, .soft_clamp_input_value = 0.0,         \
+     .spherical = 0, .softplus_entropy_loss = 0, .entropy_loss_offset = 5.0, .frac_per_sample_entropy = 1.0, \
+     .dist_mean = EMBER_LFQ_MEAN_RANKS, .dtype = EMBER_DTYPE_F32, .seed = 0, .comm = NULL, .max_tokens = 0}
 
 // The parameters, each a row-major tensor of the module's dtype, all in one slab in this order
 // (linear weights are [out_features, in_features], y = x Wᵀ + b, as torch.nn.Linear).

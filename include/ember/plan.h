@@ -58,7 +58,10 @@ typedef struct ember_plan_config {
                                  // each step's expected misses (uniform ids: 1 - cache/rows of the
                                  // rows it touches) read a record and write one back at this rate
 } ember_plan_config;
-#define EMBER_PLAN_CONFIG_DEFAULT {1, 512, 0, NULL, 0, 0, NULL, 0, 0, 0, 0, 0, 0}
+#define EMBER_PLAN_CONFIG_DEFAULT                                                                     \
+    {.world_size = 1, .batch_size = 512, .memory_per_rank = 0, .pooling_factor = NULL, .allow = 0,       \
+     .dp_max_bytes = 0, .host_of = NULL, .ranks_per_host = 0, .intra_host_bw = 0, .inter_host_bw = 0,    \
+     .mem_bw = 0, .round_s = 0, .disk_bw = 0}
 
 // Per-rank totals of a plan, as the planner estimates them: arrays of world_size entries the
 // caller provides (either may be NULL).

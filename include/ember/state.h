@@ -56,7 +56,7 @@ typedef struct ember_checkpoint_options {
     int32_t num_blobs;
 } ember_checkpoint_options;
 #define EMBER_CHECKPOINT_CHUNK_DEFAULT ((size_t)8 << 20)
-#define EMBER_CHECKPOINT_OPTIONS_DEFAULT {0, NULL, 0}
+#define EMBER_CHECKPOINT_OPTIONS_DEFAULT {.chunk_bytes = 0, .blobs = NULL, .num_blobs = 0}
 
 // Saves every table (and opts' blobs) into directory `dir` (created if missing; its parent must
 // exist), replacing the checkpoint there only at the commit. opts may be NULL (defaults).

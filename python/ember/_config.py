@@ -13,18 +13,27 @@ import numpy as np
 from . import _ember
 from .errors import InvalidArgumentError
 
-POOLING = {"sum": 0, "mean": 1, "none": 2}
-DTYPES = {name: k for k, name in enumerate(_ember.dtype_names())}  # the library's names, in enum order
+
+def enum_values(type_name: str) -> dict[str, int]:
+    """The library's names of enum ``ember_<type_name>`` mapped to their values (its _name function)."""
+    return {name: k for k, name in enumerate(_ember.enum_names(type_name))}
+
+
+POOLING = enum_values("pooling")
+DTYPES = enum_values("dtype")
+STORAGE_DTYPES = {k: DTYPES[k] for k in ("fp32", "fp16", "bf16")}  # what a table's weights are stored in
 DTYPE_ALIASES = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
-                 "bfloat16": "bf16"}
-INIT_KINDS = {"zeros": 0, "uniform": 1, "normal": 2}
-WD_MODES = {"none": 0, "l2": 1, "decoupled": 2}
-BOUNDS = {"error": 0, "clamp": 1, "skip": 2}
-CONVENTIONS = {"mean": 0, "sum": 1}
-CACHE_POLICIES = {"lru": 0, "lfu": 1}  # ember_evict_policy values a tiered table's cache takes
-OPTIMIZERS = {name: k for k, name in enumerate(_ember.optim_names())}
+                 "bfloat16": "bf16", "float64": "fp64", "f64": "fp64"}
+INIT_KINDS = enum_values("init_kind")
+WD_MODES = enum_values("weight_decay_mode")
+BOUNDS = enum_values("bounds_mode")
+CONVENTIONS = enum_values("grad_convention")
+EVICT_POLICIES = enum_values("evict_policy")
+CACHE_POLICIES = {k: EVICT_POLICIES[k] for k in ("lru", "lfu")}  # the policies a tiered table's cache takes
+OPTIMIZERS = enum_values("optim")
 # numpy dtype of a state array read or written in a storage dtype (bf16: its raw bits).
-NP_OF_DTYPE: dict[int, np.dtype[Any]] = {0: np.dtype(np.float32), 1: np.dtype(np.float16), 2: np.dtype(np.uint16)}
+NP_OF_DTYPE: dict[int, np.dtype[Any]] = {DTYPES["fp32"]: np.dtype(np.float32), DTYPES["fp16"]: np.dtype(np.float16),
+                                         DTYPES["bf16"]: np.dtype(np.uint16)}
 
 InitSpec = Union[tuple[Any, ...], list[Any], str]
 
@@ -56,11 +65,11 @@ def parse_dtype(value: Any, what: str = "dtype") -> int:
             value = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16"}.get(np.dtype(value), value)
         except TypeError:
             pass
-    return parse_name(value, DTYPES, what, DTYPE_ALIASES)
+    return parse_name(value, STORAGE_DTYPES, what, DTYPE_ALIASES)
 
 
 def dtype_name(code: int) -> str:
-    return _ember.dtype_names()[code]
+    return _ember.enum_names("dtype")[code]
 
 
 I32 = (-2**31, 2**31 - 1)

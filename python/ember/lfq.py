@@ -29,13 +29,12 @@ import numpy.typing as npt
 
 from . import _ember
 from ._comm import Comm
+from ._config import CONVENTIONS, DTYPES
 
 __all__ = ["LFQ"]
 
 _PROJECTIONS = {"auto": 0, "none": 1, "linear": 2}
 _DIST_MEANS = {"ranks": 0, "tokens": 1}
-_DTYPES = {"float32": 0, "float64": 1}
-_CONVENTIONS = {"mean": 0, "sum": 1}
 _NUM_PARAMS = 4
 _ST_INVALID_ARG, _ST_OUT_OF_RANGE, _ST_NOMEM, _ST_STATE = -1, -2, -3, -9
 _T = TypeVar("_T")
@@ -57,15 +56,15 @@ def _name(value: Any, table: dict[str, int], what: str) -> int:
 
 def _dtype_code(dtype: Any) -> int:
     if isinstance(dtype, str) and dtype.lower() in ("f32", "f64"):
-        return 0 if dtype.lower() == "f32" else 1
+        return DTYPES["fp32" if dtype.lower() == "f32" else "fp64"]
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
     if dt == np.float32:
-        return 0
+        return DTYPES["fp32"]
     if dt == np.float64:
-        return 1
+        return DTYPES["fp64"]
     raise _Refusal(f"LFQ: dtype = {dtype!r} is not 'float32' or 'float64'")
 
 
@@ -421,8 +420,8 @@ class LFQ:
         (J = (1/W) sum_r L_r: sums over ranks and divides by W) or ``"sum"``. Collective on the
         module's comm; a no-op without one. Raises InvalidArgumentError (unknown convention: on
         every rank), CommunicationError, CollectiveTimeoutError."""
-        if isinstance(convention, str) and convention.lower() in _CONVENTIONS:
-            self._core.allreduce_grads(_CONVENTIONS[convention.lower()])
+        if isinstance(convention, str) and convention.lower() in CONVENTIONS:
+            self._core.allreduce_grads(CONVENTIONS[convention.lower()])
             return
         self._core.refuse(_ST_INVALID_ARG, f"LFQ.allreduce_grads: convention = {convention!r} is not 'mean' or "
                           "'sum'", True)

@@ -378,7 +378,7 @@ static PyObject *ebc_weights_view(EBCObject *self, PyObject *args) {
         if (v) {
             v->owner = (EBCObject *)Py_NewRef((PyObject *)self);
             v->data = data;
-            v->itemsize = tc->dtype == EMBER_DTYPE_F32 ? 4 : 2;
+            v->itemsize = ember_dtype_size(tc->dtype);
             v->format[0] = tc->dtype == EMBER_DTYPE_F32 ? 'f' : tc->dtype == EMBER_DTYPE_F16 ? 'e' : 'H';
             v->format[1] = '\0';
             v->shape[0] = (Py_ssize_t)tc->rows;

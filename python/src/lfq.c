@@ -271,7 +271,7 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
         cfg.spherical = spherical != 0;
         cfg.softplus_entropy_loss = softplus != 0;
         cfg.dist_mean = (ember_lfq_dist_mean)dist_mean;
-        cfg.dtype = (ember_lfq_dtype)dtype;
+        cfg.dtype = (ember_dtype)dtype;
         cfg.seed = (uint64_t)seed;
         cfg.max_tokens = (int64_t)max_tokens;
         cfg.comm = self->comm;
@@ -309,7 +309,7 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
     self->dim = c->dim;
     self->C = c->num_codebooks;
     self->D = ember_lfq_codebook_dim(self->q);
-    self->f64 = c->dtype == EMBER_LFQ_F64;
+    self->f64 = c->dtype == EMBER_DTYPE_F64;
     self->proj = c->projection == EMBER_LFQ_PROJ_LINEAR;
     return 0;
 }
@@ -686,7 +686,7 @@ static PyObject *LFQ_config(LFQObject *self, PyObject *Py_UNUSED(ignored)) {
         c->spherical ? Py_True : Py_False, "softplus_entropy_loss", c->softplus_entropy_loss ? Py_True : Py_False,
         "entropy_loss_offset", c->entropy_loss_offset, "frac_per_sample_entropy", c->frac_per_sample_entropy,
         "dist_mean", c->dist_mean == EMBER_LFQ_MEAN_TOKENS ? "tokens" : "ranks", "dtype",
-        c->dtype == EMBER_LFQ_F64 ? "float64" : "float32", "seed", (unsigned long long)c->seed, "max_tokens",
+        c->dtype == EMBER_DTYPE_F64 ? "float64" : "float32", "seed", (unsigned long long)c->seed, "max_tokens",
         (long long)c->max_tokens, "codebook_dim", (int)self->D);
     return leave(self, r);
 }

@@ -310,17 +310,50 @@ static PyObject *name_list(const char *(*name)(int), int n) {
     }
     return list;
 }
-static const char *optim_name(int k) { return ember_optim_name((ember_optim_kind)k); }
-static const char *dtype_name(int k) { return ember_dtype_name((ember_dtype)k); }
+// The library's enums by the name of their type, each through its own _name function: the
+// package builds every name table from these (no integer kept by hand in Python).
+#define EMBER_PY_ENUM_(type, count) {#type, count, type##_name_of_int}
+#define EMBER_PY_NAME_OF_INT_(type) static const char *type##_name_of_int(int v) { return ember_##type##_name((ember_##type)v); }
+EMBER_PY_NAME_OF_INT_(dtype)
+EMBER_PY_NAME_OF_INT_(pooling)
+EMBER_PY_NAME_OF_INT_(init_kind)
+EMBER_PY_NAME_OF_INT_(weight_decay_mode)
+EMBER_PY_NAME_OF_INT_(evict_policy)
+EMBER_PY_NAME_OF_INT_(id_space)
+EMBER_PY_NAME_OF_INT_(bounds_mode)
+EMBER_PY_NAME_OF_INT_(grad_convention)
+EMBER_PY_NAME_OF_INT_(shard_scheme)
+EMBER_PY_NAME_OF_INT_(isa)
+static const char *optim_name_of_int(int v) { return ember_optim_name((ember_optim_kind)v); }
+static const struct {
+    const char *type;
+    int count;
+    const char *(*name)(int);
+} ENUMS[] = {
+    EMBER_PY_ENUM_(dtype, EMBER_DTYPE_COUNT),
+    EMBER_PY_ENUM_(pooling, EMBER_POOL_COUNT),
+    EMBER_PY_ENUM_(init_kind, EMBER_INIT_COUNT),
+    EMBER_PY_ENUM_(weight_decay_mode, EMBER_WD_COUNT),
+    EMBER_PY_ENUM_(evict_policy, EMBER_EVICT_COUNT),
+    EMBER_PY_ENUM_(id_space, EMBER_IDS_COUNT),
+    EMBER_PY_ENUM_(bounds_mode, EMBER_BOUNDS_COUNT),
+    EMBER_PY_ENUM_(grad_convention, EMBER_GRAD_COUNT),
+    EMBER_PY_ENUM_(shard_scheme, EMBER_SHARD_COUNT),
+    EMBER_PY_ENUM_(isa, EMBER_ISA_COUNT),
+    {"optim", EMBER_OPT_COUNT, optim_name_of_int},
+};
+#undef EMBER_PY_ENUM_
+#undef EMBER_PY_NAME_OF_INT_
 
-static PyObject *py_optim_names(PyObject *self, PyObject *args) {
-    (void)self, (void)args;
-    return name_list(optim_name, EMBER_OPT_COUNT);
-}
-
-static PyObject *py_dtype_names(PyObject *self, PyObject *args) {
-    (void)self, (void)args;
-    return name_list(dtype_name, 3);
+// enum_names(type) -> [name of value 0, 1, ...].
+static PyObject *py_enum_names(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *type = PyUnicode_AsUTF8(arg);
+    if (!type) return NULL;
+    for (size_t i = 0; i < sizeof ENUMS / sizeof ENUMS[0]; i++)
+        if (strcmp(type, ENUMS[i].type) == 0) return name_list(ENUMS[i].name, ENUMS[i].count);
+    PyErr_Format(PyExc_KeyError, "ember has no enum '%s'", type);
+    return NULL;
 }
 
 // The tensors of a table of this configuration: [(name, rows, cols, dtype)], without a collection.
@@ -368,8 +401,7 @@ static PyMethodDef module_methods[] = {
     {"bytes_outstanding", py_bytes_outstanding, METH_NOARGS,
      "Bytes the contexts of every ember object of this process hold through the library (0: all closed)."},
     {"statuses", py_statuses, METH_NOARGS, "[(name, code, description)] of every ember_status."},
-    {"optim_names", py_optim_names, METH_NOARGS, "Optimizer names by ember_optim_kind."},
-    {"dtype_names", py_dtype_names, METH_NOARGS, "Storage dtype names by ember_dtype."},
+    {"enum_names", py_enum_names, METH_O, "enum_names(type) -> the library's names of ember_<type>, by value."},
     {"table_tensors", py_table_tensors, METH_O, "table_tensors(table_tuple) -> [(name, rows, cols, dtype)]."},
     {NULL, NULL, 0, NULL},
 };

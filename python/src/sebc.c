@@ -268,7 +268,7 @@ static PyObject *sebc_read_write(SEBCObject *self, PyObject *args, int write) {
     PyObject *arr;
     if (!PyArg_ParseTuple(args, "isiiO", &t, &name, &dtype, &root, &arr)) return NULL;
     const char *format = dtype == EMBER_DTYPE_F16 ? "e" : dtype == EMBER_DTYPE_BF16 ? "H" : "f";
-    const Py_ssize_t es = dtype == EMBER_DTYPE_F32 ? 4 : 2;
+    const Py_ssize_t es = ember_dtype_size(dtype);
     Py_buffer v;
     int held = 0;
     if (arr != Py_None) {

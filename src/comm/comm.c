@@ -6,6 +6,8 @@
 
 #include "comm/internal.h"
 
+EMBER__ENUM_NAMES(ember_grad_convention, ember_grad_convention, "mean", "sum")
+
 static ember_status mpi_fail(ember_comm *c, int rc, const char *what) {
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;

@@ -12,22 +12,7 @@
 #define EMBER_X86 1
 #endif
 
-static const char *const isa_names[EMBER_ISA_COUNT] = {"auto", "generic", "avx2", "avx512"};
-
-const char *ember_isa_name(ember_isa isa) {
-    return (int)isa >= 0 && (int)isa < EMBER_ISA_COUNT ? isa_names[isa] : "unknown";
-}
-
-ember_status ember_isa_parse(const char *name, ember_isa *out) {
-    if (!name || !out) return EMBER_ERR_INVALID_ARG;
-    for (int i = 0; i < EMBER_ISA_COUNT; i++) {
-        if (strcmp(name, isa_names[i]) == 0) {
-            *out = (ember_isa)i;
-            return EMBER_OK;
-        }
-    }
-    return EMBER_ERR_INVALID_ARG;
-}
+EMBER__ENUM_NAMES(ember_isa, ember_isa, "auto", "generic", "avx2", "avx512")
 
 // What the CPU and OS offer, read once (the first caller fills it; the values never change, so
 // two threads racing to fill it write the same bytes).

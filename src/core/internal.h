@@ -80,6 +80,24 @@ void ember__assert_fail(const char *expr, const char *file, int line);
 // Thread count the kernels use for this context.
 int ember__threads(const ember_ctx *ctx);
 
+// The name tables of the API's enums (one per enum, next to its other definitions): value v's
+// name in a table of n ("unknown" outside it), and the inverse (EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG and *out unchanged; a NULL name or out is refused).
+const char *ember__enum_name(const char *const *names, int n, int v);
+ember_status ember__enum_parse(const char *const *names, int n, const char *name, int *out);
+// Defines the public pair `<prefix>_name` / `<prefix>_parse` of an enum `type` whose values are
+// 0 .. n-1, from its names in value order.
+#define EMBER__ENUM_NAMES(prefix, type, ...)                                                         \
+    static const char *const prefix##_names_[] = {__VA_ARGS__};                                    \
+    enum { prefix##_count_ = (int)(sizeof prefix##_names_ / sizeof prefix##_names_[0]) };           \
+    const char *prefix##_name(type v) { return ember__enum_name(prefix##_names_, prefix##_count_, (int)v); } \
+    ember_status prefix##_parse(const char *name, type *out) {                                      \
+        int v = 0;                                                                                  \
+        const ember_status st = ember__enum_parse(prefix##_names_, prefix##_count_, name, &v);     \
+        if (st == EMBER_OK && out) *out = (type)v;                                                  \
+        return st;                                                                                  \
+    }
+
 // Size-checked multiply for byte counts; false on overflow.
 static inline bool ember__mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return false;

@@ -4,6 +4,8 @@
 
 #include "kjt/internal.h"
 
+EMBER__ENUM_NAMES(ember_bounds_mode, ember_bounds_mode, "error", "clamp", "skip")
+
 int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag) {
     if (kjt->offsets) return kjt->offsets[bag];
     int64_t s = 0;

@@ -8,7 +8,7 @@
 #define LFQ_MAX_BITS 24
 
 static const ember__lfq_kernels *kernels(const ember_lfq *q) {
-    return q->cfg.dtype == EMBER_LFQ_F64 ? &ember__lfq_kernels_f64 : &ember__lfq_kernels_f32;
+    return q->cfg.dtype == EMBER_DTYPE_F64 ? &ember__lfq_kernels_f64 : &ember__lfq_kernels_f32;
 }
 
 static const char *const param_names[EMBER_LFQ_NUM_PARAMS] = {
@@ -29,7 +29,7 @@ static ember_status check_real(ember_ctx *ctx, const char *name, double v, bool 
 // Fills the defaults, derives dim / codebook_size / projections as upstream's constructor does,
 // and checks every field. *bits receives D = log2(K).
 static ember_status resolve_config(ember_ctx *ctx, ember_lfq_config *c, int32_t *bits) {
-    EMBER_CHECK(ctx, c->dtype == EMBER_LFQ_F32 || c->dtype == EMBER_LFQ_F64, EMBER_ERR_INVALID_ARG,
+    EMBER_CHECK(ctx, c->dtype == EMBER_DTYPE_F32 || c->dtype == EMBER_DTYPE_F64, EMBER_ERR_INVALID_ARG,
                 "ember_lfq_create: unknown dtype %d", (int)c->dtype);
     EMBER_CHECK(ctx, c->projection >= EMBER_LFQ_PROJ_AUTO && c->projection <= EMBER_LFQ_PROJ_LINEAR,
                 EMBER_ERR_INVALID_ARG, "ember_lfq_create: unknown projection %d", (int)c->projection);
@@ -169,7 +169,7 @@ ember_status ember_lfq_create(ember_ctx *ctx, const ember_lfq_config *cfg, ember
     q->CD = c.num_codebooks * D;
     q->proj = c.projection == EMBER_LFQ_PROJ_LINEAR;
     q->bias = q->proj && c.projection_has_bias;
-    q->esz = c.dtype == EMBER_LFQ_F64 ? sizeof(double) : sizeof(float);
+    q->esz = c.dtype == EMBER_DTYPE_F64 ? sizeof(double) : sizeof(float);
     q->sample_seed = c.seed;
 
     // One parameter slab in the enum's order; absent parameters have offset -1.
@@ -270,7 +270,7 @@ ember_status ember_lfq_allreduce_grads(ember_lfq *q, ember_grad_convention conv)
     if (!comm) return EMBER_OK;
     // The first training forward agreed on the configuration, so n is the same on every rank.
     const size_t n = (size_t)q->n_params;
-    if (q->cfg.dtype == EMBER_LFQ_F64) return ember_comm_allreduce_grads_f64(comm, conv, q->grads, n);
+    if (q->cfg.dtype == EMBER_DTYPE_F64) return ember_comm_allreduce_grads_f64(comm, conv, q->grads, n);
     return ember_comm_allreduce_grads(comm, conv, q->grads, n);
 }
 
@@ -313,7 +313,7 @@ static void describe(const ember_lfq *q, ember__fields *d) {
     ember__fields_add(d, "entropy_loss_offset: %.17g", c->entropy_loss_offset);
     ember__fields_add(d, "frac_per_sample_entropy: %.17g", c->frac_per_sample_entropy);
     ember__fields_add(d, "dist_mean: %s", c->dist_mean == EMBER_LFQ_MEAN_TOKENS ? "tokens" : "ranks");
-    ember__fields_add(d, "dtype: %s", c->dtype == EMBER_LFQ_F64 ? "f64" : "f32");
+    ember__fields_add(d, "dtype: %s", ember_dtype_name(c->dtype));
     ember__fields_add(d, "seed: %llu", (unsigned long long)c->seed);
 }
 

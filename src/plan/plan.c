@@ -295,7 +295,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
                 // Tiered tables are never replicated (src/shard/dp.c), nor, by the planner, hashed ones:
                 // their replicas gather every rank's ids each step.
                 if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max || tc->cache_rows > 0 ||
-                    tc->hash.enabled)
+                    ember_table_id_space(tc) == EMBER_IDS_HASHED)
                     continue;
                 option_init(&cand, EMBER_SHARD_DATA_PARALLEL, W);
                 table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);

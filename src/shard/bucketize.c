@@ -22,12 +22,12 @@ ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt) {
     int64_t start = 0, m = 0;
     off[0] = 0;
     for (int64_t i = 0; i < nbags; i++) {
-        const int64_t rows = s->feature_rows[i / B];
+        const ember__table_shards *ts = &s->ts[s->feature_table[i / B]];
+        const int hashed = ts->ids == EMBER_IDS_HASHED; // every int64 is an id, kept as it is
         const int64_t len = kjt->lengths ? kjt->lengths[i] : kjt->offsets[i + 1] - kjt->offsets[i];
         for (int64_t j = start; j < start + len; j++) {
-            // rows < 0: a hashed table, where every int64 is an id.
-            const int64_t id = rows < 0 ? kjt->values[j] : ember__resolve_id(kjt->values[j], rows, s->bounds);
-            if (id < 0 && rows >= 0) continue; // skipped
+            const int64_t id = hashed ? kjt->values[j] : ember__resolve_id(kjt->values[j], ts->rows, s->bounds);
+            if (id < 0 && !hashed) continue; // skipped
             val[m] = id;
             w[m] = kjt->weights ? kjt->weights[j] : 1.0f;
             pos[m] = j;
@@ -45,7 +45,7 @@ int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id) {
 }
 
 int32_t ember__bucket_row_split(const ember__table_shards *ts, int64_t id) {
-    if (ts->unit == 1) return ember__split_index(ts->rows, ts->nblocks, id);
+    if (ts->ids == EMBER_IDS_ROWS) return ember__split_index(ts->rows, ts->nblocks, id);
     const int64_t buckets = ts->rows / ts->unit; // hashed: the block holding the id's bucket
     return ember__split_index(buckets, ts->nblocks, ember__hash_bucket(id, buckets));
 }
@@ -195,7 +195,7 @@ static ember_status pack_input(ember_sebc *s, int32_t B) {
                 const int32_t k = ts->nblocks == 1 ? 0 : blk[j];
                 // Rows are sent as rows of the block; a hashed table's ids as they are (the
                 // owner's map places them in its buckets).
-                const int64_t id = ts->unit > 1 ? val[j] : val[j] - ts->shards[k * ncols].r0;
+                const int64_t id = ts->ids == EMBER_IDS_HASHED ? val[j] : val[j] - ts->shards[k * ncols].r0;
                 for (int32_t c = 0; c < ncols; c++) {
                     const int64_t p = cur[(int64_t)fr[k * ncols + c] * B + b]++;
                     sval[p] = id;
@@ -213,7 +213,7 @@ ember_status ember__bucketize(ember_sebc *s, int32_t B) {
     // The old path compares ids with row ranges: hashed tables always take the one that asks
     // the scheme for each id's block.
     int hashed = 0;
-    for (int32_t t = 0; t < s->T; t++) hashed |= s->ts[t].unit > 1;
+    for (int32_t t = 0; t < s->T; t++) hashed |= s->ts[t].ids == EMBER_IDS_HASHED;
     EMBER_TRY(s->legacy_bucketize && !hashed ? legacy_pack_input(s, B) : pack_input(s, B));
     return pack_replicas(s, B);
 }

@@ -45,7 +45,7 @@ static ember_status build_home(ember_sebc *s, const ember_ebc_config *local_cfg)
         for (int32_t t = 0; t < s->T; t++)
             if (s->ts[t].ops == &ember__scheme_dp) {
                 dt[s->ts[t].dp_local] = s->tables[t];
-                s->dp_hashed |= s->tables[t].hash.enabled != 0;
+                s->dp_hashed |= s->ts[t].ids == EMBER_IDS_HASHED;
             }
         int32_t n = 0, dcol = 0;
         for (int32_t f = 0; f < s->F; f++) {

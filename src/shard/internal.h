@@ -14,6 +14,7 @@
 #include "comm/internal.h"
 #include "ember/shard.h"
 #include "tbe/internal.h"
+#include "tbe/rowmap.h"
 
 typedef struct ember__shard {
     int32_t owner;          // rank holding the block
@@ -112,7 +113,7 @@ static inline const ember__scheme_ops *ember__scheme(ember_shard_scheme s) { ret
 // Rows per unit of a table's row blocks: 1, or a hashed table's bucket rows (its blocks hold
 // whole buckets, so each block's id map evolves as the whole table's, docs/hashed.md).
 static inline int64_t ember__row_unit(const ember_table_config *t) {
-    return !t->hash.enabled ? 1 : t->hash.bucket_rows > 0 ? t->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
+    return ember_table_id_space(t) == EMBER_IDS_HASHED ? ember__hash_bucket_rows(&t->hash) : 1;
 }
 
 // Contiguous split of n into k parts: the first n % k parts get one more.
@@ -144,7 +145,8 @@ struct ember__table_shards {
     ember_shard_scheme scheme;
     const ember__scheme_ops *ops;
     int64_t rows;
-    int64_t unit;           // ember__row_unit: > 1 for a hashed table (rows split by bucket)
+    ember_id_space ids;     // what its ids are (ember_table_id_space): routing asks nothing else
+    int64_t unit;           // ember__row_unit: a hashed table's rows are split by whole buckets
     int32_t nshards;
     int32_t nblocks;        // row blocks (0 for DP); nshards / nblocks column slices each
     ember__shard *shards;   // [nshards]; NULL for DP
@@ -160,7 +162,7 @@ struct ember_sebc {
     ember_table_config *tables;   // [T] copies (names owned by the local collections' copies)
     int32_t *feature_table;       // [F]
     int32_t *feature_col;         // [F] first output column
-    int64_t *feature_rows;        // [F] global rows (validation)
+    int64_t *feature_rows;        // [F] the validator's bound of its ids (ember__id_limit)
     char **feature_names;         // [F] owned
     char **table_names;           // [T] owned
     int32_t out_dim;

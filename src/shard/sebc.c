@@ -61,7 +61,7 @@ static ember_status check_plan_ranks(ember_ctx *ctx, const char *fn, const ember
 static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                ember_grad_convention conv, int32_t W) {
     const char *fn = "ember_sebc_create";
-    EMBER_TRY(ember__ebc_check_config(ctx, cfg));
+    EMBER_TRY(ember__ebc_check_config(ctx, fn, cfg));
     EMBER_CHECK(ctx, plan != NULL, EMBER_ERR_INVALID_ARG, "%s: plan is NULL", fn);
     EMBER_CHECK(ctx, conv == EMBER_GRAD_MEAN || conv == EMBER_GRAD_SUM, EMBER_ERR_INVALID_ARG,
                 "%s: unknown gradient convention %d", fn, (int)conv);
@@ -73,7 +73,7 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
         EMBER_TRY(ember__scheme(p->scheme)->validate(ctx, &cfg->tables[t], p, W));
         // A hashed table's absent ids are only known where its rows are: a mean over row blocks,
         // divided at home, would count them.
-        EMBER_CHECK(ctx, !cfg->tables[t].hash.enabled || !ember__scheme(p->scheme)->partial ||
+        EMBER_CHECK(ctx, ember_table_id_space(&cfg->tables[t]) != EMBER_IDS_HASHED || !ember__scheme(p->scheme)->partial ||
                              cfg->tables[t].pooling != EMBER_POOL_MEAN,
                     EMBER_ERR_UNSUPPORTED, "%s: table '%s': a hashed table with MEAN pooling cannot be %s (use SUM, "
                     "or table-wise or column-wise)", fn, cfg->tables[t].name, ember__scheme(p->scheme)->name);
@@ -145,7 +145,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         int32_t t = cfg->features[f].table;
         s->feature_table[f] = t;
         s->feature_col[f] = s->sequence ? 0 : col;
-        s->feature_rows[f] = cfg->tables[t].hash.enabled ? -1 : cfg->tables[t].rows; // -1: any id
+        s->feature_rows[f] = ember__id_limit(ember_table_id_space(&cfg->tables[t]), cfg->tables[t].rows);
         s->feature_names[f] = ember__strdup(ctx, cfg->features[f].name);
         if (!s->feature_names[f]) return EMBER_ERR_NOMEM;
         col += cfg->tables[t].dim;
@@ -161,6 +161,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         ember__table_shards *ts = &s->ts[t];
         ts->scheme = plan[t].scheme;
         ts->rows = cfg->tables[t].rows;
+        ts->ids = ember_table_id_space(&cfg->tables[t]);
         ts->unit = ember__row_unit(&cfg->tables[t]);
         const ember__scheme_ops *ops = ember__scheme(ts->scheme);
         ts->ops = ops;
@@ -306,11 +307,8 @@ ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t,
 // max_batch_size and max_nnz may differ). Enums by name; floats to the digits that round-trip.
 static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_table_plan *plan,
                      ember_grad_convention conv) {
-    static const char *const pooling[] = {"sum", "mean", "none"}, *const init[] = {"zeros", "uniform", "normal"},
-                             *const decay[] = {"none", "l2", "decoupled"}, *const bounds[] = {"error", "clamp", "skip"};
-#define NAME(tab, v) ((v) >= 0 && (size_t)(v) < sizeof tab / sizeof tab[0] ? tab[v] : "unknown")
-    ember__fields_add(d, "gradient convention: %s", conv == EMBER_GRAD_SUM ? "sum" : "mean");
-    ember__fields_add(d, "bounds: %s", NAME(bounds, cfg->bounds));
+    ember__fields_add(d, "gradient convention: %s", ember_grad_convention_name(conv));
+    ember__fields_add(d, "bounds: %s", ember_bounds_mode_name(cfg->bounds));
     ember__fields_add(d, "seed: %llu", (unsigned long long)cfg->seed);
     ember__fields_add(d, "tables: %d", (int)cfg->num_tables);
     for (int32_t t = 0; t < cfg->num_tables; t++) {
@@ -320,15 +318,15 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
         ember__fields_add(d, "table %d name: '%s'", (int)t, c->name);
         ember__fields_add(d, "table '%s' rows: %lld", c->name, (long long)c->rows);
         ember__fields_add(d, "table '%s' dim: %d", c->name, (int)c->dim);
-        ember__fields_add(d, "table '%s' pooling: %s", c->name, NAME(pooling, c->pooling));
+        ember__fields_add(d, "table '%s' pooling: %s", c->name, ember_pooling_name(c->pooling));
         ember__fields_add(d, "table '%s' dtype: %s", c->name, ember_dtype_name(c->dtype));
-        ember__fields_add(d, "table '%s' init: %s(%.9g, %.9g, std %.9g)", c->name, NAME(init, c->init.kind),
+        ember__fields_add(d, "table '%s' init: %s(%.9g, %.9g, std %.9g)", c->name, ember_init_kind_name(c->init.kind),
                           (double)c->init.a, (double)c->init.b, (double)c->init.std);
         ember__fields_add(d, "table '%s' optimizer: %s", c->name, ember_optim_name(o->kind));
         ember__fields_add(d, "table '%s' optimizer settings: lr %.9g eps %.9g betas %.9g %.9g weight_decay %.9g %s "
                           "initial_accumulator %.9g momentum %.9g eta %.9g",
                           c->name, (double)o->lr, (double)o->eps, (double)o->beta1, (double)o->beta2,
-                          (double)o->weight_decay, NAME(decay, o->weight_decay_mode), (double)o->initial_accumulator,
+                          (double)o->weight_decay, ember_weight_decay_mode_name(o->weight_decay_mode), (double)o->initial_accumulator,
                           (double)o->momentum, (double)o->eta);
         ember__fields_add(d, "table '%s' stochastic rounding: %d", c->name, (int)c->stochastic_rounding);
         // Column shards on different ranks pick the same cache slots only with the same cache.
@@ -350,7 +348,6 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
     for (int32_t f = 0; f < cfg->num_features; f++)
         ember__fields_add(d, "feature %d: '%s' of table '%s'", (int)f, cfg->features[f].name,
                           cfg->tables[cfg->features[f].table].name);
-#undef NAME
 }
 
 ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,

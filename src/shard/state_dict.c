@@ -55,14 +55,10 @@ static bool is_i64(const ember_table_config *t, const char *tensor) {
 // The dim shard_cols slices by: the table's, or -1 for the int64 tensors.
 static int32_t slice_dim(const ember_table_config *t, const char *tensor) { return is_i64(t, tensor) ? -1 : t->dim; }
 
-// Bytes of one element of a state-dict array in `dtype` (0: not a dtype).
-static size_t elem_bytes(ember_dtype dtype) {
-    return dtype == EMBER_DTYPE_I64 ? 8 : dtype == EMBER_DTYPE_F32 ? 4 : dtype == EMBER_DTYPE_F16 || dtype == EMBER_DTYPE_BF16 ? 2 : 0;
-}
 
 // A tensor is read or written as F32, or, the weight of a 16-bit table, as its own dtype.
 static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const char *tensor, ember_dtype dtype) {
-    EMBER_CHECK(s->ctx, elem_bytes(dtype) > 0, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
+    EMBER_CHECK(s->ctx, ember_dtype_size(dtype) > 0, EMBER_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
     const ember_table_config *tc = &s->tables[t];
     const bool weight = tensor && strcmp(tensor, "weight") == 0, ids = is_i64(tc, tensor);
     EMBER_CHECK(s->ctx, ids == (dtype == EMBER_DTYPE_I64), EMBER_ERR_INVALID_ARG,
@@ -88,7 +84,7 @@ ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor
     const char *fn = "ember_sebc_read";
     int32_t cols = 0;
     unsigned char *dst = dst_;
-    const size_t es = elem_bytes(dtype);
+    const size_t es = ember_dtype_size(dtype);
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
@@ -150,7 +146,7 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     if (!s) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_sebc_write";
     int32_t cols = 0;
-    const size_t es = elem_bytes(dtype);
+    const size_t es = ember_dtype_size(dtype);
     ember_status st = check(s, fn, table, tensor, src, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;

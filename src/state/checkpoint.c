@@ -92,7 +92,6 @@ void ember_checkpoint_close(ember_checkpoint *c) {
     ember_ctx_free(ctx, c);
 }
 
-static size_t dtype_bytes(ember_dtype d) { return d == EMBER_DTYPE_I64 ? 8 : d == EMBER_DTYPE_F32 ? 4 : 2; }
 
 static void data_name(char *dst, size_t cap, int64_t generation, int32_t rank) {
     snprintf(dst, cap, "g%" PRId64 "-r%d.bin", generation, (int)rank);
@@ -187,7 +186,7 @@ static int parse_record(parser *p, ember_checkpoint *c, const cJSON *r, const ch
         return 0;
     out->file = file_rank(file, c->generation, c->world);
     if (out->file < 0) return bad(p, where, "file", "is not a data file of this generation");
-    if ((uint64_t)bytes != (uint64_t)(r1 - r0) * (uint64_t)(c1 - c0) * dtype_bytes(k->dtype))
+    if ((uint64_t)bytes != (uint64_t)(r1 - r0) * (uint64_t)(c1 - c0) * ember_dtype_size(k->dtype))
         return bad(p, where, "bytes", "does not match its rows, columns and dtype");
     *out = (ck_record){out->file, off, r0, r1, (int32_t)c0, (int32_t)c1, (uint64_t)bytes, (uint32_t)crc};
     return 1;
@@ -339,7 +338,7 @@ static ember_status parse_manifest(ember_checkpoint *c, const char *text, size_t
                 bad(&p, where, "optimizer", "is not an optimizer this ember knows");
                 break;
             }
-            if (ember_dtype_parse(dt, &t->dtype) != 0 || t->dtype == EMBER_DTYPE_I64) {
+            if (ember_dtype_parse(dt, &t->dtype) != EMBER_OK || !ember_dtype_is_storage(t->dtype)) {
                 bad(&p, where, "dtype", "is not fp32, fp16 or bf16");
                 break;
             }
@@ -775,7 +774,7 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
                 piece_cols(tc, &ti[k], &p, &c0, &c1);
                 if (c1 - c0 == ti[k].cols && p.col_begin != 0) continue; // per-row state, ids: one copy
                 const ember_dtype dt = tensor_dtype(&ti[k]);
-                const size_t row_bytes = (size_t)(c1 - c0) * dtype_bytes(dt);
+                const size_t row_bytes = (size_t)(c1 - c0) * ember_dtype_size(dt);
                 const int64_t per = chunk / row_bytes > 0 ? (int64_t)(chunk / row_bytes) : 1;
                 const size_t need = row_bytes * (size_t)per; // the chunk, or one row larger than it
                 if (need > cap) {
@@ -1023,7 +1022,7 @@ static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ck_tabl
     int32_t d0, d1;
     piece_cols(tc, ti, &p, &d0, &d1);
     const ck_tensor *kx = &x->tensors[k];
-    const size_t es = dtype_bytes(kx->dtype), dst_row = (size_t)(d1 - d0) * es;
+    const size_t es = ember_dtype_size(kx->dtype), dst_row = (size_t)(d1 - d0) * es;
     for (int32_t j = kx->first; j < kx->first + kx->count; j++) {
         const ck_record *r = &c->records[j];
         const int64_t a = r->r0 > p.row_begin ? r->r0 : p.row_begin, b = r->r1 < p.row_end ? r->r1 : p.row_end;
@@ -1085,7 +1084,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     for (int32_t t = 0; st == EMBER_OK && t < T; t++)
         for (int32_t k = 0; k < c->tables[index[t]].ntensors; k++) {
             const ck_tensor *x = &c->tables[index[t]].tensors[k];
-            const size_t row = (size_t)x->cols * dtype_bytes(x->dtype);
+            const size_t row = (size_t)x->cols * ember_dtype_size(x->dtype);
             chunk = row > chunk ? row : chunk;
             for (int32_t j = x->first; j < x->first + x->count; j++) {
                 const uint64_t held = held_bytes(c, c->records[j].file, c->records[j].offset, c->records[j].bytes);

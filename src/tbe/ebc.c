@@ -7,107 +7,6 @@
 #include "tbe/kernels.h"
 #include "tbe/rowmap.h"
 
-size_t ember__dtype_size(ember_dtype dt) { return dt == EMBER_DTYPE_I64 ? 8 : dt == EMBER_DTYPE_F32 ? 4 : 2; }
-
-const char *ember_dtype_name(ember_dtype dt) {
-    switch (dt) {
-    case EMBER_DTYPE_F32: return "fp32";
-    case EMBER_DTYPE_F16: return "fp16";
-    case EMBER_DTYPE_BF16: return "bf16";
-    }
-    if (dt == EMBER_DTYPE_I64) return "int64";
-    return "unknown";
-}
-
-int ember_dtype_parse(const char *name, ember_dtype *out) {
-    for (int d = EMBER_DTYPE_F32; name && d <= (int)EMBER_DTYPE_I64; d++) {
-        if (strcmp(name, ember_dtype_name((ember_dtype)d)) == 0) {
-            *out = (ember_dtype)d;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg) {
-    const char *fn = "ember_ebc_create";
-    EMBER_CHECK(ctx, cfg != NULL, EMBER_ERR_INVALID_ARG, "%s: config is NULL", fn);
-    EMBER_CHECK(ctx, cfg->num_tables >= 1 && cfg->tables, EMBER_ERR_INVALID_ARG, "%s: %d tables", fn,
-                (int)cfg->num_tables);
-    EMBER_CHECK(ctx, cfg->num_features >= 1 && cfg->features, EMBER_ERR_INVALID_ARG, "%s: %d features", fn,
-                (int)cfg->num_features);
-    EMBER_CHECK(ctx, cfg->bounds >= EMBER_BOUNDS_ERROR && cfg->bounds <= EMBER_BOUNDS_SKIP, EMBER_ERR_INVALID_ARG,
-                "%s: unknown bounds mode %d", fn, (int)cfg->bounds);
-    EMBER_CHECK(ctx, cfg->max_batch_size >= 0 && cfg->max_nnz >= 0, EMBER_ERR_INVALID_ARG,
-                "%s: negative workspace hint", fn);
-    int n_none = 0;
-    for (int32_t t = 0; t < cfg->num_tables; t++) {
-        const ember_table_config *tc = &cfg->tables[t];
-        const char *nm = tc->name ? tc->name : "(null)";
-        EMBER_CHECK(ctx, tc->name && tc->name[0], EMBER_ERR_INVALID_ARG, "%s: table %d has no name", fn, (int)t);
-        EMBER_CHECK(ctx, tc->rows >= 1, EMBER_ERR_INVALID_ARG, "%s: table '%s': rows %lld < 1", fn, nm,
-                    (long long)tc->rows);
-        EMBER_CHECK(ctx, tc->dim >= 1, EMBER_ERR_INVALID_ARG, "%s: table '%s': dim %d < 1", fn, nm, (int)tc->dim);
-        EMBER_CHECK(ctx, tc->pooling >= EMBER_POOL_SUM && tc->pooling <= EMBER_POOL_NONE, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s': unknown pooling %d", fn, nm, (int)tc->pooling);
-        EMBER_CHECK(ctx, tc->dtype >= EMBER_DTYPE_F32 && tc->dtype <= EMBER_DTYPE_BF16, EMBER_ERR_INVALID_ARG,
-                    "%s: table '%s': unknown dtype %d", fn, nm, (int)tc->dtype);
-        EMBER_CHECK(ctx, tc->init.kind >= EMBER_INIT_ZEROS && tc->init.kind <= EMBER_INIT_NORMAL,
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown init %d", fn, nm, (int)tc->init.kind);
-        EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_UNIFORM || (isfinite(tc->init.a) && isfinite(tc->init.b) &&
-                                                                 tc->init.a <= tc->init.b),
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': uniform bounds [%g, %g]", fn, nm, (double)tc->init.a,
-                    (double)tc->init.b);
-        EMBER_CHECK(ctx, tc->init.kind != EMBER_INIT_NORMAL || (isfinite(tc->init.std) && tc->init.std >= 0),
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': normal std %g", fn, nm, (double)tc->init.std);
-        EMBER_TRY(ember__optim_check(ctx, fn, nm, &tc->optim));
-        EMBER_CHECK(ctx, tc->cache_rows >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s': cache_rows %lld < 0", fn, nm,
-                    (long long)tc->cache_rows);
-        EMBER_CHECK(ctx, tc->cache_policy == EMBER_EVICT_LRU || tc->cache_policy == EMBER_EVICT_LFU,
-                    EMBER_ERR_INVALID_ARG, "%s: table '%s': cache policy %s (lru or lfu)", fn, nm,
-                    ember_evict_policy_name(tc->cache_policy));
-        EMBER_CHECK(ctx, !tc->hash.enabled || tc->cache_rows == 0, EMBER_ERR_UNSUPPORTED,
-                    "%s: table '%s': a hashed table cannot also be tiered (cache_rows %lld)", fn, nm,
-                    (long long)tc->cache_rows);
-        EMBER_CHECK(ctx, !(tc->hash.enabled || tc->cache_rows > 0) || !tc->stochastic_rounding, EMBER_ERR_UNSUPPORTED,
-                    "%s: table '%s': stochastic rounding is not available on %s tables", fn, nm,
-                    tc->hash.enabled ? "hashed" : "tiered");
-        if (tc->hash.enabled) {
-            const int64_t br = tc->hash.bucket_rows > 0 ? tc->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
-            EMBER_CHECK(ctx, tc->hash.bucket_rows >= 0 && tc->rows % br == 0, EMBER_ERR_INVALID_ARG,
-                        "%s: table '%s': bucket_rows %d does not divide rows %lld", fn, nm, (int)br,
-                        (long long)tc->rows);
-            EMBER_CHECK(ctx, tc->hash.policy >= EMBER_EVICT_LRU && tc->hash.policy <= EMBER_EVICT_TTL,
-                        EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown eviction policy %d", fn, nm,
-                        (int)tc->hash.policy);
-            EMBER_CHECK(ctx, tc->hash.policy != EMBER_EVICT_TTL || tc->hash.ttl_steps >= 1, EMBER_ERR_INVALID_ARG,
-                        "%s: table '%s': ttl_steps %lld < 1", fn, nm, (long long)tc->hash.ttl_steps);
-        }
-        for (int32_t u = 0; u < t; u++) {
-            EMBER_CHECK(ctx, strcmp(cfg->tables[u].name, tc->name) != 0, EMBER_ERR_INVALID_ARG,
-                        "%s: table name '%s' used twice", fn, nm);
-        }
-        if (tc->pooling == EMBER_POOL_NONE) n_none++;
-    }
-    EMBER_CHECK(ctx, n_none == 0 || n_none == cfg->num_tables, EMBER_ERR_INVALID_ARG,
-                "%s: %d of %d tables have pooling NONE: a collection is all-NONE or has none", fn, n_none,
-                (int)cfg->num_tables);
-    for (int32_t f = 0; f < cfg->num_features; f++) {
-        const ember_feature_config *fc = &cfg->features[f];
-        EMBER_CHECK(ctx, fc->name && fc->name[0], EMBER_ERR_INVALID_ARG, "%s: feature %d has no name", fn, (int)f);
-        EMBER_CHECK(ctx, fc->table >= 0 && fc->table < cfg->num_tables, EMBER_ERR_INVALID_ARG,
-                    "%s: feature '%s' reads table %d, outside [0, %d)", fn, fc->name, (int)fc->table,
-                    (int)cfg->num_tables);
-        if (n_none) {
-            EMBER_CHECK(ctx, cfg->tables[fc->table].dim == cfg->tables[cfg->features[0].table].dim,
-                        EMBER_ERR_INVALID_ARG, "%s: pooling NONE needs one dim: feature '%s' has %d, feature '%s' %d",
-                        fn, fc->name, (int)cfg->tables[fc->table].dim, cfg->features[0].name,
-                        (int)cfg->tables[cfg->features[0].table].dim);
-        }
-    }
-    return EMBER_OK;
-}
-
 // Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
 static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
     const ember_init *in = &t->cfg.init;
@@ -144,6 +43,7 @@ void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
     case EMBER_DTYPE_F16:
         for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_f16(src[i]);
         break;
+    default: break; // not a storage dtype: refused where a table is configured
     }
 }
 
@@ -156,12 +56,13 @@ void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
     case EMBER_DTYPE_F16:
         for (int32_t i = 0; i < n; i++) dst[i] = ember__f16_to_f32(((const uint16_t *)src)[i]);
         break;
+    default: break; // not a storage dtype
     }
 }
 
 // Bytes of table tb's weights in the slab in dtype dt (each table starts 64-byte aligned).
 static size_t weight_block(const ember__table *tb, ember_dtype dt) {
-    return ((size_t)tb->slab_rows * (size_t)tb->cfg.dim * ember__dtype_size(dt) + 63) & ~(size_t)63;
+    return ((size_t)tb->slab_rows * (size_t)tb->cfg.dim * ember_dtype_size(dt) + 63) & ~(size_t)63;
 }
 
 // Lays out the weight slab for the tables' current dtypes; returns its size.
@@ -169,7 +70,7 @@ static size_t layout_weights(ember_ebc *ebc) {
     size_t off = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
-        tb->row_bytes = (size_t)tb->cfg.dim * ember__dtype_size(tb->cfg.dtype);
+        tb->row_bytes = (size_t)tb->cfg.dim * ember_dtype_size(tb->cfg.dtype);
         tb->weight_offset = off;
         off += weight_block(tb, tb->cfg.dtype);
     }
@@ -203,7 +104,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     if (!ctx) return EMBER_ERR_INVALID_ARG;
     EMBER_CHECK(ctx, out != NULL, EMBER_ERR_INVALID_ARG, "ember_ebc_create: out is NULL");
     *out = NULL;
-    EMBER_TRY(ember__ebc_check_config(ctx, cfg));
+    EMBER_TRY(ember__ebc_check_config(ctx, "ember_ebc_create", cfg));
     ember_ebc *ebc = ember__xalloc(ctx, sizeof *ebc, "collection");
     if (!ebc) return EMBER_ERR_NOMEM;
     memset(ebc, 0, sizeof *ebc);
@@ -246,7 +147,9 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
             tb->origin.global_dim = tb->cfg.dim;
         }
         tb->slab_rows = tb->cfg.cache_rows > 0 && tb->cfg.cache_rows < tb->cfg.rows ? tb->cfg.cache_rows : tb->cfg.rows;
-        if (tb->cfg.cache_rows > 0 || tb->cfg.hash.enabled) {
+        tb->kind = ember__rowmap_kind_of(&tb->cfg);
+        tb->ids = tb->kind ? tb->kind->ids : EMBER_IDS_ROWS;
+        if (tb->kind) {
             ebc->mapped = true;
             ebc->kbounds = EMBER_BOUNDS_SKIP; // translated ids: rows or -1 (rowmap.h)
         }
@@ -266,8 +169,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         ebc->feature_table[f] = fc->table;
         ebc->feature_names[f] = ember__strdup(ctx, fc->name);
         if (!ebc->feature_names[f]) goto nomem;
-        // Hashed tables take any id (-1: not checked).
-        ebc->feature_rows[f] = cfg->tables[fc->table].hash.enabled ? -1 : cfg->tables[fc->table].rows;
+        ebc->feature_rows[f] = ember__id_limit(ebc->tables[fc->table].ids, cfg->tables[fc->table].rows);
         ebc->feature_col[f] = ebc->sequence ? 0 : col;
         col += cfg->tables[fc->table].dim;
     }
@@ -329,9 +231,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     // Row maps, once the slabs hold their initial values.
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
-        ember_status st = EMBER_OK;
-        if (tb->cfg.cache_rows > 0) st = ember__tiered_create(ebc, tb, cfg->ssd_dir, &tb->map);
-        else if (tb->cfg.hash.enabled) st = ember__hashed_create(ebc, tb, &tb->map);
+        const ember_status st = tb->kind ? tb->kind->create(ebc, tb, cfg, &tb->map) : EMBER_OK;
         if (st != EMBER_OK) {
             ember_ebc_destroy(ebc);
             return st;
@@ -443,25 +343,31 @@ ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t 
     return EMBER_OK;
 }
 
-// Resolves a tensor name: 0 weight, 1 momentum1, 2 momentum2; state pointer and columns.
+// Resolves a tensor name to its index in ember_table_tensors' list (0 weight, then the
+// optimizer's states, then the row map's tensors), its state pointer (states) and info.
 static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t table, const char *tensor,
-                                int64_t row_begin, int64_t row_end, int *which, float **state, int32_t *cols) {
+                                int64_t row_begin, int64_t row_end, int *which, float **state, ember_tensor_info *info) {
     EMBER_TRY(check_table(ebc, fn, table));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, tensor != NULL, EMBER_ERR_INVALID_ARG, "%s: tensor name is NULL", fn);
-    *which = strcmp(tensor, "weight") == 0 ? 0 : -1;
-    if (tb->cfg.hash.enabled && strcmp(tensor, "ids") == 0) *which = 3;
-    if (tb->cfg.hash.enabled && tb->cfg.hash.min_count > 1 && strcmp(tensor, "candidates") == 0) *which = 4;
-    for (int i = 0; i < tb->optim->info.num_states; i++)
-        if (strcmp(tensor, tb->optim->info.state_names[i]) == 0) *which = 1 + i;
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    const int32_t n = ember_table_tensors(&tb->cfg, ti);
+    *which = -1;
+    for (int32_t i = 0; i < n && *which < 0; i++)
+        if (strcmp(tensor, ti[i].name) == 0) *which = i;
     EMBER_CHECK(ebc->ctx, *which >= 0, EMBER_ERR_INVALID_ARG, "%s: table '%s' has no tensor '%s'", fn, tb->name,
                 tensor);
     EMBER_CHECK(ebc->ctx, row_begin >= 0 && row_begin <= row_end && row_end <= tb->cfg.rows, EMBER_ERR_INVALID_ARG,
                 "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->name, (long long)row_begin,
                 (long long)row_end, (long long)tb->cfg.rows);
-    *state = *which == 1 ? tb->m1 : *which == 2 ? tb->m2 : NULL;
-    *cols = *which == 0 ? tb->cfg.dim : *which == 1 ? tb->m1_cols : *which == 2 ? tb->m2_cols : 3; // 3, 4: int64 x 3
+    *state = *which == 1 ? tb->m1 : *which == 2 && tb->optim->info.num_states == 2 ? tb->m2 : NULL;
+    *info = ti[*which];
     return EMBER_OK;
+}
+
+// Whether tensor `which` of table tb can be moved in `dtype`: its own dtype, or fp32 for weights.
+static int tensor_dtype_ok(int which, const ember_tensor_info *info, ember_dtype dtype) {
+    return dtype == info->dtype || (which == 0 && dtype == EMBER_DTYPE_F32);
 }
 
 ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin,
@@ -470,14 +376,14 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     const char *fn = "ember_ebc_read";
     int which;
     float *st;
-    int32_t cols;
-    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
+    ember_tensor_info info;
+    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &info));
     const ember__table *tb = &ebc->tables[table];
+    const int32_t cols = info.cols, nstates = 1 + tb->optim->info.num_states;
     EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
-    EMBER_CHECK(ebc->ctx, which >= 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
-                EMBER_ERR_INVALID_ARG, "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor,
-                ember_dtype_name(dtype));
-    if (which >= 3) return ember__hashed_read_ids(ebc, tb, which == 4, row_begin, row_end, dst);
+    EMBER_CHECK(ebc->ctx, tensor_dtype_ok(which, &info, dtype), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember_dtype_name(dtype));
+    if (which >= nstates) return tb->map->ops->read_extra(ebc, tb, which - nstates, row_begin, row_end, dst);
     if (tb->map && tb->map->ops->read) return tb->map->ops->read(ebc, tb, which, row_begin, row_end, dtype, dst);
     const int64_t n = row_end - row_begin;
     if (which) {
@@ -497,16 +403,15 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     const char *fn = "ember_ebc_write";
     int which;
     float *st;
-    int32_t cols;
-    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &cols));
-    const ember__table *tb = &ebc->tables[table];
+    ember_tensor_info info;
+    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &info));
+    ember__table *tb = &ebc->tables[table];
+    const int32_t cols = info.cols, nstates = 1 + tb->optim->info.num_states;
     EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
-    EMBER_CHECK(ebc->ctx, which >= 3 ? dtype == EMBER_DTYPE_I64 : dtype == EMBER_DTYPE_F32 || (which == 0 && dtype == tb->cfg.dtype),
-                EMBER_ERR_INVALID_ARG, "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor,
-                ember_dtype_name(dtype));
-    if (which >= 3) return ember__hashed_write_ids(ebc, (ember__table *)tb, which == 4, row_begin, row_end, src);
-    if (tb->map && tb->map->ops->write)
-        return tb->map->ops->write(ebc, (ember__table *)tb, which, row_begin, row_end, dtype, src);
+    EMBER_CHECK(ebc->ctx, tensor_dtype_ok(which, &info, dtype), EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor, ember_dtype_name(dtype));
+    if (which >= nstates) return tb->map->ops->write_extra(ebc, tb, which - nstates, row_begin, row_end, src);
+    if (tb->map && tb->map->ops->write) return tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src);
     const int64_t n = row_end - row_begin;
     if (which) {
         memcpy(st + (size_t)row_begin * (size_t)cols, src, sizeof(float) * (size_t)n * (size_t)cols);
@@ -553,7 +458,7 @@ void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
         const ember_dtype dt = new_dtype(ebc, c, t);
-        const size_t rb = (size_t)tb->cfg.dim * ember__dtype_size(dt);
+        const size_t rb = (size_t)tb->cfg.dim * ember_dtype_size(dt);
         const unsigned char *src = ebc->slab + tb->weight_offset;
         unsigned char *dst = c->slab + off;
         if (dt == tb->cfg.dtype) {
@@ -588,8 +493,8 @@ ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype 
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_ebc_convert_dtype";
     EMBER_TRY(check_table(ebc, fn, table));
-    EMBER_CHECK(ebc->ctx, dtype >= EMBER_DTYPE_F32 && dtype <= EMBER_DTYPE_BF16, EMBER_ERR_INVALID_ARG,
-                "%s: unknown dtype %d", fn, (int)dtype);
+    EMBER_CHECK(ebc->ctx, ember_dtype_is_storage(dtype), EMBER_ERR_INVALID_ARG,
+                "%s: dtype %s (%d) cannot store weights", fn, ember_dtype_name(dtype), (int)dtype);
     ember__dtype_change c = {NULL, table, dtype, NULL, 0, NULL};
     EMBER_TRY(ember__ebc_convert_prepare(ebc, &c));
     ember__ebc_convert_commit(ebc, &c);

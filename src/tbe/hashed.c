@@ -152,10 +152,11 @@ static ember_status hashed_map(ember_ebc *ebc, ember__table *tb, const int64_t *
 }
 
 // "ids" rows: id, last step, uses (0: the row is free); "candidates": id, count, last step.
-ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb, int cand, int64_t r0, int64_t r1,
-                                    int64_t *dst) {
+static ember_status hashed_read_extra(const ember_ebc *ebc, const ember__table *tb, int cand, int64_t r0, int64_t r1,
+                                      void *out) {
     (void)ebc;
     const hashed *m = (const hashed *)tb->map;
+    int64_t *dst = out;
     for (int64_t r = r0; r < r1; r++) {
         int64_t *e = dst + 3 * (r - r0);
         const int on = cand ? m->cand_cnt[r] > 0 : m->occ[r];
@@ -166,9 +167,10 @@ ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb
     return EMBER_OK;
 }
 
-ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand, int64_t r0, int64_t r1,
-                                     const int64_t *src) {
+static ember_status hashed_write_extra(ember_ebc *ebc, ember__table *tb, int cand, int64_t r0, int64_t r1,
+                                       const void *in) {
     hashed *m = (hashed *)tb->map;
+    const int64_t *src = in;
     const char *fn = "ember_ebc_write", *what = cand ? "candidates" : "ids";
     const int cnt = cand ? 1 : 2; // the field that says the row is in use
     for (int64_t r = r0; r < r1; r++) { // check everything before anything changes
@@ -216,16 +218,24 @@ static void hashed_destroy(ember_ctx *ctx, ember__rowmap *map) {
     ember__free(ctx, m);
 }
 
-static const ember__rowmap_ops hashed_ops = {"hashed", hashed_map, NULL, NULL, hashed_destroy};
+static const ember__rowmap_ops hashed_ops = {.map = hashed_map, .read_extra = hashed_read_extra,
+                                              .write_extra = hashed_write_extra, .destroy = hashed_destroy};
 
-int ember__is_hashed(const ember__table *tb) { return tb->map && tb->map->ops == &hashed_ops; }
+// The id map: per row its id, last step and uses (0: free); with min_count > 1 the admission
+// candidates too (bucket b's in its rows: id, count, last step seen).
+static int32_t hashed_tensors(const ember_table_config *t, ember_tensor_info *out) {
+    out[0] = (ember_tensor_info){"ids", t->rows, 3, EMBER_DTYPE_I64};
+    if (t->hash.min_count <= 1) return 1;
+    out[1] = (ember_tensor_info){"candidates", t->rows, 3, EMBER_DTYPE_I64};
+    return 2;
+}
 
-
-ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowmap **out) {
+static ember_status hashed_create(ember_ebc *ebc, ember__table *tb, const ember_ebc_config *cfg, ember__rowmap **out) {
+    (void)cfg;
     ember_ctx *ctx = ebc->ctx;
     *out = NULL;
     const ember_hash_config *h = &tb->cfg.hash;
-    const int64_t br = h->bucket_rows > 0 ? h->bucket_rows : EMBER_HASH_BUCKET_ROWS;
+    const int64_t br = ember__hash_bucket_rows(h);
     EMBER_CHECK(ctx, tb->origin.row_offset % br == 0 && tb->origin.global_rows % br == 0, EMBER_ERR_INVALID_ARG,
                 "ember_ebc_create: table '%s': rows [%lld, +%lld) of %lld are not whole buckets of %lld rows",
                 tb->label, (long long)tb->origin.row_offset, (long long)tb->cfg.rows,
@@ -260,12 +270,15 @@ ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowma
     return EMBER_OK;
 }
 
+const ember__rowmap_kind ember__rowmap_hashed = {
+    .name = "hashed", .ids = EMBER_IDS_HASHED, .tensors = hashed_tensors, .create = hashed_create};
+
 ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table, ember_hash_stats *out) {
     if (!ebc || !out) return EMBER_ERR_INVALID_ARG;
     EMBER_CHECK(ebc->ctx, table >= 0 && table < ebc->T, EMBER_ERR_INVALID_ARG,
                 "ember_ebc_hash_stats: table %d outside [0, %d)", (int)table, (int)ebc->T);
     const ember__table *tb = &ebc->tables[table];
-    EMBER_CHECK(ebc->ctx, ember__is_hashed(tb), EMBER_ERR_INVALID_ARG, "ember_ebc_hash_stats: table '%s' is not hashed",
+    EMBER_CHECK(ebc->ctx, tb->map && tb->map->ops == &hashed_ops, EMBER_ERR_INVALID_ARG, "ember_ebc_hash_stats: table '%s' is not hashed",
                 tb->label);
     *out = ((const hashed *)tb->map)->stats;
     return EMBER_OK;

@@ -52,7 +52,13 @@ typedef struct ember__table {
     uint64_t name_hash;      // seeds init and stochastic rounding
     int64_t slab_rows;       // rows held in the slabs: cfg.rows, or the cache of a tiered table
     struct ember__rowmap *map; // tiered or hashed: translates the KJT's ids to slab rows (rowmap.h)
+    const struct ember__rowmap_kind *kind; // the map's kind (NULL: none), from the configuration
+    ember_id_space ids;      // what the KJT's ids of this table are: the kind's, else EMBER_IDS_ROWS
 } ember__table;
+
+// The bound the KJT validator checks an id space's ids against: the table's rows, or -1 (any
+// int64: a hashed table's ids are keys).
+static inline int64_t ember__id_limit(ember_id_space ids, int64_t rows) { return ids == EMBER_IDS_HASHED ? -1 : rows; }
 
 #define EMBER__WS_SLOTS 16
 
@@ -89,8 +95,9 @@ struct ember_ebc {
 ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, const ember__origin *origins,
                                   ember_ebc **out);
 
-// The checks ember_ebc_create makes on a configuration, for layers that derive their own.
-ember_status ember__ebc_check_config(ember_ctx *ctx, const ember_ebc_config *cfg);
+// The checks ember_ebc_create makes on a configuration, for layers that derive their own; fn
+// names the caller in the messages.
+ember_status ember__ebc_check_config(ember_ctx *ctx, const char *fn, const ember_ebc_config *cfg);
 
 // Coalesced sparse gradient: n unique rows (sorted by key), row i's gradient is
 // grad[goff[i] .. goff[i] + dim_of(key[i])). Storage belongs to the collection's workspace and
@@ -190,9 +197,6 @@ void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c);
 
 // Workspace slot `slot` with at least `bytes`; NULL + NOMEM error on failure.
 void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes);
-
-// dtype helpers
-size_t ember__dtype_size(ember_dtype dt);
 
 // Initial weights of row r of table t in global coordinates (origin.row_offset + r), D floats.
 void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst);

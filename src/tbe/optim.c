@@ -107,37 +107,6 @@ ember_status ember_optim_parse(const char *name, ember_optim_kind *out) {
     return EMBER_ERR_INVALID_ARG;
 }
 
-int32_t ember_table_tensors(const ember_table_config *t, ember_tensor_info out[EMBER_MAX_TENSORS]) {
-    const ember__optim_desc *d = t ? ember__optim(t->optim.kind) : NULL;
-    if (!d || !out) return 0;
-    out[0] = (ember_tensor_info){"weight", t->rows, t->dim, t->dtype};
-    for (int32_t i = 0; i < d->info.num_states; i++)
-        out[1 + i] = (ember_tensor_info){d->info.state_names[i], t->rows, d->info.state_per_row[i] ? 1 : t->dim,
-                                         EMBER_DTYPE_F32};
-    int32_t n = 1 + d->info.num_states;
-    // A hashed table's id map: per row its id, last step and uses (0: free).
-    if (t->hash.enabled) out[n++] = (ember_tensor_info){"ids", t->rows, 3, EMBER_DTYPE_I64};
-    // Its admission candidates (min_count > 1): bucket b's are in its rows, id, count, last step.
-    if (t->hash.enabled && t->hash.min_count > 1)
-        out[n++] = (ember_tensor_info){"candidates", t->rows, 3, EMBER_DTYPE_I64};
-    return n;
-}
-
-void ember_table_config_bytes(const ember_table_config *t, size_t *weight_bytes, size_t *state_bytes) {
-    ember_tensor_info ti[EMBER_MAX_TENSORS];
-    const int32_t n = ember_table_tensors(t, ti);
-    // In memory: a tiered table's cache, not its rows.
-    const int64_t rows = t && t->cache_rows > 0 && t->cache_rows < t->rows ? t->cache_rows : t ? t->rows : 0;
-    size_t wb = 0, sb = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const size_t bytes = (size_t)rows * (size_t)ti[i].cols * ember__dtype_size(ti[i].dtype);
-        if (i == 0) wb = bytes;
-        else sb += bytes;
-    }
-    if (weight_bytes) *weight_bytes = wb;
-    if (state_bytes) *state_bytes = sb;
-}
-
 void ember__optim_prepare(const ember__table *t, uint64_t seed, ember__optim_step *st) {
     const ember_optim_config *o = &t->cfg.optim;
     st->c1 = 1.0f - powf(o->beta1, (float)t->step);

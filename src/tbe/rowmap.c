@@ -1,23 +1,12 @@
-// The translation step of collections with mapped tables (rowmap.h), and the names of the
-// eviction policies.
+// The translation step of collections with mapped tables (rowmap.h), and the choice of a
+// table's row map.
 #include <string.h>
 
 #include "tbe/rowmap.h"
 
-static const char *const policy_names[] = {"lru", "lfu", "ttl"};
-
-const char *ember_evict_policy_name(ember_evict_policy p) {
-    return p >= EMBER_EVICT_LRU && p <= EMBER_EVICT_TTL ? policy_names[p] : "unknown";
-}
-
-ember_status ember_evict_policy_parse(const char *name, ember_evict_policy *out) {
-    if (!name || !out) return EMBER_ERR_INVALID_ARG;
-    for (int i = 0; i <= EMBER_EVICT_TTL; i++)
-        if (strcmp(name, policy_names[i]) == 0) {
-            *out = (ember_evict_policy)i;
-            return EMBER_OK;
-        }
-    return EMBER_ERR_INVALID_ARG;
+const ember__rowmap_kind *ember__rowmap_kind_of(const ember_table_config *t) {
+    // ember__ebc_check_config refuses a table that is both.
+    return t->hash.enabled ? &ember__rowmap_hashed : t->cache_rows > 0 ? &ember__rowmap_tiered : NULL;
 }
 
 ember_status ember__ebc_admit(ember_ebc *ebc, const ember_kjt *kjt) {
@@ -55,7 +44,7 @@ ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t 
         for (int32_t f = 0; f < ebc->F; f++) {
             if (ebc->feature_table[f] != t) continue;
             const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
-            if (tb->cfg.hash.enabled) {
+            if (tb->ids == EMBER_IDS_HASHED) {
                 if (j1 > j0) memcpy(ids + n, kjt->values + j0, sizeof(int64_t) * (size_t)(j1 - j0));
                 n += j1 - j0;
             } else {

@@ -22,13 +22,12 @@ enum ember__map_phase {
 
 typedef struct ember__rowmap ember__rowmap;
 typedef struct ember__rowmap_ops {
-    const char *kind; // "tiered", "hashed"
     // Translates the n ids of table tb in this call (its features in configuration order, each
-    // in value order) to slab rows in rows[n] (-1: absent). A hashed table gets the KJT's values
-    // as they are; any other table gets them resolved by the bounds mode: rows of [0, cfg.rows),
-    // or -1 for a skipped id, which stays -1. All of a call's ids are resident
-    // together: rows of this call are never evicted by it. A failure changes no logical state
-    // (weights, optimizer state, the id -> row map).
+    // in value order) to slab rows in rows[n] (-1: absent). A table whose id space is
+    // EMBER_IDS_HASHED gets the KJT's values as they are; any other gets them resolved by the
+    // bounds mode: rows of [0, cfg.rows), or -1 for a skipped id, which stays -1. All of a
+    // call's ids are resident together: rows of this call are never evicted by it. A failure
+    // changes no logical state (weights, optimizer state, the id -> row map).
     ember_status (*map)(ember_ebc *ebc, ember__table *tb, const int64_t *ids, int64_t n, int64_t *rows,
                         enum ember__map_phase phase);
     // State dict access for tables whose logical rows are not slab rows (tiered); NULL: the
@@ -38,6 +37,13 @@ typedef struct ember__rowmap_ops {
                          int64_t row_end, ember_dtype dtype, void *dst);
     ember_status (*write)(ember_ebc *ebc, ember__table *tb, int which, int64_t row_begin, int64_t row_end,
                           ember_dtype dtype, const void *src);
+    // The tensors the kind adds (ember__rowmap_kind.tensors), k-th of them: rows [row_begin,
+    // row_end) as its dtype gives them. NULL when the kind adds none. A write that the map
+    // refuses changes nothing.
+    ember_status (*read_extra)(const ember_ebc *ebc, const ember__table *tb, int k, int64_t row_begin,
+                               int64_t row_end, void *dst);
+    ember_status (*write_extra)(ember_ebc *ebc, ember__table *tb, int k, int64_t row_begin, int64_t row_end,
+                                const void *src);
     void (*destroy)(ember_ctx *ctx, ember__rowmap *m);
 } ember__rowmap_ops;
 
@@ -46,27 +52,36 @@ struct ember__rowmap {
     const ember__rowmap_ops *ops;
 };
 
+// A kind of row map, known before any table has one: what the ids of its tables are, the
+// tensors it adds to their state dicts, and how it is made. One per file; a table's kind comes
+// from its configuration alone (ember__rowmap_kind_of), so every layer that routes, validates,
+// plans or saves a table asks the same answer (ember_table_id_space, ember_table_tensors).
+typedef struct ember__rowmap_kind {
+    const char *name;   // "tiered", "hashed"
+    ember_id_space ids; // what its tables' ids are
+    // The tensors it adds after "weight" and the optimizer's states, into out; returns their
+    // count (at most EMBER_MAX_TENSORS - 1 - EMBER_MAX_STATES). NULL: none.
+    int32_t (*tensors)(const ember_table_config *t, ember_tensor_info *out);
+    // Creates table tb's map after the collection laid out its slabs (tb->slab_rows rows, state
+    // pointers set, initial values written). Local. EMBER_OK, EMBER_ERR_IO, EMBER_ERR_NOMEM,
+    // EMBER_ERR_UNSUPPORTED; the message names the table.
+    ember_status (*create)(ember_ebc *ebc, ember__table *tb, const ember_ebc_config *cfg, ember__rowmap **out);
+} ember__rowmap_kind;
+extern const ember__rowmap_kind ember__rowmap_tiered, ember__rowmap_hashed;
+
+// The kind of row map a table of this configuration has; NULL: none (its ids are slab rows).
+const ember__rowmap_kind *ember__rowmap_kind_of(const ember_table_config *t);
+
+// Rows per bucket of a hashed table (bucket_rows, or EMBER_HASH_BUCKET_ROWS for 0).
+static inline int64_t ember__hash_bucket_rows(const ember_hash_config *h) {
+    return h->bucket_rows > 0 ? h->bucket_rows : EMBER_HASH_BUCKET_ROWS;
+}
+
 // The global bucket of id x in a hashed table of `buckets` buckets: the one definition the local
 // map and the sharded layer's routing share.
 static inline int64_t ember__hash_bucket(int64_t x, int64_t buckets) {
     return (int64_t)(ember_splitmix64((uint64_t)x) % (uint64_t)buckets);
 }
-
-// Hashed tables: whether tb is one, and its "ids" tensor ([rows, 3] int64: id, last step, uses;
-// uses 0 = a free row) or, cand = 1, its "candidates" ([rows, 3]: id, count, last step seen;
-// count 0 = none) for ember_ebc_read/write. Writing checks every row first (the id in the row's
-// bucket, no id twice in a bucket): EMBER_ERR_INVALID_ARG and nothing changes.
-int ember__is_hashed(const ember__table *tb);
-ember_status ember__hashed_read_ids(const ember_ebc *ebc, const ember__table *tb, int cand, int64_t r0, int64_t r1,
-                                    int64_t *dst);
-ember_status ember__hashed_write_ids(ember_ebc *ebc, ember__table *tb, int cand, int64_t r0, int64_t r1,
-                                     const int64_t *src);
-
-// Create table tb's map after the collection laid out its slabs (tb->slab_rows rows, state
-// pointers set, initial values written). Local. EMBER_OK, EMBER_ERR_IO, EMBER_ERR_NOMEM,
-// EMBER_ERR_UNSUPPORTED; the message names the table.
-ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *ssd_dir, ember__rowmap **out);
-ember_status ember__hashed_create(ember_ebc *ebc, ember__table *tb, ember__rowmap **out);
 
 // A training forward's admissions without the pooling: translates `kjt` (validated, with
 // offsets) as a forward does and drops the rows. The sharded collection's hashed replicas admit

@@ -356,9 +356,11 @@ static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     ember__free(ctx, m);
 }
 
-static const ember__rowmap_ops tiered_ops = {"tiered", tiered_map, tiered_read, tiered_write, tiered_destroy};
+static const ember__rowmap_ops tiered_ops = {.map = tiered_map, .read = tiered_read, .write = tiered_write,
+                                              .destroy = tiered_destroy};
 
-ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *ssd_dir, ember__rowmap **out) {
+static ember_status tiered_create(ember_ebc *ebc, ember__table *tb, const ember_ebc_config *cfg, ember__rowmap **out) {
+    const char *ssd_dir = cfg->ssd_dir;
     ember_ctx *ctx = ebc->ctx;
     *out = NULL;
     tiered *m = ember__calloc(ctx, sizeof *m);
@@ -427,6 +429,8 @@ ember_status ember__tiered_create(ember_ebc *ebc, ember__table *tb, const char *
     *out = &m->hdr;
     return EMBER_OK;
 }
+
+const ember__rowmap_kind ember__rowmap_tiered = {.name = "tiered", .ids = EMBER_IDS_ROWS, .create = tiered_create};
 
 ember_status ember_ebc_tier_stats(const ember_ebc *ebc, int32_t table, ember_tier_stats *out) {
     if (!ebc || !out) return EMBER_ERR_INVALID_ARG;

@@ -93,7 +93,7 @@ static ember_status fill(ember_sebc *s, uint64_t seed) {
     return st;
 }
 
-static size_t dtype_size(ember_dtype d) { return d == EMBER_DTYPE_F32 ? 4 : 2; }
+
 
 static int write_file(const char *dir, const char *name, const void *p, size_t n) {
     char path[1024];
@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < n && st == EMBER_OK; k++) {
             // The stored dtype: the weight's own, fp32 for optimizer state.
             const ember_dtype dt = k == 0 ? DTYPES[t] : EMBER_DTYPE_F32;
-            const size_t bytes = (size_t)ti[k].rows * (size_t)ti[k].cols * dtype_size(dt);
+            const size_t bytes = (size_t)ti[k].rows * (size_t)ti[k].cols * ember_dtype_size(dt);
             void *buf = malloc(bytes);
             st = buf ? ember_sebc_read_as(s, t, ti[k].name, dt, buf, 0) : EMBER_ERR_NOMEM;
             if (st == EMBER_OK && R == 0) {

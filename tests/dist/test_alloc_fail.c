@@ -231,7 +231,7 @@ static void snap_pieces(ember_sebc *s, snap_bytes *z) {
             for (int32_t k = 0; k < nt; k++) {
                 const ember_dtype dt = k == 0 ? tc->dtype : EMBER_DTYPE_F32;
                 const int32_t cols = ti[k].cols == tc->dim ? p.col_end - p.col_begin : 1;
-                const size_t n = (size_t)(p.row_end - p.row_begin) * (size_t)cols * (dt == EMBER_DTYPE_F32 ? 4 : 2);
+                const size_t n = (size_t)(p.row_end - p.row_begin) * (size_t)cols * ember_dtype_size(dt);
                 unsigned char *buf = malloc(n + 1);
                 assert_int_equal(ember_sebc_piece_read(s, t, i, ti[k].name, p.row_begin, p.row_end, dt, buf), EMBER_OK);
                 snap_add(z, buf, n);

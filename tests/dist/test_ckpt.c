@@ -155,7 +155,7 @@ static ember_status snap(ember_sebc *s, snapshot *z) {
         const int32_t n = ember_table_tensors(ember_sebc_table(s, t), ti);
         for (int k = 0; k < n && st == EMBER_OK; k++) {
             const ember_dtype dt = k == 0 ? ember_sebc_table(s, t)->dtype : EMBER_DTYPE_F32;
-            z->bytes[t][k] = (size_t)ti[k].rows * (size_t)ti[k].cols * (dt == EMBER_DTYPE_F32 ? 4 : 2);
+            z->bytes[t][k] = (size_t)ti[k].rows * (size_t)ti[k].cols * ember_dtype_size(dt);
             z->data[t][k] = malloc(z->bytes[t][k]);
             st = ember_sebc_read_as(s, t, ti[k].name, dt, z->data[t][k], -1);
         }

@@ -67,7 +67,7 @@ static void expect(dist_report *r, bool ok, const char *file, const char *what, 
 
 // Relative-to-max error of the module buffer against golden tensor path, restricted to golden
 // rows [lo, hi) of the leading axis and scaled by `scale` (lo = hi = 0: the whole tensor).
-static double golden_err(const cJSON *root, const char *path, const void *got, int64_t n, ember_lfq_dtype dt,
+static double golden_err(const cJSON *root, const char *path, const void *got, int64_t n, ember_dtype dt,
                          int64_t lo, int64_t hi, double scale) {
     lfq_tensor t;
     if (!lfq_golden_tensor(root, path, &t)) return INFINITY;
@@ -88,7 +88,7 @@ static double golden_err(const cJSON *root, const char *path, const void *got, i
 
 // Max over x and every parameter of the relative-to-max difference from grads/<which>.
 static double grads_err(const cJSON *root, const char *base, const char *which, ember_lfq *q, const void *gx,
-                        int64_t nx, ember_lfq_dtype dt) {
+                        int64_t nx, ember_dtype dt) {
     char path[256];
     snprintf(path, sizeof path, "%s/grads/%s/x", base, which);
     double e = golden_err(root, path, gx, nx, dt, 0, 0, 1.0);
@@ -103,7 +103,7 @@ static double grads_err(const cJSON *root, const char *base, const char *which, 
     return e;
 }
 
-static void run_golden(fixture *f, const char *file, const cJSON *root, ember_lfq_dtype dt, dist_report *r) {
+static void run_golden(fixture *f, const char *file, const cJSON *root, ember_dtype dt, dist_report *r) {
     const int W = f->size, rank = f->rank;
     char base[64];
     snprintf(base, sizeof base, "distributed/%d/ranks/%d", W, rank);
@@ -115,8 +115,8 @@ static void run_golden(fixture *f, const char *file, const cJSON *root, ember_lf
     cfg.comm = f->comm;
     ember_lfq *q = NULL;
     MPI_ASSERT_TRUE(WORLD, ember_lfq_create(f->ctx, &cfg, &q) == EMBER_OK && lfq_golden_set_params(root, q));
-    const double tv = dt == EMBER_LFQ_F64 ? 1e-12 : 1e-5;
-    const double tg = dt == EMBER_LFQ_F64 ? 1e-10 : (cfg.inv_temperature >= 100 ? 1e-4 : 5e-5);
+    const double tv = dt == EMBER_DTYPE_F64 ? 1e-12 : 1e-5;
+    const double tg = dt == EMBER_DTYPE_F64 ? 1e-10 : (cfg.inv_temperature >= 100 ? 1e-4 : 5e-5);
 
     // This rank's rows [r0, r1) of the batch.
     char path[256];
@@ -127,7 +127,7 @@ static void run_golden(fixture *f, const char *file, const cJSON *root, ember_lf
     MPI_ASSERT_TRUE(WORLD, r0 >= 0 && r1 > r0 && r1 <= x.shape[0]);
     const int32_t B = (int32_t)(r1 - r0), N = (int32_t)x.shape[1], dim = (int32_t)x.shape[2];
     const int64_t nx = (int64_t)B * N * dim, off = r0 * N * dim;
-    const size_t esz = dt == EMBER_LFQ_F64 ? sizeof(double) : sizeof(float);
+    const size_t esz = dt == EMBER_DTYPE_F64 ? sizeof(double) : sizeof(float);
     void *xb = lfq_buf_from_f64(x.data + off, nx, dt), *out = malloc((size_t)nx * esz), *gx = malloc((size_t)nx * esz);
 
     ember_lfq_losses L;
@@ -183,7 +183,7 @@ static void run_golden(fixture *f, const char *file, const cJSON *root, ember_lf
         if (gap < r->min_bug_gap) r->min_bug_gap = gap;
         if (visible)
             expect(r, gap > 1e-3, file, bugs[b], gap);
-        else if (dt == EMBER_LFQ_F64)
+        else if (dt == EMBER_DTYPE_F64)
             expect(r, gap > 100 * e, file, bugs[b], gap);
         r->faint_bugs += !visible;
     }
@@ -239,7 +239,7 @@ static void golden_distributed_gradients_are_the_correct_semantics(void **state)
         if (lfq_golden_has(root, key)) {
             const char *name = strrchr(files[i], '/') + 1;
             for (int d = 0; d < 2; d++) {
-                ember_lfq_dtype dt = d == 0 ? EMBER_LFQ_F64 : EMBER_LFQ_F32;
+                ember_dtype dt = d == 0 ? EMBER_DTYPE_F64 : EMBER_DTYPE_F32;
                 dist_report r = {0, 0, INFINITY, 0, true};
                 run_golden(&f, name, root, dt, &r);
                 // Report the worst rank.
@@ -300,7 +300,7 @@ static void unequal_slices_match_finite_differences_of_the_summed_objective(void
         cfg.softplus_entropy_loss = cases[ci].softplus;
         cfg.spherical = cases[ci].spherical;
         cfg.dist_mean = cases[ci].mean;
-        cfg.dtype = EMBER_LFQ_F64;
+        cfg.dtype = EMBER_DTYPE_F64;
         cfg.seed = 5;
         ember_lfq *q = NULL;
         MPI_ASSERT_TRUE(WORLD, ember_lfq_create(f.ctx, &cfg, &q) == EMBER_OK);

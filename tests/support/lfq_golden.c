@@ -149,7 +149,7 @@ double lfq_rel_scalar(double a, double b, double floor) {
     return ref > 0 ? fabs(a - b) / ref : fabs(a - b);
 }
 
-bool lfq_golden_config(const cJSON *root, ember_lfq_dtype dt, ember_lfq_config *cfg) {
+bool lfq_golden_config(const cJSON *root, ember_dtype dt, ember_lfq_config *cfg) {
     ember_lfq_config c = EMBER_LFQ_CONFIG_DEFAULT;
     const char *act = lfq_golden_string(root, "config/straight_through_activation");
     if (act && strcmp(act, "identity") != 0) {
@@ -183,11 +183,11 @@ bool lfq_golden_config(const cJSON *root, ember_lfq_dtype dt, ember_lfq_config *
     return true;
 }
 
-void *lfq_buf_from_f64(const double *src, int64_t n, ember_lfq_dtype dt) {
-    size_t esz = dt == EMBER_LFQ_F64 ? sizeof(double) : sizeof(float);
+void *lfq_buf_from_f64(const double *src, int64_t n, ember_dtype dt) {
+    size_t esz = dt == EMBER_DTYPE_F64 ? sizeof(double) : sizeof(float);
     void *buf = malloc((size_t)(n > 0 ? n : 1) * esz);
     for (int64_t i = 0; i < n; i++) {
-        if (dt == EMBER_LFQ_F64)
+        if (dt == EMBER_DTYPE_F64)
             ((double *)buf)[i] = src[i];
         else
             ((float *)buf)[i] = (float)src[i];
@@ -195,13 +195,13 @@ void *lfq_buf_from_f64(const double *src, int64_t n, ember_lfq_dtype dt) {
     return buf;
 }
 
-void lfq_buf_to_f64(const void *src, int64_t n, ember_lfq_dtype dt, double *dst) {
+void lfq_buf_to_f64(const void *src, int64_t n, ember_dtype dt, double *dst) {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = dt == EMBER_LFQ_F64 ? ((const double *)src)[i] : (double)((const float *)src)[i];
+        dst[i] = dt == EMBER_DTYPE_F64 ? ((const double *)src)[i] : (double)((const float *)src)[i];
 }
 
 bool lfq_golden_set_params(const cJSON *root, ember_lfq *q) {
-    ember_lfq_dtype dt = ember_lfq_get_config(q)->dtype;
+    ember_dtype dt = ember_lfq_get_config(q)->dtype;
     for (int id = 0; id < EMBER_LFQ_NUM_PARAMS; id++) {
         int64_t n = 0;
         void *p = ember_lfq_param(q, (ember_lfq_param_id)id, &n);
@@ -215,7 +215,7 @@ bool lfq_golden_set_params(const cJSON *root, ember_lfq *q) {
             return false;
         }
         void *buf = lfq_buf_from_f64(t.data, n, dt);
-        memcpy(p, buf, (size_t)n * (dt == EMBER_LFQ_F64 ? sizeof(double) : sizeof(float)));
+        memcpy(p, buf, (size_t)n * (dt == EMBER_DTYPE_F64 ? sizeof(double) : sizeof(float)));
         free(buf);
         lfq_tensor_free(&t);
     }

@@ -47,13 +47,13 @@ void lfq_tensor_free(lfq_tensor *t);
 // The module configuration described by the file's `config` object, in dtype `dt`. False, with
 // a note on stderr, for settings these tests cannot map (an activation other than identity,
 // another entropy or l2norm eps, a frac_per_sample_entropy < 1 whose random draw cannot match).
-bool lfq_golden_config(const cJSON *root, ember_lfq_dtype dt, ember_lfq_config *cfg);
+bool lfq_golden_config(const cJSON *root, ember_dtype dt, ember_lfq_config *cfg);
 // Writes params/<name> into every parameter the module has; false if one is missing or misshapen.
 bool lfq_golden_set_params(const cJSON *root, ember_lfq *q);
 
 // Conversions between double and a module dtype. lfq_buf_from_f64 returns a malloc'd buffer.
-void *lfq_buf_from_f64(const double *src, int64_t n, ember_lfq_dtype dt);
-void lfq_buf_to_f64(const void *src, int64_t n, ember_lfq_dtype dt, double *dst);
+void *lfq_buf_from_f64(const double *src, int64_t n, ember_dtype dt);
+void lfq_buf_to_f64(const void *src, int64_t n, ember_dtype dt, double *dst);
 
 // max_i |a_i - b_i| / max_i |b_i| (relative to the largest reference entry; 0/0 = 0, and the
 // absolute error when the reference is all zeros).

@@ -186,7 +186,7 @@ static void ebc_snap(void *fx, snap_bytes *z) {
         for (int32_t k = 0; k < ember_ebc_num_tensors(f->ebc, t); k++) {
             ember_tensor_info ti;
             assert_int_equal(ember_ebc_tensor_info(f->ebc, t, k, &ti), EMBER_OK);
-            const size_t n = (size_t)ti.rows * (size_t)ti.cols * (ti.dtype == EMBER_DTYPE_F32 ? 4 : 2);
+            const size_t n = (size_t)ti.rows * (size_t)ti.cols * ember_dtype_size(ti.dtype);
             unsigned char *buf = malloc(n);
             assert_int_equal(ember_ebc_read(f->ebc, t, ti.name, 0, ti.rows, ti.dtype, buf), EMBER_OK);
             snap_add(z, buf, n);

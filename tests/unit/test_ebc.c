@@ -204,7 +204,7 @@ static size_t snapshot(const ember_ebc *ebc, unsigned char *buf) {
             ember_tensor_info info;
             ember_ebc_tensor_info(ebc, t, s, &info);
             if (buf) ember_ebc_read(ebc, t, info.name, 0, info.rows, info.dtype, buf + off);
-            off += (size_t)(info.rows * info.cols) * (info.dtype == EMBER_DTYPE_F32 ? 4 : 2);
+            off += (size_t)(info.rows * info.cols) * ember_dtype_size(info.dtype);
         }
         off += 8;
         if (buf) {
@@ -550,7 +550,7 @@ static void state_dict_round_trip_is_bitwise(void **state) {
             for (int s = 0; s < ember_ebc_num_tensors(a, t); s++) {
                 ember_tensor_info info;
                 ember_ebc_tensor_info(a, t, s, &info);
-                size_t bytes = (size_t)(info.rows * info.cols) * (info.dtype == EMBER_DTYPE_F32 ? 4 : 2);
+                size_t bytes = (size_t)(info.rows * info.cols) * ember_dtype_size(info.dtype);
                 void *buf = malloc(bytes);
                 // Whole tensor in its native dtype, then the second half again by row range.
                 assert_int_equal(ember_ebc_read(a, t, info.name, 0, info.rows, info.dtype, buf), EMBER_OK);

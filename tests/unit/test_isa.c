@@ -151,7 +151,7 @@ static void put_tables(trace *tr, const ember_ebc *ebc) {
         for (int s = 0; s < ember_ebc_num_tensors(ebc, t); s++) {
             ember_tensor_info info;
             assert_int_equal(ember_ebc_tensor_info(ebc, t, s, &info), EMBER_OK);
-            const size_t es = info.dtype == EMBER_DTYPE_F32 ? 4 : 2;
+            const size_t es = ember_dtype_size(info.dtype);
             const size_t bytes = (size_t)info.rows * (size_t)info.cols * es;
             void *buf = malloc(bytes);
             assert_int_equal(ember_ebc_read(ebc, t, info.name, 0, info.rows, info.dtype, buf), EMBER_OK);

@@ -76,7 +76,7 @@ static ember_lfq_config fd_config(const struct fd_case *c, uint64_t seed) {
     cfg.projection_has_bias = c->bias;
     cfg.spherical = c->spherical;
     cfg.softplus_entropy_loss = c->softplus;
-    cfg.dtype = EMBER_LFQ_F64;
+    cfg.dtype = EMBER_DTYPE_F64;
     cfg.seed = seed;
     return cfg;
 }
@@ -360,7 +360,7 @@ static void indices_to_codes_inverts_quantisation(void **state) {
     cfg.num_codebooks = 2;
     cfg.codebook_scale = 2.0;
     cfg.spherical = true;
-    cfg.dtype = EMBER_LFQ_F64;
+    cfg.dtype = EMBER_DTYPE_F64;
     ember_lfq *q = lfq_new(ctx, &cfg);
     assert_int_equal(ember_lfq_get_config(q)->dim, 6);
     assert_int_equal(ember_lfq_codebook_dim(q), 3);
@@ -397,7 +397,7 @@ static void float32_agrees_with_float64(void **state) {
     ember_ctx *ctx = ctx_new();
     for (size_t ci = 0; ci < sizeof fd_cases / sizeof fd_cases[0]; ci++) {
         ember_lfq_config c64 = fd_config(&fd_cases[ci], 31), c32 = c64;
-        c32.dtype = EMBER_LFQ_F32;
+        c32.dtype = EMBER_DTYPE_F32;
         ember_lfq *a = lfq_new(ctx, &c64), *b = lfq_new(ctx, &c32);
         int64_t np = 0;
         double *p64 = ember_lfq_params(a, &np);
@@ -425,12 +425,12 @@ static void float32_agrees_with_float64(void **state) {
         assert_int_equal(ember_lfq_backward(b, go32, 1.0, g32), EMBER_OK);
         assert_true(lfq_rel_scalar(Lb.aux, La.aux, 1e-2) < 1e-5);
         assert_true(lfq_rel_scalar(Lb.codebook_entropy, La.codebook_entropy, 0) < 1e-5);
-        lfq_buf_to_f64(o32, nx, EMBER_LFQ_F32, tmp);
+        lfq_buf_to_f64(o32, nx, EMBER_DTYPE_F32, tmp);
         assert_true(lfq_rel_to_max(tmp, o64, nx) < 1e-5);
-        lfq_buf_to_f64(g32, nx, EMBER_LFQ_F32, tmp);
+        lfq_buf_to_f64(g32, nx, EMBER_DTYPE_F32, tmp);
         double eg = lfq_rel_to_max(tmp, g64, nx);
         double *gp = malloc((size_t)(np > 0 ? np : 1) * sizeof *gp);
-        lfq_buf_to_f64(ember_lfq_grads(b, NULL), np, EMBER_LFQ_F32, gp);
+        lfq_buf_to_f64(ember_lfq_grads(b, NULL), np, EMBER_DTYPE_F32, gp);
         double ep = np > 0 ? lfq_rel_to_max(gp, ember_lfq_grads(a, NULL), np) : 0;
         free(gp);
         assert_true(eg < 5e-5 && ep < 5e-5);
@@ -535,7 +535,7 @@ static void create_rejects_bad_configs_naming_the_value(void **state) {
         case 5: cfg.inv_temperature = rows[i].value; break;
         case 6: cfg.projection = EMBER_LFQ_PROJ_NONE; break;
         case 7: cfg.dim = 0; cfg.codebook_size = 0; break;
-        case 8: cfg.dtype = (ember_lfq_dtype)rows[i].value; break;
+        case 8: cfg.dtype = (ember_dtype)rows[i].value; break;
         case 9: cfg.commitment_loss_weight = rows[i].value; break;
         }
         ember_lfq *q = (ember_lfq *)&cfg; // must come back NULL

@@ -24,8 +24,8 @@ typedef struct tolerance {
     double values, grads;
 } tolerance;
 
-static tolerance tolerance_for(ember_lfq_dtype dt, double tau) {
-    if (dt == EMBER_LFQ_F64) return (tolerance){1e-12, 1e-10};
+static tolerance tolerance_for(ember_dtype dt, double tau) {
+    if (dt == EMBER_DTYPE_F64) return (tolerance){1e-12, 1e-10};
     return (tolerance){1e-5, tau >= 100 ? 1e-4 : 5e-5};
 }
 
@@ -67,7 +67,7 @@ static void check_grad(report *r, const char *what, double err, double tol) {
 }
 
 // Compares a module buffer (dtype dt) with the golden tensor at path.
-static double tensor_err(const cJSON *root, const char *path, const void *got, int64_t n, ember_lfq_dtype dt,
+static double tensor_err(const cJSON *root, const char *path, const void *got, int64_t n, ember_dtype dt,
                          report *r) {
     lfq_tensor t;
     if (!lfq_golden_tensor(root, path, &t) || t.numel != n) {
@@ -100,7 +100,7 @@ static void check_indices(const cJSON *root, const char *path, const int64_t *go
 
 // Every gradient group ("grads_total_loss", ...): x and each parameter the module has.
 static void check_grads(const cJSON *root, const char *group, ember_lfq *q, const void *grad_x, int64_t nx,
-                        ember_lfq_dtype dt, double tol, report *r) {
+                        ember_dtype dt, double tol, report *r) {
     char path[160];
     snprintf(path, sizeof path, "%s/x", group);
     check_grad(r, path, tensor_err(root, path, grad_x, nx, dt, r), tol);
@@ -113,7 +113,7 @@ static void check_grads(const cJSON *root, const char *group, ember_lfq *q, cons
     }
 }
 
-static void run_file(const char *path, ember_lfq_dtype dt, report *r) {
+static void run_file(const char *path, ember_dtype dt, report *r) {
     cJSON *root = lfq_golden_load(path);
     if (!root) {
         note_failure(r, "cannot load");
@@ -144,7 +144,7 @@ static void run_file(const char *path, ember_lfq_dtype dt, report *r) {
     const int32_t B = (int32_t)x.shape[0], N = (int32_t)x.shape[1];
     const int32_t C = ember_lfq_get_config(q)->num_codebooks;
     const int64_t nx = x.numel, ni = (int64_t)B * N * C;
-    const size_t esz = dt == EMBER_LFQ_F64 ? sizeof(double) : sizeof(float);
+    const size_t esz = dt == EMBER_DTYPE_F64 ? sizeof(double) : sizeof(float);
     if (lfq_golden_number(root, "config/use_mask", 0) != 0) {
         if (!lfq_golden_tensor(root, "inputs/mask", &mask) || mask.numel != (int64_t)B * N) {
             note_failure(r, "inputs/mask missing");
@@ -233,7 +233,7 @@ done:
     cJSON_Delete(root);
 }
 
-static void run_all(ember_lfq_dtype dt) {
+static void run_all(ember_dtype dt) {
     char dir[1024];
     char **files = NULL;
     int n = lfq_golden_list(lfq_golden_dir(dir, sizeof dir), &files);
@@ -242,7 +242,7 @@ static void run_all(ember_lfq_dtype dt) {
     bool ok = true;
     for (int i = 0; i < n; i++) {
         const char *base = strrchr(files[i], '/');
-        report r = {base ? base + 1 : files[i], dt == EMBER_LFQ_F64 ? "f64" : "f32", 0, 0, true};
+        report r = {base ? base + 1 : files[i], dt == EMBER_DTYPE_F64 ? "f64" : "f32", 0, 0, true};
         run_file(files[i], dt, &r);
         printf("golden %-28s %s  max rel err: values %.2e  grads %.2e  %s\n", r.file, r.dtype, r.values, r.grads,
                r.ok ? "ok" : "FAILED");
@@ -254,12 +254,12 @@ static void run_all(ember_lfq_dtype dt) {
 
 static void golden_files_match_in_float64(void **state) {
     (void)state;
-    run_all(EMBER_LFQ_F64);
+    run_all(EMBER_DTYPE_F64);
 }
 
 static void golden_files_match_in_float32(void **state) {
     (void)state;
-    run_all(EMBER_LFQ_F32);
+    run_all(EMBER_DTYPE_F32);
 }
 
 int main(void) {

@@ -19,7 +19,7 @@ static inline __attribute__((always_inline)) __m256 load8(ember_dtype dt, const 
 static inline __attribute__((always_inline)) void pool_bag(const ember__bag_run *r, int64_t k, int32_t c0,
                                                            const ember_dtype dt, const int NV, const int weighted,
                                                            const int prefetch) {
-    const size_t es = dt == EMBER_DTYPE_F32 ? 4 : 2;
+    const size_t es = ember_dtype_size(dt);
     const unsigned char *base = r->base + (size_t)c0 * es;
     __m256 acc[8];
     for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
@@ -127,6 +127,7 @@ static void pool_run(const ember__bag_run *r) {
     case EMBER_DTYPE_F32: w ? pool_run_dt(r, EMBER_DTYPE_F32, 1) : pool_run_dt(r, EMBER_DTYPE_F32, 0); break;
     case EMBER_DTYPE_BF16: w ? pool_run_dt(r, EMBER_DTYPE_BF16, 1) : pool_run_dt(r, EMBER_DTYPE_BF16, 0); break;
     case EMBER_DTYPE_F16: w ? pool_run_dt(r, EMBER_DTYPE_F16, 1) : pool_run_dt(r, EMBER_DTYPE_F16, 0); break;
+    default: break; // not a storage dtype
     }
 }
 

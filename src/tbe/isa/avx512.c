@@ -20,7 +20,7 @@ static inline __attribute__((always_inline)) __m512 load16(ember_dtype dt, const
 // dt, NV and weighted are compile-time constants after inlining: one specialised loop each.
 static inline __attribute__((always_inline)) void pool_block(const ember__bag_run *r, int32_t c0, const ember_dtype dt,
                                                              const int NV, const int weighted, const int prefetch) {
-    const size_t es = dt == EMBER_DTYPE_F32 ? 4 : 2;
+    const size_t es = ember_dtype_size(dt);
     const unsigned char *base = r->base + (size_t)c0 * es;
     for (int64_t k = 0; k < r->nb; k++) {
         __m512 acc[8];
@@ -134,6 +134,7 @@ static void pool_run(const ember__bag_run *r) {
     case EMBER_DTYPE_F32: w ? pool_run_dt(r, EMBER_DTYPE_F32, 1) : pool_run_dt(r, EMBER_DTYPE_F32, 0); break;
     case EMBER_DTYPE_BF16: w ? pool_run_dt(r, EMBER_DTYPE_BF16, 1) : pool_run_dt(r, EMBER_DTYPE_BF16, 0); break;
     case EMBER_DTYPE_F16: w ? pool_run_dt(r, EMBER_DTYPE_F16, 1) : pool_run_dt(r, EMBER_DTYPE_F16, 0); break;
+    default: break; // not a storage dtype
     }
 }
 

@@ -49,6 +49,7 @@ static inline void load_row(ember_dtype dt, const void *src, float *restrict dst
         for (int32_t i = 0; i < n; i++) dst[i] = ember__bf16_to_f32(((const uint16_t *)src)[i]);
         break;
     case EMBER_DTYPE_F16: f16_to_f32_n(src, dst, n); break;
+    default: break; // not a storage dtype
     }
 }
 
@@ -118,6 +119,7 @@ static void pool_run_portable(const ember__bag_run *r) {
                 }
                 break;
             }
+            default: break; // not a storage dtype
             }
         }
         // MEAN divides by the number of ids, as FBGEMM does; an empty bag stays 0.

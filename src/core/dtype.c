@@ -1,0 +1,34 @@
+// The dtype traits table: one row per ember_dtype, the only place a dtype's size, name or class
+// is written down.
+#include <string.h>
+
+#include "core/internal.h"
+#include "ember/dtype.h"
+
+static const struct {
+    const char *name;
+    size_t size;
+    int is_16bit, storage;
+} TRAITS[EMBER_DTYPE_COUNT] = {
+    [EMBER_DTYPE_F32] = {"fp32", 4, 0, 1},
+    [EMBER_DTYPE_F16] = {"fp16", 2, 1, 1},
+    [EMBER_DTYPE_BF16] = {"bf16", 2, 1, 1},
+    [EMBER_DTYPE_I64] = {"int64", 8, 0, 0},
+    [EMBER_DTYPE_F64] = {"fp64", 8, 0, 0},
+};
+
+static int known(ember_dtype dt) { return (int)dt >= 0 && (int)dt < EMBER_DTYPE_COUNT; }
+
+size_t ember_dtype_size(ember_dtype dt) { return known(dt) ? TRAITS[dt].size : 0; }
+const char *ember_dtype_name(ember_dtype dt) { return known(dt) ? TRAITS[dt].name : "unknown"; }
+int ember_dtype_is_16bit(ember_dtype dt) { return known(dt) && TRAITS[dt].is_16bit; }
+int ember_dtype_is_storage(ember_dtype dt) { return known(dt) && TRAITS[dt].storage; }
+
+ember_status ember_dtype_parse(const char *name, ember_dtype *out) {
+    for (int d = 0; name && out && d < EMBER_DTYPE_COUNT; d++)
+        if (strcmp(name, TRAITS[d].name) == 0) {
+            *out = (ember_dtype)d;
+            return EMBER_OK;
+        }
+    return EMBER_ERR_INVALID_ARG;
+}
