@@ -246,6 +246,11 @@ EMBER_API ember_status ember_sebc_piece_write(ember_sebc *s, int32_t t, int32_t 
 // (no piece converted on any rank), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same
 // status.
 EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype);
+// Converts every table t to dtypes[t] at once (a checkpoint load): every rank allocates its
+// re-laid-out storage first and the status is agreed on before any conversion, so on failure no
+// table changed anywhere. Collective on comm. Returns as ember_sebc_convert_dtype (dtypes NULL:
+// EMBER_ERR_INVALID_ARG).
+EMBER_API ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes);
 
 // Bytes rank `rank` of W holds for table t under plan p: its pieces' weights in the table's dtype
 // and their optimizer state (ember_table_config_bytes of each piece; a data-parallel table is a

@@ -193,7 +193,7 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
 }
 
 ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st) {
-    int change = 0;
+    int change = 0; // dtypes is NULL only with a failed st
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) change |= dtypes[t] != s->tables[t].dtype;
     if (!change) return ember_comm_agree(s->comm, st); // the same answer on every rank: tables are global
     // Every local table's new dtype: the shards' collection's [0, nl), the replicas' after them.
@@ -229,8 +229,9 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
     if (table < 0 || table >= s->T)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: table %d outside [0, %d)",
                           (int)table, (int)s->T);
-    else if (dtype < EMBER_DTYPE_F32 || dtype > EMBER_DTYPE_BF16)
-        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: unknown dtype %d", (int)dtype);
+    else if (!ember_dtype_is_storage(dtype))
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: dtype %s (%d) cannot store weights",
+                          ember_dtype_name(dtype), (int)dtype);
     ember_dtype *dtypes = st == EMBER_OK ? ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)s->T, "dtype conversion")
                                          : NULL;
     if (st == EMBER_OK && !dtypes) st = EMBER_ERR_NOMEM;
@@ -238,6 +239,16 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
     st = ember__sebc_convert_dtypes(s, dtypes, st);
     ember__free(s->ctx, dtypes);
     return st;
+}
+
+ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    ember_status st = dtypes ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtypes: dtypes is NULL");
+    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++)
+        if (!ember_dtype_is_storage(dtypes[t]))
+            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtypes: table '%s': dtype %s (%d) cannot "
+                              "store weights", s->tables[t].name, ember_dtype_name(dtypes[t]), (int)dtypes[t]);
+    return ember__sebc_convert_dtypes(s, st == EMBER_OK ? dtypes : NULL, st);
 }
 
 // ---- Pieces (shard.h): this rank's blocks of a table, read and written in place ---------------
