@@ -64,10 +64,11 @@ EMBER_API int32_t ember_table_plan_ranks_needed(const ember_table_plan *plan);
 
 // Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
 // "grid_shard" (plan descriptions) and "dp", "tw", "cw", "rw", "twrw", "grid" (command lines); "unknown" outside the
-// enum. parse accepts either name: 0 and *out set, or -1 (*out unchanged).
+// enum. parse accepts either name: EMBER_OK and *out set, or EMBER_ERR_INVALID_ARG (*out
+// unchanged). Local.
 EMBER_API const char *ember_shard_scheme_name(ember_shard_scheme s);
 EMBER_API const char *ember_shard_scheme_short_name(ember_shard_scheme s);
-EMBER_API int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out);
+EMBER_API ember_status ember_shard_scheme_parse(const char *name, ember_shard_scheme *out);
 
 // Which fields of an ember_table_plan a scheme reads: ranks (tw, cw, twrw, grid), num_shards (cw,
 // grid), group_size (twrw, grid); 0 outside the enum. Local.

@@ -36,14 +36,14 @@ int32_t ember_table_plan_ranks_needed(const ember_table_plan *p) {
     return k < 1 || g < 1 || k * g > INT32_MAX ? -1 : (int32_t)(k * g);
 }
 
-int ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
-    for (int32_t k = 0; name && k < EMBER_SHARD_COUNT; k++) {
+ember_status ember_shard_scheme_parse(const char *name, ember_shard_scheme *out) {
+    for (int32_t k = 0; name && out && k < EMBER_SHARD_COUNT; k++) {
         if (strcmp(name, ember__schemes[k]->name) == 0 || strcmp(name, ember__schemes[k]->short_name) == 0) {
-            if (out) *out = ember__schemes[k]->scheme;
-            return 0;
+            *out = ember__schemes[k]->scheme;
+            return EMBER_OK;
         }
     }
-    return -1;
+    return EMBER_ERR_INVALID_ARG;
 }
 
 // The ranks array holds exactly the entries the scheme reads (after its counts are checked).
