@@ -356,7 +356,7 @@ static ember_status make(ember_comm *comm, const opts *o, ember_shard_scheme sch
         fc[t] = (ember_feature_config){names[2 * t + 1], t};
         plan[t] = plan_of(scheme, t, W, o->D, ranks + (size_t)t * (size_t)(W + 4));
     }
-    ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
     int ok = st == EMBER_OK, all = 0; // every rank gives up together
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     st = all ? ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, out) : EMBER_ERR_NOMEM;

@@ -144,7 +144,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
                 for (int k = 0; k < g; k++) plan[t].ranks[plan[t].num_ranks++] = (t + c + k) % W;
         }
     }
-    ember_ebc_config cfg = {tc, o->T, fc, o->T, EMBER_BOUNDS_ERROR, 7, o->B, (int64_t)o->B * o->T * o->L, NULL};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7, .max_batch_size = o->B, .max_nnz = (int64_t)o->B * o->T * o->L};
     ember_sebc *s = NULL;
     ember_ebc *ref = NULL;
     int rc = 1;

@@ -554,8 +554,7 @@ static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_
                                              (ember_evict_policy)r->o->cache_policy, {0}};
             features[t] = (ember_feature_config){names[2 * t + 1], t};
         }
-        ember_ebc_config cfg = {tables, s->T, features, s->T, EMBER_BOUNDS_ERROR, r->o->seed, s->B,
-                                (int64_t)s->T * s->B * s->L, r->o->ssd_dir};
+        ember_ebc_config cfg = {.tables = tables, .num_tables = s->T, .features = features, .num_features = s->T, .bounds = EMBER_BOUNDS_ERROR, .seed = r->o->seed, .max_batch_size = s->B, .max_nnz = (int64_t)s->T * s->B * s->L, .ssd_dir = r->o->ssd_dir};
         if (ember_ebc_create(r->ctx, &cfg, &ebc) != EMBER_OK) fail(r, "ember_ebc_create");
     }
     free(tables);

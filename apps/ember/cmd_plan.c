@@ -195,7 +195,7 @@ int cmd_plan(int argc, char **argv) {
         features[t] = (ember_feature_config){names[t], t};
         pf[t] = (float)pooling;
     }
-    ember_ebc_config ec = {tables, ntables, features, ntables, EMBER_BOUNDS_ERROR, 0, 0, 0, NULL};
+    ember_ebc_config ec = {.tables = tables, .num_tables = ntables, .features = features, .num_features = ntables, .bounds = EMBER_BOUNDS_ERROR, .seed = 0};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = (int32_t)world;
     pc.batch_size = (int32_t)(batch / world > 0 ? batch / world : 1);

@@ -183,6 +183,16 @@ typedef struct ember_feature_config {
     int32_t table;    // index into tables
 } ember_feature_config;
 
+// Where a collection's tables live and what computes on them: EMBER_BACKEND_CPU, host memory and
+// the context's kernel variant (ember_isa), the one backend today. Every backend computes the
+// same bits.
+typedef enum ember_backend { EMBER_BACKEND_CPU = 0 } ember_backend;
+#define EMBER_BACKEND_COUNT 1
+// "cpu" ("unknown" outside the enum); parse: EMBER_OK and *out set, or EMBER_ERR_INVALID_ARG
+// (*out unchanged). Local.
+EMBER_API const char *ember_backend_name(ember_backend b);
+EMBER_API ember_status ember_backend_parse(const char *name, ember_backend *out);
+
 typedef struct ember_ebc_config {
     const ember_table_config *tables;
     int32_t num_tables;
@@ -193,11 +203,12 @@ typedef struct ember_ebc_config {
     int32_t max_batch_size;     // workspace hints (0: sized on first use)
     int64_t max_nnz;
     const char *ssd_dir;        // tiered tables' files go here (NULL: $TMPDIR, else /tmp)
+    ember_backend backend;      // default CPU
 } ember_ebc_config;
 // Start from this and set tables/features: bounds ERROR, seed 0, no workspace hints.
 #define EMBER_EBC_CONFIG_DEFAULT                                                                      \
     {.tables = NULL, .num_tables = 0, .features = NULL, .num_features = 0, .bounds = EMBER_BOUNDS_ERROR, \
-     .seed = 0, .max_batch_size = 0, .max_nnz = 0, .ssd_dir = NULL}
+     .seed = 0, .max_batch_size = 0, .max_nnz = 0, .ssd_dir = NULL, .backend = EMBER_BACKEND_CPU}
 
 typedef struct ember_ebc ember_ebc;
 
@@ -206,8 +217,9 @@ typedef struct ember_ebc ember_ebc;
 // from the same values).
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, unknown table index, duplicate
 // names, mixed NONE/pooled, NONE with unequal dims, bad hyper-parameters, a cache or hash
-// configuration out of range, bucket_rows not dividing rows), EMBER_ERR_UNSUPPORTED (a table both
-// tiered and hashed, either with stochastic rounding), EMBER_ERR_IO (a tiered table's file cannot
+// configuration out of range, bucket_rows not dividing rows, an unknown backend),
+// EMBER_ERR_UNSUPPORTED (a table both tiered and hashed, either with stochastic rounding, a
+// backend this build lacks), EMBER_ERR_IO (a tiered table's file cannot
 // be created or reserved in ssd_dir: the message names the table and the directory),
 // EMBER_ERR_NOMEM. On failure *out is NULL and nothing is leaked (no file is left).
 EMBER_API ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember_ebc **out);

@@ -62,6 +62,22 @@ typedef struct ember_table_plan {
 // reads is below 1 or their product does not fit an int32_t. Local.
 EMBER_API int32_t ember_table_plan_ranks_needed(const ember_table_plan *plan);
 
+// The default placement of table number t (its index in the configuration; dim its columns)
+// under `scheme` on W ranks: the one rule the CLI, the Python package and the benchmarks use when
+// a scheme is named without ranks. ranks: [W] storage that out->ranks points into (out->ranks is
+// NULL when the scheme reads none); group: the table-row-wise group size (the ranks of a host),
+// W when it is 0 or does not divide W.
+//   dp, rw  no ranks;
+//   tw      rank t mod W;
+//   cw      min(W, dim) column slices, slice i on rank (t + i) mod W;
+//   twrw    the group (t mod (W / group)): ranks [g * group, (g + 1) * group);
+//   grid    min(dim, 2) column slices, each row-wise over max(1, W / 2) ranks, ranks[i] =
+//           (t + i) mod W.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (an unknown scheme, t < 0, dim < 1, W < 1, a
+// NULL pointer).
+EMBER_API ember_status ember_table_plan_default(ember_shard_scheme scheme, int32_t t, int32_t dim, int32_t W,
+                                                int32_t group, int32_t *ranks, ember_table_plan *out);
+
 // Names of a scheme: "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
 // "grid_shard" (plan descriptions) and "dp", "tw", "cw", "rw", "twrw", "grid" (command lines); "unknown" outside the
 // enum. parse accepts either name: EMBER_OK and *out set, or EMBER_ERR_INVALID_ARG (*out

@@ -2,8 +2,8 @@
 // is written down.
 #include <string.h>
 
+#include "core/dtype.h"
 #include "core/internal.h"
-#include "ember/dtype.h"
 
 static const struct {
     const char *name;
@@ -31,4 +31,30 @@ ember_status ember_dtype_parse(const char *name, ember_dtype *out) {
             return EMBER_OK;
         }
     return EMBER_ERR_INVALID_ARG;
+}
+
+void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
+    switch (dt) {
+    case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case EMBER_DTYPE_BF16:
+        for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_bf16(src[i]);
+        break;
+    case EMBER_DTYPE_F16:
+        for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_f16(src[i]);
+        break;
+    default: break; // not a storage dtype: refused where a table is configured
+    }
+}
+
+void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
+    switch (dt) {
+    case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case EMBER_DTYPE_BF16:
+        for (int32_t i = 0; i < n; i++) dst[i] = ember__bf16_to_f32(((const uint16_t *)src)[i]);
+        break;
+    case EMBER_DTYPE_F16:
+        for (int32_t i = 0; i < n; i++) dst[i] = ember__f16_to_f32(((const uint16_t *)src)[i]);
+        break;
+    default: break; // not a storage dtype
+    }
 }

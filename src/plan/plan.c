@@ -189,6 +189,65 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
     return EMBER_OK;
 }
 
+// The order the planner asks the schemes for candidates in: of equally good placements, the
+// first proposed is kept (replication, then row-wise, column-wise, table-wise, grid, table-row-wise).
+static const ember_shard_scheme PLAN_ORDER[] = {EMBER_SHARD_DATA_PARALLEL, EMBER_SHARD_ROW_WISE,
+                                                EMBER_SHARD_COLUMN_WISE,   EMBER_SHARD_TABLE_WISE,
+                                                EMBER_SHARD_GRID,          EMBER_SHARD_TABLE_ROW_WISE};
+
+// The placement of one table in progress: the machine, what is placed so far, the table, and the
+// best candidate yet (best/cand swap their arrays when a candidate wins).
+typedef struct placing {
+    model *m;
+    const ember_plan_config *pc;
+    const ember__traffic *acc;
+    const size_t *acc_storage;
+    int timed, W;
+    double B;
+    int has_routed, has_dp; // the placed tables' kinds, for the collective rounds
+    const ember_table_config *tc;
+    size_t bytes;
+    double row, out, L;
+    option *best, *cand;
+    double best_score, best_total;
+} placing;
+
+// A scheme's candidate p for the table being placed: its traffic and storage, its score (the
+// busiest rank's seconds or bytes with it), kept when it beats the best so far and fits.
+static void consider(void *arg, const ember_table_plan *p) {
+    placing *pl = arg;
+    option *cand = pl->cand;
+    const int W = pl->W;
+    option_init(cand, p->scheme, W);
+    int32_t *ranks = cand->plan.ranks;
+    cand->plan = *p;
+    cand->plan.ranks = ranks;
+    if (p->num_ranks > 0) memcpy(ranks, p->ranks, sizeof(int32_t) * (size_t)p->num_ranks);
+    table_traffic(pl->m, &cand->plan, pl->tc, W, pl->B, pl->L, pl->row, pl->out, &cand->tr);
+    ember__scheme(p->scheme)->storage(&cand->plan, W, pl->bytes, cand->storage);
+    double score = 0, total = 0;
+    int fits = 1;
+    if (pl->timed) host_sums(pl->m, pl->acc, &cand->tr);
+    for (int q = 0; q < W; q++) {
+        if (pl->pc->memory_per_rank && pl->acc_storage[q] + cand->storage[q] > pl->pc->memory_per_rank) fits = 0;
+        const double s = pl->timed ? rank_seconds(pl->m, pl->acc, &cand->tr, q) : rank_bytes(pl->acc, &cand->tr, q);
+        if (s > score) score = s;
+        total += pl->timed ? s : rank_bytes(&cand->tr, NULL, q);
+    }
+    if (!fits) return;
+    if (pl->timed) {
+        const int dp = p->scheme == EMBER_SHARD_DATA_PARALLEL;
+        score += rounds_seconds(pl->m, pl->has_routed || !dp, pl->has_dp || dp);
+    }
+    if (pl->best_score < 0 || score < pl->best_score * (1 - 1e-9) ||
+        (score <= pl->best_score * (1 + 1e-9) && total < pl->best_total)) {
+        pl->cand = pl->best; // the new best; the old one's arrays become the next candidate's
+        pl->best = cand;
+        pl->best_score = score;
+        pl->best_total = total;
+    }
+}
+
 void ember_plan_release(ember_ctx *ctx, ember_table_plan *plan, int32_t num_tables) {
     for (int32_t t = 0; plan && t < num_tables; t++) {
         ember_ctx_free(ctx, plan[t].ranks);
@@ -208,7 +267,9 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     EMBER_CHECK(ctx, W >= 1, EMBER_ERR_INVALID_ARG, "%s: world size %d, expected at least 1", fn, W);
     EMBER_CHECK(ctx, pc->batch_size >= 1, EMBER_ERR_INVALID_ARG, "%s: batch size %d", fn, (int)pc->batch_size);
     const int T = ec->num_tables;
-    const int32_t allow = pc->allow ? pc->allow : 0x1f;
+    int32_t allow = pc->allow;
+    for (int k = 0; k < EMBER_SHARD_COUNT && !pc->allow; k++) // by default, every scheme not planned only when named
+        allow |= ember__scheme((ember_shard_scheme)k)->planned_only_when_named ? 0 : 1 << k;
     const size_t dp_max = pc->dp_max_bytes ? pc->dp_max_bytes : ((size_t)1 << 20);
     for (int t = 0; t < T; t++) plan[t] = (ember_table_plan){0};
     // Scratch: per table Lt, order; per rank three traffics (running totals, two candidates),
@@ -217,7 +278,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     ember__buf scratch = {0};
     char *mem = ember__buf_reserve(ctx, &scratch,
                                    Tz * (sizeof(double) + sizeof(size_t)) +
-                                       Wz * ((3 * NA + 3) * sizeof(double) + 3 * sizeof(size_t) + 6 * sizeof(int32_t)) +
+                                       Wz * ((3 * NA + 3) * sizeof(double) + 3 * sizeof(size_t) + 7 * sizeof(int32_t)) +
                                        sizeof(int32_t));
     if (!mem) return EMBER_ERR_NOMEM;
     double *Lt = (double *)mem, *d = Lt + T;
@@ -239,6 +300,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     best.plan.ranks = by_load + W;
     cand.plan.ranks = best.plan.ranks + W;
     int32_t *own_host_of = cand.plan.ranks + W, *host_ranks = own_host_of + W, *host_first = host_ranks + W;
+    int32_t *scheme_ranks = host_first + W + 1; // a scheme's scratch for its candidates' ranks
     ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
     if (st != EMBER_OK) {
         ember__buf_free(ctx, &scratch);
@@ -269,14 +331,21 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     int hosts_even = m.H > 1;
     for (int h = 0; h < m.H && hosts_even; h++)
         hosts_even = host_first[h + 1] - host_first[h] == W / m.H && W / m.H >= 2;
-    const double B = pc->batch_size;
-    int has_routed = 0, has_dp = 0; // the placed tables' kinds, for the collective rounds
+    placing pl = {.m = &m, .pc = pc, .acc = &acc, .acc_storage = acc_storage, .timed = timed, .W = W,
+                  .B = pc->batch_size, .best = &best, .cand = &cand};
+    ember__plan_view view = {.W = W, .H = m.H, .by_load = by_load, .host_first = host_first, .host_ranks = host_ranks,
+                             .hosts_even = hosts_even, .dp_max = dp_max};
     for (int i = 0; i < T && st == EMBER_OK; i++) {
         const int t = (int)order[i];
         const ember_table_config *tc = &ec->tables[t];
         const size_t bytes = table_bytes(tc);
-        const double row = row_bytes(tc), out = 4.0 * tc->dim, L = Lt[t];
-        double best_score = -1, best_total = 0;
+        pl.tc = tc;
+        pl.bytes = bytes;
+        pl.row = row_bytes(tc);
+        pl.out = 4.0 * tc->dim;
+        pl.L = Lt[t];
+        pl.best_score = -1;
+        pl.best_total = 0;
         // Ranks by current step load, least first: the candidates for single placements.
         host_sums(&m, &acc, NULL);
         for (int q = 0; q < W; q++) by_load[q] = q;
@@ -289,121 +358,36 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             }
             by_load[b + 1] = v;
         }
-        const int ntwrw = m.H > 1 ? m.H : 0;
-        for (int kind = 0; kind < 5 + W + ntwrw + 1; kind++) {
-            if (kind == 0) {
-                // Tiered tables are never replicated (src/shard/dp.c), nor, by the planner, hashed ones:
-                // their replicas gather every rank's ids each step.
-                if (!(allow & (1 << EMBER_SHARD_DATA_PARALLEL)) || bytes > dp_max || tc->cache_rows > 0 ||
-                    ember_table_id_space(tc) == EMBER_IDS_HASHED)
-                    continue;
-                option_init(&cand, EMBER_SHARD_DATA_PARALLEL, W);
-                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
-                for (int q = 0; q < W; q++) cand.storage[q] = bytes;
-            } else if (kind == 1) {
-                if (!(allow & (1 << EMBER_SHARD_ROW_WISE)) || W == 1 || tc->rows < W) continue;
-                option_init(&cand, EMBER_SHARD_ROW_WISE, W);
-                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
-                for (int q = 0; q < W; q++) cand.storage[q] = bytes / (size_t)W + bytes % (size_t)W;
-            } else if (kind == 2 || kind == 3) {
-                // Column-wise in 2 or 4 slices of at least 16 columns, on the least loaded ranks.
-                const int k = kind == 2 ? 2 : 4;
-                if (!(allow & (1 << EMBER_SHARD_COLUMN_WISE)) || k > W || tc->dim < 16 * k) continue;
-                ember_optim_info oi;
-                if (ember_optim_info_get(tc->optim.kind, &oi) != EMBER_OK || !oi.column_wise ||
-                    tc->pooling == EMBER_POOL_NONE)
-                    continue;
-                option_init(&cand, EMBER_SHARD_COLUMN_WISE, W);
-                cand.plan.num_shards = k;
-                cand.plan.num_ranks = k;
-                for (int j = 0; j < k; j++) cand.plan.ranks[j] = by_load[j];
-                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
-                for (int s = 0; s < k; s++) cand.storage[by_load[s]] = bytes / (size_t)k + bytes % (size_t)k;
-            } else if (kind == 4 + W || kind == 5 + W + ntwrw) {
-                // Grid, only when named in pc->allow, with column slices of at least 16 columns:
-                // 2 slices each row-wise over W / 2 of the least loaded ranks, or (several hosts
-                // of equal size) one slice per host, row-wise over its ranks.
-                const int per_host = kind != 4 + W;
-                const int k = per_host ? m.H : 2, g = W / k;
-                if (!(pc->allow & (1 << EMBER_SHARD_GRID)) || (per_host ? !hosts_even : W < 4) || tc->dim < 16 * k ||
-                    tc->rows < g)
-                    continue;
-                ember_optim_info oi;
-                if (ember_optim_info_get(tc->optim.kind, &oi) != EMBER_OK || !oi.column_wise ||
-                    tc->pooling == EMBER_POOL_NONE)
-                    continue;
-                option_init(&cand, EMBER_SHARD_GRID, W);
-                cand.plan.num_shards = k;
-                cand.plan.group_size = g;
-                cand.plan.num_ranks = k * g;
-                for (int j = 0; j < k * g; j++) cand.plan.ranks[j] = per_host ? host_ranks[j] : by_load[j];
-                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
-                const size_t n = (size_t)(k * g);
-                for (int s = 0; s < k * g; s++) cand.storage[cand.plan.ranks[s]] = bytes / n + bytes % n;
-            } else if (kind > 4 + W) {
-                // Table-row-wise over the ranks of host h (more than one host, at least 2 ranks).
-                const int h = kind - 5 - W, g = host_first[h + 1] - host_first[h];
-                if (!(allow & (1 << EMBER_SHARD_TABLE_ROW_WISE)) || g < 2 || tc->rows < g) continue;
-                option_init(&cand, EMBER_SHARD_TABLE_ROW_WISE, W);
-                cand.plan.group_size = g;
-                cand.plan.num_ranks = g;
-                for (int j = 0; j < g; j++) cand.plan.ranks[j] = host_ranks[host_first[h] + j];
-                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
-                for (int j = 0; j < g; j++)
-                    cand.storage[cand.plan.ranks[j]] = bytes / (size_t)g + bytes % (size_t)g;
-            } else {
-                if (!(allow & (1 << EMBER_SHARD_TABLE_WISE))) continue;
-                const int r = kind - 4;
-                option_init(&cand, EMBER_SHARD_TABLE_WISE, W);
-                cand.plan.num_ranks = 1;
-                cand.plan.ranks[0] = r;
-                table_traffic(&m, &cand.plan, tc, W, B, L, row, out, &cand.tr);
-                cand.storage[r] = bytes;
-            }
-            double score = 0, total = 0;
-            int fits = 1;
-            if (timed) host_sums(&m, &acc, &cand.tr);
-            for (int q = 0; q < W; q++) {
-                if (pc->memory_per_rank && acc_storage[q] + cand.storage[q] > pc->memory_per_rank) fits = 0;
-                const double s = timed ? rank_seconds(&m, &acc, &cand.tr, q) : rank_bytes(&acc, &cand.tr, q);
-                if (s > score) score = s;
-                total += timed ? s : rank_bytes(&cand.tr, NULL, q);
-            }
-            if (!fits) continue;
-            if (timed) {
-                const int dp = cand.plan.scheme == EMBER_SHARD_DATA_PARALLEL;
-                score += rounds_seconds(&m, has_routed || !dp, has_dp || dp);
-            }
-            if (best_score < 0 || score < best_score * (1 - 1e-9) ||
-                (score <= best_score * (1 + 1e-9) && total < best_total)) {
-                const option keep = best; // the new best; the old one's arrays become scratch
-                best = cand;
-                cand = keep;
-                best_score = score;
-                best_total = total;
-            }
+        // Every allowed scheme proposes its placements (the first of equal scores wins).
+        for (size_t k = 0; k < sizeof PLAN_ORDER / sizeof PLAN_ORDER[0]; k++) {
+            const ember__scheme_ops *ops = ember__scheme(PLAN_ORDER[k]);
+            view.named = (pc->allow >> ops->scheme) & 1;
+            if (!((allow >> ops->scheme) & 1) || (ops->planned_only_when_named && !view.named)) continue;
+            ops->candidates(tc, bytes, &view, scheme_ranks, consider, &pl);
         }
+        const double best_score = pl.best_score;
+        option *win = pl.best;
         if (best_score < 0) {
             st = ember__error(ctx, EMBER_ERR_NOMEM, "%s: table '%s' (%zu bytes) fits on no rank within %zu bytes", fn,
                               tc->name ? tc->name : "?", bytes, pc->memory_per_rank);
             break;
         }
-        plan[t] = best.plan;
+        plan[t] = win->plan;
         plan[t].ranks = NULL;
-        if (best.plan.num_ranks > 0) {
-            plan[t].ranks = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)best.plan.num_ranks);
+        if (win->plan.num_ranks > 0) {
+            plan[t].ranks = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)win->plan.num_ranks);
             if (!plan[t].ranks) {
                 plan[t].num_ranks = 0;
                 st = ember__error(ctx, EMBER_ERR_NOMEM, "%s: table '%s': out of memory", fn, tc->name ? tc->name : "?");
                 break;
             }
-            memcpy(plan[t].ranks, best.plan.ranks, sizeof(int32_t) * (size_t)best.plan.num_ranks);
+            memcpy(plan[t].ranks, win->plan.ranks, sizeof(int32_t) * (size_t)win->plan.num_ranks);
         }
-        if (best.plan.scheme == EMBER_SHARD_DATA_PARALLEL) has_dp = 1;
-        else has_routed = 1;
+        if (win->plan.scheme == EMBER_SHARD_DATA_PARALLEL) pl.has_dp = 1;
+        else pl.has_routed = 1;
         for (int q = 0; q < W; q++) {
-            acc_storage[q] += best.storage[q];
-            for (size_t a = 0; a < NA; a++) (*traffic_array(&acc, (int)a))[q] += (*traffic_array(&best.tr, (int)a))[q];
+            acc_storage[q] += win->storage[q];
+            for (size_t a = 0; a < NA; a++) (*traffic_array(&acc, (int)a))[q] += (*traffic_array(&win->tr, (int)a))[q];
         }
     }
     if (st == EMBER_OK && stats) {
@@ -412,7 +396,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         for (int q = 0; q < W; q++) {
             if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
             if (stats->step_seconds)
-                stats->step_seconds[q] = timed ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, has_routed, has_dp)
+                stats->step_seconds[q] = timed ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, pl.has_routed, pl.has_dp)
                                                : 0;
             if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
         }

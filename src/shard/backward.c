@@ -8,7 +8,6 @@
 
 #include "shard/overlap.h"
 
-#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
 static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
     return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
@@ -69,7 +68,7 @@ static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru
     ember_status st = EMBER_OK;
     if (s->local && nr > 0) {
         st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &ru->g);
-        if (st == EMBER_OK) ru->mine = RESERVE(s, ss_mine, float, ru->g.n);
+        if (st == EMBER_OK) ru->mine = EMBER__RESERVE(s, s->ss_mine, float, ru->g.n);
         if (st == EMBER_OK && !ru->mine) st = EMBER_ERR_NOMEM;
         if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &ru->g, ru->mine);
     }
@@ -100,8 +99,8 @@ static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru
         nrecv += rc[q];
     }
     // The send buffer later holds one row block's per-row totals too: at most g.n values.
-    ru->snd = RESERVE(s, ss_send, float, nsend > g->n ? nsend : g->n);
-    ru->rcv = RESERVE(s, ss_recv, float, nrecv);
+    ru->snd = EMBER__RESERVE(s, s->ss_send, float, nsend > g->n ? nsend : g->n);
+    ru->rcv = EMBER__RESERVE(s, s->ss_recv, float, nrecv);
     if (st == EMBER_OK && (!ru->snd || !ru->rcv)) st = EMBER_ERR_NOMEM;
     return st;
 }
@@ -183,11 +182,11 @@ static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update
     return ember__ebc_apply(s->local, g->key, g->goff, g->grad, g->n, mine); // allocates nothing after coalesce
 }
 
-// The data-parallel gathers a failed backward leaves in flight: waited for (their buffers are
-// the collection's), whatever fails.
-static void drain_dp(ember_sebc *s) {
-    (void)ember__comm_wait(s->comm, &s->ov->dp[0]);
-    (void)ember__comm_wait(s->comm, &s->ov->dp[1]);
+// The home schemes' exchanges a failed backward leaves in flight: waited for (their buffers are
+// the schemes'), whatever fails.
+static void drain_home(ember_sebc *s) {
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (s->home[k]) ember__schemes[k]->backward_drain(s, s->home[k]);
 }
 
 ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
@@ -200,10 +199,10 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
         st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
     } else if (!s->has_forward) {
         st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", fn);
-    } else if (!kjt || kjt->batch_size != s->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
+    } else if (!kjt || kjt->batch_size != s->in->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
                (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
                ember__kjt_digest(kjt) != s->fwd_digest) {
-        const int same_shape = kjt && kjt->batch_size == s->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz;
+        const int same_shape = kjt && kjt->batch_size == s->in->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz;
         if (!kjt) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
         else if (same_shape)
             st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
@@ -212,7 +211,7 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
             st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
                               "%s: the kjt (batch %d, %d features, nnz %lld) is not the preceding forward's (batch %d, "
                               "%d features, nnz %lld)",
-                              fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->batch,
+                              fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->in->batch,
                               (int)s->F, (long long)s->fwd_nnz);
     } else if (!grad_out && output_size(s, kjt) > 0) {
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
@@ -226,20 +225,20 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
             st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
                               (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
     }
-    const int32_t B = s->batch, lod = s->local_out_dim[me];
+    const int32_t B = s->in->batch, lod = s->local_out_dim[me];
     const float scale = ember__grad_scale(s);
     int64_t nsend = 0;
     for (int32_t q = 0; q < W; q++)
-        nsend += s->sequence ? s->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
-    float *send = RESERVE(s, rcv_out, float, nsend); // the forward's receive buffer, reused
+        nsend += s->sequence ? s->in->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
+    float *send = EMBER__RESERVE(s, s->rcv_out, float, nsend); // the forward's receive buffer, reused
     if (st == EMBER_OK && !send) st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
 
     // Gradients of the routed pieces, home -> owner, scaled by the convention (and, for
     // row-block MEAN, by 1/|I| of the global bag).
-    const int64_t *off = s->san_off.p;
+    const int64_t *off = s->in->san_off.p;
     if (s->sequence) {
-        const int64_t *spos = s->snd_pos.p;
+        const int64_t *spos = s->in->snd_pos.p;
         const int32_t D = s->out_dim;
         for (int64_t i = 0; i < nsend / (D ? D : 1); i++)
             for (int32_t d = 0; d < D; d++) send[i * D + d] = scale * grad_out[spos[i] * D + d];
@@ -270,11 +269,11 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
     int64_t *sc = s->cnt, *rc = s->cnt + W;
     for (int32_t q = 0; q < W; q++) {
         if (s->sequence) {
-            sc[q] = s->send_ids[q] * s->out_dim;
-            rc[q] = s->recv_ids[q] * s->out_dim;
+            sc[q] = s->in->send_ids[q] * s->out_dim;
+            rc[q] = s->in->recv_ids[q] * s->out_dim;
         } else {
             sc[q] = (int64_t)B * s->local_out_dim[q];
-            rc[q] = s->Bs[q] * lod;
+            rc[q] = s->in->Bs[q] * lod;
         }
     }
     float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
@@ -291,10 +290,10 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
     // on; data-parallel then starts its gathers), while the routed gradients travel.
     st = EMBER_OK;
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
-        if (ember__schemes[k]->backward_prepare) st = ember__schemes[k]->backward_prepare(s, grad_out, st);
+        if (s->home[k]) st = ember__schemes[k]->backward_prepare(s, s->home[k], grad_out, st);
     if (st != EMBER_OK) {
         (void)ember__comm_wait(c, &ov->grad);
-        drain_dp(s);
+        drain_home(s);
         return st;
     }
     ov->bwd_started = 1;
@@ -312,7 +311,7 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     ember_status st = ember__comm_wait(c, &ov->grad);
     ember__prefetch_rows(s); // before the updates: the rows are read while they run
     if (st != EMBER_OK) {
-        drain_dp(s);
+        drain_home(s);
         return st;
     }
     if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
@@ -322,7 +321,7 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     routed_update ru;
     st = ember_comm_agree(c, routed_prepare(s, s->loc_out.p, &ru));
     if (st != EMBER_OK) {
-        drain_dp(s);
+        drain_home(s);
         return st;
     }
     s->has_forward = 0; // the updates begin: this forward is spent
@@ -330,12 +329,12 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     // Communication failures only: agree before the home schemes' collectives.
     st = ember_comm_agree(c, st);
     if (st != EMBER_OK) {
-        drain_dp(s);
+        drain_home(s);
         return st;
     }
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
-        if (st == EMBER_OK && ember__schemes[k]->backward_apply) st = ember__schemes[k]->backward_apply(s);
-    drain_dp(s); // after a failure only: nothing stays in flight
+        if (st == EMBER_OK && s->home[k]) st = ember__schemes[k]->backward_apply(s, s->home[k]);
+    drain_home(s); // after a failure only: nothing stays in flight
     s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
     return ember_comm_agree(c, st);
 }

@@ -1,23 +1,22 @@
 // The home rank's side of the input: applies the bounds mode to the local batch, then
-// bucketize sends every sanitised id of the local batch to the routes that pool it, and the
-// data-parallel features' ids to the local replicas' sub-KJT. Each id's destination is computed
+// bucketize sends every sanitised id of the local batch to the routes that pool it, and hands
+// the home schemes theirs (data-parallel: the local replicas' sub-KJT, dp.c). Each id's destination is computed
 // once (its table's row block, by the scheme's bucket hook), whatever the world size.
 #include <string.h>
 
 #include "shard/internal.h"
 #include "tbe/rowmap.h"
 
-#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
 // Applies the bounds mode once, at the home rank: kept ids (clamped where asked), their weights
 // and original positions, with offsets per bag. Routed pieces then carry only valid ids.
 ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt) {
     const int32_t B = kjt->batch_size;
     const int64_t nbags = (int64_t)s->F * B;
-    int64_t *off = RESERVE(s, san_off, int64_t, nbags + 1);
-    int64_t *val = RESERVE(s, san_val, int64_t, kjt->nnz);
-    float *w = RESERVE(s, san_w, float, kjt->nnz);
-    int64_t *pos = RESERVE(s, san_pos, int64_t, kjt->nnz);
+    int64_t *off = EMBER__RESERVE(s, s->in->san_off, int64_t, nbags + 1);
+    int64_t *val = EMBER__RESERVE(s, s->in->san_val, int64_t, kjt->nnz);
+    float *w = EMBER__RESERVE(s, s->in->san_w, float, kjt->nnz);
+    int64_t *pos = EMBER__RESERVE(s, s->in->san_pos, int64_t, kjt->nnz);
     if (!off || !val || !w || !pos) return EMBER_ERR_NOMEM;
     int64_t start = 0, m = 0;
     off[0] = 0;
@@ -53,15 +52,15 @@ int32_t ember__bucket_row_split(const ember__table_shards *ts, int64_t id) {
 void ember_sebc_set_reference_bucketize(ember_sebc *s, int on) {
     if (s) s->legacy_bucketize = on;
 }
-int64_t ember_sebc_ids_examined_last_step(const ember_sebc *s) { return s ? s->ids_examined : 0; }
+int64_t ember_sebc_ids_examined_last_step(const ember_sebc *s) { return s ? s->in->ids_examined : 0; }
 
 // The old path, kept for measurement only: every route scans all of its feature's ids, so a
 // row-wise feature's ids are examined once per destination rank.
 static ember_status legacy_pack_input(ember_sebc *s, int32_t B) {
-    const int64_t *off = s->san_off.p;
-    const int64_t *val = s->san_val.p;
-    const float *w = s->san_w.p;
-    const int64_t *pos = s->san_pos.p;
+    const int64_t *off = s->in->san_off.p;
+    const int64_t *val = s->in->san_val.p;
+    const float *w = s->in->san_w.p;
+    const int64_t *pos = s->in->san_pos.p;
     int64_t nlen = 0, nid_bound = 0;
     for (int32_t q = 0; q < s->W; q++) {
         nlen += (int64_t)s->nroutes[q] * B;
@@ -70,12 +69,12 @@ static ember_status legacy_pack_input(ember_sebc *s, int32_t B) {
             nid_bound += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
         }
     }
-    int32_t *slen = RESERVE(s, snd_len, int32_t, nlen);
-    int64_t *sval = RESERVE(s, snd_val, int64_t, nid_bound);
-    float *sw = RESERVE(s, snd_w, float, nid_bound);
-    int64_t *spos = RESERVE(s, snd_pos, int64_t, nid_bound);
+    int32_t *slen = EMBER__RESERVE(s, s->in->snd_len, int32_t, nlen);
+    int64_t *sval = EMBER__RESERVE(s, s->in->snd_val, int64_t, nid_bound);
+    float *sw = EMBER__RESERVE(s, s->in->snd_w, float, nid_bound);
+    int64_t *spos = EMBER__RESERVE(s, s->in->snd_pos, int64_t, nid_bound);
     if (!slen || !sval || !sw || !spos) return EMBER_ERR_NOMEM;
-    s->ids_examined += nid_bound;
+    s->in->ids_examined += nid_bound;
     int64_t L = 0, n = 0;
     for (int32_t q = 0; q < s->W; q++) {
         const int64_t n0 = n;
@@ -96,39 +95,8 @@ static ember_status legacy_pack_input(ember_sebc *s, int32_t B) {
                 slen[L++] = len;
             }
         }
-        s->send_ids[q] = n - n0;
+        s->in->send_ids[q] = n - n0;
     }
-    return EMBER_OK;
-}
-
-// The replicated features' sub-KJT (features in order, their kept ids) and room for its output.
-static ember_status pack_replicas(ember_sebc *s, int32_t B) {
-    const int64_t *off = s->san_off.p;
-    int64_t nnz = 0;
-    for (int32_t i = 0; i < s->ndp_features; i++) {
-        const int32_t f = s->dp_features[i];
-        nnz += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
-    }
-    const int32_t nf = s->ndp_features ? s->ndp_features : 1;
-    int64_t *doff = RESERVE(s, dp_off, int64_t, (int64_t)nf * B + 1);
-    int64_t *dval = RESERVE(s, dp_val, int64_t, nnz);
-    float *dw = RESERVE(s, dp_w, float, nnz);
-    float *dout = RESERVE(s, dp_out, float, s->sequence ? nnz * s->out_dim : (int64_t)B * s->dp_out_dim);
-    if (!doff || !dval || !dw || !dout) return EMBER_ERR_NOMEM;
-    s->ids_examined += nnz;
-    int64_t m = 0;
-    doff[0] = 0;
-    for (int32_t i = 0; i < s->ndp_features; i++) {
-        const int32_t f = s->dp_features[i];
-        const int64_t j0 = off[(int64_t)f * B], j1 = off[(int64_t)(f + 1) * B];
-        memcpy(dval + m, (const int64_t *)s->san_val.p + j0, sizeof(int64_t) * (size_t)(j1 - j0));
-        memcpy(dw + m, (const float *)s->san_w.p + j0, sizeof(float) * (size_t)(j1 - j0));
-        for (int32_t b = 0; b < B; b++) doff[(int64_t)i * B + b + 1] = m + off[(int64_t)f * B + b + 1] - j0;
-        m += j1 - j0;
-    }
-    if (s->ndp_features == 0)
-        for (int32_t b = 0; b < B; b++) doff[b + 1] = 0;
-    s->dp_kjt = (ember_kjt){nf, B, NULL, doff, dval, dw, m};
     return EMBER_OK;
 }
 
@@ -138,22 +106,22 @@ static ember_status pack_replicas(ember_sebc *s, int32_t B) {
 // its B lengths at snd_len[g * B]. Two passes: count per (route, bag), then place.
 static ember_status pack_input(ember_sebc *s, int32_t B) {
     const int32_t F = s->F, G = s->route_base[s->W];
-    const int64_t *off = s->san_off.p;
-    const int64_t *val = s->san_val.p;
-    const float *w = s->san_w.p;
-    const int64_t *pos = s->san_pos.p;
+    const int64_t *off = s->in->san_off.p;
+    const int64_t *val = s->in->san_val.p;
+    const float *w = s->in->san_w.p;
+    const int64_t *pos = s->in->san_pos.p;
     const int64_t nsan = off[(int64_t)F * B];
     int64_t nid = 0;
     for (int32_t f = 0; f < F; f++) {
         const ember__table_shards *ts = &s->ts[s->feature_table[f]];
         if (ts->nblocks > 0) nid += (off[(int64_t)(f + 1) * B] - off[(int64_t)f * B]) * (ts->nshards / ts->nblocks);
     }
-    int32_t *slen = RESERVE(s, snd_len, int32_t, (int64_t)G * B);
-    int64_t *cur = RESERVE(s, snd_cur, int64_t, (int64_t)G * B);
-    int32_t *blk = RESERVE(s, san_blk, int32_t, nsan);
-    int64_t *sval = RESERVE(s, snd_val, int64_t, nid);
-    float *sw = RESERVE(s, snd_w, float, nid);
-    int64_t *spos = RESERVE(s, snd_pos, int64_t, nid);
+    int32_t *slen = EMBER__RESERVE(s, s->in->snd_len, int32_t, (int64_t)G * B);
+    int64_t *cur = EMBER__RESERVE(s, s->in->snd_cur, int64_t, (int64_t)G * B);
+    int32_t *blk = EMBER__RESERVE(s, s->in->san_blk, int32_t, nsan);
+    int64_t *sval = EMBER__RESERVE(s, s->in->snd_val, int64_t, nid);
+    float *sw = EMBER__RESERVE(s, s->in->snd_w, float, nid);
+    int64_t *spos = EMBER__RESERVE(s, s->in->snd_pos, int64_t, nid);
     if (!slen || !cur || !blk || !sval || !sw || !spos) return EMBER_ERR_NOMEM;
     memset(slen, 0, sizeof(int32_t) * (size_t)G * (size_t)B);
     // Count: the row block of every id, once.
@@ -161,7 +129,7 @@ static ember_status pack_input(ember_sebc *s, int32_t B) {
         const ember__table_shards *ts = &s->ts[s->feature_table[f]];
         if (ts->nblocks == 0) continue; // replicated: pack_replicas
         const int32_t ncols = ts->nshards / ts->nblocks, *fr = s->froute + s->froute_off[f];
-        s->ids_examined += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
+        s->in->ids_examined += off[(int64_t)(f + 1) * B] - off[(int64_t)f * B];
         for (int32_t b = 0; b < B; b++) {
             const int64_t bag = (int64_t)f * B + b;
             if (ts->nblocks == 1) {
@@ -182,7 +150,7 @@ static ember_status pack_input(ember_sebc *s, int32_t B) {
             cur[i] = n;
             n += slen[i];
         }
-        s->send_ids[q] = n - n0;
+        s->in->send_ids[q] = n - n0;
     }
     // Place, in value order within every (route, bag).
     for (int32_t f = 0; f < F; f++) {
@@ -209,11 +177,13 @@ static ember_status pack_input(ember_sebc *s, int32_t B) {
 }
 
 ember_status ember__bucketize(ember_sebc *s, int32_t B) {
-    s->ids_examined = 0;
+    s->in->ids_examined = 0;
     // The old path compares ids with row ranges: hashed tables always take the one that asks
     // the scheme for each id's block.
     int hashed = 0;
     for (int32_t t = 0; t < s->T; t++) hashed |= s->ts[t].ids == EMBER_IDS_HASHED;
     EMBER_TRY(s->legacy_bucketize && !hashed ? legacy_pack_input(s, B) : pack_input(s, B));
-    return pack_replicas(s, B);
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++) // the ids that stay home
+        if (s->home[k]) EMBER_TRY(ember__schemes[k]->home_route(s, s->home[k], s->in, B));
+    return EMBER_OK;
 }

@@ -42,7 +42,26 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
+// 2 or 4 slices of at least 16 columns, on the least loaded ranks.
+static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
+                       ember__plan_emit emit, void *arg) {
+    (void)bytes;
+    for (int32_t k = 2; k <= 4; k *= 2) {
+        if (k > v->W || !ember__plan_column_slices(t, k)) continue;
+        for (int32_t j = 0; j < k; j++) ranks[j] = v->by_load[j];
+        emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_COLUMN_WISE, .num_shards = k, .num_ranks = k, .ranks = ranks});
+    }
+}
+
+static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out) {
+    (void)group;
+    const int32_t k = W < dim ? W : dim;
+    for (int32_t i = 0; i < k; i++) ranks[i] = (t + i) % W;
+    *out = (ember_table_plan){.scheme = EMBER_SHARD_COLUMN_WISE, .num_shards = k, .num_ranks = k, .ranks = ranks};
+}
+
 const ember__scheme_ops ember__scheme_cw = {
     .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
     .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS, .column_slices = 1, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
+    .candidates = candidates, .storage = ember__storage_over_ranks, .default_plan = default_plan,
 };

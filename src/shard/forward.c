@@ -7,7 +7,6 @@
 
 #include "shard/overlap.h"
 
-#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
 static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
     return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
@@ -21,17 +20,17 @@ ember_status ember__build_local(ember_sebc *s, ember__buf *obuf, ember__buf *vbu
     const int32_t W = s->W, nr = s->nroutes[s->rank];
     int64_t Btot = 0, nnz = 0;
     for (int32_t q = 0; q < W; q++) {
-        Btot += s->Bs[q];
-        nnz += s->recv_ids[q];
+        Btot += s->in->Bs[q];
+        nnz += s->in->recv_ids[q];
     }
-    const int weighted = s->weighted && wbuf;
+    const int weighted = s->in->weighted && wbuf;
     int64_t *off = ember__buf_reserve(s->ctx, obuf, sizeof(int64_t) * (size_t)(nr * Btot + 1));
     int64_t *val = ember__buf_reserve(s->ctx, vbuf, sizeof(int64_t) * (size_t)(nnz > 0 ? nnz : 1));
     float *w = weighted ? ember__buf_reserve(s->ctx, wbuf, sizeof(float) * (size_t)(nnz > 0 ? nnz : 1)) : NULL;
     if (!off || !val || (weighted && !w)) return EMBER_ERR_NOMEM;
-    const int32_t *rlen = s->rcv_len.p;
-    const int64_t *rval = s->rcv_val.p;
-    const float *rw = s->rcv_w.p;
+    const int32_t *rlen = s->in->rcv_len.p;
+    const int64_t *rval = s->in->rcv_val.p;
+    const float *rw = s->in->rcv_w.p;
     // Ids arrive grouped by source, then route; the local KJT wants route, then source. Source
     // q's next lengths and ids are at lcur[q] and vcur[q] (its routes come in order).
     int64_t *lcur = cur, *vcur = cur + W;
@@ -39,15 +38,15 @@ ember_status ember__build_local(ember_sebc *s, ember__buf *obuf, ember__buf *vbu
     for (int32_t q = 0; q < W; q++) {
         lcur[q] = l;
         vcur[q] = v;
-        l += nr * s->Bs[q];
-        v += s->recv_ids[q];
+        l += nr * s->in->Bs[q];
+        v += s->in->recv_ids[q];
     }
     int64_t n = 0, i = 0;
     off[0] = 0;
     for (int32_t k = 0; k < nr; k++) {
         for (int32_t q = 0; q < W; q++) {
             const int64_t v0 = vcur[q];
-            for (int64_t b = 0; b < s->Bs[q]; b++) {
+            for (int64_t b = 0; b < s->in->Bs[q]; b++) {
                 vcur[q] += rlen[lcur[q]++];
                 off[++i] = n + vcur[q] - v0;
             }
@@ -70,15 +69,15 @@ void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir)
     // Rows of (route k, source q) in local order start at off[bag]; in per-source order at so[q].
     int64_t *so = s->cnt + 2 * W; // not in use by the caller's exchange at this point
     int64_t acc = 0, bag = 0;
-    for (int32_t q = 0; q < W; q++) { so[q] = acc; acc += s->recv_ids[q]; }
+    for (int32_t q = 0; q < W; q++) { so[q] = acc; acc += s->in->recv_ids[q]; }
     for (int32_t k = 0; k < nr; k++) {
         for (int32_t q = 0; q < W; q++) {
-            const int64_t lo = off[bag], n = off[bag + s->Bs[q]] - lo;
+            const int64_t lo = off[bag], n = off[bag + s->in->Bs[q]] - lo;
             float *a = local + lo * D, *c = by_source + so[q] * D;
             if (dir == 0) memcpy(c, a, sizeof(float) * (size_t)(n * D));
             else memcpy(a, c, sizeof(float) * (size_t)(n * D));
             so[q] += n;
-            bag += s->Bs[q];
+            bag += s->in->Bs[q];
         }
     }
 }
@@ -119,33 +118,33 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         // Batch sizes and whether any rank carries weights (then every rank sends weights).
         int64_t *Bw = s->cnt;
         EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw));
-        s->weighted = 0;
+        s->in->weighted = 0;
         for (int32_t q = 0; q < W; q++) {
-            s->Bs[q] = Bw[q] / 2;
-            s->weighted |= (int32_t)(Bw[q] & 1);
+            s->in->Bs[q] = Bw[q] / 2;
+            s->in->weighted |= (int32_t)(Bw[q] & 1);
         }
-        s->batch = B;
-        EMBER_TRY(ember_comm_alltoall_i64(c, s->send_ids, s->recv_ids));
+        s->in->batch = B;
+        EMBER_TRY(ember_comm_alltoall_i64(c, s->in->send_ids, s->in->recv_ids));
     }
     // Receive buffers and outputs, sized from the peers' counts; agreed before data moves.
     const int32_t nr = s->nroutes[me], lod = s->local_out_dim[me];
     int64_t Btot = 0, nrecv = 0, nout = 0;
     for (int32_t q = 0; q < W; q++) {
-        Btot += s->Bs[q];
-        nrecv += s->recv_ids[q];
-        nout += s->sequence ? s->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
+        Btot += s->in->Bs[q];
+        nrecv += s->in->recv_ids[q];
+        nout += s->sequence ? s->in->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
     }
     st = EMBER_OK;
-    if (!RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) || !RESERVE(s, rcv_val, int64_t, nrecv) ||
-        !RESERVE(s, rcv_w, float, nrecv) || !RESERVE(s, rcv_out, float, nout) ||
-        !RESERVE(s, loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
-        !RESERVE(s, snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
+    if (!EMBER__RESERVE(s, s->in->rcv_len, int32_t, (int64_t)nr * Btot) || !EMBER__RESERVE(s, s->in->rcv_val, int64_t, nrecv) ||
+        !EMBER__RESERVE(s, s->in->rcv_w, float, nrecv) || !EMBER__RESERVE(s, s->rcv_out, float, nout) ||
+        !EMBER__RESERVE(s, s->loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
+        !EMBER__RESERVE(s, s->snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
         st = EMBER_ERR_NOMEM;
     // The owner's local KJT too (ember__build_local then allocates nothing): nothing below may fail for
     // memory once `out` is written.
     if (st == EMBER_OK && s->local && nr > 0 &&
-        (!RESERVE(s, loc_off, int64_t, (int64_t)nr * Btot + 1) || !RESERVE(s, loc_val, int64_t, nrecv) ||
-         !RESERVE(s, loc_w, float, nrecv)))
+        (!EMBER__RESERVE(s, s->loc_off, int64_t, (int64_t)nr * Btot + 1) || !EMBER__RESERVE(s, s->loc_val, int64_t, nrecv) ||
+         !EMBER__RESERVE(s, s->loc_w, float, nrecv)))
         st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
 
@@ -159,23 +158,22 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     int64_t *sc = s->cnt, *rc = s->cnt + W;
     for (int32_t q = 0; q < W; q++) {
         sc[q] = (int64_t)s->nroutes[q] * B;
-        rc[q] = (int64_t)nr * s->Bs[q];
+        rc[q] = (int64_t)nr * s->in->Bs[q];
     }
-    if (!taken) st = ember_comm_alltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t));
+    if (!taken) st = ember_comm_alltoallv(c, s->in->snd_len.p, sc, s->in->rcv_len.p, rc, sizeof(int32_t));
     if (st == EMBER_OK && !taken)
-        st = ember_comm_alltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t));
-    if (st == EMBER_OK && !taken && s->weighted)
-        st = ember_comm_alltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float));
+        st = ember_comm_alltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids, sizeof(int64_t));
+    if (st == EMBER_OK && !taken && s->in->weighted)
+        st = ember_comm_alltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {
         // Its buffers were reserved above: this allocates nothing. s->cnt's second half is free
         // until the output dist.
         st = ember__build_local(s, &s->loc_off, &s->loc_val, &s->loc_w, s->cnt + 2 * W, &s->local_kjt);
         if (st == EMBER_OK) st = ember__ebc_forward_unchecked(s->local, &s->local_kjt, s->loc_out.p);
     }
-    // Hashed replicas gather every rank's ids in home_forward: every rank gets there, or none.
-    if (s->dp_hashed) st = ember_comm_agree(c, st);
+    // The schemes kept at home pool theirs (one that communicates agrees on st first).
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
-        if (st == EMBER_OK && ember__schemes[k]->home_forward) st = ember__schemes[k]->home_forward(s, out);
+        if (s->home[k]) st = ember__schemes[k]->home_forward(s, s->home[k], out, st);
     // Local failures here (workspace, a tiered table's file): agree before the output dist.
     st = ember_comm_agree(c, st);
     if (st != EMBER_OK) return st;
@@ -184,10 +182,10 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     const float *send = s->loc_out.p;
     for (int32_t q = 0; q < W; q++) {
         if (s->sequence) {
-            sc[q] = s->recv_ids[q] * s->out_dim;
-            rc[q] = s->send_ids[q] * s->out_dim;
+            sc[q] = s->in->recv_ids[q] * s->out_dim;
+            rc[q] = s->in->send_ids[q] * s->out_dim;
         } else {
-            sc[q] = s->Bs[q] * lod;
+            sc[q] = s->in->Bs[q] * lod;
             rc[q] = (int64_t)B * s->local_out_dim[q];
         }
     }
@@ -200,11 +198,11 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     // Assemble this rank's output.
     const float *rout = s->rcv_out.p;
     if (s->sequence) {
-        const int64_t *spos = s->snd_pos.p;
+        const int64_t *spos = s->in->snd_pos.p;
         const int32_t D = s->out_dim;
         int64_t n = 0;
         for (int32_t q = 0; q < W; q++)
-            for (int64_t i = 0; i < s->send_ids[q]; i++, n++)
+            for (int64_t i = 0; i < s->in->send_ids[q]; i++, n++)
                 memcpy(out + spos[n] * D, rout + n * D, sizeof(float) * (size_t)D);
     } else {
         // Samples are independent here and below: each loop over b runs on the rank's threads.
@@ -228,7 +226,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
             base += (int64_t)B * qd;
         }
         // Row-wise MEAN: divide the summed partials once by the global bag length.
-        const int64_t *off = s->san_off.p;
+        const int64_t *off = s->in->san_off.p;
         for (int32_t f = 0; f < s->F; f++) {
             const int32_t t = s->feature_table[f];
             if (!s->ts[t].ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;

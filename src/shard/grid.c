@@ -64,7 +64,32 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
+// Only when named: 2 column slices of at least 16 columns, each row-wise over W / 2 of the least
+// loaded ranks (W >= 4); with several hosts of equal size, one slice per host, row-wise over its
+// ranks.
+static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
+                       ember__plan_emit emit, void *arg) {
+    (void)bytes;
+    if (!v->named) return;
+    for (int per_host = 0; per_host < 2; per_host++) {
+        const int32_t k = per_host ? v->H : 2, g = v->W / k;
+        if ((per_host ? !v->hosts_even : v->W < 4) || t->rows < g || !ember__plan_column_slices(t, k)) continue;
+        for (int32_t j = 0; j < k * g; j++) ranks[j] = per_host ? v->host_ranks[j] : v->by_load[j];
+        emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_GRID, .num_shards = k, .group_size = g, .num_ranks = k * g,
+                                      .ranks = ranks});
+    }
+}
+
+static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out) {
+    (void)group;
+    const int32_t k = dim < 2 ? dim : 2, g = W < 2 ? 1 : W / 2;
+    for (int32_t i = 0; i < k * g; i++) ranks[i] = (t + i) % W;
+    *out = (ember_table_plan){.scheme = EMBER_SHARD_GRID, .num_shards = k, .group_size = g, .num_ranks = k * g, .ranks = ranks};
+}
+
 const ember__scheme_ops ember__scheme_grid = {
     .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid", .validate = validate, .cut = cut,
     .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP, .column_slices = 1, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
+    .candidates = candidates, .storage = ember__storage_over_ranks, .planned_only_when_named = 1,
+    .default_plan = default_plan,
 };

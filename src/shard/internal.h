@@ -7,7 +7,14 @@
 // where an id goes, and whether the pieces' outputs are concatenated (table-wise, column-wise)
 // or summed (row-wise, table-row-wise, grid: column slices of row blocks); that is each scheme's ops table below, one file each.
 // A scheme may instead keep its tables at home (data-parallel: a full replica on every rank,
-// in a collection of its own, dp.c) through the ops' optional hooks.
+// in a collection of its own, dp.c) through the ops' optional home hooks: it then owns a state of
+// its own (the collection holds it as an opaque pointer per scheme, home[scheme]) and a part of
+// every batch (ember__batch.home[scheme]); nothing outside its file knows what they hold.
+//
+// The sharded collection is a composition: the plan's geometry (shards, routes: built once), the
+// batch in flight (ember__batch: one struct, so a prefetch swaps one pointer), the local
+// collection of this rank's shards, each home scheme's state, the overlap state (overlap.h) and
+// the wire precision (wire.c).
 #ifndef EMBER_SHARD_INTERNAL_H
 #define EMBER_SHARD_INTERNAL_H
 
@@ -24,6 +31,29 @@ typedef struct ember__shard {
 } ember__shard;
 
 typedef struct ember__table_shards ember__table_shards;
+
+// Grows workspace buffer `buf` (an ember__buf) to hold n elements of `type` (at least one):
+// the pointer, or NULL with EMBER_ERR_NOMEM on s's context.
+#define EMBER__RESERVE(s, buf, type, n) \
+    ((type *)ember__buf_reserve((s)->ctx, &(buf), sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
+
+// One batch's input, from the home rank's sanitised KJT to what the owners received: the
+// forward fills it (or a prefetch, ahead of its forward: overlap.c), the backward reads it.
+typedef struct ember__batch {
+    int32_t batch, weighted;     // this rank's batch size; some rank sends weights
+    int64_t *Bs;                 // [W] batch sizes
+    int64_t *send_ids, *recv_ids;// [W] id counts sent to / received from each rank
+    ember__buf san_off, san_val, san_w, san_pos; // sanitised KJT: offsets [F*B+1], ids, weights, positions
+    ember__buf san_blk;                          // row block of every sanitised id
+    ember__buf snd_len, snd_val, snd_w, snd_pos; // routed input, grouped by destination
+    ember__buf snd_cur;                          // bucketize's write cursor per (route, bag)
+    ember__buf rcv_len, rcv_val, rcv_w;          // what the owners received
+    int64_t ids_examined;        // ids bucketize looked at
+    void *home[EMBER_SHARD_COUNT]; // each home scheme's part of the batch (its home_batch hook)
+} ember__batch;
+// A batch's arrays for W ranks, and its release (with the home schemes' parts). batch.c.
+ember_status ember__batch_create(ember_sebc *s, ember__batch **out);
+void ember__batch_destroy(ember_sebc *s, ember__batch *b);
 
 // The planner's per-step traffic of one option, per rank ([W] arrays, summed into): bytes of
 // stored rows read, and bytes sent to itself (counted by the byte model, free in time), sent to
@@ -48,9 +78,24 @@ static inline void ember__traffic_send(ember__traffic *tr, int32_t src, int32_t 
     }
 }
 
+// What a scheme sees of the planner's machine when it proposes placements for a table (src/plan/
+// enumerates the schemes' candidates, estimates and places).
+typedef struct ember__plan_view {
+    int32_t W, H;                // ranks, hosts
+    const int32_t *by_load;      // [W] ranks, least loaded first (so far in the placement)
+    const int32_t *host_first;   // [H + 1] host h's ranks are host_ranks[host_first[h] .. host_first[h + 1])
+    const int32_t *host_ranks;   // [W]
+    int hosts_even;              // more than one host, all of equal size and at least 2 ranks each
+    int named;                   // the caller named this scheme among the allowed ones
+    size_t dp_max;               // replicate only tables up to this many bytes
+} ember__plan_view;
+// A candidate's plan (its ranks valid during the call), handed to the planner.
+typedef void (*ember__plan_emit)(void *arg, const ember_table_plan *p);
+
 // One scheme: how a table's plan is checked, how the table is cut into shards, where each id
-// goes, and what the scheme adds to a step besides the routed data. One file per scheme; a new
-// scheme is its file, its enum value and its entry in ember__schemes.
+// goes, what the scheme adds to a step besides the routed data, and how it places and plans a
+// table. One file per scheme; a new scheme is its file, its enum value and its entry in
+// ember__schemes.
 typedef struct ember__scheme_ops {
     ember_shard_scheme scheme;
     const char *name;        // "table_wise" (plan descriptions)
@@ -73,23 +118,62 @@ typedef struct ember__scheme_ops {
     // Bucketize: the row block of a valid id (-1: it stays home). Called once per id of a
     // table with more than one row block.
     int32_t (*bucket)(const ember__table_shards *ts, int64_t id);
-    // Optional, for schemes that keep rank-local state instead of shards: creates it once the
-    // shards and routes exist (local_cfg: the bounds and limits of the local collections),
-    // pools the ids that stay home into out (zeroed) during forward, and in backward exchanges
-    // and applies their gradients in two collective steps: prepare computes and allocates
-    // everything without changing a table, given the rank's status so far, and returns the
-    // status every rank agreed on (grad_out as the caller gave it); apply, once every rank's
-    // prepare succeeded, exchanges and updates and allocates nothing.
-    ember_status (*build_home)(ember_sebc *s, const ember_ebc_config *local_cfg);
-    ember_status (*home_forward)(ember_sebc *s, float *out);
-    ember_status (*backward_prepare)(ember_sebc *s, const float *grad_out, ember_status st);
-    ember_status (*backward_apply)(ember_sebc *s);
+    // Optional, for schemes that keep rank-local state instead of shards (the home hooks; every
+    // one gets the state build_home made, `home`):
+    //   build_home      creates it once the shards and routes exist (local_cfg: the bounds and
+    //                   limits of the local collections); *home stays NULL when the plan gives
+    //                   the scheme no table, and then no other hook is called. destroy_home
+    //                   waits for anything it left in flight and frees it.
+    //   home_route      bucketize's part: this rank's sanitised batch b (B samples) -> the
+    //                   scheme's part of b (b->home[scheme], which it allocates on first use and
+    //                   home_batch_free frees).
+    //   home_forward    pools the ids that stay home into out (zeroed), given the rank's status
+    //                   so far (nothing to do unless EMBER_OK); one that communicates agrees on it
+    //                   first. Returns the status (agreed, if it communicated).
+    //   backward_prepare, backward_apply: its gradients in two collective steps: prepare
+    //                   computes and allocates everything without changing a table, given the
+    //                   rank's status so far, and returns the status every rank agreed on
+    //                   (grad_out as the caller gave it); apply, once every rank's prepare
+    //                   succeeded, exchanges and updates and allocates nothing. backward_drain
+    //                   waits for exchanges a failed backward left in flight.
+    //   home_piece      the collection and local table holding table t (its replica), or 0.
+    //   home_ebc        its collection (set_training, dtype conversion reach it through this).
+    ember_status (*build_home)(ember_sebc *s, const ember_ebc_config *local_cfg, void **home);
+    void (*destroy_home)(ember_sebc *s, void *home);
+    ember_status (*home_route)(ember_sebc *s, void *home, ember__batch *b, int32_t B);
+    void (*home_batch_free)(ember_sebc *s, void *part);
+    ember_status (*home_forward)(ember_sebc *s, void *home, float *out, ember_status st);
+    ember_status (*backward_prepare)(ember_sebc *s, void *home, const float *grad_out, ember_status st);
+    ember_status (*backward_apply)(ember_sebc *s, void *home);
+    void (*backward_drain)(ember_sebc *s, void *home);
+    int (*home_piece)(const ember_sebc *s, const void *home, int32_t t, ember_ebc **ebc, int32_t *local_table);
+    ember_ebc *(*home_ebc)(const void *home);
     // The planner's estimate of one table of the plan p per step: the bytes each rank reads and
     // sends, by destination, into tr (ember__traffic_send); B samples per rank, L ids per sample,
     // row/out bytes of a stored/pooled row, rows of the table.
     void (*step_traffic)(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
                          double rows, struct ember__traffic *tr);
+    // The planner: every placement worth trying for table t (of `bytes` bytes) on view's
+    // machine, each through emit (ranks: [W] scratch for the plans' ranks); none when the table
+    // cannot take the scheme. The bytes each rank stores of a table of `bytes` under p, added
+    // into per_rank[W].
+    void (*candidates)(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
+                       ember__plan_emit emit, void *arg);
+    void (*storage)(const ember_table_plan *p, int32_t W, size_t bytes, size_t *per_rank);
+    // Planned only when named in the allowed schemes (ember_plan_config.allow).
+    int planned_only_when_named;
+    // The default placement of table number t of dim columns on W ranks (ember_table_plan_default,
+    // whose header states the rules), its ranks in ranks[W].
+    void (*default_plan)(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out);
 } ember__scheme_ops;
+
+// Storage of a plan that splits a table evenly over the ranks it names (ranks[0, num_ranks)):
+// each holds bytes / n plus the remainder (cw, twrw, grid, tw).
+void ember__storage_over_ranks(const ember_table_plan *p, int32_t W, size_t bytes, size_t *per_rank);
+
+// Whether a table can be split by columns into k slices as the planner proposes them: at least 16
+// columns a slice, pooled, an optimizer whose descriptor allows column slices.
+int ember__plan_column_slices(const ember_table_config *t, int32_t k);
 
 // What every scheme that splits a table's columns requires (cw, grid): pooled bags (a sequence
 // table's rows are not summed per slice), and an optimizer whose descriptor allows column slices
@@ -150,7 +234,6 @@ struct ember__table_shards {
     int32_t nshards;
     int32_t nblocks;        // row blocks (0 for DP); nshards / nblocks column slices each
     ember__shard *shards;   // [nshards]; NULL for DP
-    int32_t dp_local;       // DP: index in the DP collection
 };
 
 struct ember_sebc {
@@ -177,36 +260,20 @@ struct ember_sebc {
     int32_t *froute_off;          // [F+1] feature f's shards' routes are froute[froute_off[f] ..]
     int32_t *froute;              // global route index of (feature, shard), in shard order
     ember_ebc *local;             // this rank's shards (NULL if it owns none)
-    ember_ebc *dp;                // replicas of the DP tables (NULL if none)
+    void *home[EMBER_SHARD_COUNT];// each home scheme's state (its build_home; NULL: none)
     int32_t cw_rowwise;           // some column-sliced (CW, GRID) table has a row-wise optimizer
-    int32_t ndp_features;
-    int32_t *dp_features;         // [ndp_features] global feature index of DP feature i
-    int32_t dp_out_dim;
-    // State of the last forward, kept for backward.
+    int training;                 // ember_sebc_set_training (1 at creation)
+    // The batch in flight, and what the last forward left for its backward.
+    ember__batch *in;
     int has_forward;
     uint64_t fwd_digest;        // ember__kjt_digest of the forward's KJT, which the backward must repeat
     int64_t fwd_nnz;
-    int32_t batch, weighted;
-    int64_t *Bs;                  // [W] batch sizes
-    int64_t *send_ids, *recv_ids; // [W] id counts sent to / received from each rank
     int64_t *cnt;                 // [4W] scratch counts for the collectives
-    ember__buf san_off, san_val, san_w, san_pos;  // sanitised KJT: offsets [F*B+1], ids, weights, positions
-    ember__buf san_blk;                           // row block of every sanitised id
-    ember__buf snd_len, snd_val, snd_w, snd_pos;  // routed input, grouped by destination
-    ember__buf snd_cur;                           // bucketize's write cursor per (route, bag)
-    ember__buf rcv_len, rcv_val, rcv_w;
     ember__buf loc_off, loc_val, loc_w;           // the owner's local KJT
     ember__buf loc_out, snd_out, rcv_out;         // pooled outputs and their gradients
-    ember__buf dp_off, dp_val, dp_w, dp_out;      // DP sub-KJT
-    ember__buf dp_keys, dp_grads, dp_counts;      // DP gradient exchange
-    ember__buf dp_glen, dp_gval, dp_goff;         // DP hashed tables: the global batch's ids
-    int dp_hashed;                                // some data-parallel table is hashed
-    int training;                                 // ember_sebc_set_training (1 at creation)
-    ember__sparse_grad dp_grad;                   // DP: this rank's coalesced gradient (backward)
     ember__buf ss_mine, ss_send, ss_recv;         // column-sliced row-wise optimizers: row sums of g^2
-    ember_kjt local_kjt, dp_kjt;
+    ember_kjt local_kjt;
     uint64_t bytes_last_step, bytes_at_forward;
-    int64_t ids_examined;         // ids bucketize looked at in the last forward
     int legacy_bucketize;         // measurement only: the O(W * nnz) path
     ember_dtype wire_fwd, wire_bwd; // wire precision of the output and gradient dists (wire.c)
     ember__buf wire_snd, wire_rcv;  // their 16-bit messages
@@ -216,6 +283,10 @@ struct ember_sebc {
 // The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a
 // local table of a collection; 0 when there is no such piece.
 int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table);
+
+// This rank's local collections: its shards' (s->local) and each home scheme's; their count, at
+// most 1 + EMBER_SHARD_COUNT, into out.
+int32_t ember__local_collections(const ember_sebc *s, ember_ebc **out);
 
 // The convention's factor on every gradient handed to an update (1/W for MEAN).
 static inline float ember__grad_scale(const ember_sebc *s) { return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f; }
@@ -232,8 +303,8 @@ void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir)
 // Returns the agreed status.
 ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st);
 
-// Routes the sanitised local batch (san_*): snd_* and send_ids for the input dist, dp_kjt for
-// the replicas (its weights are dropped at home_forward if no rank sends weights).
+// Routes the sanitised local batch (s->in's san_*): snd_* and send_ids for the input dist, and
+// each home scheme's part (home_route).
 ember_status ember__bucketize(ember_sebc *s, int32_t B);
 
 // The float exchange of the output dist (dir EMBER__WIRE_FWD: owner -> home, this rank's routes'

@@ -6,50 +6,22 @@
 #include "kjt/internal.h"
 #include "shard/overlap.h"
 
-#define RESERVE(s, buf, type, n) ((type *)ember__buf_reserve((s)->ctx, &(s)->buf, sizeof(type) * (size_t)((n) > 0 ? (n) : 1)))
 
-#define SWAP(T, a, b) do { T t_ = (a); (a) = (b); (b) = t_; } while (0)
-
-// Exchanges the current batch's input fields of s with b's.
-static void swap_input(ember_sebc *s, ember__batch_input *b) {
-    SWAP(int32_t, s->batch, b->batch);
-    SWAP(int32_t, s->weighted, b->weighted);
-    SWAP(int64_t *, s->Bs, b->Bs);
-    SWAP(int64_t *, s->send_ids, b->send_ids);
-    SWAP(int64_t *, s->recv_ids, b->recv_ids);
-    SWAP(ember__buf, s->san_off, b->san_off);
-    SWAP(ember__buf, s->san_val, b->san_val);
-    SWAP(ember__buf, s->san_w, b->san_w);
-    SWAP(ember__buf, s->san_pos, b->san_pos);
-    SWAP(ember__buf, s->san_blk, b->san_blk);
-    SWAP(ember__buf, s->snd_len, b->snd_len);
-    SWAP(ember__buf, s->snd_val, b->snd_val);
-    SWAP(ember__buf, s->snd_w, b->snd_w);
-    SWAP(ember__buf, s->snd_pos, b->snd_pos);
-    SWAP(ember__buf, s->snd_cur, b->snd_cur);
-    SWAP(ember__buf, s->rcv_len, b->rcv_len);
-    SWAP(ember__buf, s->rcv_val, b->rcv_val);
-    SWAP(ember__buf, s->rcv_w, b->rcv_w);
-    SWAP(ember__buf, s->dp_off, b->dp_off);
-    SWAP(ember__buf, s->dp_val, b->dp_val);
-    SWAP(ember__buf, s->dp_w, b->dp_w);
-    SWAP(ember__buf, s->dp_out, b->dp_out);
-    SWAP(ember_kjt, s->dp_kjt, b->dp_kjt);
-    SWAP(int64_t, s->ids_examined, b->ids_examined);
+// Exchanges the current batch with the spare one.
+static void swap_input(ember_sebc *s, ember__overlap *ov) {
+    ember__batch *t = s->in;
+    s->in = ov->spare;
+    ov->spare = t;
 }
 
 ember_status ember__overlap_create(ember_sebc *s) {
     ember__overlap *ov = ember__calloc(s->ctx, sizeof *ov);
     if (!ov) return EMBER_ERR_NOMEM;
     s->ov = ov;
-    ember__batch_input *b = &ov->spare;
-    b->Bs = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
-    b->send_ids = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
-    b->recv_ids = ember__calloc(s->ctx, sizeof(int64_t) * (size_t)s->W);
     ov->ctl = ember__calloc(s->ctx, sizeof(int64_t) * 6 * (size_t)s->W);
     // The requests' MPI counts now, so that starting an exchange cannot fail for memory.
-    ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad, &ov->dp[0], &ov->dp[1]};
-    int ok = b->Bs && b->send_ids && b->recv_ids && ov->ctl;
+    ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad};
+    int ok = ember__batch_create(s, &ov->spare) == EMBER_OK && ov->ctl;
     for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
         reqs[i]->mpi = MPI_REQUEST_NULL;
         reqs[i]->counts = ember__alloc(s->ctx, sizeof(int) * 4 * (size_t)s->W);
@@ -61,20 +33,14 @@ ember_status ember__overlap_create(ember_sebc *s) {
 void ember__overlap_destroy(ember_sebc *s) {
     ember__overlap *ov = s->ov;
     if (!ov) return;
-    ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad, &ov->dp[0], &ov->dp[1]};
+    ember__req *reqs[] = {&ov->in[0], &ov->in[1], &ov->in[2], &ov->grad};
     for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
         (void)ember__comm_wait(s->comm, reqs[i]); // MPI owns the buffers until then
         ember__free(s->ctx, reqs[i]->counts);
     }
-    ember__batch_input *b = &ov->spare;
-    ember__buf *bufs[] = {&b->san_off, &b->san_val, &b->san_w,   &b->san_pos, &b->san_blk, &b->snd_len,
-                          &b->snd_val, &b->snd_w,   &b->snd_pos, &b->snd_cur, &b->rcv_len, &b->rcv_val,
-                          &b->rcv_w,   &b->dp_off,  &b->dp_val,  &b->dp_w,    &b->dp_out,  &ov->pf_off,
-                          &ov->pf_val};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(s->ctx, bufs[i]);
-    ember__free(s->ctx, b->Bs);
-    ember__free(s->ctx, b->send_ids);
-    ember__free(s->ctx, b->recv_ids);
+    ember__batch_destroy(s, ov->spare);
+    ember__buf_free(s->ctx, &ov->pf_off);
+    ember__buf_free(s->ctx, &ov->pf_val);
     ember__free(s->ctx, ov->ctl);
     ember__free(s->ctx, ov);
     s->ov = NULL;
@@ -107,7 +73,7 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
                                           (const char *const *)s->feature_names, s->bounds, &oor);
     // The next batch goes into the spare fields; the current batch's (its backward reads them)
     // are swapped back before returning.
-    swap_input(s, &ov->spare);
+    swap_input(s, ov);
     if (st == EMBER_OK) st = ember__sanitise(s, kjt);
     if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
     // One exchange instead of the forward's three (agreement, batch sizes, id counts): to every
@@ -118,47 +84,47 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
     for (int32_t q = 0; q < W; q++) {
         snd3[3 * q] = st != EMBER_OK;
         snd3[3 * q + 1] = st == EMBER_OK ? (int64_t)kjt->batch_size * 2 + (kjt->weights != NULL) : 0;
-        snd3[3 * q + 2] = st == EMBER_OK ? s->send_ids[q] : 0;
+        snd3[3 * q + 2] = st == EMBER_OK ? s->in->send_ids[q] : 0;
     }
     ember_status ex = ember__comm_alltoall_i64n(c, snd3, rcv3, 3);
     int failed = 0;
     for (int32_t q = 0; ex == EMBER_OK && q < W; q++) failed |= rcv3[3 * q] != 0;
     st = ex != EMBER_OK ? ex : failed ? ember_comm_agree(c, st) : EMBER_OK;
     if (st == EMBER_OK) {
-        s->weighted = 0;
+        s->in->weighted = 0;
         for (int32_t q = 0; q < W; q++) {
-            s->Bs[q] = rcv3[3 * q + 1] / 2;
-            s->weighted |= (int32_t)(rcv3[3 * q + 1] & 1);
-            s->recv_ids[q] = rcv3[3 * q + 2];
+            s->in->Bs[q] = rcv3[3 * q + 1] / 2;
+            s->in->weighted |= (int32_t)(rcv3[3 * q + 1] & 1);
+            s->in->recv_ids[q] = rcv3[3 * q + 2];
         }
-        s->batch = kjt->batch_size;
+        s->in->batch = kjt->batch_size;
     }
     if (st == EMBER_OK) {
         int64_t Btot = 0, nrecv = 0;
         for (int32_t q = 0; q < W; q++) {
-            Btot += s->Bs[q];
-            nrecv += s->recv_ids[q];
+            Btot += s->in->Bs[q];
+            nrecv += s->in->recv_ids[q];
         }
-        const int ok = RESERVE(s, rcv_len, int32_t, (int64_t)nr * Btot) && RESERVE(s, rcv_val, int64_t, nrecv) &&
-                       RESERVE(s, rcv_w, float, nrecv);
+        const int ok = EMBER__RESERVE(s, s->in->rcv_len, int32_t, (int64_t)nr * Btot) && EMBER__RESERVE(s, s->in->rcv_val, int64_t, nrecv) &&
+                       EMBER__RESERVE(s, s->in->rcv_w, float, nrecv);
         st = ember_comm_agree(c, ok ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_NOMEM, "%s: out of memory", fn));
     }
     if (st == EMBER_OK) {
         // The input dist, as the forward's: lengths, ids, weights.
         int64_t *sc = s->cnt, *rc = s->cnt + W;
         for (int32_t q = 0; q < W; q++) {
-            sc[q] = (int64_t)s->nroutes[q] * s->batch;
-            rc[q] = (int64_t)nr * s->Bs[q];
+            sc[q] = (int64_t)s->nroutes[q] * s->in->batch;
+            rc[q] = (int64_t)nr * s->in->Bs[q];
         }
-        st = ember__comm_ialltoallv(c, s->snd_len.p, sc, s->rcv_len.p, rc, sizeof(int32_t), &ov->in[0]);
+        st = ember__comm_ialltoallv(c, s->in->snd_len.p, sc, s->in->rcv_len.p, rc, sizeof(int32_t), &ov->in[0]);
         if (st == EMBER_OK)
-            st = ember__comm_ialltoallv(c, s->snd_val.p, s->send_ids, s->rcv_val.p, s->recv_ids, sizeof(int64_t),
+            st = ember__comm_ialltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids, sizeof(int64_t),
                                         &ov->in[1]);
-        if (st == EMBER_OK && s->weighted)
-            st = ember__comm_ialltoallv(c, s->snd_w.p, s->send_ids, s->rcv_w.p, s->recv_ids, sizeof(float), &ov->in[2]);
+        if (st == EMBER_OK && s->in->weighted)
+            st = ember__comm_ialltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids, sizeof(float), &ov->in[2]);
         if (st != EMBER_OK) (void)wait_input(s);
     }
-    swap_input(s, &ov->spare);
+    swap_input(s, ov);
     if (st != EMBER_OK) return st;
     ov->pending = 1;
     ov->rows_started = 0;
@@ -179,9 +145,9 @@ void ember__prefetch_rows(ember_sebc *s) {
         return;
     ov->rows_started = 1;
     ember_kjt k;
-    swap_input(s, &ov->spare); // the prefetched batch's fields, for ember__build_local
+    swap_input(s, ov); // the prefetched batch's fields, for ember__build_local
     const ember_status st = ember__build_local(s, &ov->pf_off, &ov->pf_val, NULL, ov->ctl, &k);
-    swap_input(s, &ov->spare);
+    swap_input(s, ov);
     if (st == EMBER_OK) (void)ember__ebc_prefetch_unchecked(s->local, &k);
 }
 
@@ -191,7 +157,7 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
     *taken = 0;
     // One small all-reduce when every rank's batch is valid and the prefetched one: (failed,
     // differs), maxima over ranks; the failing rank's message is agreed on only when one failed.
-    int64_t v[2] = {st != EMBER_OK, !(st == EMBER_OK && kjt->nnz == ov->nnz && kjt->batch_size == ov->spare.batch &&
+    int64_t v[2] = {st != EMBER_OK, !(st == EMBER_OK && kjt->nnz == ov->nnz && kjt->batch_size == ov->spare->batch &&
                                       ember__kjt_digest(kjt) == ov->digest)};
     ember_status agreed = ember_comm_allreduce_max_i64(c, v, 2);
     if (agreed == EMBER_OK && v[0]) agreed = ember_comm_agree(c, st);
@@ -208,7 +174,7 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
     ov->pending = 0;
     st = wait_input(s);
     if (st != EMBER_OK) return st;
-    swap_input(s, &ov->spare); // the prefetched batch is current; the previous one is the spare
+    swap_input(s, ov); // the prefetched batch is current; the previous one is the spare
     s->fwd_digest = ov->digest;
     s->fwd_nnz = ov->nnz;
     *taken = 1;

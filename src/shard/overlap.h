@@ -5,25 +5,10 @@
 
 #include "shard/internal.h"
 
-// The fields of ember_sebc that describe one batch's input (its sanitised and bucketized KJT,
-// what it sends and receives in the input dist, its replicas' sub-KJT). A prefetch swaps its own
-// set in, fills it and starts its input dist, and swaps the current batch's back; the forward
-// that takes the prefetch swaps them in for good (the previous batch's set becomes the spare).
-typedef struct ember__batch_input {
-    int32_t batch, weighted;
-    int64_t *Bs, *send_ids, *recv_ids; // [W] each
-    ember__buf san_off, san_val, san_w, san_pos, san_blk;
-    ember__buf snd_len, snd_val, snd_w, snd_pos, snd_cur;
-    ember__buf rcv_len, rcv_val, rcv_w;
-    ember__buf dp_off, dp_val, dp_w, dp_out;
-    ember_kjt dp_kjt;
-    int64_t ids_examined;
-} ember__batch_input;
-
 typedef struct ember__overlap {
     // The prefetch: `spare` holds its batch while it is in flight (pending), identified by the
-    // KJT's digest, nnz and batch size.
-    ember__batch_input spare;
+    // KJT's digest, nnz and batch size; the forward that takes it swaps it with s->in.
+    ember__batch *spare;
     int pending;
     uint64_t digest;
     int64_t nnz;
@@ -35,12 +20,12 @@ typedef struct ember__overlap {
     ember__buf pf_off, pf_val;
     int64_t *ctl;           // [6W] the prefetch's control exchange: sent, received
     // The split backward: started (between ember_sebc_backward_start and _finish), its
-    // gradient exchange and the data-parallel tables' gathers.
+    // gradient exchange (the home schemes keep theirs).
     int bwd_started;
-    ember__req grad, dp[2];
+    ember__req grad;
 } ember__overlap;
 
-// Allocates s->ov (its spare [W] arrays and requests' counts). NULL-safe free that first waits
+// Allocates s->ov (its spare batch and requests' counts). NULL-safe free that first waits
 // for anything in flight.
 ember_status ember__overlap_create(ember_sebc *s);
 void ember__overlap_destroy(ember_sebc *s);

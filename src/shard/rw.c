@@ -35,7 +35,26 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
+// Over every rank, when there are several and each gets a row.
+static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
+                       ember__plan_emit emit, void *arg) {
+    (void)bytes; (void)ranks;
+    if (v->W > 1 && t->rows >= v->W) emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_ROW_WISE});
+}
+
+// An equal share of the table on every rank (the remainder counted on each).
+static void storage(const ember_table_plan *p, int32_t W, size_t bytes, size_t *per_rank) {
+    (void)p;
+    for (int32_t q = 0; q < W; q++) per_rank[q] += bytes / (size_t)W + bytes % (size_t)W;
+}
+
+static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out) {
+    (void)t; (void)dim; (void)W; (void)group; (void)ranks;
+    *out = (ember_table_plan){.scheme = EMBER_SHARD_ROW_WISE};
+}
+
 const ember__scheme_ops ember__scheme_rw = {
     .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .validate = validate, .cut = cut,
     .partial = 1, .plan_fields = 0, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
+    .candidates = candidates, .storage = storage, .default_plan = default_plan,
 };

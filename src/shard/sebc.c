@@ -25,6 +25,25 @@ ember_status ember__check_column_slices(ember_ctx *ctx, const ember_table_config
     return EMBER_OK;
 }
 
+void ember__storage_over_ranks(const ember_table_plan *p, int32_t W, size_t bytes, size_t *per_rank) {
+    (void)W;
+    const size_t n = (size_t)p->num_ranks;
+    for (int32_t i = 0; i < p->num_ranks; i++) per_rank[p->ranks[i]] += bytes / n + bytes % n;
+}
+
+int ember__plan_column_slices(const ember_table_config *t, int32_t k) {
+    return t->dim >= 16 * k && t->pooling != EMBER_POOL_NONE && ember__optim(t->optim.kind)->info.column_wise;
+}
+
+ember_status ember_table_plan_default(ember_shard_scheme scheme, int32_t t, int32_t dim, int32_t W, int32_t group,
+                                      int32_t *ranks, ember_table_plan *out) {
+    if (scheme < 0 || scheme >= EMBER_SHARD_COUNT || t < 0 || dim < 1 || W < 1 || !ranks || !out)
+        return EMBER_ERR_INVALID_ARG;
+    if (group < 1 || group > W || W % group != 0) group = W;
+    ember__schemes[scheme]->default_plan(t, dim, W, group, ranks, out);
+    return EMBER_OK;
+}
+
 unsigned ember_shard_scheme_plan_fields(ember_shard_scheme s) {
     return s >= 0 && s < EMBER_SHARD_COUNT ? ember__schemes[s]->plan_fields : 0u;
 }
@@ -85,8 +104,10 @@ void ember_sebc_destroy(ember_sebc *s) {
     if (!s) return;
     ember_ctx *ctx = s->ctx;
     ember__overlap_destroy(s); // waits for exchanges still in flight first
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (s->home[k]) ember__schemes[k]->destroy_home(s, s->home[k]);
+    ember__batch_destroy(s, s->in);
     ember_ebc_destroy(s->local);
-    ember_ebc_destroy(s->dp);
     if (s->ts)
         for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->ts[t].shards);
     if (s->routes)
@@ -95,17 +116,13 @@ void ember_sebc_destroy(ember_sebc *s) {
         for (int32_t f = 0; f < s->F; f++) ember__free(ctx, s->feature_names[f]);
     if (s->table_names)
         for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->table_names[t]);
-    ember__buf *bufs[] = {&s->san_off, &s->san_val, &s->san_w,  &s->san_pos, &s->san_blk, &s->snd_cur, &s->snd_len, &s->snd_val, &s->snd_w,
-                          &s->snd_pos, &s->rcv_len, &s->rcv_val, &s->rcv_w, &s->loc_off, &s->loc_val, &s->loc_w,
-                          &s->loc_out, &s->snd_out, &s->rcv_out, &s->dp_off,  &s->dp_val,  &s->dp_w,    &s->dp_out,
-                          &s->dp_keys, &s->dp_grads, &s->dp_counts, &s->ss_mine, &s->ss_send, &s->ss_recv,
-                          &s->dp_glen, &s->dp_gval, &s->dp_goff};
+    ember__buf *bufs[] = {&s->loc_off, &s->loc_val, &s->loc_w,   &s->loc_out, &s->snd_out,
+                          &s->rcv_out, &s->ss_mine, &s->ss_send, &s->ss_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
     ember__wire_free(s);
     void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,
                       s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
-                      s->route_base, s->froute_off,    s->froute,        s->dp_features,  s->Bs,
-                      s->send_ids,   s->recv_ids,      s->cnt};
+                      s->route_base, s->froute_off,    s->froute,        s->cnt};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
     ember__free(ctx, s);
 }
@@ -128,11 +145,8 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     ALLOC(s->local_out_dim, W);
     ALLOC(s->route_base, W + 1);
     ALLOC(s->froute_off, F + 1);
-    ALLOC(s->dp_features, F);
-    ALLOC(s->Bs, W);
-    ALLOC(s->send_ids, W);
-    ALLOC(s->recv_ids, W);
     ALLOC(s->cnt, 4 * W);
+    EMBER_TRY(ember__batch_create(s, &s->in));
     EMBER_TRY(ember__overlap_create(s));
     for (int32_t t = 0; t < T; t++) {
         s->tables[t] = cfg->tables[t];
@@ -260,7 +274,7 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
     }
     // Schemes with rank-local state of their own (the data-parallel replicas).
     for (int32_t k = 0; k < EMBER_SHARD_COUNT && st == EMBER_OK; k++)
-        if (ember__schemes[k]->build_home) st = ember__schemes[k]->build_home(s, &lc);
+        if (ember__schemes[k]->build_home) st = ember__schemes[k]->build_home(s, &lc, &s->home[k]);
 done:
     ember__buf_free(ctx, &tb);
     ember__buf_free(ctx, &fb);
@@ -397,12 +411,8 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
 
 int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int32_t *local_table) {
     const ember__table_shards *ts = &s->ts[t];
-    if (ts->ops->build_home) { // rank-local state: the replica
-        if (i > 0 || !s->dp) return 0;
-        *ebc = s->dp;
-        *local_table = ts->dp_local;
-        return 1;
-    }
+    if (ts->ops->build_home) // kept at home: the scheme knows where
+        return i == 0 && ts->ops->home_piece(s, s->home[ts->scheme], t, ebc, local_table);
     for (int32_t k = 0; k < ts->nshards; k++) {
         if (ts->shards[k].owner != s->rank || i-- > 0) continue;
         *ebc = s->local;
@@ -410,6 +420,14 @@ int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int
         return 1;
     }
     return 0;
+}
+
+int32_t ember__local_collections(const ember_sebc *s, ember_ebc **out) {
+    int32_t n = 0;
+    if (s->local) out[n++] = s->local;
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (s->home[k]) out[n++] = ember__schemes[k]->home_ebc(s->home[k]);
+    return n;
 }
 
 int32_t ember_sebc_output_dim(const ember_sebc *s) { return s ? s->out_dim : 0; }
@@ -487,7 +505,8 @@ ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
 ember_status ember_sebc_set_training(ember_sebc *s, int training) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     s->training = training != 0;
-    if (s->local) ember_ebc_set_training(s->local, training);
-    if (s->dp) ember_ebc_set_training(s->dp, training);
+    ember_ebc *local[1 + EMBER_SHARD_COUNT];
+    const int32_t n = ember__local_collections(s, local);
+    for (int32_t i = 0; i < n; i++) ember_ebc_set_training(local[i], training);
     return EMBER_OK;
 }

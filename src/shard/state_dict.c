@@ -196,29 +196,35 @@ ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes
     int change = 0; // dtypes is NULL only with a failed st
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) change |= dtypes[t] != s->tables[t].dtype;
     if (!change) return ember_comm_agree(s->comm, st); // the same answer on every rank: tables are global
-    // Every local table's new dtype: the shards' collection's [0, nl), the replicas' after them.
-    const int32_t nl = s->local ? s->local->T : 0, nd = s->dp ? s->dp->T : 0;
-    ember_dtype *local = ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)(nl + nd + 1), "dtype conversion");
-    ember__dtype_change lc = {local, 0, EMBER_DTYPE_F32, NULL, 0, NULL}, dc = lc;
-    dc.dtypes = local + nl;
+    // Every local collection's new dtypes, table by table, from the pieces of each global table.
+    ember_ebc *col[1 + EMBER_SHARD_COUNT];
+    const int32_t nc = ember__local_collections(s, col);
+    int32_t total = 0;
+    for (int32_t i = 0; i < nc; i++) total += col[i]->T;
+    ember_dtype *local = ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)(total + 1), "dtype conversion");
+    ember__dtype_change chg[1 + EMBER_SHARD_COUNT];
     if (!local) st = EMBER_ERR_NOMEM;
-    for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) {
-        const ember__table_shards *ts = &s->ts[t];
-        if (ts->ops->build_home) local[nl + ts->dp_local] = dtypes[t];
-        for (int32_t i = 0; i < ts->nshards; i++)
-            if (ts->shards[i].owner == s->rank) local[ts->shards[i].local_table] = dtypes[t];
+    for (int32_t i = 0, base = 0; st == EMBER_OK && i < nc; base += col[i]->T, i++) {
+        chg[i] = (ember__dtype_change){.dtypes = local + base};
+        for (int32_t t = 0; t < s->T; t++) {
+            ember_ebc *e;
+            int32_t lt;
+            for (int32_t p = 0; ember__piece(s, t, p, &e, &lt); p++)
+                if (e == col[i]) local[base + lt] = dtypes[t];
+        }
     }
-    if (st == EMBER_OK && s->local) st = ember__ebc_convert_prepare(s->local, &lc);
-    if (st == EMBER_OK && s->dp) st = ember__ebc_convert_prepare(s->dp, &dc);
+    int32_t prepared = 0;
+    for (; st == EMBER_OK && prepared < nc; prepared++) {
+        st = ember__ebc_convert_prepare(col[prepared], &chg[prepared]);
+        if (st != EMBER_OK) break;
+    }
     st = ember_comm_agree(s->comm, st);
-    if (st == EMBER_OK) {
-        if (s->local) ember__ebc_convert_commit(s->local, &lc);
-        if (s->dp) ember__ebc_convert_commit(s->dp, &dc);
-        for (int32_t t = 0; t < s->T; t++) s->tables[t].dtype = dtypes[t];
-    } else {
-        if (s->local) ember__ebc_convert_abort(s->local, &lc);
-        if (s->dp) ember__ebc_convert_abort(s->dp, &dc);
+    for (int32_t i = 0; i < prepared; i++) {
+        if (st == EMBER_OK) ember__ebc_convert_commit(col[i], &chg[i]);
+        else ember__ebc_convert_abort(col[i], &chg[i]);
     }
+    if (st == EMBER_OK)
+        for (int32_t t = 0; t < s->T; t++) s->tables[t].dtype = dtypes[t];
     ember__free(s->ctx, local);
     return st;
 }

@@ -29,7 +29,24 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
+// The whole table on each rank in turn.
+static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
+                       ember__plan_emit emit, void *arg) {
+    (void)t; (void)bytes;
+    for (int32_t r = 0; r < v->W; r++) {
+        ranks[0] = r;
+        emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_TABLE_WISE, .num_ranks = 1, .ranks = ranks});
+    }
+}
+
+static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out) {
+    (void)dim; (void)group;
+    ranks[0] = t % W;
+    *out = (ember_table_plan){.scheme = EMBER_SHARD_TABLE_WISE, .num_ranks = 1, .ranks = ranks};
+}
+
 const ember__scheme_ops ember__scheme_tw = {
     .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
     .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
+    .candidates = candidates, .storage = ember__storage_over_ranks, .default_plan = default_plan,
 };

@@ -49,8 +49,28 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
+// Row-wise over the ranks of each host (with more than one host, at least 2 ranks each).
+static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
+                       ember__plan_emit emit, void *arg) {
+    (void)bytes;
+    for (int32_t h = 0; v->H > 1 && h < v->H; h++) {
+        const int32_t g = v->host_first[h + 1] - v->host_first[h];
+        if (g < 2 || t->rows < g) continue;
+        for (int32_t j = 0; j < g; j++) ranks[j] = v->host_ranks[v->host_first[h] + j];
+        emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_TABLE_ROW_WISE, .group_size = g, .num_ranks = g, .ranks = ranks});
+    }
+}
+
+static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out) {
+    (void)dim;
+    const int32_t g = t % (W / group);
+    for (int32_t i = 0; i < group; i++) ranks[i] = g * group + i;
+    *out = (ember_table_plan){.scheme = EMBER_SHARD_TABLE_ROW_WISE, .group_size = group, .num_ranks = group, .ranks = ranks};
+}
+
 const ember__scheme_ops ember__scheme_twrw = {
     .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw", .validate = validate,
     .cut = cut, .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_GROUP, .bucket = ember__bucket_row_split,
-    .step_traffic = step_traffic,
+    .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks,
+    .default_plan = default_plan,
 };

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "shard/internal.h"
-#include "tbe/dtype.h"
+#include "core/dtype.h"
 
 static int wire_dtype_ok(ember_dtype dt) {
     return dt == EMBER_DTYPE_F32 || dt == EMBER_DTYPE_F16 || dt == EMBER_DTYPE_BF16;

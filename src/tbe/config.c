@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "tbe/backend.h"
 #include "tbe/rowmap.h"
 
 EMBER__ENUM_NAMES(ember_pooling, ember_pooling, "sum", "mean", "none")
@@ -26,6 +27,10 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const char *fn, const ember
                 "%s: unknown bounds mode %d", fn, (int)cfg->bounds);
     EMBER_CHECK(ctx, cfg->max_batch_size >= 0 && cfg->max_nnz >= 0, EMBER_ERR_INVALID_ARG,
                 "%s: negative workspace hint", fn);
+    EMBER_CHECK(ctx, cfg->backend >= 0 && cfg->backend < EMBER_BACKEND_COUNT, EMBER_ERR_INVALID_ARG,
+                "%s: unknown backend %d", fn, (int)cfg->backend);
+    EMBER_CHECK(ctx, ember__backend(cfg->backend) != NULL, EMBER_ERR_UNSUPPORTED, "%s: the %s backend is not in this build",
+                fn, ember_backend_name(cfg->backend));
     int n_none = 0;
     for (int32_t t = 0; t < cfg->num_tables; t++) {
         const ember_table_config *tc = &cfg->tables[t];

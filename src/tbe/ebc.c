@@ -2,10 +2,15 @@
 #include <math.h>
 #include <string.h>
 
-#include "tbe/dtype.h"
-#include "tbe/isa/isa.h"
-#include "tbe/kernels.h"
+#include "core/dtype.h"
+#include "tbe/backend.h"
 #include "tbe/rowmap.h"
+
+EMBER__ENUM_NAMES(ember_backend, ember_backend, "cpu")
+
+const ember__backend_ops *ember__backend(ember_backend kind) {
+    return kind == EMBER_BACKEND_CPU ? &ember__backend_cpu : NULL;
+}
 
 // Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
 static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
@@ -33,50 +38,6 @@ void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, flo
     ember__init_global(ebc, t, t->origin.row_offset + r, dst);
 }
 
-// Stores an fp32 row into storage of `dt` with round-to-nearest-even.
-void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
-    switch (dt) {
-    case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
-    case EMBER_DTYPE_BF16:
-        for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_bf16(src[i]);
-        break;
-    case EMBER_DTYPE_F16:
-        for (int32_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = ember__f32_to_f16(src[i]);
-        break;
-    default: break; // not a storage dtype: refused where a table is configured
-    }
-}
-
-void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
-    switch (dt) {
-    case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
-    case EMBER_DTYPE_BF16:
-        for (int32_t i = 0; i < n; i++) dst[i] = ember__bf16_to_f32(((const uint16_t *)src)[i]);
-        break;
-    case EMBER_DTYPE_F16:
-        for (int32_t i = 0; i < n; i++) dst[i] = ember__f16_to_f32(((const uint16_t *)src)[i]);
-        break;
-    default: break; // not a storage dtype
-    }
-}
-
-// Bytes of table tb's weights in the slab in dtype dt (each table starts 64-byte aligned).
-static size_t weight_block(const ember__table *tb, ember_dtype dt) {
-    return ((size_t)tb->slab_rows * (size_t)tb->cfg.dim * ember_dtype_size(dt) + 63) & ~(size_t)63;
-}
-
-// Lays out the weight slab for the tables' current dtypes; returns its size.
-static size_t layout_weights(ember_ebc *ebc) {
-    size_t off = 0;
-    for (int32_t t = 0; t < ebc->T; t++) {
-        ember__table *tb = &ebc->tables[t];
-        tb->row_bytes = (size_t)tb->cfg.dim * ember_dtype_size(tb->cfg.dtype);
-        tb->weight_offset = off;
-        off += weight_block(tb, tb->cfg.dtype);
-    }
-    return off;
-}
-
 void ember_ebc_destroy(ember_ebc *ebc) {
     if (!ebc) return;
     ember_ctx *ctx = ebc->ctx;
@@ -89,8 +50,7 @@ void ember_ebc_destroy(ember_ebc *ebc) {
     if (ebc->feature_names)
         for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
     for (int i = 0; i < EMBER__WS_SLOTS; i++) ember__buf_free(ctx, &ebc->ws[i]);
-    ember__free_slab(ctx, ebc->slab);
-    ember__free_slab(ctx, ebc->state);
+    if (ebc->be) ebc->be->free(ebc);
     ember__free(ctx, ebc->tables);
     ember__free(ctx, ebc->feature_table);
     ember__free(ctx, ebc->feature_names);
@@ -109,8 +69,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     if (!ebc) return EMBER_ERR_NOMEM;
     memset(ebc, 0, sizeof *ebc);
     ebc->ctx = ctx;
-    ebc->kern = ember__tbe_kernels_for(ember_ctx_isa(ctx));
-    EMBER_ASSERT(ebc->kern != NULL); // the context only runs variants this build holds
+    ebc->backend = cfg->backend;
     ebc->T = cfg->num_tables;
     ebc->F = cfg->num_features;
     ebc->bounds = cfg->bounds;
@@ -126,7 +85,6 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     if (!ebc->tables || !ebc->feature_table || !ebc->feature_names || !ebc->feature_col || !ebc->feature_rows)
         goto nomem;
     int64_t key = 0;
-    size_t state_floats = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
         tb->cfg = cfg->tables[t];
@@ -159,7 +117,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         const ember_optim_info *oi = &tb->optim->info;
         tb->m1_cols = oi->num_states > 0 ? (oi->state_per_row[0] ? 1 : tb->cfg.dim) : 0;
         tb->m2_cols = oi->num_states > 1 ? (oi->state_per_row[1] ? 1 : tb->cfg.dim) : 0;
-        state_floats += (size_t)tb->slab_rows * (size_t)(tb->m1_cols + tb->m2_cols);
+        tb->row_bytes = (size_t)tb->cfg.dim * ember_dtype_size(tb->cfg.dtype);
         if (tb->cfg.dim > ebc->max_dim) ebc->max_dim = tb->cfg.dim;
     }
     ebc->total_keys = key;
@@ -174,61 +132,13 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         col += cfg->tables[fc->table].dim;
     }
     ebc->out_dim = ebc->sequence ? cfg->tables[cfg->features[0].table].dim : col;
-    ebc->slab_bytes = layout_weights(ebc);
-    ebc->slab = ember__alloc_slab(ctx, ebc->slab_bytes, "embedding weights");
-    if (!ebc->slab) goto fail;
-    ebc->state_floats = state_floats;
-    if (state_floats) {
-        ebc->state = ember__alloc_slab(ctx, state_floats * sizeof(float), "optimizer state");
-        if (!ebc->state) goto fail;
-    }
-    size_t soff = 0;
-    for (int32_t t = 0; t < ebc->T; t++) {
-        ember__table *tb = &ebc->tables[t];
-        size_t n1 = (size_t)tb->slab_rows * (size_t)tb->m1_cols, n2 = (size_t)tb->slab_rows * (size_t)tb->m2_cols;
-        if (n1) tb->m1 = ebc->state + soff;
-        soff += n1;
-        if (n2) tb->m2 = ebc->state + soff;
-        soff += n2;
-        if (tb->m1 && tb->optim->adagrad_init) {
-            for (size_t i = 0; i < n1; i++) tb->m1[i] = tb->cfg.optim.initial_accumulator;
-        }
-    }
-    // Initial weights, row by row in global coordinates (parallel: each row is independent).
-    for (int32_t t = 0; t < ebc->T; t++) {
-        ember__table *tb = &ebc->tables[t];
-        if (tb->cfg.init.kind == EMBER_INIT_ZEROS) continue; // the slab is zeroed
-        const int32_t D = tb->cfg.dim;
-        const int64_t rows = tb->slab_rows;
-        int failed = 0;
-#pragma omp parallel num_threads(ember__threads(ctx))
-        {
-            float tmp[1024];
-            float *row = D <= 1024 ? tmp : NULL;
-            float *heap = NULL;
-            if (!row) {
-#pragma omp critical(ember_alloc)
-                heap = ember__alloc(ctx, sizeof(float) * (size_t)D);
-                row = heap;
-            }
-            if (!row) {
-#pragma omp atomic write
-                failed = 1;
-            } else {
-#pragma omp for schedule(static)
-                for (int64_t r = 0; r < rows; r++) {
-                    ember__init_row(ebc, tb, r, row);
-                    ember__store_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, r), row, D);
-                }
-            }
-            if (heap) {
-#pragma omp critical(ember_alloc)
-                ember__free(ctx, heap);
-            }
-        }
-        if (failed) goto nomem;
-    }
-    // Row maps, once the slabs hold their initial values.
+    // The storage, then every row's initial values, through the backend.
+    ebc->be = ember__backend(cfg->backend);
+    EMBER_ASSERT(ebc->be != NULL); // ember__ebc_check_config refuses a backend this build lacks
+    if (ebc->be->alloc(ebc) != EMBER_OK) goto fail;
+    for (int32_t t = 0; t < ebc->T; t++)
+        if (ebc->be->init(ebc, &ebc->tables[t]) != EMBER_OK) goto fail;
+    // Row maps, once the storage holds the initial values.
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
         const ember_status st = tb->kind ? tb->kind->create(ebc, tb, cfg, &tb->map) : EMBER_OK;
@@ -344,9 +254,9 @@ ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table, int32_t 
 }
 
 // Resolves a tensor name to its index in ember_table_tensors' list (0 weight, then the
-// optimizer's states, then the row map's tensors), its state pointer (states) and info.
+// optimizer's states, then the row map's tensors) and its info.
 static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t table, const char *tensor,
-                                int64_t row_begin, int64_t row_end, int *which, float **state, ember_tensor_info *info) {
+                                int64_t row_begin, int64_t row_end, int *which, ember_tensor_info *info) {
     EMBER_TRY(check_table(ebc, fn, table));
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, tensor != NULL, EMBER_ERR_INVALID_ARG, "%s: tensor name is NULL", fn);
@@ -360,7 +270,6 @@ static ember_status find_tensor(const ember_ebc *ebc, const char *fn, int32_t ta
     EMBER_CHECK(ebc->ctx, row_begin >= 0 && row_begin <= row_end && row_end <= tb->cfg.rows, EMBER_ERR_INVALID_ARG,
                 "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->name, (long long)row_begin,
                 (long long)row_end, (long long)tb->cfg.rows);
-    *state = *which == 1 ? tb->m1 : *which == 2 && tb->optim->info.num_states == 2 ? tb->m2 : NULL;
     *info = ti[*which];
     return EMBER_OK;
 }
@@ -375,25 +284,16 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_ebc_read";
     int which;
-    float *st;
     ember_tensor_info info;
-    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &info));
+    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &info));
     const ember__table *tb = &ebc->tables[table];
-    const int32_t cols = info.cols, nstates = 1 + tb->optim->info.num_states;
+    const int32_t nstates = 1 + tb->optim->info.num_states;
     EMBER_CHECK(ebc->ctx, dst != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: dst is NULL", fn);
     EMBER_CHECK(ebc->ctx, tensor_dtype_ok(which, &info, dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember_dtype_name(dtype));
     if (which >= nstates) return tb->map->ops->read_extra(ebc, tb, which - nstates, row_begin, row_end, dst);
     if (tb->map && tb->map->ops->read) return tb->map->ops->read(ebc, tb, which, row_begin, row_end, dtype, dst);
-    const int64_t n = row_end - row_begin;
-    if (which) {
-        memcpy(dst, st + (size_t)row_begin * (size_t)cols, sizeof(float) * (size_t)n * (size_t)cols);
-    } else if (dtype == tb->cfg.dtype) {
-        memcpy(dst, ember__row_ptr(ebc, tb, row_begin), (size_t)n * tb->row_bytes);
-    } else {
-        for (int64_t r = 0; r < n; r++)
-            ember__load_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, row_begin + r), (float *)dst + r * cols, cols);
-    }
+    if (row_end > row_begin) ebc->be->read_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, dst);
     return EMBER_OK;
 }
 
@@ -402,92 +302,31 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_ebc_write";
     int which;
-    float *st;
     ember_tensor_info info;
-    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &st, &info));
+    EMBER_TRY(find_tensor(ebc, fn, table, tensor, row_begin, row_end, &which, &info));
     ember__table *tb = &ebc->tables[table];
-    const int32_t cols = info.cols, nstates = 1 + tb->optim->info.num_states;
+    const int32_t nstates = 1 + tb->optim->info.num_states;
     EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
     EMBER_CHECK(ebc->ctx, tensor_dtype_ok(which, &info, dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor, ember_dtype_name(dtype));
     if (which >= nstates) return tb->map->ops->write_extra(ebc, tb, which - nstates, row_begin, row_end, src);
     if (tb->map && tb->map->ops->write) return tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src);
-    const int64_t n = row_end - row_begin;
-    if (which) {
-        memcpy(st + (size_t)row_begin * (size_t)cols, src, sizeof(float) * (size_t)n * (size_t)cols);
-    } else if (dtype == tb->cfg.dtype) {
-        memcpy(ember__row_ptr(ebc, tb, row_begin), src, (size_t)n * tb->row_bytes);
-    } else {
-        for (int64_t r = 0; r < n; r++)
-            ember__store_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, row_begin + r), (const float *)src + r * cols,
-                             cols);
-    }
+    if (row_end > row_begin) ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src);
     return EMBER_OK;
 }
 
-// The dtype table t has after the change.
-static ember_dtype new_dtype(const ember_ebc *ebc, const ember__dtype_change *c, int32_t t) {
-    return c->dtypes ? c->dtypes[t] : t == c->table ? c->dtype : ebc->tables[t].cfg.dtype;
-}
-
 ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c) {
-    c->slab = NULL;
-    c->row = NULL;
-    c->bytes = 0;
-    int change = 0;
+    c->prepared = NULL;
     for (int32_t t = 0; t < ebc->T; t++) {
         const ember__table *tb = &ebc->tables[t];
-        c->bytes += weight_block(tb, new_dtype(ebc, c, t));
-        EMBER_CHECK(ebc->ctx, new_dtype(ebc, c, t) == tb->cfg.dtype || tb->slab_rows == tb->cfg.rows,
+        EMBER_CHECK(ebc->ctx, ember__dtype_change_new(ebc, c, t) == tb->cfg.dtype || tb->slab_rows == tb->cfg.rows,
                     EMBER_ERR_UNSUPPORTED, "table '%s': a tiered table's dtype cannot be converted", tb->name);
-        change |= new_dtype(ebc, c, t) != tb->cfg.dtype;
     }
-    if (!change) return EMBER_OK;
-    c->slab = ember__alloc_slab(ebc->ctx, c->bytes, "embedding weights");
-    c->row = c->slab ? ember__xalloc(ebc->ctx, sizeof(float) * (size_t)ebc->max_dim, "dtype conversion") : NULL;
-    if (c->row) return EMBER_OK;
-    ember__ebc_convert_abort(ebc, c);
-    return EMBER_ERR_NOMEM;
+    return ebc->be->convert_prepare(ebc, c);
 }
 
-void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
-    if (!c->slab) return; // no dtype changes
-    // The slab is re-laid out for the new dtypes and every table copied over: there is one
-    // storage before and after, never a second copy that could drift.
-    size_t off = 0;
-    for (int32_t t = 0; t < ebc->T; t++) {
-        ember__table *tb = &ebc->tables[t];
-        const ember_dtype dt = new_dtype(ebc, c, t);
-        const size_t rb = (size_t)tb->cfg.dim * ember_dtype_size(dt);
-        const unsigned char *src = ebc->slab + tb->weight_offset;
-        unsigned char *dst = c->slab + off;
-        if (dt == tb->cfg.dtype) {
-            memcpy(dst, src, (size_t)tb->slab_rows * rb);
-        } else {
-            for (int64_t r = 0; r < tb->slab_rows; r++) {
-                ember__load_row(tb->cfg.dtype, src + (size_t)r * tb->row_bytes, c->row, tb->cfg.dim);
-                ember__store_row(dt, dst + (size_t)r * rb, c->row, tb->cfg.dim);
-            }
-        }
-        tb->cfg.dtype = dt;
-        tb->weight_offset = off;
-        tb->row_bytes = rb;
-        off += weight_block(tb, dt);
-    }
-    ember__free_slab(ebc->ctx, ebc->slab);
-    ebc->slab = c->slab;
-    ebc->slab_bytes = c->bytes;
-    ember__free(ebc->ctx, c->row);
-    c->slab = NULL;
-    c->row = NULL;
-}
-
-void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c) {
-    ember__free_slab(ebc->ctx, c->slab);
-    ember__free(ebc->ctx, c->row);
-    c->slab = NULL;
-    c->row = NULL;
-}
+void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) { ebc->be->convert_commit(ebc, c); }
+void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c) { ebc->be->convert_abort(ebc, c); }
 
 ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype dtype) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
@@ -495,7 +334,7 @@ ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype 
     EMBER_TRY(check_table(ebc, fn, table));
     EMBER_CHECK(ebc->ctx, ember_dtype_is_storage(dtype), EMBER_ERR_INVALID_ARG,
                 "%s: dtype %s (%d) cannot store weights", fn, ember_dtype_name(dtype), (int)dtype);
-    ember__dtype_change c = {NULL, table, dtype, NULL, 0, NULL};
+    ember__dtype_change c = {.table = table, .dtype = dtype};
     EMBER_TRY(ember__ebc_convert_prepare(ebc, &c));
     ember__ebc_convert_commit(ebc, &c);
     return EMBER_OK;
@@ -508,7 +347,11 @@ ember_status ember_ebc_weights_view(const ember_ebc *ebc, int32_t table, const v
     const ember__table *tb = &ebc->tables[table];
     EMBER_CHECK(ebc->ctx, !tb->map || !tb->map->ops->read, EMBER_ERR_UNSUPPORTED,
                 "ember_ebc_weights_view: table '%s' is tiered: its rows are not in memory", tb->name);
-    *data = ember__row_ptr(ebc, tb, 0);
+    const void *rows = ebc->be->host_rows(ebc, tb);
+    EMBER_CHECK(ebc->ctx, rows != NULL, EMBER_ERR_UNSUPPORTED,
+                "ember_ebc_weights_view: table '%s': the %s backend's rows are not in host memory", tb->name,
+                ember_backend_name(ebc->backend));
+    *data = rows;
     *row_stride = tb->row_bytes;
     return EMBER_OK;
 }

@@ -24,7 +24,8 @@
 #include <string.h>
 
 #include "ember/rng.h"
-#include "tbe/kernels.h"
+#include "core/dtype.h"
+#include "tbe/backend.h"
 #include "tbe/rowmap.h"
 
 typedef struct hashed {
@@ -56,13 +57,16 @@ static int64_t find(const hashed *m, int64_t x, int64_t *bucket) {
     return -1;
 }
 
-// Fresh row r for id x: initial weights of the id, fresh optimizer state.
-static void fresh_row(const ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t r, int64_t x) {
+// Fresh row r for id x: initial weights of the id, fresh optimizer state (m->row holds dim
+// floats, and m1_cols, m2_cols <= dim).
+static void fresh_row(ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t r, int64_t x) {
     ember__init_global(ebc, tb, x, m->row);
-    ember__store_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, r), m->row, tb->cfg.dim);
+    ebc->be->write_rows(ebc, tb, 0, r, 1, EMBER_DTYPE_F32, m->row);
     const float a = tb->optim->adagrad_init ? tb->cfg.optim.initial_accumulator : 0.0f;
-    for (int32_t i = 0; i < tb->m1_cols; i++) tb->m1[r * tb->m1_cols + i] = a;
-    for (int32_t i = 0; i < tb->m2_cols; i++) tb->m2[r * tb->m2_cols + i] = 0.0f;
+    for (int32_t i = 0; i < tb->m1_cols; i++) m->row[i] = a;
+    if (tb->m1_cols) ebc->be->write_rows(ebc, tb, 1, r, 1, EMBER_DTYPE_F32, m->row);
+    for (int32_t i = 0; i < tb->m2_cols; i++) m->row[i] = 0.0f;
+    if (tb->m2_cols) ebc->be->write_rows(ebc, tb, 2, r, 1, EMBER_DTYPE_F32, m->row);
 }
 
 static inline int worse(const hashed *m, int64_t a, int64_t b) { // a is a better victim than b
@@ -91,7 +95,7 @@ static int admit_count(hashed *m, int64_t b, int64_t x) {
     return 1;
 }
 
-static int64_t admit(const ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t b, int64_t x) {
+static int64_t admit(ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t b, int64_t x) {
     int64_t v = -1;
     for (int64_t r = b * m->br; r < (b + 1) * m->br; r++) {
         if (m->pin[r] != m->call && expired(m, r)) { // TTL: drop what has expired

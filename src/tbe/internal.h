@@ -1,6 +1,13 @@
-// Internal layout of the table-batched EmbeddingBagCollection, shared with the shard and state
-// layers. One weight slab (every table's rows back to back, each table 64-byte aligned, in its
-// own dtype) and one fp32 optimizer-state slab.
+// Internal layout of the table-batched EmbeddingBagCollection, shared with the shard layer.
+//
+// Three levels, each knowing only the one below:
+//   the collection (ebc.c, config.c, calls.c): tables, features, validation, the state dict, the
+//     entry points; it decides each table's shape (rows held, dtype, optimizer state columns)
+//     and never touches a row's bytes;
+//   row maps (rowmap.h: tiered.c, hashed.c): tables whose ids are not rows of the storage,
+//     translated before any kernel runs; they move rows through the backend's row calls;
+//   the backend (backend.h; cpu/ is the one backend today): where weights and optimizer state
+//     live and the kernels that run over them (pooled forward, fused backward, row reads/writes).
 #ifndef EMBER_TBE_INTERNAL_H
 #define EMBER_TBE_INTERNAL_H
 
@@ -42,11 +49,14 @@ typedef struct ember__table {
     char *name;              // owned copy
     char *label;             // for messages: the global table's name (owned), or name when unsharded
     ember__origin origin;
-    size_t weight_offset;    // bytes into the weight slab
     size_t row_bytes;        // dim * sizeof(dtype)
     const struct ember__optim_desc *optim; // cfg.optim.kind's descriptor (optim.c)
-    float *m1, *m2;          // optimizer state in the state slab, NULL when unused
     int32_t m1_cols, m2_cols;// dim or 1 (per-row state); 0 when absent
+    // Where the backend keeps the table: slab_rows rows of weights (row_bytes apart) and of each
+    // optimizer state (m1_cols, m2_cols floats apart; NULL when absent), in the backend's memory.
+    // Set by the backend; only the backend and its kernels dereference them.
+    unsigned char *w;
+    float *m1, *m2;
     int64_t key_base;        // first sort key of the table: key = key_base + row
     int64_t step;            // backward calls applied (bias correction)
     uint64_t name_hash;      // seeds init and stochastic rounding
@@ -62,11 +72,13 @@ static inline int64_t ember__id_limit(ember_id_space ids, int64_t rows) { return
 
 #define EMBER__WS_SLOTS 16
 
-typedef struct ember__tbe_kernels ember__tbe_kernels; // tbe/isa/isa.h
+struct ember__backend_ops; // tbe/backend.h
 
 struct ember_ebc {
     ember_ctx *ctx;
-    const ember__tbe_kernels *kern; // the context's kernel variant
+    const struct ember__backend_ops *be; // where the tables live and what computes on them
+    void *bs;                            // the backend's own state
+    ember_backend backend;
     int32_t T, F;
     ember__table *tables;    // [T]
     int32_t *feature_table;  // [F]
@@ -82,10 +94,6 @@ struct ember_ebc {
     bool training;           // ember_ebc_set_training
     ember_kjt mkjt;          // the translated KJT of the current call (values in the workspace)
     uint64_t seed;
-    unsigned char *slab;     // weights, slab_bytes
-    size_t slab_bytes;
-    float *state;            // optimizer state, state_floats
-    size_t state_floats;
     int64_t total_keys;      // sum_t rows_t
     ember__buf ws[EMBER__WS_SLOTS]; // grow-on-demand scratch of the calls (ember__ws_get)
 };
@@ -98,6 +106,13 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
 // The checks ember_ebc_create makes on a configuration, for layers that derive their own; fn
 // names the caller in the messages.
 ember_status ember__ebc_check_config(ember_ctx *ctx, const char *fn, const ember_ebc_config *cfg);
+
+// Validates kjt (and that buf is given); *oor receives the number of ids outside their tables
+// (accepted under CLAMP/SKIP). 0 means every id can be used as a row index as is.
+ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
+                                      const char *bufname, int64_t *oor);
+// Offsets of a validated KJT: its own, or computed into workspace slot 0. NULL on NOMEM.
+const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt);
 
 // Coalesced sparse gradient: n unique rows (sorted by key), row i's gradient is
 // grad[goff[i] .. goff[i] + dim_of(key[i])). Storage belongs to the collection's workspace and
@@ -124,7 +139,18 @@ ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt)
 // Whether the collection has a tiered table (a prefetch has something to do).
 int ember__ebc_tiered(const ember_ebc *ebc);
 
-typedef struct ember__optim_step ember__optim_step; // tbe/kernels.h
+// Per-table constants of one optimizer step (hoisted out of the row loop: Adam's bias
+// corrections are two powf calls that would otherwise run for every row). Computed on the host,
+// the same way for every backend (optim.c).
+typedef struct ember__optim_step {
+    float c1, c2; // 1 - beta1^step, 1 - beta2^step (Adam, LAMB, partial row-wise Adam)
+    // Row-wise optimizers on a row split over column shards: the whole row's sum of squared
+    // (L2-adjusted) gradients, summed over the shards (the per-row mean then divides by the
+    // global dim). Negative (ember__optim_prepare's value): this piece is the whole row.
+    float row_sumsq;
+    uint64_t sr_key; // stochastic rounding: a function of (seed, table, step) (ember__sr_row_key)
+} ember__optim_step;
+void ember__optim_prepare(const ember__table *t, uint64_t seed, ember__optim_step *st);
 
 // Where an entry's gradient comes from (backward.c builds the entries).
 enum ember__item_kind {
@@ -178,19 +204,22 @@ ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, f
 int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key);
 
 // A change of weight dtypes in two steps, for callers that must know the allocation succeeded
-// before anything changes (the sharded collection agrees on it across ranks): prepare allocates
-// the slab re-laid out for the new dtypes (EMBER_OK or EMBER_ERR_NOMEM, nothing changes; nothing
-// is allocated when no dtype changes), commit converts into it and cannot fail, abort frees it.
+// before anything changes (the sharded collection agrees on it across ranks): prepare has the
+// backend allocate its storage re-laid out for the new dtypes (EMBER_OK, EMBER_ERR_NOMEM or
+// EMBER_ERR_UNSUPPORTED: nothing changes; nothing is allocated when no dtype changes), commit
+// converts into it and cannot fail, abort frees it.
 // Table t's new dtype is dtypes[t] (borrowed until commit), or with dtypes NULL: `dtype` for
 // table `table`, the others keep theirs.
 typedef struct ember__dtype_change {
     const ember_dtype *dtypes;
     int32_t table;
     ember_dtype dtype;
-    unsigned char *slab; // prepared: the new slab (NULL: no change)
-    size_t bytes;
-    float *row;          // prepared: one row of max_dim floats
+    void *prepared;      // the backend's new storage (NULL: no change)
 } ember__dtype_change;
+// The dtype table t has after the change.
+static inline ember_dtype ember__dtype_change_new(const ember_ebc *ebc, const ember__dtype_change *c, int32_t t) {
+    return c->dtypes ? c->dtypes[t] : t == c->table ? c->dtype : ebc->tables[t].cfg.dtype;
+}
 ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c);
 void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c);
 void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c);
@@ -203,9 +232,5 @@ void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, flo
 // The same for global row R (a hashed table's rows start from the values of their id's "row").
 void ember__init_global(const ember_ebc *ebc, const ember__table *t, int64_t R, float *dst);
 
-// Pointer to row r of table t.
-static inline unsigned char *ember__row_ptr(const ember_ebc *ebc, const ember__table *t, int64_t r) {
-    return ebc->slab + t->weight_offset + (size_t)r * t->row_bytes;
-}
 
 #endif

@@ -30,8 +30,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "tbe/dtype.h"
-#include "tbe/kernels.h"
+#include "core/dtype.h"
+#include "tbe/internal.h"
 
 // The descriptor table: one row per optimizer. Everything else asks here (ember_optim_info for
 // the public side; rowwise_sumsq, l2_in_update, adagrad_init and fused for the library).

@@ -20,7 +20,8 @@
 #include <unistd.h>
 
 #include "ember/rng.h"
-#include "tbe/kernels.h"
+#include "core/dtype.h"
+#include "tbe/backend.h"
 #include "tbe/rowmap.h"
 
 typedef struct tiered {
@@ -44,6 +45,7 @@ typedef struct tiered {
     int64_t clock;             // calls so far
     ember_evict_policy policy;
     unsigned char *buf;        // one record
+    float *row;                // [dim + m1_cols + m2_cols] fp32 scratch (initial values)
     int64_t *miss, miss_cap;   // this call's missing rows
     int64_t *stash;            // [cap] slots out of the heap during a call
     ember_tier_stats stats;
@@ -136,24 +138,27 @@ static int64_t heap_victim(tiered *m, int64_t call, int64_t *ns) {
 }
 
 // ---- records ----------------------------------------------------------------------------
-static float *state_row(const ember__table *tb, int which, int64_t slot) {
-    return which == 1 ? tb->m1 + slot * tb->m1_cols : tb->m2 + slot * tb->m2_cols;
+// A record is the row's weights in the table's dtype (wbytes), then its optimizer states in fp32
+// (m1_cols, then m2_cols floats): unaligned for a 16-bit table of odd dim, so only memcpy and
+// the backend's row calls touch it.
+static unsigned char *rec_state(const tiered *m, const ember__table *tb, unsigned char *buf, int which) {
+    return buf + m->wbytes + (which == 2 ? sizeof(float) * (size_t)tb->m1_cols : 0);
 }
 
-// Record of `row` into buf: from the file, or the initial values and fresh optimizer state (buf
-// has room for the row in fp32 behind the weights). Pure.
+// Record of `row` into buf: from the file, or the initial values and fresh optimizer state. Pure.
 static void make_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t row, int on_disk,
                         unsigned char *buf) {
     if (on_disk) {
         memcpy(buf, m->file + (size_t)row * m->rec, m->rec);
         return;
     }
-    float *w = (float *)(void *)(buf + m->wbytes); // scratch for the fp32 row, then the state
+    float *w = m->row, *state = m->row + tb->cfg.dim;
     ember__init_row(ebc, tb, row, w);
     ember__store_row(tb->cfg.dtype, buf, w, tb->cfg.dim);
     const float a = tb->optim->adagrad_init ? tb->cfg.optim.initial_accumulator : 0.0f;
-    for (int32_t i = 0; i < tb->m1_cols; i++) w[i] = a;
-    for (int32_t i = 0; i < tb->m2_cols; i++) w[tb->m1_cols + i] = 0.0f;
+    for (int32_t i = 0; i < tb->m1_cols; i++) state[i] = a;
+    for (int32_t i = 0; i < tb->m2_cols; i++) state[tb->m1_cols + i] = 0.0f;
+    memcpy(buf + m->wbytes, state, sizeof(float) * (size_t)(tb->m1_cols + tb->m2_cols));
 }
 
 static inline int is_on_disk(const tiered *m, int64_t row) { return (m->on_disk[row >> 3] >> (row & 7)) & 1; }
@@ -174,19 +179,17 @@ static void store_record(tiered *m, int64_t row, const unsigned char *buf) {
     m->stats.bytes_written += (int64_t)m->rec;
 }
 
+// A cache slot's row to and from a record, through the backend's row calls.
 static void slot_to_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
                            unsigned char *buf) {
-    memcpy(buf, ember__row_ptr(ebc, tb, slot), m->wbytes);
-    float *s = (float *)(void *)(buf + m->wbytes);
-    if (tb->m1_cols) memcpy(s, state_row(tb, 1, slot), sizeof(float) * (size_t)tb->m1_cols);
-    if (tb->m2_cols) memcpy(s + tb->m1_cols, state_row(tb, 2, slot), sizeof(float) * (size_t)tb->m2_cols);
+    ebc->be->read_rows(ebc, tb, 0, slot, 1, tb->cfg.dtype, buf);
+    if (tb->m1_cols) ebc->be->read_rows(ebc, tb, 1, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 1));
+    if (tb->m2_cols) ebc->be->read_rows(ebc, tb, 2, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 2));
 }
-static void record_to_slot(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
-                           const unsigned char *buf) {
-    memcpy(ember__row_ptr(ebc, tb, slot), buf, m->wbytes);
-    const float *s = (const float *)(const void *)(buf + m->wbytes);
-    if (tb->m1_cols) memcpy(state_row(tb, 1, slot), s, sizeof(float) * (size_t)tb->m1_cols);
-    if (tb->m2_cols) memcpy(state_row(tb, 2, slot), s + tb->m1_cols, sizeof(float) * (size_t)tb->m2_cols);
+static void record_to_slot(ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot, unsigned char *buf) {
+    ebc->be->write_rows(ebc, tb, 0, slot, 1, tb->cfg.dtype, buf);
+    if (tb->m1_cols) ebc->be->write_rows(ebc, tb, 1, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 1));
+    if (tb->m2_cols) ebc->be->write_rows(ebc, tb, 2, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 2));
 }
 
 // ---- prefetch ------------------------------------------------------------------------------
@@ -316,11 +319,10 @@ static ember_status tiered_read(const ember_ebc *ebc, const ember__table *tb, in
     const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
     for (int64_t r = r0; r < r1; r++) {
         current_record(ebc, m, tb, r);
-        const float *state = (const float *)(const void *)(m->buf + m->wbytes);
         const int64_t k = r - r0;
         if (which == 0 && dtype == tb->cfg.dtype) memcpy((char *)dst + (size_t)k * m->wbytes, m->buf, m->wbytes);
         else if (which == 0) ember__load_row(tb->cfg.dtype, m->buf, (float *)dst + k * cols, cols);
-        else memcpy((float *)dst + k * cols, state + (which == 2 ? tb->m1_cols : 0), sizeof(float) * (size_t)cols);
+        else memcpy((float *)dst + k * cols, rec_state(m, tb, m->buf, which), sizeof(float) * (size_t)cols);
     }
     return EMBER_OK;
 }
@@ -331,11 +333,10 @@ static ember_status tiered_write(ember_ebc *ebc, ember__table *tb, int which, in
     const int32_t cols = which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t s = current_record(ebc, m, tb, r);
-        float *state = (float *)(void *)(m->buf + m->wbytes);
         const int64_t k = r - r0;
         if (which == 0 && dtype == tb->cfg.dtype) memcpy(m->buf, (const char *)src + (size_t)k * m->wbytes, m->wbytes);
         else if (which == 0) ember__store_row(tb->cfg.dtype, m->buf, (const float *)src + k * cols, cols);
-        else memcpy(state + (which == 2 ? tb->m1_cols : 0), (const float *)src + k * cols, sizeof(float) * (size_t)cols);
+        else memcpy(rec_state(m, tb, m->buf, which), (const float *)src + k * cols, sizeof(float) * (size_t)cols);
         if (s >= 0) {
             record_to_slot(ebc, m, tb, s, m->buf);
             m->dirty[s] = 1;
@@ -351,7 +352,7 @@ static void tiered_destroy(ember_ctx *ctx, ember__rowmap *map) {
     if (m->file) munmap(m->file, m->file_bytes);
     if (m->fd >= 0) close(m->fd);
     void *bufs[] = {m->on_disk, m->slot_row, m->last, m->uses, m->pin, m->dirty, m->heap, m->hkeys,
-                    m->hvals, m->buf, m->miss, m->stash};
+                    m->hvals, m->buf, m->row, m->miss, m->stash};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__free(ctx, bufs[i]);
     ember__free(ctx, m);
 }
@@ -387,10 +388,10 @@ static ember_status tiered_create(ember_ebc *ebc, ember__table *tb, const ember_
     m->stash = ember__alloc(ctx, sizeof(int64_t) * C);
     m->hkeys = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
     m->hvals = ember__alloc(ctx, sizeof(int64_t) * (size_t)hsize);
-    // One record, and room for a row of fp32 initial values behind the weights.
-    m->buf = ember__alloc(ctx, m->rec + sizeof(float) * (size_t)tb->cfg.dim);
+    m->buf = ember__alloc(ctx, m->rec);
+    m->row = ember__alloc(ctx, sizeof(float) * (size_t)(tb->cfg.dim + tb->m1_cols + tb->m2_cols));
     if (!m->on_disk || !m->slot_row || !m->last || !m->uses || !m->pin || !m->dirty || !m->heap ||
-        !m->stash || !m->hkeys || !m->hvals || !m->buf) {
+        !m->stash || !m->hkeys || !m->hvals || !m->buf || !m->row) {
         tiered_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its cache",
                             tb->label);

@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
         fc[t] = (ember_feature_config){NAMES[t], t};
         plan[t] = plan_of(t, W, ranks + (size_t)t * (size_t)(2 * W + 4));
     }
-    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = T, .features = fc, .num_features = T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
     // Two blobs: a trainer's text and some doubles (rank 0's bytes are the ones saved).
     const char text[] = "{\"epoch\": 3, \"batch\": 1234, \"note\": \"read by numpy\"}";
     double dense[33];

@@ -40,7 +40,7 @@ static void env_open(env *e) {
     e->t[1] = (ember_table_config){"item", 20, 3, EMBER_POOL_MEAN, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
     e->f[0] = (ember_feature_config){"u", 0};
     e->f[1] = (ember_feature_config){"i", 1};
-    e->cfg = (ember_ebc_config){e->t, 2, e->f, 2, EMBER_BOUNDS_ERROR, 11, 0, 0, NULL};
+    e->cfg = (ember_ebc_config){.tables = e->t, .num_tables = 2, .features = e->f, .num_features = 2, .bounds = EMBER_BOUNDS_ERROR, .seed = 11};
     e->plan[0] = (ember_table_plan){EMBER_SHARD_ROW_WISE, 0, 0, 0, NULL};
     e->ranks[0] = W - 1;
     e->plan[1] = (ember_table_plan){EMBER_SHARD_TABLE_WISE, 0, 0, 1, e->ranks};

@@ -130,7 +130,7 @@ static ember_status coll_open(coll *c, MPI_Comm comm, int shift) {
         fc[t] = (ember_feature_config){NAMES[t], t};
         plan[t] = plan_of(shift + t, t, w, ranks[t]);
     }
-    ember_ebc_config cfg = {tc, T, fc, T, EMBER_BOUNDS_ERROR, 7, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = T, .features = fc, .num_features = T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
     return ember_sebc_create(c->comm, &cfg, plan, EMBER_GRAD_MEAN, &c->s);
 }
 
@@ -289,7 +289,7 @@ static void bounded_memory(void **state) {
     o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
     ember_table_config tc = {"big", BIG_ROWS, BIG_DIM, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
     ember_feature_config fc = {"f", 0};
-    ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 3, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 3};
     int32_t ranks[16];
     ember_table_plan rw = plan_of(3, 0, W, ranks);
     ember_sebc *s = NULL, *s2 = NULL;
@@ -539,7 +539,7 @@ static void commit_protocol(void **state) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         ember_table_config tc = {"w32", 40, 6, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
         ember_feature_config fc = {"f", 0};
-        ember_ebc_config cfg = {&tc, 1, &fc, 1, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
+        ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
         ember_table_plan dp = {EMBER_SHARD_DATA_PARALLEL, 0, 0, 0, NULL};
         ember_sebc *o1 = NULL;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(a.comm, &cfg, &dp, EMBER_GRAD_MEAN, &o1) == EMBER_OK);

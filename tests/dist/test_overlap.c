@@ -62,7 +62,7 @@ static void make_setup(setup *su, int scheme, ember_pooling pool, ember_optim_ki
         snprintf(su->names[NT + f], 8, "f%d", f);
         su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
     }
-    su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0, NULL};
+    su->cfg = (ember_ebc_config){.tables = su->tables, .num_tables = NT, .features = su->features, .num_features = NF, .bounds = EMBER_BOUNDS_ERROR, .seed = 77};
 }
 
 // This rank's batch of step k: 0 to 3 + R samples (rank 0's empty on some steps), weighted or

@@ -40,7 +40,7 @@ static void one_machine_is_one_host(void **state) {
     ember_table_config t[1] = {{"t", 1000, 16, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
                                 EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0}}};
     ember_feature_config f[1] = {{"f", 0}};
-    ember_ebc_config ec = {t, 1, f, 1, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
+    ember_ebc_config ec = {.tables = t, .num_tables = 1, .features = f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = w;
     pc.host_of = host_of;

@@ -76,7 +76,7 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         snprintf(su->names[NT + f], 8, "f%d", f);
         su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
     }
-    su->cfg = (ember_ebc_config){su->tables, NT, su->features, NF, EMBER_BOUNDS_ERROR, 77, 0, 0, NULL};
+    su->cfg = (ember_ebc_config){.tables = su->tables, .num_tables = NT, .features = su->features, .num_features = NF, .bounds = EMBER_BOUNDS_ERROR, .seed = 77};
     if (!strcmp(g_scheme, "planned")) {
         // The planner's choice (tiny budget for data parallelism, so several schemes appear).
         ember_ctx *pctx = NULL;

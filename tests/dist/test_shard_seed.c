@@ -44,7 +44,7 @@ static void env_open(env *e, const char *scheme, ember_pooling pool, ember_init 
     o.lr = 1.0f;
     e->t = (ember_table_config){"table", rows, dim, pool, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
     e->f = (ember_feature_config){"keys", 0};
-    e->cfg = (ember_ebc_config){&e->t, 1, &e->f, 1, EMBER_BOUNDS_ERROR, 5, 0, 0, NULL};
+    e->cfg = (ember_ebc_config){.tables = &e->t, .num_tables = 1, .features = &e->f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
     e->plan = plan_for(scheme);
     ember_status st = ember_sebc_create(e->comm, &e->cfg, &e->plan, conv, &e->s);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
@@ -383,7 +383,7 @@ static void grid_refused(const ember_table_config *t, const ember_table_plan *p,
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
     ember_feature_config f = {"keys", 0};
-    ember_ebc_config cfg = {t, 1, &f, 1, EMBER_BOUNDS_ERROR, 5, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
     ember_sebc *s = NULL;
     ember_status st = ember_sebc_create(comm, &cfg, p, EMBER_GRAD_MEAN, &s);
     if (st != want || !strstr(ember_ctx_errmsg(ctx), "'grid_t'") || !strstr(ember_ctx_errmsg(ctx), what))

@@ -55,7 +55,7 @@ static void env_open(env *e, const char *scheme, ember_pooling pool) {
     e->f[0] = (ember_feature_config){"user", 0};
     e->f[1] = (ember_feature_config){"item", 0};
     e->f[2] = (ember_feature_config){"ctx", 1};
-    e->cfg = (ember_ebc_config){e->t, 2, e->f, 3, EMBER_BOUNDS_ERROR, 11, 0, 0, NULL};
+    e->cfg = (ember_ebc_config){.tables = e->t, .num_tables = 2, .features = e->f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 11};
     e->plan[0] = plan_for(scheme);
     e->plan[1] = plan_for("dp");
 }

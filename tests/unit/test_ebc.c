@@ -96,7 +96,7 @@ static void make_config(fixture *fx, const tcase *c, ember_bounds_mode bounds) {
         snprintf(fx->names[NT + f], 16, "f%d", f);
         fx->features[f] = (ember_feature_config){fx->names[NT + f], FTAB[f]};
     }
-    fx->cfg = (ember_ebc_config){fx->tables, NT, fx->features, NF, bounds, 1234, 0, 0, NULL};
+    fx->cfg = (ember_ebc_config){.tables = fx->tables, .num_tables = NT, .features = fx->features, .num_features = NF, .bounds = bounds, .seed = 1234};
 }
 
 static void feature_rows(int64_t *rows) {
@@ -297,7 +297,7 @@ static void forward_mean_empty_bag_is_zero_and_divides_by_count(void **state) {
     ember_table_config t = {"t", 4, 2, EMBER_POOL_MEAN, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
                             EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0}};
     ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {&t, 1, &f, 1, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -346,7 +346,7 @@ static void backward_duplicate_ids_coalesced(void **state) {
     o.eps = 0.0f;
     ember_table_config t = {"t", 3, 2, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
     ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {&t, 1, &f, 1, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     int32_t len[2] = {2, 1};
@@ -465,7 +465,7 @@ static void sequence_collection_matches_oracle(void **state) {
         {"b", 1, 4, EMBER_POOL_NONE, EMBER_DTYPE_F32, {EMBER_INIT_NORMAL, 0, 0, 0.3f}, o, 0, 0, EMBER_EVICT_LRU, {0}},
     };
     ember_feature_config f[3] = {{"x", 0}, {"y", 1}, {"z", 0}};
-    ember_ebc_config cfg = {t, 2, f, 3, EMBER_BOUNDS_ERROR, 3, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = t, .num_tables = 2, .features = f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 3};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     oracle *orc = oracle_create(&cfg, ebc);
@@ -641,7 +641,7 @@ static void stochastic_rounding_is_unbiased(void **state) {
         const int R = 256, D = 8, K = 200;
         ember_table_config t = {"t", R, D, EMBER_POOL_SUM, (ember_dtype)dt, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 1, 0, EMBER_EVICT_LRU, {0}};
         ember_feature_config f = {"f", 0};
-        ember_ebc_config cfg = {&t, 1, &f, 1, EMBER_BOUNDS_ERROR, 42, 0, 0, NULL};
+        ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 42};
         ember_ebc *ebc = NULL;
         assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
         float *ones = malloc(sizeof(float) * (size_t)(R * D));
@@ -682,7 +682,7 @@ static void learning_rate_changes_between_steps(void **state) {
     o.lr = 1.0f;
     ember_table_config t = {"t", 2, 1, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
     ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {&t, 1, &f, 1, EMBER_BOUNDS_ERROR, 1, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     int32_t len[1] = {1};
@@ -721,7 +721,7 @@ static void vector_widths_match_oracle(void **state) {
                     {"b", rows[1], D, EMBER_POOL_MEAN, (ember_dtype)dt, {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}},
                 };
                 ember_feature_config f[3] = {{"x", 0}, {"y", 1}, {"z", 0}};
-                ember_ebc_config cfg = {t, 2, f, 3, EMBER_BOUNDS_ERROR, 17, 0, 0, NULL};
+                ember_ebc_config cfg = {.tables = t, .num_tables = 2, .features = f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 17};
                 const int64_t frows[3] = {rows[0], rows[1], rows[0]};
                 const int is16 = dt != EMBER_DTYPE_F32;
                 const double atol = is16 ? 2e-3 : 2e-5, rtol = is16 ? (dt == EMBER_DTYPE_BF16 ? 8e-3 : 1e-3) : 2e-4;

@@ -19,7 +19,7 @@
 
 #include "ember.h"
 #include "gen.h"
-#include "tbe/isa/isa.h" // to install the emulated AVX-512 table on a collection
+#include "tbe/cpu/isa/isa.h" // to install the emulated AVX-512 table on a collection
 
 #ifdef EMBER_TEST_AVX512_EMULATED
 extern const ember__tbe_kernels ember__tbe_kernels_avx512_emulated;
@@ -123,7 +123,7 @@ static void make_config(fixture *fx, const tcase *c) {
         snprintf(fx->names[NT + f], 8, "f%d", f);
         fx->features[f] = (ember_feature_config){fx->names[NT + f], FTAB[f]};
     }
-    fx->cfg = (ember_ebc_config){fx->tables, NT, fx->features, NF, c->bounds, 77, 0, 0, NULL};
+    fx->cfg = (ember_ebc_config){.tables = fx->tables, .num_tables = NT, .features = fx->features, .num_features = NF, .bounds = c->bounds, .seed = 77};
 }
 
 static int quiet_log_calls;
@@ -142,7 +142,7 @@ static ember_ebc *make_ebc(const variant *v, const fixture *fx, ember_ctx **ctx)
     assert_int_equal(ember_ctx_create(&cc, ctx), EMBER_OK);
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(*ctx, &fx->cfg, &ebc), EMBER_OK);
-    if (v->kern) ebc->kern = v->kern;
+    if (v->kern) ember__cpu_set_kernels(ebc, v->kern);
     return ebc;
 }
 

@@ -133,4 +133,4 @@ static inline simde__m512i emu_mask_add_epi32(simde__m512i src, simde__mmask16 m
 #define _mm512_cvtps_ph emu_cvtps_ph
 
 #define ember__tbe_kernels_avx512 ember__tbe_kernels_avx512_emulated
-#include "tbe/isa/avx512.c"
+#include "tbe/cpu/isa/avx512.c"

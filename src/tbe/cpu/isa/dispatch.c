@@ -1,7 +1,7 @@
 // Maps a context's kernel variant to its table. Which tables exist is decided by CMake
 // (EMBER_HAVE_ISA_*): a compiler without the target flags, or another architecture, builds the
 // generic one only.
-#include "tbe/isa/isa.h"
+#include "tbe/cpu/isa/isa.h"
 
 const ember__tbe_kernels *ember__tbe_kernels_for(ember_isa isa) {
     switch (isa) {

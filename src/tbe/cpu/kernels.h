@@ -1,32 +1,10 @@
-// Helpers private to the tbe layer (forward.c, backward.c, optim.c, ebc.c and the kernel
-// variants in isa/): row conversion, prefetch, work splitting, per-step optimizer constants.
-#ifndef EMBER_TBE_KERNELS_H
-#define EMBER_TBE_KERNELS_H
+// Helpers of the cpu backend's loops (forward.c, backward.c and the kernel variants in isa/):
+// prefetch, work splitting, the fixed-order lane reduction.
+#ifndef EMBER_TBE_CPU_KERNELS_H
+#define EMBER_TBE_CPU_KERNELS_H
 
-#include "tbe/internal.h"
-
-// fp32 <-> storage dtype rows (round to nearest even on store). ebc.c.
-void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
-void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
-
-// Offsets of a validated KJT: its own, or computed into workspace slot 0. NULL on NOMEM.
-const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt);
-// Validates kjt (and that buf is given); *oor receives the number of ids outside their tables
-// (accepted under CLAMP/SKIP). 0 means every id can be used as a row index as is.
-ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
-                                      const char *bufname, int64_t *oor);
-
-// Per-table constants of one optimizer step (hoisted out of the row loop: Adam's bias
-// corrections are two powf calls that would otherwise run for every row).
-typedef struct ember__optim_step {
-    float c1, c2; // 1 - beta1^step, 1 - beta2^step (Adam, LAMB, partial row-wise Adam)
-    // Row-wise optimizers on a row split over column shards: the whole row's sum of squared
-    // (L2-adjusted) gradients, summed over the shards (the per-row mean then divides by the
-    // global dim). Negative (ember__optim_prepare's value): this piece is the whole row.
-    float row_sumsq;
-    uint64_t sr_key; // stochastic rounding: a function of (seed, table, step) (ember__sr_row_key)
-} ember__optim_step;
-void ember__optim_prepare(const ember__table *t, uint64_t seed, ember__optim_step *st);
+#include "core/dtype.h"
+#include "tbe/cpu/cpu.h"
 
 // Sum of 16 lanes in a fixed tree order (pairs 8 apart, then 4, 2, 1): the one horizontal
 // reduction used by every row reduction, vector or not.
@@ -52,8 +30,8 @@ EMBER__PREFETCH_FN void ember__prefetch_row(const void *p, size_t bytes) {
 
 // Prefetches what updating `row` of tb touches: the stored row and its optimizer state. A read
 // prefetch suffices for the read-modify-write: a line no other core holds arrives exclusive.
-EMBER__PREFETCH_FN void ember__prefetch_update(const ember_ebc *ebc, const ember__table *tb, int64_t row) {
-    ember__prefetch_row(ember__row_ptr(ebc, tb, row), tb->row_bytes);
+EMBER__PREFETCH_FN void ember__prefetch_update(const ember__table *tb, int64_t row) {
+    ember__prefetch_row(ember__row_ptr(tb, row), tb->row_bytes);
     if (tb->m1) ember__prefetch_row(tb->m1 + (size_t)row * (size_t)tb->m1_cols, sizeof(float) * (size_t)tb->m1_cols);
     if (tb->m2) ember__prefetch_row(tb->m2 + (size_t)row * (size_t)tb->m2_cols, sizeof(float) * (size_t)tb->m2_cols);
 }

@@ -2,7 +2,7 @@
 // registers for the pooled forward and for the fused backward of the common optimizers, masked
 // loads and stores for row widths below 128. Every path performs the operations of the portable
 // loops in impl.h in the same order, so the bits are the generic variant's.
-#include "tbe/isa/impl.h"
+#include "tbe/cpu/isa/impl.h"
 
 // ---- forward -----------------------------------------------------------------------------------
 
@@ -260,7 +260,7 @@ static inline __attribute__((always_inline)) void fused_segment(const ember_ebc 
             g[v] = _mm512_add_ps(g[v], _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(m[v], go + 16 * v)));
     }
     const int64_t row = s->row[s->seg[k]];
-    unsigned char *p = ember__row_ptr(ebc, tb, row);
+    unsigned char *p = ember__row_ptr(tb, row);
     const int dt = STORE & (STORE_BF16 | STORE_F16);
     __m512 w[8];
     for (int v = 0; v < 8; v++) {

@@ -18,8 +18,8 @@
 #include <immintrin.h>
 #endif
 
-#include "tbe/dtype.h"
-#include "tbe/isa/isa.h"
+#include "core/dtype.h"
+#include "tbe/cpu/isa/isa.h"
 
 // ---- rows ------------------------------------------------------------------------------------
 
@@ -130,14 +130,15 @@ static void pool_run_portable(const ember__bag_run *r) {
     }
 }
 
-#include "tbe/optim_rows.h"
+#include "tbe/cpu/optim_rows.h"
 
 // One optimizer update of `row` of table tb with gradient g (clobbered); w is scratch [D].
 // fp32 rows are updated in place; 16-bit rows through an fp32 copy.
 static void update_row(const ember_ebc *ebc, const ember__table *tb, const ember__optim_step *st, int64_t row,
                        float *restrict g, float *restrict w) {
+    (void)ebc; // the table knows where its rows are
     const int32_t D = tb->cfg.dim;
-    unsigned char *p = ember__row_ptr(ebc, tb, row);
+    unsigned char *p = ember__row_ptr(tb, row);
     if (tb->cfg.dtype == EMBER_DTYPE_F32) {
         optim_row(tb, st, row, (float *)p, g);
         return;
@@ -194,7 +195,7 @@ update_segments_impl(const ember_ebc *ebc, const ember__segments *s, const float
             // read in the B x sum_f D_f gradient (L3 at best) that otherwise stalls the reduce.
             tp = table_of(s->tseg, ebc->T, tp, kp);
             const ember__table *tbp = &ebc->tables[tp];
-            ember__prefetch_update(ebc, tbp, s->row[s->seg[kp]]);
+            ember__prefetch_update(tbp, s->row[s->seg[kp]]);
             float sc;
             ember__prefetch_row(ember__entry_grad(ebc, s, grad_out, s->seg[kp], &sc), sizeof(float) * (size_t)tbp->cfg.dim);
         }

@@ -11,7 +11,7 @@
 #ifndef EMBER_TBE_ISA_H
 #define EMBER_TBE_ISA_H
 
-#include "tbe/kernels.h"
+#include "tbe/cpu/kernels.h"
 
 // One feature's run of bags for the pooled forward: bag k has ids values[off[k] .. off[k+1])
 // and writes out[k * out_stride .. + D). Ids from off[0] up to pf_end may be prefetched.

@@ -1,7 +1,7 @@
 // The generic kernel variant: the portable loops of impl.h for the target's baseline instruction
 // set (x86-64: SSE2), and the only variant on other architectures. The reference the wider
 // variants are compared against bit for bit.
-#include "tbe/isa/impl.h"
+#include "tbe/cpu/isa/impl.h"
 
 static int no_fused(const ember__table *tb) {
     (void)tb;

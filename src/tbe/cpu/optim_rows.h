@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "tbe/kernels.h"
+#include "tbe/cpu/kernels.h"
 
 // sum_d a[d] * b[d] in the 16-lane order.
 static float dot16(const float *restrict a, const float *restrict b, int32_t D) {

@@ -1,13 +1,20 @@
-// fp32 <-> fp16/bf16 conversions (round to nearest even) and stochastic rounding (its random
-// bits from ember/rng.h, the library's one generator).
-#ifndef EMBER_TBE_DTYPE_H
-#define EMBER_TBE_DTYPE_H
+// The dtypes' conversions (the traits are public: ember/dtype.h, src/core/dtype.c): fp32 <->
+// fp16/bf16 with round to nearest even, stochastic rounding (its random bits from ember/rng.h, the
+// library's one generator), and whole rows between fp32 and a storage dtype.
+#ifndef EMBER_CORE_DTYPE_H
+#define EMBER_CORE_DTYPE_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "ember/dtype.h"
 #include "ember/rng.h"
+
+// n values between fp32 and storage dtype dt (a store rounds to nearest even), in host memory.
+// Both do nothing for a dtype that is not a storage dtype.
+void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
+void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
 
 static inline uint32_t ember__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float ember__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }

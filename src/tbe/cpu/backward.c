@@ -1,4 +1,4 @@
-// Fused backward (docs/semantics.md §4): sort-and-segment coalescing of duplicate ids, then exactly
+// The cpu backend's fused backward (docs/semantics.md §4): sort-and-segment coalescing of duplicate ids, then exactly
 // one optimizer update per touched row.
 //
 //   1. every kept id at position j of a feature reading table t becomes an entry (row, item)
@@ -27,8 +27,7 @@
 #include <omp.h>
 #endif
 
-#include "tbe/isa/isa.h"
-#include "tbe/rowmap.h"
+#include "tbe/cpu/isa/isa.h"
 
 // Workspace slots (slot 0 is the offsets array shared with forward).
 enum { WS_OFFSETS = 0, WS_ENT, WS_BAG, WS_TAB, WS_ROWBUF, WS_GOFF, WS_GRAD, WS_UKEY };
@@ -39,34 +38,6 @@ static inline int thread_id(void) {
 #else
     return 0;
 #endif
-}
-
-// 1 when x[0..n) holds no NaN/Inf. The test is on the exponent bits with an OR reduction, which
-// vectorises (a float test or a float reduction would not without fast-math), and threads split
-// the array: dL/dy is B x sum_f D_f floats, 8 MB for the benchmark shape.
-static int all_finite(const ember_ebc *ebc, const float *x, int64_t n) {
-    uint32_t bad = 0;
-#pragma omp parallel for schedule(dynamic, 1 << 16) reduction(| : bad) num_threads(ember__threads(ebc->ctx))
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
-ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const float *grad_out) {
-    int64_t oor;
-    EMBER_TRY(ember__ebc_check_forward(ebc, fn, kjt, grad_out, "grad_out", &oor));
-    const int64_t n = ember_ebc_output_size(ebc, kjt);
-    if (all_finite(ebc, grad_out, n)) return EMBER_OK;
-    for (int64_t i = 0; i < n; i++) { // find the first one for the message
-        if (!isfinite(grad_out[i])) {
-            return ember__error(ebc->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
-                                (long long)(i / ebc->out_dim), (long long)(i % ebc->out_dim), (double)grad_out[i]);
-        }
-    }
-    return EMBER_OK;
 }
 
 // Stable LSD radix sort of n (row, item) pairs by row, rows in [0, 2^bits). Digits of at most 11
@@ -138,16 +109,11 @@ static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32
     return u;
 }
 
-static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
+static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, ember__segments *s) {
     // The caller validated the KJT: under EMBER_BOUNDS_ERROR every id is a row as is; under
     // CLAMP/SKIP each id is resolved while the entries are built (a predictable compare).
-    // Mapped tables' ids are translated first (rowmap.h): rows, or -1 resolved as SKIP.
+    // Mapped tables' ids were translated (rowmap.h): rows, or -1 resolved as SKIP.
     const int resolve_ids = ebc->kbounds != EMBER_BOUNDS_ERROR;
-    const int64_t *off = ember__ebc_offsets(ebc, kjt);
-    if (off && ebc->mapped) {
-        EMBER_TRY(ember__ebc_map(ebc, kjt, off, EMBER__MAP_BACKWARD));
-        kjt = &ebc->mkjt;
-    }
     const size_t nnz = (size_t)kjt->nnz, T = (size_t)ebc->T;
     const int32_t B = kjt->batch_size;
     const int64_t nbags = (int64_t)ebc->F * B;
@@ -158,7 +124,7 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, ember__
     int64_t *ent = ember__ws_get(ebc, WS_ENT, sizeof(int64_t) * (nent * (kind == EMBER__ITEM_POS_POOLED ? 7 : 6) + 1));
     void *bagbuf = ember__ws_get(ebc, WS_BAG, (sizeof(float) + sizeof(int64_t)) * (size_t)(nbags + 1));
     void *tabbuf = ember__ws_get(ebc, WS_TAB, (sizeof(int64_t) * 3 + sizeof(ember__optim_step)) * (T + 1));
-    if (!off || !ent || !bagbuf || !tabbuf) return EMBER_ERR_NOMEM;
+    if (!ent || !bagbuf || !tabbuf) return EMBER_ERR_NOMEM;
     int64_t *row = ent, *item = ent + nent, *row_tmp = ent + 2 * nent, *item_tmp = ent + 3 * nent;
     int64_t *seg_tmp = ent + 4 * nent, *seg = ent + 5 * nent, *bag_of = ent + 6 * nent + 1;
     int64_t *bag_goff = bagbuf;
@@ -229,7 +195,7 @@ static void weight_grads(ember_ebc *ebc, const ember__segments *s, const float *
                 grad_weights[j] = 0.0f;
                 continue;
             }
-            ember__load_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, id), row, D);
+            ember__load_row(tb->cfg.dtype, ember__row_ptr(tb, id), row, D);
             const float *go = ebc->sequence ? grad_out + (size_t)j * (size_t)ebc->out_dim : grad_out + s->bag_goff[i];
             float dot = 0.0f;
             for (int32_t d = 0; d < D; d++) dot += go[d] * row[d];
@@ -251,29 +217,12 @@ static void begin_step(ember_ebc *ebc, ember__optim_step *step) {
     }
 }
 
-ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out, float *grad_weights) {
-    if (!ebc) return EMBER_ERR_INVALID_ARG;
-    const char *fn = "ember_ebc_backward";
-    EMBER_TRY(ember__ebc_check_backward(ebc, fn, kjt, grad_out));
-    EMBER_CHECK(ebc->ctx, !grad_weights || kjt->weights, EMBER_ERR_INVALID_ARG,
-                "%s: grad_weights requested but the kjt has no weights", fn);
-    return ember__ebc_backward_unchecked(ebc, kjt, grad_out, grad_weights);
-}
-
-ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
-                                           float *grad_weights) {
-    ember__segments s;
-    EMBER_TRY(ember__ebc_backward_prepare(ebc, kjt, &s));
-    ember__ebc_backward_apply(ebc, &s, grad_out, grad_weights);
-    return EMBER_OK;
-}
-
-ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
-    EMBER_TRY(build_segments(ebc, kjt, s));
+ember_status ember__cpu_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, ember__segments *s) {
+    EMBER_TRY(build_segments(ebc, kjt, off, s));
     return row_scratch(ebc) ? EMBER_OK : EMBER_ERR_NOMEM;
 }
 
-void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
+void ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
     float *scratch = ebc->ws[WS_ROWBUF].p; // reserved by prepare
     // Nothing here can fail: the update is all or nothing.
     if (grad_weights) weight_grads(ebc, s, grad_out, grad_weights, scratch);
@@ -282,15 +231,15 @@ void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const f
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++) {
         float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
-        ebc->kern->update_segments(ebc, s, grad_out, ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c, nc),
+        ember__cpu_kern(ebc)->update_segments(ebc, s, grad_out, ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c, nc),
                                    ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
     }
 }
 
-ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+ember_status ember__cpu_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, const float *grad_out,
                                  ember__sparse_grad *out) {
     ember__segments s;
-    EMBER_TRY(build_segments(ebc, kjt, &s));
+    EMBER_TRY(build_segments(ebc, kjt, off, &s));
     int64_t *goff = ember__ws_get(ebc, WS_GOFF, sizeof(int64_t) * (size_t)(s.u + 1));
     int64_t *ukey = ember__ws_get(ebc, WS_UKEY, sizeof(int64_t) * (size_t)(s.u > 0 ? s.u : 1));
     // And ember__ebc_apply's rows (its step constants go in WS_TAB, which build_segments sized).
@@ -310,13 +259,13 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
     for (int c = 0; c < nc; c++) {
         const int64_t k1 = ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c + 1, nc);
         for (int64_t k = ember__split(s.seg, s.u, EMBER__SEGMENT_COST, c, nc); k < k1; k++)
-            ebc->kern->reduce_segment(ebc, &s, grad_out, k, (int32_t)(goff[k + 1] - goff[k]), grad + goff[k]);
+            ember__cpu_kern(ebc)->reduce_segment(ebc, &s, grad_out, k, (int32_t)(goff[k + 1] - goff[k]), grad + goff[k]);
     }
     *out = (ember__sparse_grad){s.u, ukey, goff, grad};
     return EMBER_OK;
 }
 
-ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n,
+ember_status ember__cpu_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n,
                               const float *row_sumsq) {
     float *scratch = row_scratch(ebc);
     ember__optim_step *step = ember__ws_get(ebc, WS_TAB, sizeof(ember__optim_step) * (size_t)ebc->T);
@@ -335,18 +284,18 @@ ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t 
             const int64_t kp = k + ember__prefetch_ids(tb->row_bytes);
             if (kp < k1) {
                 const ember__table *tp = &ebc->tables[ember__ebc_key_table(ebc, key[kp])];
-                ember__prefetch_update(ebc, tp, key[kp] - tp->key_base);
+                ember__prefetch_update(tp, key[kp] - tp->key_base);
             }
             memcpy(g, grad + goff[k], sizeof(float) * (size_t)tb->cfg.dim);
             ember__optim_step st = step[t];
             if (row_sumsq && row_sumsq[k] >= 0.0f) st.row_sumsq = row_sumsq[k];
-            ebc->kern->update_row(ebc, tb, &st, key[k] - tb->key_base, g, w);
+            ember__cpu_kern(ebc)->update_row(ebc, tb, &st, key[k] - tb->key_base, g, w);
         }
     }
     return EMBER_OK;
 }
 
-ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out) {
+ember_status ember__cpu_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out) {
     float *scratch = row_scratch(ebc);
     if (!scratch) return EMBER_ERR_NOMEM;
     for (int64_t k = 0; k < g->n; k++) {
@@ -359,7 +308,7 @@ ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, f
         const float *gr = g->grad + g->goff[k];
         // The optimizer adds L2 weight decay to g before squaring: do the same here.
         const float l2 = tb->cfg.optim.weight_decay_mode == EMBER_WD_L2 ? tb->cfg.optim.weight_decay : 0.0f;
-        ember__load_row(tb->cfg.dtype, ember__row_ptr(ebc, tb, g->key[k] - tb->key_base), scratch, D);
+        ember__load_row(tb->cfg.dtype, ember__row_ptr(tb, g->key[k] - tb->key_base), scratch, D);
         float ss = 0.0f;
         for (int32_t d = 0; d < D; d++) {
             const float v = gr[d] + l2 * scratch[d];

@@ -3,7 +3,7 @@
 // registers hold 64 columns of accumulators, so wider rows are walked in 64-column blocks per bag
 // (the bag's rows are in L1 for the second block). Every path performs the operations of the
 // portable loops in impl.h in the same order, so the bits are the generic variant's.
-#include "tbe/isa/impl.h"
+#include "tbe/cpu/isa/impl.h"
 
 // ---- forward -----------------------------------------------------------------------------------
 
@@ -246,7 +246,7 @@ static inline __attribute__((always_inline)) void fused_segment(const ember_ebc 
     float g[128] __attribute__((aligned(32)));
     reduce_vec(ebc, s, grad_out, k, D, g);
     const int64_t row = s->row[s->seg[k]];
-    unsigned char *p = ember__row_ptr(ebc, tb, row);
+    unsigned char *p = ember__row_ptr(tb, row);
     const int dt = STORE & (STORE_BF16 | STORE_F16);
     const ember_optim_config *o = &tb->cfg.optim;
     float mult = o->lr;

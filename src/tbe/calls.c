@@ -1,0 +1,134 @@
+// The collection's entry points: validation of the KJT and the gradient, its offsets, the row
+// maps' translation of mapped tables' ids, then the backend's kernels (backend.h). Forward and the
+// fused backward, public and unchecked (the sharded layer validates once, at the home rank).
+#include <math.h>
+#include <string.h>
+
+#include "tbe/backend.h"
+#include "tbe/rowmap.h"
+
+ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
+                                      const char *bufname, int64_t *oor) {
+    *oor = 0;
+    EMBER_TRY(ember__kjt_validate(ebc->ctx, fn, kjt, ebc->F, ebc->feature_rows, (const char *const *)ebc->feature_names,
+                                  ebc->bounds, oor));
+    EMBER_CHECK(ebc->ctx, buf != NULL || ember_ebc_output_size(ebc, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: %s is NULL",
+                fn, bufname);
+    if (*oor > 0 && ebc->bounds == EMBER_BOUNDS_CLAMP)
+        ember__log(ebc->ctx, EMBER_LOG_WARN, "%s: %lld ids outside their tables were clamped", fn, (long long)*oor);
+    return EMBER_OK;
+}
+
+const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt) {
+    if (kjt->offsets) return kjt->offsets;
+    int64_t *o = ember__ws_get(ebc, 0, sizeof(int64_t) * ((size_t)kjt->num_features * (size_t)kjt->batch_size + 1));
+    if (o) ember__kjt_offsets(kjt, o);
+    return o;
+}
+
+// The KJT the backend computes on: kjt itself, or with mapped tables its translation (rowmap.h),
+// whose ids are storage rows or -1 (absent: the kernels resolve it as SKIP).
+static ember_status storage_rows(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off,
+                                 enum ember__map_phase phase, const ember_kjt **rows) {
+    *rows = kjt;
+    if (!ebc->mapped) return EMBER_OK;
+    EMBER_TRY(ember__ebc_map(ebc, kjt, off, phase));
+    *rows = &ebc->mkjt;
+    return EMBER_OK;
+}
+
+static ember_status forward_mapped(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out) {
+    const ember_kjt *rows;
+    EMBER_TRY(storage_rows(ebc, kjt, off, EMBER__MAP_FORWARD, &rows));
+    ebc->be->forward(ebc, rows, off, resolve || ebc->mapped, out);
+    return EMBER_OK;
+}
+
+ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
+    return forward_mapped(ebc, kjt, kjt->offsets, 0, out);
+}
+
+ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    int64_t oor;
+    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor));
+    const int64_t *off = ember__ebc_offsets(ebc, kjt);
+    if (!off) return EMBER_ERR_NOMEM;
+    return forward_mapped(ebc, kjt, off, oor > 0, out);
+}
+
+// 1 when x[0..n) holds no NaN/Inf. The test is on the exponent bits with an OR reduction, which
+// vectorises (a float test or a float reduction would not without fast-math), and threads split
+// the array: dL/dy is B x sum_f D_f floats, 8 MB for the benchmark shape.
+static int all_finite(const ember_ebc *ebc, const float *x, int64_t n) {
+    uint32_t bad = 0;
+#pragma omp parallel for schedule(dynamic, 1 << 16) reduction(| : bad) num_threads(ember__threads(ebc->ctx))
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const float *grad_out) {
+    int64_t oor;
+    EMBER_TRY(ember__ebc_check_forward(ebc, fn, kjt, grad_out, "grad_out", &oor));
+    const int64_t n = ember_ebc_output_size(ebc, kjt);
+    if (all_finite(ebc, grad_out, n)) return EMBER_OK;
+    for (int64_t i = 0; i < n; i++) { // find the first one for the message
+        if (!isfinite(grad_out[i])) {
+            return ember__error(ebc->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
+                                (long long)(i / ebc->out_dim), (long long)(i % ebc->out_dim), (double)grad_out[i]);
+        }
+    }
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out, float *grad_weights) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_ebc_backward";
+    EMBER_TRY(ember__ebc_check_backward(ebc, fn, kjt, grad_out));
+    EMBER_CHECK(ebc->ctx, !grad_weights || kjt->weights, EMBER_ERR_INVALID_ARG,
+                "%s: grad_weights requested but the kjt has no weights", fn);
+    return ember__ebc_backward_unchecked(ebc, kjt, grad_out, grad_weights);
+}
+
+ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+                                           float *grad_weights) {
+    ember__segments s;
+    EMBER_TRY(ember__ebc_backward_prepare(ebc, kjt, &s));
+    ember__ebc_backward_apply(ebc, &s, grad_out, grad_weights);
+    return EMBER_OK;
+}
+
+ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
+    const int64_t *off = ember__ebc_offsets(ebc, kjt);
+    if (!off) return EMBER_ERR_NOMEM;
+    const ember_kjt *rows;
+    EMBER_TRY(storage_rows(ebc, kjt, off, EMBER__MAP_BACKWARD, &rows));
+    return ebc->be->backward_prepare(ebc, rows, off, s);
+}
+
+void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
+    ebc->be->backward_apply(ebc, s, grad_out, grad_weights);
+}
+
+ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
+                                 ember__sparse_grad *out) {
+    const int64_t *off = ember__ebc_offsets(ebc, kjt);
+    if (!off) return EMBER_ERR_NOMEM;
+    const ember_kjt *rows;
+    EMBER_TRY(storage_rows(ebc, kjt, off, EMBER__MAP_BACKWARD, &rows));
+    return ebc->be->coalesce(ebc, rows, off, grad_out, out);
+}
+
+ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n,
+                              const float *row_sumsq) {
+    return ebc->be->apply(ebc, key, goff, grad, n, row_sumsq);
+}
+
+ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out) {
+    return ebc->be->row_sumsq(ebc, g, out);
+}
+
