@@ -79,10 +79,13 @@ static ember_status check_args(ember_sebc *s, const char *dir, const ember_check
     return st;
 }
 
-// Rank 0: the generation of the checkpoint in dir now (0 if none), creating dir if missing.
-static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *generation) {
+// Rank 0: the generation of the checkpoint in dir now (0 if none), creating dir if missing
+// (*created: 1 when this call made it, also when it fails after).
+static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *generation, int *created) {
     *generation = 0;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    *created = 0;
+    if (mkdir(dir, 0777) == 0) *created = 1;
+    else if (errno != EEXIST)
         return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot create directory '%s': %s", dir,
                                    strerror(errno));
     struct stat sb;
@@ -127,6 +130,26 @@ static void collect_garbage(const char *dir, int64_t generation) {
         }
     }
     closedir(d);
+}
+
+// Rank 0 after a failed save into a directory that this save created: removes what the save may
+// have left there (every rank's data file of `generation` and the temporaries) and the directory.
+// Nothing else: a directory that holds a manifest (a checkpoint that someone else committed
+// meanwhile) or any other file stays (rmdir refuses a directory that is not empty).
+static void remove_created_dir(const char *dir, int64_t generation, int32_t world) {
+    char path[EMBER__PATH_MAX], name[64];
+    struct stat sb;
+    if (ember__ckpt_join(path, sizeof path, dir, EMBER__CKPT_MANIFEST) != 0 || stat(path, &sb) == 0) return;
+    ember__ckpt_join(path, sizeof path, dir, EMBER__CKPT_MANIFEST ".partial");
+    unlink(path);
+    for (int32_t r = 0; r < world; r++) {
+        ember__ckpt_data_name(name, sizeof name, generation, r);
+        ember__ckpt_join(path, sizeof path, dir, name);
+        unlink(path);
+        strcat(path, ".partial"); // fits: dir is at most EMBER__PATH_MAX - 64 bytes
+        unlink(path);
+    }
+    rmdir(dir);
 }
 
 // Opens this rank's data file at its first record (a rank with nothing to write writes no file).
@@ -235,8 +258,10 @@ static ember_status gather_records(ember_comm *comm, const save_state *w, ember_
 }
 
 // Step 3 of a save, on rank 0: the commit, manifest.json replaced by the manifest of `generation`.
+// *committed: 1 once manifest.json is replaced (whatever the ranks agree on afterwards).
 static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t generation, const int64_t *steps,
-                                    const ember__ckpt_wrote *all, int64_t n, const ember_checkpoint_options *o) {
+                                    const ember__ckpt_wrote *all, int64_t n, const ember_checkpoint_options *o,
+                                    int *committed) {
     ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
     const char *fn = "ember_checkpoint_save";
     char *text = ember__ckpt_manifest_text(s, generation, steps, all, n, o);
@@ -252,6 +277,7 @@ static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t gene
         if (ember__dfile_commit(&m) != 0)
             st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "%s: writing '%s' failed: %s (the previous checkpoint is kept)",
                                      fn, path, strerror(m.err));
+        else *committed = 1;
     }
     cJSON_free(text);
     return st;
@@ -259,8 +285,9 @@ static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t gene
 
 // Generation `generation` of a checkpoint in dir (prepared: it exists, no file of this generation
 // is named by its manifest): steps 1 to 3 and, after the commit, the clean-up. Collective.
+// *committed as commit_manifest's (rank 0).
 static ember_status save_generation(ember_sebc *s, const char *dir, int64_t generation,
-                                    const ember_checkpoint_options *o) {
+                                    const ember_checkpoint_options *o, int *committed) {
     ember_comm *comm = ember_sebc_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t rank = ember_comm_rank(comm), T = ember_sebc_num_tables(s);
@@ -295,7 +322,7 @@ static ember_status save_generation(ember_sebc *s, const char *dir, int64_t gene
     if (st == EMBER_OK) st = gather_records(comm, &w, &all, &n);
 
     // 3. The commit: rank 0 replaces manifest.json.
-    if (st == EMBER_OK && rank == 0) st = commit_manifest(s, dir, generation, steps, all, n, o);
+    if (st == EMBER_OK && rank == 0) st = commit_manifest(s, dir, generation, steps, all, n, o, committed);
     st = ember_comm_agree(comm, st);
     if (st != EMBER_OK && opened && df.err == 0) unlink(df.path); // this generation never committed
     if (st == EMBER_OK && rank == 0) collect_garbage(dir, generation);
@@ -311,8 +338,13 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_c
     ember_ctx *ctx = ember_comm_ctx(comm);
     ember_status st = check_args(s, dir, o);
     int64_t generation = 0;
-    if (st == EMBER_OK && ember_comm_rank(comm) == 0) st = prepare_dir(ctx, dir, &generation);
-    EMBER_TRY(ember_comm_agree(comm, st));
-    EMBER_TRY(ember_comm_bcast(comm, &generation, sizeof generation, 0));
-    return save_generation(s, dir, generation + 1, o);
+    int created = 0, committed = 0; // rank 0: this call made dir; manifest.json was replaced
+    if (st == EMBER_OK && ember_comm_rank(comm) == 0) st = prepare_dir(ctx, dir, &generation, &created);
+    st = ember_comm_agree(comm, st);
+    if (st == EMBER_OK) st = ember_comm_bcast(comm, &generation, sizeof generation, 0);
+    if (st == EMBER_OK) st = save_generation(s, dir, generation + 1, o, &committed);
+    // A failed save leaves no directory of its own behind: every rank has removed its file (or is
+    // past writing it: the statuses were agreed), so rank 0 removes the rest and the directory.
+    if (st != EMBER_OK && created && !committed) remove_created_dir(dir, generation + 1, ember_comm_size(comm));
+    return st;
 }
