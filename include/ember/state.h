@@ -23,9 +23,10 @@
 // fsync): that rename is the commit. Until it, manifest.json names the previous generation's
 // files, which no save touches; after it, rank 0 removes every g*-r*.bin file (and leftover
 // .partial) the new manifest does not name. A kill of any rank at any instant, a full disk or an
-// I/O error leaves the previous checkpoint loadable; a failed save removes what it wrote, a
-// killed one leaves files the next save removes. Loading checks every record's CRC-32 and the
-// manifest's structure: a torn or foreign checkpoint is refused, never half-loaded into tables.
+// I/O error leaves the previous checkpoint loadable; a failed save removes what it wrote (the
+// directory too when it created it), a killed one leaves files the next save removes. Loading
+// checks every record's CRC-32 and the manifest's structure: a torn or foreign checkpoint is
+// refused, never half-loaded into tables.
 // The directory must be one every rank sees (one host, or a shared file system).
 //
 // Memory: saving stages one record at a time, loading one record plus at most one chunk of the
@@ -64,6 +65,12 @@ typedef struct ember_checkpoint_options {
 // Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL dir, bad blob name or size), EMBER_ERR_IO (the
 // message names the path and the OS reason; the previous checkpoint is kept), EMBER_ERR_NOMEM,
 // EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
+// What a failed save leaves: `dir` as it was before the call. The checkpoint there, if any, loads
+// as before; every file the save wrote is removed; `dir` itself is removed when this call created
+// it (and holds nothing else), never when it existed before. A save killed midway (or cut off by
+// EMBER_ERR_TIMEOUT while another rank still writes) leaves its files, and a directory it created
+// without manifest.json (no checkpoint: a load says so); the next save into `dir` removes the
+// files.
 EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_checkpoint_options *opts);
 
 // Loads every table of the collection from `dir` (converting a table's storage dtype to the

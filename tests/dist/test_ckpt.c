@@ -7,7 +7,8 @@
 //                             context's allocations under 2 chunks (+ the manifest's records)
 //   commit_protocol           failures: missing/foreign directories, a full disk on the last
 //                             rank and at the manifest (the previous checkpoint stays, nothing is
-//                             left), a damaged record, other shapes and optimizers (named in
+//                             left; a directory the save created is removed, one that existed
+//                             before stays), a damaged record, other shapes and optimizers (named in
 //                             words); blobs (one claiming 40 TB: refused, not allocated);
 //                             records overlapping over a gap; leftovers of killed saves
 //                             removed by the next one
@@ -362,6 +363,14 @@ static int count_names(const char *dir, const char *prefix, const char *suffix) 
     return n;
 }
 
+// Whether path is a directory (rank 0 looks; every rank gets the answer).
+static int dir_exists(const char *path) {
+    struct stat sb;
+    int yes = R == 0 && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    MPI_Bcast(&yes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return yes;
+}
+
 static void touch(const char *dir, const char *name, const char *text) {
     if (R != 0) return;
     char path[256];
@@ -499,6 +508,25 @@ static void commit_protocol(void **state) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_OK);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &z) == EMBER_OK && snap_equal(&ref, &z));
     snap_free(&z);
+
+    // A failed save into a directory that it created leaves no directory behind (a full disk while
+    // the records are written, and at the commit); a directory that existed before stays as it was.
+    char fresh[128];
+    shared_dir(fresh, sizeof fresh, "fresh");
+    if (R == W - 1) ember__dfile_fail_after(50, ENOSPC);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, fresh, &good) == EMBER_ERR_IO &&
+                                        has(ctx, "No space left on device"));
+    ember__dfile_fail_after(-1, 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, !dir_exists(fresh));
+    if (R == 0) ember__dfile_fail_after(data0 + 10, ENOSPC); // every record durable, then the manifest
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, fresh, &good) == EMBER_ERR_IO &&
+                                        has(ctx, "manifest.json' failed: No space left on device"));
+    ember__dfile_fail_after(-1, 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, !dir_exists(fresh));
+    if (R == W - 1) ember__dfile_fail_after(50, ENOSPC);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, empty, &good) == EMBER_ERR_IO);
+    ember__dfile_fail_after(-1, 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, dir_exists(empty) && count_names(empty, "", "") == 2); // "." and ".." alone
 
     // What killed saves leave behind goes at the next commit; other files stay.
     touch(dir, "g7-r0.bin.partial", "torn");

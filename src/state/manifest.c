@@ -1,0 +1,449 @@
+// The checkpoint format (include/ember/state.h, docs/checkpoints.md): manifest.json's text for a
+// save, and its parse for open and load with every structural check (fields in range, records
+// inside their tensor, of its size and dtype, tiling it exactly once, in this generation's files).
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/internal.h"
+#include "state/internal.h"
+
+#define MAX_MANIFEST ((size_t)1 << 30)
+
+void ember__ckpt_data_name(char *dst, size_t cap, int64_t generation, int32_t rank) {
+    snprintf(dst, cap, "g%" PRId64 "-r%d.bin", generation, (int)rank);
+}
+
+int ember__ckpt_join(char *dst, size_t cap, const char *dir, const char *name) {
+    const size_t a = strlen(dir), b = strlen(name);
+    if (a + b + 2 > cap) return ENAMETOOLONG;
+    memcpy(dst, dir, a);
+    dst[a] = '/';
+    memcpy(dst + a + 1, name, b + 1);
+    return 0;
+}
+
+// ---- Parsing ----------------------------------------------------------------------------------
+
+typedef struct parser {
+    ember_ctx *ctx;
+    const char *dir;
+    ember_status st;
+} parser;
+
+// Records the first problem of the manifest (EMBER_ERR_FORMAT) and returns 0.
+static int bad(parser *p, const char *where, const char *field, const char *what) {
+    if (p->st == EMBER_OK)
+        p->st = ember_ctx_set_error(p->ctx, EMBER_ERR_FORMAT, "checkpoint '%s': manifest.json %s: '%s' %s", p->dir,
+                                    where, field, what);
+    return 0;
+}
+
+static int get_int(parser *p, const cJSON *o, const char *where, const char *key, int64_t lo, int64_t hi,
+                   int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) return bad(p, where, key, "is missing or not a number");
+    const double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || d != (double)(int64_t)d)
+        return bad(p, where, key, "is not an integer in range");
+    *out = (int64_t)d;
+    return 1;
+}
+
+static int get_str(parser *p, const cJSON *o, const char *where, const char *key, char *dst, size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v)) return bad(p, where, key, "is missing or not a string");
+    const size_t n = strlen(v->valuestring);
+    if (n == 0 || n >= cap) return bad(p, where, key, "is empty or too long");
+    memcpy(dst, v->valuestring, n + 1);
+    return 1;
+}
+
+// [a, b) pair of integers.
+static int get_range(parser *p, const cJSON *o, const char *where, const char *key, int64_t hi, int64_t *a,
+                     int64_t *b) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2) return bad(p, where, key, "is not a [begin, end] pair");
+    const double x = cJSON_GetArrayItem(v, 0)->valuedouble, y = cJSON_GetArrayItem(v, 1)->valuedouble;
+    if (!cJSON_IsNumber(cJSON_GetArrayItem(v, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(v, 1)) || !(x >= 0) ||
+        !(y > x) || !(y <= (double)hi) || x != (double)(int64_t)x || y != (double)(int64_t)y)
+        return bad(p, where, key, "is not a range inside the tensor");
+    *a = (int64_t)x;
+    *b = (int64_t)y;
+    return 1;
+}
+
+// "g<G>-r<R>.bin" of this generation: R, or -1.
+static int32_t file_rank(const char *name, int64_t generation, int32_t world) {
+    long long g = -1;
+    int r = -1, end = 0;
+    if (sscanf(name, "g%lld-r%d.bin%n", &g, &r, &end) != 2 || name[end] != '\0' || g != generation || r < 0 ||
+        r >= world)
+        return -1;
+    char again[64];
+    ember__ckpt_data_name(again, sizeof again, generation, r); // canonical spelling only (no "+1", no leading zeros)
+    return strcmp(again, name) == 0 ? r : -1;
+}
+
+static int parse_record(parser *p, ember_checkpoint *c, const cJSON *r, const char *where,
+                        const ember__ckpt_table *t, const ember__ckpt_tensor *k, ember__ckpt_record *out) {
+    char file[64];
+    int64_t off = 0, r0 = 0, r1 = 0, c0 = 0, c1 = 0, bytes = 0, crc = 0;
+    if (!cJSON_IsObject(r)) return bad(p, where, "records", "holds a non-object");
+    if (!get_str(p, r, where, "file", file, sizeof file) || !get_int(p, r, where, "offset", 0, INT64_MAX / 2, &off) ||
+        !get_range(p, r, where, "rows", t->rows, &r0, &r1) || !get_range(p, r, where, "cols", k->cols, &c0, &c1) ||
+        !get_int(p, r, where, "bytes", 0, INT64_MAX / 2, &bytes) || !get_int(p, r, where, "crc32", 0, UINT32_MAX, &crc))
+        return 0;
+    out->file = file_rank(file, c->generation, c->world);
+    if (out->file < 0) return bad(p, where, "file", "is not a data file of this generation");
+    if ((uint64_t)bytes != (uint64_t)(r1 - r0) * (uint64_t)(c1 - c0) * ember_dtype_size(k->dtype))
+        return bad(p, where, "bytes", "does not match its rows, columns and dtype");
+    *out = (ember__ckpt_record){out->file, off, r0, r1, (int32_t)c0, (int32_t)c1, (uint64_t)bytes, (uint32_t)crc};
+    return 1;
+}
+
+// ---- Records tile their tensor -------------------------------------------------------------------
+
+// A sweep over the rows with a segment tree over the columns: each record adds 1 to its columns
+// from row r0 and takes it back at r1; two records overlap where a count exceeds 1.
+typedef struct sweep_event {
+    int64_t row;
+    int32_t c0, c1, delta;
+} sweep_event;
+
+static int cmp_event(const void *a, const void *b) {
+    const sweep_event *x = a, *y = b;
+    if (x->row != y->row) return x->row < y->row ? -1 : 1;
+    return (x->delta > y->delta) - (x->delta < y->delta); // a record ending before one starting
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Adds d to the elementary column intervals [a, b) of node's [lo, hi); mx[node] is the largest
+// count in the node, lz[node] what was added to the whole node.
+static void seg_add(int32_t *mx, int32_t *lz, int32_t node, int32_t lo, int32_t hi, int32_t a, int32_t b, int32_t d) {
+    if (b <= lo || hi <= a) return;
+    if (a <= lo && hi <= b) {
+        mx[node] += d;
+        lz[node] += d;
+        return;
+    }
+    const int32_t mid = lo + (hi - lo) / 2;
+    seg_add(mx, lz, 2 * node, lo, mid, a, b, d);
+    seg_add(mx, lz, 2 * node + 1, mid, hi, a, b, d);
+    mx[node] = lz[node] + (mx[2 * node] > mx[2 * node + 1] ? mx[2 * node] : mx[2 * node + 1]);
+}
+
+static int32_t column_index(const int32_t *xs, int32_t m, int32_t c) {
+    int32_t lo = 0, hi = m; // the first xs[i] >= c (c is one of them)
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (xs[mid] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Whether no two records of tensor k overlap (1), they do (0), or memory ran out (-1). With every
+// record inside the tensor and their areas summing to the tensor's, no overlap means that they
+// cover it exactly once (an area check alone takes an overlap and a gap of the same size).
+// O(n log n) in the tensor's n records.
+static int records_disjoint(ember_checkpoint *c, const ember__ckpt_tensor *k) {
+    const int32_t n = k->count;
+    if (n < 2) return 1;
+    const ember__ckpt_record *r = c->records + k->first;
+    int32_t *xs = ember_ctx_alloc(c->ctx, sizeof(int32_t) * 2 * (size_t)n);
+    sweep_event *ev = ember_ctx_alloc(c->ctx, sizeof(sweep_event) * 2 * (size_t)n);
+    int32_t *tree = ember_ctx_alloc(c->ctx, sizeof(int32_t) * 16 * (size_t)n); // mx, lz: 4 * 2n each
+    int ok = xs && ev && tree ? 1 : -1;
+    if (ok == 1) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            xs[2 * i] = r[i].c0;
+            xs[2 * i + 1] = r[i].c1;
+            ev[2 * i] = (sweep_event){r[i].r0, r[i].c0, r[i].c1, 1};
+            ev[2 * i + 1] = (sweep_event){r[i].r1, r[i].c0, r[i].c1, -1};
+        }
+        qsort(xs, 2 * (size_t)n, sizeof *xs, cmp_i32);
+        for (int32_t i = 0; i < 2 * n; i++)
+            if (i == 0 || xs[i] != xs[m - 1]) xs[m++] = xs[i];
+        qsort(ev, 2 * (size_t)n, sizeof *ev, cmp_event);
+        int32_t *mx = tree, *lz = tree + 8 * (size_t)n;
+        memset(tree, 0, sizeof(int32_t) * 16 * (size_t)n);
+        for (int32_t i = 0; i < 2 * n && ok == 1; i++) {
+            seg_add(mx, lz, 1, 0, m - 1, column_index(xs, m, ev[i].c0), column_index(xs, m, ev[i].c1), ev[i].delta);
+            if (mx[1] > 1) ok = 0;
+        }
+    }
+    ember_ctx_free(c->ctx, xs);
+    ember_ctx_free(c->ctx, ev);
+    ember_ctx_free(c->ctx, tree);
+    return ok;
+}
+
+// ---- The manifest as a whole (ember__ckpt_parse) ------------------------------------------------
+
+// The top-level fields; *tables and *blobs are the two arrays. 1 when all are well.
+static int parse_header(parser *p, ember_checkpoint *c, const cJSON *root, const cJSON **tables, const cJSON **blobs) {
+    char fmt[32];
+    int64_t version = 0, gen = 0, world = 0;
+    *tables = cJSON_GetObjectItemCaseSensitive(root, "tables");
+    *blobs = cJSON_GetObjectItemCaseSensitive(root, "blobs");
+    if (get_str(p, root, "", "format", fmt, sizeof fmt) && strcmp(fmt, EMBER__CKPT_FORMAT) != 0)
+        bad(p, "", "format", "is not \"" EMBER__CKPT_FORMAT "\"");
+    if (p->st == EMBER_OK && get_int(p, root, "", "version", 0, INT32_MAX, &version) && version != EMBER__CKPT_VERSION)
+        bad(p, "", "version", "is not 2 (written by another ember version)");
+    if (p->st == EMBER_OK) get_int(p, root, "", "generation", 1, INT64_MAX / 2, &gen);
+    if (p->st == EMBER_OK) get_int(p, root, "", "world_size", 1, 1 << 24, &world);
+    if (p->st == EMBER_OK && !cJSON_IsArray(*tables)) bad(p, "", "tables", "is missing or not an array");
+    if (p->st == EMBER_OK && !cJSON_IsArray(*blobs)) bad(p, "", "blobs", "is missing or not an array");
+    c->generation = gen;
+    c->world = (int32_t)world;
+    return p->st == EMBER_OK;
+}
+
+// Counts the records (at most INT32_MAX) and allocates c's tables, blobs and records.
+static void allocate(parser *p, ember_checkpoint *c, const cJSON *tables, const cJSON *blobs) {
+    int32_t nrec = 0;
+    const cJSON *tj, *kj;
+    cJSON_ArrayForEach(tj, tables) {
+        cJSON_ArrayForEach(kj, cJSON_GetObjectItemCaseSensitive(tj, "tensors")) {
+            const int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(kj, "records"));
+            if (n > INT32_MAX - nrec) bad(p, "", "records", "are too many");
+            else nrec += n;
+        }
+    }
+    c->ntables = cJSON_GetArraySize(tables);
+    c->nblobs = cJSON_GetArraySize(blobs);
+    c->tables = ember__calloc(c->ctx, sizeof(ember__ckpt_table) * (size_t)c->ntables);
+    c->blobs = ember__calloc(c->ctx, sizeof(ember__ckpt_blob) * (size_t)c->nblobs);
+    c->records = ember__calloc(c->ctx, sizeof(ember__ckpt_record) * (size_t)nrec);
+    if (p->st == EMBER_OK && (!c->tables || !c->blobs || !c->records))
+        p->st = ember_ctx_set_error(c->ctx, EMBER_ERR_NOMEM, "checkpoint '%s': cannot allocate its manifest", c->dir);
+}
+
+// Tensor kj of table t (its records appended to c->records). 1 to go on with the next tensor.
+static int parse_tensor(parser *p, ember_checkpoint *c, const cJSON *kj, ember__ckpt_table *t, const char *where) {
+    ember__ckpt_tensor *k = &t->tensors[t->ntensors++];
+    int64_t cols = 0;
+    char kdt[16];
+    if (!cJSON_IsObject(kj) || !get_str(p, kj, where, "name", k->name, sizeof k->name) ||
+        !get_int(p, kj, where, "cols", 1, t->dim > 3 ? t->dim : 3, &cols) || // 3: a hashed table's ids
+        !get_str(p, kj, where, "dtype", kdt, sizeof kdt))
+        return 0;
+    k->cols = (int32_t)cols;
+    if (ember_dtype_parse(kdt, &k->dtype) != 0)
+        return bad(p, where, "dtype", "of a tensor is not fp32, fp16, bf16 or int64");
+    const cJSON *recs = cJSON_GetObjectItemCaseSensitive(kj, "records"), *rj;
+    if (!cJSON_IsArray(recs)) return bad(p, where, "records", "is missing or not an array");
+    k->first = c->nrecords;
+    uint64_t area = 0;
+    cJSON_ArrayForEach(rj, recs) {
+        ember__ckpt_record *r = &c->records[c->nrecords];
+        if (!parse_record(p, c, rj, where, t, k, r)) break;
+        c->nrecords++;
+        k->count++;
+        area += (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0);
+        t->bytes += r->bytes;
+        t->nrecords++;
+    }
+    // Records tile the tensor: inside it (checked above), of its area, and disjoint.
+    if (p->st == EMBER_OK && area != (uint64_t)t->rows * (uint64_t)k->cols)
+        bad(p, where, k->name, "records do not cover the tensor exactly once");
+    const int disjoint = p->st == EMBER_OK ? records_disjoint(c, k) : 1;
+    if (disjoint < 0)
+        p->st = ember_ctx_set_error(c->ctx, EMBER_ERR_NOMEM, "checkpoint '%s': cannot allocate its manifest", c->dir);
+    else if (!disjoint)
+        bad(p, where, k->name, "records do not cover the tensor exactly once");
+    return p->st == EMBER_OK;
+}
+
+// Table number ti (c->tables[ti]; the ones before it parsed). 1 to go on with the next table.
+static int parse_table(parser *p, ember_checkpoint *c, const cJSON *tj, int32_t ti) {
+    ember__ckpt_table *t = &c->tables[ti];
+    char where[EMBER__CKPT_MAX_NAME + 64];
+    snprintf(where, sizeof where, "table %d", (int)ti);
+    char opt[64], dt[16];
+    int64_t dim = 0;
+    if (!cJSON_IsObject(tj) || !get_str(p, tj, where, "name", t->name, sizeof t->name))
+        return bad(p, where, "name", "is missing");
+    snprintf(where, sizeof where, "table '%s'", t->name);
+    if (!get_int(p, tj, where, "rows", 1, INT64_MAX / 2, &t->rows) ||
+        !get_int(p, tj, where, "dim", 1, INT32_MAX, &dim) || !get_int(p, tj, where, "step", 0, INT64_MAX / 2, &t->step) ||
+        !get_str(p, tj, where, "optimizer", opt, sizeof opt) || !get_str(p, tj, where, "dtype", dt, sizeof dt))
+        return 0;
+    t->dim = (int32_t)dim;
+    if (ember_optim_parse(opt, &t->optim) != EMBER_OK) {
+        ember_ctx_clear_error(c->ctx); // ember_optim_parse names it; the manifest's error is ours
+        return bad(p, where, "optimizer", "is not an optimizer this ember knows");
+    }
+    if (ember_dtype_parse(dt, &t->dtype) != EMBER_OK || !ember_dtype_is_storage(t->dtype))
+        return bad(p, where, "dtype", "is not fp32, fp16 or bf16");
+    for (int32_t j = 0; j < ti; j++)
+        if (strcmp(c->tables[j].name, t->name) == 0) bad(p, where, "name", "appears twice");
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(tj, "tensors"), *kj;
+    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) < 1 || cJSON_GetArraySize(tensors) > EMBER_MAX_TENSORS)
+        return bad(p, where, "tensors", "is not an array of 1 to 3 tensors");
+    cJSON_ArrayForEach(kj, tensors) {
+        if (!parse_tensor(p, c, kj, t, where)) break;
+    }
+    return p->st == EMBER_OK;
+}
+
+// Blob number bi (c->blobs[bi]). 1 to go on with the next blob.
+static int parse_blob(parser *p, ember_checkpoint *c, const cJSON *bj, int32_t bi) {
+    ember__ckpt_blob *b = &c->blobs[bi];
+    char file[64];
+    int64_t off = 0, bytes = 0, crc = 0;
+    if (!cJSON_IsObject(bj) || !get_str(p, bj, "blob", "name", b->name, sizeof b->name) ||
+        !get_str(p, bj, b->name, "file", file, sizeof file) ||
+        !get_int(p, bj, b->name, "offset", 0, INT64_MAX / 2, &off) ||
+        !get_int(p, bj, b->name, "bytes", 0, INT64_MAX / 2, &bytes) ||
+        !get_int(p, bj, b->name, "crc32", 0, UINT32_MAX, &crc))
+        return 0;
+    b->file = file_rank(file, c->generation, c->world);
+    if (b->file < 0) return bad(p, b->name, "file", "is not a data file of this generation");
+    b->offset = off;
+    b->bytes = (uint64_t)bytes;
+    b->crc = (uint32_t)crc;
+    return 1;
+}
+
+ember_status ember__ckpt_parse(ember_checkpoint *c, const char *text, size_t len) {
+    parser p = {c->ctx, c->dir, EMBER_OK};
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT, "checkpoint '%s': manifest.json is not valid JSON", c->dir);
+    }
+    const cJSON *tables, *blobs, *x;
+    if (parse_header(&p, c, root, &tables, &blobs)) allocate(&p, c, tables, blobs);
+    int32_t i = 0;
+    if (p.st == EMBER_OK) {
+        cJSON_ArrayForEach(x, tables) {
+            if (!parse_table(&p, c, x, i++)) break;
+        }
+    }
+    i = 0;
+    if (p.st == EMBER_OK) {
+        cJSON_ArrayForEach(x, blobs) {
+            if (!parse_blob(&p, c, x, i++)) break;
+        }
+    }
+    cJSON_Delete(root);
+    return p.st;
+}
+
+ember_status ember__ckpt_read_manifest(ember_ctx *ctx, const char *dir, char **text, size_t *len) {
+    char path[EMBER__PATH_MAX];
+    *text = NULL;
+    *len = 0;
+    if (ember__ckpt_join(path, sizeof path, dir, EMBER__CKPT_MANIFEST) != 0)
+        return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "checkpoint '%s': path too long", dir);
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "checkpoint '%s': cannot open: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "checkpoint '%s' is not a directory", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOENT)
+        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
+                                   "checkpoint '%s' has no manifest.json: not a checkpoint, or its first save never "
+                                   "committed",
+                                   dir);
+    if (!f) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "checkpoint '%s': cannot open '%s': %s", dir, path, strerror(errno));
+    ember_status st = EMBER_OK;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "checkpoint '%s': cannot read '%s': %s", dir, path, strerror(errno));
+    else if ((size_t)n > MAX_MANIFEST)
+        st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "checkpoint '%s': '%s' is larger than 1 GiB", dir, path);
+    else if (!(*text = ember_ctx_alloc(ctx, (size_t)n + 1)))
+        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "checkpoint '%s': cannot allocate %ld bytes", dir, n);
+    else if (fread(*text, 1, (size_t)n, f) != (size_t)n)
+        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "checkpoint '%s': cannot read '%s': %s", dir, path,
+                                 ferror(f) ? strerror(errno) : "file shorter than its size");
+    fclose(f);
+    if (st != EMBER_OK) {
+        ember_ctx_free(ctx, *text);
+        *text = NULL;
+        return st;
+    }
+    (*text)[n] = '\0';
+    *len = (size_t)n;
+    return EMBER_OK;
+}
+
+// ---- Writing ----------------------------------------------------------------------------------
+
+char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, const int64_t *steps,
+                                const ember__ckpt_wrote *all, int64_t n, const ember_checkpoint_options *o) {
+    const int32_t T = ember_sebc_num_tables(s);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", EMBER__CKPT_FORMAT);
+    cJSON_AddNumberToObject(root, "version", EMBER__CKPT_VERSION);
+    cJSON_AddNumberToObject(root, "generation", (double)generation);
+    cJSON_AddNumberToObject(root, "world_size", ember_comm_size(ember_sebc_comm(s)));
+    cJSON *tables = cJSON_AddArrayToObject(root, "tables");
+    char file[64];
+    for (int32_t t = 0; t < T; t++) {
+        const ember_table_config *tc = ember_sebc_table(s, t);
+        cJSON *tj = cJSON_CreateObject();
+        cJSON_AddItemToArray(tables, tj);
+        cJSON_AddStringToObject(tj, "name", tc->name);
+        cJSON_AddNumberToObject(tj, "rows", (double)tc->rows);
+        cJSON_AddNumberToObject(tj, "dim", tc->dim);
+        cJSON_AddStringToObject(tj, "optimizer", ember_optim_name(tc->optim.kind));
+        cJSON_AddStringToObject(tj, "dtype", ember_dtype_name(tc->dtype));
+        cJSON_AddNumberToObject(tj, "step", (double)steps[t]);
+        cJSON *tensors = cJSON_AddArrayToObject(tj, "tensors");
+        ember_tensor_info ti[EMBER_MAX_TENSORS];
+        const int32_t nt = ember_table_tensors(tc, ti);
+        for (int32_t k = 0; k < nt; k++) {
+            cJSON *kj = cJSON_CreateObject();
+            cJSON_AddItemToArray(tensors, kj);
+            cJSON_AddStringToObject(kj, "name", ti[k].name);
+            cJSON_AddNumberToObject(kj, "cols", ti[k].cols);
+            cJSON_AddStringToObject(kj, "dtype", ember_dtype_name(ti[k].dtype));
+            cJSON *recs = cJSON_AddArrayToObject(kj, "records");
+            for (int64_t j = 0; j < n; j++) {
+                const ember__ckpt_wrote *x = &all[j];
+                if (x->table != t || x->tensor != k) continue;
+                cJSON *rj = cJSON_CreateObject();
+                cJSON_AddItemToArray(recs, rj);
+                ember__ckpt_data_name(file, sizeof file, generation, x->file);
+                cJSON_AddStringToObject(rj, "file", file);
+                cJSON_AddNumberToObject(rj, "offset", (double)x->offset);
+                const double rows[2] = {(double)x->r0, (double)x->r1}, cols[2] = {x->c0, x->c1};
+                cJSON_AddItemToObject(rj, "rows", cJSON_CreateDoubleArray(rows, 2));
+                cJSON_AddItemToObject(rj, "cols", cJSON_CreateDoubleArray(cols, 2));
+                cJSON_AddNumberToObject(rj, "bytes", (double)x->bytes);
+                cJSON_AddNumberToObject(rj, "crc32", x->crc);
+            }
+        }
+    }
+    cJSON *blobs = cJSON_AddArrayToObject(root, "blobs");
+    for (int64_t j = 0; j < n; j++) {
+        const ember__ckpt_wrote *x = &all[j];
+        if (x->table != -1) continue;
+        cJSON *bj = cJSON_CreateObject();
+        cJSON_AddItemToArray(blobs, bj);
+        cJSON_AddStringToObject(bj, "name", o->blobs[x->tensor].name);
+        ember__ckpt_data_name(file, sizeof file, generation, x->file);
+        cJSON_AddStringToObject(bj, "file", file);
+        cJSON_AddNumberToObject(bj, "offset", (double)x->offset);
+        cJSON_AddNumberToObject(bj, "bytes", (double)x->bytes);
+        cJSON_AddNumberToObject(bj, "crc32", x->crc);
+    }
+    char *text = cJSON_Print(root); // NULL when any allocation above failed
+    cJSON_Delete(root);
+    return text;
+}
