@@ -1,8 +1,8 @@
 // python/src/ebc.c — ember._ember.EBC: a local collection (ember/ebc.h) owning its context, and
 // WeightsView, the read-only buffer over one table's stored rows (ember_ebc_weights_view).
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -319,14 +319,6 @@ static PyObject *ebc_table_bytes(EBCObject *self, PyObject *args) {
                                    : ember_py_raise(self->ctx, st);
     ebc_leave(self);
     return ret;
-}
-
-// A tiered table's counters as a dict (ember_tier_stats).
-PyObject *ember_py_tier_stats_dict(const ember_tier_stats *x) {
-    return Py_BuildValue("{sLsLsLsLsLsLsLsL}", "hits", (long long)x->hits, "misses", (long long)x->misses,
-                         "evictions", (long long)x->evictions, "rows_read", (long long)x->rows_read, "rows_written",
-                         (long long)x->rows_written, "bytes_read", (long long)x->bytes_read, "bytes_written",
-                         (long long)x->bytes_written, "prefetched", (long long)x->prefetched);
 }
 
 // tier_stats(t) -> dict   Local.

@@ -1,8 +1,8 @@
 // python/src/plan.c — sharding plans: the planner (ember/plan.h), plan descriptions and the
 // names of the schemes (ember/shard.h), for ember.plan, ember.describe_plan and ember.TablePlan.
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 void ember_py_plan_free(ember_table_plan *plan, int32_t num_tables) {
     if (!plan) return;

@@ -5,9 +5,9 @@
 // Python layer (ember_py_agree): a rank whose arguments are refused raises, and so does every
 // other rank, with the failing rank's message; the Python layer's own refusals call agree(exc)
 // in place of the method. Only then the library's call, which agrees on its own checks.
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -132,13 +132,7 @@ static void sebc_leave(SEBCObject *self) { PyThread_release_lock(self->lock); }
 
 // agree(exc or None)
 static PyObject *sebc_agree(SEBCObject *self, PyObject *exc) {
-    if (exc != Py_None) {
-        if (!PyExceptionInstance_Check(exc)) {
-            PyErr_SetString(PyExc_TypeError, "agree: expected an exception or None");
-            return NULL;
-        }
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    }
+    if (ember_py_set_pending(exc) < 0) return NULL;
     if (sebc_enter(self) != 0) return NULL;
     const int rc = ember_py_agree(self->comm, self->ctx);
     sebc_leave(self);
