@@ -23,6 +23,19 @@ int ember_py_errors_init(void) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ImportError, "ember.errors lacks _BY_STATUS");
         return -1;
     }
+    // ember.errors names each class's status; its code is the library's value of that status.
+    static const ember_status all[] = {
+#define EMBER_PY_STATUS_(name, value, text) name,
+        EMBER_STATUS_MAP(EMBER_PY_STATUS_)
+#undef EMBER_PY_STATUS_
+    };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        PyObject *cls = PyDict_GetItemString(errors_by_status, ember_status_name(all[i])); // borrowed
+        PyObject *code = cls ? PyLong_FromLong((long)all[i]) : NULL;
+        const int rc = code ? PyObject_SetAttrString(cls, "code", code) : 0;
+        Py_XDECREF(code);
+        if (rc != 0 || PyErr_Occurred()) return -1;
+    }
     return 0;
 }
 

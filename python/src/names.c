@@ -1,6 +1,6 @@
 // python/src/names.c — what the library says of itself, for the Python layer: its version, build
 // and CPU, and its name tables (statuses, every enum the package uses), from which the package
-// builds its own.
+// builds its own (no integer of a library enum is kept by hand in Python).
 #include "binding.h"
 
 #include <string.h>
@@ -49,16 +49,23 @@ PyObject *ember_py_statuses(PyObject *self, PyObject *args) {
     return list;
 }
 
-// The library's enums by the name of their type, each through its own _name function, indices
-// 0..count-1.
+// The library's enums by the name of their type, each through its own _name and _parse
+// functions, indices 0..count-1.
 typedef struct {
     const char *type;
     int count;
     const char *(*name)(int);
+    int (*parse)(const char *, int *); // 0 and *out set, or -1
 } enum_entry;
 
 #define EMBER_PY_ENUM_FNS_(type, ctype, prefix)                                                    \
-    static const char *type##_name_of_int(int v) { return prefix##_name((ctype)v); }
+    static const char *type##_name_of_int(int v) { return prefix##_name((ctype)v); }            \
+    static int type##_parse_to_int(const char *s, int *out) {                                    \
+        ctype v;                                                                                  \
+        if (prefix##_parse(s, &v) != 0) return -1;                                               \
+        *out = (int)v;                                                                            \
+        return 0;                                                                                 \
+    }
 EMBER_PY_ENUM_FNS_(dtype, ember_dtype, ember_dtype)
 EMBER_PY_ENUM_FNS_(pooling, ember_pooling, ember_pooling)
 EMBER_PY_ENUM_FNS_(init_kind, ember_init_kind, ember_init_kind)
@@ -74,7 +81,7 @@ EMBER_PY_ENUM_FNS_(lfq_projection, ember_lfq_projection, ember_lfq_projection)
 EMBER_PY_ENUM_FNS_(lfq_dist_mean, ember_lfq_dist_mean, ember_lfq_dist_mean)
 #undef EMBER_PY_ENUM_FNS_
 
-#define EMBER_PY_ENUM_(type, count) {#type, count, type##_name_of_int}
+#define EMBER_PY_ENUM_(type, count) {#type, count, type##_name_of_int, type##_parse_to_int}
 static const enum_entry ENUMS[] = {
     EMBER_PY_ENUM_(dtype, EMBER_DTYPE_COUNT),
     EMBER_PY_ENUM_(pooling, EMBER_POOL_COUNT),
@@ -118,4 +125,17 @@ PyObject *ember_py_enum_names(PyObject *self, PyObject *type) {
         PyList_SET_ITEM(list, i, s);
     }
     return list;
+}
+
+// enum_parse(type, name) -> the value the library's _parse gives, or None when it refuses.
+PyObject *ember_py_enum_parse(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *type;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Us:enum_parse", &type, &name)) return NULL;
+    const enum_entry *e = enum_of(type);
+    if (!e) return NULL;
+    int v = 0;
+    if (e->parse(name, &v) != 0) Py_RETURN_NONE;
+    return PyLong_FromLong(v);
 }
