@@ -4,7 +4,7 @@ from typing import Any, NoReturn, Optional, Sequence
 
 TableTuple = tuple[Any, ...]  # (name, rows, dim, pooling, dtype, init_kind, a, b, std, optim, lr, eps, beta1, beta2,
 #                     weight_decay, weight_decay_mode, initial_accumulator, momentum, eta, stochastic_rounding,
-#                     cache_rows, cache_policy)
+#                     cache_rows, cache_policy[, (hash bucket_rows, min_count, policy, ttl_steps): hashed])
 FeatureTuple = tuple[str, int]
 PlanTuple = tuple[int, int, int, Sequence[int]]  # (scheme, num_shards, group_size, ranks)
 Buffer = Any  # an object exporting a C-contiguous buffer

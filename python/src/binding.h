@@ -6,7 +6,7 @@
 //   module.c      the registrar: the module's method table and its init, nothing else
 //   errors.c      exceptions of the statuses, the binding's own refusals, the agreement of a
 //                 Python-side refusal across ranks
-//   buffer.c      arrays through the buffer protocol
+//   buffer.c      arrays through the buffer protocol, and each dtype's buffer format
 //   context.c     every object's context (the counting allocator hooks) and its lock
 //   config.c      table configurations from the Python layer's tuples, and their tensors
 //   names.c       the library's name tables (statuses, enums) and facts (version, CPU) for Python
@@ -79,6 +79,9 @@ extern int ember_py_timed_out;
 // of the same size accepted), writable when `writable`. On mismatch raises InvalidArgumentError
 // naming `what` and what it got, and returns -1; 0 on success (release with PyBuffer_Release).
 int ember_py_buffer(PyObject *obj, const char *what, const char *format, int writable, Py_buffer *view);
+// The buffer format of an array of `dt` (fp32 "f", fp16 "e", bf16 "H": its raw bits, int64 "q",
+// fp64 "d"), NULL outside the enum. Its item size is ember_dtype_size(dt).
+const char *ember_py_dtype_format(ember_dtype dt);
 
 // ---- Contexts and locks (context.c) ------------------------------------------------------------
 
@@ -120,7 +123,9 @@ int ember_py_comm_agree_obj(PyObject *comm_obj);
 // A collection's configuration from the Python layer's tuples:
 //   tables    sequence of (name, rows, dim, pooling, dtype, init_kind, a, b, std, optim, lr, eps,
 //             beta1, beta2, weight_decay, weight_decay_mode, initial_accumulator, momentum, eta,
-//             stochastic_rounding, cache_rows, cache_policy), enums as their C values
+//             stochastic_rounding, cache_rows, cache_policy[, hash_bucket_rows, hash_min_count,
+//             hash_policy, hash_ttl_steps]), enums as their C values; the four hash fields
+//             (optional) make the table hashed (hash_bucket_rows: 0 for the default, >= 2)
 //   features  sequence of (name, table index)
 // Names point into the Python strings: keep `tables` and `features` alive while cfg is used.
 typedef struct ember_py_config {

@@ -1,5 +1,5 @@
 // python/src/buffer.c — arrays through the buffer protocol: a C-contiguous buffer of the items a
-// call needs, refused by name otherwise.
+// call needs, refused by name otherwise, and the buffer format of each ember_dtype.
 #include "binding.h"
 
 #include <string.h>
@@ -55,4 +55,15 @@ int ember_py_buffer(PyObject *obj, const char *what, const char *format, int wri
         return -1;
     }
     return 0;
+}
+
+const char *ember_py_dtype_format(ember_dtype dt) {
+    switch (dt) {
+    case EMBER_DTYPE_F32: return "f";
+    case EMBER_DTYPE_F16: return "e";
+    case EMBER_DTYPE_BF16: return "H"; // numpy has no bfloat16: its raw bits
+    case EMBER_DTYPE_I64: return "q";
+    case EMBER_DTYPE_F64: return "d";
+    }
+    return NULL;
 }

@@ -22,13 +22,18 @@ static void refuse_table_tuple(Py_ssize_t t) {
 // Table t's configuration from its tuple (binding.h); 0, or -1 with InvalidArgumentError.
 static int table_from_tuple(PyObject *tuple, Py_ssize_t t, ember_table_config *c) {
     *c = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
-    long long rows = 0, cache_rows = 0;
+    long long rows = 0, cache_rows = 0, min_count = 0, ttl = 0;
     int dim = 0, pooling = 0, dtype = 0, init = 0, optim = 0, wd_mode = 0, sr = 0, policy = 0;
-    if (!PyArg_ParseTuple(tuple, "sLiiiifffifffffifffiLi;a table tuple", &c->name, &rows, &dim, &pooling, &dtype,
+    int bucket_rows = 0, hash_policy = 0;
+    PyObject *hash = Py_None;
+    if (!PyArg_ParseTuple(tuple, "sLiiiifffifffffifffiLi|O;a table tuple", &c->name, &rows, &dim, &pooling, &dtype,
                           &init, &c->init.a, &c->init.b, &c->init.std, &optim, &c->optim.lr, &c->optim.eps,
                           &c->optim.beta1, &c->optim.beta2, &c->optim.weight_decay, &wd_mode,
-                          &c->optim.initial_accumulator, &c->optim.momentum, &c->optim.eta, &sr, &cache_rows,
-                          &policy)) {
+                          &c->optim.initial_accumulator, &c->optim.momentum, &c->optim.eta, &sr, &cache_rows, &policy,
+                          &hash) ||
+        (hash != Py_None &&
+         !PyArg_ParseTuple(hash, "iLiL;a hash tuple (bucket_rows, min_count, policy, ttl_steps)", &bucket_rows,
+                           &min_count, &hash_policy, &ttl))) {
         refuse_table_tuple(t);
         return -1;
     }
@@ -42,6 +47,13 @@ static int table_from_tuple(PyObject *tuple, Py_ssize_t t, ember_table_config *c
     c->stochastic_rounding = sr;
     c->cache_rows = cache_rows;
     c->cache_policy = (ember_evict_policy)policy;
+    if (hash != Py_None) {
+        c->hash.enabled = 1;
+        c->hash.bucket_rows = bucket_rows;
+        c->hash.min_count = min_count;
+        c->hash.policy = (ember_evict_policy)hash_policy;
+        c->hash.ttl_steps = ttl;
+    }
     return 0;
 }
 
