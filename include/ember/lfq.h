@@ -76,11 +76,19 @@ typedef enum ember_lfq_projection {
     EMBER_LFQ_PROJ_NONE = 1,   // identity; requires dim == C*D
     EMBER_LFQ_PROJ_LINEAR = 2, // project_in and project_out, even when dim == C*D
 } ember_lfq_projection;
+#define EMBER_LFQ_PROJ_COUNT 3
+// "auto", "none", "linear" ("unknown" outside); parse: EMBER_OK or EMBER_ERR_INVALID_ARG. Local.
+EMBER_API const char *ember_lfq_projection_name(ember_lfq_projection p);
+EMBER_API ember_status ember_lfq_projection_parse(const char *name, ember_lfq_projection *out);
 
 typedef enum ember_lfq_dist_mean {
     EMBER_LFQ_MEAN_RANKS = 0,  // pbar = sum_r pbar_r / W (upstream; exact for equal token counts)
     EMBER_LFQ_MEAN_TOKENS = 1, // pbar = global sum of p_t / global token count (exact under masks)
 } ember_lfq_dist_mean;
+#define EMBER_LFQ_MEAN_COUNT 2
+// "ranks", "tokens" ("unknown" outside); parse: EMBER_OK or EMBER_ERR_INVALID_ARG. Local.
+EMBER_API const char *ember_lfq_dist_mean_name(ember_lfq_dist_mean m);
+EMBER_API ember_status ember_lfq_dist_mean_parse(const char *name, ember_lfq_dist_mean *out);
 
 // Configuration. Start from EMBER_LFQ_CONFIG_DEFAULT (upstream HEAD's defaults). Fields marked
 // "0: default" treat zero as "library default"; for the others zero is a meaningful value.

@@ -19,21 +19,30 @@ def enum_values(type_name: str) -> dict[str, int]:
     return {name: k for k, name in enumerate(_ember.enum_names(type_name))}
 
 
-POOLING = enum_values("pooling")
-DTYPES = enum_values("dtype")
+# Every enum table of the package, by the library's type name (tests/python/test_names.py checks
+# each against the library's _name and _parse functions).
+ENUMS: dict[str, dict[str, int]] = {t: enum_values(t) for t in (
+    "pooling", "dtype", "init_kind", "weight_decay_mode", "bounds_mode", "grad_convention", "evict_policy", "optim",
+    "lfq_projection", "lfq_dist_mean")}
+POOLING = ENUMS["pooling"]
+DTYPES = ENUMS["dtype"]
 STORAGE_DTYPES = {k: DTYPES[k] for k in ("fp32", "fp16", "bf16")}  # what a table's weights are stored in
 DTYPE_ALIASES = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
                  "bfloat16": "bf16", "float64": "fp64", "f64": "fp64"}
-INIT_KINDS = enum_values("init_kind")
-WD_MODES = enum_values("weight_decay_mode")
-BOUNDS = enum_values("bounds_mode")
-CONVENTIONS = enum_values("grad_convention")
-EVICT_POLICIES = enum_values("evict_policy")
+INIT_KINDS = ENUMS["init_kind"]
+WD_MODES = ENUMS["weight_decay_mode"]
+BOUNDS = ENUMS["bounds_mode"]
+CONVENTIONS = ENUMS["grad_convention"]
+EVICT_POLICIES = ENUMS["evict_policy"]
 CACHE_POLICIES = {k: EVICT_POLICIES[k] for k in ("lru", "lfu")}  # the policies a tiered table's cache takes
-OPTIMIZERS = enum_values("optim")
-# numpy dtype of a state array read or written in a storage dtype (bf16: its raw bits).
-NP_OF_DTYPE: dict[int, np.dtype[Any]] = {DTYPES["fp32"]: np.dtype(np.float32), DTYPES["fp16"]: np.dtype(np.float16),
-                                         DTYPES["bf16"]: np.dtype(np.uint16)}
+OPTIMIZERS = ENUMS["optim"]
+# numpy dtype of an array read or written in each dtype (bf16: its raw bits), by the library's name.
+NP_DTYPE_OF_NAME: dict[str, np.dtype[Any]] = {
+    "fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16),
+    "int64": np.dtype(np.int64), "fp64": np.dtype(np.float64)}
+NP_OF_DTYPE: dict[int, np.dtype[Any]] = {DTYPES[k]: v for k, v in NP_DTYPE_OF_NAME.items()}
+# The parameters of each init kind, by the library's name: ("uniform", a, b), ("normal", std), ("zeros",).
+INIT_PARAMS: dict[str, tuple[str, ...]] = {"zeros": (), "uniform": ("a", "b"), "normal": ("std",)}
 
 InitSpec = Union[tuple[Any, ...], list[Any], str]
 
@@ -68,8 +77,16 @@ def parse_dtype(value: Any, what: str = "dtype") -> int:
     return parse_name(value, STORAGE_DTYPES, what, DTYPE_ALIASES)
 
 
+def enum_name(table: dict[str, int], code: int) -> str:
+    """The name of value ``code`` in one of the tables above (the library's name)."""
+    for name, value in table.items():
+        if value == code:
+            return name
+    raise KeyError(code)
+
+
 def dtype_name(code: int) -> str:
-    return _ember.enum_names("dtype")[code]
+    return enum_name(DTYPES, code)
 
 
 I32 = (-2**31, 2**31 - 1)
@@ -258,15 +275,11 @@ class TableConfig:
         if not init:
             raise invalid(f"{what}: empty (\"uniform\", a, b), (\"normal\", std) or (\"zeros\",) expected")
         kind = parse_name(init[0], INIT_KINDS, what)
-        need = {0: 1, 1: 3, 2: 2}[kind]
-        if len(init) != need:
-            raise invalid(f"{what}: {init!r} has {len(init) - 1} parameter(s), {init[0]!r} takes {need - 1}")
-        params = [as_float(v, f"{what} {init[0]!r} parameter") for v in init[1:]]
-        if kind == 1:
-            return kind, params[0], params[1], 0.0
-        if kind == 2:
-            return kind, 0.0, 0.0, params[0]
-        return kind, 0.0, 0.0, 0.0
+        names = INIT_PARAMS[enum_name(INIT_KINDS, kind)]
+        if len(init) != 1 + len(names):
+            raise invalid(f"{what}: {init!r} has {len(init) - 1} parameter(s), {init[0]!r} takes {len(names)}")
+        params = {n: as_float(v, f"{what} {init[0]!r} parameter") for n, v in zip(names, init[1:])}
+        return kind, params.get("a", 0.0), params.get("b", 0.0), params.get("std", 0.0)
 
     def tensor_names(self) -> list[str]:
         """The tensors a table of this configuration holds: "weight", then its optimizer's states."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import _ember
-from ._config import (BOUNDS, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, as_path,
+from ._config import (BOUNDS, DTYPES, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, as_path,
                       c_config, dtype_name, invalid, parse_dtype, parse_name, table_index)
 from ._kjt import KJT
 
@@ -112,9 +112,9 @@ class _Collection:
         """A state array for table t's tensor as (C-contiguous [n, cols] array, dtype code): the
         weight of a 16-bit table may come in its own dtype (float16, or uint16 bits for bf16)."""
         nrows, cols = self._tensor(t, tensor, what)
-        code = 0
+        code = DTYPES["fp32"]
         native = self._dtype_codes[t]
-        if (tensor == "weight" and native != 0 and isinstance(array, np.ndarray)
+        if (tensor == "weight" and native != code and isinstance(array, np.ndarray)
                 and array.dtype == NP_OF_DTYPE[native]):
             a, code = np.ascontiguousarray(array), native
         else:

@@ -11,8 +11,8 @@ import numpy as np
 
 from . import _ember
 from ._comm import Comm
-from ._config import (BOUNDS, CONVENTIONS, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, as_path,
-                      c_config, dtype_name, invalid, parse_dtype, parse_name)
+from ._config import (BOUNDS, CONVENTIONS, DTYPES, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index,
+                      as_path, c_config, dtype_name, enum_name, invalid, parse_dtype, parse_name)
 from ._ebc import _Collection
 from ._kjt import KJT
 
@@ -20,7 +20,7 @@ __all__ = ["TablePlan", "ShardedEmbeddingBagCollection", "plan", "describe_plan"
 
 _SCHEMES = _ember.schemes()  # [(short, long, fields)] by ember_shard_scheme
 _SCHEME_CODE = {**{s: k for k, (s, _, _) in enumerate(_SCHEMES)}, **{n: k for k, (_, n, _) in enumerate(_SCHEMES)}}
-_USES_RANKS, _USES_SHARDS, _USES_GROUP = 1, 2, 4
+_USES_RANKS, _USES_SHARDS, _USES_GROUP = _ember.PLAN_USES_RANKS, _ember.PLAN_USES_SHARDS, _ember.PLAN_USES_GROUP
 
 R = TypeVar("R")
 
@@ -327,7 +327,7 @@ class ShardedEmbeddingBagCollection(_Collection):
             if r in (-1, self._rank):
                 a, code = self._state_array(t, tensor, array, rows, "write")
             else:
-                a, code = None, 0
+                a, code = None, DTYPES["fp32"]  # the root's dtype follows
             return t, r, a, code
         t, r, a, code = self._collective(prepare)
         if r >= 0:  # every rank must name the same dtype: the root's
@@ -459,7 +459,7 @@ class ShardedEmbeddingBagCollection(_Collection):
 
     @property
     def grad_convention(self) -> str:
-        return "mean" if self._conv == 0 else "sum"
+        return enum_name(CONVENTIONS, self._conv)
 
     @property
     def comm(self) -> Comm:

@@ -3,7 +3,7 @@
 Every error the library reports arrives as an instance of the class of its status, carrying
 
 * ``status``: the status name without its prefix (``"INVALID_ARG"``),
-* ``code``: its value (``-1``),
+* ``code``: its value (``-1``: the library's, given to each class when ``ember._ember`` loads),
 * ``message``: the library's message, which names the call, the feature or table, the offending
   value and the rank (``"... (rank 1)"``); ``str(exc)`` is the message.
 
@@ -34,7 +34,8 @@ __all__ = [
 
 
 class EmberError(Exception):
-    """Base class of every ember error. ``status``/``code`` name the ``ember_status``."""
+    """Base class of every ember error. ``status``/``code`` name the ``ember_status`` (``code``: set
+    on each class from the library's table when ember._ember loads)."""
 
     status: str = "UNKNOWN"
     code: int = 0
@@ -54,70 +55,60 @@ class InvalidArgumentError(EmberError, ValueError):
     """EMBER_ERR_INVALID_ARG: a malformed argument (shape, name, value); nothing changed."""
 
     status = "INVALID_ARG"
-    code = -1
 
 
 class OutOfRangeError(EmberError, IndexError):
     """EMBER_ERR_OUT_OF_RANGE: an id outside its table (bounds mode "error")."""
 
     status = "OUT_OF_RANGE"
-    code = -2
 
 
 class OutOfMemoryError(EmberError, MemoryError):
     """EMBER_ERR_NOMEM: an allocation failed; nothing changed."""
 
     status = "NOMEM"
-    code = -3
 
 
 class EmberIOError(EmberError, OSError):
     """EMBER_ERR_IO: a file operation failed (the message names the path and the OS reason)."""
 
     status = "IO"
-    code = -4
 
 
 class CommunicationError(EmberError):
     """EMBER_ERR_COMM: MPI reported an error (its text is in the message)."""
 
     status = "COMM"
-    code = -5
 
 
 class RemoteError(EmberError):
     """EMBER_ERR_REMOTE: another rank failed this call."""
 
     status = "REMOTE"
-    code = -6
 
 
 class NumericError(EmberError, ArithmeticError):
     """EMBER_ERR_NUMERIC: a NaN or infinite value (gradient, weight); nothing changed."""
 
     status = "NUMERIC"
-    code = -7
 
 
 class UnsupportedError(EmberError, NotImplementedError):
     """EMBER_ERR_UNSUPPORTED: a configuration the library does not support (scheme, ISA)."""
 
     status = "UNSUPPORTED"
-    code = -8
 
 
 class StateError(EmberError, RuntimeError):
     """EMBER_ERR_STATE: a call out of order for the object's state (closed, no forward before backward)."""
 
     status = "STATE"
-    code = -9
 
 
 class FormatError(EmberError, ValueError):
     """EMBER_ERR_FORMAT: malformed data (a checkpoint's manifest or a record failing its CRC)."""
 
     status = "FORMAT"
-    code = -10
 
 
 class CollectiveTimeoutError(EmberError, TimeoutError):
@@ -125,10 +116,9 @@ class CollectiveTimeoutError(EmberError, TimeoutError):
     ranks that never arrived. The communicator refuses every later collective: end the job."""
 
     status = "TIMEOUT"
-    code = -11
 
 
-#: status name -> class; the extension raises through this table.
+#: status name -> class; the extension raises through this table and gives each class its code.
 _BY_STATUS: dict[str, type[EmberError]] = {
     cls.status: cls
     for cls in (

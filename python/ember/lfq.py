@@ -29,23 +29,23 @@ import numpy.typing as npt
 
 from . import _ember
 from ._comm import Comm
-from ._config import CONVENTIONS, DTYPES
+from ._config import CONVENTIONS, DTYPES, ENUMS
+from .errors import EmberError, InvalidArgumentError, OutOfMemoryError, OutOfRangeError, StateError
 
 __all__ = ["LFQ"]
 
-_PROJECTIONS = {"auto": 0, "none": 1, "linear": 2}
-_DIST_MEANS = {"ranks": 0, "tokens": 1}
+_PROJECTIONS = ENUMS["lfq_projection"]
+_DIST_MEANS = ENUMS["lfq_dist_mean"]
 _NUM_PARAMS = 4
-_ST_INVALID_ARG, _ST_OUT_OF_RANGE, _ST_NOMEM, _ST_STATE = -1, -2, -3, -9
 _T = TypeVar("_T")
 
 
 class _Refusal(Exception):
-    """A Python-side refusal: (status, message), raised through the module's context."""
+    """A Python-side refusal: (message, the class of its status), raised through the module's context."""
 
-    def __init__(self, message: str, status: int = _ST_INVALID_ARG) -> None:
+    def __init__(self, message: str, error: type[EmberError] = InvalidArgumentError) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = error.code
 
 
 def _name(value: Any, table: dict[str, int], what: str) -> int:
@@ -100,7 +100,8 @@ def _floats(a: Any, what: str, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     try:
         return np.ascontiguousarray(arr, dtype=dtype)
     except MemoryError:
-        raise _Refusal(f"{what}: no memory to convert {arr.shape} to {np.dtype(dtype).name}", _ST_NOMEM) from None
+        raise _Refusal(f"{what}: no memory to convert {arr.shape} to {np.dtype(dtype).name}",
+                       OutOfMemoryError) from None
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -326,7 +327,7 @@ class LFQ:
         except _Refusal as e:
             self._core.refuse(e.status, str(e), collective)
         except MemoryError:
-            self._core.refuse(_ST_NOMEM, "LFQ.forward: no memory for the outputs", collective)
+            self._core.refuse(OutOfMemoryError.code, "LFQ.forward: no memory for the outputs", collective)
         losses = self._core.forward(xa, ma, bool(training), out, indices)
         return out, indices, losses
 
@@ -373,7 +374,7 @@ class LFQ:
         collective = self._comm is not None
         saved = self._core.saved_shape
         if saved is None:  # as the C half and the library say it, on every rank
-            self._core.refuse(_ST_STATE, "LFQ.backward: no training forward to differentiate (forward with "
+            self._core.refuse(StateError.code, "LFQ.backward: no training forward to differentiate (forward with "
                               "training=True first)", collective)
         try:
             ga = None if grad_out is None else _floats(grad_out, "LFQ.backward: grad_out", self._dtype)
@@ -385,7 +386,7 @@ class LFQ:
         except _Refusal as e:
             self._core.refuse(e.status, str(e), collective)
         except MemoryError:
-            self._core.refuse(_ST_NOMEM, "LFQ.backward: no memory for grad_x", collective)
+            self._core.refuse(OutOfMemoryError.code, "LFQ.backward: no memory for grad_x", collective)
         self._core.backward(ga, aux, grad_x)
         return grad_x
 
@@ -423,8 +424,8 @@ class LFQ:
         if isinstance(convention, str) and convention.lower() in CONVENTIONS:
             self._core.allreduce_grads(CONVENTIONS[convention.lower()])
             return
-        self._core.refuse(_ST_INVALID_ARG, f"LFQ.allreduce_grads: convention = {convention!r} is not 'mean' or "
-                          "'sum'", True)
+        self._core.refuse(InvalidArgumentError.code, f"LFQ.allreduce_grads: convention = {convention!r} is not "
+                          "'mean' or 'sum'", True)
 
     def indices_to_codes(self, indices: npt.ArrayLike, project_out: bool = True) -> np.ndarray[Any, Any]:
         """Decodes ``indices [..., C]`` (integers in [0, K)) into codes (``ember_lfq_indices_to_codes``):
@@ -444,7 +445,7 @@ class LFQ:
                                f"{self._C}]")
             if a.dtype.kind == "u" and a.size and int(a.max()) > 2**63 - 1:
                 raise _Refusal(f"LFQ.indices_to_codes: index {int(a.max())} outside [0, {self.codebook_size})",
-                               _ST_OUT_OF_RANGE)
+                               OutOfRangeError)
             return np.ascontiguousarray(a, dtype=np.int64)
 
         a = self._local(convert)

@@ -1,8 +1,8 @@
 // python/src/checkpoint.c — ember._ember.Checkpoint: inspection of a saved checkpoint without a
 // collection (ember_checkpoint_open ...: Local, any process), on a context of its own.
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD

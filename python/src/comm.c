@@ -6,10 +6,10 @@
 // At interpreter exit (Python's atexit, registered at import) every live object holding an
 // ember_comm is closed, then MPI is finalised if and only if this module initialised it: never
 // when mpi4py or the embedding program did (they finalise it themselves).
+#include "binding.h"
+
 #include <math.h>
 #include <string.h>
-
-#include "internal.h"
 
 static int mpi_initialised_here; // this module called MPI_Init_thread
 
@@ -60,11 +60,7 @@ static int ensure_mpi(void) {
     int init = 0;
     MPI_Initialized(&init);
     if (mpi_finalized()) {
-        PyObject *errors = PyImport_ImportModule("ember.errors");
-        PyObject *cls = errors ? PyObject_GetAttrString(errors, "StateError") : NULL;
-        if (cls) PyErr_SetString(cls, "ember.Comm: MPI is already finalised (rank 0)");
-        Py_XDECREF(cls);
-        Py_XDECREF(errors);
+        ember_py_error(EMBER_ERR_STATE, 0, "ember.Comm: MPI is already finalised");
         return -1;
     }
     if (init) return 0;
@@ -77,12 +73,7 @@ static int ensure_mpi(void) {
         int len = 0;
         MPI_Error_string(rc, text, &len);
         text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
-        ember_ctx *ctx = NULL;
-        if (ember_py_ctx_create(1, &ctx) == 0) { // else its error is raised
-            ember_ctx_set_error(ctx, EMBER_ERR_COMM, "ember.Comm: MPI_Init_thread failed: %s", text);
-            ember_py_raise(ctx, EMBER_ERR_COMM);
-            ember_ctx_destroy(ctx);
-        }
+        ember_py_error(EMBER_ERR_COMM, 0, "ember.Comm: MPI_Init_thread failed: %s", text);
         return -1;
     }
     mpi_initialised_here = 1;
@@ -166,8 +157,6 @@ static void comm_dealloc(CommObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int set_pending(PyObject *exc);
-
 // Comm(fortran_handle or None, timeout_s, refusal=None). Collective on the communicator.
 // `refusal`: an exception the Python layer raised on this rank for the arguments (a timeout_s that
 // is no number): the duplicate is made anyway and the refusal agreed over it, so that every rank
@@ -211,7 +200,7 @@ static PyObject *comm_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     // The deadline is local, but a rank refusing it (or its Python-side refusal) must not leave
     // the others with a Comm.
     if (refusal != Py_None) {
-        if (set_pending(refusal) <= 0) { // not an exception: agreed as INVALID_ARG
+        if (ember_py_set_pending(refusal) <= 0) { // not an exception: agreed as INVALID_ARG
             PyErr_Clear();
             ember_py_invalid("ember.Comm: refused arguments");
         }
@@ -245,17 +234,6 @@ static int comm_enter(CommObject *self) {
 
 static void comm_leave(CommObject *self) { PyThread_release_lock(self->lock); }
 
-// Sets `exc` (an exception instance, or None) as the pending exception, for ember_py_agree.
-static int set_pending(PyObject *exc) {
-    if (exc == Py_None) return 0;
-    if (!PyExceptionInstance_Check(exc)) {
-        PyErr_SetString(PyExc_TypeError, "agree: expected an exception or None");
-        return -1;
-    }
-    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    return 1;
-}
-
 int ember_py_comm_agree_obj(PyObject *obj) {
     if (!PyObject_TypeCheck(obj, &CommType)) {
         PyErr_SetString(PyExc_TypeError, "expected an ember._ember.Comm");
@@ -280,7 +258,7 @@ int ember_py_comm_agree_obj(PyObject *obj) {
 // agree(exc or None): the Python layer's agreement of a collective call's outcome. Every rank
 // calls it (or a collective method, which agrees first) once; raises the agreed error.
 static PyObject *comm_agree(CommObject *self, PyObject *exc) {
-    if (set_pending(exc) < 0) return NULL;
+    if (ember_py_set_pending(exc) < 0) return NULL;
     return ember_py_comm_agree_obj((PyObject *)self) == 0 ? Py_NewRef(Py_None) : NULL;
 }
 

@@ -1,8 +1,8 @@
 // python/src/ebc.c — ember._ember.EBC: a local collection (ember/ebc.h) owning its context, and
 // WeightsView, the read-only buffer over one table's stored rows (ember_ebc_weights_view).
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -223,16 +223,6 @@ static PyObject *ebc_tensors(EBCObject *self, PyObject *args) {
     return ret;
 }
 
-// Bytes of one element of a state array in `dtype`, and its buffer format.
-static size_t dtype_bytes(int dtype, const char **format) {
-    switch (dtype) {
-    case EMBER_DTYPE_F32: *format = "f"; return 4;
-    case EMBER_DTYPE_F16: *format = "e"; return 2;
-    case EMBER_DTYPE_BF16: *format = "H"; return 2;
-    default: *format = "f"; return 0;
-    }
-}
-
 // Columns of table t's tensor `name` (0 when there is no such tensor: the library says so).
 static int32_t tensor_cols(const ember_ebc *ebc, int32_t t, const char *name, int64_t *rows) {
     const int32_t n = ember_ebc_num_tensors(ebc, t);
@@ -253,9 +243,11 @@ static PyObject *ebc_read_write(EBCObject *self, PyObject *args, int write) {
     long long r0, r1;
     PyObject *arr;
     if (!PyArg_ParseTuple(args, "isLLiO", &t, &name, &r0, &r1, &dtype, &arr)) return NULL;
-    const char *format;
-    const size_t es = dtype_bytes(dtype, &format);
-    if (es == 0) return ember_py_invalid("%s: unknown dtype %d", write ? "write" : "read", dtype);
+    // The array's items are those of `dtype` (int64 for a hashed table's "ids"); whether the
+    // tensor takes that dtype is the library's to say.
+    const char *format = ember_py_dtype_format((ember_dtype)dtype);
+    const size_t es = ember_dtype_size((ember_dtype)dtype);
+    if (!format) return ember_py_invalid("%s: unknown dtype %d", write ? "write" : "read", dtype);
     Py_buffer v;
     if (ember_py_buffer(arr, write ? "write: array" : "read: out", format, !write, &v) != 0) return NULL;
     PyObject *ret = NULL;
@@ -319,14 +311,6 @@ static PyObject *ebc_table_bytes(EBCObject *self, PyObject *args) {
                                    : ember_py_raise(self->ctx, st);
     ebc_leave(self);
     return ret;
-}
-
-// A tiered table's counters as a dict (ember_tier_stats).
-PyObject *ember_py_tier_stats_dict(const ember_tier_stats *x) {
-    return Py_BuildValue("{sLsLsLsLsLsLsLsL}", "hits", (long long)x->hits, "misses", (long long)x->misses,
-                         "evictions", (long long)x->evictions, "rows_read", (long long)x->rows_read, "rows_written",
-                         (long long)x->rows_written, "bytes_read", (long long)x->bytes_read, "bytes_written",
-                         (long long)x->bytes_written, "prefetched", (long long)x->prefetched);
 }
 
 // tier_stats(t) -> dict   Local.

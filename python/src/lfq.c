@@ -17,15 +17,12 @@
 // Memory shared with numpy: params/grads are exported through _LFQTensor objects (buffer
 // protocol). Each holds a reference to its _LFQ, and close() while such buffers are alive defers
 // freeing the module until the last one is released, so an array never dangles.
+#include "binding.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "binding.h" // Python.h first
-
-#include <pythread.h>
-
-#include "ember/comm.h"
 #include "ember/lfq.h"
 
 typedef struct {
@@ -57,17 +54,6 @@ typedef struct {
 static PyTypeObject LFQType;
 static PyTypeObject TensorType;
 
-static PyObject *new_ref(PyObject *o) {
-    Py_INCREF(o);
-    return o;
-}
-
-#if defined(__GNUC__)
-#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
-#else
-#define PRINTF_LIKE(f, a)
-#endif
-
 // ---- errors and the lock ----------------------------------------------------------------------
 
 // Raises the exception of `st` with the context's message. After EMBER_ERR_TIMEOUT a collective
@@ -77,29 +63,17 @@ static PyObject *raise_st(LFQObject *self, ember_status st) {
     return ember_py_raise(self->ctx, st);
 }
 
-// Raises the exception of `st` with a message in the library's style ("... (rank R)") without
-// touching the module's context (closed, or not made yet).
-PRINTF_LIKE(3, 4) static PyObject *raise_fmt(const LFQObject *self, ember_status st, const char *fmt, ...) {
-    char msg[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ember_ctx_config cfg = EMBER_CTX_CONFIG_DEFAULT;
-    cfg.isa = EMBER_ISA_GENERIC; // always runnable: this context only carries the message
-    ember_ctx *tmp = NULL;
-    if (ember_ctx_create(&cfg, &tmp) != EMBER_OK) return ember_py_invalid("%s", msg);
-    if (self && self->ctx) ember_ctx_set_rank(tmp, ember_ctx_rank(self->ctx));
-    ember_ctx_set_error(tmp, st, "%s", msg);
-    ember_py_raise(tmp, st);
-    ember_ctx_destroy(tmp);
-    return NULL;
+// The rank the module's messages name: its context's (its communicator's rank, or the process's
+// in MPI_COMM_WORLD); the process's when it has no context (closed, or not made yet).
+static int msg_rank(const LFQObject *self) {
+    const int32_t r = self && self->ctx ? ember_ctx_rank(self->ctx) : -1;
+    return r >= 0 ? (int)r : ember_py_world_rank();
 }
 
 // A refusal by the binding (the lock held): recorded on the module's context and, inside a
 // Collective call, agreed with the other ranks (who are in the library call's first agreement).
 // Returns NULL with the exception set.
-PRINTF_LIKE(4, 5) static PyObject *refuse(LFQObject *self, int collective, ember_status st, const char *fmt, ...) {
+EMBER_PY_PRINTF(4, 5) static PyObject *refuse(LFQObject *self, int collective, ember_status st, const char *fmt, ...) {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -114,23 +88,17 @@ PRINTF_LIKE(4, 5) static PyObject *refuse(LFQObject *self, int collective, ember
     return raise_st(self, st);
 }
 
-static void lock(LFQObject *self) {
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) return;
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-}
-
 // Takes the lock if the module is open; otherwise raises StateError and returns 0.
 static int enter(LFQObject *self, const char *who) {
     if (!self->lock) {
-        raise_fmt(self, EMBER_ERR_STATE, "%s: the LFQ module is not created", who);
+        ember_py_error(EMBER_ERR_STATE, msg_rank(self), "%s: the LFQ module is not created", who);
         return 0;
     }
-    lock(self);
+    ember_py_lock(self->lock);
     if (!self->q || self->closed) {
         PyThread_release_lock(self->lock);
-        raise_fmt(self, EMBER_ERR_STATE, "%s: the LFQ module is %s", who, self->closed ? "closed" : "not created");
+        ember_py_error(EMBER_ERR_STATE, msg_rank(self), "%s: the LFQ module is %s", who,
+                       self->closed ? "closed" : "not created");
         return 0;
     }
     return 1;
@@ -226,7 +194,7 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
                                      &refusal))
         return -1;
     if (self->lock) {
-        raise_fmt(self, EMBER_ERR_STATE, "LFQ: the module is already created");
+        ember_py_error(EMBER_ERR_STATE, msg_rank(self), "LFQ: the module is already created");
         return -1;
     }
     if (!(self->lock = PyThread_allocate_lock())) {
@@ -235,11 +203,7 @@ static int LFQ_init(LFQObject *self, PyObject *args, PyObject *kwds) {
     }
     // Without a communicator of its own the module cannot tell the other ranks: a failure is local.
     if (ember_py_ctx_create(0, &self->ctx) != 0) return -1;
-    int mpi_up = 0, mpi_down = 0, world_rank = 0;
-    MPI_Initialized(&mpi_up);
-    MPI_Finalized(&mpi_down);
-    if (mpi_up && !mpi_down && MPI_Comm_rank(MPI_COMM_WORLD, &world_rank) == MPI_SUCCESS)
-        ember_ctx_set_rank(self->ctx, world_rank); // messages name the process (a comm renames it)
+    ember_ctx_set_rank(self->ctx, ember_py_world_rank()); // messages name the process (a comm renames it)
     if (comm_obj != Py_None) {
         if (ember_py_comm_derive(comm_obj, self->ctx, &self->comm) != 0) {
             free_all(self);
@@ -324,9 +288,9 @@ static void LFQ_dealloc(LFQObject *self) {
 
 static PyObject *LFQ_close(LFQObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!self->lock) Py_RETURN_NONE;
-    lock(self);
+    ember_py_lock(self->lock);
     close_now(self);
-    return leave(self, new_ref(Py_None));
+    return leave(self, Py_NewRef(Py_None));
 }
 
 // ---- buffers ----------------------------------------------------------------------------------
@@ -380,20 +344,7 @@ static int views_get(views *vs, int n, PyObject *const *objs, const char *const 
         if (objs[i] == Py_None) continue;
         if (ember_py_buffer(objs[i], what[i], formats[i], writable[i], &vs->v[i]) != 0) {
             vs->v[i].obj = NULL;
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyObject *s = value ? PyObject_Str(value) : NULL;
-            const char *txt = s ? PyUnicode_AsUTF8(s) : NULL;
-            snprintf(vs->error, sizeof vs->error, "%s", txt ? txt : "a buffer cannot be read");
-            // ember_py_buffer's text ends in " (rank R)", which the refusal's message adds again.
-            char *tag = NULL;
-            for (char *at = vs->error; (at = strstr(at, " (rank ")) != NULL; at++) tag = at;
-            if (tag && tag[strlen(tag) - 1] == ')') *tag = '\0';
-            PyErr_Clear();
-            Py_XDECREF(s);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
+            ember_py_take_error(vs->error, sizeof vs->error); // without its " (rank R)": added again
             views_release(vs);
             return -1;
         }
@@ -555,13 +506,14 @@ static PyObject *LFQ_indices_to_codes(LFQObject *self, PyObject *args, PyObject 
                                      &objs[1]))
         return NULL;
     if (objs[0] == Py_None || objs[1] == Py_None)
-        return raise_fmt(self, EMBER_ERR_INVALID_ARG, "LFQ.indices_to_codes: indices and codes are required");
+        return ember_py_error(EMBER_ERR_INVALID_ARG, msg_rank(self),
+                              "LFQ.indices_to_codes: indices and codes are required");
     const char *what[2] = {"LFQ.indices_to_codes: indices", "LFQ.indices_to_codes: codes"};
     const char *formats[2] = {"q", float_format(self)};
     const int writable[2] = {0, 1};
     views vs;
     if (views_get(&vs, 2, objs, what, formats, writable) != 0)
-        return raise_fmt(self, EMBER_ERR_INVALID_ARG, "%s", vs.error);
+        return ember_py_error(EMBER_ERR_INVALID_ARG, msg_rank(self), "%s", vs.error);
     if (!enter(self, "LFQ.indices_to_codes")) {
         views_release(&vs);
         return NULL;
@@ -579,8 +531,8 @@ static PyObject *LFQ_tensor(LFQObject *self, PyObject *args) {
     int grad = 0, id = 0;
     if (!PyArg_ParseTuple(args, "pi:tensor", &grad, &id)) return NULL;
     if (id < 0 || id >= EMBER_LFQ_NUM_PARAMS)
-        return raise_fmt(self, EMBER_ERR_INVALID_ARG, "LFQ.tensor: parameter id %d outside [0, %d)", id,
-                         (int)EMBER_LFQ_NUM_PARAMS);
+        return ember_py_error(EMBER_ERR_INVALID_ARG, msg_rank(self), "LFQ.tensor: parameter id %d outside [0, %d)",
+                              id, (int)EMBER_LFQ_NUM_PARAMS);
     if (!enter(self, "LFQ.tensor")) return NULL;
     int64_t numel = 0;
     const int present = ember_lfq_param(self->q, (ember_lfq_param_id)id, &numel) != NULL;
@@ -590,7 +542,7 @@ static PyObject *LFQ_tensor(LFQObject *self, PyObject *args) {
     const Py_ssize_t esz = self->f64 ? (Py_ssize_t)sizeof(double) : (Py_ssize_t)sizeof(float);
     TensorObject *t = PyObject_New(TensorObject, &TensorType);
     if (!t) return NULL;
-    t->owner = (LFQObject *)new_ref((PyObject *)self);
+    t->owner = (LFQObject *)Py_NewRef((PyObject *)self);
     t->grad = grad;
     t->id = id;
     switch (id) {
@@ -603,8 +555,9 @@ static PyObject *LFQ_tensor(LFQObject *self, PyObject *args) {
     t->strides[0] = t->ndim == 2 ? esz * t->shape[1] : esz;
     if (t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1) != (Py_ssize_t)numel) { // header and binding disagree
         Py_DECREF(t);
-        return raise_fmt(self, EMBER_ERR_STATE, "LFQ.tensor: %s has %lld elements, not its documented shape's",
-                         ember_lfq_param_name((ember_lfq_param_id)id), (long long)numel);
+        return ember_py_error(EMBER_ERR_STATE, msg_rank(self),
+                              "LFQ.tensor: %s has %lld elements, not its documented shape's",
+                              ember_lfq_param_name((ember_lfq_param_id)id), (long long)numel);
     }
     return (PyObject *)t;
 }
@@ -620,7 +573,7 @@ static PyObject *LFQ_param_name(PyObject *Py_UNUSED(cls), PyObject *arg) {
 static PyObject *LFQ_zero_grad(LFQObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!enter(self, "LFQ.zero_grad")) return NULL;
     ember_status st = ember_lfq_zero_grad(self->q);
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
+    return leave(self, st == EMBER_OK ? Py_NewRef(Py_None) : raise_st(self, st));
 }
 
 // allreduce_grads(convention: 0 mean, 1 sum). Collective on the module's comm.
@@ -638,7 +591,7 @@ static PyObject *LFQ_allreduce_grads(LFQObject *self, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     st = ember_lfq_allreduce_grads(self->q, (ember_grad_convention)conv);
     Py_END_ALLOW_THREADS
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
+    return leave(self, st == EMBER_OK ? Py_NewRef(Py_None) : raise_st(self, st));
 }
 
 // refuse(status, message, collective): the Python layer's refusal, recorded on the context and,
@@ -658,18 +611,19 @@ static PyObject *LFQ_set_inv_temperature(LFQObject *self, PyObject *arg) {
     if (tau == -1.0 && PyErr_Occurred()) return NULL;
     if (!enter(self, "LFQ.set_inv_temperature")) return NULL;
     ember_status st = ember_lfq_set_inv_temperature(self->q, tau);
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
+    return leave(self, st == EMBER_OK ? Py_NewRef(Py_None) : raise_st(self, st));
 }
 
 static PyObject *LFQ_set_seed(LFQObject *self, PyObject *arg) {
     unsigned long long seed = PyLong_AsUnsignedLongLong(arg);
     if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        return raise_fmt(self, EMBER_ERR_INVALID_ARG, "LFQ.set_seed: the seed must be an integer in [0, 2^64)");
+        return ember_py_error(EMBER_ERR_INVALID_ARG, msg_rank(self),
+                              "LFQ.set_seed: the seed must be an integer in [0, 2^64)");
     }
     if (!enter(self, "LFQ.set_seed")) return NULL;
     ember_status st = ember_lfq_set_seed(self->q, (uint64_t)seed);
-    return leave(self, st == EMBER_OK ? new_ref(Py_None) : raise_st(self, st));
+    return leave(self, st == EMBER_OK ? Py_NewRef(Py_None) : raise_st(self, st));
 }
 
 // The resolved configuration (ember_lfq_get_config) as a dict, enums by name, plus codebook_dim.
@@ -681,11 +635,11 @@ static PyObject *LFQ_config(LFQObject *self, PyObject *Py_UNUSED(ignored)) {
         "codebook_size", (int)c->codebook_size, "num_codebooks", (int)c->num_codebooks, "codebook_scale",
         c->codebook_scale, "entropy_loss_weight", c->entropy_loss_weight, "commitment_loss_weight",
         c->commitment_loss_weight, "diversity_gamma", c->diversity_gamma, "inv_temperature", c->inv_temperature,
-        "projection", c->projection == EMBER_LFQ_PROJ_LINEAR ? "linear" : "none", "projection_has_bias",
+        "projection", ember_lfq_projection_name(c->projection), "projection_has_bias",
         c->projection_has_bias ? Py_True : Py_False, "soft_clamp_input_value", c->soft_clamp_input_value, "spherical",
         c->spherical ? Py_True : Py_False, "softplus_entropy_loss", c->softplus_entropy_loss ? Py_True : Py_False,
         "entropy_loss_offset", c->entropy_loss_offset, "frac_per_sample_entropy", c->frac_per_sample_entropy,
-        "dist_mean", c->dist_mean == EMBER_LFQ_MEAN_TOKENS ? "tokens" : "ranks", "dtype",
+        "dist_mean", ember_lfq_dist_mean_name(c->dist_mean), "dtype",
         c->dtype == EMBER_DTYPE_F64 ? "float64" : "float32", "seed", (unsigned long long)c->seed, "max_tokens",
         (long long)c->max_tokens, "codebook_dim", (int)self->D);
     return leave(self, r);
@@ -693,7 +647,7 @@ static PyObject *LFQ_config(LFQObject *self, PyObject *Py_UNUSED(ignored)) {
 
 static PyObject *LFQ_get_bytes_outstanding(LFQObject *self, void *Py_UNUSED(closure)) {
     if (!self->lock) return PyLong_FromSize_t(0);
-    lock(self);
+    ember_py_lock(self->lock);
     const size_t n = self->ctx ? ember_ctx_bytes_outstanding(self->ctx) : self->final_bytes;
     return leave(self, PyLong_FromSize_t(n));
 }
@@ -813,11 +767,11 @@ static PyTypeObject TensorType = {
 
 int ember_py_lfq_add(PyObject *module) {
     if (PyType_Ready(&LFQType) < 0 || PyType_Ready(&TensorType) < 0) return -1;
-    if (PyModule_AddObject(module, "_LFQ", new_ref((PyObject *)&LFQType)) < 0) {
+    if (PyModule_AddObject(module, "_LFQ", Py_NewRef((PyObject *)&LFQType)) < 0) {
         Py_DECREF(&LFQType);
         return -1;
     }
-    if (PyModule_AddObject(module, "_LFQTensor", new_ref((PyObject *)&TensorType)) < 0) {
+    if (PyModule_AddObject(module, "_LFQTensor", Py_NewRef((PyObject *)&TensorType)) < 0) {
         Py_DECREF(&TensorType);
         return -1;
     }

@@ -1,8 +1,8 @@
 // python/src/plan.c — sharding plans: the planner (ember/plan.h), plan descriptions and the
 // names of the schemes (ember/shard.h), for ember.plan, ember.describe_plan and ember.TablePlan.
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 void ember_py_plan_free(ember_table_plan *plan, int32_t num_tables) {
     if (!plan) return;
@@ -251,4 +251,10 @@ static PyMethodDef plan_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int ember_py_plan_add(PyObject *module) { return PyModule_AddFunctions(module, plan_methods); }
+// The functions, and the bits of schemes()'s plan fields mask (EMBER_PLAN_USES_*).
+int ember_py_plan_add(PyObject *module) {
+    if (PyModule_AddFunctions(module, plan_methods) != 0) return -1;
+    if (PyModule_AddIntConstant(module, "PLAN_USES_RANKS", EMBER_PLAN_USES_RANKS) != 0) return -1;
+    if (PyModule_AddIntConstant(module, "PLAN_USES_SHARDS", EMBER_PLAN_USES_SHARDS) != 0) return -1;
+    return PyModule_AddIntConstant(module, "PLAN_USES_GROUP", EMBER_PLAN_USES_GROUP);
+}

@@ -5,9 +5,9 @@
 // Python layer (ember_py_agree): a rank whose arguments are refused raises, and so does every
 // other rank, with the failing rank's message; the Python layer's own refusals call agree(exc)
 // in place of the method. Only then the library's call, which agrees on its own checks.
-#include <string.h>
+#include "binding.h"
 
-#include "internal.h"
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -132,13 +132,7 @@ static void sebc_leave(SEBCObject *self) { PyThread_release_lock(self->lock); }
 
 // agree(exc or None)
 static PyObject *sebc_agree(SEBCObject *self, PyObject *exc) {
-    if (exc != Py_None) {
-        if (!PyExceptionInstance_Check(exc)) {
-            PyErr_SetString(PyExc_TypeError, "agree: expected an exception or None");
-            return NULL;
-        }
-        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    }
+    if (ember_py_set_pending(exc) < 0) return NULL;
     if (sebc_enter(self) != 0) return NULL;
     const int rc = ember_py_agree(self->comm, self->ctx);
     sebc_leave(self);
@@ -259,21 +253,24 @@ static int64_t tensor_elems(const SEBCObject *self, int t, const char *name) {
     return 0;
 }
 
-// read(t, tensor, dtype, root, out or None) and write(t, tensor, dtype, src or None, root).
-// Collective. The buffer is needed where the library reads or writes it: on root, or everywhere
-// when root is -1.
+// read(t, tensor, dtype, root, out or None) and write(t, tensor, dtype, root, src or None), the
+// array's items those of `dtype` (ember_py_dtype_format). Collective. The buffer is needed where
+// the library reads or writes it: on root, or everywhere when root is -1.
 static PyObject *sebc_read_write(SEBCObject *self, PyObject *args, int write) {
     int t, dtype, root;
     const char *name;
     PyObject *arr;
     if (!PyArg_ParseTuple(args, "isiiO", &t, &name, &dtype, &root, &arr)) return NULL;
-    const char *format = dtype == EMBER_DTYPE_F16 ? "e" : dtype == EMBER_DTYPE_BF16 ? "H" : "f";
-    const Py_ssize_t es = ember_dtype_size(dtype);
+    // The array's items are those of `dtype` (int64 for a hashed table's "ids"); whether the
+    // tensor takes that dtype is the library's to say.
+    const char *format = ember_py_dtype_format((ember_dtype)dtype);
+    const Py_ssize_t es = (Py_ssize_t)ember_dtype_size((ember_dtype)dtype);
     Py_buffer v;
     int held = 0;
-    if (arr != Py_None) {
-        if (ember_py_buffer(arr, write ? "write: array" : "read: out", format, !write, &v) == 0) held = 1;
-    }
+    if (!format)
+        ember_py_invalid("%s: unknown dtype %d", write ? "write" : "read", dtype);
+    else if (arr != Py_None && ember_py_buffer(arr, write ? "write: array" : "read: out", format, !write, &v) == 0)
+        held = 1;
     if (sebc_enter(self) != 0) {
         if (held) PyBuffer_Release(&v);
         return NULL;

@@ -15,6 +15,11 @@ static const char *const param_names[EMBER_LFQ_NUM_PARAMS] = {
     "project_in.weight", "project_in.bias", "project_out.weight", "project_out.bias",
 };
 
+EMBER__ENUM_NAMES(ember_lfq_projection, ember_lfq_projection, "auto", "none", "linear")
+EMBER__ENUM_NAMES(ember_lfq_dist_mean, ember_lfq_dist_mean, "ranks", "tokens")
+_Static_assert(ember_lfq_projection_count_ == EMBER_LFQ_PROJ_COUNT, "a name for every projection");
+_Static_assert(ember_lfq_dist_mean_count_ == EMBER_LFQ_MEAN_COUNT, "a name for every dist_mean");
+
 const char *ember_lfq_param_name(ember_lfq_param_id id) {
     return id >= 0 && id < EMBER_LFQ_NUM_PARAMS ? param_names[id] : NULL;
 }
@@ -31,9 +36,9 @@ static ember_status check_real(ember_ctx *ctx, const char *name, double v, bool 
 static ember_status resolve_config(ember_ctx *ctx, ember_lfq_config *c, int32_t *bits) {
     EMBER_CHECK(ctx, c->dtype == EMBER_DTYPE_F32 || c->dtype == EMBER_DTYPE_F64, EMBER_ERR_INVALID_ARG,
                 "ember_lfq_create: unknown dtype %d", (int)c->dtype);
-    EMBER_CHECK(ctx, c->projection >= EMBER_LFQ_PROJ_AUTO && c->projection <= EMBER_LFQ_PROJ_LINEAR,
+    EMBER_CHECK(ctx, c->projection >= 0 && c->projection < EMBER_LFQ_PROJ_COUNT,
                 EMBER_ERR_INVALID_ARG, "ember_lfq_create: unknown projection %d", (int)c->projection);
-    EMBER_CHECK(ctx, c->dist_mean == EMBER_LFQ_MEAN_RANKS || c->dist_mean == EMBER_LFQ_MEAN_TOKENS,
+    EMBER_CHECK(ctx, c->dist_mean >= 0 && c->dist_mean < EMBER_LFQ_MEAN_COUNT,
                 EMBER_ERR_INVALID_ARG, "ember_lfq_create: unknown dist_mean %d", (int)c->dist_mean);
     EMBER_CHECK(ctx, c->dim >= 0 && c->codebook_size >= 0 && c->num_codebooks >= 0 && c->max_tokens >= 0,
                 EMBER_ERR_INVALID_ARG,
@@ -305,14 +310,14 @@ static void describe(const ember_lfq *q, ember__fields *d) {
     ember__fields_add(d, "commitment_loss_weight: %.17g", c->commitment_loss_weight);
     ember__fields_add(d, "diversity_gamma: %.17g", c->diversity_gamma);
     ember__fields_add(d, "inv_temperature: %.17g", c->inv_temperature);
-    ember__fields_add(d, "projection: %s", c->projection == EMBER_LFQ_PROJ_LINEAR ? "linear" : "none");
+    ember__fields_add(d, "projection: %s", ember_lfq_projection_name(c->projection));
     ember__fields_add(d, "projection_has_bias: %d", (int)c->projection_has_bias);
     ember__fields_add(d, "soft_clamp_input_value: %.17g", c->soft_clamp_input_value);
     ember__fields_add(d, "spherical: %d", (int)c->spherical);
     ember__fields_add(d, "softplus_entropy_loss: %d", (int)c->softplus_entropy_loss);
     ember__fields_add(d, "entropy_loss_offset: %.17g", c->entropy_loss_offset);
     ember__fields_add(d, "frac_per_sample_entropy: %.17g", c->frac_per_sample_entropy);
-    ember__fields_add(d, "dist_mean: %s", c->dist_mean == EMBER_LFQ_MEAN_TOKENS ? "tokens" : "ranks");
+    ember__fields_add(d, "dist_mean: %s", ember_lfq_dist_mean_name(c->dist_mean));
     ember__fields_add(d, "dtype: %s", ember_dtype_name(c->dtype));
     ember__fields_add(d, "seed: %llu", (unsigned long long)c->seed);
 }

@@ -17,7 +17,7 @@ failures (ember.Comm.allreduce_grads, or mpi4py in the mpi4py case) and every ra
 rank failed, after printing its own failures. An unexpected exception prints its traceback and
 ends the job (os._exit), so nothing waits forever; every collective also has a 30 s deadline.
 
-Cases: schemes, conventions, seed_rw_grad, seed_mean, seed_dp_bf16, bad_input, mpi4py,
+Cases: schemes, conventions, seed_rw_grad, seed_mean, seed_dp_bf16, bad_input, tiered, hashed, mpi4py,
 ckpt_save DIR (W=2), ckpt_load DIR (W=3).
 """
 import os
@@ -277,6 +277,88 @@ def case_tiered(run):
         run.check(False, "a data-parallel tiered table was accepted")
     except ember.errors.UnsupportedError as e:
         run.check("t0" in str(e), "the refusal names the table: %s" % e)
+
+
+def hashed_tables():
+    """(table tuples, feature tuples, TableConfigs): "h" 32 x 4, hashed in 8 buckets of 4 rows
+    (LRU), and "r" 10 x 3. The extension's table tuple makes "h" hashed (TableConfig cannot yet)."""
+    cfgs = [ember.TableConfig("h", 32, 4, init=("uniform", -1.0, 1.0)), ember.TableConfig("r", 10, 3)]
+    h = cfgs[0]._c_tuple() + ((4, 0, ember._config.EVICT_POLICIES["lru"], 0),)
+    return [h, cfgs[1]._c_tuple()], [("h", 0), ("r", 1)], cfgs
+
+
+def hashed_forward(coll, keys):
+    """Forward of one sample per key in "h" (an empty bag of "r" each) on the extension object."""
+    B = len(keys)
+    lengths = np.concatenate([np.ones(B, np.int32), np.zeros(B, np.int32)])
+    out = np.empty((B, 7), np.float32)
+    coll.forward(np.asarray(keys, np.int64), lengths, None, None, 2, B, out)
+    return out
+
+
+def case_hashed(run):
+    """A hashed table's int64 "ids" map through the sharded collection under every scheme: read
+    (root -1 and one root) equals the single process's map after the same global batch; a map
+    written from one root is read back on every rank and looked up by the next forward; an array
+    of another dtype, or the map read as fp32, is refused on every rank."""
+    from ember import _config, _ember, _sharded
+    W, R = run.size, run.rank
+    I64, F32 = _config.DTYPES["int64"], _config.DTYPES["fp32"]
+    tables, feats, cfgs = hashed_tables()
+    rng = np.random.default_rng(13)
+    per = 5
+    keys = rng.integers(-2**62, 2**62, size=4 * W, dtype=np.int64)
+    keys1 = keys[rng.integers(0, len(keys), size=per * W)]  # repeats across and within ranks
+    keys2 = rng.integers(-2**40, 2**40, size=per * W, dtype=np.int64)
+    mine = slice(per * R, per * (R + 1))
+    for scheme in ("rw", "tw", "cw", "twrw", "dp"):
+        plans = [p._c_tuple() for p in _sharded._resolve_plan(scheme, cfgs, W, 512)]
+        sebc = _ember.SEBC(run.comm._c, tables, feats, 0, 17, 0, 0, 0, plans, _config.CONVENTIONS["mean"], None)
+        local = _ember.EBC(tables, feats, 0, 17)
+        other = _ember.EBC(tables, feats, 0, 17)
+        try:
+            want = hashed_forward(local, keys1)
+            got = hashed_forward(sebc, keys1[mine])
+            run.check(np.array_equal(got, want[mine]), "hashed %s: forward differs from one process" % scheme)
+            local_ids = np.empty((32, 3), np.int64)
+            local.read(0, "ids", 0, 32, I64, local_ids)
+            ids = np.empty((32, 3), np.int64)
+            sebc.read(0, "ids", I64, -1, ids)
+            run.check(np.array_equal(ids, local_ids), "hashed %s: ids read on every rank differ from one process's"
+                      % scheme)
+            at_root = np.full((32, 3), -1, np.int64) if R == W - 1 else None
+            sebc.read(0, "ids", I64, W - 1, at_root)
+            run.check(R != W - 1 or np.array_equal(at_root, local_ids), "hashed %s: ids read onto the last rank"
+                      % scheme)
+            # Another map, written from rank 0 alone with its rows' weights (a fresh row's values
+            # follow its id, not its slot): every rank reads it back, and the next forward looks
+            # the keys up in it.
+            want2 = hashed_forward(other, keys2)
+            ids2 = np.empty((32, 3), np.int64)
+            other.read(0, "ids", 0, 32, I64, ids2)
+            w2 = np.empty((32, 4), np.float32)
+            other.read(0, "weight", 0, 32, F32, w2)
+            sebc.write(0, "ids", I64, 0, ids2 if R == 0 else None)
+            sebc.write(0, "weight", F32, 0, w2 if R == 0 else None)
+            back = np.zeros((32, 3), np.int64)
+            sebc.read(0, "ids", I64, -1, back)
+            run.check(np.array_equal(back, ids2), "hashed %s: the map written from rank 0 read back" % scheme)
+            got2 = hashed_forward(sebc, keys2[mine])
+            run.check(np.array_equal(got2, want2[mine]), "hashed %s: forward after the write" % scheme)
+            bad = np.zeros((32, 3), np.float32) if R == 0 else ids2
+            run.expect_error("hashed %s: float32 array written as int64" % scheme, ember.InvalidArgumentError,
+                             ["expected int64 items, got float32", "(rank 0)"],
+                             lambda: sebc.write(0, "ids", I64, -1, bad))
+            run.expect_error("hashed %s: ids read as fp32" % scheme, ember.InvalidArgumentError,
+                             ["tensor 'ids' cannot be read or written as fp32"],
+                             lambda: sebc.read(0, "ids", F32, -1, np.zeros((32, 3), np.float32)))
+            after = np.zeros((32, 3), np.int64)
+            sebc.read(0, "ids", I64, -1, after)
+            run.check(np.array_equal(after[:, 0], ids2[:, 0]), "hashed %s: a refused write changed the map" % scheme)
+        finally:
+            sebc.close()
+            local.close()
+            other.close()
 
 
 def case_schemes(run):
@@ -884,6 +966,7 @@ CASES = {
     "ckpt_load": case_ckpt_load,
     "memory": case_memory,
     "tiered": case_tiered,
+    "hashed": case_hashed,
 }
 
 
