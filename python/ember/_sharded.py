@@ -44,9 +44,10 @@ class TablePlan:
     num_shards  cw, grid: column slices
     group_size  twrw, grid: ranks in (each slice's) group
 
-    A TablePlan naming only its scheme gets the default placement of that scheme for the table
-    (as a plan given by scheme name: tw on rank t mod W, cw over min(W, dim) ranks from 0, twrw over
-    all W ranks, grid 2 slices x W // 2 ranks).
+    A TablePlan naming only its scheme gets the library's default placement of that scheme for
+    table t (ember_table_plan_default, the one rule the CLI and the benchmarks use too): tw on rank
+    t mod W, cw in min(W, dim) slices on ranks t, t + 1, ... mod W, twrw over all W ranks, grid
+    min(dim, 2) slices x max(1, W // 2) ranks from rank t.
     """
 
     scheme: str
@@ -79,22 +80,8 @@ class TablePlan:
 
 
 def _default_plan(scheme: str, t: int, dim: int, W: int) -> TablePlan:
-    """A scheme name alone: the contract's default placement for table t."""
-    code = _scheme_code(scheme, "plan")
-    short = _SCHEMES[code][0]
-    fields = _SCHEMES[code][2]
-    if not fields & _USES_RANKS:
-        return TablePlan(short)
-    if short == "tw":
-        return TablePlan(short, (t % W,))
-    if short == "cw":
-        n = max(1, min(W, dim))
-        return TablePlan(short, tuple(range(n)), num_shards=n)
-    if short == "twrw":
-        return TablePlan(short, tuple(range(W)), group_size=W)
-    # grid: two column slices (one if dim is 1), each row-wise over W // 2 ranks (1 if W is 1).
-    shards, group = (2 if dim >= 2 else 1), max(1, W // 2)
-    return TablePlan(short, tuple(i % W for i in range(shards * group)), num_shards=shards, group_size=group)
+    """A scheme name alone: the library's default placement for table t (ember_table_plan_default)."""
+    return TablePlan._from_c(_ember.plan_default(_scheme_code(scheme, "plan"), t, dim, W, 0))
 
 
 def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: int) -> list[TablePlan]:

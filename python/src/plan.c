@@ -243,7 +243,28 @@ static PyObject *py_rank_bytes(PyObject *self, PyObject *args) {
     return ret;
 }
 
+// plan_default(scheme, t, dim, world_size, group) -> plan tuple (ember_table_plan_default).
+static PyObject *py_plan_default(PyObject *self, PyObject *args) {
+    (void)self;
+    int scheme, t, dim, world, group;
+    if (!PyArg_ParseTuple(args, "iiiii", &scheme, &t, &dim, &world, &group)) return NULL;
+    if (world < 1) return ember_py_invalid("plan: world_size %d < 1", world);
+    int32_t *ranks = PyMem_Malloc(sizeof(int32_t) * (size_t)world);
+    if (!ranks) return PyErr_NoMemory();
+    ember_table_plan p;
+    const ember_status st = ember_table_plan_default((ember_shard_scheme)scheme, t, dim, world, group, ranks, &p);
+    PyObject *out = st == EMBER_OK ? ember_py_plan_list(&p, 1)
+                                   : ember_py_invalid("plan: no default placement of table %d (dim %d) under scheme %d "
+                                                      "on %d ranks", t, dim, scheme, world);
+    PyMem_Free(ranks);
+    if (!out || st != EMBER_OK) return out;
+    PyObject *item = Py_NewRef(PyList_GET_ITEM(out, 0));
+    Py_DECREF(out);
+    return item;
+}
+
 static PyMethodDef plan_methods[] = {
+    {"plan_default", py_plan_default, METH_VARARGS, "ember_table_plan_default of one table; use ember.TablePlan."},
     {"plan", py_plan, METH_VARARGS, "The planner (ember_plan_create); use ember.plan."},
     {"describe_plan", py_describe_plan, METH_VARARGS, "ember_plan_describe; use ember.describe_plan."},
     {"schemes", py_schemes, METH_NOARGS, "[(short name, long name, plan fields)] of every scheme."},
