@@ -248,6 +248,58 @@ static void consider(void *arg, const ember_table_plan *p) {
     }
 }
 
+// Ids per sample of each table (Lt: the sum over the features that read it), and the tables in
+// the order they are placed: largest first (stable: equal sizes keep configuration order).
+static void table_order(const ember_ebc_config *ec, const ember_plan_config *pc, double *Lt, size_t *order) {
+    const int T = ec->num_tables;
+    for (int t = 0; t < T; t++) Lt[t] = 0;
+    for (int f = 0; f < ec->num_features; f++) {
+        const int t = ec->features[f].table;
+        if (t >= 0 && t < T) Lt[t] += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
+    }
+    for (int t = 0; t < T; t++) order[t] = (size_t)t;
+    for (int i = 1; i < T; i++) {
+        size_t v = order[i];
+        int j = i - 1;
+        while (j >= 0 && table_bytes(&ec->tables[order[j]]) < table_bytes(&ec->tables[v])) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = v;
+    }
+}
+
+// Ranks by their step load so far (seconds when timed, else bytes), least first: the candidates
+// for single placements.
+static void sort_by_load(model *m, const ember__traffic *acc, int timed, int32_t *by_load) {
+    host_sums(m, acc, NULL);
+    for (int q = 0; q < m->W; q++) by_load[q] = q;
+    for (int a = 1; a < m->W; a++) {
+        int v = by_load[a], b = a - 1;
+        while (b >= 0 && (timed ? rank_seconds(m, acc, NULL, by_load[b]) > rank_seconds(m, acc, NULL, v)
+                                : rank_bytes(acc, NULL, by_load[b]) > rank_bytes(acc, NULL, v))) {
+            by_load[b + 1] = by_load[b];
+            b--;
+        }
+        by_load[b + 1] = v;
+    }
+}
+
+// The plan's figures per rank (whichever arrays stats gives): storage, step bytes, predicted
+// seconds (0 when the plan is on bytes), bytes sent to other hosts.
+static void fill_stats(placing *pl, const ember__traffic *acc, const size_t *acc_storage, ember_plan_stats *stats) {
+    model *m = pl->m;
+    if (stats->storage_bytes) memcpy(stats->storage_bytes, acc_storage, sizeof(size_t) * (size_t)m->W);
+    host_sums(m, acc, NULL);
+    for (int q = 0; q < m->W; q++) {
+        if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(acc, NULL, q);
+        if (stats->step_seconds)
+            stats->step_seconds[q] =
+                pl->timed ? rank_seconds(m, acc, NULL, q) + rounds_seconds(m, pl->has_routed, pl->has_dp) : 0;
+        if (stats->inter_bytes) stats->inter_bytes[q] = acc->inter[q];
+    }
+}
+
 void ember_plan_release(ember_ctx *ctx, ember_table_plan *plan, int32_t num_tables) {
     for (int32_t t = 0; plan && t < num_tables; t++) {
         ember_ctx_free(ctx, plan[t].ranks);
@@ -310,23 +362,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     const int timed = m.intra_bw > 0;
     for (size_t i = 0; i < NA; i++) memset(*traffic_array(&acc, (int)i), 0, sizeof(double) * Wz);
     memset(acc_storage, 0, sizeof(size_t) * Wz);
-    // Ids per sample of each table: the sum over the features that read it.
-    for (int t = 0; t < T; t++) Lt[t] = 0;
-    for (int f = 0; f < ec->num_features; f++) {
-        const int t = ec->features[f].table;
-        if (t >= 0 && t < T) Lt[t] += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
-    }
-    // Largest tables first (stable: equal sizes keep configuration order).
-    for (int t = 0; t < T; t++) order[t] = (size_t)t;
-    for (int i = 1; i < T; i++) {
-        size_t v = order[i];
-        int j = i - 1;
-        while (j >= 0 && table_bytes(&ec->tables[order[j]]) < table_bytes(&ec->tables[v])) {
-            order[j + 1] = order[j];
-            j--;
-        }
-        order[j + 1] = v;
-    }
+    table_order(ec, pc, Lt, order);
     // Grid with one column slice per host needs hosts of equal size, at least 2 ranks each.
     int hosts_even = m.H > 1;
     for (int h = 0; h < m.H && hosts_even; h++)
@@ -346,18 +382,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         pl.L = Lt[t];
         pl.best_score = -1;
         pl.best_total = 0;
-        // Ranks by current step load, least first: the candidates for single placements.
-        host_sums(&m, &acc, NULL);
-        for (int q = 0; q < W; q++) by_load[q] = q;
-        for (int a = 1; a < W; a++) {
-            int v = by_load[a], b = a - 1;
-            while (b >= 0 && (timed ? rank_seconds(&m, &acc, NULL, by_load[b]) > rank_seconds(&m, &acc, NULL, v)
-                                    : rank_bytes(&acc, NULL, by_load[b]) > rank_bytes(&acc, NULL, v))) {
-                by_load[b + 1] = by_load[b];
-                b--;
-            }
-            by_load[b + 1] = v;
-        }
+        sort_by_load(&m, &acc, timed, by_load);
         // Every allowed scheme proposes its placements (the first of equal scores wins).
         for (size_t k = 0; k < sizeof PLAN_ORDER / sizeof PLAN_ORDER[0]; k++) {
             const ember__scheme_ops *ops = ember__scheme(PLAN_ORDER[k]);
@@ -390,17 +415,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             for (size_t a = 0; a < NA; a++) (*traffic_array(&acc, (int)a))[q] += (*traffic_array(&win->tr, (int)a))[q];
         }
     }
-    if (st == EMBER_OK && stats) {
-        if (stats->storage_bytes) memcpy(stats->storage_bytes, acc_storage, sizeof(size_t) * Wz);
-        host_sums(&m, &acc, NULL);
-        for (int q = 0; q < W; q++) {
-            if (stats->step_bytes) stats->step_bytes[q] = rank_bytes(&acc, NULL, q);
-            if (stats->step_seconds)
-                stats->step_seconds[q] = timed ? rank_seconds(&m, &acc, NULL, q) + rounds_seconds(&m, pl.has_routed, pl.has_dp)
-                                               : 0;
-            if (stats->inter_bytes) stats->inter_bytes[q] = acc.inter[q];
-        }
-    }
+    if (st == EMBER_OK && stats) fill_stats(&pl, &acc, acc_storage, stats);
     if (st != EMBER_OK) { // as at the start: no ranks array, no half-made plan
         ember_plan_release(ctx, plan, T);
         for (int t = 0; t < T; t++) plan[t] = (ember_table_plan){0};

@@ -82,6 +82,29 @@ void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir)
     }
 }
 
+// The input of a batch no prefetch took: sanitised and bucketized at home, then (collective)
+// the agreed status, every rank's batch size and weights, and the id counts of the input dist.
+static ember_status route_input(ember_sebc *s, const ember_kjt *kjt, ember_status st) {
+    ember_comm *c = s->comm;
+    if (st == EMBER_OK) st = ember__sanitise(s, kjt);
+    if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
+    if (st == EMBER_OK) {
+        s->fwd_digest = ember__kjt_digest(kjt);
+        s->fwd_nnz = kjt->nnz;
+    }
+    EMBER_TRY(ember_comm_agree(c, st));
+    // Batch sizes and whether any rank carries weights (then every rank sends weights).
+    int64_t *Bw = s->cnt;
+    EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)kjt->batch_size * 2 + (kjt->weights != NULL), Bw));
+    s->in->weighted = 0;
+    for (int32_t q = 0; q < s->W; q++) {
+        s->in->Bs[q] = Bw[q] / 2;
+        s->in->weighted |= (int32_t)(Bw[q] & 1);
+    }
+    s->in->batch = kjt->batch_size;
+    return ember_comm_alltoall_i64(c, s->in->send_ids, s->in->recv_ids);
+}
+
 static ember_status check_inputs(ember_sebc *s, const char *fn, const ember_kjt *kjt, const void *buf,
                                  const char *bufname) {
     int64_t oor = 0;
@@ -91,6 +114,58 @@ static ember_status check_inputs(ember_sebc *s, const char *fn, const ember_kjt 
     if (oor > 0 && s->bounds == EMBER_BOUNDS_CLAMP)
         ember__log(s->ctx, EMBER_LOG_WARN, "%s: %lld ids outside their tables were clamped", fn, (long long)oor);
     return EMBER_OK;
+}
+
+// This rank's output from the owners' pooled rows (rcv_out): sequence rows placed at their
+// positions; pooled bags' pieces placed (whole bags) or added (row-block partial sums), then
+// row-wise MEAN divided once by the global bag length.
+static void assemble_output(ember_sebc *s, float *out) {
+    const int32_t W = s->W, B = s->in->batch;
+    const float *rout = s->rcv_out.p;
+    if (s->sequence) {
+        const int64_t *spos = s->in->snd_pos.p;
+        const int32_t D = s->out_dim;
+        int64_t n = 0;
+        for (int32_t q = 0; q < W; q++)
+            for (int64_t i = 0; i < s->in->send_ids[q]; i++, n++)
+                memcpy(out + spos[n] * D, rout + n * D, sizeof(float) * (size_t)D);
+    } else {
+        // Samples are independent here and below: each loop over b runs on the rank's threads.
+        // Owners' blocks, in rank order: placed (whole bags) or added (row-block partial sums).
+        int64_t base = 0;
+        for (int32_t q = 0; q < W; q++) {
+            const int32_t qd = s->local_out_dim[q];
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+            for (int32_t b = 0; b < B; b++) {
+                const float *src = rout + base + (int64_t)b * qd;
+                for (int32_t k = 0; k < s->nroutes[q]; k++) {
+                    const ember__route *r = &s->routes[q][k];
+                    const int32_t wdt = r->shard->c1 - r->shard->c0;
+                    float *dst = out + (size_t)b * s->out_dim + s->feature_col[r->feature] + r->shard->c0;
+                    if (r->partial)
+                        for (int32_t d = 0; d < wdt; d++) dst[d] += src[r->local_col + d];
+                    else
+                        memcpy(dst, src + r->local_col, sizeof(float) * (size_t)wdt);
+                }
+            }
+            base += (int64_t)B * qd;
+        }
+        // Row-wise MEAN: divide the summed partials once by the global bag length.
+        const int64_t *off = s->in->san_off.p;
+        for (int32_t f = 0; f < s->F; f++) {
+            const int32_t t = s->feature_table[f];
+            if (!s->ts[t].ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
+            const int32_t D = s->tables[t].dim;
+#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
+            for (int32_t b = 0; b < B; b++) {
+                const int64_t n = off[(int64_t)f * B + b + 1] - off[(int64_t)f * B + b];
+                if (n == 0) continue;
+                const float inv = 1.0f / (float)n;
+                float *dst = out + (size_t)b * s->out_dim + s->feature_col[f];
+                for (int32_t d = 0; d < D; d++) dst[d] *= inv;
+            }
+        }
+    }
 }
 
 ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
@@ -107,25 +182,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     int taken = 0;
     if (s->ov->pending) EMBER_TRY(ember__prefetch_take(s, kjt, st, &taken));
     const int32_t B = kjt->batch_size;
-    if (!taken) {
-        if (st == EMBER_OK) st = ember__sanitise(s, kjt);
-        if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
-        if (st == EMBER_OK) {
-            s->fwd_digest = ember__kjt_digest(kjt);
-            s->fwd_nnz = kjt->nnz;
-        }
-        EMBER_TRY(ember_comm_agree(c, st));
-        // Batch sizes and whether any rank carries weights (then every rank sends weights).
-        int64_t *Bw = s->cnt;
-        EMBER_TRY(ember_comm_allgather_i64(c, (int64_t)B * 2 + (kjt->weights != NULL), Bw));
-        s->in->weighted = 0;
-        for (int32_t q = 0; q < W; q++) {
-            s->in->Bs[q] = Bw[q] / 2;
-            s->in->weighted |= (int32_t)(Bw[q] & 1);
-        }
-        s->in->batch = B;
-        EMBER_TRY(ember_comm_alltoall_i64(c, s->in->send_ids, s->in->recv_ids));
-    }
+    if (!taken) EMBER_TRY(route_input(s, kjt, st));
     // Receive buffers and outputs, sized from the peers' counts; agreed before data moves.
     const int32_t nr = s->nroutes[me], lod = s->local_out_dim[me];
     int64_t Btot = 0, nrecv = 0, nout = 0;
@@ -195,52 +252,7 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     }
     EMBER_TRY(ember__wire_exchange(s, EMBER__WIRE_FWD, send, sc, s->rcv_out.p, rc));
 
-    // Assemble this rank's output.
-    const float *rout = s->rcv_out.p;
-    if (s->sequence) {
-        const int64_t *spos = s->in->snd_pos.p;
-        const int32_t D = s->out_dim;
-        int64_t n = 0;
-        for (int32_t q = 0; q < W; q++)
-            for (int64_t i = 0; i < s->in->send_ids[q]; i++, n++)
-                memcpy(out + spos[n] * D, rout + n * D, sizeof(float) * (size_t)D);
-    } else {
-        // Samples are independent here and below: each loop over b runs on the rank's threads.
-        // Owners' blocks, in rank order: placed (whole bags) or added (row-block partial sums).
-        int64_t base = 0;
-        for (int32_t q = 0; q < W; q++) {
-            const int32_t qd = s->local_out_dim[q];
-#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-            for (int32_t b = 0; b < B; b++) {
-                const float *src = rout + base + (int64_t)b * qd;
-                for (int32_t k = 0; k < s->nroutes[q]; k++) {
-                    const ember__route *r = &s->routes[q][k];
-                    const int32_t wdt = r->shard->c1 - r->shard->c0;
-                    float *dst = out + (size_t)b * s->out_dim + s->feature_col[r->feature] + r->shard->c0;
-                    if (r->partial)
-                        for (int32_t d = 0; d < wdt; d++) dst[d] += src[r->local_col + d];
-                    else
-                        memcpy(dst, src + r->local_col, sizeof(float) * (size_t)wdt);
-                }
-            }
-            base += (int64_t)B * qd;
-        }
-        // Row-wise MEAN: divide the summed partials once by the global bag length.
-        const int64_t *off = s->in->san_off.p;
-        for (int32_t f = 0; f < s->F; f++) {
-            const int32_t t = s->feature_table[f];
-            if (!s->ts[t].ops->partial || s->tables[t].pooling != EMBER_POOL_MEAN) continue;
-            const int32_t D = s->tables[t].dim;
-#pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-            for (int32_t b = 0; b < B; b++) {
-                const int64_t n = off[(int64_t)f * B + b + 1] - off[(int64_t)f * B + b];
-                if (n == 0) continue;
-                const float inv = 1.0f / (float)n;
-                float *dst = out + (size_t)b * s->out_dim + s->feature_col[f];
-                for (int32_t d = 0; d < D; d++) dst[d] *= inv;
-            }
-        }
-    }
+    assemble_output(s, out);
     s->has_forward = 1;
     return EMBER_OK;
 }

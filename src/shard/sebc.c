@@ -127,51 +127,39 @@ void ember_sebc_destroy(ember_sebc *s) {
     ember__free(ctx, s);
 }
 
-// Builds shards, routes and this rank's local collections. Local: every rank computes the same
-// shards and routes from the same plan.
-static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const ember_table_plan *plan) {
-    ember_ctx *ctx = s->ctx;
-    const int32_t W = s->W, T = s->T, F = s->F;
-#define ALLOC(p, n) do { (p) = ember__calloc(ctx, sizeof(*(p)) * (size_t)(n)); if (!(p)) return EMBER_ERR_NOMEM; } while (0)
-    ALLOC(s->tables, T);
-    ALLOC(s->table_names, T);
-    ALLOC(s->feature_table, F);
-    ALLOC(s->feature_col, F);
-    ALLOC(s->feature_rows, F);
-    ALLOC(s->feature_names, F);
-    ALLOC(s->ts, T);
-    ALLOC(s->nroutes, W);
-    ALLOC(s->routes, W);
-    ALLOC(s->local_out_dim, W);
-    ALLOC(s->route_base, W + 1);
-    ALLOC(s->froute_off, F + 1);
-    ALLOC(s->cnt, 4 * W);
-    EMBER_TRY(ember__batch_create(s, &s->in));
-    EMBER_TRY(ember__overlap_create(s));
-    for (int32_t t = 0; t < T; t++) {
+#define ALLOC(p, n) do { (p) = ember__calloc(s->ctx, sizeof(*(p)) * (size_t)(n)); if (!(p)) return EMBER_ERR_NOMEM; } while (0)
+
+// Copies of the tables and features, each feature's output columns and the validator's bound.
+static ember_status copy_config(ember_sebc *s, const ember_ebc_config *cfg) {
+    for (int32_t t = 0; t < s->T; t++) {
         s->tables[t] = cfg->tables[t];
-        s->table_names[t] = ember__strdup(ctx, cfg->tables[t].name);
+        s->table_names[t] = ember__strdup(s->ctx, cfg->tables[t].name);
         if (!s->table_names[t]) return EMBER_ERR_NOMEM;
         s->tables[t].name = s->table_names[t];
     }
     int32_t col = 0;
-    for (int32_t f = 0; f < F; f++) {
+    for (int32_t f = 0; f < s->F; f++) {
         int32_t t = cfg->features[f].table;
         s->feature_table[f] = t;
         s->feature_col[f] = s->sequence ? 0 : col;
         s->feature_rows[f] = ember__id_limit(ember_table_id_space(&cfg->tables[t]), cfg->tables[t].rows);
-        s->feature_names[f] = ember__strdup(ctx, cfg->features[f].name);
+        s->feature_names[f] = ember__strdup(s->ctx, cfg->features[f].name);
         if (!s->feature_names[f]) return EMBER_ERR_NOMEM;
         col += cfg->tables[t].dim;
     }
     s->out_dim = s->sequence ? cfg->tables[cfg->features[0].table].dim : col;
-    // Shards, with each block's index in its owner's local collection.
+    return EMBER_OK;
+}
+
+// Every table's shards, with each block's index in its owner's local collection; *mine: the
+// blocks this rank owns.
+static ember_status cut_tables(ember_sebc *s, const ember_ebc_config *cfg, const ember_table_plan *plan, int32_t *mine) {
     ember__buf nl = {0};
-    int32_t *nlocal = ember__buf_reserve(ctx, &nl, sizeof(int32_t) * (size_t)W);
+    int32_t *nlocal = ember__buf_reserve(s->ctx, &nl, sizeof(int32_t) * (size_t)s->W);
     if (!nlocal) return EMBER_ERR_NOMEM;
-    memset(nlocal, 0, sizeof(int32_t) * (size_t)W);
-    int32_t my_tables = 0;
-    for (int32_t t = 0; t < T; t++) {
+    memset(nlocal, 0, sizeof(int32_t) * (size_t)s->W);
+    *mine = 0;
+    for (int32_t t = 0; t < s->T; t++) {
         ember__table_shards *ts = &s->ts[t];
         ts->scheme = plan[t].scheme;
         ts->rows = cfg->tables[t].rows;
@@ -181,31 +169,35 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         ts->ops = ops;
         if (ops->column_slices && ember__optim(cfg->tables[t].optim.kind)->rowwise_sumsq)
             s->cw_rowwise = 1;
-        ts->nshards = ops->cut(&cfg->tables[t], &plan[t], W, NULL);
+        ts->nshards = ops->cut(&cfg->tables[t], &plan[t], s->W, NULL);
         if (ts->nshards == 0) continue; // kept at home (build_home)
-        ts->shards = ember__calloc(ctx, sizeof(ember__shard) * (size_t)ts->nshards);
-        if (!ts->shards) { ember__buf_free(ctx, &nl); return EMBER_ERR_NOMEM; }
-        ops->cut(&cfg->tables[t], &plan[t], W, ts->shards);
+        ts->shards = ember__calloc(s->ctx, sizeof(ember__shard) * (size_t)ts->nshards);
+        if (!ts->shards) { ember__buf_free(s->ctx, &nl); return EMBER_ERR_NOMEM; }
+        ops->cut(&cfg->tables[t], &plan[t], s->W, ts->shards);
         for (int32_t i = 0; i < ts->nshards; i++) {
             ember__shard *sh = &ts->shards[i];
             sh->local_table = nlocal[sh->owner]++;
-            if (sh->owner == s->rank) my_tables++;
+            if (sh->owner == s->rank) (*mine)++;
             ts->nblocks += sh->c0 == 0;
         }
     }
-    ember__buf_free(ctx, &nl);
+    ember__buf_free(s->ctx, &nl);
+    return EMBER_OK;
+}
+
+// Routes per owner, in feature order then shard order.
+static ember_status build_routes(ember_sebc *s) {
+    const int32_t F = s->F;
     for (int32_t f = 0; f < F; f++) s->froute_off[f + 1] = s->froute_off[f] + s->ts[s->feature_table[f]].nshards;
     ALLOC(s->froute, s->froute_off[F] ? s->froute_off[F] : 1);
-    // Routes per owner, in feature order then shard order.
-    for (int32_t q = 0; q < W; q++) {
+    for (int32_t q = 0; q < s->W; q++) {
         int32_t n = 0;
         for (int32_t f = 0; f < F; f++) {
             const ember__table_shards *ts = &s->ts[s->feature_table[f]];
             for (int32_t i = 0; i < ts->nshards; i++) n += ts->shards[i].owner == q;
         }
         s->nroutes[q] = n;
-        s->routes[q] = ember__calloc(ctx, sizeof(ember__route) * (size_t)(n ? n : 1));
-        if (!s->routes[q]) return EMBER_ERR_NOMEM;
+        ALLOC(s->routes[q], n ? n : 1);
         n = 0;
         int32_t lc = 0;
         for (int32_t f = 0; f < F; f++) {
@@ -222,67 +214,97 @@ static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const embe
         s->local_out_dim[q] = s->sequence ? s->out_dim : lc;
         s->route_base[q + 1] = s->route_base[q] + s->nroutes[q];
     }
-    // This rank's local collection of blocks: one local table per owned block, one local
-    // feature per route. Partial (row-block) pools are SUMs: MEAN divides at the home rank.
-    ember_ebc_config lc = *cfg;
-    lc.bounds = EMBER_BOUNDS_ERROR; // the home rank applies the bounds mode before routing
-    lc.max_batch_size = 0;
-    lc.max_nnz = 0;
+    return EMBER_OK;
+}
+
+// This rank's local collection of blocks (`mine` of them): one local table per owned block, one
+// local feature per route. Partial (row-block) pools are SUMs: MEAN divides at the home rank.
+static ember_status build_local(ember_sebc *s, const ember_ebc_config *cfg, const ember_ebc_config *lc0, int32_t mine) {
+    ember_ctx *ctx = s->ctx;
     const int32_t nr = s->nroutes[s->rank];
     ember__buf tb = {0}, fb = {0}, ob = {0}, names = {0};
-    ember_status st = EMBER_OK;
-    if (my_tables > 0) {
-        ember_table_config *lt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)my_tables);
-        ember__origin *lo = ember__buf_reserve(ctx, &ob, sizeof(ember__origin) * (size_t)my_tables);
-        ember_feature_config *lf = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)(nr ? nr : 1));
-        char *nm = ember__buf_reserve(ctx, &names, 48 * (size_t)(my_tables + nr));
-        if (!lt || !lo || !lf || !nm) { st = EMBER_ERR_NOMEM; goto done; }
-        for (int32_t t = 0; t < T; t++) {
-            const ember__table_shards *ts = &s->ts[t];
-            for (int32_t i = 0; i < ts->nshards; i++) {
-                const ember__shard *sh = &ts->shards[i];
-                if (sh->owner != s->rank) continue;
-                ember_table_config c = cfg->tables[t];
-                char *name = nm + 48 * (size_t)sh->local_table;
-                snprintf(name, 48, "%d.%d", (int)t, (int)i); // unique within the local collection
-                c.name = name;
-                c.rows = sh->r1 - sh->r0;
-                c.dim = sh->c1 - sh->c0;
-                if (ts->ops->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
-                lt[sh->local_table] = c;
-                lo[sh->local_table] = (ember__origin){sh->r0, cfg->tables[t].rows, sh->c0, cfg->tables[t].dim,
-                                                       cfg->tables[t].name};
-            }
+    ember_table_config *lt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)mine);
+    ember__origin *lo = ember__buf_reserve(ctx, &ob, sizeof(ember__origin) * (size_t)mine);
+    ember_feature_config *lf = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)(nr ? nr : 1));
+    char *nm = ember__buf_reserve(ctx, &names, 48 * (size_t)(mine + nr));
+    ember_status st = lt && lo && lf && nm ? EMBER_OK : EMBER_ERR_NOMEM;
+    for (int32_t t = 0; t < s->T && st == EMBER_OK; t++) {
+        const ember__table_shards *ts = &s->ts[t];
+        for (int32_t i = 0; i < ts->nshards; i++) {
+            const ember__shard *sh = &ts->shards[i];
+            if (sh->owner != s->rank) continue;
+            ember_table_config c = cfg->tables[t];
+            char *name = nm + 48 * (size_t)sh->local_table;
+            snprintf(name, 48, "%d.%d", (int)t, (int)i); // unique within the local collection
+            c.name = name;
+            c.rows = sh->r1 - sh->r0;
+            c.dim = sh->c1 - sh->c0;
+            if (ts->ops->partial && c.pooling == EMBER_POOL_MEAN) c.pooling = EMBER_POOL_SUM;
+            lt[sh->local_table] = c;
+            lo[sh->local_table] = (ember__origin){sh->r0, cfg->tables[t].rows, sh->c0, cfg->tables[t].dim,
+                                                   cfg->tables[t].name};
         }
-        for (int32_t k = 0; k < nr; k++) {
-            const ember__route *r = &s->routes[s->rank][k];
-            char *name = nm + 48 * (size_t)(my_tables + k);
-            snprintf(name, 48, "route%d", (int)k);
-            lf[k] = (ember_feature_config){name, r->shard->local_table};
-        }
+    }
+    for (int32_t k = 0; k < nr && st == EMBER_OK; k++) {
+        const ember__route *r = &s->routes[s->rank][k];
+        char *name = nm + 48 * (size_t)(mine + k);
+        snprintf(name, 48, "route%d", (int)k);
+        lf[k] = (ember_feature_config){.name = name, .table = r->shard->local_table};
+    }
+    if (st == EMBER_OK) {
+        ember_ebc_config lc = *lc0;
         lc.tables = lt;
-        lc.num_tables = my_tables;
+        lc.num_tables = mine;
         lc.features = lf;
         lc.num_features = nr;
-        if (nr == 0) {
-            // A block no feature reads (a table without features): keep a placeholder feature.
-            lf[0] = (ember_feature_config){"unused", 0};
+        if (nr == 0) { // a block no feature reads (a table without features): a placeholder feature
+            lf[0] = (ember_feature_config){.name = "unused", .table = 0};
             lc.num_features = 1;
         }
         st = ember__ebc_create_ex(ctx, &lc, lo, &s->local);
-        if (st != EMBER_OK) goto done;
     }
-    // Schemes with rank-local state of their own (the data-parallel replicas).
-    for (int32_t k = 0; k < EMBER_SHARD_COUNT && st == EMBER_OK; k++)
-        if (ember__schemes[k]->build_home) st = ember__schemes[k]->build_home(s, &lc, &s->home[k]);
-done:
     ember__buf_free(ctx, &tb);
     ember__buf_free(ctx, &fb);
     ember__buf_free(ctx, &ob);
     ember__buf_free(ctx, &names);
     return st;
-#undef ALLOC
 }
+
+// Builds shards, routes, this rank's local collection and the home schemes' states. Local: every
+// rank computes the same shards and routes from the same plan.
+static ember_status build(ember_sebc *s, const ember_ebc_config *cfg, const ember_table_plan *plan) {
+    const int32_t W = s->W, T = s->T, F = s->F;
+    ALLOC(s->tables, T);
+    ALLOC(s->table_names, T);
+    ALLOC(s->feature_table, F);
+    ALLOC(s->feature_col, F);
+    ALLOC(s->feature_rows, F);
+    ALLOC(s->feature_names, F);
+    ALLOC(s->ts, T);
+    ALLOC(s->nroutes, W);
+    ALLOC(s->routes, W);
+    ALLOC(s->local_out_dim, W);
+    ALLOC(s->route_base, W + 1);
+    ALLOC(s->froute_off, F + 1);
+    ALLOC(s->cnt, 4 * W);
+    EMBER_TRY(ember__batch_create(s, &s->in));
+    EMBER_TRY(ember__overlap_create(s));
+    EMBER_TRY(copy_config(s, cfg));
+    int32_t mine = 0;
+    EMBER_TRY(cut_tables(s, cfg, plan, &mine));
+    EMBER_TRY(build_routes(s));
+    // The local collections' configuration: the home rank applies the bounds mode before routing.
+    ember_ebc_config lc = *cfg;
+    lc.bounds = EMBER_BOUNDS_ERROR;
+    lc.max_batch_size = 0;
+    lc.max_nnz = 0;
+    if (mine > 0) EMBER_TRY(build_local(s, cfg, &lc, mine));
+    // Schemes with rank-local state of their own (the data-parallel replicas).
+    for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
+        if (ember__schemes[k]->build_home) EMBER_TRY(ember__schemes[k]->build_home(s, &lc, &s->home[k]));
+    return EMBER_OK;
+}
+#undef ALLOC
 
 ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p, int32_t W,
                                     int32_t rank, size_t *weight_bytes, size_t *state_bytes) {
