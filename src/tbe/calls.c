@@ -19,12 +19,6 @@ ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const embe
     return EMBER_OK;
 }
 
-const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt) {
-    if (kjt->offsets) return kjt->offsets;
-    int64_t *o = ember__ws_get(ebc, 0, sizeof(int64_t) * ((size_t)kjt->num_features * (size_t)kjt->batch_size + 1));
-    if (o) ember__kjt_offsets(kjt, o);
-    return o;
-}
 
 // The KJT the backend computes on: kjt itself, or with mapped tables its translation (rowmap.h),
 // whose ids are storage rows or -1 (absent: the kernels resolve it as SKIP).
@@ -46,6 +40,14 @@ static ember_status forward_mapped(ember_ebc *ebc, const ember_kjt *kjt, const i
 
 ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
     return forward_mapped(ebc, kjt, kjt->offsets, 0, out);
+}
+
+ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    int64_t oor;
+    const float dummy = 0; // no output: only the KJT is checked
+    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_prefetch", kjt, &dummy, "out", &oor));
+    return ember__ebc_prefetch_unchecked(ebc, kjt);
 }
 
 ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out) {

@@ -11,6 +11,11 @@ EMBER__ENUM_NAMES(ember_init_kind, ember_init_kind, "zeros", "uniform", "normal"
 EMBER__ENUM_NAMES(ember_weight_decay_mode, ember_weight_decay_mode, "none", "l2", "decoupled")
 EMBER__ENUM_NAMES(ember_evict_policy, ember_evict_policy, "lru", "lfu", "ttl")
 EMBER__ENUM_NAMES(ember_id_space, ember_id_space, "rows", "hashed")
+EMBER__ENUM_NAMES(ember_backend, ember_backend, "cpu")
+
+const ember__backend_ops *ember__backend(ember_backend kind) {
+    return kind == EMBER_BACKEND_CPU ? &ember__backend_cpu : NULL;
+}
 
 ember_id_space ember_table_id_space(const ember_table_config *t) {
     const ember__rowmap_kind *k = t ? ember__rowmap_kind_of(t) : NULL;

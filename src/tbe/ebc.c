@@ -6,37 +6,6 @@
 #include "tbe/backend.h"
 #include "tbe/rowmap.h"
 
-EMBER__ENUM_NAMES(ember_backend, ember_backend, "cpu")
-
-const ember__backend_ops *ember__backend(ember_backend kind) {
-    return kind == EMBER_BACKEND_CPU ? &ember__backend_cpu : NULL;
-}
-
-// Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
-static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
-    const ember_init *in = &t->cfg.init;
-    uint64_t k = ember_splitmix64(seed ^ t->name_hash) ^ ember_splitmix64((uint64_t)R * (uint64_t)t->origin.global_dim +
-                                                                   (uint64_t)C);
-    switch (in->kind) {
-    case EMBER_INIT_ZEROS: return 0.0f;
-    case EMBER_INIT_UNIFORM: return in->a + (in->b - in->a) * ember__u01(ember_splitmix64(k));
-    case EMBER_INIT_NORMAL: {
-        // Box-Muller from two independent uniforms; u1 in (0, 1].
-        double u1 = 1.0 - (double)(ember_splitmix64(k) >> 11) * 0x1p-53;
-        double u2 = (double)(ember_splitmix64(k ^ 0x5bd1e995u) >> 11) * 0x1p-53;
-        return (float)(in->std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-    }
-    }
-    return 0.0f;
-}
-
-void ember__init_global(const ember_ebc *ebc, const ember__table *t, int64_t R, float *dst) {
-    for (int32_t c = 0; c < t->cfg.dim; c++) dst[c] = init_value(t, ebc->seed, R, t->origin.col_offset + c);
-}
-
-void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst) {
-    ember__init_global(ebc, t, t->origin.row_offset + r, dst);
-}
 
 void ember_ebc_destroy(ember_ebc *ebc) {
     if (!ebc) return;
@@ -165,11 +134,6 @@ ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember
     return ember__ebc_create_ex(ctx, cfg, NULL, out);
 }
 
-void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes) {
-    EMBER_ASSERT(slot >= 0 && slot < EMBER__WS_SLOTS);
-    return ember__buf_reserve(ebc->ctx, &ebc->ws[slot], bytes);
-}
-
 int32_t ember_ebc_num_tables(const ember_ebc *ebc) { return ebc ? ebc->T : 0; }
 int32_t ember_ebc_num_features(const ember_ebc *ebc) { return ebc ? ebc->F : 0; }
 int32_t ember_ebc_output_dim(const ember_ebc *ebc) { return ebc ? ebc->out_dim : 0; }
@@ -189,16 +153,6 @@ int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name) {
     for (int32_t t = 0; t < ebc->T; t++)
         if (strcmp(ebc->tables[t].name, name) == 0) return t;
     return -1;
-}
-
-int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key) {
-    int32_t lo = 0, hi = ebc->T - 1;
-    while (lo < hi) {
-        int32_t mid = (lo + hi + 1) / 2;
-        if (ebc->tables[mid].key_base <= key) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 static ember_status check_table(const ember_ebc *ebc, const char *fn, int32_t t) {

@@ -450,14 +450,6 @@ int ember__ebc_tiered(const ember_ebc *ebc) {
     return 0;
 }
 
-ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
-    if (!ebc) return EMBER_ERR_INVALID_ARG;
-    int64_t oor;
-    const float dummy = 0; // no output: only the KJT is checked
-    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_prefetch", kjt, &dummy, "out", &oor));
-    return ember__ebc_prefetch_unchecked(ebc, kjt);
-}
-
 ember_status ember__ebc_prefetch_unchecked(ember_ebc *ebc, const ember_kjt *kjt) {
     if (!ember__ebc_tiered(ebc)) return EMBER_OK;
     const int64_t *off = ember__ebc_offsets(ebc, kjt);

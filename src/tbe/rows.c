@@ -1,0 +1,56 @@
+// The bottom of the collection layer: what every file of src/tbe asks of a collection and none
+// of them implements for the others: a row's initial values (a function of the seed, the table
+// and the global coordinates, so every sharding starts from the same weights), the workspace,
+// the offsets of a KJT, and the table of a sort key. Calls nothing of src/tbe: the layer has no call circle.
+#include <math.h>
+
+#include "core/dtype.h"
+#include "tbe/internal.h"
+
+// Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
+static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
+    const ember_init *in = &t->cfg.init;
+    uint64_t k = ember_splitmix64(seed ^ t->name_hash) ^ ember_splitmix64((uint64_t)R * (uint64_t)t->origin.global_dim +
+                                                                   (uint64_t)C);
+    switch (in->kind) {
+    case EMBER_INIT_ZEROS: return 0.0f;
+    case EMBER_INIT_UNIFORM: return in->a + (in->b - in->a) * ember__u01(ember_splitmix64(k));
+    case EMBER_INIT_NORMAL: {
+        // Box-Muller from two independent uniforms; u1 in (0, 1].
+        double u1 = 1.0 - (double)(ember_splitmix64(k) >> 11) * 0x1p-53;
+        double u2 = (double)(ember_splitmix64(k ^ 0x5bd1e995u) >> 11) * 0x1p-53;
+        return (float)(in->std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    }
+    return 0.0f;
+}
+
+void ember__init_global(const ember_ebc *ebc, const ember__table *t, int64_t R, float *dst) {
+    for (int32_t c = 0; c < t->cfg.dim; c++) dst[c] = init_value(t, ebc->seed, R, t->origin.col_offset + c);
+}
+
+void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst) {
+    ember__init_global(ebc, t, t->origin.row_offset + r, dst);
+}
+
+const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt) {
+    if (kjt->offsets) return kjt->offsets;
+    int64_t *o = ember__ws_get(ebc, 0, sizeof(int64_t) * ((size_t)kjt->num_features * (size_t)kjt->batch_size + 1));
+    if (o) ember__kjt_offsets(kjt, o);
+    return o;
+}
+
+void *ember__ws_get(ember_ebc *ebc, int slot, size_t bytes) {
+    EMBER_ASSERT(slot >= 0 && slot < EMBER__WS_SLOTS);
+    return ember__buf_reserve(ebc->ctx, &ebc->ws[slot], bytes);
+}
+
+int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key) {
+    int32_t lo = 0, hi = ebc->T - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (ebc->tables[mid].key_base <= key) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
