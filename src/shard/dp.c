@@ -70,7 +70,7 @@ static void destroy_home(ember_sebc *s, void *home) {
 static ember_status build_home(ember_sebc *s, const ember_ebc_config *local_cfg, void **home) {
     ember_ctx *ctx = s->ctx;
     int32_t ndp_tables = 0;
-    for (int32_t t = 0; t < s->T; t++) ndp_tables += s->ts[t].ops == &ember__scheme_dp;
+    for (int32_t t = 0; t < s->T; t++) ndp_tables += s->ts[t].scheme == EMBER_SHARD_DATA_PARALLEL;
     if (ndp_tables == 0) return EMBER_OK;
     dp_home *h = ember__calloc(ctx, sizeof *h);
     if (!h) return EMBER_ERR_NOMEM;
@@ -89,7 +89,7 @@ static ember_status build_home(ember_sebc *s, const ember_ebc_config *local_cfg,
     if (dt && df) {
         int32_t nt = 0;
         for (int32_t t = 0; t < s->T; t++) {
-            h->local[t] = s->ts[t].ops == &ember__scheme_dp ? nt : -1;
+            h->local[t] = s->ts[t].scheme == EMBER_SHARD_DATA_PARALLEL ? nt : -1;
             if (h->local[t] < 0) continue;
             dt[nt++] = s->tables[t];
             h->hashed |= s->ts[t].ids == EMBER_IDS_HASHED;

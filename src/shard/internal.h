@@ -94,8 +94,8 @@ typedef void (*ember__plan_emit)(void *arg, const ember_table_plan *p);
 
 // One scheme: how a table's plan is checked, how the table is cut into shards, where each id
 // goes, what the scheme adds to a step besides the routed data, and how it places and plans a
-// table. One file per scheme; a new scheme is its file, its enum value and its entry in
-// ember__schemes.
+// table. One file per scheme; a new scheme is its file, its enum value and its line in
+// ember__schemes (schemes.c).
 typedef struct ember__scheme_ops {
     ember_shard_scheme scheme;
     const char *name;        // "table_wise" (plan descriptions)
@@ -187,9 +187,7 @@ int32_t ember__bucket_one_block(const ember__table_shards *ts, int64_t id);
 // the rows (empty blocks have no shard and come last).
 int32_t ember__bucket_row_split(const ember__table_shards *ts, int64_t id);
 
-extern const ember__scheme_ops ember__scheme_dp, ember__scheme_tw, ember__scheme_cw, ember__scheme_rw,
-    ember__scheme_twrw, ember__scheme_grid;
-// Indexed by ember_shard_scheme.
+// Indexed by ember_shard_scheme (schemes.c).
 extern const ember__scheme_ops *const ember__schemes[EMBER_SHARD_COUNT];
 // The ops of a valid scheme (never NULL).
 static inline const ember__scheme_ops *ember__scheme(ember_shard_scheme s) { return ember__schemes[s]; }
