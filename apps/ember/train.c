@@ -58,6 +58,19 @@ void train_options_default(train_options *o) {
 
 #define DEFAULT_KEEP_CHECKPOINTS 3
 
+static const char *const dataset_names[TRAIN_DATASET_COUNT] = {"synthetic", "criteo"};
+
+const char *train_dataset_name(train_dataset d) {
+    return d >= 0 && (int)d < TRAIN_DATASET_COUNT ? dataset_names[d] : "unknown";
+}
+
+ember_status train_dataset_parse(const char *name, train_dataset *out) {
+    const int k = app_name_index(dataset_names, TRAIN_DATASET_COUNT, name);
+    if (k < 0) return EMBER_ERR_INVALID_ARG;
+    *out = (train_dataset)k;
+    return EMBER_OK;
+}
+
 // ---- The run -----------------------------------------------------------------------------------
 
 double run_now_s(void) {
