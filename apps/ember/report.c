@@ -92,7 +92,7 @@ void report_config(run *R) {
     const train_options *o = R->o;
     fprintf(f, "ember train: DLRM on %d rank%s x %d thread%s, gradient convention %s\n", (int)R->world,
             R->world > 1 ? "s" : "", (int)ember_ctx_num_threads(R->ctx),
-            ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", o->grad_convention == EMBER_GRAD_MEAN ? "mean" : "sum");
+            ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", ember_grad_convention_name(o->grad_convention));
     if (o->threads_note) fprintf(f, "  threads     %s\n", o->threads_note);
     if (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32)
         fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks\n", ember_dtype_name(o->wire_forward),
@@ -319,7 +319,7 @@ ember_status report_plot(run *R) {
     if (R->rank == 0) {
         char title[128];
         snprintf(title, sizeof title, "ember train: DLRM, %s data, %d rank%s",
-                 o->dataset == TRAIN_SYNTHETIC ? "synthetic" : "criteo", (int)R->world, R->world > 1 ? "s" : "");
+                 train_dataset_name(o->dataset), (int)R->world, R->world > 1 ? "s" : "");
         plot = plot_write(R->ctx, o->plot_path, R->rep.rows, R->rep.num_rows, title);
         if (plot == EMBER_OK && R->rep.out) fprintf(R->rep.out, "plot: %s\n", o->plot_path);
     }
