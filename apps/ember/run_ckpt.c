@@ -36,11 +36,18 @@ ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t sa
         st = trainstate_dense_blobs(R->ctx, R->model, blobs + 1, &n, &scratch);
     }
     st = ember_comm_agree(R->comm, st);
+    // Rank 0 makes the step directory, so that a failed save removes what it made and never a
+    // directory that was there (a checkpoint of this step, committed by an earlier run).
+    bool made = false;
+    if (st == EMBER_OK) st = ember_comm_agree(R->comm, R->rank == 0 ? ckpt_make_step_dir(R->ctx, path, &made) : EMBER_OK);
     if (st == EMBER_OK) {
         ember_checkpoint_options opts = EMBER_CHECKPOINT_OPTIONS_DEFAULT;
         opts.blobs = blobs;
         opts.num_blobs = 1 + n;
         st = R->backend.save(R->backend.impl, path, &opts);
+        // The save returns the same status on every rank, each having removed its own unfinished
+        // file; rank 0 removes the rest (a file another rank is still removing is no matter).
+        if (st != EMBER_OK && made) ckpt_discard_step_dir(path);
     }
     trainstate_text_free(json);
     ember_ctx_free(R->ctx, scratch);

@@ -608,24 +608,46 @@ ember_status ckpt_resolve(ember_ctx *ctx, const char *flag, const char *dir, cha
 }
 
 // Removes directory `path` and the files in it (a checkpoint's: manifest, data files, leftovers).
-static ember_status remove_dir(ember_ctx *ctx, const char *path) {
+// Returns 0, an errno with what failed (path itself, or a file in it) in what[cap], or -1 for a
+// file name too long to join.
+static int remove_files_and_dir(const char *path, char *what, size_t cap) {
+    snprintf(what, cap, "%s", path);
     DIR *d = opendir(path);
-    if (!d) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': %s", path, strerror(errno));
-    ember_status st = EMBER_OK;
-    for (struct dirent *e; st == EMBER_OK && (e = readdir(d)) != NULL;) {
+    if (!d) return errno;
+    int err = 0;
+    for (struct dirent *e; err == 0 && (e = readdir(d)) != NULL;) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char file[TRAINSTATE_PATH_MAX + 300];
-        if (!join(file, sizeof file, path, e->d_name)) {
-            st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': a path too long", path);
-        } else if (unlink(file) != 0 && errno != ENOENT) {
-            st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint file '%s': %s", file, strerror(errno));
-        }
+        if (!join(what, cap, path, e->d_name)) err = -1;
+        else if (unlink(what) != 0 && errno != ENOENT) err = errno;
     }
     closedir(d);
-    if (st == EMBER_OK && rmdir(path) != 0) {
-        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': %s", path, strerror(errno));
+    if (err) return err;
+    snprintf(what, cap, "%s", path);
+    return rmdir(path) != 0 ? errno : 0;
+}
+
+static ember_status remove_dir(ember_ctx *ctx, const char *path) {
+    char what[TRAINSTATE_PATH_MAX + 300];
+    const int err = remove_files_and_dir(path, what, sizeof what);
+    if (err == 0) return EMBER_OK;
+    if (err < 0) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': a path too long", path);
+    if (strcmp(what, path) != 0) {
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint file '%s': %s", what, strerror(err));
     }
-    return st;
+    return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': %s", path, strerror(err));
+}
+
+ember_status ckpt_make_step_dir(ember_ctx *ctx, const char *path, bool *made) {
+    *made = mkdir(path, 0777) == 0;
+    APP_CHECK(ctx, *made || errno == EEXIST, EMBER_ERR_IO, "--save_dir: cannot create '%s': %s", path,
+              strerror(errno));
+    return EMBER_OK;
+}
+
+bool ckpt_discard_step_dir(const char *path) {
+    char what[TRAINSTATE_PATH_MAX + 300];
+    const int err = remove_files_and_dir(path, what, sizeof what);
+    return err == 0 || (err == ENOENT && strcmp(what, path) == 0); // gone already
 }
 
 ember_status ckpt_prune(ember_ctx *ctx, const char *dir, int64_t step, int32_t keep, int32_t *removed) {
