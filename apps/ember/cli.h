@@ -71,8 +71,8 @@ typedef struct cli_flag {
 #define CLI_MAX_FLAGS 96
 
 // Parses the options of argv[1..argc) (argv[0]: the subcommand) into base with the n (at most
-// CLI_MAX_FLAGS) rows of flags, stopping at -h/--help. order (NULL, or [n]) gets for each row the
-// place (1, 2, ...) among the options given of the first one it matched, 0 when not given.
+// CLI_MAX_FLAGS) rows of flags, stopping at -h/--help. order (NULL, or [n]): order[i] gets 1, 2,
+// ... in the order the rows were first given on the command line, 0 for a row not given.
 // Returns 0 (parsed), 1 (--help) or 2 (bad usage, err says why: "unknown option '--x'",
 // "--flag needs a value", "unexpected argument 'x'", or the value's message).
 int cli_parse_flags(int argc, char **argv, const cli_flag *flags, int n, void *base, int *order, char *err,

@@ -35,7 +35,7 @@ struct criteo_reader {
 static const char *const malformed_names[CRITEO_MALFORMED_COUNT] = {"skip", "fatal"};
 
 const char *criteo_malformed_name(criteo_malformed_mode m) {
-    return m >= 0 && (int)m < CRITEO_MALFORMED_COUNT ? malformed_names[m] : "unknown";
+    return (unsigned)m < CRITEO_MALFORMED_COUNT ? malformed_names[m] : "unknown";
 }
 
 ember_status criteo_malformed_parse(const char *name, criteo_malformed_mode *out) {

@@ -13,7 +13,7 @@
 static const char *const names[DENSE_OPT_COUNT] = {"sgd", "adagrad", "adam"};
 
 const char *dense_optim_name(dense_optim_kind kind) {
-    return kind >= 0 && (int)kind < DENSE_OPT_COUNT ? names[kind] : "unknown";
+    return (unsigned)kind < DENSE_OPT_COUNT ? names[kind] : "unknown";
 }
 
 ember_status dense_optim_parse(const char *name, dense_optim_kind *out) {

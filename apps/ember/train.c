@@ -61,7 +61,7 @@ void train_options_default(train_options *o) {
 static const char *const dataset_names[TRAIN_DATASET_COUNT] = {"synthetic", "criteo"};
 
 const char *train_dataset_name(train_dataset d) {
-    return d >= 0 && (int)d < TRAIN_DATASET_COUNT ? dataset_names[d] : "unknown";
+    return (unsigned)d < TRAIN_DATASET_COUNT ? dataset_names[d] : "unknown";
 }
 
 ember_status train_dataset_parse(const char *name, train_dataset *out) {
