@@ -169,6 +169,14 @@ add_test(NAME dist.train.cli.resume_kill.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.resume_kill.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# A real full disk under `train --save_dir` (a 22 MiB tmpfs; skipped with the reason where
+# mounting one is not allowed): a failed save leaves no step directory it made, keeps the
+# committed one it would have replaced, and the save directory verifies and resumes.
+add_test(NAME dist.train.cli.save_disk_full.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_tmpfs.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.save_disk_full.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
 ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
                "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1
                train --resume nonexistent)

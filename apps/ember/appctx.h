@@ -24,6 +24,14 @@ static inline void *app_calloc(ember_ctx *ctx, size_t bytes, const char *what) {
     return p;
 }
 
+// The index of `name` in names[0..n), or -1 (also for NULL): the app's own enums' _parse.
+static inline int app_name_index(const char *const *names, int n, const char *name) {
+    for (int i = 0; name && i < n; i++) {
+        if (strcmp(name, names[i]) == 0) return i;
+    }
+    return -1;
+}
+
 // Checks a condition on user input; on failure records the message and returns `st`.
 #define APP_CHECK(ctx, cond, st, ...)                                   \
     do {                                                                \

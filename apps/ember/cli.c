@@ -1,5 +1,7 @@
 // Helpers shared by the subcommands.
+#define _GNU_SOURCE // getopt_long
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,4 +126,112 @@ bool cli_parse_timeout(const char *text, double *out, char *err, size_t cap) {
     if (*out >= 0 && *out <= 1e9) return true;
     snprintf(err, cap, "--timeout_s '%s': expected seconds in [0, 1e9] (0: no deadline)", text);
     return false;
+}
+
+bool cli_call_timeout(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base, (void)flag;
+    return cli_parse_timeout(text, field, err, cap);
+}
+
+// getopt_long's value of row i (above every short option's character).
+#define FIRST_VALUE 256
+
+// An integer of `size` bytes at p: a bool, an int32_t or an int or enum, an int64_t.
+static bool store_int(void *p, size_t size, int64_t v) {
+    if (size == sizeof(bool)) {
+        *(bool *)p = v != 0;
+    } else if (size == sizeof(int32_t)) {
+        const int32_t x = (int32_t)v;
+        memcpy(p, &x, sizeof x);
+    } else if (size == sizeof(int64_t)) {
+        memcpy(p, &v, sizeof v);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+// Row f's value `text` (NULL for CLI_SET) into base.
+static bool read_value(const cli_flag *f, const char *flag, const char *text, void *base, char *err, size_t cap) {
+    char *field = (char *)base + f->at;
+    int64_t v = 0;
+    double x = 0.0;
+    switch (f->arg) {
+    case CLI_INT:
+        if (!cli_parse_i64(flag, text, f->min, f->max, &v, err, cap)) return false;
+        break;
+    case CLI_REAL:
+        if (!cli_parse_double(flag, text, &x, err, cap)) return false;
+        if (f->size == sizeof(float)) {
+            const float y = (float)x;
+            memcpy(field, &y, sizeof y);
+        } else {
+            memcpy(field, &x, sizeof x);
+        }
+        return true;
+    case CLI_TEXT: memcpy(field, &text, sizeof text); return true;
+    case CLI_NAME: {
+        for (v = 0; f->names((int)v) && strcmp(text, f->names((int)v)) != 0; v++) continue;
+        if (f->names((int)v)) break;
+        char names[512];
+        size_t n = 0;
+        names[0] = '\0';
+        for (int k = 0; f->names(k) && n < sizeof names; k++) {
+            const int len = snprintf(names + n, sizeof names - n, "%s%s", k ? ", " : "", f->names(k));
+            if (len < 0) break;
+            n += (size_t)len;
+        }
+        snprintf(err, cap, "%s '%s': expected one of %s", flag, text, names);
+        return false;
+    }
+    case CLI_SET:
+        if (f->call) return f->call(base, field, flag, NULL, err, cap);
+        v = 1;
+        break;
+    case CLI_CALL: return f->call(base, field, flag, text, err, cap);
+    }
+    if (store_int(field, f->size, v)) return true;
+    snprintf(err, cap, "%s: internal error: a field of %zu bytes", flag, f->size);
+    return false;
+}
+
+int cli_parse_flags(int argc, char **argv, const cli_flag *flags, int n, void *base, int *order, char *err,
+                    size_t cap) {
+    struct option lo[CLI_MAX_FLAGS + 2];
+    if (n > CLI_MAX_FLAGS) {
+        snprintf(err, cap, "internal error: %d options, at most %d", n, CLI_MAX_FLAGS);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        lo[i] = (struct option){flags[i].name, flags[i].arg == CLI_SET ? no_argument : required_argument, NULL,
+                                FIRST_VALUE + i};
+        if (order) order[i] = 0;
+    }
+    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[n + 1] = (struct option){NULL, 0, NULL, 0};
+    int c, given = 0;
+    char flag[64];
+    opterr = 0; // messages are ours, printed once
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        if (c == 'h') return 1;
+        if (c >= FIRST_VALUE && c < FIRST_VALUE + n) {
+            const int i = c - FIRST_VALUE;
+            snprintf(flag, sizeof flag, "--%s", flags[i].name);
+            if (!read_value(&flags[i], flag, optarg, base, err, cap)) return 2;
+            if (order && !order[i]) order[i] = ++given;
+            continue;
+        }
+        // The option as the user wrote it.
+        if (optopt > 0 && optopt < FIRST_VALUE) snprintf(flag, sizeof flag, "-%c", optopt);
+        else snprintf(flag, sizeof flag, "%s", argv[optind - 1]);
+        if (c == ':') snprintf(err, cap, "%s needs a value", flag);
+        else snprintf(err, cap, "unknown option '%s'", flag);
+        return 2;
+    }
+    if (optind < argc) {
+        snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
+        return 2;
+    }
+    return 0;
 }

@@ -46,7 +46,7 @@ static void print_trainer(FILE *f, const trainstate *ts) {
             dense_optim_name(o->dense_optimizer), (double)o->learning_rate, (long long)ts->dense_step,
             ember_optim_name(o->embedding_optimizer),
             (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate),
-            o->grad_convention == EMBER_GRAD_SUM ? "sum" : "mean");
+            ember_grad_convention_name(o->grad_convention));
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic, seed %llu, zipf alpha %g", (unsigned long long)o->seed, o->zipf_alpha);
     } else {

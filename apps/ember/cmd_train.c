@@ -1,6 +1,4 @@
 // `ember train`: command line -> train_options -> train_run on the sharded embedding collection.
-#define _GNU_SOURCE // getopt_long
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -124,112 +122,47 @@ static const char help[] =
     "  mpiexec -n 2 build/bin/ember train --save_dir ckpt --checkpoint_interval 200   (killed at step 700)\n"
     "  mpiexec -n 2 build/bin/ember train --resume ckpt       (on from step 600, saving into ckpt)\n";
 
-enum {
-    OPT_EMBEDDING_DIM = 256,
-    OPT_NUM_EMBEDDINGS,
-    OPT_NUM_EMBEDDINGS_PER_FEATURE,
-    OPT_DENSE_ARCH,
-    OPT_OVER_ARCH,
-    OPT_SHARDING,
-    OPT_PLAN,
-    OPT_INTRA_GBPS,
-    OPT_INTER_GBPS,
-    OPT_GRAD_CONVENTION,
-    OPT_DATASET,
-    OPT_DATA_PATH,
-    OPT_EVAL_DATA_PATH,
-    OPT_ZIPF_ALPHA,
-    OPT_MALFORMED,
-    OPT_BATCH_SIZE,
-    OPT_EPOCHS,
-    OPT_LIMIT_TRAIN,
-    OPT_LIMIT_VAL,
-    OPT_EVAL_INTERVAL,
-    OPT_LEARNING_RATE,
-    OPT_EMBEDDING_LEARNING_RATE,
-    OPT_ADAGRAD,
-    OPT_DENSE_OPTIMIZER,
-    OPT_EMBEDDING_OPTIMIZER,
-    OPT_SEED,
-    OPT_THREADS,
-    OPT_METRICS,
-    OPT_PLOT,
-    OPT_PROGRESS,
-    OPT_DIGEST,
-    OPT_SAVE_DIR,
-    OPT_CHECKPOINT_INTERVAL,
-    OPT_KEEP_CHECKPOINTS,
-    OPT_RESUME,
-    OPT_TIMEOUT,
-    OPT_WIRE_PRECISION,
-    OPT_OVERLAP,
-    OPT_SSD_TABLES,
-    OPT_CACHE_ROWS,
-    OPT_CACHE_POLICY,
-    OPT_SSD_DIR,
-    OPT_HASH,
-    OPT_HASH_MIN_COUNT,
-    OPT_HASH_POLICY,
-    OPT_HASH_TTL,
-    OPT_HASH_BUCKET_ROWS,
-    OPT_SYNTH_ITEMS,
-};
+// What the command line fills: the run's options and what cmd_train itself uses.
+typedef struct train_cli {
+    train_options o;
+    int32_t threads; // --threads (0: not given)
+    int progress;    // --progress: PROGRESS_AUTO, _BAR or _LINES
+} train_cli;
 
-static const struct option options[] = {
-    {"embedding_dim", required_argument, NULL, OPT_EMBEDDING_DIM},
-    {"num_embeddings", required_argument, NULL, OPT_NUM_EMBEDDINGS},
-    {"num_embeddings_per_feature", required_argument, NULL, OPT_NUM_EMBEDDINGS_PER_FEATURE},
-    {"dense_arch_layer_sizes", required_argument, NULL, OPT_DENSE_ARCH},
-    {"over_arch_layer_sizes", required_argument, NULL, OPT_OVER_ARCH},
-    {"sharding", required_argument, NULL, OPT_SHARDING},
-    {"plan", required_argument, NULL, OPT_PLAN},
-    {"intra_gbps", required_argument, NULL, OPT_INTRA_GBPS},
-    {"inter_gbps", required_argument, NULL, OPT_INTER_GBPS},
-    {"grad_convention", required_argument, NULL, OPT_GRAD_CONVENTION},
-    {"dataset", required_argument, NULL, OPT_DATASET},
-    {"data_path", required_argument, NULL, OPT_DATA_PATH},
-    {"eval_data_path", required_argument, NULL, OPT_EVAL_DATA_PATH},
-    {"zipf_alpha", required_argument, NULL, OPT_ZIPF_ALPHA},
-    {"malformed", required_argument, NULL, OPT_MALFORMED},
-    {"batch_size", required_argument, NULL, OPT_BATCH_SIZE},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"limit_train_batches", required_argument, NULL, OPT_LIMIT_TRAIN},
-    {"limit_val_batches", required_argument, NULL, OPT_LIMIT_VAL},
-    {"eval_interval", required_argument, NULL, OPT_EVAL_INTERVAL},
-    {"learning_rate", required_argument, NULL, OPT_LEARNING_RATE},
-    {"embedding_learning_rate", required_argument, NULL, OPT_EMBEDDING_LEARNING_RATE},
-    {"adagrad", no_argument, NULL, OPT_ADAGRAD},
-    {"dense_optimizer", required_argument, NULL, OPT_DENSE_OPTIMIZER},
-    {"embedding_optimizer", required_argument, NULL, OPT_EMBEDDING_OPTIMIZER},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"metrics", required_argument, NULL, OPT_METRICS},
-    {"plot", required_argument, NULL, OPT_PLOT},
-    {"progress", required_argument, NULL, OPT_PROGRESS},
-    {"digest", no_argument, NULL, OPT_DIGEST},
-    {"save_dir", required_argument, NULL, OPT_SAVE_DIR},
-    {"checkpoint_interval", required_argument, NULL, OPT_CHECKPOINT_INTERVAL},
-    {"keep_checkpoints", required_argument, NULL, OPT_KEEP_CHECKPOINTS},
-    {"resume", required_argument, NULL, OPT_RESUME},
-    {"timeout_s", required_argument, NULL, OPT_TIMEOUT},
-    {"wire_precision", required_argument, NULL, OPT_WIRE_PRECISION},
-    {"overlap", required_argument, NULL, OPT_OVERLAP},
-    {"ssd_tables", required_argument, NULL, OPT_SSD_TABLES},
-    {"cache_rows", required_argument, NULL, OPT_CACHE_ROWS},
-    {"cache_policy", required_argument, NULL, OPT_CACHE_POLICY},
-    {"ssd_dir", required_argument, NULL, OPT_SSD_DIR},
-    {"hash", required_argument, NULL, OPT_HASH},
-    {"hash_min_count", required_argument, NULL, OPT_HASH_MIN_COUNT},
-    {"hash_policy", required_argument, NULL, OPT_HASH_POLICY},
-    {"hash_ttl", required_argument, NULL, OPT_HASH_TTL},
-    {"hash_bucket_rows", required_argument, NULL, OPT_HASH_BUCKET_ROWS},
-    {"synth_items", required_argument, NULL, OPT_SYNTH_ITEMS},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
+enum { PROGRESS_AUTO = 0, PROGRESS_BAR = 1, PROGRESS_LINES = 2 };
 
 #define MAX_INT32 2147483647
 #define MAX_ROWS ((int64_t)1 << 48)
+#define MAX_COUNT ((int64_t)1 << 40)
+
+// ---- Values that need more than a number or a name ---------------------------------------------
+
+// One value for all 26 features, or 26 values.
+static bool parse_per_feature(const char *flag, int count, int got, char *err, size_t cap) {
+    if (got == 1 || got == count) return true;
+    snprintf(err, cap, "%s: %d values given, expected 1 (for every feature) or %d", flag, got, count);
+    return false;
+}
+
+static bool set_rows(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    int64_t v, *rows = field;
+    if (!cli_parse_i64(flag, text, 1, MAX_ROWS, &v, err, cap)) return false;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) rows[f] = v;
+    return true;
+}
+
+static bool set_rows_per_feature(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    int64_t list[DLRM_NUM_SPARSE], *rows = field;
+    int n;
+    if (!cli_parse_i64_list(flag, text, 1, MAX_ROWS, list, DLRM_NUM_SPARSE, &n, err, cap) ||
+        !parse_per_feature(flag, DLRM_NUM_SPARSE, n, err, cap)) {
+        return false;
+    }
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) rows[f] = list[n == 1 ? 0 : f];
+    return true;
+}
 
 static bool parse_layers(const char *flag, const char *text, int32_t *sizes, int32_t *n, char *err, size_t cap) {
     int64_t v[TRAIN_MAX_LAYERS];
@@ -240,28 +173,22 @@ static bool parse_layers(const char *flag, const char *text, int32_t *sizes, int
     return true;
 }
 
-// --wire_precision P or P,Q: fp32, fp16 or bf16 each.
-static bool parse_wire_precision(const char *text, ember_dtype *fwd, ember_dtype *bwd, char *err, size_t cap) {
-    char a[8] = "", b[8] = "";
-    const char *comma = strchr(text, ',');
-    const size_t n = comma ? (size_t)(comma - text) : strlen(text);
-    if (n < sizeof a) memcpy(a, text, n), a[n] = '\0';
-    if (comma && strlen(comma + 1) < sizeof b) strcpy(b, comma + 1);
-    if (n >= sizeof a || ember_dtype_parse(a, fwd) != 0 || (comma ? ember_dtype_parse(b, bwd) != 0 : (*bwd = *fwd, 0))) {
-        snprintf(err, cap, "--wire_precision '%s': expected fp32, fp16 or bf16, or two of them comma-separated", text);
-        return false;
-    }
-    return true;
+static bool set_bottom(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    train_options *o = &((train_cli *)base)->o;
+    (void)field;
+    return parse_layers(flag, text, o->bottom, &o->num_bottom, err, cap);
 }
 
-// One value for all 26 features, or 26 values.
-static bool parse_per_feature(const char *flag, int count, int got, char *err, size_t cap) {
-    if (got == 1 || got == count) return true;
-    snprintf(err, cap, "%s: %d values given, expected 1 (for every feature) or %d", flag, got, count);
-    return false;
+static bool set_top(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    train_options *o = &((train_cli *)base)->o;
+    (void)field;
+    return parse_layers(flag, text, o->top, &o->num_top, err, cap);
 }
 
-static bool parse_sharding(const char *text, int *sharding, char *err, size_t cap) {
+// --sharding S or 26 of them: SHARDING_AUTO alone, or a scheme per table.
+static bool set_sharding(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base, (void)flag;
+    int *sharding = field;
     char item[16], planner[16] = "";
     int n = 0, got[DLRM_NUM_SPARSE];
     for (const char *p = text;;) {
@@ -291,8 +218,47 @@ static bool parse_sharding(const char *text, int *sharding, char *err, size_t ca
     return true;
 }
 
+// --intra_gbps, --inter_gbps: Gbit/s in (0, 1e9).
+static bool set_gbps(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    double *g = field;
+    if (!cli_parse_double(flag, text, g, err, cap)) return false;
+    if (*g > 0 && *g < 1e9) return true;
+    snprintf(err, cap, "%s %.64s: expected Gbit/s > 0", flag, text);
+    return false;
+}
+
+// A dtype the wire carries: fp32, fp16 or bf16.
+static bool wire_dtype(const char *name, ember_dtype *dt) {
+    ember_dtype d;
+    if (ember_dtype_parse(name, &d) != EMBER_OK || !(d == EMBER_DTYPE_F32 || ember_dtype_is_16bit(d))) return false;
+    *dt = d;
+    return true;
+}
+
+// --wire_precision P or P,Q: fp32, fp16 or bf16 each.
+static bool set_wire_precision(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    train_options *o = &((train_cli *)base)->o;
+    (void)field, (void)flag;
+    char a[8] = "", b[8] = "";
+    const char *comma = strchr(text, ',');
+    const size_t n = comma ? (size_t)(comma - text) : strlen(text);
+    if (n < sizeof a) memcpy(a, text, n), a[n] = '\0';
+    if (comma && strlen(comma + 1) < sizeof b) strcpy(b, comma + 1);
+    ember_dtype fwd, bwd;
+    if (n >= sizeof a || !wire_dtype(a, &fwd) || (comma ? !wire_dtype(b, &bwd) : (bwd = fwd, false))) {
+        snprintf(err, cap, "--wire_precision '%s': expected fp32, fp16 or bf16, or two of them comma-separated", text);
+        return false;
+    }
+    o->wire_forward = fwd;
+    o->wire_backward = bwd;
+    return true;
+}
+
 // --ssd_tables all, or table indices / names (t_cat_3) comma-separated: a bit per table.
-static bool parse_tables(const char *flag, const char *text, uint32_t *mask, char *err, size_t cap) {
+static bool set_tables(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    uint32_t *mask = field;
     *mask = 0;
     if (strcmp(text, "all") == 0) {
         *mask = (1u << DLRM_NUM_SPARSE) - 1;
@@ -322,254 +288,141 @@ static bool parse_tables(const char *flag, const char *text, uint32_t *mask, cha
     }
 }
 
-// Picks `text` out of names[0..n); -1 if absent.
-static int pick(const char *text, const char *const *names, int n) {
-    for (int i = 0; i < n; i++) {
-        if (strcmp(text, names[i]) == 0) return i;
+// --adagrad: TorchRec's flag, Adagrad for the dense part and row-wise Adagrad for the tables.
+static bool set_adagrad(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    train_options *o = &((train_cli *)base)->o;
+    (void)field, (void)flag, (void)text, (void)err, (void)cap;
+    o->dense_optimizer = DENSE_OPT_ADAGRAD;
+    o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
+    return true;
+}
+
+// ---- The names of the values (NULL past the last): the library's for its enums -----------------
+
+static const char *grad_convention_name(int v) {
+    return v < EMBER_GRAD_COUNT ? ember_grad_convention_name((ember_grad_convention)v) : NULL;
+}
+static const char *dataset_name(int v) { return v < TRAIN_DATASET_COUNT ? train_dataset_name((train_dataset)v) : NULL; }
+static const char *malformed_name(int v) {
+    return v < CRITEO_MALFORMED_COUNT ? criteo_malformed_name((criteo_malformed_mode)v) : NULL;
+}
+static const char *dense_optimizer_name(int v) {
+    return v < DENSE_OPT_COUNT ? dense_optim_name((dense_optim_kind)v) : NULL;
+}
+static const char *embedding_optimizer_name(int v) {
+    return v < EMBER_OPT_COUNT ? ember_optim_name((ember_optim_kind)v) : NULL;
+}
+// A cache's policy: lru or lfu (ttl is for hashed tables).
+static const char *cache_policy_name(int v) {
+    return v < EMBER_EVICT_TTL ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
+}
+static const char *hash_policy_name(int v) {
+    return v < EMBER_EVICT_COUNT ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
+}
+static const char *hash_name(int v) { return v == 0 ? "modulo" : v == 1 ? "collisionless" : NULL; }
+static const char *on_off_name(int v) { return v == 0 ? "off" : v == 1 ? "on" : NULL; }
+static const char *progress_name(int v) {
+    static const char *const names[] = {"auto", "bar", "lines"};
+    return v < 3 ? names[v] : NULL;
+}
+
+// ---- The options -------------------------------------------------------------------------------
+
+// The data set an option belongs to (the others take it as given): an option of the other one is
+// a usage error.
+enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2 };
+
+#define F(m) CLI_FIELD(train_cli, m)
+#define INT(name, m, lo, hi) {name, CLI_INT, F(m), lo, hi, NULL, NULL, ANY_DATA}
+#define REAL(name, m, data) {name, CLI_REAL, F(m), 0, 0, NULL, NULL, data}
+#define TEXT(name, m, data) {name, CLI_TEXT, F(m), 0, 0, NULL, NULL, data}
+#define NAME(name, m, names, data) {name, CLI_NAME, F(m), 0, 0, names, NULL, data}
+#define CALL(name, m, call) {name, CLI_CALL, F(m), 0, 0, NULL, call, ANY_DATA}
+#define SET(name, m, call) {name, CLI_SET, F(m), 0, 0, NULL, call, ANY_DATA}
+
+// In --help's order. Ranges and names are the accepted values; defaults are train_options_default's.
+static const cli_flag flags[] = {
+    // model
+    INT("embedding_dim", o.embedding_dim, 1, 65536),
+    CALL("num_embeddings", o.rows, set_rows),
+    CALL("num_embeddings_per_feature", o.rows, set_rows_per_feature),
+    CALL("dense_arch_layer_sizes", o.bottom, set_bottom),
+    CALL("over_arch_layer_sizes", o.top, set_top),
+    CALL("sharding", o.sharding, set_sharding),
+    TEXT("plan", o.plan_path, ANY_DATA),
+    CALL("intra_gbps", o.intra_gbps, set_gbps),
+    CALL("inter_gbps", o.inter_gbps, set_gbps),
+    NAME("grad_convention", o.grad_convention, grad_convention_name, ANY_DATA),
+    CALL("wire_precision", o.wire_forward, set_wire_precision),
+    // data
+    NAME("dataset", o.dataset, dataset_name, ANY_DATA),
+    TEXT("data_path", o.data_path, CRITEO_ONLY),
+    TEXT("eval_data_path", o.eval_data_path, CRITEO_ONLY),
+    REAL("zipf_alpha", o.zipf_alpha, SYNTHETIC_ONLY),
+    NAME("malformed", o.malformed, malformed_name, CRITEO_ONLY),
+    // training
+    INT("batch_size", o.batch_size, 1, MAX_COUNT),
+    INT("epochs", o.epochs, 1, MAX_INT32),
+    INT("limit_train_batches", o.limit_train_batches, 0, MAX_COUNT),
+    INT("limit_val_batches", o.limit_val_batches, 0, MAX_COUNT),
+    INT("eval_interval", o.eval_interval, 0, MAX_COUNT),
+    REAL("learning_rate", o.learning_rate, ANY_DATA),
+    REAL("embedding_learning_rate", o.embedding_learning_rate, ANY_DATA),
+    SET("adagrad", o.dense_optimizer, set_adagrad),
+    NAME("dense_optimizer", o.dense_optimizer, dense_optimizer_name, ANY_DATA),
+    NAME("embedding_optimizer", o.embedding_optimizer, embedding_optimizer_name, ANY_DATA),
+    INT("seed", o.seed, 0, INT64_MAX),
+    INT("threads", threads, 0, 4096),
+    CALL("timeout_s", o.timeout_s, cli_call_timeout),
+    NAME("overlap", o.overlap, on_off_name, ANY_DATA),
+    // tables beyond RAM and beyond fixed id ranges
+    CALL("ssd_tables", o.ssd_tables, set_tables),
+    INT("cache_rows", o.cache_rows, 1, MAX_ROWS),
+    NAME("cache_policy", o.cache_policy, cache_policy_name, ANY_DATA),
+    TEXT("ssd_dir", o.ssd_dir, ANY_DATA),
+    NAME("hash", o.collisionless, hash_name, ANY_DATA),
+    INT("hash_min_count", o.hash.min_count, 1, MAX_COUNT),
+    NAME("hash_policy", o.hash.policy, hash_policy_name, ANY_DATA),
+    INT("hash_ttl", o.hash.ttl_steps, 1, MAX_COUNT),
+    INT("hash_bucket_rows", o.hash.bucket_rows, 1, 1 << 20),
+    INT("synth_items", o.synth_items, 1, 1 << 20),
+    // checkpoints
+    TEXT("save_dir", o.save_dir, ANY_DATA),
+    INT("checkpoint_interval", o.checkpoint_interval, 0, MAX_COUNT),
+    INT("keep_checkpoints", o.keep_checkpoints, 1, MAX_INT32),
+    TEXT("resume", o.resume, ANY_DATA),
+    // output
+    TEXT("metrics", o.metrics_path, ANY_DATA),
+    TEXT("plot", o.plot_path, ANY_DATA),
+    NAME("progress", progress, progress_name, ANY_DATA),
+    SET("digest", o.digest, NULL),
+};
+#define NUM_FLAGS ((int)(sizeof flags / sizeof flags[0]))
+
+// The row of option `name`.
+static int row(const char *name) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        if (strcmp(flags[i].name, name) == 0) return i;
     }
     return -1;
 }
 
-// Parses the options into o. Returns false with a message in err on bad usage.
-static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int *progress_mode, bool *want_help,
-                  char *err, size_t cap) {
-    static const char *const datasets[] = {"synthetic", "criteo"}, *const conventions[] = {"mean", "sum"},
-                             *const malformed[] = {"skip", "fatal"}, *const dense_opts[] = {"sgd", "adagrad", "adam"},
-                             *const progress[] = {"auto", "bar", "lines"};
-    int64_t v, list[DLRM_NUM_SPARSE];
-    double x;
-    int n, c, k, idx = -1;
-    char flag[64];
-    const char *choices = "";
-    char optim_names[256];
-    bool sharding_given = false, dataset_given = false;
-    const char *criteo_only = NULL, *synthetic_only = NULL; // the first such option given
-    opterr = 0; // messages are ours, printed once
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", options, &idx)) != -1) {
-        // The option as the user wrote it, for messages.
-        if (c != '?' && c != ':' && idx >= 0) snprintf(flag, sizeof flag, "--%s", options[idx].name);
-        else if (optopt > 0 && optopt < 256) snprintf(flag, sizeof flag, "-%c", optopt);
-        else snprintf(flag, sizeof flag, "%s", argv[optind - 1]);
-        idx = -1;
-        switch (c) {
-        case 'h': *want_help = true; return true;
-        case OPT_EMBEDDING_DIM:
-            if (!cli_parse_i64("--embedding_dim", optarg, 1, 65536, &v, err, cap)) return false;
-            o->embedding_dim = (int32_t)v;
-            break;
-        case OPT_NUM_EMBEDDINGS:
-            if (!cli_parse_i64("--num_embeddings", optarg, 1, MAX_ROWS, &v, err, cap)) return false;
-            for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->rows[f] = v;
-            break;
-        case OPT_NUM_EMBEDDINGS_PER_FEATURE:
-            if (!cli_parse_i64_list("--num_embeddings_per_feature", optarg, 1, MAX_ROWS, list, DLRM_NUM_SPARSE, &n,
-                                    err, cap) ||
-                !parse_per_feature("--num_embeddings_per_feature", DLRM_NUM_SPARSE, n, err, cap)) {
-                return false;
-            }
-            for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->rows[f] = list[n == 1 ? 0 : f];
-            break;
-        case OPT_DENSE_ARCH:
-            if (!parse_layers("--dense_arch_layer_sizes", optarg, o->bottom, &o->num_bottom, err, cap)) return false;
-            break;
-        case OPT_OVER_ARCH:
-            if (!parse_layers("--over_arch_layer_sizes", optarg, o->top, &o->num_top, err, cap)) return false;
-            break;
-        case OPT_SHARDING:
-            if (!parse_sharding(optarg, o->sharding, err, cap)) return false;
-            sharding_given = true;
-            break;
-        case OPT_PLAN: o->plan_path = optarg; break;
-        case OPT_INTRA_GBPS:
-        case OPT_INTER_GBPS: {
-            const char *gflag = c == OPT_INTRA_GBPS ? "--intra_gbps" : "--inter_gbps";
-            double *g = c == OPT_INTRA_GBPS ? &o->intra_gbps : &o->inter_gbps;
-            if (!cli_parse_double(gflag, optarg, g, err, cap)) return false;
-            if (!(*g > 0 && *g < 1e9)) {
-                snprintf(err, cap, "%s %.64s: expected Gbit/s > 0", gflag, optarg);
-                return false;
-            }
-            break;
-        }
-        case OPT_GRAD_CONVENTION:
-            if ((k = pick(optarg, conventions, 2)) < 0) {
-                choices = "mean, sum";
-                goto bad_choice;
-            }
-            o->grad_convention = k == 0 ? EMBER_GRAD_MEAN : EMBER_GRAD_SUM;
-            break;
-        case OPT_DATASET:
-            if ((k = pick(optarg, datasets, 2)) < 0) {
-                choices = "synthetic, criteo";
-                goto bad_choice;
-            }
-            o->dataset = k == 0 ? TRAIN_SYNTHETIC : TRAIN_CRITEO;
-            dataset_given = true;
-            break;
-        case OPT_DATA_PATH:
-            o->data_path = optarg;
-            if (!criteo_only) criteo_only = "--data_path";
-            break;
-        case OPT_EVAL_DATA_PATH:
-            o->eval_data_path = optarg;
-            if (!criteo_only) criteo_only = "--eval_data_path";
-            break;
-        case OPT_ZIPF_ALPHA:
-            if (!cli_parse_double("--zipf_alpha", optarg, &o->zipf_alpha, err, cap)) return false;
-            if (!synthetic_only) synthetic_only = "--zipf_alpha";
-            break;
-        case OPT_MALFORMED:
-            if ((k = pick(optarg, malformed, 2)) < 0) {
-                choices = "skip, fatal";
-                goto bad_choice;
-            }
-            o->malformed = k == 0 ? CRITEO_SKIP : CRITEO_FATAL;
-            if (!criteo_only) criteo_only = "--malformed";
-            break;
-        case OPT_BATCH_SIZE:
-            if (!cli_parse_i64("--batch_size", optarg, 1, (int64_t)1 << 40, &o->batch_size, err, cap)) return false;
-            break;
-        case OPT_EPOCHS:
-            if (!cli_parse_i64("--epochs", optarg, 1, MAX_INT32, &v, err, cap)) return false;
-            o->epochs = (int32_t)v;
-            break;
-        case OPT_LIMIT_TRAIN:
-            if (!cli_parse_i64("--limit_train_batches", optarg, 0, (int64_t)1 << 40, &o->limit_train_batches, err,
-                               cap)) {
-                return false;
-            }
-            break;
-        case OPT_LIMIT_VAL:
-            if (!cli_parse_i64("--limit_val_batches", optarg, 0, (int64_t)1 << 40, &o->limit_val_batches, err, cap)) {
-                return false;
-            }
-            break;
-        case OPT_EVAL_INTERVAL:
-            if (!cli_parse_i64("--eval_interval", optarg, 0, (int64_t)1 << 40, &o->eval_interval, err, cap)) {
-                return false;
-            }
-            break;
-        case OPT_LEARNING_RATE:
-            if (!cli_parse_double("--learning_rate", optarg, &x, err, cap)) return false;
-            o->learning_rate = (float)x;
-            break;
-        case OPT_EMBEDDING_LEARNING_RATE:
-            if (!cli_parse_double("--embedding_learning_rate", optarg, &x, err, cap)) return false;
-            o->embedding_learning_rate = (float)x;
-            break;
-        case OPT_ADAGRAD:
-            o->dense_optimizer = DENSE_OPT_ADAGRAD;
-            o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
-            break;
-        case OPT_DENSE_OPTIMIZER:
-            if ((k = pick(optarg, dense_opts, 3)) < 0) {
-                choices = "sgd, adagrad, adam";
-                goto bad_choice;
-            }
-            o->dense_optimizer = (dense_optim_kind)k;
-            break;
-        case OPT_EMBEDDING_OPTIMIZER:
-            if (ember_optim_parse(optarg, &o->embedding_optimizer) != EMBER_OK) {
-                cli_optim_names(", ", optim_names, sizeof optim_names);
-                choices = optim_names;
-                goto bad_choice;
-            }
-            break;
-        case OPT_SEED:
-            if (!cli_parse_i64("--seed", optarg, 0, INT64_MAX, &v, err, cap)) return false;
-            o->seed = (uint64_t)v;
-            break;
-        case OPT_THREADS:
-            if (!cli_parse_i64("--threads", optarg, 0, 4096, &v, err, cap)) return false;
-            *threads = (int32_t)v;
-            break;
-        case OPT_METRICS: o->metrics_path = optarg; break;
-        case OPT_PLOT: o->plot_path = optarg; break;
-        case OPT_DIGEST: o->digest = true; break;
-        case OPT_SAVE_DIR: o->save_dir = optarg; break;
-        case OPT_RESUME: o->resume = optarg; break;
-        case OPT_TIMEOUT:
-            if (!cli_parse_timeout(optarg, &o->timeout_s, err, cap)) return false;
-            break;
-        case OPT_WIRE_PRECISION:
-            if (!parse_wire_precision(optarg, &o->wire_forward, &o->wire_backward, err, cap)) return false;
-            break;
-        case OPT_SSD_TABLES:
-            if (!parse_tables("--ssd_tables", optarg, &o->ssd_tables, err, cap)) return false;
-            break;
-        case OPT_CACHE_ROWS:
-            if (!cli_parse_i64("--cache_rows", optarg, 1, MAX_ROWS, &o->cache_rows, err, cap)) return false;
-            break;
-        case OPT_CACHE_POLICY:
-        case OPT_HASH_POLICY: {
-            ember_evict_policy p;
-            const bool cache = c == OPT_CACHE_POLICY;
-            if (ember_evict_policy_parse(optarg, &p) != EMBER_OK || (cache && p == EMBER_EVICT_TTL)) {
-                choices = cache ? "lru, lfu" : "lru, lfu, ttl";
-                goto bad_choice;
-            }
-            if (cache) o->cache_policy = p;
-            else o->hash.policy = p;
-            break;
-        }
-        case OPT_SSD_DIR: o->ssd_dir = optarg; break;
-        case OPT_HASH:
-            if (strcmp(optarg, "modulo") != 0 && strcmp(optarg, "collisionless") != 0) {
-                choices = "modulo, collisionless";
-                goto bad_choice;
-            }
-            o->collisionless = optarg[0] == 'c';
-            break;
-        case OPT_HASH_MIN_COUNT:
-            if (!cli_parse_i64("--hash_min_count", optarg, 1, (int64_t)1 << 40, &o->hash.min_count, err, cap)) return false;
-            break;
-        case OPT_HASH_TTL:
-            if (!cli_parse_i64("--hash_ttl", optarg, 1, (int64_t)1 << 40, &o->hash.ttl_steps, err, cap)) return false;
-            break;
-        case OPT_HASH_BUCKET_ROWS:
-            if (!cli_parse_i64("--hash_bucket_rows", optarg, 1, 1 << 20, &v, err, cap)) return false;
-            o->hash.bucket_rows = (int32_t)v;
-            break;
-        case OPT_SYNTH_ITEMS:
-            if (!cli_parse_i64("--synth_items", optarg, 1, 1 << 20, &o->synth_items, err, cap)) return false;
-            break;
-        case OPT_OVERLAP:
-            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
-                snprintf(err, cap, "--overlap: '%s' is not on or off", optarg);
-                return false;
-            }
-            o->overlap = optarg[1] == 'n';
-            break;
-        case OPT_CHECKPOINT_INTERVAL:
-            if (!cli_parse_i64("--checkpoint_interval", optarg, 0, (int64_t)1 << 40, &o->checkpoint_interval, err,
-                               cap)) {
-                return false;
-            }
-            break;
-        case OPT_KEEP_CHECKPOINTS:
-            if (!cli_parse_i64("--keep_checkpoints", optarg, 1, MAX_INT32, &v, err, cap)) return false;
-            o->keep_checkpoints = (int32_t)v;
-            break;
-        case OPT_PROGRESS:
-            if ((k = pick(optarg, progress, 3)) < 0) {
-                choices = "auto, bar, lines";
-                goto bad_choice;
-            }
-            *progress_mode = k;
-            break;
-        case ':': snprintf(err, cap, "%s needs a value", flag); return false;
-        default: snprintf(err, cap, "unknown option '%s'", flag); return false;
-        }
-        continue;
-    bad_choice:
-        snprintf(err, cap, "%s '%s': expected one of %s", flag, optarg, choices);
-        return false;
+// The first option given of data set `data` ("--name"), or NULL. order: cli_parse_flags's.
+static const char *first_of(const int *order, int data, char *buf, size_t cap) {
+    int first = -1;
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        if (flags[i].group == data && order[i] && (first < 0 || order[i] < order[first])) first = i;
     }
-    if (optind < argc) {
-        snprintf(err, cap, "unexpected argument '%s'", argv[optind]);
-        return false;
-    }
+    if (first < 0) return NULL;
+    snprintf(buf, cap, "--%s", flags[first].name);
+    return buf;
+}
+
+// The options that do not go together. Returns false with the message in err.
+static bool check_together(const train_options *o, const int *order, char *err, size_t cap) {
+    char criteo[64], synthetic[64];
+    const char *criteo_only = first_of(order, CRITEO_ONLY, criteo, sizeof criteo);
+    const char *synthetic_only = first_of(order, SYNTHETIC_ONLY, synthetic, sizeof synthetic);
     if (o->ssd_tables && o->cache_rows == 0) {
         snprintf(err, cap, "--ssd_tables puts tables on disk behind a DRAM cache: give its size with --cache_rows N");
         return false;
@@ -595,7 +448,7 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
     // would train on synthetic data and report an AUC of it.
     if (o->dataset == TRAIN_SYNTHETIC && criteo_only) {
         snprintf(err, cap, "%s is an option of --dataset criteo, but the dataset is synthetic%s, which ignores it: "
-                 "add --dataset criteo", criteo_only, dataset_given ? "" : " (the default)");
+                 "add --dataset criteo", criteo_only, order[row("dataset")] ? "" : " (the default)");
         return false;
     }
     if (o->dataset == TRAIN_CRITEO && synthetic_only) {
@@ -603,27 +456,35 @@ static bool parse(int argc, char **argv, train_options *o, int32_t *threads, int
                  "which ignores it", synthetic_only);
         return false;
     }
-    if (sharding_given && o->plan_path) {
+    if (order[row("sharding")] && o->plan_path) {
         snprintf(err, cap, "--sharding and --plan both place the tables: give one");
         return false;
     }
     return true;
 }
 
+// Parses the command line into c (defaults first). Returns 0 (run), 1 (--help) or 2 (bad usage:
+// err says why).
+static int parse(int argc, char **argv, train_cli *c, char *err, size_t cap) {
+    memset(c, 0, sizeof *c);
+    train_options_default(&c->o);
+    int order[NUM_FLAGS];
+    const int p = cli_parse_flags(argc, argv, flags, NUM_FLAGS, c, order, err, cap);
+    if (p != 0) return p;
+    return check_together(&c->o, order, err, cap) ? 0 : 2;
+}
+
 int cmd_train(int argc, char **argv) {
     const bool speak = cli_launcher_rank() == 0;
-    train_options o;
-    train_options_default(&o);
-    int32_t threads = 0;
-    int progress_mode = 0; // auto, bar, lines
-    bool want_help = false;
+    train_cli c;
     char err[512];
     // Usage errors need no communication: every rank parses the same command line.
-    if (!parse(argc, argv, &o, &threads, &progress_mode, &want_help, err, sizeof err)) {
+    const int p = parse(argc, argv, &c, err, sizeof err);
+    if (p == 2) {
         if (speak) fprintf(stderr, "ember train: %s (try 'ember train --help')\n", err);
         return 2;
     }
-    if (want_help) {
+    if (p == 1) {
         char names[256];
         cli_optim_names("|", names, sizeof names);
         if (speak) printf(help, names);
@@ -633,28 +494,24 @@ int cmd_train(int argc, char **argv) {
     // Open MPI's mpiexec a rank's stdout is a pseudo-terminal even when mpiexec's own output goes
     // to a file, and the bar's carriage returns ended up in the log; a rank's stderr is a pipe
     // there, so under mpiexec the default is plain lines and `--progress bar` asks for the bar.
-    o.progress_bar = progress_mode == 1 || (progress_mode == 0 && isatty(STDERR_FILENO));
+    train_options *o = &c.o;
+    o->progress_bar = c.progress == PROGRESS_BAR || (c.progress == PROGRESS_AUTO && isatty(STDERR_FILENO));
 
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
     threads_report placement;
-    ember_status st = threads_start_mpi(argc, argv, threads, o.timeout_s, &ctx, &comm, &placement);
+    ember_status st = threads_start_mpi(argc, argv, c.threads, o->timeout_s, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
-        o.threads_note = placement.text;
+        o->threads_note = placement.text;
         train_result res = {0};
-        st = train_run(comm, &o, dlrm_backend_sebc_create, stdout, &res);
+        st = train_run(comm, o, dlrm_backend_sebc_create, stdout, &res);
     }
     return threads_finish_mpi("train", st, ctx, comm);
 }
 
 // fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.
 int cmd_train_parse_only(int argc, char **argv) {
-    train_options o;
-    train_options_default(&o);
-    int32_t threads = 0;
-    int progress_mode = 0;
-    bool want_help = false;
+    train_cli c;
     char err[512];
-    if (!parse(argc, argv, &o, &threads, &progress_mode, &want_help, err, sizeof err)) return 2;
-    return want_help ? 1 : 0;
+    return parse(argc, argv, &c, err, sizeof err);
 }

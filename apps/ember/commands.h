@@ -1,8 +1,9 @@
 // commands.h — the subcommands of the `ember` CLI.
 //
 // Adding one: write apps/ember/cmd_<name>.c with `int cmd_<name>(int argc, char **argv)` (argv[0]
-// is the subcommand's name; parse the rest with getopt_long and the helpers of cli.h; return the process exit status:
-// 0 success, 1 failure, 2 bad usage), declare it here and add a row to the table in main.c.
+// is the subcommand's name; parse the rest with an option table and cli_parse_flags, or with
+// getopt_long and the helpers of cli.h; return the process exit status: 0 success, 1 failure,
+// 2 bad usage), declare it here and add a row to the table in main.c.
 // main passes the status to cli_exit (cli.h), which finalises MPI if the subcommand initialised it:
 // a subcommand under MPI returns the same status on every rank and leaves MPI_Finalize to it.
 #ifndef EMBER_APP_COMMANDS_H

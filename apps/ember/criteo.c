@@ -32,6 +32,19 @@ struct criteo_reader {
     int64_t lines_cap;
 };
 
+static const char *const malformed_names[CRITEO_MALFORMED_COUNT] = {"skip", "fatal"};
+
+const char *criteo_malformed_name(criteo_malformed_mode m) {
+    return (unsigned)m < CRITEO_MALFORMED_COUNT ? malformed_names[m] : "unknown";
+}
+
+ember_status criteo_malformed_parse(const char *name, criteo_malformed_mode *out) {
+    const int k = app_name_index(malformed_names, CRITEO_MALFORMED_COUNT, name);
+    if (k < 0) return EMBER_ERR_INVALID_ARG;
+    *out = (criteo_malformed_mode)k;
+    return EMBER_OK;
+}
+
 ember_status criteo_open(ember_ctx *ctx, const criteo_config *cfg, criteo_reader **out) {
     *out = NULL;
     APP_CHECK(ctx, cfg->path && cfg->rows, EMBER_ERR_INVALID_ARG, "criteo: no data path");

@@ -33,6 +33,11 @@
 #define CRITEO_MAX_REPORTED 8    // malformed line numbers remembered per reader
 
 typedef enum criteo_malformed_mode { CRITEO_SKIP = 0, CRITEO_FATAL = 1 } criteo_malformed_mode;
+#define CRITEO_MALFORMED_COUNT 2
+// "skip", "fatal" ("unknown" outside the enum); parse is its inverse: EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG (*out unchanged).
+const char *criteo_malformed_name(criteo_malformed_mode m);
+ember_status criteo_malformed_parse(const char *name, criteo_malformed_mode *out);
 
 typedef struct criteo_config {
     const char *path;

@@ -10,13 +10,17 @@
 // independent, so the result is the same either way.
 #define DENSE_OPTIM_PARALLEL 16384
 
+static const char *const names[DENSE_OPT_COUNT] = {"sgd", "adagrad", "adam"};
+
 const char *dense_optim_name(dense_optim_kind kind) {
-    switch (kind) {
-    case DENSE_OPT_SGD: return "sgd";
-    case DENSE_OPT_ADAGRAD: return "adagrad";
-    case DENSE_OPT_ADAM: return "adam";
-    }
-    return "unknown";
+    return (unsigned)kind < DENSE_OPT_COUNT ? names[kind] : "unknown";
+}
+
+ember_status dense_optim_parse(const char *name, dense_optim_kind *out) {
+    const int k = app_name_index(names, DENSE_OPT_COUNT, name);
+    if (k < 0) return EMBER_ERR_INVALID_ARG;
+    *out = (dense_optim_kind)k;
+    return EMBER_OK;
 }
 
 ember_status dense_optim_create(ember_ctx *ctx, const dense_optim_config *cfg, int64_t n, dense_optim *o) {

@@ -13,6 +13,7 @@
 #include "ember/core.h"
 
 typedef enum dense_optim_kind { DENSE_OPT_SGD = 0, DENSE_OPT_ADAGRAD = 1, DENSE_OPT_ADAM = 2 } dense_optim_kind;
+#define DENSE_OPT_COUNT 3
 
 typedef struct dense_optim_config {
     dense_optim_kind kind;
@@ -36,7 +37,9 @@ void dense_optim_destroy(ember_ctx *ctx, dense_optim *o);
 // One update of params [n] with grads [n].
 void dense_optim_step(dense_optim *o, float *params, const float *grads);
 
-// "sgd", "adagrad", "adam".
+// "sgd", "adagrad", "adam" ("unknown" outside the enum); parse is its inverse: EMBER_OK and *out
+// set, or EMBER_ERR_INVALID_ARG (*out unchanged).
 const char *dense_optim_name(dense_optim_kind kind);
+ember_status dense_optim_parse(const char *name, dense_optim_kind *out);
 
 #endif

@@ -497,47 +497,55 @@ static int pin_threads(const int32_t *cpus, int32_t T) {
     return failed;
 }
 
-ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, threads_report *report) {
-    memset(report, 0, sizeof *report);
-    MPI_Comm node = MPI_COMM_NULL;
-    int rank = 0, local = 0, nlocal = 1;
-    MPI_Comm_rank(world, &rank);
-    APP_TRY(app_mpi_status(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
-                           "thread placement: host communicator"));
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_size(node, &nlocal);
+// What threads_setup learns of this rank's host, step by step.
+typedef struct host_view {
+    int local, nlocal;     // this rank's index among the host's ranks, and their count
+    rank_view me;          // this rank's view
+    bool got_mask;         // me.mask is known
+    const char *how;       // what set the thread count: "--threads", "OMP_NUM_THREADS" or NULL
+    rank_view *all;        // [nlocal] every rank's view
+    threads_cpu *cpus;     // [n] the host's CPUs
+    int32_t n;             // CPUs of the host
+    int32_t user;          // 1: some rank's threads are placed by the user (or nothing is known)
+    int32_t limit;         // the tightest CPU quota of the ranks' cgroups, 0: none
+} host_view;
 
-    rank_view me;
-    memset(&me, 0, sizeof me);
-    bool got_mask = sched_getaffinity(0, sizeof me.mask, &me.mask) == 0;
-    if (!got_mask) CPU_ZERO(&me.mask);
+// This rank's CPU mask (the launcher's, as threads_reexec found it), its cgroup's CPUs and quota,
+// and the threads it wants. Local.
+static void look_at_self(host_view *h, int32_t requested) {
+    rank_view *me = &h->me;
+    memset(me, 0, sizeof *me);
+    h->got_mask = sched_getaffinity(0, sizeof me->mask, &me->mask) == 0;
+    if (!h->got_mask) CPU_ZERO(&me->mask);
     const char *launched = getenv(LAUNCHER_CPUS); // threads_reexec widened the launcher's mask
     if (launched) {
         int32_t ids[CPU_SETSIZE], k = threads_parse_cpu_list(launched, ids, CPU_SETSIZE);
         if (k > 0) {
-            CPU_ZERO(&me.mask);
-            for (int32_t i = 0; i < k; i++) CPU_SET(ids[i], &me.mask);
-            got_mask = true;
+            CPU_ZERO(&me->mask);
+            for (int32_t i = 0; i < k; i++) CPU_SET(ids[i], &me->mask);
+            h->got_mask = true;
         }
         unsetenv(LAUNCHER_CPUS); // not for the processes the trainer starts (gnuplot)
     }
-    host_cpus(&me.host);
+    host_cpus(&me->host);
     const char *env = getenv("OMP_NUM_THREADS");
-    const char *how = requested > 0 ? "--threads" : env && *env ? "OMP_NUM_THREADS" : NULL;
+    h->how = requested > 0 ? "--threads" : env && *env ? "OMP_NUM_THREADS" : NULL;
 #ifdef _OPENMP
-    me.want = requested > 0 ? requested : how ? omp_get_max_threads() : 0;
+    me->want = requested > 0 ? requested : h->how ? omp_get_max_threads() : 0;
 #else
-    me.want = 1;
+    me->want = 1;
 #endif
-    me.user = user_placement() || !got_mask;
-    me.limit = cgroup_cpu_limit();
+    me->user = user_placement() || !h->got_mask;
+    me->limit = cgroup_cpu_limit();
+}
 
+// Every rank of the host learns every rank's view (h->all), after agreeing that each could
+// allocate its buffers. Collective on node.
+static ember_status gather_views(ember_ctx *ctx, MPI_Comm world, MPI_Comm node, host_view *h) {
     ember_status st = EMBER_OK;
-    rank_view *all = app_alloc(ctx, sizeof *all * (size_t)nlocal, "thread placement");
-    threads_cpu *cpus = app_alloc(ctx, sizeof *cpus * CPU_SETSIZE, "thread placement");
-    uint8_t *allowed = NULL;
-    int32_t *want = NULL, *pick = NULL;
-    if (!all || !cpus) st = EMBER_ERR_NOMEM;
+    h->all = app_alloc(ctx, sizeof *h->all * (size_t)h->nlocal, "thread placement");
+    h->cpus = app_alloc(ctx, sizeof *h->cpus * CPU_SETSIZE, "thread placement");
+    if (!h->all || !h->cpus) st = EMBER_ERR_NOMEM;
     const int failed = first_failure(node, st == EMBER_OK);
     if (failed >= 0) {
         // Every rank of the host reports the failing rank's reason under its rank.
@@ -553,118 +561,155 @@ ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, th
         ember_ctx_set_rank(ctx, mine);
     }
     if (st == EMBER_OK) {
-        st = app_mpi_status(ctx, MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, node),
-                                 "thread placement: allgather");
+        st = app_mpi_status(ctx, MPI_Allgather(&h->me, (int)sizeof h->me, MPI_BYTE, h->all, (int)sizeof h->me,
+                                               MPI_BYTE, node),
+                            "thread placement: allgather");
     }
-    // The host: every CPU some rank's cgroup allows or some rank runs on, and the tightest CPU
-    // quota of their cgroups.
-    int32_t n = 0, user = 0, limit = 0;
-    if (st == EMBER_OK) {
-        cpu_set_t host;
-        CPU_ZERO(&host);
+    return st;
+}
+
+// The host: every CPU some rank's cgroup allows or some rank runs on, and the tightest CPU
+// quota of their cgroups. Local.
+static void list_host_cpus(host_view *h) {
+    cpu_set_t host;
+    CPU_ZERO(&host);
+    for (int r = 0; r < h->nlocal; r++) {
+        CPU_OR(&host, &host, &h->all[r].host);
+        CPU_OR(&host, &host, &h->all[r].mask);
+        h->user |= h->all[r].user;
+        if (h->all[r].limit > 0 && (h->limit == 0 || h->all[r].limit < h->limit)) h->limit = h->all[r].limit;
+    }
+    for (int32_t c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &host)) continue;
+        h->cpus[h->n].id = c;
+        h->cpus[h->n].package = topology(c, "physical_package_id", 0);
+        h->cpus[h->n].core = topology(c, "core_id", c);
+        h->n++;
+    }
+    if (h->n == 0) h->user = 1; // nothing known about the host: leave everything as it is
+}
+
+// Moves this rank (and, one CPU each, its T threads) to the CPUs threads_assign picks for it
+// among the host's ranks, who want want[r] threads each (host_threads in all); *mine gets the
+// chosen CPUs and *launcher the launcher's, as CPU lists. Local (every rank of the host computes
+// the same assignment).
+static ember_status place(ember_ctx *ctx, host_view *h, int32_t share, int32_t T, int32_t host_threads,
+                          threads_report *report, char mine[128], char launcher[128]) {
+    const int32_t n = h->n, nlocal = h->nlocal;
+    ember_status st = EMBER_OK;
+    int32_t most = 0;
+    uint8_t *allowed = app_alloc(ctx, (size_t)nlocal * (size_t)n, "thread placement");
+    int32_t *want = app_alloc(ctx, sizeof(int32_t) * (size_t)nlocal, "thread placement");
+    for (int r = 0; r < nlocal && want; r++) want[r] = h->all[r].want > 0 ? h->all[r].want : share;
+    int32_t *pick = want ? app_alloc(ctx, sizeof(int32_t) * (size_t)host_threads, "thread placement") : NULL;
+    if (!allowed || !want || !pick) {
+        st = EMBER_ERR_NOMEM;
+    } else {
         for (int r = 0; r < nlocal; r++) {
-            CPU_OR(&host, &host, &all[r].host);
-            CPU_OR(&host, &host, &all[r].mask);
-            user |= all[r].user;
-            if (all[r].limit > 0 && (limit == 0 || all[r].limit < limit)) limit = all[r].limit;
+            for (int32_t i = 0; i < n; i++)
+                allowed[(size_t)r * (size_t)n + (size_t)i] = CPU_ISSET(h->cpus[i].id, &h->all[r].mask) != 0;
         }
-        for (int32_t c = 0; c < CPU_SETSIZE; c++) {
-            if (!CPU_ISSET(c, &host)) continue;
-            cpus[n].id = c;
-            cpus[n].package = topology(c, "physical_package_id", 0);
-            cpus[n].core = topology(c, "core_id", c);
-            n++;
-        }
-        if (n == 0) user = 1; // nothing known about the host: leave everything as it is
+        most = threads_assign(n, h->cpus, nlocal, allowed, want, pick);
     }
-    // The threads: as asked, or the host's CPUs shared out among its ranks.
-    int32_t cores = n;
-    const int32_t share = threads_default_count(n, limit, nlocal, &cores);
-    int32_t T = me.want > 0 ? me.want : share;
-    char mine[128] = "", launcher[128] = "";
-    int32_t most = 0, host_threads = 0, per_rank = -1;
-    for (int r = 0; r < nlocal && st == EMBER_OK; r++) {
-        const int32_t w = all[r].want > 0 ? all[r].want : share;
-        host_threads += w;
-        per_rank = per_rank < 0 || per_rank == w ? w : 0; // 0: ranks differ
-    }
-    report->host_first = local == 0;
-    if (st == EMBER_OK && n > 0) {
-        threads_oversubscribed(nlocal, host_threads, per_rank, cores, report->warning, sizeof report->warning);
-    }
-    if (st == EMBER_OK && !user) {
-        allowed = app_alloc(ctx, (size_t)nlocal * (size_t)n, "thread placement");
-        want = app_alloc(ctx, sizeof(int32_t) * (size_t)nlocal, "thread placement");
-        for (int r = 0; r < nlocal && want; r++) want[r] = all[r].want > 0 ? all[r].want : share;
-        pick = want ? app_alloc(ctx, sizeof(int32_t) * (size_t)host_threads, "thread placement") : NULL;
-        if (!allowed || !want || !pick) {
-            st = EMBER_ERR_NOMEM;
-        } else {
-            for (int r = 0; r < nlocal; r++) {
-                for (int32_t i = 0; i < n; i++) allowed[(size_t)r * (size_t)n + (size_t)i] = CPU_ISSET(cpus[i].id, &all[r].mask) != 0;
-            }
-            most = threads_assign(n, cpus, nlocal, allowed, want, pick);
-        }
-    }
-    if (st == EMBER_OK && !user && most > 0) {
+    if (st == EMBER_OK && most > 0) {
         int32_t off = 0, ids[CPU_SETSIZE], nid = 0, was[CPU_SETSIZE], nwas = 0;
-        for (int r = 0; r < local; r++) off += want[r];
+        for (int r = 0; r < h->local; r++) off += want[r];
         int32_t *chosen = pick + off;
         cpu_set_t set;
         CPU_ZERO(&set);
         for (int32_t t = 0; t < T; t++) {
-            chosen[t] = cpus[chosen[t]].id;
+            chosen[t] = h->cpus[chosen[t]].id;
             CPU_SET(chosen[t], &set);
         }
         // More threads than CPUs: every rank may run anywhere on the host, and the scheduler
         // balances (3 one-thread ranks on 2 CPUs each get 2/3 of a CPU, instead of two of them
         // sharing one CPU while the third has one alone).
         if (most > 1) {
-            for (int32_t i = 0; i < n; i++) CPU_SET(cpus[i].id, &set);
+            for (int32_t i = 0; i < n; i++) CPU_SET(h->cpus[i].id, &set);
         }
         for (int32_t c = 0; c < CPU_SETSIZE; c++) {
             if (CPU_ISSET(c, &set)) ids[nid++] = c;
-            if (CPU_ISSET(c, &me.mask)) was[nwas++] = c;
+            if (CPU_ISSET(c, &h->me.mask)) was[nwas++] = c;
         }
-        threads_format_cpu_list(ids, nid, mine, sizeof mine);
-        threads_format_cpu_list(was, nwas, launcher, sizeof launcher);
+        threads_format_cpu_list(ids, nid, mine, 128);
+        threads_format_cpu_list(was, nwas, launcher, 128);
         // The main thread's mask first: OpenMP's workers are created from it.
         bool moved = sched_setaffinity(0, sizeof set, &set) == 0;
         report->pinned = moved && most == 1 && pin_threads(chosen, T) == 0;
         if (!moved) {
             snprintf(report->text, sizeof report->text, "%d per rank (%s); could not move rank 0 from CPUs %s to %s",
-                     (int)T, how ? how : "the host's CPUs over its ranks", launcher, mine);
-        }
-    }
-#ifdef _OPENMP
-    omp_set_num_threads(T);
-#endif
-    ember_ctx_set_num_threads(ctx, T);
-    report->threads = T;
-    if (st == EMBER_OK && report->text[0] == '\0') {
-        char count[96];
-        if (how) snprintf(count, sizeof count, "%d per rank (%s)", (int)T, how);
-        else if (cores < n) snprintf(count, sizeof count, "%d per rank (the cgroup's %d CPUs of time, of %d, over its %d rank%s)",
-                                     (int)T, (int)cores, (int)n, nlocal, nlocal > 1 ? "s" : "");
-        else snprintf(count, sizeof count, "%d per rank (%d CPUs on the host over its %d rank%s)", (int)T, (int)n,
-                      nlocal, nlocal > 1 ? "s" : "");
-        if (user) {
-            snprintf(report->text, sizeof report->text, "%s, placed by OpenMP and the launcher (%s)", count,
-                     got_mask ? "OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY is set" : "affinity unknown");
-        } else if (report->pinned) {
-            snprintf(report->text, sizeof report->text, "%s, one CPU each; rank 0 on CPU%s %s (mpiexec gave it %s)",
-                     count, strpbrk(mine, ",-") ? "s" : "", mine, launcher);
-        } else {
-            snprintf(report->text, sizeof report->text,
-                     "%s, not pinned: %d threads share this host's %d CPUs (%s; mpiexec gave rank 0 %s)", count,
-                     (int)host_threads, (int)n, mine, launcher);
+                     (int)T, h->how ? h->how : "the host's CPUs over its ranks", launcher, mine);
         }
     }
     ember_ctx_free(ctx, pick);
     ember_ctx_free(ctx, want);
     ember_ctx_free(ctx, allowed);
-    ember_ctx_free(ctx, cpus);
-    ember_ctx_free(ctx, all);
+    return st;
+}
+
+// The placement's line for the run's report.
+static void describe(const host_view *h, int32_t T, int32_t cores, int32_t host_threads, const char *mine,
+                     const char *launcher, threads_report *report) {
+    const int32_t n = h->n;
+    const int nlocal = h->nlocal;
+    char count[96];
+    if (h->how) snprintf(count, sizeof count, "%d per rank (%s)", (int)T, h->how);
+    else if (cores < n) snprintf(count, sizeof count, "%d per rank (the cgroup's %d CPUs of time, of %d, over its %d rank%s)",
+                                 (int)T, (int)cores, (int)n, nlocal, nlocal > 1 ? "s" : "");
+    else snprintf(count, sizeof count, "%d per rank (%d CPUs on the host over its %d rank%s)", (int)T, (int)n,
+                  nlocal, nlocal > 1 ? "s" : "");
+    if (h->user) {
+        snprintf(report->text, sizeof report->text, "%s, placed by OpenMP and the launcher (%s)", count,
+                 h->got_mask ? "OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY is set" : "affinity unknown");
+    } else if (report->pinned) {
+        snprintf(report->text, sizeof report->text, "%s, one CPU each; rank 0 on CPU%s %s (mpiexec gave it %s)",
+                 count, strpbrk(mine, ",-") ? "s" : "", mine, launcher);
+    } else {
+        snprintf(report->text, sizeof report->text,
+                 "%s, not pinned: %d threads share this host's %d CPUs (%s; mpiexec gave rank 0 %s)", count,
+                 (int)host_threads, (int)n, mine, launcher);
+    }
+}
+
+ember_status threads_setup(ember_ctx *ctx, MPI_Comm world, int32_t requested, threads_report *report) {
+    memset(report, 0, sizeof *report);
+    MPI_Comm node = MPI_COMM_NULL;
+    int rank = 0;
+    MPI_Comm_rank(world, &rank);
+    APP_TRY(app_mpi_status(ctx, MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+                           "thread placement: host communicator"));
+    host_view h;
+    memset(&h, 0, sizeof h);
+    h.nlocal = 1;
+    MPI_Comm_rank(node, &h.local);
+    MPI_Comm_size(node, &h.nlocal);
+    look_at_self(&h, requested);
+    ember_status st = gather_views(ctx, world, node, &h);
+    if (st == EMBER_OK) list_host_cpus(&h);
+    // The threads: as asked, or the host's CPUs shared out among its ranks.
+    int32_t cores = h.n;
+    const int32_t share = threads_default_count(h.n, h.limit, h.nlocal, &cores);
+    int32_t T = h.me.want > 0 ? h.me.want : share;
+    char mine[128] = "", launcher[128] = "";
+    int32_t host_threads = 0, per_rank = -1;
+    for (int r = 0; r < h.nlocal && st == EMBER_OK; r++) {
+        const int32_t w = h.all[r].want > 0 ? h.all[r].want : share;
+        host_threads += w;
+        per_rank = per_rank < 0 || per_rank == w ? w : 0; // 0: ranks differ
+    }
+    report->host_first = h.local == 0;
+    if (st == EMBER_OK && h.n > 0) {
+        threads_oversubscribed(h.nlocal, host_threads, per_rank, cores, report->warning, sizeof report->warning);
+    }
+    if (st == EMBER_OK && !h.user) st = place(ctx, &h, share, T, host_threads, report, mine, launcher);
+#ifdef _OPENMP
+    omp_set_num_threads(T);
+#endif
+    ember_ctx_set_num_threads(ctx, T);
+    report->threads = T;
+    if (st == EMBER_OK && report->text[0] == '\0') describe(&h, T, cores, host_threads, mine, launcher, report);
+    ember_ctx_free(ctx, h.cpus);
+    ember_ctx_free(ctx, h.all);
     MPI_Comm_free(&node);
     return st;
 }

@@ -28,6 +28,11 @@
 #define TRAIN_MAX_LAYERS 16
 
 typedef enum train_dataset { TRAIN_SYNTHETIC = 0, TRAIN_CRITEO = 1 } train_dataset;
+#define TRAIN_DATASET_COUNT 2
+// "synthetic", "criteo" ("unknown" outside the enum); parse is its inverse: EMBER_OK and *out
+// set, or EMBER_ERR_INVALID_ARG (*out unchanged).
+const char *train_dataset_name(train_dataset d);
+ember_status train_dataset_parse(const char *name, train_dataset *out);
 
 typedef struct train_options {
     // Model.

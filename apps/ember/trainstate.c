@@ -28,9 +28,6 @@ void trainstate_free(trainstate *ts) {
 
 // ---- trainer.json ------------------------------------------------------------------------------
 
-static const char *dataset_name(train_dataset d) { return d == TRAIN_CRITEO ? "criteo" : "synthetic"; }
-static const char *convention_name(ember_grad_convention c) { return c == EMBER_GRAD_SUM ? "sum" : "mean"; }
-
 // First line of the training window of a Criteo file: the held-out eval head, or 0.
 static int64_t held_out_lines(const train_options *o) {
     return o->dataset == TRAIN_CRITEO && !o->eval_data_path ? o->limit_val_batches * o->batch_size : 0;
@@ -69,16 +66,16 @@ ember_status trainstate_encode(ember_ctx *ctx, const trainstate *ts, char **text
     cJSON_AddNumberToObject(model, "dense_parameters", (double)ts->num_dense_params);
     cJSON_AddStringToObject(model, "dense_optimizer", dense_optim_name(o->dense_optimizer));
     cJSON_AddStringToObject(model, "embedding_optimizer", ember_optim_name(o->embedding_optimizer));
-    cJSON_AddStringToObject(model, "grad_convention", convention_name(o->grad_convention));
+    cJSON_AddStringToObject(model, "grad_convention", ember_grad_convention_name(o->grad_convention));
 
     cJSON *data = cJSON_AddObjectToObject(root, "data");
-    cJSON_AddStringToObject(data, "dataset", dataset_name(o->dataset));
+    cJSON_AddStringToObject(data, "dataset", train_dataset_name(o->dataset));
     add_u64(data, "seed", o->seed, false);
     cJSON_AddNumberToObject(data, "zipf_alpha", o->zipf_alpha);
     add_string_or_null(data, "data_path", o->data_path);
     add_string_or_null(data, "eval_data_path", o->eval_data_path);
     cJSON_AddNumberToObject(data, "held_out_lines", (double)held_out_lines(o));
-    cJSON_AddStringToObject(data, "malformed", o->malformed == CRITEO_FATAL ? "fatal" : "skip");
+    cJSON_AddStringToObject(data, "malformed", criteo_malformed_name(o->malformed));
     cJSON_AddNumberToObject(data, "batch_size", (double)o->batch_size);
 
     cJSON *training = cJSON_AddObjectToObject(root, "training");
@@ -209,16 +206,7 @@ static char *copy_string(const char *s) {
     return p;
 }
 
-static int pick(const char *text, const char *const *names, int n) {
-    for (int i = 0; text && i < n; i++) {
-        if (strcmp(text, names[i]) == 0) return i;
-    }
-    return -1;
-}
-
 static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, trainstate *ts) {
-    static const char *const datasets[] = {"synthetic", "criteo"}, *const conventions[] = {"mean", "sum"},
-                             *const dense_opts[] = {"sgd", "adagrad", "adam"}, *const malformed[] = {"skip", "fatal"};
     memset(ts, 0, sizeof *ts);
     cJSON *root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) {
@@ -254,21 +242,20 @@ static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, tr
     o->num_bottom = get_layers(&r, model, "model", "dense_arch_layer_sizes", o->bottom);
     o->num_top = get_layers(&r, model, "model", "over_arch_layer_sizes", o->top);
     ts->num_dense_params = get_int(&r, model, "model", "dense_parameters", 0, (int64_t)1 << 52);
-    int k = pick(get_string(&r, model, "model", "dense_optimizer", false), dense_opts, 3);
-    if (k < 0) bad_field(&r, "model", "dense_optimizer", "is not sgd, adagrad or adam");
-    o->dense_optimizer = k < 0 ? DENSE_OPT_SGD : (dense_optim_kind)k;
+    // The names' parsers leave the zero default (the first name) on a wrong one.
+    if (dense_optim_parse(get_string(&r, model, "model", "dense_optimizer", false), &o->dense_optimizer) != EMBER_OK)
+        bad_field(&r, "model", "dense_optimizer", "is not sgd, adagrad or adam");
     const char *eo = get_string(&r, model, "model", "embedding_optimizer", false);
     if (eo && ember_optim_parse(eo, &o->embedding_optimizer) != EMBER_OK) {
         bad_field(&r, "model", "embedding_optimizer", "is not an optimizer of this library");
     }
-    k = pick(get_string(&r, model, "model", "grad_convention", false), conventions, 2);
-    if (k < 0) bad_field(&r, "model", "grad_convention", "is not mean or sum");
-    o->grad_convention = k == 1 ? EMBER_GRAD_SUM : EMBER_GRAD_MEAN;
+    if (ember_grad_convention_parse(get_string(&r, model, "model", "grad_convention", false), &o->grad_convention) !=
+        EMBER_OK)
+        bad_field(&r, "model", "grad_convention", "is not mean or sum");
 
     const cJSON *data = member(&r, root, "", "data");
-    k = pick(get_string(&r, data, "data", "dataset", false), datasets, 2);
-    if (k < 0) bad_field(&r, "data", "dataset", "is not synthetic or criteo");
-    o->dataset = k == 1 ? TRAIN_CRITEO : TRAIN_SYNTHETIC;
+    if (train_dataset_parse(get_string(&r, data, "data", "dataset", false), &o->dataset) != EMBER_OK)
+        bad_field(&r, "data", "dataset", "is not synthetic or criteo");
     o->seed = get_u64(&r, data, "data", "seed", false);
     o->zipf_alpha = get_double(&r, data, "data", "zipf_alpha");
     const char *data_path = get_string(&r, data, "data", "data_path", true);
@@ -280,9 +267,8 @@ static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, tr
     }
     o->data_path = ts->data_path;
     o->eval_data_path = ts->eval_data_path;
-    k = pick(get_string(&r, data, "data", "malformed", false), malformed, 2);
-    if (k < 0) bad_field(&r, "data", "malformed", "is not skip or fatal");
-    o->malformed = k == 1 ? CRITEO_FATAL : CRITEO_SKIP;
+    if (criteo_malformed_parse(get_string(&r, data, "data", "malformed", false), &o->malformed) != EMBER_OK)
+        bad_field(&r, "data", "malformed", "is not skip or fatal");
     o->batch_size = get_int(&r, data, "data", "batch_size", 1, (int64_t)1 << 40);
 
     const cJSON *training = member(&r, root, "", "training");
@@ -303,8 +289,9 @@ static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, tr
     ts->pos.skipped_batches = get_int(&r, pos, "position", "skipped_batches", 0, (int64_t)1 << 52);
 
     const cJSON *opt = member(&r, root, "", "dense_optimizer");
-    k = pick(get_string(&r, opt, "dense_optimizer", "kind", false), dense_opts, 3);
-    if (r.st == EMBER_OK && k != (int)o->dense_optimizer) {
+    dense_optim_kind kind = DENSE_OPT_SGD;
+    const ember_status known = dense_optim_parse(get_string(&r, opt, "dense_optimizer", "kind", false), &kind);
+    if (r.st == EMBER_OK && (known != EMBER_OK || kind != o->dense_optimizer)) {
         bad_field(&r, "dense_optimizer", "kind", "is not model.dense_optimizer");
     }
     ts->dense_step = get_int(&r, opt, "dense_optimizer", "step", 0, (int64_t)1 << 52);
@@ -399,14 +386,14 @@ ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_
                         ember_optim_name(here->embedding_optimizer));
     }
     if (c->grad_convention != here->grad_convention) {
-        return MISMATCH(ctx, "gradient convention is", "%s", convention_name(c->grad_convention),
-                        convention_name(here->grad_convention));
+        return MISMATCH(ctx, "gradient convention is", "%s", ember_grad_convention_name(c->grad_convention),
+                        ember_grad_convention_name(here->grad_convention));
     }
     if (c->batch_size != here->batch_size) {
         return MISMATCH(ctx, "global batch size is", "%lld", (long long)c->batch_size, (long long)here->batch_size);
     }
     if (c->dataset != here->dataset) {
-        return MISMATCH(ctx, "dataset is", "%s", dataset_name(c->dataset), dataset_name(here->dataset));
+        return MISMATCH(ctx, "dataset is", "%s", train_dataset_name(c->dataset), train_dataset_name(here->dataset));
     }
     if (c->seed != here->seed) {
         return MISMATCH(ctx, "seed is", "%llu", (unsigned long long)c->seed, (unsigned long long)here->seed);
@@ -621,24 +608,46 @@ ember_status ckpt_resolve(ember_ctx *ctx, const char *flag, const char *dir, cha
 }
 
 // Removes directory `path` and the files in it (a checkpoint's: manifest, data files, leftovers).
-static ember_status remove_dir(ember_ctx *ctx, const char *path) {
+// Returns 0, an errno with what failed (path itself, or a file in it) in what[cap], or -1 for a
+// file name too long to join.
+static int remove_files_and_dir(const char *path, char *what, size_t cap) {
+    snprintf(what, cap, "%s", path);
     DIR *d = opendir(path);
-    if (!d) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': %s", path, strerror(errno));
-    ember_status st = EMBER_OK;
-    for (struct dirent *e; st == EMBER_OK && (e = readdir(d)) != NULL;) {
+    if (!d) return errno;
+    int err = 0;
+    for (struct dirent *e; err == 0 && (e = readdir(d)) != NULL;) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char file[TRAINSTATE_PATH_MAX + 300];
-        if (!join(file, sizeof file, path, e->d_name)) {
-            st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': a path too long", path);
-        } else if (unlink(file) != 0 && errno != ENOENT) {
-            st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint file '%s': %s", file, strerror(errno));
-        }
+        if (!join(what, cap, path, e->d_name)) err = -1;
+        else if (unlink(what) != 0 && errno != ENOENT) err = errno;
     }
     closedir(d);
-    if (st == EMBER_OK && rmdir(path) != 0) {
-        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': %s", path, strerror(errno));
+    if (err) return err;
+    snprintf(what, cap, "%s", path);
+    return rmdir(path) != 0 ? errno : 0;
+}
+
+static ember_status remove_dir(ember_ctx *ctx, const char *path) {
+    char what[TRAINSTATE_PATH_MAX + 300];
+    const int err = remove_files_and_dir(path, what, sizeof what);
+    if (err == 0) return EMBER_OK;
+    if (err < 0) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': a path too long", path);
+    if (strcmp(what, path) != 0) {
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint file '%s': %s", what, strerror(err));
     }
-    return st;
+    return ember_ctx_set_error(ctx, EMBER_ERR_IO, "removing old checkpoint '%s': %s", path, strerror(err));
+}
+
+ember_status ckpt_make_step_dir(ember_ctx *ctx, const char *path, bool *made) {
+    *made = mkdir(path, 0777) == 0;
+    APP_CHECK(ctx, *made || errno == EEXIST, EMBER_ERR_IO, "--save_dir: cannot create '%s': %s", path,
+              strerror(errno));
+    return EMBER_OK;
+}
+
+bool ckpt_discard_step_dir(const char *path) {
+    char what[TRAINSTATE_PATH_MAX + 300];
+    const int err = remove_files_and_dir(path, what, sizeof what);
+    return err == 0 || (err == ENOENT && strcmp(what, path) == 0); // gone already
 }
 
 ember_status ckpt_prune(ember_ctx *ctx, const char *dir, int64_t step, int32_t keep, int32_t *removed) {

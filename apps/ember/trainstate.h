@@ -102,6 +102,17 @@ int64_t ckpt_step_of(const char *name);
 // EMBER_ERR_IO ("--save_dir 'DIR': cannot create it: reason", or "... is not a directory").
 ember_status ckpt_make_save_dir(ember_ctx *ctx, const char *dir);
 
+// Creates step directory `path` of a save about to start, *made telling whether it did (false:
+// it was there). Local. Returns EMBER_OK, or EMBER_ERR_IO ("--save_dir: cannot create 'PATH':
+// reason").
+ember_status ckpt_make_step_dir(ember_ctx *ctx, const char *path, bool *made);
+
+// After a failed save into step directory `path` that ckpt_make_step_dir made: removes it and
+// whatever the save left in it, leaving the context's message (the save's) alone. A directory
+// that was there before the save is never the caller's to discard. Local. Returns whether
+// `path` is gone.
+bool ckpt_discard_step_dir(const char *path);
+
 typedef struct ckpt_entry {
     int64_t step;
     bool committed; // holds manifest.json

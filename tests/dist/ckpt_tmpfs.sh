@@ -9,14 +9,10 @@
 set -u
 saver=$1 np=$2 mpiexec=$3 npflag=$4
 shift 4
-mnt=$(mktemp -d)
-cleanup() { umount "$mnt" 2>/dev/null; rmdir "$mnt"; }
-trap cleanup EXIT
+. "$(dirname "$0")/tmpfs_mount.sh"
+trap tmpfs_unmount EXIT
 # The saver's table: 300000 x 16 fp32 weights + 300000 row-wise Adagrad values = 20.4 MB.
-if ! why=$(mount -t tmpfs -o size=32m tmpfs "$mnt" 2>&1); then
-  echo "ckpt_tmpfs: skipped: cannot mount a tmpfs here ($why); the injected full disk of dist.checkpoint.np* covers the failure path"
-  exit 77
-fi
+tmpfs_mount 32m "the injected full disk of dist.checkpoint.np* covers the failure path"
 ck=$mnt/ck
 out=$("$mpiexec" "$npflag" "$np" "$@" "$saver" save "$ck" 1 2>&1)
 rc=$?

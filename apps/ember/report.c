@@ -1,0 +1,362 @@
+// What the DLRM driver prints and writes besides checkpoints (report.h).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "appctx.h"
+#include "interaction.h"
+#include "report.h"
+#include "run.h"
+#include "sharding.h"
+
+// Seconds between plain progress lines when no evaluation line comes sooner.
+#define PROGRESS_LINE_S 60.0
+
+void report_begin(report *p, FILE *out, bool progress_bar) {
+    memset(p, 0, sizeof *p);
+    p->out = out;
+    p->bar = out && progress_bar ? stderr : NULL;
+}
+
+ember_status report_open_metrics(run *R) {
+    if (R->rank != 0 || !R->o->metrics_path) return EMBER_OK;
+    return metrics_open(R->ctx, R->o->metrics_path, &R->rep.metrics);
+}
+
+void report_free(ember_ctx *ctx, report *p) {
+    metrics_close(&p->metrics);
+    ember_ctx_free(ctx, p->rows);
+    p->rows = NULL;
+    p->num_rows = p->rows_cap = 0;
+}
+
+// ---- Before training ---------------------------------------------------------------------------
+
+// The planner's line: hosts, bandwidths and the plan's predicted embedding step.
+static void print_topology(const run *R, FILE *f) {
+    const train_topology *t = &R->topo;
+    fprintf(f, "  topology    %d host%s, intra-host %.2f Gbit/s (%s), inter-host %.2f Gbit/s (%s), round %.3f ms\n",
+            (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9,
+            t->intra_given ? "given" : t->intra_bw > 0 ? "probed" : "none: one rank per host",
+            t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
+    if (t->disk_bw > 0)
+        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (probed, 64 MiB)\n", t->disk_bw / 1e6,
+                R->o->ssd_dir ? R->o->ssd_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
+    else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);
+}
+
+// Every table's rows and placement.
+static void print_tables(const run *R, FILE *f) {
+    const train_options *o = R->o;
+    double rows = 0.0;
+    for (int t = 0; t < DLRM_NUM_SPARSE; t++) rows += (double)o->rows[t];
+    fprintf(f, "  tables      %d x dim %d, %.0f rows, %.1f MiB of fp32 weights:\n", DLRM_NUM_SPARSE,
+            (int)o->embedding_dim, rows, rows * o->embedding_dim * 4.0 / (1024.0 * 1024.0));
+    for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
+        const ember_table_plan *p = &R->plan[t];
+        fprintf(f, "    %-9s %12lld rows  %-4s", R->table_names[t], (long long)o->rows[t], sharding_name(p->scheme));
+        const int n = p->num_ranks;
+        if (n > 0) {
+            fprintf(f, " rank%s", n > 1 ? "s" : "");
+            for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : " ", (int)p->ranks[i]);
+        } else {
+            fprintf(f, " %s", p->scheme == EMBER_SHARD_DATA_PARALLEL ? "replicated" : "all ranks");
+        }
+        fputc('\n', f);
+    }
+}
+
+// Where the run resumed from and where it saves.
+static void print_checkpoints(const run *R, FILE *f) {
+    const train_options *o = R->o;
+    if (R->resumed) {
+        const train_position *p = &R->start;
+        fprintf(f, "  resume      '%s': step %lld, epoch %d, next batch %lld (written by %d rank%s, generation %lld)\n",
+                R->ckpt_path, (long long)p->steps, (int)p->epoch, (long long)p->next_batch, (int)R->ckpt_world,
+                R->ckpt_world > 1 ? "s" : "", (long long)R->ckpt_generation);
+    }
+    if (R->save_dir[0]) {
+        fprintf(f, "  checkpoints ");
+        if (o->checkpoint_interval > 0) fprintf(f, "every %lld steps and ", (long long)o->checkpoint_interval);
+        fprintf(f, "at the end into '%s/step-*', keeping the newest %d\n", R->save_dir, (int)o->keep_checkpoints);
+    } else if (R->resumed) {
+        fprintf(f, "  checkpoints none (the checkpoint is not in a save directory: --save_dir DIR saves)\n");
+    }
+}
+
+void report_config(run *R) {
+    R->rep.last_line = run_now_s();
+    FILE *f = R->rep.out;
+    if (!f) return;
+    const train_options *o = R->o;
+    fprintf(f, "ember train: DLRM on %d rank%s x %d thread%s, gradient convention %s\n", (int)R->world,
+            R->world > 1 ? "s" : "", (int)ember_ctx_num_threads(R->ctx),
+            ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", ember_grad_convention_name(o->grad_convention));
+    if (o->threads_note) fprintf(f, "  threads     %s\n", o->threads_note);
+    if (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32)
+        fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks\n", ember_dtype_name(o->wire_forward),
+                ember_dtype_name(o->wire_backward));
+    if (o->dataset == TRAIN_SYNTHETIC) {
+        fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
+                (unsigned long long)o->seed, o->zipf_alpha);
+    } else {
+        fprintf(f, "  data        criteo '%s', eval ", o->data_path);
+        if (o->eval_data_path) fprintf(f, "'%s'", o->eval_data_path);
+        else fprintf(f, "its first %lld lines (held out)", (long long)(o->limit_val_batches * o->batch_size));
+        fprintf(f, ", malformed lines %s\n", o->malformed == CRITEO_FATAL ? "fatal" : "skipped");
+    }
+    char train_batches[32] = "all", val_batches[32] = "all";
+    if (o->limit_train_batches) snprintf(train_batches, sizeof train_batches, "%lld", (long long)o->limit_train_batches);
+    if (o->limit_val_batches) snprintf(val_batches, sizeof val_batches, "%lld", (long long)o->limit_val_batches);
+    fprintf(f, "  batches     %lld global (%lld per rank at most); %d epoch%s of %s batches; eval on %s batches",
+            (long long)o->batch_size, (long long)R->max_local, (int)o->epochs, o->epochs > 1 ? "s" : "",
+            train_batches, val_batches);
+    if (o->eval_interval) fprintf(f, " every %lld steps\n", (long long)o->eval_interval);
+    else fprintf(f, " at the end\n");
+    fprintf(f, "  model       dense arch %d", DLRM_NUM_DENSE);
+    for (int l = 0; l < o->num_bottom; l++) fprintf(f, "-%d", (int)o->bottom[l]);
+    fprintf(f, ", interaction %d, over arch %d", (int)interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim),
+            (int)interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim));
+    for (int l = 0; l < o->num_top; l++) fprintf(f, "-%d", (int)o->top[l]);
+    fprintf(f, ": %lld dense parameters\n", (long long)dlrm_num_dense_params(R->model));
+    fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),
+            (double)o->learning_rate, ember_optim_name(o->embedding_optimizer),
+            (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate));
+    print_tables(R, f);
+    print_topology(R, f);
+    print_checkpoints(R, f);
+    fflush(f);
+}
+
+// ---- During training ---------------------------------------------------------------------------
+
+// Erases the progress bar's line, so that a line of the report starts at its left edge.
+static void clear_bar(report *p) {
+    if (!p->bar) return;
+    fputs("\r\033[K", p->bar);
+    fflush(p->bar);
+}
+
+void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps) {
+    report *p = &R->rep;
+    if (!p->out) return;
+    double t = run_now_s();
+    char where[64];
+    if (R->total_steps > 0) snprintf(where, sizeof where, "step %lld/%lld", (long long)step, (long long)R->total_steps);
+    else snprintf(where, sizeof where, "step %lld", (long long)step);
+    if (!p->bar) {
+        if (t - p->last_line < PROGRESS_LINE_S) return;
+        p->last_line = t;
+        fprintf(p->out, "%s  epoch %d  train loss %.5f  %.0f samples/s\n", where, (int)epoch, loss, sps);
+        fflush(p->out);
+        return;
+    }
+    if (t - p->last_draw < 0.2 && step != R->total_steps) return;
+    p->last_draw = t;
+    fputs("\r\033[K", p->bar);
+    if (R->total_steps > 0) {
+        char bar[33];
+        int fill = (int)(30 * step / R->total_steps);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(p->bar, "[%s] ", bar);
+    }
+    fprintf(p->bar, "%s  epoch %d  loss %.4f  %.0f samples/s", where, (int)epoch, loss, sps);
+    fflush(p->bar);
+}
+
+// Rank 0: the row into the metrics file and the rows kept for the plot.
+static ember_status record_row(run *R, const metrics_row *row) {
+    report *p = &R->rep;
+    if (p->metrics.file) APP_TRY(metrics_write(R->ctx, &p->metrics, row));
+    if (p->num_rows == p->rows_cap) {
+        int64_t cap = p->rows_cap ? 2 * p->rows_cap : 64;
+        metrics_row *rows = app_alloc(R->ctx, sizeof *rows * (size_t)cap, "metrics rows");
+        if (!rows) return EMBER_ERR_NOMEM;
+        if (p->num_rows) memcpy(rows, p->rows, sizeof *rows * (size_t)p->num_rows);
+        ember_ctx_free(R->ctx, p->rows);
+        p->rows = rows;
+        p->rows_cap = cap;
+    }
+    p->rows[p->num_rows++] = *row;
+    return EMBER_OK;
+}
+
+ember_status report_eval(run *R, const metrics_row *row) {
+    report *p = &R->rep;
+    const ember_status st = R->rank == 0 ? record_row(R, row) : EMBER_OK;
+    if (p->out) {
+        clear_bar(p);
+        p->last_line = run_now_s();
+        fprintf(p->out, "step %6lld  epoch %d  train loss %.5f  eval loss %.5f  eval AUC %.4f", (long long)row->step,
+                (int)row->epoch, row->train_loss, row->eval_loss, row->eval_auc);
+        if (!isnan(row->planted_auc)) fprintf(p->out, " (planted %.4f)", row->planted_auc);
+        if (!isnan(row->samples_per_s)) fprintf(p->out, "  %.0f samples/s", row->samples_per_s);
+        fputc('\n', p->out);
+        fflush(p->out);
+    }
+    return ember_comm_agree(R->comm, st);
+}
+
+void report_checkpoint(run *R, const char *path, double seconds, int32_t removed) {
+    report *p = &R->rep;
+    if (!p->out) return;
+    clear_bar(p);
+    fprintf(p->out, "checkpoint '%s' saved in %.2f s", path, seconds);
+    if (removed) fprintf(p->out, "; removed %d older", (int)removed);
+    fputc('\n', p->out);
+    fflush(p->out);
+}
+
+// ---- After training ----------------------------------------------------------------------------
+
+// Tiered tables' caches over the run (training and evaluation forwards), summed over ranks:
+// hit rate, rows moved to and from the files, rows the prefetch asked the kernel to read ahead
+// (--overlap on). One line for all of them, and one per table when there are few.
+ember_status report_tier_stats(run *R) {
+    enum { K = 5 };
+    double v[DLRM_NUM_SPARSE][K] = {{0}}, tot[K] = {0};
+    int n = 0;
+    for (int32_t t = 0; t < DLRM_NUM_SPARSE; t++) {
+        if (R->tables[t].cache_rows == 0 || !R->backend.tier_stats) continue;
+        ember_tier_stats x;
+        APP_TRY(R->backend.tier_stats(R->backend.impl, t, &x));
+        v[t][0] = (double)x.hits, v[t][1] = (double)x.misses, v[t][2] = (double)x.prefetched;
+        v[t][3] = (double)x.bytes_read, v[t][4] = (double)x.bytes_written;
+        APP_TRY(ember_comm_allreduce_sum_f64(R->comm, v[t], K));
+        for (int k = 0; k < K; k++) tot[k] += v[t][k];
+        n++;
+    }
+    FILE *out = R->rep.out;
+    if (n == 0 || !out) return EMBER_OK;
+    fprintf(out,
+            "tiered tables (%d): cache hit rate %.3f over %.0f row lookups, %.0f misses (%.0f read ahead by "
+            "the prefetch), %.1f MB read from and %.1f MB written to their files\n",
+            n, tot[0] + tot[1] > 0 ? tot[0] / (tot[0] + tot[1]) : 0.0, tot[0] + tot[1], tot[1], tot[2], tot[3] / 1e6,
+            tot[4] / 1e6);
+    for (int32_t t = 0; t < DLRM_NUM_SPARSE && n <= 4; t++)
+        if (R->tables[t].cache_rows > 0)
+            fprintf(out, "  %s: hit rate %.3f, %.0f misses (%.0f read ahead)\n", R->table_names[t],
+                    v[t][0] + v[t][1] > 0 ? v[t][0] / (v[t][0] + v[t][1]) : 0.0, v[t][1], v[t][2]);
+    return EMBER_OK;
+}
+
+void report_done(const run *R, int64_t step, int64_t samples, double train_time, const train_result *res) {
+    FILE *out = R->rep.out;
+    if (!out) return;
+    const train_position *p = &R->start;
+    const int64_t run_samples = samples - p->samples;
+    fprintf(out, "done: %lld steps", (long long)step);
+    if (R->resumed) fprintf(out, " (%lld after resuming at step %lld)", (long long)(step - p->steps),
+                            (long long)p->steps);
+    fprintf(out, ", %lld samples in %.1f s of training (%.0f samples/s)\n", (long long)run_samples,
+            train_time, train_time > 0.0 ? (double)run_samples / train_time : 0.0);
+    if (step > p->steps) {
+        fprintf(out, "step time: measured %.3f ms", train_time * 1e3 / (double)(step - p->steps));
+        if (!isnan(R->topo.predicted_s))
+            fprintf(out, ", predicted %.3f ms for the embeddings (planner)", R->topo.predicted_s * 1e3);
+        fputc('\n', out);
+    }
+    fprintf(out, "eval AUC %.4f", res->eval_auc);
+    if (!isnan(res->planted_auc)) {
+        fprintf(out, "   planted model AUC %.4f (gap %.4f)", res->planted_auc, res->planted_auc - res->eval_auc);
+    }
+    fprintf(out, "   eval loss %.5f\n", res->eval_loss);
+    if (R->skipped_batches) {
+        fprintf(out, "skipped %lld global batch(es) without a usable line\n", (long long)R->skipped_batches);
+    }
+}
+
+void report_digest(const run *R, const train_result *res) {
+    if (!R->o->digest || !R->rep.out) return;
+    fprintf(R->rep.out, "digest: losses %016llx outputs %016llx dense %016llx tables %016llx\n",
+            (unsigned long long)res->digest_losses, (unsigned long long)res->digest_outputs,
+            (unsigned long long)res->digest_dense, (unsigned long long)res->digest_tables);
+}
+
+static int by_value(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Rank 0: the line of report_malformed from every rank's counts and first lines.
+static void print_malformed(FILE *out, const char *path, const criteo_stats *all, int32_t world, int64_t *lines) {
+    int64_t total = 0, n = 0;
+    int first = -1;
+    for (int32_t r = 0; r < world; r++) {
+        total += all[r].malformed;
+        for (int i = 0; i < all[r].num_lines; i++) lines[n++] = all[r].lines[i];
+        if (all[r].num_lines > 0 && (first < 0 || all[r].lines[0] < all[first].lines[0])) first = r;
+    }
+    qsort(lines, (size_t)n, sizeof *lines, by_value);
+    if (n > CRITEO_MAX_REPORTED) n = CRITEO_MAX_REPORTED;
+    if (total == 0) return;
+    fprintf(out, "criteo: skipped %lld malformed line%s of '%s': line%s", (long long)total, total > 1 ? "s" : "", path,
+            total > 1 ? "s" : "");
+    for (int64_t i = 0; i < n; i++) fprintf(out, "%s%lld", i ? ", " : " ", (long long)lines[i]);
+    fprintf(out, "%s (line %lld: %s)\n", total > n ? ", ..." : "", (long long)all[first].lines[0],
+            all[first].first_reason);
+}
+
+ember_status report_malformed(run *R, const source *s, const char *path) {
+    if (!s->reader) return EMBER_OK;
+    const size_t W = (size_t)R->world;
+    criteo_stats *all = app_alloc(R->ctx, sizeof(criteo_stats) * W, "malformed line report");
+    int64_t *lines = app_alloc(R->ctx, sizeof(int64_t) * W * CRITEO_MAX_REPORTED, "malformed line report");
+    ember_status st = ember_comm_agree(R->comm, all && lines ? EMBER_OK : EMBER_ERR_NOMEM);
+    if (st == EMBER_OK) st = source_gather_stats(R->comm, s, all);
+    if (st == EMBER_OK && R->rep.out) print_malformed(R->rep.out, path, all, R->world, lines);
+    ember_ctx_free(R->ctx, all);
+    ember_ctx_free(R->ctx, lines);
+    return st;
+}
+
+ember_status report_plot(run *R) {
+    const train_options *o = R->o;
+    if (!o->plot_path) return EMBER_OK;
+    ember_status plot = EMBER_OK;
+    if (R->rank == 0) {
+        char title[128];
+        snprintf(title, sizeof title, "ember train: DLRM, %s data, %d rank%s",
+                 train_dataset_name(o->dataset), (int)R->world, R->world > 1 ? "s" : "");
+        plot = plot_write(R->ctx, o->plot_path, R->rep.rows, R->rep.num_rows, title);
+        if (plot == EMBER_OK && R->rep.out) fprintf(R->rep.out, "plot: %s\n", o->plot_path);
+    }
+    return ember_comm_agree(R->comm, plot);
+}
+
+// ---- ember eval --------------------------------------------------------------------------------
+
+void report_eval_header(const run *R) {
+    FILE *out = R->rep.out;
+    if (!out) return;
+    const train_options *o = R->o;
+    const train_position *p = &R->start;
+    fprintf(out, "ember eval: '%s': DLRM after %lld steps (epoch %d), written by %d rank%s; on %d rank%s\n",
+            R->ckpt_path, (long long)p->steps, (int)p->epoch, (int)R->ckpt_world, R->ckpt_world > 1 ? "s" : "",
+            (int)R->world, R->world > 1 ? "s" : "");
+    if (o->dataset == TRAIN_SYNTHETIC) {
+        fprintf(out, "  data        synthetic eval split, seed %llu, zipf alpha %g: %lld global batches of %lld\n",
+                (unsigned long long)o->seed, o->zipf_alpha, (long long)o->limit_val_batches, (long long)o->batch_size);
+    } else {
+        const char *path = o->eval_data_path ? o->eval_data_path : o->data_path;
+        fprintf(out, "  data        criteo '%s', ", path);
+        if (o->limit_val_batches) {
+            fprintf(out, "%s%lld global batches of %lld\n", o->eval_data_path ? "" : "its held-out first ",
+                    (long long)o->limit_val_batches, (long long)o->batch_size);
+        } else {
+            fprintf(out, "the whole file in global batches of %lld\n", (long long)o->batch_size);
+        }
+    }
+    fflush(out);
+}
+
+void report_eval_result(const run *R, const train_result *res) {
+    FILE *out = R->rep.out;
+    if (!out) return;
+    fprintf(out, "eval loss %.5f  eval AUC %.4f", res->eval_loss, res->eval_auc);
+    if (!isnan(res->planted_auc)) fprintf(out, "  (planted model AUC %.4f)", res->planted_auc);
+    fputc('\n', out);
+    fflush(out);
+}

@@ -1,0 +1,67 @@
+// report.h — what `ember train` and `ember eval` print and write besides checkpoints: the
+// configuration block, the progress bar or lines, one line per evaluation with its metrics row
+// (--metrics file, and the rows kept for --plot), the checkpoint lines, the end-of-run summary
+// (steps, throughput, measured against predicted step time, final AUC), the tiered tables' cache
+// line, the --digest line, the malformed lines of Criteo files and the plot.
+//
+// Rank 0 prints, to rep.out (NULL elsewhere, or when the caller passed no stream); the progress
+// bar goes to stderr. Functions marked Collective gather numbers from every rank (or agree on a
+// file's status) and must be called by every rank; the others are Local and do nothing where
+// rep.out is NULL.
+#ifndef EMBER_APP_REPORT_H
+#define EMBER_APP_REPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ember/core.h"
+#include "metrics.h"
+#include "source.h"
+#include "train.h"
+
+typedef struct run run; // run.h
+
+typedef struct report {
+    FILE *out;              // rank 0's report stream; NULL elsewhere or when silent
+    FILE *bar;              // where the progress bar is drawn (stderr), or NULL: plain lines
+    double last_draw;       // progress bar refresh time
+    double last_line;       // when the last progress or evaluation line was printed
+    metrics_writer metrics; // --metrics (rank 0)
+    metrics_row *rows;      // [rows_cap] every evaluation (rank 0), for the plot
+    int64_t num_rows, rows_cap;
+} report;
+
+// Rank 0's stream `out` (NULL on the other ranks), with the progress bar on stderr when asked.
+void report_begin(report *p, FILE *out, bool progress_bar);
+// Rank 0 with --metrics: creates the metrics file. Local.
+ember_status report_open_metrics(run *R);
+void report_free(ember_ctx *ctx, report *p);
+
+// The configuration block before training: ranks and threads, data, batches, model, optimizers,
+// every table's placement, the topology and predicted step, resume point and checkpoints.
+void report_config(run *R);
+// After each step: the progress bar (redrawn at most 5 times a second), or a plain line at most
+// once a minute without an evaluation line.
+void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps);
+// One evaluation: written to the metrics file, kept for the plot and printed. Collective (the
+// metrics file's status is agreed).
+ember_status report_eval(run *R, const metrics_row *row);
+// A committed checkpoint: its path, the time the save took and the older ones removed.
+void report_checkpoint(run *R, const char *path, double seconds, int32_t removed);
+// The tiered tables' caches over the run, summed over ranks. Collective.
+ember_status report_tier_stats(run *R);
+// The end of training: steps and samples (since the resume), throughput, measured step time
+// beside the planner's prediction, the final eval AUC (and the planted model's), skipped batches.
+void report_done(const run *R, int64_t step, int64_t samples, double train_time, const train_result *res);
+// --digest: the hashes of the final state (res->digest_*).
+void report_digest(const run *R, const train_result *res);
+// The malformed lines every rank met in Criteo source `s` of file `path`. Collective.
+ember_status report_malformed(run *R, const source *s, const char *path);
+// --plot: rank 0 draws the evaluations' curves. Collective (its status is agreed).
+ember_status report_plot(run *R);
+// ember eval --load: the checkpoint and the eval data before the evaluation, the result after.
+void report_eval_header(const run *R);
+void report_eval_result(const run *R, const train_result *res);
+
+#endif
