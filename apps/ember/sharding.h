@@ -27,8 +27,10 @@ const char *sharding_name(int scheme);
 // The name of table t, the same in `ember plan`, `ember train` and plan files: "t_cat_<t>".
 void sharding_table_name(int32_t t, char *buf, size_t cap);
 
-// plan[t] for each table t of `dim` columns from choice[t] (an explicit scheme each).
-// group_size: ranks per TWRW group (a divisor of world; anything else means all ranks).
+// plan[t] for each table t of `dim` columns from choice[t] (an explicit scheme each): the
+// library's default placement (ember_table_plan_default: tw on rank t mod W, cw over min(W, dim)
+// ranks from t, ...). group_size: ranks per TWRW group (a divisor of world; anything else means
+// all ranks).
 // Each ranks array comes from ctx's allocator: ember_plan_release frees them. Returns EMBER_OK,
 // EMBER_ERR_INVALID_ARG (a choice outside the schemes), EMBER_ERR_NOMEM (nothing left allocated).
 ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, const int *choice,
