@@ -94,7 +94,7 @@ static int parse(int argc, char **argv, opts *o) {
 // cuts at least 2 slices, so that even at W = 1 its pieces hold other columns than a row-wise
 // save's records (the load patches them).
 static ember_table_plan plan_of(ember_shard_scheme scheme, int t, int W, int32_t D, int32_t *ranks) {
-    ember_table_plan p = {scheme, 0, 0, 0, ranks};
+    ember_table_plan p = {.scheme = scheme, .ranks = ranks};
     if (scheme == EMBER_SHARD_TABLE_WISE) ranks[p.num_ranks++] = t % W;
     if (scheme == EMBER_SHARD_COLUMN_WISE) {
         p.num_shards = W < 2 ? 2 : W;
@@ -353,10 +353,11 @@ static ember_status make(ember_comm *comm, const opts *o, ember_shard_scheme sch
         tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
         tc[t].name = names[2 * t], tc[t].rows = o->E, tc[t].dim = o->D, tc[t].dtype = o->dtype, tc[t].optim = oc;
         tc[t].init.kind = EMBER_INIT_ZEROS;
-        fc[t] = (ember_feature_config){names[2 * t + 1], t};
+        fc[t] = (ember_feature_config){.name = names[2 * t + 1], .table = t};
         plan[t] = plan_of(scheme, t, W, o->D, ranks + (size_t)t * (size_t)(W + 4));
     }
-    ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
     int ok = st == EMBER_OK, all = 0; // every rank gives up together
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     st = all ? ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, out) : EMBER_ERR_NOMEM;
@@ -399,7 +400,7 @@ static int run(ember_comm *comm, const opts *o) {
         total += (double)w + (double)s;
     }
     ember_sebc *s = NULL, *s2 = NULL;
-    const ember_checkpoint_options co = {(size_t)(o->chunk_mb * (1 << 20)), NULL, 0};
+    const ember_checkpoint_options co = {.chunk_bytes = (size_t)(o->chunk_mb * (1 << 20))};
     char reshard_case[32];
     snprintf(reshard_case, sizeof reshard_case, "load_%s", ember_shard_scheme_short_name(o->reshard));
     series cases[4] = {{"save", NULL, 1, NULL, 0, 0, 0, 0, 0},

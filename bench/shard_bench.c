@@ -121,9 +121,9 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         snprintf(names[2 * t + 1], 16, "f%d", t);
         ember_optim_config oc = EMBER_OPTIM_CONFIG_DEFAULT;
         oc.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-        tc[t] = (ember_table_config){names[2 * t], o->E, o->D, EMBER_POOL_SUM, EMBER_DTYPE_F32,
-                                     {EMBER_INIT_UNIFORM, -0.01f, 0.01f, 0}, oc, 0, 0, EMBER_EVICT_LRU, {0}};
-        fc[t] = (ember_feature_config){names[2 * t + 1], t};
+        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT; // uniform(-0.01, 0.01)
+        tc[t].name = names[2 * t], tc[t].rows = o->E, tc[t].dim = o->D, tc[t].optim = oc;
+        fc[t] = (ember_feature_config){.name = names[2 * t + 1], .table = t};
         plan[t].scheme = scheme;
         plan[t].ranks = rank_pool + (size_t)t * (size_t)(W + 4); // at most W (cw) or 4 (grid) entries
         if (scheme == EMBER_SHARD_TABLE_WISE) plan[t].ranks[plan[t].num_ranks++] = t % W;
@@ -144,7 +144,9 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
                 for (int k = 0; k < g; k++) plan[t].ranks[plan[t].num_ranks++] = (t + c + k) % W;
         }
     }
-    ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7, .max_batch_size = o->B, .max_nnz = (int64_t)o->B * o->T * o->L};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 7, .max_batch_size = o->B,
+                            .max_nnz = (int64_t)o->B * o->T * o->L};
     ember_sebc *s = NULL;
     ember_ebc *ref = NULL;
     int rc = 1;
@@ -170,7 +172,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     }
     for (int64_t i = 0; i < (int64_t)o->T * o->B; i++) len[i] = o->L;
     for (int64_t i = 0; i < nout; i++) grad[i] = 1e-3f * (float)((i % 7) - 3);
-    ember_kjt kjt = {o->T, o->B, len, NULL, ids, NULL, nnz};
+    ember_kjt kjt = {.num_features = o->T, .batch_size = o->B, .lengths = len, .values = ids, .nnz = nnz};
     // Residual: the sharded forward against the unsharded collection (same seed, same weights).
     double residual = 0;
     if (ember_ebc_create(ctx, &cfg, &ref) == EMBER_OK && ember_ebc_forward(ref, &kjt, ref_out) == EMBER_OK) {

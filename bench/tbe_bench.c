@@ -413,7 +413,8 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
     const int threads = o->threads[ti];
     ember_ctx_set_num_threads(r->ctx, threads);
     const int64_t nnz = (int64_t)s->T * s->B * s->L;
-    ember_kjt kjt = {s->T, s->B, NULL, in->offsets, in->values[dist], NULL, nnz};
+    ember_kjt kjt = {.num_features = s->T, .batch_size = s->B, .offsets = in->offsets, .values = in->values[dist],
+                     .nnz = nnz};
     // The limit reads the collection's own rows (the same slab and pages as the kernel).
     gather_in g = {s, dt, {0}, 0, in->values[dist], in->lim_out};
     for (int32_t t = 0; t < s->T; t++) {
@@ -549,12 +550,17 @@ static ember_ebc *make_collection(run *r, const tbe_bench_shape *s, ember_optim_
             oc.eps = BENCH_EPS;
             oc.beta1 = BENCH_BETA1;
             oc.beta2 = BENCH_BETA2;
-            tables[t] = (ember_table_config){names[2 * t], s->E, s->D, pool ? EMBER_POOL_MEAN : EMBER_POOL_SUM, dt,
-                                             {EMBER_INIT_UNIFORM, -0.05f, 0.05f, 0}, oc, 0, cache_rows,
-                                             (ember_evict_policy)r->o->cache_policy, {0}};
-            features[t] = (ember_feature_config){names[2 * t + 1], t};
+            ember_table_config *tc = &tables[t];
+            *tc = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+            tc->name = names[2 * t], tc->rows = s->E, tc->dim = s->D, tc->dtype = dt, tc->optim = oc;
+            tc->pooling = pool ? EMBER_POOL_MEAN : EMBER_POOL_SUM;
+            tc->init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.05f, .b = 0.05f};
+            tc->cache_rows = cache_rows, tc->cache_policy = (ember_evict_policy)r->o->cache_policy;
+            features[t] = (ember_feature_config){.name = names[2 * t + 1], .table = t};
         }
-        ember_ebc_config cfg = {.tables = tables, .num_tables = s->T, .features = features, .num_features = s->T, .bounds = EMBER_BOUNDS_ERROR, .seed = r->o->seed, .max_batch_size = s->B, .max_nnz = (int64_t)s->T * s->B * s->L, .ssd_dir = r->o->ssd_dir};
+        ember_ebc_config cfg = {.tables = tables, .num_tables = s->T, .features = features, .num_features = s->T,
+                                .bounds = EMBER_BOUNDS_ERROR, .seed = r->o->seed, .max_batch_size = s->B,
+                                .max_nnz = (int64_t)s->T * s->B * s->L, .ssd_dir = r->o->ssd_dir};
         if (ember_ebc_create(r->ctx, &cfg, &ebc) != EMBER_OK) fail(r, "ember_ebc_create");
     }
     free(tables);
@@ -705,8 +711,10 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
     } else {
         for (int64_t i = 0; i <= (int64_t)s->T * s->B; i++) offsets[i] = i * s->L;
         make_grad(nout, o->seed, grad);
-        ember_kjt kjt = {s->T, s->B, NULL, offsets, ids, NULL, (int64_t)nnz};
-        ember_kjt kjt_next = {s->T, s->B, NULL, offsets, ids_next, NULL, (int64_t)nnz};
+        ember_kjt kjt = {.num_features = s->T, .batch_size = s->B, .offsets = offsets, .values = ids,
+                         .nnz = (int64_t)nnz};
+        ember_kjt kjt_next = {.num_features = s->T, .batch_size = s->B, .offsets = offsets, .values = ids_next,
+                              .nnz = (int64_t)nnz};
         ember_tier_stats st0 = {0}, st1 = {0};
         double residual = 0;
         // Warm-up: until every cache is evicting and has loaded as many rows as its table holds

@@ -66,12 +66,14 @@ static inline ember_status ck_collection(ember_comm *comm, int shift, uint64_t s
     for (int t = 0; t < CK_T; t++) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = CK_OPTS[t];
-        tc[t] = (ember_table_config){CK_NAMES[t], CK_ROWS[t], CK_DIMS[t], EMBER_POOL_SUM, CK_DTYPES[t],
-                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-        fc[t] = (ember_feature_config){CK_NAMES[t], t};
+        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc[t].name = CK_NAMES[t], tc[t].rows = CK_ROWS[t], tc[t].dim = CK_DIMS[t], tc[t].dtype = CK_DTYPES[t];
+        tc[t].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, tc[t].optim = o;
+        fc[t] = (ember_feature_config){.name = CK_NAMES[t], .table = t};
         plan[t] = ck_plan(shift + t, t, ranks[t]);
     }
-    ember_ebc_config cfg = {tc, CK_T, fc, CK_T, EMBER_BOUNDS_ERROR, seed, 0, 0, NULL};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = CK_T, .features = fc, .num_features = CK_T,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = seed};
     return ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, out);
 }
 

@@ -72,8 +72,9 @@ int main(int argc, char **argv) {
             rc = 1;
             break;
         }
-        const ember_checkpoint_blob blobs[2] = {{"trainer.json", trainer, sizeof trainer - 1}, {"empty", dense, 0}};
-        const ember_checkpoint_blob more[1] = {{"dense.bin", dense, sizeof dense}};
+        const ember_checkpoint_blob blobs[2] = {{.name = "trainer.json", .data = trainer, .bytes = sizeof trainer - 1},
+                                                {.name = "empty", .data = dense, .bytes = 0}};
+        const ember_checkpoint_blob more[1] = {{.name = "dense.bin", .data = dense, .bytes = sizeof dense}};
         ember_checkpoint_options o = EMBER_CHECKPOINT_OPTIONS_DEFAULT;
         o.chunk_bytes = sd->chunk;
         o.blobs = sd->blobs == 1 ? more : blobs;

@@ -61,8 +61,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         tc[t].dim = EBC_DIMS[t];
         tc[t].pooling = EBC_POOL[t];
         tc[t].dtype = EBC_DTYPE[t];
-        tc[t].init = (ember_init){EMBER_INIT_UNIFORM, -1.0f, 1.0f, 0.0f};
-        fc[t] = (ember_feature_config){names[t], t};
+        tc[t].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1.0f, .b = 1.0f};
+        fc[t] = (ember_feature_config){.name = names[t], .table = t};
     }
     for (int m = 0; m < 3; m++) {
         ember_ebc_config ec = EMBER_EBC_CONFIG_DEFAULT;
@@ -231,8 +231,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         weights[j] = has_weights ? fuzz_f32(&in) : 1.0f;
     }
 
-    ember_kjt k = {F, B, has_lengths ? lengths : NULL, has_offsets ? offsets : NULL, null_values ? NULL : values,
-                   has_weights ? weights : NULL, nnz};
+    ember_kjt k = {.num_features = F, .batch_size = B, .lengths = has_lengths ? lengths : NULL,
+                   .offsets = has_offsets ? offsets : NULL, .values = null_values ? NULL : values,
+                   .weights = has_weights ? weights : NULL, .nnz = nnz};
     int64_t bad = -1, bad_expected = 0;
     const int64_t *rows_arg = has_rows || ebc_shape ? rows : NULL;
     const ember_status want = expected_status(&k, expected, rows_arg, mode, &bad_expected);

@@ -7,6 +7,8 @@
 #   scripts/cluster.sh [--name C] shape RATE|off     e.g. 1gbit, 10gbit (every host's link, both ways)
 #   scripts/cluster.sh [--name C] cut HOST | heal HOST   host index 0..N-1: its link down / up
 #   scripts/cluster.sh [--name C] status | down
+#   scripts/cluster.sh [--name C] leftovers           what of C exists (processes, namespaces, links,
+#                                                     state): one line each, exit 1 if anything
 #   scripts/cluster.sh check                          can this machine create namespaces? (exit 0/1)
 #
 # Host i is namespace "<C>-h<i>" with address <net>.<i+1>/24 on its eth0; the other end of its
@@ -23,15 +25,21 @@
 # traffic leaving it, its bridge port for traffic entering it): bandwidth only. This kernel has no
 # netem, so latency is not added: the link keeps the veth/TCP stack's own (tens of microseconds).
 #
-# State lives in /tmp/ember-cluster-<C>/ (hostfile, launcher agent). The name (default "ember",
-# at most 8 characters) keeps clusters of different users of one machine apart; each needs its
-# own --net (remembered: later commands on the cluster need only its name). Needs root,
-# iproute2 and Open MPI's mpiexec.
+# State lives in /tmp/ember-cluster-<C>/ (hostfile, launcher agent, the temporary directories of
+# mpiexec and of every host's daemon). The name (default "ember", at most 8 characters) keeps
+# clusters of different users of one machine apart; each needs its own --net (remembered: later
+# commands on the cluster need only its name). Needs root, iproute2 and Open MPI's mpiexec.
+#
+# `down` takes away everything of the cluster, whatever state it was left in (an interrupted `up`,
+# a killed script): every process inside its namespaces, every process of the root namespace
+# whose command line names its state directory (mpiexec and the launcher agents: an mpiexec whose
+# parent was killed keeps running, and after a cut it waits for the lost host's daemon for about
+# 15 minutes), the namespaces, veth pairs and bridge named after it, and its state directory.
 set -euo pipefail
 
 name=ember
 net=""
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 help() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +59,20 @@ dir=/tmp/ember-cluster-$name
 br=${name}br
 
 nhosts() { [ -f "$dir/hosts" ] && cat "$dir/hosts" || echo 0; }
+# What exists of the cluster, found on the machine rather than from its state (which an
+# interrupted `up` or a killed `down` may have left behind or taken away): its namespaces, its
+# links (bridge and host ports), and the processes inside the namespaces or naming $dir/.
+cluster_netns() { ip netns list 2>/dev/null | awk -v p="$name-h" 'index($1, p) == 1 && substr($1, length(p) + 1) ~ /^[0-9]+$/ { print $1 }'; }
+cluster_links() { ip -o link show 2>/dev/null | awk -F': ' -v n="$name" '{ sub(/@.*/, "", $2) } $2 == n "br" || ($2 ~ "^" n "h[0-9]+$") { print $2 }'; }
+cluster_pids() {
+  local n p a
+  for n in $(cluster_netns); do ip netns pids "$n" 2>/dev/null || true; done
+  for p in /proc/[0-9]*; do
+    mapfile -d '' -t a 2>/dev/null <"$p/cmdline" || continue
+    [[ "${a[*]}" == *"$dir/"* ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
 need_up() { [ "$(nhosts)" -gt 0 ] || { echo "cluster.sh: cluster '$name' is not up (scripts/cluster.sh --name $name up)" >&2; exit 1; }; }
 ns() { echo "$name-h$1"; }
 port() { echo "${name}h$1"; }
@@ -138,16 +160,29 @@ EOF
     echo "cluster.sh: '$name' up: $hosts hosts x $slots slots on $net.0/24 (hostfile $dir/hostfile)"
     ;;
   down)
-    n=$(nhosts)
-    for ((i = 0; i < n; i++)); do
-      # Anything still running in the host (a rank whose link was cut) is stopped first.
-      for p in $(ip netns pids "$(ns $i)" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-      ip link del "$(port $i)" 2>/dev/null || true
-      ip netns del "$(ns $i)" 2>/dev/null || true
+    # The processes first (mpiexec, daemons, ranks; a rank whose link was cut), until none is left:
+    # a namespace deleted while a process still holds it lives on without its name.
+    for _ in $(seq 1 50); do
+      pids=$(cluster_pids | sort -u)
+      [ -z "$pids" ] && break
+      kill -9 $pids 2>/dev/null || true
+      sleep 0.1
     done
-    ip link del "$br" 2>/dev/null || true
+    for l in $(cluster_links); do ip link del "$l" 2>/dev/null || true; done
+    for n in $(cluster_netns); do ip netns del "$n" 2>/dev/null || true; done
     rm -rf "$dir"
+    left=$(bash "$0" --name "$name" leftovers 2>&1) || { echo "cluster.sh: '$name' not entirely down:" >&2; echo "$left" >&2; exit 1; }
     echo "cluster.sh: '$name' down"
+    ;;
+  leftovers)
+    found=0
+    for p in $(cluster_pids | sort -un); do
+      c=$(ps -o pid=,etime=,args= -p "$p" 2>/dev/null | cut -c1-300) && [ -n "$c" ] && echo "process $c" && found=1
+    done
+    for n in $(cluster_netns); do echo "network namespace $n"; found=1; done
+    for l in $(cluster_links); do echo "link $l"; found=1; done
+    [ -e "$dir" ] && { echo "directory $dir"; found=1; }
+    [ "$found" = 0 ]
     ;;
   status)
     need_up
@@ -179,6 +214,9 @@ EOF
     need_up
     mpiexec=$(command -v mpiexec.openmpi || command -v mpiexec)
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    # mpiexec's session directory under the cluster's (one killed leaves it behind; `down` takes it).
+    mkdir -p "$dir/tmp"
+    export TMPDIR="$dir/tmp"
     exec "$mpiexec" --hostfile "$dir/hostfile" \
       --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
       --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \

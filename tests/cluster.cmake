@@ -4,28 +4,36 @@
 # of its own and takes it down; they run one at a time (4 ranks on CI's 2 cores). Where the
 # machine cannot create network namespaces they report "Skipped" with the reason (which
 # scripts/test.sh also prints). Open MPI only: the launcher agent is Open MPI's rsh mechanism.
+# cluster.teardown runs after them (a fixture's cleanup: also after a failure or a TIMEOUT) and
+# takes down, reports and fails on whatever a killed test left behind (tests/cluster/teardown.sh).
 if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
-  # Cluster names and subnets of their own per build (release and sanitize may run at once).
-  if(EMBER_SANITIZE)
-    set(cluster_tag s)
-    set(cluster_net 10.79)
-  else()
-    set(cluster_tag r)
-    set(cluster_net 10.78)
-  endif()
+  # Cluster names and subnets of their own per build directory (release and sanitize, or the
+  # builds of two checkouts, may run at once): c<test><3 hex digits of the build directory's
+  # hash>, subnet 10.<64 + a byte of the hash mod 128>.<test>.
+  string(MD5 cluster_hash "${PROJECT_BINARY_DIR}")
+  string(SUBSTRING "${cluster_hash}" 0 3 cluster_tag)
+  string(SUBSTRING "${cluster_hash}" 3 2 cluster_byte)
+  math(EXPR cluster_octet "64 + 0x${cluster_byte} % 128")
+  set(cluster_net 10.${cluster_octet})
   set(cluster_env "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   if(EMBER_SANITIZE)
     list(APPEND cluster_env "ASAN_OPTIONS=detect_leaks=0")
   endif()
+  # The scripts stop a run after this many seconds, under the TIMEOUT, and still clean up.
+  set(cluster_timeout 300)
+  math(EXPR cluster_limit "${cluster_timeout} - 60")
+  list(APPEND cluster_env "EMBER_CLUSTER_LIMIT_S=${cluster_limit}")
   set(cluster_n 0)
+  set(cluster_names "")
   function(ember_cluster_test name)
     math(EXPR n "${cluster_n} + 1")
     set(cluster_n ${n} PARENT_SCOPE)
+    set(cluster_names ${cluster_names} c${n}${cluster_tag} PARENT_SCOPE)
     string(REPLACE "@NAME@" "c${n}${cluster_tag}" argv "${ARGN}")
     string(REPLACE "@NET@" "${cluster_net}.${n}" argv "${argv}")
     add_test(NAME cluster.${name} COMMAND ${argv})
-    set_tests_properties(cluster.${name} PROPERTIES TIMEOUT 300 LABELS "dist;cluster" PROCESSORS 2
-                         RESOURCE_LOCK ember_cluster SKIP_RETURN_CODE 77
+    set_tests_properties(cluster.${name} PROPERTIES TIMEOUT ${cluster_timeout} LABELS "dist;cluster" PROCESSORS 2
+                         RESOURCE_LOCK ember_cluster SKIP_RETURN_CODE 77 FIXTURES_REQUIRED ember_cluster
                          ENVIRONMENT "${cluster_env};EMBER_TEST_DATA=${CMAKE_CURRENT_SOURCE_DIR}/data")
   endfunction()
   set(run ${CMAKE_CURRENT_SOURCE_DIR}/cluster/run.sh @NAME@ @NET@ 2 2 4 1gbit)
@@ -41,4 +49,7 @@ if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
   foreach(case equal cut)
     ember_cluster_test(train.cli.${case} ${CMAKE_CURRENT_SOURCE_DIR}/cluster/train.sh ${case} $<TARGET_FILE:ember_cli> @NAME@ @NET@)
   endforeach()
+  add_test(NAME cluster.teardown COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cluster/teardown.sh ${cluster_names})
+  set_tests_properties(cluster.teardown PROPERTIES TIMEOUT 120 LABELS "dist;cluster" RESOURCE_LOCK ember_cluster
+                       SKIP_RETURN_CODE 77 FIXTURES_CLEANUP ember_cluster)
 endif()

@@ -8,18 +8,26 @@
 #   cut    host 1's link is cut mid-run: every rank (those of both hosts) exits with the
 #          watchdog's error naming the ranks that did not arrive, within the deadline plus slack,
 #          never a hang.
+# Every run is stopped after $EMBER_CLUSTER_LIMIT_S seconds (default 240, under ctest's TIMEOUT);
+# the cluster, every process of it (mpiexec included) and the temporary directory are taken away
+# on any exit, and the test fails if anything of the cluster is left. Where ctest kills the script
+# itself, the cluster.teardown test takes them away (tests/cluster/teardown.sh).
 # Exits 77 (skipped) with the reason printed where namespaces cannot be created.
 # Usage: train.sh equal|cut EMBER NAME NET
 set -u
 case=$1 ember=$2 name=$3 net=$4
 here=$(cd "$(dirname "$0")" && pwd)
 cluster="$here/../../scripts/cluster.sh"
+limit=${EMBER_CLUSTER_LIMIT_S:-240}
 if ! why=$(bash "$cluster" check); then
   echo "SKIPPED: $why"
   exit 77
 fi
-dir=$(mktemp -d)
+# Named after the cluster, so that cluster.teardown finds it when this script was killed.
+dir=$(mktemp -d "/tmp/ember-test-$name.XXXXXX")
 c() { bash "$cluster" --name "$name" --net "$net" "$@"; }
+# mpiexec across the cluster, stopped after the limit (cluster.sh execs mpiexec: this is its pid).
+crun() { timeout --foreground -k 10 "$limit" bash "$cluster" --name "$name" run "$@"; }
 job=""
 cleanup() {
   [ -n "$job" ] && kill -KILL "$job" 2>/dev/null
@@ -27,6 +35,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT HUP # (cleanup runs)
 fail() {
   printf 'cluster/train.sh %s: %s\n' "$case" "$*"
   for f in "$dir"/*.txt; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done
@@ -43,10 +52,12 @@ if [ "$case" = equal ]; then
   schemes=$(for t in $(seq 0 25); do s=(dp tw cw rw twrw grid); printf '%s,' "${s[t % 6]}"; done)
   common=(train --batch_size 256 --limit_train_batches 12 --eval_interval 4 --limit_val_batches 2 --threads 1
           --num_embeddings 2000 --sharding "${schemes%,}" --digest --progress lines)
-  c run -n 4 "$ember" "${common[@]}" --metrics "$dir/cluster.jsonl" >"$dir/cluster.txt" 2>&1 || fail "cluster run failed"
+  crun -n 4 "$ember" "${common[@]}" --metrics "$dir/cluster.jsonl" >"$dir/cluster.txt" 2>&1 || fail "cluster run failed"
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-    mpiexec.openmpi -n 4 --mca btl self,vader "$ember" "${common[@]}" >"$dir/host.txt" 2>&1 || fail "one-host run failed"
-  "$ember" "${common[@]}" --metrics "$dir/single.jsonl" >"$dir/single.txt" 2>&1 || fail "single-process run failed"
+    timeout -k 10 "$limit" mpiexec.openmpi -n 4 --mca btl self,vader "$ember" "${common[@]}" >"$dir/host.txt" 2>&1 ||
+    fail "one-host run failed"
+  timeout -k 10 "$limit" "$ember" "${common[@]}" --metrics "$dir/single.jsonl" >"$dir/single.txt" 2>&1 ||
+    fail "single-process run failed"
   a=$(grep '^digest:' "$dir/cluster.txt") b=$(grep '^digest:' "$dir/host.txt")
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "2 hosts x 2 ranks differ from 4 ranks on one host: '$a' vs '$b'"
   # Loss curve and AUC against one process: field by field, every evaluation.
@@ -64,6 +75,7 @@ if [ "$case" = equal ]; then
         if (d > tol) { print "  too far: " d " > " tol; bad = 1 }
       } }
     END { if (n < 3) { print "only " n " evaluations"; bad = 1 } exit bad }' || fail "the loss curve differs from one process"
+  c down >/dev/null || fail "the cluster could not be taken down"
   echo "cluster/train.sh equal: $a (also on one host), loss curve = one process within bounds"
   exit 0
 fi
@@ -72,10 +84,11 @@ fi
 deadline=4
 slack=8
 # Per-rank output goes to files written by each host's daemon (host 1's output cannot reach
-# mpiexec once its link is cut).
-c run -n 4 --output-filename "$dir/ranks" "$ember" train --batch_size 256 --num_embeddings 500 \
-  --limit_train_batches 1000000 --limit_val_batches 2 --eval_interval 1000000 --sharding rw --threads 1 \
-  --progress lines --timeout_s $deadline >"$dir/mpiexec.txt" 2>&1 &
+# mpiexec once its link is cut). $job is mpiexec itself (cluster.sh execs it), not a subshell
+# around it: killing a subshell would leave mpiexec running, a child of init.
+bash "$cluster" --name "$name" run -n 4 --output-filename "$dir/ranks" "$ember" train --batch_size 256 \
+  --num_embeddings 500 --limit_train_batches 1000000 --limit_val_batches 2 --eval_interval 1000000 \
+  --sharding rw --threads 1 --progress lines --timeout_s $deadline >"$dir/mpiexec.txt" 2>&1 &
 job=$!
 for _ in $(seq 1 600); do
   grep -q '^  tables' "$dir/ranks/1/rank.0/stdout" 2>/dev/null && break
@@ -102,10 +115,18 @@ for r in 0 1 2 3; do
 done
 # mpiexec itself does not end by itself: its order to kill the job waits in TCP's retransmission
 # queue to the cut host's daemon (Linux gives up after about 15 min); the ranks are gone, so the
-# test stops it, as a batch system would.
+# test stops it, as a batch system would, and checks that nothing of the cluster is left.
 for _ in $(seq 1 50); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 launcher="exited"
-kill -0 "$job" 2>/dev/null && launcher="still waiting for the cut host's daemon 5 s later (stopped by the test)"
+exec 3>&2 2>/dev/null # (bash's "Killed" line for the job)
+if kill -0 "$job"; then
+  launcher="still waiting for the cut host's daemon 5 s later (stopped by the test)"
+  kill -KILL "$job"
+fi
+wait "$job"
+exec 2>&3 3>&-
+job=""
+c down >/dev/null || fail "the cluster could not be taken down"
 echo "cluster/train.sh cut: every rank exited $took s after the cut (deadline $deadline s), each naming the missing ranks; mpiexec $launcher"
 sed -n 's/^/  rank 0: /p' "$dir/ranks/1/rank.0/stderr" | grep error | head -1
 sed -n 's/^/  rank 3: /p' "$dir/ranks/1/rank.3/stderr" | grep error | head -1

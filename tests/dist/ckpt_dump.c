@@ -127,18 +127,21 @@ int main(int argc, char **argv) {
     for (int t = 0; t < T; t++) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = OPTS[t];
-        tc[t] = (ember_table_config){NAMES[t], ROWS[t], DIMS[t], EMBER_POOL_SUM, DTYPES[t],
-                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-        fc[t] = (ember_feature_config){NAMES[t], t};
+        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc[t].name = NAMES[t], tc[t].rows = ROWS[t], tc[t].dim = DIMS[t], tc[t].dtype = DTYPES[t];
+        tc[t].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, tc[t].optim = o;
+        fc[t] = (ember_feature_config){.name = NAMES[t], .table = t};
         plan[t] = plan_of(t, W, ranks + (size_t)t * (size_t)(2 * W + 4));
     }
-    ember_ebc_config cfg = {.tables = tc, .num_tables = T, .features = fc, .num_features = T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = T, .features = fc, .num_features = T,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
     // Two blobs: a trainer's text and some doubles (rank 0's bytes are the ones saved).
     const char text[] = "{\"epoch\": 3, \"batch\": 1234, \"note\": \"read by numpy\"}";
     double dense[33];
     for (int i = 0; i < 33; i++) dense[i] = 0.25 * i - 3.5;
-    const ember_checkpoint_blob blobs[2] = {{"trainer.json", text, sizeof text - 1}, {"dense.params", dense, sizeof dense}};
-    const ember_checkpoint_options opts = {CHUNK, blobs, 2};
+    const ember_checkpoint_blob blobs[2] = {{.name = "trainer.json", .data = text, .bytes = sizeof text - 1},
+                                            {.name = "dense.params", .data = dense, .bytes = sizeof dense}};
+    const ember_checkpoint_options opts = {.chunk_bytes = CHUNK, .blobs = blobs, .num_blobs = 2};
 
     ember_status st = ranks ? EMBER_OK : EMBER_ERR_NOMEM;
     if (st == EMBER_OK) st = ember_ctx_create(NULL, &ctx);

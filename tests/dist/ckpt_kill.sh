@@ -8,8 +8,15 @@ saver=$1 kills=$2 np=$3 mpiexec=$4 npflag=$5
 shift 5
 dir=$(mktemp -d)
 ck=$dir/ck
+# mpiexec's session directory in ours: a launcher killed by the fallback below leaves it behind.
+mkdir "$dir/tmp"
+export TMPDIR=$dir/tmp
 job=0
-cleanup() { [ "$job" -gt 0 ] && kill -9 -- "-$job" 2>/dev/null; rm -rf "$dir"; }
+# A process and all its descendants (Open MPI puts every rank in a process group of its own:
+# killing the launcher's group does not reach them).
+tree() { local c; echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
+killtree() { local p; p=$(tree "$1"); kill -9 $p 2>/dev/null; }
+cleanup() { [ "$job" -gt 0 ] && killtree "$job"; rm -rf "$dir"; }
 trap cleanup EXIT
 
 # Starts the saver on NP ranks in its own process group, numbering saves from $1; waits for
@@ -29,7 +36,7 @@ start() {
 # Waits for the job to end after a kill (the launcher takes the other ranks down).
 reap() {
   for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
-  kill -9 -- "-$job" 2>/dev/null
+  killtree "$job"
   wait "$job" 2>/dev/null
   job=0
 }

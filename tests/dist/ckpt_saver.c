@@ -19,9 +19,11 @@ enum { ROWS = 300000, DIM = 16 };
 static ember_sebc *open_table(ember_comm *comm) {
     ember_optim_config oc = EMBER_OPTIM_CONFIG_DEFAULT;
     oc.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-    ember_table_config t = {"kill", ROWS, DIM, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, oc, 0, 0, EMBER_EVICT_LRU, {0}};
-    ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "kill", t.rows = ROWS, t.dim = DIM, t.init = (ember_init){.kind = EMBER_INIT_ZEROS}, t.optim = oc;
+    ember_feature_config f = {.name = "f", .table = 0};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_table_plan plan = {.scheme = EMBER_SHARD_ROW_WISE};
     ember_sebc *s = NULL;
     return ember_sebc_create(comm, &cfg, &plan, EMBER_GRAD_MEAN, &s) == EMBER_OK ? s : NULL;

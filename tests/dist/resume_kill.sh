@@ -10,7 +10,12 @@ set -u
 ember=$1
 shift
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+job=""
+# A process and all its descendants: the launcher and its ranks (Open MPI puts every rank in a
+# process group of its own, so killing the launcher's group does not reach them).
+tree() { local c; echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
+cleanup() { [ -n "$job" ] && kill -KILL $(tree "$job") 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
 fail() {
   printf 'resume_kill.sh: %s\n' "$*"
   for f in "$dir"/*.txt; do printf -- '--- %s\n' "$f"; cat "$f"; done
@@ -21,19 +26,19 @@ common=(--batch_size 256 --num_embeddings 2000 --limit_train_batches $steps --li
         --eval_interval 100 --progress lines --digest)
 "$@" "$ember" train "${common[@]}" >"$dir/full.txt" 2>&1 || fail "the uninterrupted run failed"
 
-# The interrupted run is a job of its own process group (set -m): one kill reaches mpiexec and
-# every rank at once, as a node failure would.
-set -m
-"$@" "$ember" train "${common[@]}" --save_dir "$dir/ckpt" --checkpoint_interval 20 --keep_checkpoints 2 \
-  >"$dir/killed.txt" 2>&1 &
+# The interrupted run: one kill reaches mpiexec and every rank at once, as a node failure would.
+# Its launcher's session directory goes in ours (a killed mpiexec leaves it behind).
+mkdir "$dir/tmp"
+TMPDIR=$dir/tmp "$@" "$ember" train "${common[@]}" --save_dir "$dir/ckpt" --checkpoint_interval 20 \
+  --keep_checkpoints 2 >"$dir/killed.txt" 2>&1 &
 job=$!
-set +m
 for _ in $(seq 1 1200); do
   compgen -G "$dir/ckpt/step-*/manifest.json" >/dev/null && break
   sleep 0.05
 done
-kill -KILL -- "-$job" 2>/dev/null
+kill -KILL $(tree "$job") 2>/dev/null
 wait "$job" 2>/dev/null
+job=""
 compgen -G "$dir/ckpt/step-*/manifest.json" >/dev/null || fail "no checkpoint was committed"
 grep -q '^done:' "$dir/killed.txt" && fail "the run ended before the kill: nothing to resume (make it longer)"
 # Give the killed ranks a moment to be gone before the next run reads the directory.

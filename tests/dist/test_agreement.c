@@ -35,15 +35,20 @@ static void env_open(env *e) {
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
     o.lr = 0.1f;
-    ember_init init = {EMBER_INIT_UNIFORM, -1, 1, 0};
-    e->t[0] = (ember_table_config){"user", 30, 4, EMBER_POOL_SUM, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    e->t[1] = (ember_table_config){"item", 20, 3, EMBER_POOL_MEAN, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    e->f[0] = (ember_feature_config){"u", 0};
-    e->f[1] = (ember_feature_config){"i", 1};
-    e->cfg = (ember_ebc_config){.tables = e->t, .num_tables = 2, .features = e->f, .num_features = 2, .bounds = EMBER_BOUNDS_ERROR, .seed = 11};
-    e->plan[0] = (ember_table_plan){EMBER_SHARD_ROW_WISE, 0, 0, 0, NULL};
+    ember_init init = {.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1};
+    for (int t = 0; t < 2; t++) {
+        e->t[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        e->t[t].init = init, e->t[t].optim = o;
+    }
+    e->t[0].name = "user", e->t[0].rows = 30, e->t[0].dim = 4;
+    e->t[1].name = "item", e->t[1].rows = 20, e->t[1].dim = 3, e->t[1].pooling = EMBER_POOL_MEAN;
+    e->f[0] = (ember_feature_config){.name = "u", .table = 0};
+    e->f[1] = (ember_feature_config){.name = "i", .table = 1};
+    e->cfg = (ember_ebc_config){.tables = e->t, .num_tables = 2, .features = e->f, .num_features = 2,
+                                .bounds = EMBER_BOUNDS_ERROR, .seed = 11};
+    e->plan[0] = (ember_table_plan){.scheme = EMBER_SHARD_ROW_WISE};
     e->ranks[0] = W - 1;
-    e->plan[1] = (ember_table_plan){EMBER_SHARD_TABLE_WISE, 0, 0, 1, e->ranks};
+    e->plan[1] = (ember_table_plan){.scheme = EMBER_SHARD_TABLE_WISE, .num_ranks = 1, .ranks = e->ranks};
 }
 
 static void env_close(env *e) {
@@ -163,7 +168,7 @@ static void inputs_must_be_what_they_claim(void **state) {
     int32_t len[4] = {2, 1, 1, 0};
     int64_t ids[4] = {3, 29, 7, 19};
     float w[4] = {1.0f, 0.5f, 2.0f, 1.0f};
-    ember_kjt k = {2, 2, len, NULL, ids, w, 4};
+    ember_kjt k = {.num_features = 2, .batch_size = 2, .lengths = len, .values = ids, .weights = w, .nnz = 4};
     float out[2 * 7], go[2 * 7];
     for (int i = 0; i < 14; i++) go[i] = 0.25f;
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_OK);
@@ -186,7 +191,7 @@ static void inputs_must_be_what_they_claim(void **state) {
     // The same contents through offsets instead of lengths are the same KJT.
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_OK);
     int64_t offs[5] = {0, 2, 3, 4, 4};
-    k2 = (ember_kjt){2, 2, NULL, offs, ids, w, 4};
+    k2 = (ember_kjt){.num_features = 2, .batch_size = 2, .offsets = offs, .values = ids, .weights = w, .nnz = 4};
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(s, &k2, go) == EMBER_OK);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", after, -1) == EMBER_OK);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) != 0);

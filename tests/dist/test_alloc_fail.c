@@ -165,11 +165,11 @@ static void coll_config(coll_cfg *c, int layout, const ember_dtype *dtypes) {
         tc.optim.kind = seq ? SOPTS[t] : OPTS[t];
         tc.optim.lr = 0.05f;
         tc.optim.initial_accumulator = 0.1f;
-        tc.init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+        tc.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
         c->tc[t] = tc;
         c->plan[t] = plan_of(scheme_of(layout, t), t, tc.dim, c->ranks[t]);
     }
-    for (int i = 0; i < F; i++) c->fc[i] = (ember_feature_config){FNAMES[i], seq ? i : FTAB[i]};
+    for (int i = 0; i < F; i++) c->fc[i] = (ember_feature_config){.name = FNAMES[i], .table = seq ? i : FTAB[i]};
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = c->tc;
     cfg.num_tables = T;
@@ -281,7 +281,8 @@ static void snap_dir(const char *dir, snap_bytes *z) {
     free(list);
 }
 
-static const ember_checkpoint_blob BLOBS[2] = {{"dense.params", "0123456789abcdef", 16}, {"empty", NULL, 0}};
+static const ember_checkpoint_blob BLOBS[2] = {{.name = "dense.params", .data = "0123456789abcdef", .bytes = 16},
+                                               {.name = "empty", .data = NULL, .bytes = 0}};
 
 // A collection under `layout` with `dtypes`, filled from `seed`, saved into dir (records of 48 bytes:
 // pieces cut into many, loaders patch rows from several).
@@ -291,7 +292,7 @@ static void save_checkpoint(env *e, int layout, const ember_dtype *dtypes, uint6
     ember_sebc *s = NULL;
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(e->comm, &c.cfg, c.plan, EMBER_GRAD_MEAN, &s) == EMBER_OK);
     fill(s, seed);
-    const ember_checkpoint_options o = {48, BLOBS, 2};
+    const ember_checkpoint_options o = {.chunk_bytes = 48, .blobs = BLOBS, .num_blobs = 2};
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(s, dir, &o) == EMBER_OK);
     ember_sebc_destroy(s);
 }
@@ -406,11 +407,11 @@ static ember_status sebc_run(void *fx) {
         return st == EMBER_OK ? ember_sebc_backward_finish(s) : st;
     }
     case S_SAVE: {
-        const ember_checkpoint_options o = {48, BLOBS, 2};
+        const ember_checkpoint_options o = {.chunk_bytes = 48, .blobs = BLOBS, .num_blobs = 2};
         return ember_checkpoint_save(s, f->dir, &o);
     }
     default: {
-        const ember_checkpoint_options o = {64, NULL, 0};
+        const ember_checkpoint_options o = {.chunk_bytes = 64};
         return ember_checkpoint_load(s, f->dir, &o);
     }
     }

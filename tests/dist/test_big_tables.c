@@ -49,18 +49,19 @@ static void env_open(env *e, ember_evict_policy pol) {
     assert_int_equal(ember_comm_create(e->ctx, MPI_COMM_WORLD, &e->comm), EMBER_OK);
     ember_table_config h = EMBER_TABLE_CONFIG_DEFAULT, t = EMBER_TABLE_CONFIG_DEFAULT;
     h.name = "h", h.rows = HROWS, h.dim = DIM;
-    h.init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+    h.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
     h.optim.kind = EMBER_OPT_ROWWISE_ADAGRAD, h.optim.lr = 0.1f, h.optim.initial_accumulator = 0.1f;
-    h.hash = (ember_hash_config){1, BR, pol == EMBER_EVICT_LFU ? 2 : 1, pol, 2};
+    h.hash = (ember_hash_config){.enabled = 1, .bucket_rows = BR, .min_count = pol == EMBER_EVICT_LFU ? 2 : 1,
+                                 .policy = pol, .ttl_steps = 2};
     t = h;
-    t.name = "t", t.rows = TROWS, t.hash = (ember_hash_config){0, 0, 0, EMBER_EVICT_LRU, 0};
+    t.name = "t", t.rows = TROWS, t.hash = (ember_hash_config){.enabled = 0, .policy = EMBER_EVICT_LRU};
     t.pooling = EMBER_POOL_MEAN, t.cache_rows = CACHE, t.cache_policy = pol == EMBER_EVICT_LFU ? pol : EMBER_EVICT_LRU;
     e->t[0] = h, e->t[1] = t;
     e->ref_t[0] = h, e->ref_t[1] = t;
     e->ref_t[1].cache_rows = 0; // the reference keeps the tiered table in RAM: the same numbers
-    e->f[0] = (ember_feature_config){"user", 0};
-    e->f[1] = (ember_feature_config){"item", 1};
-    e->f[2] = (ember_feature_config){"page", 0};
+    e->f[0] = (ember_feature_config){.name = "user", .table = 0};
+    e->f[1] = (ember_feature_config){.name = "item", .table = 1};
+    e->f[2] = (ember_feature_config){.name = "page", .table = 0};
     ember_ebc_config c = EMBER_EBC_CONFIG_DEFAULT;
     c.tables = e->t, c.num_tables = 2, c.features = e->f, c.num_features = NF, c.seed = 21;
     if (R == 0) {
@@ -140,7 +141,7 @@ static void make_global(const env *e, int step, global *g) {
                 start += l;
             }
         }
-    g->k = (ember_kjt){NF, g->B, g->len, NULL, g->ids, NULL, n};
+    g->k = (ember_kjt){.num_features = NF, .batch_size = g->B, .lengths = g->len, .values = g->ids, .nnz = n};
 }
 
 static float grad_of(int step, int sample, int col) {
@@ -153,7 +154,7 @@ static float grad_of(int step, int sample, int col) {
 static void prefetch_next(env *e, ember_sebc *s, int step) {
     batch n;
     make_batch(e, R, step + 1, &n);
-    ember_kjt k = {NF, n.B, n.len, NULL, n.ids, NULL, n.nnz};
+    ember_kjt k = {.num_features = NF, .batch_size = n.B, .lengths = n.len, .values = n.ids, .nnz = n.nnz};
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_prefetch(s, &k) == EMBER_OK);
 }
 
@@ -164,7 +165,7 @@ static void run(env *e, ember_sebc *s, int s0, int s1, bool pipelined) {
         make_batch(e, R, step, &b);
         global g;
         make_global(e, step, &g);
-        ember_kjt k = {NF, b.B, b.len, NULL, b.ids, NULL, b.nnz};
+        ember_kjt k = {.num_features = NF, .batch_size = b.B, .lengths = b.len, .values = b.ids, .nnz = b.nnz};
         const bool next = pipelined && step + 1 < s1;
         float out[MAXB * NF * DIM], go[MAXB * NF * DIM];
         float *ref = calloc((size_t)g.B * D, sizeof(float)), *gref = calloc((size_t)g.B * D, sizeof(float));
@@ -246,7 +247,7 @@ static void equals_one_process(void **state) {
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_set_training(s, 0) == EMBER_OK);
         batch b;
         make_batch(&e, R, 99, &b);
-        ember_kjt k = {NF, b.B, b.len, NULL, b.ids, NULL, b.nnz};
+        ember_kjt k = {.num_features = NF, .batch_size = b.B, .lengths = b.len, .values = b.ids, .nnz = b.nnz};
         float out[MAXB * NF * DIM];
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_OK);
         compare(&e, s);
@@ -290,9 +291,9 @@ static void pipelined_reads_rows_ahead(void **state) {
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
     t.name = "t", t.rows = ROWS, t.dim = DIM, t.cache_rows = L * W;
-    t.init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+    t.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
     t.optim.kind = EMBER_OPT_ADAM, t.optim.lr = 0.05f;
-    ember_feature_config f = {"item", 0};
+    ember_feature_config f = {.name = "item", .table = 0};
     ember_ebc_config c = EMBER_EBC_CONFIG_DEFAULT;
     c.tables = &t, c.num_tables = 1, c.features = &f, c.num_features = 1, c.seed = 3, c.ssd_dir = dir;
     ember_table_plan plan = test_plan_named(strcmp(g_scheme, "dp") ? g_scheme : "tw", W, g_ranks[0]);
@@ -306,7 +307,7 @@ static void pipelined_reads_rows_ahead(void **state) {
         test_rng r = {(uint64_t)(7919 * st + R + 1)};
         len[st] = L;
         for (int j = 0; j < L; j++) ids[st][j] = (st % 2) * L * W + rng_int(&r, L * W);
-        k[st] = (ember_kjt){1, 1, &len[st], NULL, ids[st], NULL, L};
+        k[st] = (ember_kjt){.num_features = 1, .batch_size = 1, .lengths = &len[st], .values = ids[st], .nnz = L};
     }
     for (int st = 0; st < STEPS; st++) {
         float oa[DIM], ob[DIM], g[DIM];

@@ -114,7 +114,7 @@ typedef struct coll {
 static ember_status coll_open(coll *c, MPI_Comm comm, int shift) {
     memset(c, 0, sizeof *c);
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
-    cc.allocator = (ember_allocator){count_alloc, count_free, &c->mem};
+    cc.allocator = (ember_allocator){.alloc = count_alloc, .free = count_free, .user = &c->mem};
     if (ember_ctx_create(&cc, &c->ctx) != EMBER_OK || ember_comm_create(c->ctx, comm, &c->comm) != EMBER_OK)
         return EMBER_ERR_INVALID_ARG;
     int w = 0;
@@ -126,12 +126,14 @@ static ember_status coll_open(coll *c, MPI_Comm comm, int shift) {
     for (int t = 0; t < T; t++) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = OPTS[t];
-        tc[t] = (ember_table_config){NAMES[t], ROWS[t], DIMS[t], EMBER_POOL_SUM, DTYPES[t],
-                                     {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-        fc[t] = (ember_feature_config){NAMES[t], t};
+        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc[t].name = NAMES[t], tc[t].rows = ROWS[t], tc[t].dim = DIMS[t], tc[t].dtype = DTYPES[t];
+        tc[t].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, tc[t].optim = o;
+        fc[t] = (ember_feature_config){.name = NAMES[t], .table = t};
         plan[t] = plan_of(shift + t, t, w, ranks[t]);
     }
-    ember_ebc_config cfg = {.tables = tc, .num_tables = T, .features = fc, .num_features = T, .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
+    ember_ebc_config cfg = {.tables = tc, .num_tables = T, .features = fc, .num_features = T,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 7};
     return ember_sebc_create(c->comm, &cfg, plan, EMBER_GRAD_MEAN, &c->s);
 }
 
@@ -229,7 +231,7 @@ static void reshard_every_world_size(void **state) {
     shared_dir(dir, sizeof dir, "reshard");
     // Records of at most 40 bytes: every piece is cut into many, and a loader's piece of other
     // columns patches rows from several records.
-    ember_checkpoint_options small = {40, NULL, 0};
+    ember_checkpoint_options small = {.chunk_bytes = 40};
     ember_status st = ember_checkpoint_save(a.s, dir, &small);
     if (st != EMBER_OK) fprintf(stderr, "rank %d: %s\n", R, ember_ctx_errmsg(a.ctx));
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
@@ -281,16 +283,19 @@ static void bounded_memory(void **state) {
     const size_t chunk = 256 << 10;
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
     counter mem = {0, 0};
-    cc.allocator = (ember_allocator){count_alloc, count_free, &mem};
+    cc.allocator = (ember_allocator){.alloc = count_alloc, .free = count_free, .user = &mem};
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
     assert_int_equal(ember_ctx_create(&cc, &ctx), EMBER_OK);
     assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-    ember_table_config tc = {"big", BIG_ROWS, BIG_DIM, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    ember_feature_config fc = {"f", 0};
-    ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 3};
+    ember_table_config tc = EMBER_TABLE_CONFIG_DEFAULT;
+    tc.name = "big", tc.rows = BIG_ROWS, tc.dim = BIG_DIM;
+    tc.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, tc.optim = o;
+    ember_feature_config fc = {.name = "f", .table = 0};
+    ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 3};
     int32_t ranks[16];
     ember_table_plan rw = plan_of(3, 0, W, ranks);
     ember_sebc *s = NULL, *s2 = NULL;
@@ -298,13 +303,13 @@ static void bounded_memory(void **state) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_set_step(s, 0, 5) == EMBER_OK);
     char dir[128];
     shared_dir(dir, sizeof dir, "big");
-    ember_checkpoint_options opts = {chunk, NULL, 0};
+    ember_checkpoint_options opts = {.chunk_bytes = chunk};
     const size_t table_bytes = mem.now; // the collection: this rank's piece and its buffers
     mem.peak = mem.now;
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(s, dir, &opts) == EMBER_OK);
     const size_t save_extra = mem.peak - table_bytes;
     // Loaded into column slices on other ranks: records of other columns, patched chunk by chunk.
-    ember_table_plan cw = {EMBER_SHARD_COLUMN_WISE, 3, 0, 3, ranks};
+    ember_table_plan cw = {.scheme = EMBER_SHARD_COLUMN_WISE, .num_shards = 3, .num_ranks = 3, .ranks = ranks};
     for (int i = 0; i < 3; i++) ranks[i] = (i + 1) % W;
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(comm, &cfg, &cw, EMBER_GRAD_MEAN, &s2) == EMBER_OK);
     const size_t before_load = mem.now;
@@ -413,9 +418,10 @@ static void commit_protocol(void **state) {
     // Blobs: checked on every rank before anything is written.
     const double dense[3] = {1.5, -2.25, 3.0};
     const char json[] = "{\"step\": 7}";
-    ember_checkpoint_blob blobs[3] = {{"dense.params", dense, sizeof dense}, {"trainer.json", json, sizeof json - 1},
-                                      {"bad/name", json, 1}};
-    ember_checkpoint_options bad = {0, blobs, 3}, good = {0, blobs, 2};
+    ember_checkpoint_blob blobs[3] = {{.name = "dense.params", .data = dense, .bytes = sizeof dense},
+                                      {.name = "trainer.json", .data = json, .bytes = sizeof json - 1},
+                                      {.name = "bad/name", .data = json, .bytes = 1}};
+    ember_checkpoint_options bad = {.blobs = blobs, .num_blobs = 3}, good = {.blobs = blobs, .num_blobs = 2};
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &bad) == EMBER_ERR_INVALID_ARG);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, has(ctx, "blob 2 name 'bad/name'"));
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &good) == EMBER_OK);
@@ -565,10 +571,12 @@ static void commit_protocol(void **state) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
     {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
-        ember_table_config tc = {"w32", 40, 6, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-        ember_feature_config fc = {"f", 0};
-        ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
-        ember_table_plan dp = {EMBER_SHARD_DATA_PARALLEL, 0, 0, 0, NULL};
+        ember_table_config tc = EMBER_TABLE_CONFIG_DEFAULT;
+        tc.name = "w32", tc.rows = 40, tc.dim = 6, tc.init = (ember_init){.kind = EMBER_INIT_ZEROS}, tc.optim = o;
+        ember_feature_config fc = {.name = "f", .table = 0};
+        ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1,
+                                .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+        ember_table_plan dp = {.scheme = EMBER_SHARD_DATA_PARALLEL};
         ember_sebc *o1 = NULL;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(a.comm, &cfg, &dp, EMBER_GRAD_MEAN, &o1) == EMBER_OK);
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(o1, dir, NULL) == EMBER_ERR_FORMAT);

@@ -54,15 +54,18 @@ static void make_setup(setup *su, int scheme, ember_pooling pool, ember_optim_ki
         o.kind = opt;
         o.lr = opt == EMBER_OPT_SGD ? 0.5f : 0.05f;
         ember_pooling p = pool == EMBER_POOL_NONE ? pool : (t % 2 ? EMBER_POOL_MEAN : pool);
-        su->tables[t] = (ember_table_config){su->names[t], ROWS[t], pool == EMBER_POOL_NONE ? 4 : DIMS[t], p,
-                                             EMBER_DTYPE_F32, {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
+        ember_table_config *tc = &su->tables[t];
+        *tc = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc->name = su->names[t], tc->rows = ROWS[t], tc->dim = pool == EMBER_POOL_NONE ? 4 : DIMS[t], tc->pooling = p;
+        tc->init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f}, tc->optim = o;
         su->plan[t] = make_plan(scheme, t, su->ranks[t]);
     }
     for (int f = 0; f < NF; f++) {
         snprintf(su->names[NT + f], 8, "f%d", f);
-        su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
+        su->features[f] = (ember_feature_config){.name = su->names[NT + f], .table = FTAB[f]};
     }
-    su->cfg = (ember_ebc_config){.tables = su->tables, .num_tables = NT, .features = su->features, .num_features = NF, .bounds = EMBER_BOUNDS_ERROR, .seed = 77};
+    su->cfg = (ember_ebc_config){.tables = su->tables, .num_tables = NT, .features = su->features, .num_features = NF,
+                                 .bounds = EMBER_BOUNDS_ERROR, .seed = 77};
 }
 
 // This rank's batch of step k: 0 to 3 + R samples (rank 0's empty on some steps), weighted or
@@ -106,7 +109,8 @@ static void copy_kjt(const ember_kjt *k, gen_kjt *c) {
     // Offsets only: a different but equal description of the same bags.
     c->offsets[0] = 0;
     for (int64_t i = 0; i < nb; i++) c->offsets[i + 1] = c->offsets[i] + c->lengths[i];
-    c->kjt = (ember_kjt){k->num_features, k->batch_size, NULL, c->offsets, c->values, c->weights, k->nnz};
+    c->kjt = (ember_kjt){.num_features = k->num_features, .batch_size = k->batch_size, .offsets = c->offsets,
+                         .values = c->values, .weights = c->weights, .nnz = k->nnz};
 }
 
 static void check_ok(ember_ctx *ctx, ember_status st, const char *what) {

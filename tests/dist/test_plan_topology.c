@@ -37,10 +37,11 @@ static void one_machine_is_one_host(void **state) {
     MPI_Allreduce(mine, all, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, all[0] == intra && -all[1] == intra && all[2] == round && -all[3] == round);
     // The detected topology plans: one host, no time without bandwidths, time with them.
-    ember_table_config t[1] = {{"t", 1000, 16, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
-                                EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0}}};
-    ember_feature_config f[1] = {{"f", 0}};
-    ember_ebc_config ec = {.tables = t, .num_tables = 1, .features = f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_table_config t[1] = {EMBER_TABLE_CONFIG_DEFAULT};
+    t[0].name = "t", t[0].rows = 1000, t[0].dim = 16, t[0].init = (ember_init){.kind = EMBER_INIT_ZEROS};
+    ember_feature_config f[1] = {{.name = "f", .table = 0}};
+    ember_ebc_config ec = {.tables = t, .num_tables = 1, .features = f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = w;
     pc.host_of = host_of;

@@ -68,15 +68,18 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         o.momentum = 0.8f;
         ember_pooling p = mixed_pool ? (t % 2 ? EMBER_POOL_MEAN : EMBER_POOL_SUM) : pool_all;
         // A sequence collection needs one dim for every table.
-        su->tables[t] = (ember_table_config){su->names[t], ROWS[t], p == EMBER_POOL_NONE ? 4 : DIMS[t], p, EMBER_DTYPE_F32,
-                                             {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
+        ember_table_config *tc = &su->tables[t];
+        *tc = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc->name = su->names[t], tc->rows = ROWS[t], tc->dim = p == EMBER_POOL_NONE ? 4 : DIMS[t], tc->pooling = p;
+        tc->init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f}, tc->optim = o;
         su->plan[t] = make_plan(parse_scheme(g_scheme, t), t, su->ranks[t]);
     }
     for (int f = 0; f < NF; f++) {
         snprintf(su->names[NT + f], 8, "f%d", f);
-        su->features[f] = (ember_feature_config){su->names[NT + f], FTAB[f]};
+        su->features[f] = (ember_feature_config){.name = su->names[NT + f], .table = FTAB[f]};
     }
-    su->cfg = (ember_ebc_config){.tables = su->tables, .num_tables = NT, .features = su->features, .num_features = NF, .bounds = EMBER_BOUNDS_ERROR, .seed = 77};
+    su->cfg = (ember_ebc_config){.tables = su->tables, .num_tables = NT, .features = su->features, .num_features = NF,
+                                 .bounds = EMBER_BOUNDS_ERROR, .seed = 77};
     if (!strcmp(g_scheme, "planned")) {
         // The planner's choice (tiny budget for data parallelism, so several schemes appear).
         ember_ctx *pctx = NULL;
@@ -119,7 +122,8 @@ static void slice_kjt(const gen_kjt *g, int32_t Bglob, int32_t b0, int32_t Bl, g
             out->offsets[li + 1] = n;
         }
     }
-    out->kjt = (ember_kjt){NF, Bl, out->lengths, out->offsets, out->values, out->weights, n};
+    out->kjt = (ember_kjt){.num_features = NF, .batch_size = Bl, .lengths = out->lengths, .offsets = out->offsets,
+                           .values = out->values, .weights = out->weights, .nnz = n};
 }
 
 static double max_rel(const float *a, const float *b, int64_t n, double atol) {

@@ -42,9 +42,11 @@ static void env_open(env *e, const char *scheme, ember_pooling pool, ember_init 
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = opt;
     o.lr = 1.0f;
-    e->t = (ember_table_config){"table", rows, dim, pool, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    e->f = (ember_feature_config){"keys", 0};
-    e->cfg = (ember_ebc_config){.tables = &e->t, .num_tables = 1, .features = &e->f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
+    e->t = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+    e->t.name = "table", e->t.rows = rows, e->t.dim = dim, e->t.pooling = pool, e->t.init = init, e->t.optim = o;
+    e->f = (ember_feature_config){.name = "keys", .table = 0};
+    e->cfg = (ember_ebc_config){.tables = &e->t, .num_tables = 1, .features = &e->f, .num_features = 1,
+                                .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
     e->plan = plan_for(scheme);
     ember_status st = ember_sebc_create(e->comm, &e->cfg, &e->plan, conv, &e->s);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
@@ -64,13 +66,13 @@ static void rw_grad_not_scaled(void **state) {
     (void)state;
     for (int conv = 0; conv < 2; conv++) {
         env e;
-        env_open(&e, g_scheme, EMBER_POOL_SUM, (ember_init){EMBER_INIT_ZEROS, 0, 0, 0}, EMBER_OPT_SGD,
+        env_open(&e, g_scheme, EMBER_POOL_SUM, (ember_init){.kind = EMBER_INIT_ZEROS}, EMBER_OPT_SGD,
                  (ember_grad_convention)conv, 8, 4);
         const int per = 4 / W;
         int32_t len[4] = {1, 1, 1, 1};
         int64_t ids[4];
         for (int i = 0; i < per; i++) ids[i] = R * per + i;
-        ember_kjt k = {1, per, len, NULL, ids, NULL, per};
+        ember_kjt k = {.num_features = 1, .batch_size = per, .lengths = len, .values = ids, .nnz = per};
         float out[16], go[16];
         for (int i = 0; i < 16; i++) go[i] = 0.5f;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
@@ -91,14 +93,14 @@ static void rw_grad_not_scaled(void **state) {
 static void rw_mean_global_length(void **state) {
     (void)state;
     env e;
-    env_open(&e, g_scheme, EMBER_POOL_MEAN, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD, EMBER_GRAD_MEAN,
-             8, 4);
+    env_open(&e, g_scheme, EMBER_POOL_MEAN, (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1},
+             EMBER_OPT_SGD, EMBER_GRAD_MEAN, 8, 4);
     ember_ebc *ref = NULL;
     assert_int_equal(ember_ebc_create(e.ctx, &e.cfg, &ref), EMBER_OK);
     // Rank 0's one bag reads rows 0, 3, 7 (three different blocks once W >= 3), others one row.
     int32_t len[1] = {R == 0 ? 3 : 1};
     int64_t ids0[3] = {0, 3, 7}, ids1[1] = {R % 8};
-    ember_kjt k = {1, 1, len, NULL, R == 0 ? ids0 : ids1, NULL, len[0]};
+    ember_kjt k = {.num_features = 1, .batch_size = 1, .lengths = len, .values = R == 0 ? ids0 : ids1, .nnz = len[0]};
     float out[4], want[4];
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
     assert_int_equal(ember_ebc_forward(ref, &k, want), EMBER_OK);
@@ -146,7 +148,7 @@ static void dtype_batch(int r, int32_t len[2], int64_t ids[5], float go[8]) {
 static void dp_dtype_conversion(void **state) {
     (void)state;
     env e;
-    env_open(&e, "dp", EMBER_POOL_SUM, (ember_init){EMBER_INIT_ZEROS, 0, 0, 0}, EMBER_OPT_SGD, EMBER_GRAD_SUM, 8, 4);
+    env_open(&e, "dp", EMBER_POOL_SUM, (ember_init){.kind = EMBER_INIT_ZEROS}, EMBER_OPT_SGD, EMBER_GRAD_SUM, 8, 4);
     float v[32], b16[32], got[32];
     for (int i = 0; i < 32; i++) {
         v[i] = ((i / 4) % 2 ? -1.0f : 1.0f) * (1.0f + (float)(1 + i % 15) / 16.0f) + 3 * 0x1p-10f;
@@ -166,7 +168,7 @@ static void dp_dtype_conversion(void **state) {
     float go[8], out[8];
     double w32[8], w16[8];
     dtype_batch(R, len, ids, go);
-    ember_kjt k = {1, 2, len, NULL, ids, NULL, 5};
+    ember_kjt k = {.num_features = 1, .batch_size = 2, .lengths = len, .values = ids, .nnz = 5};
     oracle_forward(o32, &k, w32);
     oracle_forward(o16, &k, w16);
     bool ok = true;
@@ -200,7 +202,7 @@ static void dp_dtype_conversion(void **state) {
     int64_t gids[20];
     float ggo[32];
     for (int r = 0; r < W; r++) dtype_batch(r, glen + 2 * r, gids + 5 * r, ggo + 8 * r);
-    ember_kjt gk = {1, 2 * W, glen, NULL, gids, NULL, 5 * W};
+    ember_kjt gk = {.num_features = 1, .batch_size = 2 * W, .lengths = glen, .values = gids, .nnz = 5 * W};
     oracle_backward(o16, &gk, ggo, NULL);
     oracle_backward(o32, &gk, ggo, NULL);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read_as(e.s, 0, "weight", EMBER_DTYPE_BF16, bits, -1) == EMBER_OK);
@@ -273,8 +275,8 @@ static void mean_divisor_id_count(void **state) {
     for (int si = 0; si < 5; si++) {
         for (int weighted = 0; weighted < 2; weighted++) {
             env e;
-            env_open(&e, schemes[si], EMBER_POOL_MEAN, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
-                     EMBER_GRAD_SUM, 10, 4);
+            env_open(&e, schemes[si], EMBER_POOL_MEAN, (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1},
+                     EMBER_OPT_SGD, EMBER_GRAD_SUM, 10, 4);
             ember_ebc *ref = NULL; // single process, same seed: the same initial weights
             assert_int_equal(ember_ebc_create(e.ctx, &e.cfg, &ref), EMBER_OK);
             oracle *o = oracle_create(&e.cfg, ref);
@@ -288,7 +290,8 @@ static void mean_divisor_id_count(void **state) {
             float wt[14], go[20], out[20], single[20];
             double want[20];
             const int64_t nnz = mean_batch(R, weighted, len, ids, wt, go);
-            ember_kjt k = {1, 5, len, NULL, ids, weighted ? wt : NULL, nnz};
+            ember_kjt k = {.num_features = 1, .batch_size = 5, .lengths = len, .values = ids,
+                           .weights = weighted ? wt : NULL, .nnz = nnz};
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
             assert_int_equal(ember_ebc_forward(ref, &k, single), EMBER_OK);
             oracle_forward(o, &k, want);
@@ -318,7 +321,8 @@ static void mean_divisor_id_count(void **state) {
             float gwt[56], ggo[80], w1[40];
             for (int r = 0; r < W; r++)
                 mean_batch(r, weighted, glen + 5 * r, gids + 14 * r, gwt + 14 * r, ggo + 20 * r);
-            ember_kjt gk = {1, 5 * W, glen, NULL, gids, weighted ? gwt : NULL, 14 * W};
+            ember_kjt gk = {.num_features = 1, .batch_size = 5 * W, .lengths = glen, .values = gids,
+                            .weights = weighted ? gwt : NULL, .nnz = 14 * W};
             assert_int_equal(ember_ebc_backward(ref, &gk, ggo, NULL), EMBER_OK);
             oracle_backward(o, &gk, ggo, NULL);
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", w1, -1) == EMBER_OK);
@@ -347,13 +351,13 @@ static void bad_rank(void **state) {
     const char *schemes[5] = {"dp", "tw", "cw", "rw", "twrw"};
     for (int si = 0; si < 5; si++) {
         env e;
-        env_open(&e, schemes[si], EMBER_POOL_MEAN, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_ADAM,
-                 EMBER_GRAD_MEAN, 8, 4);
+        env_open(&e, schemes[si], EMBER_POOL_MEAN, (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1},
+                 EMBER_OPT_ADAM, EMBER_GRAD_MEAN, 8, 4);
         float before[32], after[32];
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", before, -1) == EMBER_OK);
         int32_t len[2] = {1, 1};
         int64_t ids[2] = {1, R == 1 % W ? 8 : 2};
-        ember_kjt k = {1, 2, len, NULL, ids, NULL, 2};
+        ember_kjt k = {.num_features = 1, .batch_size = 2, .lengths = len, .values = ids, .nnz = 2};
         float out[8], go[8] = {1, 1, 1, 1, 1, 1, 1, 1};
         ember_status st = ember_sebc_forward(e.s, &k, out);
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_OUT_OF_RANGE);
@@ -382,8 +386,9 @@ static void grid_refused(const ember_table_config *t, const ember_table_plan *p,
     ember_comm *comm = NULL;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
-    ember_feature_config f = {"keys", 0};
-    ember_ebc_config cfg = {.tables = t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
+    ember_feature_config f = {.name = "keys", .table = 0};
+    ember_ebc_config cfg = {.tables = t, .num_tables = 1, .features = &f, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
     ember_sebc *s = NULL;
     ember_status st = ember_sebc_create(comm, &cfg, p, EMBER_GRAD_MEAN, &s);
     if (st != want || !strstr(ember_ctx_errmsg(ctx), "'grid_t'") || !strstr(ember_ctx_errmsg(ctx), what))
@@ -403,8 +408,9 @@ static void grid_bad_plan(void **state) {
     (void)state;
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-    ember_table_config t = {"grid_t", 8, 4, EMBER_POOL_MEAN, EMBER_DTYPE_F32,
-                            (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "grid_t", t.rows = 8, t.dim = 4, t.pooling = EMBER_POOL_MEAN;
+    t.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, t.optim = o;
     ember_table_plan p;
     int32_t ranks[16];
     memset(&p, 0, sizeof p);
@@ -454,14 +460,14 @@ static void bytes_match_analytic_count(void **state) {
     const char *schemes[3] = {"tw", "rw", "dp"};
     for (int si = 0; si < 3; si++) {
         env e;
-        env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
-                 EMBER_GRAD_MEAN, 12, 4);
+        env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1},
+                 EMBER_OPT_SGD, EMBER_GRAD_MEAN, 12, 4);
         const int B = 2 + R, D = 4, L = 3;
         int32_t len[8];
         int64_t ids[24];
         for (int b = 0; b < B; b++) len[b] = L;
         for (int j = 0; j < B * L; j++) ids[j] = (j * 5 + R) % 12;
-        ember_kjt k = {1, B, len, NULL, ids, NULL, (int64_t)B * L};
+        ember_kjt k = {.num_features = 1, .batch_size = B, .lengths = len, .values = ids, .nnz = (int64_t)B * L};
         float out[32], go[32];
         for (int i = 0; i < B * D; i++) go[i] = 0.1f;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
@@ -512,8 +518,8 @@ static void bucketize_examines_each_id_once(void **state) {
     const char *schemes[6] = {"dp", "tw", "cw", "rw", "twrw", "grid"};
     for (int si = 0; si < 6; si++) {
         env e;
-        env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){EMBER_INIT_UNIFORM, -1, 1, 0}, EMBER_OPT_SGD,
-                 EMBER_GRAD_MEAN, 11, 4);
+        env_open(&e, schemes[si], EMBER_POOL_SUM, (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1},
+                 EMBER_OPT_SGD, EMBER_GRAD_MEAN, 11, 4);
         const int B = 3 + R;
         int32_t len[8];
         int64_t ids[64], nnz = 0;
@@ -521,7 +527,7 @@ static void bucketize_examines_each_id_once(void **state) {
             len[b] = (b + R) % 4 + 1;
             for (int j = 0; j < len[b]; j++, nnz++) ids[nnz] = (nnz * 7 + R * 3) % 11;
         }
-        ember_kjt k = {1, B, len, NULL, ids, NULL, nnz};
+        ember_kjt k = {.num_features = 1, .batch_size = B, .lengths = len, .values = ids, .nnz = nnz};
         float out[32], legacy[32];
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_ids_examined_last_step(e.s) == nnz);

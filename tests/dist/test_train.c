@@ -105,7 +105,7 @@ static void step_gradients_match_the_naive_chain(void **state) {
         snprintf(names[f], sizeof names[f], "t%d", f);
         ember_optim_config opt = EMBER_OPTIM_CONFIG_DEFAULT;
         tables[f] = (ember_table_config){.name = names[f], .rows = o.rows[f], .dim = D, .pooling = EMBER_POOL_SUM,
-                                         .init = {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0.0f}, .optim = opt};
+                                         .init = {.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f}, .optim = opt};
         features[f] = (ember_feature_config){.name = names[f], .table = f};
     }
     ember_ebc_config ec = {.tables = tables, .num_tables = F, .features = features, .num_features = F, .seed = 3};

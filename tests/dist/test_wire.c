@@ -49,13 +49,18 @@ static void env_open(env *e, const char *scheme, ember_pooling pool) {
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = EMBER_OPT_SGD;
     o.lr = 0.5f;
-    const ember_init init = {EMBER_INIT_UNIFORM, 0.25f, 1.0f, 0};
-    e->t[0] = (ember_table_config){"big", ROWS, DIM, pool, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    e->t[1] = (ember_table_config){"small", 7, DIM, pool, EMBER_DTYPE_F32, init, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    e->f[0] = (ember_feature_config){"user", 0};
-    e->f[1] = (ember_feature_config){"item", 0};
-    e->f[2] = (ember_feature_config){"ctx", 1};
-    e->cfg = (ember_ebc_config){.tables = e->t, .num_tables = 2, .features = e->f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 11};
+    const ember_init init = {.kind = EMBER_INIT_UNIFORM, .a = 0.25f, .b = 1.0f};
+    for (int t = 0; t < 2; t++) {
+        e->t[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        e->t[t].dim = DIM, e->t[t].pooling = pool, e->t[t].init = init, e->t[t].optim = o;
+    }
+    e->t[0].name = "big", e->t[0].rows = ROWS;
+    e->t[1].name = "small", e->t[1].rows = 7;
+    e->f[0] = (ember_feature_config){.name = "user", .table = 0};
+    e->f[1] = (ember_feature_config){.name = "item", .table = 0};
+    e->f[2] = (ember_feature_config){.name = "ctx", .table = 1};
+    e->cfg = (ember_ebc_config){.tables = e->t, .num_tables = 2, .features = e->f, .num_features = 3,
+                                .bounds = EMBER_BOUNDS_ERROR, .seed = 11};
     e->plan[0] = plan_for(scheme);
     e->plan[1] = plan_for("dp");
 }
@@ -89,7 +94,7 @@ static void make_batch(batch *b, int step) {
             b->len[f * B + i] = L;
             for (int j = 0; j < L; j++, n++) b->ids[n] = (n * 7 + R * 5 + step * 3) % (f == 2 ? 7 : ROWS);
         }
-    b->k = (ember_kjt){3, B, b->len, NULL, b->ids, NULL, n};
+    b->k = (ember_kjt){.num_features = 3, .batch_size = B, .lengths = b->len, .values = b->ids, .nnz = n};
 }
 
 static int64_t out_size(const env *e, const batch *b) {
@@ -272,7 +277,7 @@ static void overflow(void **state) {
     int32_t len[3 * MAXB] = {0};
     int64_t ids[2] = {4, 4};
     len[0] = R == 0 ? 2 : 0; // rank 0's sample 0 of feature 'user': row 4 twice; other bags empty
-    ember_kjt k = {3, B, len, NULL, ids, NULL, len[0]};
+    ember_kjt k = {.num_features = 3, .batch_size = B, .lengths = len, .values = ids, .nnz = len[0]};
     float out[3 * MAXB * DIM], go[3 * MAXB * DIM];
     float w[ROWS * DIM], d[7 * DIM], w2[ROWS * DIM], d2[7 * DIM];
     for (int dt = EMBER_DTYPE_F16; dt <= EMBER_DTYPE_BF16; dt++) {

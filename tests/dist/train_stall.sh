@@ -7,8 +7,16 @@ set -u
 ember=$1
 shift
 dir=$(mktemp -d)
+# mpiexec's session directory in ours (a launcher killed below leaves it behind).
+mkdir "$dir/tmp"
+export TMPDIR=$dir/tmp
+job=""
 stopped=""
+# A process and all its descendants: the launcher and its ranks (Open MPI puts every rank in a
+# process group of its own, so killing the launcher's group does not reach them).
+tree() { local c; echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }
 cleanup() {
+  [ -n "$job" ] && kill -KILL $(tree "$job") 2>/dev/null
   [ -n "$stopped" ] && kill -KILL "$stopped" 2>/dev/null
   rm -rf "$dir"
 }
@@ -20,13 +28,12 @@ fail() {
 }
 deadline=4
 slack=8
-set -m
 "$@" "$ember" train --batch_size 64 --num_embeddings 500 --limit_train_batches 1000000 --limit_val_batches 2 \
   --eval_interval 1000000 --sharding rw --progress lines --timeout_s $deadline >"$dir/out.txt" 2>&1 &
 job=$!
-set +m
-# The ranks are the processes running EMBER whose environment names their rank (Open MPI,
-# MPICH/PMI): stop the highest once training has started.
+# The ranks are the launcher's descendants running EMBER whose environment names their rank
+# (Open MPI, MPICH/PMI; not the ranks of another test running at the same time): stop the highest
+# once training has started.
 for _ in $(seq 1 600); do
   grep -q '^  tables' "$dir/out.txt" 2>/dev/null && break
   sleep 0.05
@@ -34,11 +41,12 @@ done
 sleep 1
 target=""
 best=-1
-for pid in $(pgrep -f -- "$ember train"); do
+for pid in $(tree "$job"); do
+  [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$ember")" ] || continue
   r=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^\(OMPI_COMM_WORLD_RANK\|PMI_RANK\)=//p' | head -1)
   [ -n "$r" ] && [ "$r" -gt "$best" ] && best=$r && target=$pid
 done
-[ -n "$target" ] || { kill -KILL -- "-$job"; fail "no rank process found"; }
+[ -n "$target" ] || fail "no rank process found"
 kill -STOP "$target"
 stopped=$target
 start=$(date +%s.%N)
@@ -49,11 +57,11 @@ for _ in $(seq 1 $(((deadline + slack + 20) * 10))); do
 done
 end=$(date +%s.%N)
 if kill -0 "$job" 2>/dev/null; then
-  kill -KILL -- "-$job" 2>/dev/null
   fail "the job was still running $(echo "$end - $start" | bc) s after rank $best stopped"
 fi
 wait "$job"
 rc=$?
+job=""
 took=$(echo "$end - $start" | bc)
 [ "$rc" -ne 0 ] || fail "the job exited 0 after rank $best stopped"
 echo "$took <= $deadline + $slack" | bc | grep -q 1 || fail "the job took $took s to end (deadline $deadline s)"

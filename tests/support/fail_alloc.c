@@ -31,7 +31,9 @@ static void hook_free(void *user, void *ptr) {
     free(p);
 }
 
-ember_allocator fail_alloc_hooks(fail_alloc *a) { return (ember_allocator){hook_alloc, hook_free, a}; }
+ember_allocator fail_alloc_hooks(fail_alloc *a) {
+    return (ember_allocator){.alloc = hook_alloc, .free = hook_free, .user = a};
+}
 
 void fail_alloc_arm(fail_alloc *a, int64_t k) {
     a->fail_at = k;

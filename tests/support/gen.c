@@ -38,7 +38,8 @@ void gen_kjt_make(gen_kjt *g, test_rng *r, int32_t F, int32_t B, const int64_t *
             if (weighted) g->weights[j] = (float)(rng_uniform(r) * 2.0 - 0.5);
         }
     }
-    g->kjt = (ember_kjt){F, B, g->lengths, g->offsets, g->values, g->weights, nnz};
+    g->kjt = (ember_kjt){.num_features = F, .batch_size = B, .lengths = g->lengths, .offsets = g->offsets,
+                         .values = g->values, .weights = g->weights, .nnz = nnz};
 }
 
 void gen_kjt_free(gen_kjt *g) {

@@ -122,10 +122,11 @@ static void ebc_config(ebc_fx *f) {
         c.optim.kind = f->sequence ? SOPTS[t] : OPTS[t];
         c.optim.lr = 0.05f;
         c.optim.initial_accumulator = 0.1f;
-        c.init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+        c.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
         f->tc[t] = c;
     }
-    for (int i = 0; i < F; i++) f->fc[i] = (ember_feature_config){FNAMES[i], f->sequence ? i : FTAB[i]};
+    for (int i = 0; i < F; i++)
+        f->fc[i] = (ember_feature_config){.name = FNAMES[i], .table = f->sequence ? i : FTAB[i]};
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = f->tc;
     cfg.num_tables = T;
@@ -336,7 +337,7 @@ static void plan_setup(void *fx) {
         c.rows = rows[t];
         c.dim = dims[t];
         f->tc[t] = c;
-        f->fc[t] = (ember_feature_config){names[t], t};
+        f->fc[t] = (ember_feature_config){.name = names[t], .table = t};
     }
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = f->tc;
@@ -390,7 +391,7 @@ static void plan_teardown(void *fx) {
 static ember_status rank_bytes_run(void *fx) {
     plan_fx *f = fx;
     int32_t ranks[4] = {3, 1, 3, 0};
-    const ember_table_plan p = {EMBER_SHARD_COLUMN_WISE, 4, 0, 4, ranks};
+    const ember_table_plan p = {.scheme = EMBER_SHARD_COLUMN_WISE, .num_shards = 4, .num_ranks = 4, .ranks = ranks};
     return ember_shard_rank_bytes(f->e->ctx, &f->tc[0], &p, 5, 3, &f->weight_bytes[0], &f->state_bytes[0]);
 }
 

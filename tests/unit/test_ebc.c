@@ -80,7 +80,7 @@ static void make_config(fixture *fx, const tcase *c, ember_bounds_mode bounds) {
         tc->dim = DIMS[t];
         tc->pooling = c->pool >= 0 ? (ember_pooling)c->pool : (t % 2 ? EMBER_POOL_MEAN : EMBER_POOL_SUM);
         tc->dtype = c->dtype;
-        tc->init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+        tc->init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = c->opt;
         o.lr = c->opt == EMBER_OPT_SGD ? 0.3f : 0.05f;
@@ -94,9 +94,10 @@ static void make_config(fixture *fx, const tcase *c, ember_bounds_mode bounds) {
     }
     for (int f = 0; f < NF; f++) {
         snprintf(fx->names[NT + f], 16, "f%d", f);
-        fx->features[f] = (ember_feature_config){fx->names[NT + f], FTAB[f]};
+        fx->features[f] = (ember_feature_config){.name = fx->names[NT + f], .table = FTAB[f]};
     }
-    fx->cfg = (ember_ebc_config){.tables = fx->tables, .num_tables = NT, .features = fx->features, .num_features = NF, .bounds = bounds, .seed = 1234};
+    fx->cfg = (ember_ebc_config){.tables = fx->tables, .num_tables = NT, .features = fx->features, .num_features = NF,
+                                 .bounds = bounds, .seed = 1234};
 }
 
 static void feature_rows(int64_t *rows) {
@@ -294,10 +295,11 @@ static void forward_mean_empty_bag_is_zero_and_divides_by_count(void **state) {
     (void)state;
     ember_ctx *ctx = NULL;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
-    ember_table_config t = {"t", 4, 2, EMBER_POOL_MEAN, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
-                            EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0}};
-    ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "t", t.rows = 4, t.dim = 2, t.pooling = EMBER_POOL_MEAN, t.init = (ember_init){.kind = EMBER_INIT_ZEROS};
+    ember_feature_config f = {.name = "f", .table = 0};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -306,7 +308,7 @@ static void forward_mean_empty_bag_is_zero_and_divides_by_count(void **state) {
     int32_t len[2] = {0, 2};
     int64_t ids[2] = {0, 3};
     float wts[2] = {2, 1};
-    ember_kjt k = {1, 2, len, NULL, ids, wts, 2};
+    ember_kjt k = {.num_features = 1, .batch_size = 2, .lengths = len, .values = ids, .weights = wts, .nnz = 2};
     float out[4] = {9, 9, 9, 9};
     assert_int_equal(ember_ebc_forward(ebc, &k, out), EMBER_OK);
     assert_true(out[0] == 0 && out[1] == 0);
@@ -323,10 +325,10 @@ static void kjt_offsets_near_int64_min_are_rejected(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     int32_t len[2] = {5, 3};
     int64_t offsets[3] = {0, 5, INT64_MIN}, ids[8] = {0};
-    ember_kjt both = {1, 2, len, offsets, ids, NULL, 8};
+    ember_kjt both = {.num_features = 1, .batch_size = 2, .lengths = len, .offsets = offsets, .values = ids, .nnz = 8};
     assert_int_equal(ember_kjt_validate(ctx, &both, 1, NULL, EMBER_BOUNDS_ERROR, NULL), EMBER_ERR_INVALID_ARG);
     assert_non_null(strstr(ember_ctx_errmsg(ctx), "bag 1: length 3 disagrees with offsets"));
-    ember_kjt only = {1, 2, NULL, offsets, ids, NULL, 8};
+    ember_kjt only = {.num_features = 1, .batch_size = 2, .offsets = offsets, .values = ids, .nnz = 8};
     assert_int_equal(ember_kjt_validate(ctx, &only, 1, NULL, EMBER_BOUNDS_ERROR, NULL), EMBER_ERR_INVALID_ARG);
     assert_non_null(strstr(ember_ctx_errmsg(ctx), "bag 1: negative length"));
     offsets[2] = INT64_MIN + 5; // exactly representable: -2^63 after the subtraction
@@ -344,14 +346,16 @@ static void backward_duplicate_ids_coalesced(void **state) {
     o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
     o.lr = 1.0f;
     o.eps = 0.0f;
-    ember_table_config t = {"t", 3, 2, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "t", t.rows = 3, t.dim = 2, t.init = (ember_init){.kind = EMBER_INIT_ZEROS}, t.optim = o;
+    ember_feature_config f = {.name = "f", .table = 0};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     int32_t len[2] = {2, 1};
     int64_t ids[3] = {1, 1, 1};
-    ember_kjt k = {1, 2, len, NULL, ids, NULL, 3};
+    ember_kjt k = {.num_features = 1, .batch_size = 2, .lengths = len, .values = ids, .nnz = 3};
     float go[4] = {1, 2, 1, 2};
     assert_int_equal(ember_ebc_backward(ebc, &k, go, NULL), EMBER_OK);
     // g = 3 * [1, 2] = [3, 6]; m1 = mean(g^2) = 22.5; w = -g / sqrt(22.5).
@@ -460,12 +464,16 @@ static void sequence_collection_matches_oracle(void **state) {
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.kind = EMBER_OPT_ADAGRAD;
     o.lr = 0.1f;
-    ember_table_config t[2] = {
-        {"a", 10, 4, EMBER_POOL_NONE, EMBER_DTYPE_F32, {EMBER_INIT_NORMAL, 0, 0, 0.3f}, o, 0, 0, EMBER_EVICT_LRU, {0}},
-        {"b", 1, 4, EMBER_POOL_NONE, EMBER_DTYPE_F32, {EMBER_INIT_NORMAL, 0, 0, 0.3f}, o, 0, 0, EMBER_EVICT_LRU, {0}},
-    };
-    ember_feature_config f[3] = {{"x", 0}, {"y", 1}, {"z", 0}};
-    ember_ebc_config cfg = {.tables = t, .num_tables = 2, .features = f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 3};
+    ember_table_config t[2] = {EMBER_TABLE_CONFIG_DEFAULT, EMBER_TABLE_CONFIG_DEFAULT};
+    for (int i = 0; i < 2; i++) {
+        t[i].dim = 4, t[i].pooling = EMBER_POOL_NONE, t[i].optim = o;
+        t[i].init = (ember_init){.kind = EMBER_INIT_NORMAL, .std = 0.3f};
+    }
+    t[0].name = "a", t[0].rows = 10;
+    t[1].name = "b", t[1].rows = 1;
+    ember_feature_config f[3] = {{.name = "x", .table = 0}, {.name = "y", .table = 1}, {.name = "z", .table = 0}};
+    ember_ebc_config cfg = {.tables = t, .num_tables = 2, .features = f, .num_features = 3,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 3};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     oracle *orc = oracle_create(&cfg, ebc);
@@ -609,7 +617,7 @@ static void dtype_conversion_converts_the_one_storage(void **state) {
     // One step touching row 5 of t2 through feature f2.
     int32_t len[NF * 1] = {0, 0, 1, 0, 0};
     int64_t ids[1] = {5};
-    ember_kjt k = {NF, 1, len, NULL, ids, NULL, 1};
+    ember_kjt k = {.num_features = NF, .batch_size = 1, .lengths = len, .values = ids, .nnz = 1};
     float go[8 + 4 + 16 + 8 + 3] = {0};
     for (int d = 0; d < 16; d++) go[12 + d] = 1.0f;
     assert_int_equal(ember_ebc_backward(ebc, &k, go, NULL), EMBER_OK);
@@ -618,7 +626,7 @@ static void dtype_conversion_converts_the_one_storage(void **state) {
     // Forward reads the same storage.
     float out[8 + 4 + 16 + 8 + 3];
     int32_t len2[NF] = {0, 0, 1, 0, 0};
-    ember_kjt k2 = {NF, 1, len2, NULL, ids, NULL, 1};
+    ember_kjt k2 = {.num_features = NF, .batch_size = 1, .lengths = len2, .values = ids, .nnz = 1};
     assert_int_equal(ember_ebc_forward(ebc, &k2, out), EMBER_OK);
     for (int d = 0; d < 16; d++) assert_true(out[12 + d] == before[5 * 16 + d]);
     assert_int_equal(ember_ebc_convert_dtype(ebc, 2, EMBER_DTYPE_F32), EMBER_OK);
@@ -639,9 +647,12 @@ static void stochastic_rounding_is_unbiased(void **state) {
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.lr = 1.0f;
         const int R = 256, D = 8, K = 200;
-        ember_table_config t = {"t", R, D, EMBER_POOL_SUM, (ember_dtype)dt, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 1, 0, EMBER_EVICT_LRU, {0}};
-        ember_feature_config f = {"f", 0};
-        ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 42};
+        ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+        t.name = "t", t.rows = R, t.dim = D, t.dtype = (ember_dtype)dt, t.init = (ember_init){.kind = EMBER_INIT_ZEROS};
+        t.optim = o, t.stochastic_rounding = 1;
+        ember_feature_config f = {.name = "f", .table = 0};
+        ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1,
+                                .bounds = EMBER_BOUNDS_ERROR, .seed = 42};
         ember_ebc *ebc = NULL;
         assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
         float *ones = malloc(sizeof(float) * (size_t)(R * D));
@@ -650,7 +661,7 @@ static void stochastic_rounding_is_unbiased(void **state) {
         int32_t *len = malloc(sizeof(int32_t) * (size_t)R);
         int64_t *ids = malloc(sizeof(int64_t) * (size_t)R);
         for (int i = 0; i < R; i++) { len[i] = 1; ids[i] = i; }
-        ember_kjt k = {1, R, len, NULL, ids, NULL, R};
+        ember_kjt k = {.num_features = 1, .batch_size = R, .lengths = len, .values = ids, .nnz = R};
         // Step 1e-4 per update: far below bf16's spacing at 1 (2^-7) and fp16's (2^-10).
         float *go = malloc(sizeof(float) * (size_t)(R * D));
         for (int i = 0; i < R * D; i++) go[i] = 1e-4f;
@@ -680,14 +691,16 @@ static void learning_rate_changes_between_steps(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
     o.lr = 1.0f;
-    ember_table_config t = {"t", 2, 1, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-    ember_feature_config f = {"f", 0};
-    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "t", t.rows = 2, t.dim = 1, t.init = (ember_init){.kind = EMBER_INIT_ZEROS}, t.optim = o;
+    ember_feature_config f = {.name = "f", .table = 0};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
     ember_ebc *ebc = NULL;
     assert_int_equal(ember_ebc_create(ctx, &cfg, &ebc), EMBER_OK);
     int32_t len[1] = {1};
     int64_t ids[1] = {1};
-    ember_kjt k = {1, 1, len, NULL, ids, NULL, 1};
+    ember_kjt k = {.num_features = 1, .batch_size = 1, .lengths = len, .values = ids, .nnz = 1};
     float go[1] = {1};
     assert_int_equal(ember_ebc_backward(ebc, &k, go, NULL), EMBER_OK);
     assert_int_equal(ember_ebc_set_lr(ebc, -1, 0.25f), EMBER_OK);
@@ -716,12 +729,17 @@ static void vector_widths_match_oracle(void **state) {
                 o.kind = EMBER_OPT_ROWWISE_ADAGRAD;
                 o.lr = 0.05f;
                 o.initial_accumulator = 0.01f;
-                ember_table_config t[2] = {
-                    {"a", rows[0], D, EMBER_POOL_SUM, (ember_dtype)dt, {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}},
-                    {"b", rows[1], D, EMBER_POOL_MEAN, (ember_dtype)dt, {EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}},
-                };
-                ember_feature_config f[3] = {{"x", 0}, {"y", 1}, {"z", 0}};
-                ember_ebc_config cfg = {.tables = t, .num_tables = 2, .features = f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 17};
+                ember_table_config t[2] = {EMBER_TABLE_CONFIG_DEFAULT, EMBER_TABLE_CONFIG_DEFAULT};
+                for (int i = 0; i < 2; i++) {
+                    t[i].rows = rows[i], t[i].dim = D, t[i].dtype = (ember_dtype)dt, t[i].optim = o;
+                    t[i].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
+                }
+                t[0].name = "a";
+                t[1].name = "b", t[1].pooling = EMBER_POOL_MEAN;
+                ember_feature_config f[3] = {{.name = "x", .table = 0}, {.name = "y", .table = 1},
+                                             {.name = "z", .table = 0}};
+                ember_ebc_config cfg = {.tables = t, .num_tables = 2, .features = f, .num_features = 3,
+                                        .bounds = EMBER_BOUNDS_ERROR, .seed = 17};
                 const int64_t frows[3] = {rows[0], rows[1], rows[0]};
                 const int is16 = dt != EMBER_DTYPE_F32;
                 const double atol = is16 ? 2e-3 : 2e-5, rtol = is16 ? (dt == EMBER_DTYPE_BF16 ? 8e-3 : 1e-3) : 2e-4;

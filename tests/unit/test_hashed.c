@@ -128,12 +128,13 @@ static void make(setup *s, ember_optim_kind opt, ember_pooling pool, ember_evict
     assert_int_equal(ember_ctx_create(NULL, &s->ctx), EMBER_OK);
     ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
     t.name = "h", t.rows = CAP, t.dim = 6, t.pooling = pool;
-    t.init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+    t.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
     t.optim.kind = opt, t.optim.lr = 0.1f, t.optim.initial_accumulator = 0.2f;
-    t.hash = (ember_hash_config){1, BR, min_count, pol, 3};
+    t.hash = (ember_hash_config){.enabled = 1, .bucket_rows = BR, .min_count = min_count, .policy = pol,
+                                 .ttl_steps = 3};
     s->t = t;
-    s->f[0] = (ember_feature_config){"a", 0};
-    s->f[1] = (ember_feature_config){"b", 0};
+    s->f[0] = (ember_feature_config){.name = "a", .table = 0};
+    s->f[1] = (ember_feature_config){.name = "b", .table = 0};
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = &s->t, cfg.num_tables = 1, cfg.features = s->f, cfg.num_features = 2, cfg.seed = 4;
     s->cfg = cfg;
@@ -322,8 +323,8 @@ static void bad_configs_are_refused(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
     t.name = "h", t.rows = 30, t.dim = 4;
-    t.hash = (ember_hash_config){1, 4, 0, EMBER_EVICT_LRU, 0};
-    ember_feature_config f = {"f", 0};
+    t.hash = (ember_hash_config){.enabled = 1, .bucket_rows = 4, .policy = EMBER_EVICT_LRU};
+    ember_feature_config f = {.name = "f", .table = 0};
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = &t, cfg.num_tables = 1, cfg.features = &f, cfg.num_features = 1;
     ember_ebc *e = NULL;
@@ -341,7 +342,7 @@ static void bad_configs_are_refused(void **state) {
     // Any int64 is an id; no id is out of range.
     int32_t len[1] = {3};
     int64_t v[3] = {INT64_MIN, -1, INT64_MAX};
-    ember_kjt k = {1, 1, len, NULL, v, NULL, 3};
+    ember_kjt k = {.num_features = 1, .batch_size = 1, .lengths = len, .values = v, .nnz = 3};
     float out[4];
     assert_int_equal(ember_ebc_forward(e, &k, out), EMBER_OK);
     ember_ebc_destroy(e);

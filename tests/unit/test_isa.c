@@ -107,7 +107,7 @@ static void make_config(fixture *fx, const tcase *c) {
         tc->dim = c->pool == EMBER_POOL_NONE ? SEQ_DIM : DIMS[t];
         tc->pooling = c->pool;
         tc->dtype = c->dtype;
-        tc->init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+        tc->init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = c->opt;
         o.lr = c->opt == EMBER_OPT_SGD ? 0.3f : 0.05f;
@@ -121,9 +121,10 @@ static void make_config(fixture *fx, const tcase *c) {
     }
     for (int f = 0; f < NF; f++) {
         snprintf(fx->names[NT + f], 8, "f%d", f);
-        fx->features[f] = (ember_feature_config){fx->names[NT + f], FTAB[f]};
+        fx->features[f] = (ember_feature_config){.name = fx->names[NT + f], .table = FTAB[f]};
     }
-    fx->cfg = (ember_ebc_config){.tables = fx->tables, .num_tables = NT, .features = fx->features, .num_features = NF, .bounds = c->bounds, .seed = 77};
+    fx->cfg = (ember_ebc_config){.tables = fx->tables, .num_tables = NT, .features = fx->features, .num_features = NF,
+                                 .bounds = c->bounds, .seed = 77};
 }
 
 static int quiet_log_calls;

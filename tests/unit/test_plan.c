@@ -13,8 +13,8 @@
 #include "ember.h"
 
 static ember_table_config table(const char *name, int64_t rows, int32_t dim) {
-    ember_table_config t = {name, rows, dim, EMBER_POOL_SUM, EMBER_DTYPE_F32, {EMBER_INIT_ZEROS, 0, 0, 0},
-                            EMBER_OPTIM_CONFIG_DEFAULT, 0, 0, EMBER_EVICT_LRU, {0}};
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = name, t.rows = rows, t.dim = dim, t.init = (ember_init){.kind = EMBER_INIT_ZEROS};
     return t;
 }
 
@@ -36,8 +36,10 @@ static void small_tables_are_data_parallel_equal_tables_spread(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t[6] = {table("tiny0", 10, 8), table("tiny1", 20, 8), table("m0", 200000, 64),
                                table("m1", 200000, 64), table("m2", 200000, 64), table("m3", 200000, 64)};
-    ember_feature_config f[6] = {{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}, {"e", 4}, {"g", 5}};
-    ember_ebc_config ec = {.tables = t, .num_tables = 6, .features = f, .num_features = 6, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_feature_config f[6] = {{.name = "a", .table = 0}, {.name = "b", .table = 1}, {.name = "c", .table = 2},
+                                 {.name = "d", .table = 3}, {.name = "e", .table = 4}, {.name = "g", .table = 5}};
+    ember_ebc_config ec = {.tables = t, .num_tables = 6, .features = f, .num_features = 6, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = 4;
     pc.batch_size = 256;
@@ -71,8 +73,9 @@ static void memory_budget_forces_row_wise_and_is_respected(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t[2] = {table("huge", 4000000, 16), table("small", 1000, 16)};
     t[0].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-    ember_feature_config f[2] = {{"a", 0}, {"b", 1}};
-    ember_ebc_config ec = {.tables = t, .num_tables = 2, .features = f, .num_features = 2, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_feature_config f[2] = {{.name = "a", .table = 0}, {.name = "b", .table = 1}};
+    ember_ebc_config ec = {.tables = t, .num_tables = 2, .features = f, .num_features = 2, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = 3;
     pc.batch_size = 128;
@@ -103,8 +106,9 @@ static void tiered_tables_count_their_cache_and_disk(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t[2] = {table("huge", 4000000, 16), table("tiny", 50, 16)};
     t[0].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-    ember_feature_config f[2] = {{"a", 0}, {"b", 1}};
-    ember_ebc_config ec = {.tables = t, .num_tables = 2, .features = f, .num_features = 2, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_feature_config f[2] = {{.name = "a", .table = 0}, {.name = "b", .table = 1}};
+    ember_ebc_config ec = {.tables = t, .num_tables = 2, .features = f, .num_features = 2, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = 2;
     pc.batch_size = 256;
@@ -118,7 +122,7 @@ static void tiered_tables_count_their_cache_and_disk(void **state) {
     for (int q = 0; q < 2; q++) assert_true(st.storage_bytes[q] <= pc.memory_per_rank);
     // The same for a hashed table: never data-parallel, even when tiny.
     ember_plan_release(ctx, plan, 2);
-    t[1].hash = (ember_hash_config){1, 2, 1, EMBER_EVICT_LRU, 0};
+    t[1].hash = (ember_hash_config){.enabled = 1, .bucket_rows = 2, .min_count = 1, .policy = EMBER_EVICT_LRU};
     assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, NULL), EMBER_OK);
     assert_int_not_equal(plan[1].scheme, EMBER_SHARD_DATA_PARALLEL);
     assert_int_not_equal(plan[0].scheme, EMBER_SHARD_DATA_PARALLEL);
@@ -157,8 +161,9 @@ static void allowed_schemes_and_bad_inputs(void **state) {
     ember_ctx *ctx = NULL;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t[3] = {table("a", 5000, 128), table("b", 300, 8), table("c", 80000, 128)};
-    ember_feature_config f[3] = {{"x", 0}, {"y", 1}, {"z", 2}};
-    ember_ebc_config ec = {.tables = t, .num_tables = 3, .features = f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_feature_config f[3] = {{.name = "x", .table = 0}, {.name = "y", .table = 1}, {.name = "z", .table = 2}};
+    ember_ebc_config ec = {.tables = t, .num_tables = 3, .features = f, .num_features = 3, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = 2;
     pc.allow = 1 << EMBER_SHARD_TABLE_WISE;
@@ -188,8 +193,9 @@ static void grid_only_when_allowed(void **state) {
     ember_ctx *ctx = NULL;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t[1] = {table("g", 100000, 64)};
-    ember_feature_config f[1] = {{"x", 0}};
-    ember_ebc_config ec = {.tables = t, .num_tables = 1, .features = f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_feature_config f[1] = {{.name = "x", .table = 0}};
+    ember_ebc_config ec = {.tables = t, .num_tables = 1, .features = f, .num_features = 1, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = 4;
     pc.batch_size = 256;
@@ -232,8 +238,11 @@ static void plans_for_4096_ranks(void **state) {
                                table("s1", 300, 8),          table("one", 1, 4)};
     t[0].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
     t[4].optim.kind = EMBER_OPT_ADAM;
-    ember_feature_config f[T] = {{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}, {"e", 4}, {"g", 5}, {"h", 6}, {"i", 7}};
-    ember_ebc_config ec = {.tables = t, .num_tables = T, .features = f, .num_features = T, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    ember_feature_config f[T] = {{.name = "a", .table = 0}, {.name = "b", .table = 1}, {.name = "c", .table = 2},
+                                 {.name = "d", .table = 3}, {.name = "e", .table = 4}, {.name = "g", .table = 5},
+                                 {.name = "h", .table = 6}, {.name = "i", .table = 7}};
+    ember_ebc_config ec = {.tables = t, .num_tables = T, .features = f, .num_features = T, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = W;
     pc.batch_size = 64;
@@ -295,10 +304,11 @@ static void topo_init(topo_fx *x, int n, const int64_t *rows, int32_t dim, float
     for (int i = 0; i < n; i++) {
         x->t[i] = table(names[i], rows[i], dim);
         x->t[i].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
-        x->f[i] = (ember_feature_config){names[i], i};
+        x->f[i] = (ember_feature_config){.name = names[i], .table = i};
         x->pf[i] = L;
     }
-    x->ec = (ember_ebc_config){.tables = x->t, .num_tables = n, .features = x->f, .num_features = n, .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
+    x->ec = (ember_ebc_config){.tables = x->t, .num_tables = n, .features = x->f, .num_features = n,
+                               .bounds = EMBER_BOUNDS_ERROR, .seed = 1};
 }
 
 // Without bandwidths, a topology of one host (host_of all 0, or ranks_per_host = W) plans exactly

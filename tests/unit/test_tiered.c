@@ -48,7 +48,7 @@ static void make_pair(pair *p, ember_optim_kind opt, ember_dtype dt, ember_pooli
         c.dim = pool == EMBER_POOL_NONE ? 4 : DIMS[t];
         c.pooling = pool;
         c.dtype = dt;
-        c.init = (ember_init){EMBER_INIT_UNIFORM, -0.5f, 0.5f, 0};
+        c.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -0.5f, .b = 0.5f};
         c.optim.kind = opt;
         c.optim.lr = 0.05f;
         c.optim.initial_accumulator = 0.1f;
@@ -56,7 +56,7 @@ static void make_pair(pair *p, ember_optim_kind opt, ember_dtype dt, ember_pooli
     }
     for (int f = 0; f < NF; f++) {
         snprintf(p->fname[f], sizeof p->fname[f], "f%d", f);
-        p->f[f] = (ember_feature_config){p->fname[f], FTAB[f]};
+        p->f[f] = (ember_feature_config){.name = p->fname[f], .table = FTAB[f]};
     }
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = p->t, cfg.num_tables = NT, cfg.features = p->f, cfg.num_features = NF;
@@ -187,7 +187,7 @@ static void prefetch_with_writes_between_equals_ram(void **state) {
         run_steps(&p, 3, 0, 0, 0, 100);
         assert_same_tables(&p);
         // Bad input is refused as forward refuses it; the destroy joins a pending prefetch.
-        ember_kjt bad = {NF + 1, 0, NULL, NULL, NULL, NULL, 0};
+        ember_kjt bad = {.num_features = NF + 1, .batch_size = 0, .nnz = 0};
         assert_int_equal(ember_ebc_prefetch(p.tier, &bad), EMBER_ERR_INVALID_ARG);
         make_batch(&g, &r, 0, 0, 0);
         assert_int_equal(ember_ebc_prefetch(p.tier, &g.kjt), EMBER_OK);
@@ -240,7 +240,7 @@ static void batch_larger_than_cache_is_refused(void **state) {
     int64_t vals[20];
     for (int i = 0; i < 20; i++) vals[i] = i * 3;
     len[0] = 20; // feature 0, bag 0: 20 distinct rows of table 0
-    ember_kjt k = {NF, B, len, NULL, vals, NULL, 20};
+    ember_kjt k = {.num_features = NF, .batch_size = B, .lengths = len, .values = vals, .nnz = 20};
     float out[B * (8 + 4 + 8 + 5)] = {0}; // also the backward's (finite) gradient
     assert_int_equal(ember_ebc_forward(p.tier, &k, out), EMBER_ERR_UNSUPPORTED);
     assert_non_null(strstr(ember_ctx_errmsg(p.ctx), "'big'"));
@@ -259,7 +259,7 @@ static void full_disk_fails_at_creation(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
     t.name = "big", t.rows = 100000, t.dim = 16, t.cache_rows = 100;
-    ember_feature_config f = {"f", 0};
+    ember_feature_config f = {.name = "f", .table = 0};
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = &t, cfg.num_tables = 1, cfg.features = &f, cfg.num_features = 1, cfg.ssd_dir = test_tmpdir;
     struct rlimit old, lim;
@@ -287,7 +287,7 @@ static void bad_configs_are_refused(void **state) {
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
     t.name = "t", t.rows = 100, t.dim = 4, t.cache_rows = 10;
-    ember_feature_config f = {"f", 0};
+    ember_feature_config f = {.name = "f", .table = 0};
     ember_ebc_config cfg = EMBER_EBC_CONFIG_DEFAULT;
     cfg.tables = &t, cfg.num_tables = 1, cfg.features = &f, cfg.num_features = 1;
     ember_ebc *e = NULL;
