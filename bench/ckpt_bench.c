@@ -90,28 +90,18 @@ static int parse(int argc, char **argv, opts *o) {
     return 0;
 }
 
-// Table t's plan under `scheme` on W ranks (ranks: W + 4 entries of the caller's). Column-wise
-// cuts at least 2 slices, so that even at W = 1 its pieces hold other columns than a row-wise
-// save's records (the load patches them).
+// Table t's plan under `scheme` on W ranks (ranks: W + 4 entries of the caller's): the library's
+// default placement (ember_table_plan_default; twrw in groups of 2), except that column-wise cuts
+// at least 2 slices, so that even at W = 1 its pieces hold other columns than a row-wise save's
+// records (the load patches them).
 static ember_table_plan plan_of(ember_shard_scheme scheme, int t, int W, int32_t D, int32_t *ranks) {
-    ember_table_plan p = {.scheme = scheme, .ranks = ranks};
-    if (scheme == EMBER_SHARD_TABLE_WISE) ranks[p.num_ranks++] = t % W;
-    if (scheme == EMBER_SHARD_COLUMN_WISE) {
-        p.num_shards = W < 2 ? 2 : W;
-        if (p.num_shards > D) p.num_shards = D;
-        for (int i = 0; i < p.num_shards; i++) ranks[p.num_ranks++] = (t + i) % W;
+    ember_table_plan p;
+    ember_table_plan_default(scheme, t, D, W, 2, ranks, &p);
+    if (scheme == EMBER_SHARD_COLUMN_WISE && p.num_shards < 2 && D >= 2) {
+        p.num_shards = p.num_ranks = 2;
+        p.ranks = ranks;
+        ranks[0] = ranks[1] = t % W;
     }
-    if (scheme == EMBER_SHARD_TABLE_ROW_WISE) {
-        p.group_size = W >= 2 ? 2 : 1;
-        for (int i = 0; i < p.group_size; i++) ranks[p.num_ranks++] = (t * p.group_size + i) % W;
-    }
-    if (scheme == EMBER_SHARD_GRID) { // 2 column slices, each row-wise over 2 ranks
-        p.num_shards = D < 2 ? D : 2;
-        p.group_size = W >= 2 ? 2 : 1;
-        for (int c = 0; c < p.num_shards; c++)
-            for (int k = 0; k < p.group_size; k++) ranks[p.num_ranks++] = (t + c + k) % W;
-    }
-    if (!p.num_ranks) p.ranks = NULL;
     return p;
 }
 

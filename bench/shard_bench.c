@@ -124,25 +124,8 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT; // uniform(-0.01, 0.01)
         tc[t].name = names[2 * t], tc[t].rows = o->E, tc[t].dim = o->D, tc[t].optim = oc;
         fc[t] = (ember_feature_config){.name = names[2 * t + 1], .table = t};
-        plan[t].scheme = scheme;
-        plan[t].ranks = rank_pool + (size_t)t * (size_t)(W + 4); // at most W (cw) or 4 (grid) entries
-        if (scheme == EMBER_SHARD_TABLE_WISE) plan[t].ranks[plan[t].num_ranks++] = t % W;
-        if (scheme == EMBER_SHARD_COLUMN_WISE) {
-            plan[t].num_shards = W < o->D ? W : o->D;
-            for (int i = 0; i < plan[t].num_shards; i++) plan[t].ranks[plan[t].num_ranks++] = (t + i) % W;
-        }
-        if (scheme == EMBER_SHARD_TABLE_ROW_WISE) {
-            plan[t].group_size = W >= 2 ? 2 : 1;
-            for (int i = 0; i < plan[t].group_size; i++)
-                plan[t].ranks[plan[t].num_ranks++] = (t * plan[t].group_size + i) % W;
-        }
-        if (scheme == EMBER_SHARD_GRID) { // 2 column slices, each row-wise over 2 ranks
-            plan[t].num_shards = o->D < 2 ? o->D : 2;
-            plan[t].group_size = W >= 2 ? 2 : 1;
-            const int g = plan[t].group_size;
-            for (int c = 0; c < plan[t].num_shards; c++)
-                for (int k = 0; k < g; k++) plan[t].ranks[plan[t].num_ranks++] = (t + c + k) % W;
-        }
+        // The library's default placement (ember_table_plan_default; twrw: groups of 2 ranks).
+        ember_table_plan_default(scheme, t, o->D, W, 2, rank_pool + (size_t)t * (size_t)(W + 4), &plan[t]);
     }
     ember_ebc_config cfg = {.tables = tc, .num_tables = o->T, .features = fc, .num_features = o->T,
                             .bounds = EMBER_BOUNDS_ERROR, .seed = 7, .max_batch_size = o->B,

@@ -186,7 +186,7 @@ static void make_global(const env *e, int step, global *g) {
                 start += l;
             }
         }
-    g->k = (ember_kjt){NF, g->B, g->len, NULL, g->ids, NULL, n};
+    g->k = (ember_kjt){.num_features = NF, .batch_size = g->B, .lengths = g->len, .values = g->ids, .nnz = n};
 }
 
 static bool close_to(float a, float b) {
@@ -204,7 +204,7 @@ static bool train_and_compare(env *e, ember_sebc *s, ember_ebc *ref, const char 
         global g;
         make_batch(e, R, step, &b);
         make_global(e, step, &g);
-        ember_kjt k = {NF, b.B, b.len, NULL, b.ids, NULL, b.nnz};
+        ember_kjt k = {.num_features = NF, .batch_size = b.B, .lengths = b.len, .values = b.ids, .nnz = b.nnz};
         float out[MAXB * NF * DIM], go[MAXB * NF * DIM], ref_out[16 * MAXB * NF * DIM], ref_go[16 * MAXB * NF * DIM];
         ok = ember_test_all_ok(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_OK, "forward", __FILE__, __LINE__);
         if (!ok) break;
