@@ -190,12 +190,14 @@ int cmd_plan(int argc, char **argv) {
         sharding_table_name(t, names[t], sizeof names[t]);
         ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
         o.kind = optim;
-        tables[t] = (ember_table_config){names[t], rows[t], (int32_t)dim, EMBER_POOL_SUM, EMBER_DTYPE_F32,
-                                         {EMBER_INIT_ZEROS, 0, 0, 0}, o, 0, 0, EMBER_EVICT_LRU, {0}};
-        features[t] = (ember_feature_config){names[t], t};
+        tables[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tables[t].name = names[t], tables[t].rows = rows[t], tables[t].dim = (int32_t)dim;
+        tables[t].init = (ember_init){.kind = EMBER_INIT_ZEROS}, tables[t].optim = o;
+        features[t] = (ember_feature_config){.name = names[t], .table = t};
         pf[t] = (float)pooling;
     }
-    ember_ebc_config ec = {.tables = tables, .num_tables = ntables, .features = features, .num_features = ntables, .bounds = EMBER_BOUNDS_ERROR, .seed = 0};
+    ember_ebc_config ec = EMBER_EBC_CONFIG_DEFAULT;
+    ec.tables = tables, ec.num_tables = ntables, ec.features = features, ec.num_features = ntables;
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
     pc.world_size = (int32_t)world;
     pc.batch_size = (int32_t)(batch / world > 0 ? batch / world : 1);

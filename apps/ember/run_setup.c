@@ -307,8 +307,9 @@ ember_status run_place_tables(run *R) {
     ember_comm *comm = R->comm;
     // Every rank reads the same file, or runs the same pure planner on the same inputs: the
     // same plan everywhere.
-    ember_ebc_config pe = {.tables = R->tables, .num_tables = DLRM_NUM_SPARSE, .features = R->features,
-                           .num_features = DLRM_NUM_SPARSE, .ssd_dir = o->ssd_dir};
+    ember_ebc_config pe = EMBER_EBC_CONFIG_DEFAULT;
+    pe.tables = R->tables, pe.num_tables = DLRM_NUM_SPARSE, pe.features = R->features;
+    pe.num_features = DLRM_NUM_SPARSE, pe.ssd_dir = o->ssd_dir;
     const bool plan_auto = !o->plan_path && o->sharding[0] == SHARDING_AUTO;
     ember_status st = EMBER_OK;
     if (o->plan_path) {

@@ -52,7 +52,7 @@ void train_options_default(train_options *o) {
     o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
     o->overlap = true;
     o->cache_policy = EMBER_EVICT_LRU;
-    o->hash = (ember_hash_config){1, 0, 1, EMBER_EVICT_LRU, 0};
+    o->hash = (ember_hash_config){.enabled = 1, .bucket_rows = 0, .min_count = 1, .policy = EMBER_EVICT_LRU};
     o->synth_items = 1;
 }
 
@@ -325,15 +325,10 @@ static ember_status final_state(run *R, train_result *res) {
 static ember_status build_model(run *R, dlrm_backend_factory factory) {
     const train_options *o = R->o;
     ember_comm *comm = R->comm;
-    ember_ebc_config ec = {.tables = R->tables,
-                           .num_tables = DLRM_NUM_SPARSE,
-                           .features = R->features,
-                           .num_features = DLRM_NUM_SPARSE,
-                           .bounds = EMBER_BOUNDS_ERROR,
-                           .seed = o->seed,
-                           .max_batch_size = (int32_t)R->max_local,
-                           .max_nnz = DLRM_NUM_SPARSE * R->max_local,
-                           .ssd_dir = o->ssd_dir};
+    ember_ebc_config ec = EMBER_EBC_CONFIG_DEFAULT;
+    ec.tables = R->tables, ec.num_tables = DLRM_NUM_SPARSE, ec.features = R->features;
+    ec.num_features = DLRM_NUM_SPARSE, ec.seed = o->seed, ec.max_batch_size = (int32_t)R->max_local;
+    ec.max_nnz = DLRM_NUM_SPARSE * R->max_local, ec.ssd_dir = o->ssd_dir;
     ember_status st = factory(comm, &ec, R->plan, o->grad_convention, &R->backend);
     if (st == EMBER_OK && (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32))
         st = R->backend.set_wire_precision
