@@ -142,7 +142,11 @@ static void home_batch_free(ember_sebc *s, void *batch_part) {
 static ember_status home_route(ember_sebc *s, void *home, ember__batch *b, int32_t B) {
     const dp_home *h = home;
     dp_batch *part = b->home[EMBER_SHARD_DATA_PARALLEL];
-    if (!part && !(part = b->home[EMBER_SHARD_DATA_PARALLEL] = ember__calloc(s->ctx, sizeof *part))) return EMBER_ERR_NOMEM;
+    if (!part) { // the batch's first data-parallel part
+        if (!(part = ember__xalloc(s->ctx, sizeof *part, "the replicas' batch"))) return EMBER_ERR_NOMEM;
+        memset(part, 0, sizeof *part);
+        b->home[EMBER_SHARD_DATA_PARALLEL] = part;
+    }
     const int64_t *off = b->san_off.p;
     int64_t nnz = 0;
     for (int32_t i = 0; i < h->nf; i++) {
