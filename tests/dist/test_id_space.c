@@ -166,26 +166,16 @@ typedef struct global {
 
 static void make_global(const env *e, int step, global *g) {
     batch b[16];
+    int32_t B[16];
+    const int32_t *len[16];
+    const int64_t *ids[16];
     g->B = 0;
     for (int q = 0; q < W; q++) {
         make_batch(e, q, step, &b[q]);
-        g->first[q] = g->B;
+        B[q] = b[q].B, len[q] = b[q].len, ids[q] = b[q].ids;
         g->B += b[q].B;
     }
-    int64_t n = 0;
-    for (int f = 0; f < NF; f++)
-        for (int q = 0; q < W; q++) {
-            int64_t start = 0;
-            for (int ff = 0; ff < f; ff++)
-                for (int s = 0; s < b[q].B; s++) start += b[q].len[ff * b[q].B + s];
-            for (int s = 0; s < b[q].B; s++) {
-                const int l = b[q].len[f * b[q].B + s];
-                g->len[f * g->B + g->first[q] + s] = l;
-                memcpy(g->ids + n, b[q].ids + start, sizeof(int64_t) * (size_t)l);
-                n += l;
-                start += l;
-            }
-        }
+    const int64_t n = gen_global_batch(W, NF, B, len, ids, g->len, g->ids, g->first);
     g->k = (ember_kjt){.num_features = NF, .batch_size = g->B, .lengths = g->len, .values = g->ids, .nnz = n};
 }
 

@@ -1,6 +1,7 @@
 #include "gen.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 uint64_t rng_next(test_rng *r) {
     // xorshift64*: independent of the library's generators.
@@ -47,4 +48,27 @@ void gen_kjt_free(gen_kjt *g) {
     free(g->offsets);
     free(g->values);
     free(g->weights);
+}
+
+int64_t gen_global_batch(int W, int NF, const int32_t *B, const int32_t *const *len, const int64_t *const *ids,
+                         int32_t *glen, int64_t *gids, int32_t *first) {
+    int32_t G = 0;
+    for (int q = 0; q < W; q++) {
+        if (first) first[q] = G;
+        G += B[q];
+    }
+    int64_t n = 0;
+    for (int f = 0; f < NF; f++)
+        for (int q = 0, q0 = 0; q < W; q0 += B[q], q++) {
+            int64_t start = 0; // rank q's ids of its earlier features
+            for (int j = 0; j < f * B[q]; j++) start += len[q][j];
+            for (int s = 0; s < B[q]; s++) {
+                const int32_t l = len[q][f * B[q] + s];
+                glen[f * G + q0 + s] = l;
+                memcpy(gids + n, ids[q] + start, sizeof(int64_t) * (size_t)l);
+                n += l;
+                start += l;
+            }
+        }
+    return n;
 }

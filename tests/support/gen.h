@@ -26,4 +26,11 @@ void gen_kjt_make(gen_kjt *g, test_rng *r, int32_t F, int32_t B, const int64_t *
                   int weighted);
 void gen_kjt_free(gen_kjt *g);
 
+// The global batch one process trains on, from W ranks' local batches: rank q has B[q] samples,
+// bag lengths len[q] ([NF * B[q]], feature-major) and ids ids[q] in bag order. Writes the
+// concatenation feature-major, each feature's bags in rank order: glen [NF * sum B], gids; returns
+// its nnz. first[q] (when not NULL) receives rank q's first global sample.
+int64_t gen_global_batch(int W, int NF, const int32_t *B, const int32_t *const *len, const int64_t *const *ids,
+                         int32_t *glen, int64_t *gids, int32_t *first);
+
 #endif
