@@ -66,7 +66,8 @@ static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const 
                 ember_dtype_name(dtype));
     EMBER_CHECK(s->ctx, ids || dtype == EMBER_DTYPE_F32 || (weight && dtype == tc->dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be read or written as %s (stored as %s)", fn, tc->name,
-                tensor ? tensor : "(null)", ember_dtype_name(dtype), weight ? ember_dtype_name(tc->dtype) : "fp32");
+                tensor ? tensor : "(null)", ember_dtype_name(dtype),
+                ember_dtype_name(weight ? tc->dtype : EMBER_DTYPE_F32));
     return EMBER_OK;
 }
 
