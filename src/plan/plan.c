@@ -189,11 +189,18 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
     return EMBER_OK;
 }
 
-// The order the planner asks the schemes for candidates in: of equally good placements, the
-// first proposed is kept (replication, then row-wise, column-wise, table-wise, grid, table-row-wise).
-static const ember_shard_scheme PLAN_ORDER[] = {EMBER_SHARD_DATA_PARALLEL, EMBER_SHARD_ROW_WISE,
-                                                EMBER_SHARD_COLUMN_WISE,   EMBER_SHARD_TABLE_WISE,
-                                                EMBER_SHARD_GRID,          EMBER_SHARD_TABLE_ROW_WISE};
+// The schemes by increasing plan_order (stable).
+static void schemes_by_plan_order(const ember__scheme_ops **out) {
+    for (int k = 0; k < EMBER_SHARD_COUNT; k++) {
+        const ember__scheme_ops *ops = ember__scheme((ember_shard_scheme)k);
+        int j = k;
+        while (j > 0 && out[j - 1]->plan_order > ops->plan_order) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = ops;
+    }
+}
 
 // The placement of one table in progress: the machine, what is placed so far, the table, and the
 // best candidate yet (best/cand swap their arrays when a candidate wins).
@@ -367,6 +374,8 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     int hosts_even = m.H > 1;
     for (int h = 0; h < m.H && hosts_even; h++)
         hosts_even = host_first[h + 1] - host_first[h] == W / m.H && W / m.H >= 2;
+    const ember__scheme_ops *by_order[EMBER_SHARD_COUNT];
+    schemes_by_plan_order(by_order);
     placing pl = {.m = &m, .pc = pc, .acc = &acc, .acc_storage = acc_storage, .timed = timed, .W = W,
                   .B = pc->batch_size, .best = &best, .cand = &cand};
     ember__plan_view view = {.W = W, .H = m.H, .by_load = by_load, .host_first = host_first, .host_ranks = host_ranks,
@@ -383,9 +392,9 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         pl.best_score = -1;
         pl.best_total = 0;
         sort_by_load(&m, &acc, timed, by_load);
-        // Every allowed scheme proposes its placements (the first of equal scores wins).
-        for (size_t k = 0; k < sizeof PLAN_ORDER / sizeof PLAN_ORDER[0]; k++) {
-            const ember__scheme_ops *ops = ember__scheme(PLAN_ORDER[k]);
+        // Every allowed scheme proposes its placements, by plan_order (the first of equal scores wins).
+        for (int k = 0; k < EMBER_SHARD_COUNT; k++) {
+            const ember__scheme_ops *ops = by_order[k];
             view.named = (pc->allow >> ops->scheme) & 1;
             if (!((allow >> ops->scheme) & 1) || (ops->planned_only_when_named && !view.named)) continue;
             ops->candidates(tc, bytes, &view, scheme_ranks, consider, &pl);

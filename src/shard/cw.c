@@ -63,5 +63,5 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
 const ember__scheme_ops ember__scheme_cw = {
     .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
     .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS, .column_slices = 1, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = ember__storage_over_ranks, .default_plan = default_plan,
+    .candidates = candidates, .storage = ember__storage_over_ranks, .default_plan = default_plan, .plan_order = 20,
 };

@@ -448,5 +448,5 @@ const ember__scheme_ops ember__scheme_dp = {
     .destroy_home = destroy_home, .home_route = home_route, .home_batch_free = home_batch_free,
     .home_forward = home_forward, .backward_prepare = backward_prepare, .backward_apply = backward_apply,
     .backward_drain = backward_drain, .home_piece = home_piece, .home_ebc = home_ebc, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = storage, .default_plan = default_plan,
+    .candidates = candidates, .storage = storage, .default_plan = default_plan, .plan_order = 0,
 };

@@ -91,5 +91,5 @@ const ember__scheme_ops ember__scheme_grid = {
     .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid", .validate = validate, .cut = cut,
     .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP, .column_slices = 1, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
     .candidates = candidates, .storage = ember__storage_over_ranks, .planned_only_when_named = 1,
-    .default_plan = default_plan,
+    .default_plan = default_plan, .plan_order = 40,
 };

@@ -162,6 +162,10 @@ typedef struct ember__scheme_ops {
     void (*storage)(const ember_table_plan *p, int32_t W, size_t bytes, size_t *per_rank);
     // Planned only when named in the allowed schemes (ember_plan_config.allow).
     int planned_only_when_named;
+    // The planner asks the schemes for candidates by increasing plan_order; of equally good
+    // placements it keeps the first proposed (replication, row-wise, column-wise, table-wise, grid,
+    // table-row-wise: 0, 10, 20, 30, 40, 50).
+    int plan_order;
     // The default placement of table number t of dim columns on W ranks (ember_table_plan_default,
     // whose header states the rules), its ranks in ranks[W].
     void (*default_plan)(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out);

@@ -72,5 +72,5 @@ const ember__scheme_ops ember__scheme_twrw = {
     .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw", .validate = validate,
     .cut = cut, .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_GROUP, .bucket = ember__bucket_row_split,
     .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks,
-    .default_plan = default_plan,
+    .default_plan = default_plan, .plan_order = 50,
 };
