@@ -61,6 +61,11 @@ static void table_traffic(const model *m, const ember_table_plan *p, const ember
     for (int q = 0; q < W && tiered; q++) before[q] = tr->read[q];
     ember__scheme(p->scheme)->step_traffic(p, W, B, L, row, out, (double)tc->rows, tr);
     if (!tiered) return;
+    // The plan's row blocks: its shards over its column slices.
+    const ember__scheme_ops *ops = ember__scheme(p->scheme);
+    const int32_t nshards = ops->cut(tc, p, W, NULL);
+    const int32_t slices = (ops->plan_fields & EMBER_PLAN_USES_SHARDS) && p->num_shards > 0 ? p->num_shards : 1;
+    const double blocks = nshards >= slices ? (double)(nshards / slices) : 1.0;
     size_t w = 0, s = 0;
     ember_table_config ram = *tc;
     ram.cache_rows = 0;
@@ -68,8 +73,8 @@ static void table_traffic(const model *m, const ember_table_plan *p, const ember
     const double record = (double)(w + s) / (double)tc->rows;
     for (int q = 0; q < W; q++) {
         const double touched = (tr->read[q] - before[q]) / row;
-        // Each shard keeps cache_rows rows of its block; the block is at most the table.
-        const double shard_rows = p->scheme == EMBER_SHARD_ROW_WISE ? (double)tc->rows / W : (double)tc->rows;
+        // Each shard keeps cache_rows rows of its row block.
+        const double shard_rows = (double)tc->rows / blocks;
         const double miss = shard_rows > (double)tc->cache_rows ? 1.0 - (double)tc->cache_rows / shard_rows : 0.0;
         tr->read[q] += touched * miss * 2.0 * record * m->mem_bw / m->disk_bw;
     }
@@ -243,7 +248,7 @@ static void consider(void *arg, const ember_table_plan *p) {
     }
     if (!fits) return;
     if (pl->timed) {
-        const int dp = p->scheme == EMBER_SHARD_DATA_PARALLEL;
+        const int dp = ember__scheme(p->scheme)->build_home != NULL; // a scheme kept at home
         score += rounds_seconds(pl->m, pl->has_routed || !dp, pl->has_dp || dp);
     }
     if (pl->best_score < 0 || score < pl->best_score * (1 - 1e-9) ||
@@ -417,7 +422,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
             }
             memcpy(plan[t].ranks, win->plan.ranks, sizeof(int32_t) * (size_t)win->plan.num_ranks);
         }
-        if (win->plan.scheme == EMBER_SHARD_DATA_PARALLEL) pl.has_dp = 1;
+        if (ember__scheme(win->plan.scheme)->build_home) pl.has_dp = 1;
         else pl.has_routed = 1;
         for (int q = 0; q < W; q++) {
             acc_storage[q] += win->storage[q];
@@ -475,7 +480,7 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     int has_routed = 0, has_dp = 0;
     for (int t = 0; t < T && st == EMBER_OK; t++) {
         const ember_table_config *tc = &ec->tables[t];
-        if (plan[t].scheme == EMBER_SHARD_DATA_PARALLEL) has_dp = 1;
+        if (ember__scheme(plan[t].scheme)->build_home) has_dp = 1;
         else has_routed = 1;
         double L = 0;
         for (int f = 0; f < ec->num_features; f++)
