@@ -150,8 +150,9 @@ static int parse(int argc, char **argv, const char **dir, bool *verify, char *er
         {"verify", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) return 1;
     if (argc < 2 || strcmp(argv[1], "info") != 0) {
-        snprintf(err, cap, "ember ckpt: %s%s%s (try 'ember ckpt --help')", argc < 2 ? "expected a command: info" : "unknown command '",
-                 argc < 2 ? "" : argv[1], argc < 2 ? "" : "', expected info");
+        snprintf(err, cap, "ember ckpt: %s%s%s (try 'ember ckpt --help')",
+                 argc < 2 ? "expected a command: info" : "unknown command '", argc < 2 ? "" : argv[1],
+                 argc < 2 ? "" : "', expected info");
         return 2;
     }
     argc--;

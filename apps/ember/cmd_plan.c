@@ -246,7 +246,8 @@ int cmd_plan(int argc, char **argv) {
             printf("\n");
             if (stats.step_seconds[q] > slowest) slowest = stats.step_seconds[q];
         }
-        if (pc.intra_host_bw > 0 || pc.inter_host_bw > 0) printf("predicted step time %.3f ms (embeddings only)\n", slowest * 1e3);
+        if (pc.intra_host_bw > 0 || pc.inter_host_bw > 0)
+            printf("predicted step time %.3f ms (embeddings only)\n", slowest * 1e3);
     } else {
         fprintf(stderr, "ember plan: %s\n", ember_ctx_errmsg(ctx));
     }

@@ -40,8 +40,11 @@ static void print_topology(const run *R, FILE *f) {
             t->intra_given ? "given" : t->intra_bw > 0 ? "probed" : "none: one rank per host",
             t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
     if (t->disk_bw > 0)
-        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (probed, 64 MiB)\n", t->disk_bw / 1e6,
-                R->o->ssd_dir ? R->o->ssd_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (probed, 64 MiB)\n",
+                t->disk_bw / 1e6,
+                R->o->ssd_dir      ? R->o->ssd_dir
+                : getenv("TMPDIR") ? getenv("TMPDIR")
+                                   : "/tmp");
     if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
     else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);
 }
@@ -95,8 +98,8 @@ void report_config(run *R) {
             ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", ember_grad_convention_name(o->grad_convention));
     if (o->threads_note) fprintf(f, "  threads     %s\n", o->threads_note);
     if (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32)
-        fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks\n", ember_dtype_name(o->wire_forward),
-                ember_dtype_name(o->wire_backward));
+        fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks\n",
+                ember_dtype_name(o->wire_forward), ember_dtype_name(o->wire_backward));
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
                 (unsigned long long)o->seed, o->zipf_alpha);

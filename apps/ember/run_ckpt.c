@@ -39,7 +39,8 @@ ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t sa
     // Rank 0 makes the step directory, so that a failed save removes what it made and never a
     // directory that was there (a checkpoint of this step, committed by an earlier run).
     bool made = false;
-    if (st == EMBER_OK) st = ember_comm_agree(R->comm, R->rank == 0 ? ckpt_make_step_dir(R->ctx, path, &made) : EMBER_OK);
+    if (st == EMBER_OK)
+        st = ember_comm_agree(R->comm, R->rank == 0 ? ckpt_make_step_dir(R->ctx, path, &made) : EMBER_OK);
     if (st == EMBER_OK) {
         ember_checkpoint_options opts = EMBER_CHECKPOINT_OPTIONS_DEFAULT;
         opts.blobs = blobs;

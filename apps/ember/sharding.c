@@ -25,8 +25,9 @@ ember_status sharding_plan(ember_ctx *ctx, int32_t num_tables, int32_t dim, cons
     // The library's default placement of each table (ember_table_plan_default); its ranks copied
     // into an array of ctx's allocator, which ember_plan_release frees.
     int32_t *ranks = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)world);
-    ember_status st = ranks ? EMBER_OK
-                            : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "--sharding: out of memory for %d ranks", (int)world);
+    ember_status st =
+        ranks ? EMBER_OK
+              : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "--sharding: out of memory for %d ranks", (int)world);
     for (int32_t t = 0; t < num_tables && st == EMBER_OK; t++) {
         ember_table_plan p;
         if (ember_table_plan_default((ember_shard_scheme)choice[t], t, dim, world, group_size, ranks, &p) != EMBER_OK) {

@@ -654,8 +654,9 @@ static void describe(const host_view *h, int32_t T, int32_t cores, int32_t host_
     const int nlocal = h->nlocal;
     char count[96];
     if (h->how) snprintf(count, sizeof count, "%d per rank (%s)", (int)T, h->how);
-    else if (cores < n) snprintf(count, sizeof count, "%d per rank (the cgroup's %d CPUs of time, of %d, over its %d rank%s)",
-                                 (int)T, (int)cores, (int)n, nlocal, nlocal > 1 ? "s" : "");
+    else if (cores < n)
+        snprintf(count, sizeof count, "%d per rank (the cgroup's %d CPUs of time, of %d, over its %d rank%s)", (int)T,
+                 (int)cores, (int)n, nlocal, nlocal > 1 ? "s" : "");
     else snprintf(count, sizeof count, "%d per rank (%d CPUs on the host over its %d rank%s)", (int)T, (int)n,
                   nlocal, nlocal > 1 ? "s" : "");
     if (h->user) {
@@ -731,7 +732,8 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, double 
     int failed = first_failure(MPI_COMM_WORLD, st == EMBER_OK);
     if (st == EMBER_OK && failed >= 0) {
         ember_ctx_set_rank(*ctx, failed);
-        st = ember_ctx_set_error(*ctx, EMBER_ERR_REMOTE, "ember_ctx_create failed (its reason is on that rank's stderr)");
+        st = ember_ctx_set_error(*ctx, EMBER_ERR_REMOTE,
+                                 "ember_ctx_create failed (its reason is on that rank's stderr)");
         ember_ctx_set_rank(*ctx, world_rank);
     }
     if (st == EMBER_OK) st = threads_setup(*ctx, MPI_COMM_WORLD, requested, placement); // before any parallel region

@@ -282,7 +282,8 @@ static ember_status final_state(run *R, train_result *res) {
     for (int i = 0; i < 3; i++) {
         if (!dense[i]) continue;
         for (int64_t k = 0; k < np && res->dense_state; k++) {
-            if (res->dense_state_len + k < res->dense_state_cap) res->dense_state[res->dense_state_len + k] = dense[i][k];
+            if (res->dense_state_len + k < res->dense_state_cap)
+                res->dense_state[res->dense_state_len + k] = dense[i][k];
         }
         res->dense_state_len += np;
     }
@@ -305,7 +306,8 @@ static ember_status final_state(run *R, train_result *res) {
             if (st == EMBER_OK && want[1] && !i64) st = ember_comm_bcast(R->comm, buf, sizeof(float) * len, 0);
             if (st == EMBER_OK && want[1] && !i64) {
                 for (size_t i = 0; i < len && res->tables; i++) {
-                    if (res->tables_len + (int64_t)i < res->tables_cap) res->tables[res->tables_len + (int64_t)i] = buf[i];
+                    if (res->tables_len + (int64_t)i < res->tables_cap)
+                        res->tables[res->tables_len + (int64_t)i] = buf[i];
                 }
                 res->tables_len += (int64_t)len;
             }

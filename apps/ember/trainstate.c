@@ -563,8 +563,8 @@ ember_status ckpt_list(ember_ctx *ctx, const char *flag, const char *dir, ckpt_e
 ember_status ckpt_resolve(ember_ctx *ctx, const char *flag, const char *dir, char path[TRAINSTATE_PATH_MAX],
                           char save_dir[TRAINSTATE_PATH_MAX]) {
     const size_t len = strlen(dir);
-    APP_CHECK(ctx, len > 0 && len + 32 < TRAINSTATE_PATH_MAX, EMBER_ERR_INVALID_ARG, "%s '%s': expected a path of 1 to %d bytes",
-              flag, dir, TRAINSTATE_PATH_MAX - 32);
+    APP_CHECK(ctx, len > 0 && len + 32 < TRAINSTATE_PATH_MAX, EMBER_ERR_INVALID_ARG,
+              "%s '%s': expected a path of 1 to %d bytes", flag, dir, TRAINSTATE_PATH_MAX - 32);
     // Without trailing slashes, so that its last component names it.
     char clean[TRAINSTATE_PATH_MAX];
     memcpy(clean, dir, len + 1);

@@ -312,7 +312,8 @@ static const char *shape_str(const Py_buffer *v, char *buf, size_t cap) {
     Py_ssize_t d[3] = {0, 0, 0};
     const int nd = dims_of(v, d);
     size_t at = (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < nd && i < 3 && at < cap; i++) at += (size_t)snprintf(buf + at, cap - at, i ? ", %zd" : "%zd", d[i]);
+    for (int i = 0; i < nd && i < 3 && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, i ? ", %zd" : "%zd", d[i]);
     if (at < cap) snprintf(buf + at, cap - at, "%s", nd > 3 ? ", ...)" : nd == 1 ? ",)" : ")");
     return buf;
 }

@@ -326,7 +326,8 @@ static PyObject *sebc_dtypes(SEBCObject *self, PyObject *args) {
     if (sebc_enter(self) != 0) return NULL;
     const int32_t T = ember_sebc_num_tables(self->s);
     PyObject *list = PyList_New(T);
-    for (int32_t t = 0; list && t < T; t++) PyList_SET_ITEM(list, t, PyLong_FromLong(ember_sebc_table(self->s, t)->dtype));
+    for (int32_t t = 0; list && t < T; t++)
+        PyList_SET_ITEM(list, t, PyLong_FromLong(ember_sebc_table(self->s, t)->dtype));
     sebc_leave(self);
     return list;
 }

@@ -612,7 +612,9 @@ static const char *line_at(const char *text, size_t n, int64_t k, int64_t *len) 
 ember_status ember__comm_agree_fields(ember_comm *c, const char *what, const ember__fields *f) {
     const char *mine = f->len ? (const char *)f->buf.p : "";
     int64_t *all = ember__alloc(c->ctx, sizeof(int64_t) * (size_t)c->size);
-    ember_status st = f->st != EMBER_OK ? f->st : all ? EMBER_OK : ember__error(c->ctx, EMBER_ERR_NOMEM, "%s: out of memory", what);
+    ember_status st = f->st != EMBER_OK ? f->st
+                      : all             ? EMBER_OK
+                                        : ember__error(c->ctx, EMBER_ERR_NOMEM, "%s: out of memory", what);
     st = ember_comm_agree(c, st);
     if (st == EMBER_OK) st = ember_comm_allgather_i64(c, (int64_t)text_digest(mine, f->len), all);
     bool same = true;

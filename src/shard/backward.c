@@ -202,7 +202,8 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
     } else if (!kjt || kjt->batch_size != s->in->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
                (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
                ember__kjt_digest(kjt) != s->fwd_digest) {
-        const int same_shape = kjt && kjt->batch_size == s->in->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz;
+        const int same_shape =
+            kjt && kjt->batch_size == s->in->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz;
         if (!kjt) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
         else if (same_shape)
             st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,

@@ -49,7 +49,8 @@ static void candidates(const ember_table_config *t, size_t bytes, const ember__p
     for (int32_t k = 2; k <= 4; k *= 2) {
         if (k > v->W || !ember__plan_column_slices(t, k)) continue;
         for (int32_t j = 0; j < k; j++) ranks[j] = v->by_load[j];
-        emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_COLUMN_WISE, .num_shards = k, .num_ranks = k, .ranks = ranks});
+        emit(arg,
+             &(ember_table_plan){.scheme = EMBER_SHARD_COLUMN_WISE, .num_shards = k, .num_ranks = k, .ranks = ranks});
     }
 }
 
@@ -61,7 +62,9 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
 }
 
 const ember__scheme_ops ember__scheme_cw = {
-    .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw", .validate = validate,
-    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS, .column_slices = 1, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = ember__storage_over_ranks, .default_plan = default_plan, .plan_order = 20,
+    .scheme = EMBER_SHARD_COLUMN_WISE, .name = "column_wise", .short_name = "cw",
+    .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS,
+    .validate = validate, .cut = cut, .partial = 0, .column_slices = 1, .bucket = ember__bucket_one_block,
+    .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks, .plan_order = 20,
+    .default_plan = default_plan,
 };

@@ -443,10 +443,15 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
 }
 
 const ember__scheme_ops ember__scheme_dp = {
-    .scheme = EMBER_SHARD_DATA_PARALLEL, .name = "data_parallel", .short_name = "dp", .validate = validate,
-    .cut = cut, .partial = 0, .plan_fields = 0, .bucket = bucket, .build_home = build_home,
-    .destroy_home = destroy_home, .home_route = home_route, .home_batch_free = home_batch_free,
-    .home_forward = home_forward, .backward_prepare = backward_prepare, .backward_apply = backward_apply,
-    .backward_drain = backward_drain, .home_piece = home_piece, .home_ebc = home_ebc, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = storage, .default_plan = default_plan, .plan_order = 0,
+    .scheme = EMBER_SHARD_DATA_PARALLEL, .name = "data_parallel", .short_name = "dp", .plan_fields = 0,
+    // shards and routing: none, the replicas stay home
+    .validate = validate, .cut = cut, .partial = 0, .bucket = bucket,
+    // home state
+    .build_home = build_home, .destroy_home = destroy_home, .home_route = home_route,
+    .home_batch_free = home_batch_free, .home_forward = home_forward, .backward_prepare = backward_prepare,
+    .backward_apply = backward_apply, .backward_drain = backward_drain, .home_piece = home_piece,
+    .home_ebc = home_ebc,
+    // planning
+    .step_traffic = step_traffic, .candidates = candidates, .storage = storage, .plan_order = 0,
+    .default_plan = default_plan,
 };

@@ -192,16 +192,17 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         nout += s->sequence ? s->in->send_ids[q] * s->out_dim : (int64_t)B * s->local_out_dim[q];
     }
     st = EMBER_OK;
-    if (!EMBER__RESERVE(s, s->in->rcv_len, int32_t, (int64_t)nr * Btot) || !EMBER__RESERVE(s, s->in->rcv_val, int64_t, nrecv) ||
-        !EMBER__RESERVE(s, s->in->rcv_w, float, nrecv) || !EMBER__RESERVE(s, s->rcv_out, float, nout) ||
+    if (!EMBER__RESERVE(s, s->in->rcv_len, int32_t, (int64_t)nr * Btot) ||
+        !EMBER__RESERVE(s, s->in->rcv_val, int64_t, nrecv) || !EMBER__RESERVE(s, s->in->rcv_w, float, nrecv) ||
+        !EMBER__RESERVE(s, s->rcv_out, float, nout) ||
         !EMBER__RESERVE(s, s->loc_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod) ||
         !EMBER__RESERVE(s, s->snd_out, float, s->sequence ? nrecv * s->out_dim : Btot * lod))
         st = EMBER_ERR_NOMEM;
     // The owner's local KJT too (ember__build_local then allocates nothing): nothing below may fail for
     // memory once `out` is written.
     if (st == EMBER_OK && s->local && nr > 0 &&
-        (!EMBER__RESERVE(s, s->loc_off, int64_t, (int64_t)nr * Btot + 1) || !EMBER__RESERVE(s, s->loc_val, int64_t, nrecv) ||
-         !EMBER__RESERVE(s, s->loc_w, float, nrecv)))
+        (!EMBER__RESERVE(s, s->loc_off, int64_t, (int64_t)nr * Btot + 1) ||
+         !EMBER__RESERVE(s, s->loc_val, int64_t, nrecv) || !EMBER__RESERVE(s, s->loc_w, float, nrecv)))
         st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(c, st));
 
@@ -209,7 +210,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     // dist), on the rank's threads too: B x out_dim floats, megabytes a step.
     const int64_t nzero = output_size(s, kjt);
 #pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
-    for (int64_t i = 0; i < nzero; i += 4096) memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
+    for (int64_t i = 0; i < nzero; i += 4096)
+        memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
 
     // Input dist: lengths, ids, weights.
     int64_t *sc = s->cnt, *rc = s->cnt + W;
@@ -219,7 +221,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     }
     if (!taken) st = ember_comm_alltoallv(c, s->in->snd_len.p, sc, s->in->rcv_len.p, rc, sizeof(int32_t));
     if (st == EMBER_OK && !taken)
-        st = ember_comm_alltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids, sizeof(int64_t));
+        st = ember_comm_alltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids,
+                                  sizeof(int64_t));
     if (st == EMBER_OK && !taken && s->in->weighted)
         st = ember_comm_alltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {

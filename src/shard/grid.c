@@ -84,12 +84,14 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
     (void)group;
     const int32_t k = dim < 2 ? dim : 2, g = W < 2 ? 1 : W / 2;
     for (int32_t i = 0; i < k * g; i++) ranks[i] = (t + i) % W;
-    *out = (ember_table_plan){.scheme = EMBER_SHARD_GRID, .num_shards = k, .group_size = g, .num_ranks = k * g, .ranks = ranks};
+    *out = (ember_table_plan){
+        .scheme = EMBER_SHARD_GRID, .num_shards = k, .group_size = g, .num_ranks = k * g, .ranks = ranks};
 }
 
 const ember__scheme_ops ember__scheme_grid = {
-    .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid", .validate = validate, .cut = cut,
-    .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP, .column_slices = 1, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = ember__storage_over_ranks, .planned_only_when_named = 1,
-    .default_plan = default_plan, .plan_order = 40,
+    .scheme = EMBER_SHARD_GRID, .name = "grid_shard", .short_name = "grid",
+    .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_SHARDS | EMBER_PLAN_USES_GROUP,
+    .validate = validate, .cut = cut, .partial = 1, .column_slices = 1, .bucket = ember__bucket_row_split,
+    .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks, .plan_order = 40,
+    .planned_only_when_named = 1, .default_plan = default_plan,
 };

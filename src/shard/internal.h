@@ -5,11 +5,11 @@
 // travel from every sample's home rank to the shard's owner, which pools them in its local
 // collection, and the pooled rows travel back. The schemes differ in how they cut a table,
 // where an id goes, and whether the pieces' outputs are concatenated (table-wise, column-wise)
-// or summed (row-wise, table-row-wise, grid: column slices of row blocks); that is each scheme's ops table below, one file each.
-// A scheme may instead keep its tables at home (data-parallel: a full replica on every rank,
-// in a collection of its own, dp.c) through the ops' optional home hooks: it then owns a state of
-// its own (the collection holds it as an opaque pointer per scheme, home[scheme]) and a part of
-// every batch (ember__batch.home[scheme]); nothing outside its file knows what they hold.
+// or summed (row-wise, table-row-wise, grid: column slices of row blocks); that is each scheme's ops table below, one
+// file each. A scheme may instead keep its tables at home (data-parallel: a full replica on every rank, in a collection
+// of its own, dp.c) through the ops' optional home hooks: it then owns a state of its own (the collection holds it as
+// an opaque pointer per scheme, home[scheme]) and a part of every batch (ember__batch.home[scheme]); nothing outside
+// its file knows what they hold.
 //
 // The sharded collection is a composition: the plan's geometry (shards, routes: built once), the
 // batch in flight (ember__batch: one struct, so a prefetch swaps one pointer), the local
@@ -291,7 +291,9 @@ int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int
 int32_t ember__local_collections(const ember_sebc *s, ember_ebc **out);
 
 // The convention's factor on every gradient handed to an update (1/W for MEAN).
-static inline float ember__grad_scale(const ember_sebc *s) { return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f; }
+static inline float ember__grad_scale(const ember_sebc *s) {
+    return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f;
+}
 
 // Applies the bounds mode once, at the home rank: san_* (kept ids, their weights and original
 // positions, offsets per bag). Routed pieces then carry only valid ids.

@@ -105,7 +105,8 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
             Btot += s->in->Bs[q];
             nrecv += s->in->recv_ids[q];
         }
-        const int ok = EMBER__RESERVE(s, s->in->rcv_len, int32_t, (int64_t)nr * Btot) && EMBER__RESERVE(s, s->in->rcv_val, int64_t, nrecv) &&
+        const int ok = EMBER__RESERVE(s, s->in->rcv_len, int32_t, (int64_t)nr * Btot) &&
+                       EMBER__RESERVE(s, s->in->rcv_val, int64_t, nrecv) &&
                        EMBER__RESERVE(s, s->in->rcv_w, float, nrecv);
         st = ember_comm_agree(c, ok ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_NOMEM, "%s: out of memory", fn));
     }
@@ -118,10 +119,11 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
         }
         st = ember__comm_ialltoallv(c, s->in->snd_len.p, sc, s->in->rcv_len.p, rc, sizeof(int32_t), &ov->in[0]);
         if (st == EMBER_OK)
-            st = ember__comm_ialltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids, sizeof(int64_t),
-                                        &ov->in[1]);
+            st = ember__comm_ialltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids,
+                                        sizeof(int64_t), &ov->in[1]);
         if (st == EMBER_OK && s->in->weighted)
-            st = ember__comm_ialltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids, sizeof(float), &ov->in[2]);
+            st = ember__comm_ialltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids,
+                                        sizeof(float), &ov->in[2]);
         if (st != EMBER_OK) (void)wait_input(s);
     }
     swap_input(s, ov);

@@ -54,7 +54,8 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
 }
 
 const ember__scheme_ops ember__scheme_rw = {
-    .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .validate = validate, .cut = cut,
-    .partial = 1, .plan_fields = 0, .bucket = ember__bucket_row_split, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = storage, .default_plan = default_plan, .plan_order = 10,
+    .scheme = EMBER_SHARD_ROW_WISE, .name = "row_wise", .short_name = "rw", .plan_fields = 0,
+    .validate = validate, .cut = cut, .partial = 1, .bucket = ember__bucket_row_split,
+    .step_traffic = step_traffic, .candidates = candidates, .storage = storage, .plan_order = 10,
+    .default_plan = default_plan,
 };

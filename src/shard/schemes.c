@@ -55,7 +55,8 @@ unsigned ember_shard_scheme_plan_fields(ember_shard_scheme s) {
 int32_t ember_table_plan_ranks_needed(const ember_table_plan *p) {
     const unsigned u = p ? ember_shard_scheme_plan_fields(p->scheme) : 0u;
     if (!(u & EMBER_PLAN_USES_RANKS)) return 0;
-    const int64_t k = (u & EMBER_PLAN_USES_SHARDS) ? p->num_shards : 1, g = (u & EMBER_PLAN_USES_GROUP) ? p->group_size : 1;
+    const int64_t k = (u & EMBER_PLAN_USES_SHARDS) ? p->num_shards : 1,
+                  g = (u & EMBER_PLAN_USES_GROUP) ? p->group_size : 1;
     return k < 1 || g < 1 || k * g > INT32_MAX ? -1 : (int32_t)(k * g);
 }
 

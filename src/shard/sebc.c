@@ -32,10 +32,13 @@ static ember_status check_plan(ember_ctx *ctx, const ember_ebc_config *cfg, cons
         EMBER_TRY(ember__scheme(p->scheme)->validate(ctx, &cfg->tables[t], p, W));
         // A hashed table's absent ids are only known where its rows are: a mean over row blocks,
         // divided at home, would count them.
-        EMBER_CHECK(ctx, ember_table_id_space(&cfg->tables[t]) != EMBER_IDS_HASHED || !ember__scheme(p->scheme)->partial ||
-                             cfg->tables[t].pooling != EMBER_POOL_MEAN,
-                    EMBER_ERR_UNSUPPORTED, "%s: table '%s': a hashed table with MEAN pooling cannot be %s (use SUM, "
-                    "or table-wise or column-wise)", fn, cfg->tables[t].name, ember__scheme(p->scheme)->name);
+        EMBER_CHECK(ctx,
+                    ember_table_id_space(&cfg->tables[t]) != EMBER_IDS_HASHED || !ember__scheme(p->scheme)->partial ||
+                        cfg->tables[t].pooling != EMBER_POOL_MEAN,
+                    EMBER_ERR_UNSUPPORTED,
+                    "%s: table '%s': a hashed table with MEAN pooling cannot be %s (use SUM, "
+                    "or table-wise or column-wise)",
+                    fn, cfg->tables[t].name, ember__scheme(p->scheme)->name);
     }
     return EMBER_OK;
 }
@@ -67,7 +70,7 @@ void ember_sebc_destroy(ember_sebc *s) {
     ember__free(ctx, s);
 }
 
-#define ALLOC(p, n) do { (p) = ember__calloc(s->ctx, sizeof(*(p)) * (size_t)(n)); if (!(p)) return EMBER_ERR_NOMEM; } while (0)
+#define ALLOC(p, n) do { if (!((p) = ember__calloc(s->ctx, sizeof(*(p)) * (size_t)(n)))) return EMBER_ERR_NOMEM; } while (0)
 
 // Copies of the tables and features, each feature's output columns and the validator's bound.
 static ember_status copy_config(ember_sebc *s, const ember_ebc_config *cfg) {
@@ -299,11 +302,12 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
         ember__fields_add(d, "table '%s' init: %s(%.9g, %.9g, std %.9g)", c->name, ember_init_kind_name(c->init.kind),
                           (double)c->init.a, (double)c->init.b, (double)c->init.std);
         ember__fields_add(d, "table '%s' optimizer: %s", c->name, ember_optim_name(o->kind));
-        ember__fields_add(d, "table '%s' optimizer settings: lr %.9g eps %.9g betas %.9g %.9g weight_decay %.9g %s "
+        ember__fields_add(d,
+                          "table '%s' optimizer settings: lr %.9g eps %.9g betas %.9g %.9g weight_decay %.9g %s "
                           "initial_accumulator %.9g momentum %.9g eta %.9g",
                           c->name, (double)o->lr, (double)o->eps, (double)o->beta1, (double)o->beta2,
-                          (double)o->weight_decay, ember_weight_decay_mode_name(o->weight_decay_mode), (double)o->initial_accumulator,
-                          (double)o->momentum, (double)o->eta);
+                          (double)o->weight_decay, ember_weight_decay_mode_name(o->weight_decay_mode),
+                          (double)o->initial_accumulator, (double)o->momentum, (double)o->eta);
         ember__fields_add(d, "table '%s' stochastic rounding: %d", c->name, (int)c->stochastic_rounding);
         // Column shards on different ranks pick the same cache slots only with the same cache.
         ember__fields_add(d, "table '%s' cache: %lld rows, %s", c->name, (long long)c->cache_rows,
@@ -314,7 +318,8 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
         const unsigned u = ember_shard_scheme_plan_fields(p->scheme);
         char how[192];
         size_t n = (size_t)snprintf(how, sizeof how, "%s", ember_shard_scheme_name(p->scheme));
-        if (u & EMBER_PLAN_USES_SHARDS) n += (size_t)snprintf(how + n, sizeof how - n, ", shards %d", (int)p->num_shards);
+        if (u & EMBER_PLAN_USES_SHARDS)
+            n += (size_t)snprintf(how + n, sizeof how - n, ", shards %d", (int)p->num_shards);
         if (u & EMBER_PLAN_USES_GROUP) n += (size_t)snprintf(how + n, sizeof how - n, ", group %d", (int)p->group_size);
         ember__fields_add(d, "table '%s' plan: %s", c->name, how);
         for (int32_t k = 0; (u & EMBER_PLAN_USES_RANKS) && k < p->num_ranks; k++)
@@ -451,8 +456,8 @@ uint64_t ember_sebc_bytes_sent_last_step(const ember_sebc *s) { return s ? s->by
 
 ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr) {
     if (!s) return EMBER_ERR_INVALID_ARG;
-    EMBER_CHECK(s->ctx, table >= -1 && table < s->T, EMBER_ERR_INVALID_ARG, "ember_sebc_set_lr: table %d outside [0, %d)",
-                (int)table, (int)s->T);
+    EMBER_CHECK(s->ctx, table >= -1 && table < s->T, EMBER_ERR_INVALID_ARG,
+                "ember_sebc_set_lr: table %d outside [0, %d)", (int)table, (int)s->T);
     EMBER_CHECK(s->ctx, lr >= 0 && lr == lr, EMBER_ERR_INVALID_ARG, "ember_sebc_set_lr: learning rate %g", (double)lr);
     for (int32_t t = 0; t < s->T; t++) {
         if (table != -1 && t != table) continue;

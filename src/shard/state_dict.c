@@ -250,11 +250,14 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
 
 ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes) {
     if (!s) return EMBER_ERR_INVALID_ARG;
-    ember_status st = dtypes ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtypes: dtypes is NULL");
+    ember_status st =
+        dtypes ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtypes: dtypes is NULL");
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++)
         if (!ember_dtype_is_storage(dtypes[t]))
-            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtypes: table '%s': dtype %s (%d) cannot "
-                              "store weights", s->tables[t].name, ember_dtype_name(dtypes[t]), (int)dtypes[t]);
+            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
+                              "ember_sebc_convert_dtypes: table '%s': dtype %s (%d) cannot "
+                              "store weights",
+                              s->tables[t].name, ember_dtype_name(dtypes[t]), (int)dtypes[t]);
     return ember__sebc_convert_dtypes(s, st == EMBER_OK ? dtypes : NULL, st);
 }
 

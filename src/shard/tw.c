@@ -46,7 +46,8 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
 }
 
 const ember__scheme_ops ember__scheme_tw = {
-    .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .validate = validate,
-    .cut = cut, .partial = 0, .plan_fields = EMBER_PLAN_USES_RANKS, .bucket = ember__bucket_one_block, .step_traffic = step_traffic,
-    .candidates = candidates, .storage = ember__storage_over_ranks, .default_plan = default_plan, .plan_order = 30,
+    .scheme = EMBER_SHARD_TABLE_WISE, .name = "table_wise", .short_name = "tw", .plan_fields = EMBER_PLAN_USES_RANKS,
+    .validate = validate, .cut = cut, .partial = 0, .bucket = ember__bucket_one_block,
+    .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks, .plan_order = 30,
+    .default_plan = default_plan,
 };

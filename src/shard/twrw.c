@@ -57,7 +57,8 @@ static void candidates(const ember_table_config *t, size_t bytes, const ember__p
         const int32_t g = v->host_first[h + 1] - v->host_first[h];
         if (g < 2 || t->rows < g) continue;
         for (int32_t j = 0; j < g; j++) ranks[j] = v->host_ranks[v->host_first[h] + j];
-        emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_TABLE_ROW_WISE, .group_size = g, .num_ranks = g, .ranks = ranks});
+        emit(arg, &(ember_table_plan){
+                      .scheme = EMBER_SHARD_TABLE_ROW_WISE, .group_size = g, .num_ranks = g, .ranks = ranks});
     }
 }
 
@@ -65,12 +66,14 @@ static void default_plan(int32_t t, int32_t dim, int32_t W, int32_t group, int32
     (void)dim;
     const int32_t g = t % (W / group);
     for (int32_t i = 0; i < group; i++) ranks[i] = g * group + i;
-    *out = (ember_table_plan){.scheme = EMBER_SHARD_TABLE_ROW_WISE, .group_size = group, .num_ranks = group, .ranks = ranks};
+    *out = (ember_table_plan){
+        .scheme = EMBER_SHARD_TABLE_ROW_WISE, .group_size = group, .num_ranks = group, .ranks = ranks};
 }
 
 const ember__scheme_ops ember__scheme_twrw = {
-    .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw", .validate = validate,
-    .cut = cut, .partial = 1, .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_GROUP, .bucket = ember__bucket_row_split,
-    .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks,
-    .default_plan = default_plan, .plan_order = 50,
+    .scheme = EMBER_SHARD_TABLE_ROW_WISE, .name = "table_row_wise", .short_name = "twrw",
+    .plan_fields = EMBER_PLAN_USES_RANKS | EMBER_PLAN_USES_GROUP,
+    .validate = validate, .cut = cut, .partial = 1, .bucket = ember__bucket_row_split,
+    .step_traffic = step_traffic, .candidates = candidates, .storage = ember__storage_over_ranks, .plan_order = 50,
+    .default_plan = default_plan,
 };

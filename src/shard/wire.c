@@ -21,7 +21,8 @@ ember_status ember_sebc_set_wire_precision(ember_sebc *s, ember_dtype forward, e
     ember_status st = EMBER_OK;
     if (!wire_dtype_ok(forward) || !wire_dtype_ok(backward))
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: %s precision %d is not fp32, fp16 or bf16", fn,
-                          wire_dtype_ok(forward) ? "backward" : "forward", (int)(wire_dtype_ok(forward) ? backward : forward));
+                          wire_dtype_ok(forward) ? "backward" : "forward",
+                          (int)(wire_dtype_ok(forward) ? backward : forward));
     EMBER_TRY(ember_comm_agree(s->comm, st));
     ember__fields d = {s->ctx, {NULL, 0}, 0, EMBER_OK};
     ember__fields_add(&d, "wire precision forward: %s", ember_dtype_name(forward));

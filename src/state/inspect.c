@@ -108,7 +108,8 @@ ember_status ember__ckpt_read_at(ember_checkpoint *c, int32_t file, int64_t offs
                                    "checkpoint '%s': '%s' ends before %s (offset %" PRId64 ", %" PRIu64 " bytes)",
                                    c->dir, path, what, offset, bytes);
     if (bytes > cap) // the buffer was sized by held_bytes: the file grew since
-        return ember_ctx_set_error(c->ctx, EMBER_ERR_IO, "checkpoint '%s': '%s' changed while it was read", c->dir, path);
+        return ember_ctx_set_error(c->ctx, EMBER_ERR_IO, "checkpoint '%s': '%s' changed while it was read", c->dir,
+                                   path);
     if (fseeko(c->f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, (size_t)bytes, c->f) != (size_t)bytes) {
         const int eof = feof(c->f);
         clearerr(c->f);
@@ -180,8 +181,8 @@ ember_status ember_checkpoint_verify(ember_checkpoint *c) {
         char what[EMBER__CKPT_MAX_BLOB_NAME + 16];
         snprintf(what, sizeof what, "blob '%s'", c->blobs[i].name);
         if (c->blobs[i].bytes)
-            st = ember__ckpt_read_at(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes, c->blobs[i].crc, buf, (size_t)most,
-                         what);
+            st = ember__ckpt_read_at(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes, c->blobs[i].crc, buf,
+                                     (size_t)most, what);
     }
     ember_ctx_free(c->ctx, buf);
     return st;

@@ -19,16 +19,20 @@ static ember_status match_tables(ember_sebc *s, const ember_checkpoint *c, int32
         const ember__ckpt_table *x = NULL;
         for (int32_t i = 0; i < c->ntables && !x; i++)
             if (strcmp(c->tables[i].name, tc->name) == 0) x = &c->tables[index[t] = i];
-        if (!x) return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' is not in checkpoint '%s'", fn, tc->name, c->dir);
+        if (!x)
+            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' is not in checkpoint '%s'", fn, tc->name,
+                                       c->dir);
         if (x->rows != tc->rows)
-            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' rows: %" PRId64 " in checkpoint '%s', %" PRId64 " here",
-                                       fn, tc->name, x->rows, c->dir, tc->rows);
+            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
+                                       "%s: table '%s' rows: %" PRId64 " in checkpoint '%s', %" PRId64 " here", fn,
+                                       tc->name, x->rows, c->dir, tc->rows);
         if (x->dim != tc->dim)
             return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' dim: %d in checkpoint '%s', %d here", fn,
                                        tc->name, (int)x->dim, c->dir, (int)tc->dim);
         if (x->optim != tc->optim.kind)
-            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' optimizer: %s in checkpoint '%s', %s here",
-                                       fn, tc->name, ember_optim_name(x->optim), c->dir, ember_optim_name(tc->optim.kind));
+            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
+                                       "%s: table '%s' optimizer: %s in checkpoint '%s', %s here", fn, tc->name,
+                                       ember_optim_name(x->optim), c->dir, ember_optim_name(tc->optim.kind));
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t nt = ember_table_tensors(tc, ti);
         int same = nt == x->ntensors;
@@ -36,15 +40,18 @@ static ember_status match_tables(ember_sebc *s, const ember_checkpoint *c, int32
             same = strcmp(ti[k].name, x->tensors[k].name) == 0 && ti[k].cols == x->tensors[k].cols &&
                    x->tensors[k].dtype == (k == 0 ? x->dtype : ti[k].dtype);
         if (!same)
-            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "%s: table '%s' tensors in checkpoint '%s' are not the ones "
-                                       "its optimizer %s keeps", fn, tc->name, c->dir, ember_optim_name(tc->optim.kind));
+            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
+                                       "%s: table '%s' tensors in checkpoint '%s' are not the ones "
+                                       "its optimizer %s keeps",
+                                       fn, tc->name, c->dir, ember_optim_name(tc->optim.kind));
     }
     return EMBER_OK;
 }
 
 // Loads piece i of table t, tensor k, from the records overlapping it.
-static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ember__ckpt_table *x, int32_t t, int32_t i, int32_t k,
-                               const ember_tensor_info *ti, void *rec_buf, size_t rec_cap, void *dst_buf, size_t chunk) {
+static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ember__ckpt_table *x, int32_t t, int32_t i,
+                               int32_t k, const ember_tensor_info *ti, void *rec_buf, size_t rec_cap, void *dst_buf,
+                               size_t chunk) {
     const ember_table_config *tc = ember_sebc_table(s, t);
     ember_piece p;
     EMBER_TRY(ember_sebc_piece(s, t, i, &p));
@@ -96,7 +103,8 @@ static ember_status open_everywhere(ember_comm *comm, const char *dir, ember_che
     int64_t n = (int64_t)len;
     if (st == EMBER_OK) st = ember_comm_bcast(comm, &n, sizeof n, 0);
     if (st == EMBER_OK && rank != 0 && !(text = ember_ctx_alloc(ctx, (size_t)n + 1)))
-        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate %lld bytes", (long long)n);
+        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate %lld bytes",
+                                 (long long)n);
     st = ember_comm_agree(comm, st);
     if (st == EMBER_OK) st = ember_comm_bcast(comm, text, (size_t)n, 0);
     if (st == EMBER_OK) st = ember__ckpt_parse(*c, text, (size_t)n);
@@ -131,7 +139,8 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     ember_checkpoint *c = NULL;
     ember_status st = open_everywhere(comm, dir, &c);
     int32_t *index = st == EMBER_OK ? ember__calloc(ctx, sizeof(int32_t) * (size_t)(T ? T : 1)) : NULL;
-    if (st == EMBER_OK && !index) st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate");
+    if (st == EMBER_OK && !index)
+        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate");
     if (st == EMBER_OK) st = match_tables(s, c, index);
     uint64_t most = 1;
     if (st == EMBER_OK) buffer_sizes(c, index, T, &most, &chunk);

@@ -277,7 +277,8 @@ static int parse_table(parser *p, ember_checkpoint *c, const cJSON *tj, int32_t 
         return bad(p, where, "name", "is missing");
     snprintf(where, sizeof where, "table '%s'", t->name);
     if (!get_int(p, tj, where, "rows", 1, INT64_MAX / 2, &t->rows) ||
-        !get_int(p, tj, where, "dim", 1, INT32_MAX, &dim) || !get_int(p, tj, where, "step", 0, INT64_MAX / 2, &t->step) ||
+        !get_int(p, tj, where, "dim", 1, INT32_MAX, &dim) ||
+        !get_int(p, tj, where, "step", 0, INT64_MAX / 2, &t->step) ||
         !get_str(p, tj, where, "optimizer", opt, sizeof opt) || !get_str(p, tj, where, "dtype", dt, sizeof dt))
         return 0;
     t->dim = (int32_t)dim;
@@ -359,7 +360,9 @@ ember_status ember__ckpt_read_manifest(ember_ctx *ctx, const char *dir, char **t
                                    "checkpoint '%s' has no manifest.json: not a checkpoint, or its first save never "
                                    "committed",
                                    dir);
-    if (!f) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "checkpoint '%s': cannot open '%s': %s", dir, path, strerror(errno));
+    if (!f)
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "checkpoint '%s': cannot open '%s': %s", dir, path,
+                                   strerror(errno));
     ember_status st = EMBER_OK;
     long n = -1;
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)

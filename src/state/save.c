@@ -57,7 +57,8 @@ static ember_status check_args(ember_sebc *s, const char *dir, const ember_check
     ember_status st = EMBER_OK;
     if (!dir) st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: directory is NULL", fn);
     else if (strlen(dir) + 64 >= EMBER__PATH_MAX)
-        st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: directory name of %zu bytes is too long", fn, strlen(dir));
+        st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: directory name of %zu bytes is too long", fn,
+                                 strlen(dir));
     for (int32_t b = 0; st == EMBER_OK && o && b < o->num_blobs; b++) {
         const ember_checkpoint_blob *x = &o->blobs[b];
         if (!blob_name_ok(x->name))
@@ -102,7 +103,8 @@ static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *genera
     ember_checkpoint_close(c);
     DIR *d = opendir(dir);
     if (!d)
-        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot list '%s': %s", dir, strerror(errno));
+        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot list '%s': %s", dir,
+                                   strerror(errno));
     for (struct dirent *e; (e = readdir(d));) {
         long long g = 0;
         int r = 0;
@@ -196,7 +198,8 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
                     ember_ctx_free(ctx, buf);
                     cap = (buf = ember_ctx_alloc(ctx, need)) ? need : 0;
                     if (!buf) {
-                        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate %zu bytes", need);
+                        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM,
+                                                 "ember_checkpoint_save: cannot allocate %zu bytes", need);
                         break;
                     }
                 }
@@ -228,8 +231,10 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
     }
     ember_ctx_free(ctx, buf);
     if (st == EMBER_OK && *opened && df->err)
-        st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: writing '%s.partial' failed: %s (the previous checkpoint is kept)", path,
-                                 strerror(df->err));
+        st = ember_ctx_set_error(
+            ctx, EMBER_ERR_IO,
+            "ember_checkpoint_save: writing '%s.partial' failed: %s (the previous checkpoint is kept)", path,
+            strerror(df->err));
     return st;
 }
 

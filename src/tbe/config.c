@@ -34,8 +34,8 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const char *fn, const ember
                 "%s: negative workspace hint", fn);
     EMBER_CHECK(ctx, cfg->backend >= 0 && cfg->backend < EMBER_BACKEND_COUNT, EMBER_ERR_INVALID_ARG,
                 "%s: unknown backend %d", fn, (int)cfg->backend);
-    EMBER_CHECK(ctx, ember__backend(cfg->backend) != NULL, EMBER_ERR_UNSUPPORTED, "%s: the %s backend is not in this build",
-                fn, ember_backend_name(cfg->backend));
+    EMBER_CHECK(ctx, ember__backend(cfg->backend) != NULL, EMBER_ERR_UNSUPPORTED,
+                "%s: the %s backend is not in this build", fn, ember_backend_name(cfg->backend));
     int n_none = 0;
     for (int32_t t = 0; t < cfg->num_tables; t++) {
         const ember_table_config *tc = &cfg->tables[t];

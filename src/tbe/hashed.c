@@ -265,7 +265,8 @@ static ember_status hashed_create(ember_ebc *ebc, ember__table *tb, const ember_
     m->cand_cnt = ember__calloc(ctx, R);
     m->cand_last = ember__calloc(ctx, R);
     m->row = ember__alloc(ctx, sizeof(float) * (size_t)tb->cfg.dim);
-    if (!m->id || !m->last || !m->uses || !m->occ || !m->pin || !m->cand_id || !m->cand_cnt || !m->cand_last || !m->row) {
+    if (!m->id || !m->last || !m->uses || !m->occ || !m->pin || !m->cand_id || !m->cand_cnt || !m->cand_last ||
+        !m->row) {
         hashed_destroy(ctx, &m->hdr);
         return ember__error(ctx, EMBER_ERR_NOMEM, "ember_ebc_create: table '%s': out of memory for its id map",
                             tb->label);
@@ -282,8 +283,8 @@ ember_status ember_ebc_hash_stats(const ember_ebc *ebc, int32_t table, ember_has
     EMBER_CHECK(ebc->ctx, table >= 0 && table < ebc->T, EMBER_ERR_INVALID_ARG,
                 "ember_ebc_hash_stats: table %d outside [0, %d)", (int)table, (int)ebc->T);
     const ember__table *tb = &ebc->tables[table];
-    EMBER_CHECK(ebc->ctx, tb->map && tb->map->ops == &hashed_ops, EMBER_ERR_INVALID_ARG, "ember_ebc_hash_stats: table '%s' is not hashed",
-                tb->label);
+    EMBER_CHECK(ebc->ctx, tb->map && tb->map->ops == &hashed_ops, EMBER_ERR_INVALID_ARG,
+                "ember_ebc_hash_stats: table '%s' is not hashed", tb->label);
     *out = ((const hashed *)tb->map)->stats;
     return EMBER_OK;
 }

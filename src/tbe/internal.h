@@ -1,7 +1,7 @@
 // Internal layout of the table-batched EmbeddingBagCollection, shared with the shard layer.
 //
 // Three levels, each knowing only the one below:
-//   the collection (ebc.c, config.c, calls.c): tables, features, validation, the state dict, the
+//   the collection (ebc.c, config.c, calls.c, rows.c): tables, features, validation, the state dict, the
 //     entry points; it decides each table's shape (rows held, dtype, optimizer state columns)
 //     and never touches a row's bytes;
 //   row maps (rowmap.h: tiered.c, hashed.c): tables whose ids are not rows of the storage,
@@ -27,8 +27,13 @@ typedef struct ember__origin {
     const char *global_name;  // name of the global table (seeds its values); NULL: the local name
 } ember__origin;
 
-// The register paths the wide kernel variants have for an optimizer (isa/avx2.c, isa/avx512.c).
-enum ember__fused { EMBER__FUSED_NONE = 0, EMBER__FUSED_SGD = 1, EMBER__FUSED_ROWWISE_ADAGRAD = 2, EMBER__FUSED_ADAM = 3 };
+// The register paths the wide kernel variants have for an optimizer (cpu/isa/avx2.c, avx512.c).
+enum ember__fused {
+    EMBER__FUSED_NONE = 0,
+    EMBER__FUSED_SGD = 1,
+    EMBER__FUSED_ROWWISE_ADAGRAD = 2,
+    EMBER__FUSED_ADAM = 3
+};
 
 // One row of the optimizer descriptor table (optim.c).
 typedef struct ember__optim_desc {

@@ -20,8 +20,9 @@
 // `step` is the table's backward count including the current one (global step, as torch's
 // SparseAdam counts optimizer steps).
 //
-// The row updates themselves are optim_row in isa/impl.h, compiled into every kernel variant
-// (and fused into registers for SGD, row-wise Adagrad and Adam in isa/avx2.c and isa/avx512.c).
+// The row updates themselves are optim_row (cpu/optim_rows.h), compiled into every kernel variant
+// of the cpu backend (and fused into registers for SGD, row-wise Adagrad and Adam in cpu/isa/avx2.c
+// and avx512.c).
 // Speed: the element loops are written so the compiler vectorises them (restrict pointers,
 // branches hoisted out of the loops; the library builds with -fno-math-errno so sqrtf becomes
 // vsqrtps). Row reductions (sum of g^2, norms) accumulate in 16 lanes (element d into lane

@@ -48,7 +48,8 @@ ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t 
                 if (j1 > j0) memcpy(ids + n, kjt->values + j0, sizeof(int64_t) * (size_t)(j1 - j0));
                 n += j1 - j0;
             } else {
-                for (int64_t j = j0; j < j1; j++) ids[n++] = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
+                for (int64_t j = j0; j < j1; j++)
+                    ids[n++] = ember__resolve_id(kjt->values[j], tb->cfg.rows, ebc->bounds);
             }
         }
         EMBER_TRY(tb->map->ops->map(ebc, tb, ids, n, rows, phase));

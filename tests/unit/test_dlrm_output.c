@@ -94,19 +94,20 @@ static void plot_runs_gnuplot_or_says_it_is_missing(void **state) {
     ember_ctx_destroy(ctx);
 }
 
-static void sharding_explicit_round_robin(void **state) {
+static void sharding_explicit_default_placement(void **state) {
     (void)state;
     ember_ctx *ctx;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
-    // Table-wise tables go round-robin over the ranks; dp and rw use every rank.
+    // The library's default placement (ember_table_plan_default): table-wise table t on rank t mod
+    // W; dp and rw use every rank.
     int choice[5] = {EMBER_SHARD_TABLE_WISE, EMBER_SHARD_DATA_PARALLEL, EMBER_SHARD_TABLE_WISE, EMBER_SHARD_ROW_WISE,
                      EMBER_SHARD_TABLE_WISE};
     ember_table_plan plan[5];
     assert_int_equal(sharding_plan(ctx, 5, 16, choice, 3, 3, plan), EMBER_OK);
     for (int t = 0; t < 5; t++) assert_int_equal(plan[t].scheme, choice[t]);
     assert_int_equal(plan[0].ranks[0], 0);
-    assert_int_equal(plan[2].ranks[0], 1);
-    assert_int_equal(plan[4].ranks[0], 2);
+    assert_int_equal(plan[2].ranks[0], 2);
+    assert_int_equal(plan[4].ranks[0], 1);
     assert_true(plan[1].num_ranks == 0 && plan[1].ranks == NULL && plan[4].num_ranks == 1);
     ember_plan_release(ctx, plan, 5);
     // Explicit schemes: cw slices min(W, dim) ways; twrw groups of the host's ranks.
@@ -199,7 +200,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(metrics_writes_csv_and_jsonl_rows),
         cmocka_unit_test(plot_runs_gnuplot_or_says_it_is_missing),
-        cmocka_unit_test(sharding_explicit_round_robin),
+        cmocka_unit_test(sharding_explicit_default_placement),
         cmocka_unit_test(sharding_bytes_per_rank),
     };
     return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);

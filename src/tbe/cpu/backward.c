@@ -82,8 +82,9 @@ static int bits_for(int64_t rows) {
 
 // Fills and sorts table t's slice [tstart[t], tstart[t+1]) of the entry arrays, and writes its
 // segment starts (absolute entry indices) to seg_tmp from tstart[t]; returns their count.
-static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32_t t, const int64_t *tstart, int64_t *row,
-                           int64_t *item, int64_t *row_tmp, int64_t *item_tmp, int64_t *seg_tmp, int resolve_ids) {
+static int64_t build_table(const ember_ebc *ebc, const ember__segments *s, int32_t t, const int64_t *tstart,
+                           int64_t *row, int64_t *item, int64_t *row_tmp, int64_t *item_tmp, int64_t *seg_tmp,
+                           int resolve_ids) {
     const ember__table *tb = &ebc->tables[t];
     const ember_kjt *kjt = s->kjt;
     const int32_t B = kjt->batch_size;
@@ -117,7 +118,9 @@ static ember_status build_segments(ember_ebc *ebc, const ember_kjt *kjt, const i
     const size_t nnz = (size_t)kjt->nnz, T = (size_t)ebc->T;
     const int32_t B = kjt->batch_size;
     const int64_t nbags = (int64_t)ebc->F * B;
-    const enum ember__item_kind kind = ebc->sequence ? EMBER__ITEM_POS_SEQ : kjt->weights ? EMBER__ITEM_POS_POOLED : EMBER__ITEM_BAG;
+    const enum ember__item_kind kind = ebc->sequence  ? EMBER__ITEM_POS_SEQ
+                                       : kjt->weights ? EMBER__ITEM_POS_POOLED
+                                                      : EMBER__ITEM_BAG;
     // One block of int64 arrays: row, item, row_tmp, item_tmp, seg_tmp [nnz]; seg [nnz+1];
     // bag_of [nnz] (weighted pooled only).
     const size_t nent = nnz ? nnz : 1;

@@ -106,7 +106,8 @@ static void cpu_read_rows(const ember_ebc *ebc, const ember__table *tb, int whic
     } else if (dtype == tb->cfg.dtype) {
         memcpy(dst, ember__row_ptr(tb, r0), (size_t)n * tb->row_bytes);
     } else {
-        for (int64_t r = 0; r < n; r++) ember__load_row(tb->cfg.dtype, ember__row_ptr(tb, r0 + r), (float *)dst + r * cols, cols);
+        for (int64_t r = 0; r < n; r++)
+            ember__load_row(tb->cfg.dtype, ember__row_ptr(tb, r0 + r), (float *)dst + r * cols, cols);
     }
 }
 

@@ -197,7 +197,8 @@ update_segments_impl(const ember_ebc *ebc, const ember__segments *s, const float
             const ember__table *tbp = &ebc->tables[tp];
             ember__prefetch_update(tbp, s->row[s->seg[kp]]);
             float sc;
-            ember__prefetch_row(ember__entry_grad(ebc, s, grad_out, s->seg[kp], &sc), sizeof(float) * (size_t)tbp->cfg.dim);
+            ember__prefetch_row(ember__entry_grad(ebc, s, grad_out, s->seg[kp], &sc),
+                                sizeof(float) * (size_t)tbp->cfg.dim);
         }
         if (fused) {
             run(ebc, s, grad_out, k, tb, &s->step[t], fused);
@@ -212,7 +213,11 @@ update_segments_impl(const ember_ebc *ebc, const ember__segments *s, const float
 
 // avx2.c and avx512.c reduce a segment's gradient and update its row and state in registers for
 // the common optimizers, specialised per (optimizer, storage): `kind` packs both.
-enum { FUSED_SGD = EMBER__FUSED_SGD, FUSED_ROWWISE_ADAGRAD = EMBER__FUSED_ROWWISE_ADAGRAD, FUSED_ADAM = EMBER__FUSED_ADAM };
+enum {
+    FUSED_SGD = EMBER__FUSED_SGD,
+    FUSED_ROWWISE_ADAGRAD = EMBER__FUSED_ROWWISE_ADAGRAD,
+    FUSED_ADAM = EMBER__FUSED_ADAM
+};
 enum { STORE_F32 = 0, STORE_BF16 = 4, STORE_F16 = 8, STORE_SR = 16 };
 
 // The fused kind of table tb for a variant whose registers hold `lanes` floats: the optimizer's
