@@ -69,6 +69,28 @@ EMBER_API MPI_Comm ember_comm_mpi(const ember_comm *comm);
 // Collective. If the agreement itself fails, returns EMBER_ERR_COMM or EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_comm_agree(ember_comm *comm, ember_status local);
 
+// An argument of a collective call that every rank must give alike: a number (text NULL), a
+// string compared by its contents (text), or a digest of something larger (digest = 1: the value
+// is compared but not printed; ember_digest makes one). name says what it is in messages.
+typedef struct ember_arg {
+    const char *name;
+    int64_t value;
+    const char *text;
+    int32_t digest;
+} ember_arg;
+#define EMBER_ARGS_MAX 8
+
+// Agrees, in one small all-reduce, on this rank's status and on the n arguments every rank must
+// give alike (n <= EMBER_ARGS_MAX): returns the worst status as ember_comm_agree does, or, when
+// every status is EMBER_OK and an argument differs, EMBER_ERR_INVALID_ARG on every rank with one
+// message naming fn, the first differing argument and its values on two ranks
+// ("ember_sebc_read: ranks disagree on table: 1 on rank 1, 0 on rank 0"). Every collective of
+// the library calls it before any collective work; a caller writing its own collectives can too.
+// Collective. Returns also EMBER_ERR_INVALID_ARG (n outside [0, EMBER_ARGS_MAX], args NULL with
+// n > 0: local, agreed), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
+EMBER_API ember_status ember_comm_agree_args(ember_comm *comm, ember_status local, const char *fn,
+                                             const ember_arg *args, int32_t n);
+
 // In-place sums over all ranks. Collective. The collectives below return EMBER_OK,
 // EMBER_ERR_INVALID_ARG (NULL buffer with n > 0, counts outside MPI's int range, bad root),
 // EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; argument errors are local (agree on them first).

@@ -53,6 +53,10 @@ EMBER_API const char *ember_status_name(ember_status st);
 // One-line description ("id outside its table").
 EMBER_API const char *ember_status_str(ember_status st);
 
+// A 64-bit digest of n bytes: equal bytes give equal digests on every rank and host (for
+// comparing what ranks were given, e.g. an ember_arg of ember/comm.h; not for security). Local.
+EMBER_API uint64_t ember_digest(const void *p, size_t n);
+
 // Library version "MAJOR.MINOR.PATCH" and a one-line build description (compiler, flags that
 // matter: OpenMP, MPI, CBLAS).
 EMBER_API const char *ember_version(void);

@@ -184,7 +184,7 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
     if (c) {
         *c = probe;
         c->counts = ember__alloc(ctx, sizeof(int) * 4 * (size_t)w);
-        c->heard = ember__alloc(ctx, sizeof(int64_t) * 2 * (size_t)w);
+        c->heard = ember__alloc(ctx, sizeof(int64_t) * 4 * (size_t)w); // heard, said, pair
         c->saying = ember__alloc(ctx, sizeof(MPI_Request) * (size_t)w);
         flags = c->flags;
     }
@@ -212,6 +212,7 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(c->diag, MPI_ERRORS_RETURN);
     c->said = c->heard + w;
+    c->pair = c->heard + 2 * w;
     for (int i = 0; i < w; i++) {
         c->heard[i] = 0;
         c->saying[i] = MPI_REQUEST_NULL;
@@ -285,19 +286,19 @@ static ember_status allreduce(ember_comm *c, void *buf, size_t n, MPI_Datatype t
     return EMBER_OK;
 }
 
-ember_status ember_comm_allreduce_sum_f32(ember_comm *c, float *buf, size_t n) {
+ember_status ember__comm_allreduce_sum_f32(ember_comm *c, float *buf, size_t n) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     return allreduce(c, buf, n, MPI_FLOAT, MPI_SUM, sizeof(float), "allreduce_sum_f32");
 }
-ember_status ember_comm_allreduce_sum_f64(ember_comm *c, double *buf, size_t n) {
+ember_status ember__comm_allreduce_sum_f64(ember_comm *c, double *buf, size_t n) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     return allreduce(c, buf, n, MPI_DOUBLE, MPI_SUM, sizeof(double), "allreduce_sum_f64");
 }
-ember_status ember_comm_allreduce_sum_i64(ember_comm *c, int64_t *buf, size_t n) {
+ember_status ember__comm_allreduce_sum_i64(ember_comm *c, int64_t *buf, size_t n) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     return allreduce(c, buf, n, MPI_INT64_T, MPI_SUM, sizeof(int64_t), "allreduce_sum_i64");
 }
-ember_status ember_comm_allreduce_max_i64(ember_comm *c, int64_t *buf, size_t n) {
+ember_status ember__comm_allreduce_max_i64(ember_comm *c, int64_t *buf, size_t n) {
     if (!c) return EMBER_ERR_INVALID_ARG;
     return allreduce(c, buf, n, MPI_INT64_T, MPI_MAX, sizeof(int64_t), "allreduce_max_i64");
 }
@@ -317,9 +318,8 @@ static ember_status to_int_counts(ember_comm *c, const int64_t *counts, int *ic,
     return EMBER_OK;
 }
 
-ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t *send_counts, void *recv,
-                                  const int64_t *recv_counts, size_t elem_size) {
-    if (!c) return EMBER_ERR_INVALID_ARG;
+ember_status ember__comm_alltoallv(ember_comm *c, const void *send, const int64_t *send_counts, void *recv,
+                                   const int64_t *recv_counts, size_t elem_size) {
     EMBER_CHECK(c->ctx, send_counts && recv_counts && elem_size > 0 && elem_size <= INT_MAX, EMBER_ERR_INVALID_ARG,
                 "alltoallv: bad arguments");
     ember_status st = EMBER_OK;
@@ -452,9 +452,8 @@ ember_status ember__comm_alltoall_i64n(ember_comm *c, const int64_t *send, int64
     return EMBER_OK;
 }
 
-ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
-                                   const int64_t *recv_counts, size_t elem_size) {
-    if (!c) return EMBER_ERR_INVALID_ARG;
+ember_status ember__comm_allgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                    const int64_t *recv_counts, size_t elem_size) {
     EMBER_CHECK(c->ctx, recv_counts && count >= 0 && count <= INT_MAX && elem_size > 0 && elem_size <= INT_MAX,
                 EMBER_ERR_INVALID_ARG, "allgatherv: bad arguments");
     int *buf = c->counts;
@@ -475,9 +474,8 @@ ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t coun
     return st;
 }
 
-ember_status ember_comm_gatherv(ember_comm *c, const void *send, int64_t count, void *recv,
-                                const int64_t *recv_counts, size_t elem_size, int32_t root) {
-    if (!c) return EMBER_ERR_INVALID_ARG;
+ember_status ember__comm_gatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                 const int64_t *recv_counts, size_t elem_size, int32_t root) {
     EMBER_CHECK(c->ctx, root >= 0 && root < c->size && count >= 0 && count <= INT_MAX && elem_size > 0 &&
                             elem_size <= INT_MAX && (c->rank != root || recv_counts),
                 EMBER_ERR_INVALID_ARG, "gatherv: bad arguments (root %d, count %lld)", (int)root, (long long)count);
@@ -506,8 +504,7 @@ ember_status ember_comm_allgather_i64(ember_comm *c, int64_t value, int64_t *rec
     return EMBER_OK;
 }
 
-ember_status ember_comm_bcast(ember_comm *c, void *buf, size_t bytes, int32_t root) {
-    if (!c) return EMBER_ERR_INVALID_ARG;
+ember_status ember__comm_bcast(ember_comm *c, void *buf, size_t bytes, int32_t root) {
     EMBER_CHECK(c->ctx, root >= 0 && root < c->size, EMBER_ERR_INVALID_ARG, "bcast: root %d outside [0, %d)",
                 (int)root, (int)c->size);
     char *p = buf;
@@ -527,6 +524,183 @@ ember_status ember_comm_barrier(ember_comm *c) {
     return EMBER_OK;
 }
 
+// --- The public collectives: every argument every rank must give alike agreed first ----------
+
+// The agreement's own exchanges, not counted in bytes_sent (which counts what the caller moves):
+// every rank's value to every rank (gather) or value q of each rank to rank q (scatter).
+static ember_status gather_i64(ember_comm *c, const char *fn, int64_t value, int64_t *all) {
+    COLL(c, fn, MPI_Iallgather(&value, 1, MPI_INT64_T, all, 1, MPI_INT64_T, c->comm, &req_));
+    return EMBER_OK;
+}
+static ember_status scatter_i64(ember_comm *c, const char *fn, const int64_t *mine, int64_t *got) {
+    COLL(c, fn, MPI_Ialltoall(mine, 1, MPI_INT64_T, got, 1, MPI_INT64_T, c->comm, &req_));
+    return EMBER_OK;
+}
+
+// Argument a (value: its compared value here) differs across ranks: the first rank whose value is
+// not rank 0's names it beside rank 0's, and every rank returns EMBER_ERR_INVALID_ARG with that
+// message. Collective.
+static ember_status disagreement(ember_comm *c, const char *fn, const ember_arg *a, int64_t value) {
+    int64_t *all = c->pair;
+    EMBER_TRY(gather_i64(c, fn, value, all));
+    int32_t odd = 1;
+    while (odd < c->size - 1 && all[odd] == all[0]) odd++;
+    char theirs[96], ours[96];
+    if (a->text) snprintf(theirs, sizeof theirs, "'%s'", a->text);
+    else snprintf(theirs, sizeof theirs, "%lld", (long long)a->value);
+    memcpy(ours, theirs, sizeof ours);
+    COLL(c, fn, MPI_Ibcast(theirs, (int)sizeof theirs, MPI_CHAR, odd, c->comm, &req_));
+    COLL(c, fn, MPI_Ibcast(ours, (int)sizeof ours, MPI_CHAR, 0, c->comm, &req_));
+    theirs[sizeof theirs - 1] = ours[sizeof ours - 1] = '\0';
+    if (a->digest)
+        snprintf(c->ctx->errmsg, sizeof c->ctx->errmsg, "%s: ranks disagree on %s (rank %d and rank 0 differ)", fn,
+                 a->name, (int)odd);
+    else
+        snprintf(c->ctx->errmsg, sizeof c->ctx->errmsg, "%s: ranks disagree on %s: %s on rank %d, %s on rank 0", fn,
+                 a->name, theirs, (int)odd, ours);
+    return c->ctx->last_status = EMBER_ERR_INVALID_ARG;
+}
+
+ember_status ember_comm_agree_args(ember_comm *c, ember_status st, const char *fn, const ember_arg *args, int32_t n) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    if (!fn) fn = "ember_comm_agree_args";
+    if (st == EMBER_OK && (n < 0 || n > EMBER_ARGS_MAX || (n > 0 && !args)))
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: %d arguments to agree on (at most %d)", fn, (int)n,
+                          EMBER_ARGS_MAX);
+    if (n < 0 || n > EMBER_ARGS_MAX || !args) n = 0; // agree on the status alone
+    // v[0]: the worst status (its rank the lowest of those with it) or -1; v[1 + 2i], v[2 + 2i]: the
+    // maximum of argument i's value and of its complement (so ~v[2 + 2i] is its minimum).
+    int64_t v[1 + 2 * EMBER_ARGS_MAX], value[EMBER_ARGS_MAX];
+    v[0] = st != EMBER_OK ? ((int64_t)(-(int)st) << 32) | (int64_t)(c->size - 1 - c->rank) : -1;
+    for (int32_t i = 0; i < n; i++) {
+        value[i] = args[i].text ? (int64_t)ember__str_digest(args[i].text) : args[i].value;
+        v[1 + 2 * i] = value[i];
+        v[2 + 2 * i] = ~value[i];
+    }
+    COLL(c, fn, MPI_Iallreduce(MPI_IN_PLACE, v, 1 + 2 * n, MPI_INT64_T, MPI_MAX, c->comm, &req_));
+    if (v[0] >= 0) { // a rank failed: everyone learns its message, as ember_comm_agree
+        const int32_t failed = c->size - 1 - (int32_t)(v[0] & 0xffffffff);
+        const ember_status worst = (ember_status)(-(int)(v[0] >> 32));
+        char msg[EMBER_ERRMSG_CAP];
+        memcpy(msg, c->ctx->errmsg, sizeof msg);
+        COLL(c, fn, MPI_Ibcast(msg, (int)sizeof msg, MPI_CHAR, failed, c->comm, &req_));
+        msg[sizeof msg - 1] = '\0';
+        if (failed != c->rank) {
+            memcpy(c->ctx->errmsg, msg, sizeof msg);
+            c->ctx->last_status = worst;
+        }
+        return worst;
+    }
+    int32_t i = 0;
+    while (i < n && v[1 + 2 * i] == ~v[2 + 2 * i]) i++;
+    if (i == n) return EMBER_OK;
+    return disagreement(c, fn, &args[i], value[i]);
+}
+
+#define CHECKED_ALLREDUCE(name, T)                                                                          \
+    ember_status ember_comm_##name(ember_comm *c, T *buf, size_t n) {                                       \
+        if (!c) return EMBER_ERR_INVALID_ARG;                                                               \
+        const char *fn = "ember_comm_" #name;                                                               \
+        const ember_status st =                                                                             \
+            n > 0 && !buf ? ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: buffer is NULL", fn) : EMBER_OK; \
+        const ember_arg args[] = {EMBER__ARG("count", n)};                                                 \
+        EMBER_TRY(ember_comm_agree_args(c, st, fn, args, 1));                                              \
+        return ember__comm_##name(c, buf, n);                                                               \
+    }
+CHECKED_ALLREDUCE(allreduce_sum_f32, float)
+CHECKED_ALLREDUCE(allreduce_sum_f64, double)
+CHECKED_ALLREDUCE(allreduce_sum_i64, int64_t)
+CHECKED_ALLREDUCE(allreduce_max_i64, int64_t)
+#undef CHECKED_ALLREDUCE
+
+// A rank's counts: every entry in [0, INT_MAX] (MPI's counts are int).
+static ember_status check_counts(ember_comm *c, const char *fn, const char *what, const int64_t *counts) {
+    EMBER_CHECK(c->ctx, counts != NULL, EMBER_ERR_INVALID_ARG, "%s: %s is NULL", fn, what);
+    for (int32_t q = 0; q < c->size; q++)
+        EMBER_CHECK(c->ctx, counts[q] >= 0 && counts[q] <= INT_MAX, EMBER_ERR_INVALID_ARG,
+                    "%s: %s[%d] = %lld outside [0, %d]", fn, what, (int)q, (long long)counts[q], INT_MAX);
+    return EMBER_OK;
+}
+
+ember_status ember_comm_alltoallv(ember_comm *c, const void *send, const int64_t *send_counts, void *recv,
+                                  const int64_t *recv_counts, size_t elem_size) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_comm_alltoallv";
+    ember_status st = check_counts(c, fn, "send_counts", send_counts);
+    if (st == EMBER_OK) st = check_counts(c, fn, "recv_counts", recv_counts);
+    if (st == EMBER_OK && (elem_size == 0 || elem_size > INT_MAX))
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: element size %zu", fn, elem_size);
+    // Every rank's count for rank q is what q expects from it: each learns what the others send it.
+    int64_t *mine = c->pair, *got = c->pair + c->size;
+    for (int32_t q = 0; q < c->size; q++) mine[q] = st == EMBER_OK ? send_counts[q] : 0;
+    EMBER_TRY(scatter_i64(c, fn, mine, got));
+    for (int32_t q = 0; st == EMBER_OK && q < c->size; q++)
+        if (got[q] != recv_counts[q])
+            st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: rank %d sends %lld elements to rank %d, which expects %lld",
+                              fn, (int)q, (long long)got[q], (int)c->rank, (long long)recv_counts[q]);
+    const ember_arg args[] = {EMBER__ARG("element size", elem_size)};
+    EMBER_TRY(ember_comm_agree_args(c, st, fn, args, 1));
+    return ember__comm_alltoallv(c, send, send_counts, recv, recv_counts, elem_size);
+}
+
+ember_status ember_comm_allgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                   const int64_t *recv_counts, size_t elem_size) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_comm_allgatherv";
+    ember_status st = check_counts(c, fn, "recv_counts", recv_counts);
+    if (st == EMBER_OK && (elem_size == 0 || elem_size > INT_MAX))
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: element size %zu", fn, elem_size);
+    // recv_counts are the same on every rank (agreed below), so a rank's count matching its entry
+    // makes the whole exchange consistent.
+    if (st == EMBER_OK && count != recv_counts[c->rank])
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: %lld elements sent, recv_counts[%d] = %lld", fn,
+                          (long long)count, (int)c->rank, (long long)recv_counts[c->rank]);
+    const ember_arg args[] = {EMBER__ARG("element size", elem_size),
+                               (ember_arg){.name = "recv_counts",
+                                          .value = recv_counts ? (int64_t)ember_digest(recv_counts, sizeof(int64_t) * (size_t)c->size) : 0,
+                                          .digest = 1}};
+    EMBER_TRY(ember_comm_agree_args(c, st, fn, args, 2));
+    return ember__comm_allgatherv(c, send, count, recv, recv_counts, elem_size);
+}
+
+ember_status ember_comm_gatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                const int64_t *recv_counts, size_t elem_size, int32_t root) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_comm_gatherv";
+    ember_status st = EMBER_OK;
+    if (root < 0 || root >= c->size)
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: root %d outside [0, %d)", fn, (int)root, (int)c->size);
+    else if (count < 0 || count > INT_MAX || elem_size == 0 || elem_size > INT_MAX)
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: count %lld, element size %zu", fn, (long long)count,
+                          elem_size);
+    else if (c->rank == root)
+        st = check_counts(c, fn, "recv_counts", recv_counts);
+    const ember_arg args[] = {EMBER__ARG("root", root), EMBER__ARG("element size", elem_size)};
+    EMBER_TRY(ember_comm_agree_args(c, st, fn, args, 2));
+    // The root checks every rank's count against what it expects.
+    int64_t *all = c->pair;
+    EMBER_TRY(gather_i64(c, fn, count, all));
+    for (int32_t q = 0; c->rank == root && st == EMBER_OK && q < c->size; q++)
+        if (all[q] != recv_counts[q])
+            st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: rank %d sends %lld elements, the root expects %lld",
+                              fn, (int)q, (long long)all[q], (long long)recv_counts[q]);
+    EMBER_TRY(ember_comm_agree(c, st));
+    return ember__comm_gatherv(c, send, count, recv, recv_counts, elem_size, root);
+}
+
+ember_status ember_comm_bcast(ember_comm *c, void *buf, size_t bytes, int32_t root) {
+    if (!c) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_comm_bcast";
+    ember_status st = EMBER_OK;
+    if (root < 0 || root >= c->size)
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: root %d outside [0, %d)", fn, (int)root, (int)c->size);
+    else if (bytes > 0 && !buf)
+        st = ember__error(c->ctx, EMBER_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
+    const ember_arg args[] = {EMBER__ARG("root", root), EMBER__ARG("bytes", bytes)};
+    EMBER_TRY(ember_comm_agree_args(c, st, fn, args, 2));
+    return ember__comm_bcast(c, buf, bytes, root);
+}
+
 // The gradient all-reduce of both dtypes: agree on the arguments, sum, and for MEAN multiply by
 // the dtype's 1/W: the factor the sharded embeddings apply (ember__grad_scale in
 // shard/internal.h), so dense and sparse gradients round alike.
@@ -537,7 +711,8 @@ ember_status ember_comm_barrier(ember_comm *c) {
         st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown gradient convention %d", fn, (int)conv); \
     else if (n > 0 && !grad)                                                                                \
         st = ember__error(comm->ctx, EMBER_ERR_INVALID_ARG, "%s: grad is NULL", fn);                        \
-    EMBER_TRY(ember_comm_agree(comm, st));                                                                  \
+    const ember_arg args[] = {EMBER__ARG("convention", conv), EMBER__ARG("count", n)};                     \
+    EMBER_TRY(ember_comm_agree_args(comm, st, fn, args, 2));                                               \
     EMBER_TRY(sum_fn(comm, grad, n));                                                                       \
     if (conv == EMBER_GRAD_MEAN) {                                                                          \
         const T inv = (T)1 / (T)comm->size;                                                                 \
@@ -547,12 +722,12 @@ ember_status ember_comm_barrier(ember_comm *c) {
 
 ember_status ember_comm_allreduce_grads(ember_comm *comm, ember_grad_convention conv, float *grad, size_t n) {
     const char *fn = "ember_comm_allreduce_grads";
-    ALLREDUCE_GRADS(float, ember_comm_allreduce_sum_f32)
+    ALLREDUCE_GRADS(float, ember__comm_allreduce_sum_f32)
 }
 
 ember_status ember_comm_allreduce_grads_f64(ember_comm *comm, ember_grad_convention conv, double *grad, size_t n) {
     const char *fn = "ember_comm_allreduce_grads_f64";
-    ALLREDUCE_GRADS(double, ember_comm_allreduce_sum_f64)
+    ALLREDUCE_GRADS(double, ember__comm_allreduce_sum_f64)
 }
 #undef ALLREDUCE_GRADS
 

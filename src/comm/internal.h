@@ -21,6 +21,7 @@ struct ember_comm {
     int64_t seq;          // collectives started on this communicator (equal on every rank)
     int64_t *heard;       // [size] the latest collective each rank announced waiting in (-1: none)
     int64_t *said;        // [size] send buffers of the announcements
+    int64_t *pair;        // [2 * size] scratch of the public collectives' count checks
     MPI_Request *saying;  // [size] their requests
     ember_status broken;  // EMBER_OK, or the status after which the communicator is unusable
     char why[EMBER_ERRMSG_CAP]; // the timeout's message, repeated by every later collective
@@ -62,6 +63,24 @@ ember_status ember__comm_alltoall_i64n(ember_comm *c, const int64_t *send, int64
 ember_status ember__comm_wait(ember_comm *c, ember__req *r);
 // Frees r's counts. r must not be pending, unless the communicator timed out.
 void ember__comm_req_free(ember_comm *c, ember__req *r);
+
+// Helpers for ember_arg (comm.h): a number, a string compared by its contents.
+#define EMBER__ARG(nm, v) ((ember_arg){.name = (nm), .value = (int64_t)(v)})
+#define EMBER__ARG_STR(nm, s) ((ember_arg){.name = (nm), .text = (s) ? (s) : "(null)"})
+
+// The collectives of comm.h without the argument agreement: for callers whose every rank computes
+// the arguments alike (the sharded collection's exchanges). Arguments and statuses as there.
+ember_status ember__comm_allreduce_sum_f32(ember_comm *c, float *buf, size_t n);
+ember_status ember__comm_allreduce_sum_f64(ember_comm *c, double *buf, size_t n);
+ember_status ember__comm_allreduce_sum_i64(ember_comm *c, int64_t *buf, size_t n);
+ember_status ember__comm_allreduce_max_i64(ember_comm *c, int64_t *buf, size_t n);
+ember_status ember__comm_alltoallv(ember_comm *c, const void *send, const int64_t *send_counts, void *recv,
+                                   const int64_t *recv_counts, size_t elem_size);
+ember_status ember__comm_allgatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                    const int64_t *recv_counts, size_t elem_size);
+ember_status ember__comm_gatherv(ember_comm *c, const void *send, int64_t count, void *recv,
+                                 const int64_t *recv_counts, size_t elem_size, int32_t root);
+ember_status ember__comm_bcast(ember_comm *c, void *buf, size_t bytes, int32_t root);
 
 // A configuration as text, one "<field>: <value>\n" line per field, built by every rank in the
 // same order (e.g. "table 'user' rows: 31"). ember__fields_add appends a line; on failure to

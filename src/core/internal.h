@@ -98,6 +98,9 @@ ember_status ember__enum_parse(const char *const *names, int n, const char *name
         return st;                                                                                  \
     }
 
+// The digest (ember_digest) of a NUL-terminated string (NULL has a digest of its own).
+uint64_t ember__str_digest(const char *s);
+
 // Size-checked multiply for byte counts; false on overflow.
 static inline bool ember__mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return false;

@@ -288,7 +288,7 @@ static ember_status FN(forward_train)(ember_lfq *q, const void *xv, int32_t B, i
     double denom;
     if (comm && cfg->dist_mean == EMBER_LFQ_MEAN_TOKENS) {
         int64_t n_glob = n_ent;
-        EMBER_TRY(ember_comm_allreduce_sum_i64(comm, &n_glob, 1));
+        EMBER_TRY(ember__comm_allreduce_sum_i64(comm, &n_glob, 1));
         EMBER_TRY(ALLREDUCE(comm, psum, (size_t)(C * K)));
         for (int64_t i = 0; i < C * K; i++) pbar[i] = n_glob > 0 ? psum[i] / (real)n_glob : 0;
         denom = (double)n_glob; // dpbar/dp_t = 1 / sum_r |E_r|

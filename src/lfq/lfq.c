@@ -269,12 +269,19 @@ ember_status ember_lfq_zero_grad(ember_lfq *q) {
 
 ember_status ember_lfq_allreduce_grads(ember_lfq *q, ember_grad_convention conv) {
     if (!q) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_lfq_allreduce_grads";
     ember_comm *comm = q->cfg.comm;
-    EMBER_CHECK(q->ctx, conv == EMBER_GRAD_MEAN || conv == EMBER_GRAD_SUM, EMBER_ERR_INVALID_ARG,
-                "ember_lfq_allreduce_grads: unknown gradient convention %d", (int)conv);
-    if (!comm) return EMBER_OK;
-    // The first training forward agreed on the configuration, so n is the same on every rank.
+    const ember_status st = conv == EMBER_GRAD_MEAN || conv == EMBER_GRAD_SUM
+                                ? EMBER_OK
+                                : ember__error(q->ctx, EMBER_ERR_INVALID_ARG, "%s: unknown gradient convention %d", fn,
+                                               (int)conv);
+    if (!comm) return st;
+    // The parameters' count and dtype too: the first training forward agrees on the
+    // configuration, but this may come before it.
     const size_t n = (size_t)q->n_params;
+    const ember_arg args[] = {{.name = "convention", .value = conv}, {.name = "dtype", .text = ember_dtype_name(q->cfg.dtype)},
+                              {.name = "parameters", .value = (int64_t)n}};
+    EMBER_TRY(ember_comm_agree_args(comm, st, fn, args, 3));
     if (q->cfg.dtype == EMBER_DTYPE_F64) return ember_comm_allreduce_grads_f64(comm, conv, q->grads, n);
     return ember_comm_allreduce_grads(comm, conv, q->grads, n);
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ember/plan.h"
@@ -34,6 +35,7 @@ typedef struct model {
     const int32_t *host_of; // [W], NULL: one host
     int32_t *host_first;    // [H + 1] offsets into host_ranks
     int32_t *host_ranks;    // [W] ranks of host h: host_ranks[host_first[h] .. host_first[h + 1])
+    int32_t *host_size;     // [W] ranks on rank q's host
     double intra_bw, inter_bw, mem_bw, disk_bw;
     double round_s;             // seconds of one collective round
     double *host_out, *host_in; // [H] scratch
@@ -131,7 +133,7 @@ static double rounds_seconds(const model *m, int routed, int dp) {
 // Checks the topology fields and fills m (host_of from ranks_per_host into own_host_of[W]).
 // fn names the caller in messages.
 static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_config *pc, model *m,
-                               int32_t *own_host_of, int32_t *host_first, int32_t *host_ranks) {
+                               int32_t *own_host_of, int32_t *host_first, int32_t *host_ranks, int32_t *host_size) {
     const int W = pc->world_size;
     m->W = W;
     m->H = 1;
@@ -160,10 +162,9 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
                         "%s: no rank on host %d of 0..%d (hosts are numbered without gaps)", fn, h, H - 1);
             host_first[h + 1] += host_first[h];
         }
-        // Ranks of each host in rank order (O(W * H), well within the planner's O(T * W^2)).
-        for (int h = 0, pos = 0; h < H; h++)
-            for (int q = 0; q < W; q++)
-                if (own_host_of[q] == h) host_ranks[pos++] = q;
+        // Ranks of each host in rank order: each host's next slot (host_size as the cursor).
+        for (int h = 0; h < H; h++) host_size[h] = host_first[h];
+        for (int q = 0; q < W; q++) host_ranks[host_size[own_host_of[q]]++] = q;
         if (H > 1) {
             m->H = H;
             m->host_of = own_host_of;
@@ -174,8 +175,11 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
         host_first[1] = W;
         for (int q = 0; q < W; q++) host_ranks[q] = q;
     }
+    for (int q = 0; q < W; q++)
+        host_size[q] = m->H > 1 ? host_first[own_host_of[q] + 1] - host_first[own_host_of[q]] : W;
     m->host_first = host_first;
     m->host_ranks = host_ranks;
+    m->host_size = host_size;
     m->intra_bw = pc->intra_host_bw;
     m->inter_bw = pc->inter_host_bw;
     m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 2e9;
@@ -281,20 +285,26 @@ static void table_order(const ember_ebc_config *ec, const ember_plan_config *pc,
     }
 }
 
-// Ranks by their step load so far (seconds when timed, else bytes), least first: the candidates
-// for single placements.
-static void sort_by_load(model *m, const ember__traffic *acc, int timed, int32_t *by_load) {
+// A rank's load for sort_by_load: its seconds (or bytes) so far, the rank breaking ties.
+typedef struct load_key {
+    double load;
+    int32_t rank;
+} load_key;
+
+static int by_key(const void *a, const void *b) {
+    const load_key *x = a, *y = b;
+    if (x->load != y->load) return x->load < y->load ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+// Ranks by their step load so far (seconds when timed, else bytes), least first, lower rank
+// first among equals: the candidates for single placements. keys: [W] scratch.
+static void sort_by_load(model *m, const ember__traffic *acc, int timed, load_key *keys, int32_t *by_load) {
     host_sums(m, acc, NULL);
-    for (int q = 0; q < m->W; q++) by_load[q] = q;
-    for (int a = 1; a < m->W; a++) {
-        int v = by_load[a], b = a - 1;
-        while (b >= 0 && (timed ? rank_seconds(m, acc, NULL, by_load[b]) > rank_seconds(m, acc, NULL, v)
-                                : rank_bytes(acc, NULL, by_load[b]) > rank_bytes(acc, NULL, v))) {
-            by_load[b + 1] = by_load[b];
-            b--;
-        }
-        by_load[b + 1] = v;
-    }
+    for (int q = 0; q < m->W; q++)
+        keys[q] = (load_key){timed ? rank_seconds(m, acc, NULL, q) : rank_bytes(acc, NULL, q), q};
+    qsort(keys, (size_t)m->W, sizeof *keys, by_key);
+    for (int q = 0; q < m->W; q++) by_load[q] = keys[q].rank;
 }
 
 // The plan's figures per rank (whichever arrays stats gives): storage, step bytes, predicted
@@ -342,8 +352,9 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     ember__buf scratch = {0};
     char *mem = ember__buf_reserve(ctx, &scratch,
                                    Tz * (sizeof(double) + sizeof(size_t)) +
-                                       Wz * ((3 * NA + 3) * sizeof(double) + 3 * sizeof(size_t) + 7 * sizeof(int32_t)) +
-                                       sizeof(int32_t));
+                                       Wz * ((3 * NA + 3) * sizeof(double) + 3 * sizeof(size_t) + 10 * sizeof(int32_t) +
+                                             sizeof(load_key) + 1) +
+                                       sizeof(int32_t) + 16);
     if (!mem) return EMBER_ERR_NOMEM;
     double *Lt = (double *)mem, *d = Lt + T;
     ember__traffic acc = {.W = W};
@@ -365,12 +376,17 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     cand.plan.ranks = best.plan.ranks + W;
     int32_t *own_host_of = cand.plan.ranks + W, *host_ranks = own_host_of + W, *host_first = host_ranks + W;
     int32_t *scheme_ranks = host_first + W + 1; // a scheme's scratch for its candidates' ranks
-    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
+    int32_t *host_size = scheme_ranks + W, *host_by_load = host_size + W, *traffic_scratch = host_by_load + W;
+    load_key *keys = (load_key *)(((uintptr_t)(traffic_scratch + W) + 15) & ~(uintptr_t)15);
+    unsigned char *seen = (unsigned char *)(keys + W);
+    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks, host_size);
     if (st != EMBER_OK) {
         ember__buf_free(ctx, &scratch);
         return st;
     }
     best.tr.host_of = cand.tr.host_of = acc.host_of = m.host_of;
+    best.tr.host_size = cand.tr.host_size = acc.host_size = m.host_size;
+    best.tr.scratch = cand.tr.scratch = acc.scratch = traffic_scratch;
     const int timed = m.intra_bw > 0;
     for (size_t i = 0; i < NA; i++) memset(*traffic_array(&acc, (int)i), 0, sizeof(double) * Wz);
     memset(acc_storage, 0, sizeof(size_t) * Wz);
@@ -384,7 +400,7 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     placing pl = {.m = &m, .pc = pc, .acc = &acc, .acc_storage = acc_storage, .timed = timed, .W = W,
                   .B = pc->batch_size, .best = &best, .cand = &cand};
     ember__plan_view view = {.W = W, .H = m.H, .by_load = by_load, .host_first = host_first, .host_ranks = host_ranks,
-                             .hosts_even = hosts_even, .dp_max = dp_max};
+                             .hosts_even = hosts_even, .dp_max = dp_max, .host_by_load = host_by_load};
     for (int i = 0; i < T && st == EMBER_OK; i++) {
         const int t = (int)order[i];
         const ember_table_config *tc = &ec->tables[t];
@@ -396,7 +412,13 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
         pl.L = Lt[t];
         pl.best_score = -1;
         pl.best_total = 0;
-        sort_by_load(&m, &acc, timed, by_load);
+        sort_by_load(&m, &acc, timed, keys, by_load);
+        // Hosts by the load of their least loaded rank.
+        memset(seen, 0, (size_t)m.H);
+        for (int q = 0, nh = 0; q < W && nh < m.H; q++) {
+            const int32_t h = m.host_of ? m.host_of[by_load[q]] : 0;
+            if (!seen[h]) seen[h] = 1, host_by_load[nh++] = h;
+        }
         // Every allowed scheme proposes its placements, by plan_order (the first of equal scores wins).
         for (int k = 0; k < EMBER_SHARD_COUNT; k++) {
             const ember__scheme_ops *ops = by_order[k];
@@ -438,6 +460,33 @@ ember_status ember_plan_create(ember_ctx *ctx, const ember_ebc_config *ec, const
     return st;
 }
 
+// Adds the exact bytes each rank holds of table tc under p into per_rank[W] (each piece's weights
+// and state, as ember_shard_rank_bytes counts them), cutting the table once: O(W).
+static ember_status add_storage(ember_ctx *ctx, const char *fn, const ember_table_config *tc, const ember_table_plan *p,
+                                int32_t W, size_t *per_rank) {
+    const ember__scheme_ops *ops = ember__scheme(p->scheme);
+    const int32_t n = ops->cut(tc, p, W, NULL);
+    if (n == 0) { // kept at home: a whole replica on every rank
+        size_t w = 0, s = 0;
+        ember_table_config_bytes(tc, &w, &s);
+        for (int32_t q = 0; q < W; q++) per_rank[q] += w + s;
+        return EMBER_OK;
+    }
+    ember__shard *sh = ember__xalloc(ctx, sizeof(ember__shard) * (size_t)n, "shard list");
+    if (!sh) return ember__error(ctx, EMBER_ERR_NOMEM, "%s: table '%s': out of memory", fn, tc->name ? tc->name : "?");
+    ops->cut(tc, p, W, sh);
+    for (int32_t i = 0; i < n; i++) {
+        ember_table_config piece = *tc;
+        piece.rows = sh[i].r1 - sh[i].r0;
+        piece.dim = sh[i].c1 - sh[i].c0;
+        size_t w = 0, s = 0;
+        ember_table_config_bytes(&piece, &w, &s);
+        per_rank[sh[i].owner] += w + s;
+    }
+    ember__free(ctx, sh);
+    return EMBER_OK;
+}
+
 ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, const ember_plan_config *pc,
                                 const ember_table_plan *plan, ember_plan_stats *stats) {
     if (!ctx) return EMBER_ERR_INVALID_ARG;
@@ -462,7 +511,7 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     }
     const size_t Wz = (size_t)W, NA = EMBER__TRAFFIC_ARRAYS;
     ember__buf scratch = {0};
-    char *mem = ember__buf_reserve(ctx, &scratch, Wz * ((NA + 3) * sizeof(double) + 3 * sizeof(int32_t)) + 4);
+    char *mem = ember__buf_reserve(ctx, &scratch, Wz * ((NA + 3) * sizeof(double) + 5 * sizeof(int32_t)) + 4);
     if (!mem) return EMBER_ERR_NOMEM;
     double *d = (double *)mem;
     ember__traffic acc = {.W = W};
@@ -475,8 +524,11 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
     m.host_in = m.host_out + W;
     m.before = m.host_in + W;
     int32_t *own_host_of = (int32_t *)(m.before + W), *host_ranks = own_host_of + W, *host_first = host_ranks + W;
-    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks);
+    int32_t *host_size = host_first + W + 1;
+    ember_status st = model_init(ctx, fn, pc, &m, own_host_of, host_first, host_ranks, host_size);
     acc.host_of = m.host_of;
+    acc.host_size = m.host_size;
+    acc.scratch = host_size + W;
     int has_routed = 0, has_dp = 0;
     for (int t = 0; t < T && st == EMBER_OK; t++) {
         const ember_table_config *tc = &ec->tables[t];
@@ -486,11 +538,9 @@ ember_status ember_plan_predict(ember_ctx *ctx, const ember_ebc_config *ec, cons
         for (int f = 0; f < ec->num_features; f++)
             if (ec->features[f].table == t) L += pc->pooling_factor ? pc->pooling_factor[f] : 1.0;
         table_traffic(&m, &plan[t], tc, W, pc->batch_size, L, row_bytes(tc), 4.0 * tc->dim, &acc);
-        for (int q = 0; q < W && stats->storage_bytes; q++) {
-            size_t w = 0, s = 0;
-            st = ember_shard_rank_bytes(ctx, tc, &plan[t], W, q, &w, &s);
-            if (st != EMBER_OK) break;
-            stats->storage_bytes[q] = (t ? stats->storage_bytes[q] : 0) + w + s;
+        if (stats->storage_bytes) {
+            if (t == 0) memset(stats->storage_bytes, 0, sizeof(size_t) * Wz);
+            st = add_storage(ctx, fn, tc, &plan[t], W, stats->storage_bytes);
         }
     }
     if (st == EMBER_OK) {

@@ -18,13 +18,13 @@ static ember_status probe_pair(ember_comm *c, int32_t a, int32_t b, int64_t byte
         ember_status st = ember_comm_barrier(c);
         if (st != EMBER_OK) return st;
         const double t0 = MPI_Wtime();
-        st = ember_comm_alltoallv(c, buf, counts, buf + bytes, counts, 1);
+        st = ember__comm_alltoallv(c, buf, counts, buf + bytes, counts, 1);
         const double t = MPI_Wtime() - t0;
         if (st != EMBER_OK) return st;
         if (t_best < 0 || t < t_best) t_best = t;
     }
     // Rank a's measurement, for everyone.
-    ember_status st = ember_comm_bcast(c, &t_best, sizeof t_best, a);
+    ember_status st = ember__comm_bcast(c, &t_best, sizeof t_best, a);
     *best = t_best;
     return st;
 }
@@ -35,13 +35,17 @@ ember_status ember_plan_detect_topology(ember_comm *c, int32_t *host_of, int32_t
     ember_ctx *ctx = c->ctx;
     const char *fn = "ember_plan_detect_topology";
     const int32_t W = c->size;
-    // Arguments are the caller's on every rank: a bad one fails every rank the same way.
-    EMBER_CHECK(ctx, host_of, EMBER_ERR_INVALID_ARG, "%s: NULL host_of", fn);
-    EMBER_CHECK(ctx, probe_bytes >= 0 && probe_bytes <= ((int64_t)1 << 30), EMBER_ERR_INVALID_ARG,
-                "%s: probe_bytes %lld outside [0, 1 GiB]", fn, (long long)probe_bytes);
-    if (reps < 1) reps = 3;
-    // This rank's host: the ranks it shares memory with; named by the lowest of their ranks.
+    // The arguments, checked and agreed on before any collective work (probe_bytes and reps
+    // decide which exchanges follow: every rank gives the same).
     ember_status st = EMBER_OK;
+    if (!host_of) st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: NULL host_of", fn);
+    else if (probe_bytes < 0 || probe_bytes > ((int64_t)1 << 30))
+        st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: probe_bytes %lld outside [0, 1 GiB]", fn,
+                          (long long)probe_bytes);
+    if (reps < 1) reps = 3;
+    const ember_arg args[] = {{.name = "probe_bytes", .value = probe_bytes}, {.name = "reps", .value = reps}};
+    EMBER_TRY(ember_comm_agree_args(c, st, fn, args, 2));
+    // This rank's host: the ranks it shares memory with; named by the lowest of their ranks.
     MPI_Comm node = MPI_COMM_NULL;
     int lowest = c->rank;
     if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
@@ -91,7 +95,7 @@ ember_status ember_plan_detect_topology(ember_comm *c, int32_t *host_of, int32_t
         const double t0 = MPI_Wtime();
         for (int i = 0; i < 10 && st == EMBER_OK; i++) st = ember_comm_barrier(c);
         round = (MPI_Wtime() - t0) / 10;
-        if (st == EMBER_OK) st = ember_comm_bcast(c, &round, sizeof round, 0);
+        if (st == EMBER_OK) st = ember__comm_bcast(c, &round, sizeof round, 0);
     }
     if (st == EMBER_OK) {
         memcpy(host_of, hosts, sizeof(int32_t) * (size_t)W);

@@ -135,7 +135,7 @@ static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update
             }
         }
     }
-    EMBER_TRY(ember_comm_alltoallv(c, snd, sc, rcv, rc, sizeof(float)));
+    EMBER_TRY(ember__comm_alltoallv(c, snd, sc, rcv, rc, sizeof(float)));
     if (!(s->local && nr > 0)) return EMBER_OK;
     // Received pieces: from each rank q in order, its shards of each shared row block in order.
     int64_t *qoff = s->cnt + 2 * W; // start of rank q's data in rcv

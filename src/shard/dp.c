@@ -202,8 +202,8 @@ static ember_status admit_global(ember_sebc *s, dp_home *h) {
     if (st != EMBER_OK) return st;
     int64_t *mine = len + (int64_t)nf * G, *all = val + nnz; // this rank's lengths; gathered ids
     for (int64_t i = 0; i < (int64_t)nf * s->in->batch; i++) mine[i] = k->offsets[i + 1] - k->offsets[i];
-    st = ember_comm_allgatherv(c, mine, (int64_t)nf * s->in->batch, len, cnt, sizeof(int64_t));
-    if (st == EMBER_OK) st = ember_comm_allgatherv(c, k->values, k->nnz, all, cnt + W, sizeof(int64_t));
+    st = ember__comm_allgatherv(c, mine, (int64_t)nf * s->in->batch, len, cnt, sizeof(int64_t));
+    if (st == EMBER_OK) st = ember__comm_allgatherv(c, k->values, k->nnz, all, cnt + W, sizeof(int64_t));
     if (st != EMBER_OK) return st;
     // Rank q's block holds its nf features' bags (lengths) and ids, feature after feature.
     int64_t n = 0, bag = 0, lbase = 0, vbase = 0;
@@ -415,12 +415,9 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
                          double rows, ember__traffic *tr) {
     (void)p;
     const double touched = B * L < rows ? B * L : rows;
-    for (int q = 0; q < W; q++) {
-        tr->read[q] += B * L * row;
-        // The sparse gradient exchange: every rank's touched rows (key + row) to every other.
-        for (int d = 0; d < W; d++)
-            if (d != q) ember__traffic_send(tr, q, d, touched * (8 + out));
-    }
+    for (int q = 0; q < W; q++) tr->read[q] += B * L * row;
+    // The sparse gradient exchange: every rank's touched rows (key + row) to every other.
+    ember__traffic_all_pairs(tr, touched * (8 + out));
 }
 
 // A replica on every rank: tables up to the view's dp_max, neither tiered (refused) nor hashed

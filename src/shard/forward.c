@@ -219,12 +219,12 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
         sc[q] = (int64_t)s->nroutes[q] * B;
         rc[q] = (int64_t)nr * s->in->Bs[q];
     }
-    if (!taken) st = ember_comm_alltoallv(c, s->in->snd_len.p, sc, s->in->rcv_len.p, rc, sizeof(int32_t));
+    if (!taken) st = ember__comm_alltoallv(c, s->in->snd_len.p, sc, s->in->rcv_len.p, rc, sizeof(int32_t));
     if (st == EMBER_OK && !taken)
-        st = ember_comm_alltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids,
+        st = ember__comm_alltoallv(c, s->in->snd_val.p, s->in->send_ids, s->in->rcv_val.p, s->in->recv_ids,
                                   sizeof(int64_t));
     if (st == EMBER_OK && !taken && s->in->weighted)
-        st = ember_comm_alltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids, sizeof(float));
+        st = ember__comm_alltoallv(c, s->in->snd_w.p, s->in->send_ids, s->in->rcv_w.p, s->in->recv_ids, sizeof(float));
     if (st == EMBER_OK && s->local && nr > 0) {
         // Its buffers were reserved above: this allocates nothing. s->cnt's second half is free
         // until the output dist.

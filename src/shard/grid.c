@@ -19,11 +19,12 @@ static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const 
             EMBER_CHECK(ctx, r >= 0 && r < W, EMBER_ERR_INVALID_ARG,
                         "ember_sebc_create: table '%s': grid slice %d row block %d on rank %d outside [0, %d)",
                         t->name, (int)c, (int)k, (int)r, (int)W);
-            for (int32_t j = 0; j < k; j++)
-                EMBER_CHECK(ctx, p->ranks[c * g + j] != r, EMBER_ERR_INVALID_ARG,
-                            "ember_sebc_create: table '%s': rank %d twice in the group of grid slice %d", t->name,
-                            (int)r, (int)c);
         }
+        const int32_t twice = ember__repeated_rank(ctx, p->ranks + (size_t)c * (size_t)g, g, W);
+        EMBER_CHECK(ctx, twice != -2, EMBER_ERR_NOMEM, "ember_sebc_create: table '%s': out of memory", t->name);
+        EMBER_CHECK(ctx, twice < 0, EMBER_ERR_INVALID_ARG,
+                    "ember_sebc_create: table '%s': rank %d twice in the group of grid slice %d", t->name, (int)twice,
+                    (int)c);
     }
     return ember__check_column_slices(ctx, t, "grid sharding");
 }
@@ -54,14 +55,8 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
                          double rows, ember__traffic *tr) {
     (void)rows;
     const int k = p->num_shards, g = p->group_size;
-    for (int i = 0; i < k * g; i++) {
-        const int o = p->ranks[i];
-        tr->read[o] += W * B * L * row / (k * g);
-        for (int q = 0; q < W; q++) {
-            ember__traffic_send(tr, q, o, B * L * 8 / g + B * 4 + 2 * B * out / k);
-            if (q != o) ember__traffic_send(tr, o, q, 2 * B * out / k);
-        }
-    }
+    for (int i = 0; i < k * g; i++) tr->read[p->ranks[i]] += W * B * L * row / (k * g);
+    ember__traffic_to_set(tr, p->ranks, k * g, B * L * 8 / g + B * 4 + 2 * B * out / k, 2 * B * out / k);
 }
 
 // Only when named: 2 column slices of at least 16 columns, each row-wise over W / 2 of the least

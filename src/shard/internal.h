@@ -58,10 +58,11 @@ void ember__batch_destroy(ember_sebc *s, ember__batch *b);
 // The planner's per-step traffic of one option, per rank ([W] arrays, summed into): bytes of
 // stored rows read, and bytes sent to itself (counted by the byte model, free in time), sent to
 // and received from ranks of its host, sent to and received from other hosts. host_of NULL: one
-// host.
+// host; host_size [W] the number of ranks on rank q's host (NULL: one host).
 typedef struct ember__traffic {
     int32_t W;
-    const int32_t *host_of;
+    const int32_t *host_of, *host_size;
+    int32_t *scratch; // [W] for ember__traffic_to_set
     double *read, *self, *intra, *intra_in, *inter, *inter_in;
 } ember__traffic;
 #define EMBER__TRAFFIC_ARRAYS 6
@@ -88,9 +89,30 @@ typedef struct ember__plan_view {
     int hosts_even;              // more than one host, all of equal size and at least 2 ranks each
     int named;                   // the caller named this scheme among the allowed ones
     size_t dp_max;               // replicate only tables up to this many bytes
+    const int32_t *host_by_load; // [H] hosts, least loaded first (the load of their least loaded rank)
 } ember__plan_view;
+// A scheme proposes a placement on a single rank (or host) only on the EMBER__PLAN_TRIES least
+// loaded ones: the planner's work is then linear in the world size (a placement on a busier rank
+// never wins when a less loaded one can take it).
+#define EMBER__PLAN_TRIES 16
 // A candidate's plan (its ranks valid during the call), handed to the planner.
 typedef void (*ember__plan_emit)(void *arg, const ember_table_plan *p);
+
+// Adds `bytes` sent by every rank to every other rank (O(W), whatever the hosts).
+static inline void ember__traffic_all_pairs(ember__traffic *tr, double bytes) {
+    for (int32_t q = 0; q < tr->W; q++) {
+        const double same = tr->host_of ? (double)(tr->host_size[q] - 1) : (double)(tr->W - 1);
+        const double other = (double)(tr->W - 1) - same;
+        tr->intra[q] += same * bytes;
+        tr->intra_in[q] += same * bytes;
+        tr->inter[q] += other * bytes;
+        tr->inter_in[q] += other * bytes;
+    }
+}
+
+// Adds, for every rank q and each of the n owner ranks o: x bytes sent by q to o (to itself too:
+// counted in self), and y bytes sent back by o to q when q != o. O(W + n), whatever the hosts.
+void ember__traffic_to_set(ember__traffic *tr, const int32_t *owners, int32_t n, double x, double y);
 
 // One scheme: how a table's plan is checked, how the table is cut into shards, where each id
 // goes, what the scheme adds to a step besides the routed data, and how it places and plans a
@@ -170,6 +192,10 @@ typedef struct ember__scheme_ops {
     // whose header states the rules), its ranks in ranks[W].
     void (*default_plan)(int32_t t, int32_t dim, int32_t W, int32_t group, int32_t *ranks, ember_table_plan *out);
 } ember__scheme_ops;
+
+// The first rank that appears twice in ranks[n] (all in [0, W)), or -1: O(n + W), a bitmap from
+// ctx (-2 when it cannot be allocated: the caller reports EMBER_ERR_NOMEM).
+int32_t ember__repeated_rank(ember_ctx *ctx, const int32_t *ranks, int32_t n, int32_t W);
 
 // Storage of a plan that splits a table evenly over the ranks it names (ranks[0, num_ranks)):
 // each holds bytes / n plus the remainder (cw, twrw, grid, tw).

@@ -161,7 +161,7 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
     // differs), maxima over ranks; the failing rank's message is agreed on only when one failed.
     int64_t v[2] = {st != EMBER_OK, !(st == EMBER_OK && kjt->nnz == ov->nnz && kjt->batch_size == ov->spare->batch &&
                                       ember__kjt_digest(kjt) == ov->digest)};
-    ember_status agreed = ember_comm_allreduce_max_i64(c, v, 2);
+    ember_status agreed = ember__comm_allreduce_max_i64(c, v, 2);
     if (agreed == EMBER_OK && v[0]) agreed = ember_comm_agree(c, st);
     st = agreed;
     const int64_t differs = v[1];

@@ -27,12 +27,9 @@ static int32_t cut(const ember_table_config *t, const ember_table_plan *p, int32
 static void step_traffic(const ember_table_plan *p, int32_t W, double B, double L, double row, double out,
                          double rows, ember__traffic *tr) {
     (void)p; (void)rows;
-    for (int q = 0; q < W; q++) {
-        tr->read[q] += B * L * row;
-        // To every other rank: its share of the ids, the lengths, partial pools and their gradients.
-        for (int d = 0; d < W; d++)
-            if (d != q) ember__traffic_send(tr, q, d, B * L * 8 / W + B * 4 + 2 * B * out);
-    }
+    for (int q = 0; q < W; q++) tr->read[q] += B * L * row;
+    // To every other rank: its share of the ids, the lengths, partial pools and their gradients.
+    ember__traffic_all_pairs(tr, B * L * 8 / W + B * 4 + 2 * B * out);
 }
 
 // Over every rank, when there are several and each gets a row.

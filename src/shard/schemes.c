@@ -69,3 +69,44 @@ ember_status ember_shard_scheme_parse(const char *name, ember_shard_scheme *out)
     }
     return EMBER_ERR_INVALID_ARG;
 }
+
+void ember__traffic_to_set(ember__traffic *tr, const int32_t *owners, int32_t n, double x, double y) {
+    const int32_t W = tr->W;
+    int32_t *on_host = tr->scratch; // owners per host (host h counted at index h)
+    for (int32_t h = 0; h < W; h++) on_host[h] = 0;
+    for (int32_t i = 0; i < n; i++) on_host[tr->host_of ? tr->host_of[owners[i]] : 0]++;
+    // Every rank sends x to every owner and receives y from each other owner.
+    for (int32_t q = 0; q < W; q++) {
+        const int32_t h = tr->host_of ? tr->host_of[q] : 0;
+        const double same = (double)on_host[h], other = (double)(n - on_host[h]);
+        tr->intra[q] += x * same; // an owner's x to itself is moved to self below
+        tr->inter[q] += x * other;
+        tr->intra_in[q] += y * same;
+        tr->inter_in[q] += y * other;
+    }
+    // Each owner receives x from every rank and sends y to every other rank; its own share is self.
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t o = owners[i];
+        const double hs = tr->host_of ? (double)tr->host_size[o] : (double)W;
+        tr->intra[o] -= x;
+        tr->self[o] += x;
+        tr->intra_in[o] -= y; // not received from itself
+        tr->intra_in[o] += x * (hs - 1);
+        tr->inter_in[o] += x * ((double)W - hs);
+        tr->intra[o] += y * (hs - 1);
+        tr->inter[o] += y * ((double)W - hs);
+    }
+}
+
+int32_t ember__repeated_rank(ember_ctx *ctx, const int32_t *ranks, int32_t n, int32_t W) {
+    unsigned char *seen = ember__calloc(ctx, ((size_t)W + 7) / 8);
+    if (!seen) return -2;
+    int32_t twice = -1;
+    for (int32_t i = 0; i < n && twice < 0; i++) {
+        const int32_t r = ranks[i];
+        if (seen[r >> 3] & (1u << (r & 7))) twice = r;
+        seen[r >> 3] |= (unsigned char)(1u << (r & 7));
+    }
+    ember__free(ctx, seen);
+    return twice;
+}

@@ -411,12 +411,13 @@ ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: table %d outside [0, %d)", (int)t, (int)s->T);
     else if (!step)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: step is NULL");
-    EMBER_TRY(ember_comm_agree(s->comm, st));
+    const ember_arg args[] = {EMBER__ARG("table", t)};
+    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_step", args, 1));
     int64_t v = -1;
     ember_ebc *e;
     int32_t lt;
     for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) v = ember_ebc_step(e, lt);
-    EMBER_TRY(ember_comm_allreduce_max_i64(s->comm, &v, 1));
+    EMBER_TRY(ember__comm_allreduce_max_i64(s->comm, &v, 1));
     *step = v < 0 ? 0 : v;
     return EMBER_OK;
 }

@@ -71,6 +71,23 @@ static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const 
     return EMBER_OK;
 }
 
+// Agrees on the status so far and on the arguments every rank must give alike: the table, the
+// tensor, the dtype, the root, and for a write (write = 1) the array's values when every rank
+// passes it (root -1; all: this rank's array, bytes long). The same number of arguments on every
+// rank whatever they are.
+static ember_status agree_call(ember_sebc *s, ember_status st, const char *fn, int32_t table, const char *tensor,
+                               ember_dtype dtype, int32_t root, int write, const void *all, size_t bytes) {
+    const ember_arg args[] = {
+        {.name = "table", .value = table},
+        {.name = "tensor", .text = tensor ? tensor : "(null)"},
+        {.name = "dtype", .text = ember_dtype_name(dtype)},
+        {.name = "root", .value = root},
+        {.name = "the array (root -1: every rank passes the same values)",
+         .value = st == EMBER_OK && all ? (int64_t)ember_digest(all, bytes) : 0, .digest = 1},
+    };
+    return ember_comm_agree_args(s->comm, st, fn, args, write ? 5 : 4);
+}
+
 ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root) {
     return ember_sebc_read_as(s, table, tensor, EMBER_DTYPE_F32, dst, root);
 }
@@ -88,11 +105,12 @@ ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor
     const size_t es = ember_dtype_size(dtype);
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
-    const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
+    EMBER_TRY(agree_call(s, st, fn, table, tensor, dtype, root, 0, NULL, 0));
+    const ember__table_shards *ts = &s->ts[table];
     const int32_t dim = slice_dim(&s->tables[table < 0 || table >= s->T ? 0 : table], tensor);
     ember_ebc *e;
     int32_t lt;
-    if (st == EMBER_OK && ts->nshards == 0) { // replicated: every rank holds the whole table
+    if (ts->nshards == 0) { // replicated: every rank holds the whole table
         if ((root < 0 || root == s->rank) && ember__piece(s, table, 0, &e, &lt))
             st = ember_ebc_read(e, lt, tensor, 0, s->tables[table].rows, dtype, dst);
         return ember_comm_agree(s->comm, st);
@@ -123,7 +141,7 @@ ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor
     EMBER_TRY(ember_comm_agree(s->comm, st));
     int64_t *counts = s->cnt;
     EMBER_TRY(ember_comm_allgather_i64(s->comm, mine, counts));
-    EMBER_TRY(ember_comm_allgatherv(s->comm, send, mine, recv, counts, es));
+    EMBER_TRY(ember__comm_allgatherv(s->comm, send, mine, recv, counts, es));
     if (root >= 0 && root != s->rank) return EMBER_OK;
     // Unpack: rank q's blocks follow each other in shard order.
     int64_t base = 0;
@@ -151,6 +169,7 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     ember_status st = check(s, fn, table, tensor, src, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
+    EMBER_TRY(agree_call(s, st, fn, table, tensor, dtype, root, 1, root < 0 ? src : NULL, es * (size_t)total));
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
     const int32_t dim = st == EMBER_OK ? slice_dim(&s->tables[table], tensor) : 0;
     // Every buffer before anything is written: the broadcast array, and one block of the largest
@@ -173,7 +192,7 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     if (st == EMBER_OK && most > 0 && !(blk = ember__buf_reserve(s->ctx, &s->snd_out, es * (size_t)(most + 1))))
         st = EMBER_ERR_NOMEM;
     EMBER_TRY(ember_comm_agree(s->comm, st));
-    if (root >= 0) EMBER_TRY(ember_comm_bcast(s->comm, buf, es * (size_t)total, root));
+    if (root >= 0) EMBER_TRY(ember__comm_bcast(s->comm, buf, es * (size_t)total, root));
     ember_ebc *e;
     int32_t lt;
     if (ts->nshards == 0) { // replicated
@@ -239,6 +258,8 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
     else if (!ember_dtype_is_storage(dtype))
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: dtype %s (%d) cannot store weights",
                           ember_dtype_name(dtype), (int)dtype);
+    const ember_arg args[] = {EMBER__ARG("table", table), EMBER__ARG_STR("dtype", ember_dtype_name(dtype))};
+    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_convert_dtype", args, 2));
     ember_dtype *dtypes = st == EMBER_OK ? ember__xalloc(s->ctx, sizeof(ember_dtype) * (size_t)s->T, "dtype conversion")
                                          : NULL;
     if (st == EMBER_OK && !dtypes) st = EMBER_ERR_NOMEM;
@@ -255,10 +276,12 @@ ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes)
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++)
         if (!ember_dtype_is_storage(dtypes[t]))
             st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
-                              "ember_sebc_convert_dtypes: table '%s': dtype %s (%d) cannot "
-                              "store weights",
+                              "ember_sebc_convert_dtypes: table '%s': dtype %s (%d) cannot store weights",
                               s->tables[t].name, ember_dtype_name(dtypes[t]), (int)dtypes[t]);
-    return ember__sebc_convert_dtypes(s, st == EMBER_OK ? dtypes : NULL, st);
+    const ember_arg args[] = {{.name = "the tables' dtypes", .digest = 1,
+                               .value = st == EMBER_OK ? (int64_t)ember_digest(dtypes, sizeof *dtypes * (size_t)s->T) : 0}};
+    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_convert_dtypes", args, 1));
+    return ember__sebc_convert_dtypes(s, dtypes, EMBER_OK);
 }
 
 // ---- Pieces (shard.h): this rank's blocks of a table, read and written in place ---------------

@@ -29,12 +29,23 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
-// The whole table on each rank in turn.
+// The whole table on each of the least loaded ranks, in rank order (every rank when there are
+// at most EMBER__PLAN_TRIES).
 static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
                        ember__plan_emit emit, void *arg) {
     (void)t; (void)bytes;
-    for (int32_t r = 0; r < v->W; r++) {
-        ranks[0] = r;
+    const int32_t k = v->W < EMBER__PLAN_TRIES ? v->W : EMBER__PLAN_TRIES;
+    int32_t tries[EMBER__PLAN_TRIES];
+    for (int32_t i = 0; i < k; i++) { // the k least loaded, sorted by rank
+        int32_t j = i;
+        while (j > 0 && tries[j - 1] > v->by_load[i]) {
+            tries[j] = tries[j - 1];
+            j--;
+        }
+        tries[j] = v->by_load[i];
+    }
+    for (int32_t i = 0; i < k; i++) {
+        ranks[0] = tries[i];
         emit(arg, &(ember_table_plan){.scheme = EMBER_SHARD_TABLE_WISE, .num_ranks = 1, .ranks = ranks});
     }
 }

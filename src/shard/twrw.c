@@ -10,10 +10,11 @@ static ember_status validate(ember_ctx *ctx, const ember_table_config *t, const 
         EMBER_CHECK(ctx, p->ranks[i] >= 0 && p->ranks[i] < W, EMBER_ERR_INVALID_ARG,
                     "ember_sebc_create: table '%s': group member %d is rank %d outside [0, %d)", t->name, (int)i,
                     (int)p->ranks[i], (int)W);
-        for (int32_t j = 0; j < i; j++)
-            EMBER_CHECK(ctx, p->ranks[j] != p->ranks[i], EMBER_ERR_INVALID_ARG,
-                        "ember_sebc_create: table '%s': rank %d twice in the group", t->name, (int)p->ranks[i]);
     }
+    const int32_t twice = ember__repeated_rank(ctx, p->ranks, p->group_size, W);
+    EMBER_CHECK(ctx, twice != -2, EMBER_ERR_NOMEM, "ember_sebc_create: table '%s': out of memory", t->name);
+    EMBER_CHECK(ctx, twice < 0, EMBER_ERR_INVALID_ARG, "ember_sebc_create: table '%s': rank %d twice in the group",
+                t->name, (int)twice);
     return EMBER_OK;
 }
 
@@ -49,11 +50,23 @@ static void step_traffic(const ember_table_plan *p, int32_t W, double B, double 
     }
 }
 
-// Row-wise over the ranks of each host (with more than one host, at least 2 ranks each).
+// Row-wise over the ranks of each of the least loaded hosts, in host order (with more than one
+// host, at least 2 ranks each; every host when there are at most EMBER__PLAN_TRIES).
 static void candidates(const ember_table_config *t, size_t bytes, const ember__plan_view *v, int32_t *ranks,
                        ember__plan_emit emit, void *arg) {
     (void)bytes;
-    for (int32_t h = 0; v->H > 1 && h < v->H; h++) {
+    const int32_t k = v->H < EMBER__PLAN_TRIES ? v->H : EMBER__PLAN_TRIES;
+    int32_t tries[EMBER__PLAN_TRIES];
+    for (int32_t i = 0; i < k; i++) { // the k least loaded hosts, sorted by index
+        int32_t j = i;
+        while (j > 0 && tries[j - 1] > v->host_by_load[i]) {
+            tries[j] = tries[j - 1];
+            j--;
+        }
+        tries[j] = v->host_by_load[i];
+    }
+    for (int32_t i = 0; v->H > 1 && i < k; i++) {
+        const int32_t h = tries[i];
         const int32_t g = v->host_first[h + 1] - v->host_first[h];
         if (g < 2 || t->rows < g) continue;
         for (int32_t j = 0; j < g; j++) ranks[j] = v->host_ranks[v->host_first[h] + j];

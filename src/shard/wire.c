@@ -23,13 +23,9 @@ ember_status ember_sebc_set_wire_precision(ember_sebc *s, ember_dtype forward, e
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: %s precision %d is not fp32, fp16 or bf16", fn,
                           wire_dtype_ok(forward) ? "backward" : "forward",
                           (int)(wire_dtype_ok(forward) ? backward : forward));
-    EMBER_TRY(ember_comm_agree(s->comm, st));
-    ember__fields d = {s->ctx, {NULL, 0}, 0, EMBER_OK};
-    ember__fields_add(&d, "wire precision forward: %s", ember_dtype_name(forward));
-    ember__fields_add(&d, "wire precision backward: %s", ember_dtype_name(backward));
-    st = ember__comm_agree_fields(s->comm, fn, &d);
-    ember__fields_free(&d);
-    if (st != EMBER_OK) return st;
+    const ember_arg args[] = {EMBER__ARG_STR("forward precision", ember_dtype_name(forward)),
+                              EMBER__ARG_STR("backward precision", ember_dtype_name(backward))};
+    EMBER_TRY(ember_comm_agree_args(s->comm, st, fn, args, 2));
     s->wire_fwd = forward;
     s->wire_bwd = backward;
     return EMBER_OK;
@@ -83,7 +79,7 @@ ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, con
                                   const int64_t *rc) {
     ember_comm *c = s->comm;
     const ember_dtype dt = dir == EMBER__WIRE_FWD ? s->wire_fwd : s->wire_bwd;
-    if (dt == EMBER_DTYPE_F32 || s->W == 1) return ember_comm_alltoallv(c, send, sc, recv, rc, sizeof(float));
+    if (dt == EMBER_DTYPE_F32 || s->W == 1) return ember__comm_alltoallv(c, send, sc, recv, rc, sizeof(float));
     const int32_t W = s->W, me = s->rank;
     // The 16-bit exchange's counts (s->cnt[2W, 4W) is free while the callers exchange): the
     // self block stays out of it.
@@ -133,7 +129,7 @@ ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, con
     }
     // Every rank learns of an overflow (or a failed allocation) before anything is sent.
     EMBER_TRY(ember_comm_agree(c, st));
-    EMBER_TRY(ember_comm_alltoallv(c, snd, sc16, rcv, rc16, sizeof(uint16_t)));
+    EMBER_TRY(ember__comm_alltoallv(c, snd, sc16, rcv, rc16, sizeof(uint16_t)));
     int64_t in = 0, self = 0, at = 0;
     for (int32_t q = 0; q < me; q++) self += sc[q];
     for (int32_t q = 0; q < W; q++) {

@@ -248,13 +248,13 @@ static void disagree(void **state) {
     ember_sebc *s = make(&e, 1, EMBER_DTYPE_BF16, EMBER_DTYPE_F32);
     ember_status st = ember_sebc_set_wire_precision(s, R == W - 1 ? EMBER_DTYPE_F16 : EMBER_DTYPE_BF16, EMBER_DTYPE_F32);
     char want[200];
-    snprintf(want, sizeof want, "ranks disagree on the configuration: wire precision forward: fp16 on rank %d, bf16 on rank 0",
+    snprintf(want, sizeof want, "ranks disagree on forward precision: 'fp16' on rank %d, 'bf16' on rank 0",
              W - 1);
     const char *msg = ember_ctx_errmsg(e.ctx);
     if (!strstr(msg, want)) fprintf(stderr, "rank %d: message \"%s\"\n", R, msg);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_INVALID_ARG && strstr(msg, want) != NULL);
     st = ember_sebc_set_wire_precision(s, EMBER_DTYPE_BF16, R == 0 ? EMBER_DTYPE_F16 : EMBER_DTYPE_F32);
-    snprintf(want, sizeof want, "wire precision backward: fp32 on rank 1, fp16 on rank 0");
+    snprintf(want, sizeof want, "ranks disagree on backward precision: 'fp32' on rank 1, 'fp16' on rank 0");
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_INVALID_ARG && strstr(ember_ctx_errmsg(e.ctx), want) != NULL);
     st = ember_sebc_set_wire_precision(s, R == 0 ? (ember_dtype)7 : EMBER_DTYPE_F16, EMBER_DTYPE_F16);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_INVALID_ARG && strstr(ember_ctx_errmsg(e.ctx), "forward precision 7") != NULL);

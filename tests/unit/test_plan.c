@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -286,6 +287,80 @@ static void plans_for_4096_ranks(void **state) {
     free(text);
     ember_plan_release(ctx, plan, T);
     assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    free(storage);
+    free(step);
+    ember_ctx_destroy(ctx);
+}
+
+// The documented maximum, 65,536 ranks on 8-rank hosts with both link rates given, every scheme
+// allowed: the planner is linear in the world size, so this plans in well under a second on
+// a 2-core machine (the time is printed; the bound, 10 s, is checked by bench/plan_scale.sh). The
+// plan fits the budget and places every byte of every table exactly once (replicas W times).
+static void plans_for_65536_ranks(void **state) {
+    (void)state;
+    enum { W = 65536, T = 6 };
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    ember_table_config t[T] = {table("huge", 400000000, 128), table("big", 4000000, 64), table("mid", 400000, 64),
+                               table("wide", 100000, 256),     table("s0", 5000, 16),    table("one", 1, 4)};
+    t[0].optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    ember_feature_config f[T] = {{.name = "a", .table = 0}, {.name = "b", .table = 1}, {.name = "c", .table = 2},
+                                 {.name = "d", .table = 3}, {.name = "e", .table = 4}, {.name = "g", .table = 5}};
+    ember_ebc_config ec = {.tables = t, .num_tables = T, .features = f, .num_features = T, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = W;
+    pc.batch_size = 64;
+    pc.allow = 0x1f | (1 << EMBER_SHARD_GRID);
+    pc.memory_per_rank = (size_t)64 << 20; // "huge" (205 GB) needs thousands of ranks
+    pc.ranks_per_host = 8;
+    pc.intra_host_bw = 100e9;
+    pc.inter_host_bw = 10e9;
+    ember_table_plan plan[T];
+    size_t *storage = calloc(W, sizeof *storage);
+    double *step = calloc(W, sizeof *step);
+    assert_true(storage && step);
+    ember_plan_stats st = {.storage_bytes = storage, .step_bytes = step};
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, plan, &st), EMBER_OK);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    print_message("plan for %d ranks (8 per host, %d tables): %.3f s\n", W, T,
+                  (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec));
+    // Every byte placed once: ember_plan_predict's exact per-rank storage (O(W): each table cut
+    // once) sums to the tables' bytes (replicas W times), never exceeds the planner's estimate,
+    // and on every 127th rank is what the sharded collection would hold there
+    // (ember_shard_rank_bytes cuts the whole table per call, so not all 65,536).
+    size_t *exact = calloc(W, sizeof *exact);
+    assert_non_null(exact);
+    ember_plan_stats ex = {.storage_bytes = exact};
+    assert_int_equal(ember_plan_predict(ctx, &ec, &pc, plan, &ex), EMBER_OK);
+    size_t total = 0, want = 0;
+    for (int q = 0; q < W; q++) {
+        assert_true(exact[q] <= storage[q] && storage[q] <= pc.memory_per_rank);
+        total += exact[q];
+    }
+    for (int i = 0; i < T; i++) {
+        assert_int_equal(plan[i].num_ranks, ember_table_plan_ranks_needed(&plan[i]));
+        for (int k = 0; k < plan[i].num_ranks; k++) assert_true(plan[i].ranks[k] >= 0 && plan[i].ranks[k] < W);
+        size_t tw = 0, ts = 0;
+        ember_table_config_bytes(&t[i], &tw, &ts);
+        want += plan[i].scheme == EMBER_SHARD_DATA_PARALLEL ? (size_t)W * (tw + ts) : tw + ts;
+    }
+    assert_int_equal(total, want);
+    for (int q = 0; q < W + 126; q += 127) {
+        const int r = q < W ? q : W - 1; // and the last rank
+        size_t here = 0, w = 0, s = 0;
+        for (int i = 0; i < T; i++) {
+            assert_int_equal(ember_shard_rank_bytes(ctx, &t[i], &plan[i], W, r, &w, &s), EMBER_OK);
+            here += w + s;
+        }
+        assert_int_equal(here, exact[r]);
+    }
+    assert_int_not_equal(plan[0].scheme, EMBER_SHARD_TABLE_WISE);
+    ember_plan_release(ctx, plan, T);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    free(exact);
     free(storage);
     free(step);
     ember_ctx_destroy(ctx);
@@ -584,6 +659,7 @@ int main(void) {
         cmocka_unit_test(allowed_schemes_and_bad_inputs),
         cmocka_unit_test(grid_only_when_allowed),
         cmocka_unit_test(plans_for_4096_ranks),
+        cmocka_unit_test(plans_for_65536_ranks),
         cmocka_unit_test(one_host_topology_reproduces_the_plans),
         cmocka_unit_test(slow_links_keep_big_tables_on_one_host),
         cmocka_unit_test(predictions_are_monotone_in_bandwidth),
