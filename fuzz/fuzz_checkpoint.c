@@ -8,11 +8,16 @@
 //   load    -> into the five tables of checkpoint_tables.h under the control byte's plan
 // The harness decodes the manifest itself (cJSON) to check what the library promises:
 //   - open accepts only manifests whose records cover each tensor exactly once (no overlap);
-//   - after open, verify (and read_blob) succeed exactly when every record (blob) lies in the
-//     file this input wrote and matches its CRC-32, and a blob reads back as its bytes;
-//   - load succeeds exactly when open and verify do and the checkpoint holds the collection's
-//     tables with their shapes, optimizers and tensors; then every tensor holds exactly the
-//     records' bytes (read back in the stored dtype) and every table its step;
+//   - after open, read_blob succeeds exactly when the blob lies in the file this input wrote and
+//     matches its CRC-32, and reads back as its bytes; verify succeeds exactly when every record
+//     and blob does and the manifest is one a load takes (state.h: a table at least, each
+//     table's tensors those ember_table_tensors lists for the table it describes, blob names
+//     valid and unique);
+//   - load succeeds exactly when open succeeds, the manifest is one a load takes, and the
+//     checkpoint holds the collection's tables with their shapes, optimizers and tensors, their
+//     records readable (so a checkpoint that verifies loads when its tables are the
+//     collection's); then every tensor holds exactly the records' bytes (read back in the stored
+//     dtype) and every table its step;
 //   - nothing stays allocated on the context after an input.
 #define _GNU_SOURCE // mkdtemp (fuzz_input.h)
 #include <cjson/cJSON.h>
@@ -164,6 +169,58 @@ static bool check_manifest(const input *in, const cJSON *root) {
     return all;
 }
 
+// The harness's reading of state.h's "a manifest a load takes", on a manifest open accepted: a
+// table at least; every table's tensors exactly ember_table_tensors of a table of its rows, dim,
+// dtype and optimizer (hashed when it names "ids" or "candidates", min_count 2 with the latter),
+// in order, with those columns and dtypes; blob names of 1 to 127 letters, digits, '.', '_', '-',
+// each once.
+#define BLOB_NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+static bool loadable_manifest(const cJSON *root) {
+    const cJSON *tables = cJSON_GetObjectItemCaseSensitive(root, "tables"), *t, *k;
+    if (cJSON_GetArraySize(tables) < 1) return false;
+    cJSON_ArrayForEach(t, tables) {
+        ember_table_config tc = EMBER_TABLE_CONFIG_DEFAULT;
+        int64_t rows = 0, dim = 0;
+        FUZZ_REQUIRE(json_int(t, "rows", 1, INT64_MAX, &rows) && json_int(t, "dim", 1, INT32_MAX, &dim) &&
+                         ember_optim_parse(cJSON_GetObjectItemCaseSensitive(t, "optimizer")->valuestring,
+                                           &tc.optim.kind) == EMBER_OK &&
+                         ember_dtype_parse(cJSON_GetObjectItemCaseSensitive(t, "dtype")->valuestring, &tc.dtype) ==
+                             EMBER_OK,
+                     "an accepted table's fields");
+        tc.rows = rows, tc.dim = (int32_t)dim;
+        const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(t, "tensors");
+        cJSON_ArrayForEach(k, tensors) {
+            const char *name = cJSON_GetObjectItemCaseSensitive(k, "name")->valuestring;
+            if (strcmp(name, "ids") == 0 || strcmp(name, "candidates") == 0) tc.hash.enabled = 1;
+            if (strcmp(name, "candidates") == 0) tc.hash.min_count = 2;
+        }
+        ember_tensor_info ti[EMBER_MAX_TENSORS];
+        const int32_t n = ember_table_tensors(&tc, ti);
+        if (cJSON_GetArraySize(tensors) != n) return false;
+        for (int32_t i = 0; i < n; i++) {
+            const cJSON *x = cJSON_GetArrayItem(tensors, i);
+            int64_t cols = 0;
+            ember_dtype d;
+            FUZZ_REQUIRE(json_int(x, "cols", 1, INT32_MAX, &cols) &&
+                             ember_dtype_parse(cJSON_GetObjectItemCaseSensitive(x, "dtype")->valuestring, &d) ==
+                                 EMBER_OK,
+                         "an accepted tensor's fields");
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(x, "name")->valuestring, ti[i].name) != 0 ||
+                cols != ti[i].cols || d != ti[i].dtype)
+                return false;
+        }
+    }
+    const cJSON *b, *c;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(root, "blobs")) {
+        const char *name = cJSON_GetObjectItemCaseSensitive(b, "name")->valuestring;
+        const size_t len = strlen(name);
+        if (len < 1 || len > 127 || strspn(name, BLOB_NAME_CHARS) != len) return false;
+        for (c = cJSON_GetObjectItemCaseSensitive(root, "blobs")->child; c != b; c = c->next)
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring, name) == 0) return false;
+    }
+    return true;
+}
+
 // The manifest's table named `name` (NULL if none).
 static const cJSON *find_table(const cJSON *root, const char *name) {
     const cJSON *t;
@@ -281,10 +338,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // Inspection.
     ember_checkpoint *c = NULL;
     const ember_status open_st = ember_checkpoint_open(ctx, dir, &c);
-    bool readable_all = false, verified = false;
+    bool readable_all = false, verified = false, loadable = false;
     if (open_st == EMBER_OK) {
         FUZZ_REQUIRE(root != NULL, "open accepted text cJSON does not parse");
         readable_all = check_manifest(&in, root);
+        loadable = loadable_manifest(root);
         const int32_t nt = ember_checkpoint_num_tables(c), nb = ember_checkpoint_num_blobs(c);
         FUZZ_REQUIRE(nt == cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "tables")) &&
                          nb == cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "blobs")),
@@ -323,14 +381,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         const ember_status vst = ember_checkpoint_verify(c);
         verified = vst == EMBER_OK;
-        FUZZ_REQUIRE(verified == readable_all, "verify %s, but the records and blobs are %s", ember_status_name(vst),
-                     readable_all ? "all readable" : "not all readable");
+        FUZZ_REQUIRE(verified == (readable_all && loadable), "verify %s (%s), but the records and blobs are %s and the "
+                     "manifest is %s", ember_status_name(vst), vst ? ember_ctx_errmsg(ctx) : "",
+                     readable_all ? "all readable" : "not all readable", loadable ? "one a load takes" : "not");
     }
 
     // Loading.
     ember_sebc *s = NULL;
     if (ck_collection(comm, ctl & 7, 3, &s) != EMBER_OK) abort();
-    bool should_load = open_st == EMBER_OK;
+    bool should_load = open_st == EMBER_OK && loadable;
     for (int32_t t = 0; t < CK_T && should_load; t++)
         should_load = table_matches(c, root, t, ember_sebc_table(s, t)) && table_readable(&in, root, CK_NAMES[t]);
     ember_checkpoint_close(c);

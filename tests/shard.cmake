@@ -73,7 +73,8 @@ foreach(np 2 3)
 endforeach()
 
 # Checkpoints (tests/dist/test_ckpt.c): resharding into every world size up to W under other
-# plans, bounded memory, the commit protocol's failures, blobs, clean-up of killed saves.
+# plans, bounded memory, the commit protocol's failures, blobs, clean-up of killed saves, and
+# damaged manifests that verify refuses exactly as a load does.
 ember_test_exe(test_ckpt ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_ckpt.c)
 foreach(np 1 2 3 4)
   ember_mpi_test(dist.checkpoint.np${np} ${np} test_ckpt)

@@ -25,8 +25,8 @@
 // .partial) the new manifest does not name. A kill of any rank at any instant, a full disk or an
 // I/O error leaves the previous checkpoint loadable; a failed save removes what it wrote (the
 // directory too when it created it), a killed one leaves files the next save removes. Loading
-// checks every record's CRC-32 and the manifest's structure: a torn or foreign checkpoint is
-// refused, never half-loaded into tables.
+// checks every record's CRC-32 and the manifest as ember_checkpoint_verify does: a torn or
+// foreign checkpoint is refused, never half-loaded into tables.
 // The directory must be one every rank sees (one host, or a shared file system).
 //
 // Memory: saving stages one record at a time, loading one record plus at most one chunk of the
@@ -77,8 +77,9 @@ EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, con
 // stored one, and setting its step counter). opts may be NULL; only chunk_bytes is read.
 // Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (missing directory or file:
 // path and OS reason), EMBER_ERR_FORMAT (no manifest, malformed manifest: the field is named; a
-// table missing or of another shape or optimizer: "table 'x' rows: 1000 in the checkpoint, 999
-// here"; a record failing its CRC-32), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT. Shape
+// manifest ember_checkpoint_verify refuses, with the same message; a table missing or of another
+// shape or optimizer: "table 'x' rows: 1000 in the checkpoint, 999 here"; a record failing its
+// CRC-32), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT. Shape
 // and manifest errors and a rank out of memory are found before any table changes (every
 // allocation, the dtype conversions' included, comes first); a record failing its check after
 // some tables were written leaves the collection partly loaded (the status says so: load again
@@ -100,8 +101,12 @@ typedef struct ember_checkpoint_table {
     uint64_t bytes;          // stored bytes over all of its tensors
 } ember_checkpoint_table;
 
-// Reads and checks dir/manifest.json (not the data files). Local: any process may inspect a
-// checkpoint. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO, EMBER_ERR_FORMAT,
+// Reads dir/manifest.json and checks its structure: every field present and in range, table
+// names unique, every tensor's records inside it, of its size and dtype, in a data file of this
+// generation, tiling it exactly once. Not the data files, and not whether the tables' tensors are
+// the ones their optimizers keep nor the blob names (ember_checkpoint_verify checks those: a
+// damaged checkpoint still opens, to be described). Local: any process may inspect a checkpoint.
+// Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO, EMBER_ERR_FORMAT (naming the field),
 // EMBER_ERR_NOMEM. *out is NULL on failure; close with ember_checkpoint_close (NULL accepted).
 EMBER_API ember_status ember_checkpoint_open(ember_ctx *ctx, const char *dir, ember_checkpoint **out);
 EMBER_API void ember_checkpoint_close(ember_checkpoint *c);
@@ -120,8 +125,23 @@ EMBER_API ember_status ember_checkpoint_blob_info(const ember_checkpoint *c, int
 // than the blob), EMBER_ERR_IO, EMBER_ERR_FORMAT (CRC mismatch, file too short).
 EMBER_API ember_status ember_checkpoint_read_blob(ember_checkpoint *c, const char *name, void *dst, size_t cap,
                                                   size_t *bytes);
-// Reads every record of every table and blob and checks its CRC-32 (`ember ckpt info --verify`).
-// Local. Returns EMBER_OK, EMBER_ERR_IO, EMBER_ERR_FORMAT (naming the first bad record), EMBER_ERR_NOMEM.
+// Checks the checkpoint as a load does, without a collection (`ember ckpt info --verify`): first
+// the manifest, as every load checks it — at least one table; every table's tensors exactly the
+// ones a table of its rows, dim, dtype and optimizer keeps (ember_table_tensors of that table,
+// hashed when it holds "ids" or "candidates"), in that order, each of its columns and dtype;
+// blob names valid (as a save takes them) and unique; and what open checked — then reads every
+// record of every table and every blob and checks its CRC-32 (records reaching past the end of
+// their file included).
+// What it guarantees: a checkpoint verify accepts is one ember_checkpoint_load accepts into a
+// collection of the same tables (names, rows, dim, optimizer; hashed or not, as the manifest
+// shows), at any world size and under any plan, as long as its files do not change. The one
+// content a load checks beyond that is a hashed table's id map (its ids must lie in their
+// rows' buckets, whose size is the collection's, not the manifest's): an id map altered with a
+// matching CRC-32 verifies and is refused by the load.
+// Local. Returns EMBER_OK, EMBER_ERR_IO (a data file missing or unreadable: path and OS
+// reason), EMBER_ERR_FORMAT (the manifest: naming the table and tensor, or the blob, and the
+// value, e.g. "table 'w32' (dim 2147483647, fp32, rowwise_adagrad): tensor 'weight' has 6
+// columns, not 2147483647"; else the first record failing its CRC-32), EMBER_ERR_NOMEM.
 EMBER_API ember_status ember_checkpoint_verify(ember_checkpoint *c);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 // The ember_checkpoint object (include/ember/state.h, "Inspecting a checkpoint"): open (read and
 // parse manifest.json), the descriptions of its tables and blobs, reads of records and blobs
-// checked against their CRC-32 (shared with load.c), and verify.
+// checked against their CRC-32 (shared with load.c), and verify (the manifest as a load checks
+// it, ember__ckpt_check, and every record's and blob's CRC-32).
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <inttypes.h>
@@ -152,6 +153,7 @@ ember_status ember_checkpoint_read_blob(ember_checkpoint *c, const char *name, v
 
 ember_status ember_checkpoint_verify(ember_checkpoint *c) {
     if (!c) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(ember__ckpt_check(c)); // the manifest as a load checks it, then every byte it names
     uint64_t most = 1; // the largest record or blob, as far as the files hold it
     for (int32_t i = 0; i < c->nrecords; i++) {
         const uint64_t n = ember__ckpt_held_bytes(c, c->records[i].file, c->records[i].offset, c->records[i].bytes);

@@ -92,10 +92,23 @@ int ember__ckpt_join(char *dst, size_t cap, const char *dir, const char *name);
 // EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO, EMBER_ERR_FORMAT (not a directory, no manifest,
 // larger than 1 GiB), EMBER_ERR_NOMEM.
 ember_status ember__ckpt_read_manifest(ember_ctx *ctx, const char *dir, char **text, size_t *len);
-// Parses manifest text into c (made by ember__ckpt_new) and checks that every tensor's records
-// tile it exactly once. EMBER_OK or EMBER_ERR_FORMAT (naming the field) / EMBER_ERR_NOMEM; on
-// failure c holds a part of it (close it).
+// Parses manifest text into c (made by ember__ckpt_new): every field present and in range, table
+// names unique, no tensor over 2^60 bytes, every record inside its tensor, of its size and dtype,
+// in a data file of this generation, and every tensor's records tiling it exactly once.
+// EMBER_OK or EMBER_ERR_FORMAT (naming the field) / EMBER_ERR_NOMEM; on failure c holds a part
+// of it (close it).
 ember_status ember__ckpt_parse(ember_checkpoint *c, const char *text, size_t len);
+// What a load relies on beyond what the parse checks, on the parsed manifest alone (no
+// collection, no data file): at least one table; every table's tensors exactly those
+// ember_table_tensors lists for the table it describes (its rows, dim, dtype and optimizer;
+// hashed when it holds "ids" or "candidates"), in that order, of those columns and dtypes; every
+// blob name valid (ember__ckpt_blob_name_ok) and unique. ember_checkpoint_verify and
+// ember_checkpoint_load both call it (open does not: a damaged checkpoint still describes
+// itself). Local; the same manifest gives the same answer on every rank. EMBER_OK or
+// EMBER_ERR_FORMAT (naming the table and tensor, or the blob, and the value).
+ember_status ember__ckpt_check(ember_checkpoint *c);
+// Whether a blob name is 1 to 127 letters, digits, '.', '_' or '-' (what a save accepts).
+int ember__ckpt_blob_name_ok(const char *name);
 // Rank 0 of a save: the manifest of generation `generation` naming the n records and blobs in
 // `all` (cJSON_Print'ed; free with cJSON_free), or NULL when out of memory.
 char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, const int64_t *steps,

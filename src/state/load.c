@@ -138,6 +138,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     size_t chunk = o && o->chunk_bytes ? o->chunk_bytes : EMBER_CHECKPOINT_CHUNK_DEFAULT;
     ember_checkpoint *c = NULL;
     ember_status st = open_everywhere(comm, dir, &c);
+    if (st == EMBER_OK) st = ember__ckpt_check(c); // what verify checks of the manifest, on every rank alike
     int32_t *index = st == EMBER_OK ? ember__calloc(ctx, sizeof(int32_t) * (size_t)(T ? T : 1)) : NULL;
     if (st == EMBER_OK && !index)
         st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_load: cannot allocate");

@@ -1,6 +1,8 @@
 // The checkpoint format (include/ember/state.h, docs/checkpoints.md): manifest.json's text for a
-// save, and its parse for open and load with every structural check (fields in range, records
-// inside their tensor, of its size and dtype, tiling it exactly once, in this generation's files).
+// save; its parse for open and load with every structural check (fields in range, records inside
+// their tensor, of its size and dtype, tiling it exactly once, in this generation's files); and
+// the checks of what a load relies on beyond the structure, shared by verify and load (every
+// table's tensors those its configuration keeps, blob names valid and unique, a table at least).
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,9 +16,25 @@
 #include "state/internal.h"
 
 #define MAX_MANIFEST ((size_t)1 << 30)
+// The largest tensor a manifest may describe (1 EiB): rows x cols x element size, and a table's
+// EMBER_MAX_TENSORS of them, then fit in 64 bits (the area and byte checks cannot wrap).
+#define MAX_TENSOR_BYTES ((uint64_t)1 << 60)
 
 void ember__ckpt_data_name(char *dst, size_t cap, int64_t generation, int32_t rank) {
     snprintf(dst, cap, "g%" PRId64 "-r%d.bin", generation, (int)rank);
+}
+
+int ember__ckpt_blob_name_ok(const char *name) {
+    if (!name) return 0;
+    const size_t n = strlen(name);
+    if (n == 0 || n >= EMBER__CKPT_MAX_BLOB_NAME) return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+              ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
 }
 
 int ember__ckpt_join(char *dst, size_t cap, const char *dir, const char *name) {
@@ -242,6 +260,8 @@ static int parse_tensor(parser *p, ember_checkpoint *c, const cJSON *kj, ember__
     k->cols = (int32_t)cols;
     if (ember_dtype_parse(kdt, &k->dtype) != 0)
         return bad(p, where, "dtype", "of a tensor is not fp32, fp16, bf16 or int64");
+    if ((uint64_t)t->rows > MAX_TENSOR_BYTES / ember_dtype_size(k->dtype) / (uint64_t)k->cols)
+        return bad(p, where, k->name, "is larger than 2^60 bytes (rows x cols x its dtype's size)");
     const cJSON *recs = cJSON_GetObjectItemCaseSensitive(kj, "records"), *rj;
     if (!cJSON_IsArray(recs)) return bad(p, where, "records", "is missing or not an array");
     k->first = c->nrecords;
@@ -291,8 +311,11 @@ static int parse_table(parser *p, ember_checkpoint *c, const cJSON *tj, int32_t 
     for (int32_t j = 0; j < ti; j++)
         if (strcmp(c->tables[j].name, t->name) == 0) bad(p, where, "name", "appears twice");
     const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(tj, "tensors"), *kj;
-    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) < 1 || cJSON_GetArraySize(tensors) > EMBER_MAX_TENSORS)
-        return bad(p, where, "tensors", "is not an array of 1 to 3 tensors");
+    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) < 1 || cJSON_GetArraySize(tensors) > EMBER_MAX_TENSORS) {
+        char what[64];
+        snprintf(what, sizeof what, "is not an array of 1 to %d tensors", EMBER_MAX_TENSORS);
+        return bad(p, where, "tensors", what);
+    }
     cJSON_ArrayForEach(kj, tensors) {
         if (!parse_tensor(p, c, kj, t, where)) break;
     }
@@ -382,6 +405,108 @@ ember_status ember__ckpt_read_manifest(ember_ctx *ctx, const char *dir, char **t
     }
     (*text)[n] = '\0';
     *len = (size_t)n;
+    return EMBER_OK;
+}
+
+// ---- What a load relies on beyond the structure (ember__ckpt_check) -----------------------------
+
+// The configuration of the table a manifest's table describes, as far as its tensors go: rows,
+// dim, dtype and optimizer, hashed when it holds a hashed table's "ids" or "candidates" (the
+// latter only with min_count > 1: include/ember/ebc.h, "Local state dict"). Nothing else of a
+// configuration changes ember_table_tensors' answer (a tiered table's tensors are a plain one's).
+static ember_table_config table_config(const ember__ckpt_table *t) {
+    ember_table_config tc = EMBER_TABLE_CONFIG_DEFAULT;
+    tc.name = t->name;
+    tc.rows = t->rows;
+    tc.dim = t->dim;
+    tc.dtype = t->dtype;
+    tc.optim.kind = t->optim;
+    for (int32_t k = 0; k < t->ntensors; k++) {
+        const int ids = strcmp(t->tensors[k].name, "ids") == 0, cand = strcmp(t->tensors[k].name, "candidates") == 0;
+        if (ids || cand) tc.hash.enabled = 1;
+        if (cand) tc.hash.min_count = 2;
+    }
+    return tc;
+}
+
+// Index of `name` among names[0 .. n), or -1.
+static int32_t name_index(const char *const *names, int32_t n, const char *name) {
+    for (int32_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
+
+// "a, b, c" into dst.
+static void name_list(char *dst, size_t cap, const char *const *names, int32_t n) {
+    size_t at = 0;
+    dst[0] = '\0';
+    for (int32_t i = 0; i < n && at < cap; i++) {
+        const int w = snprintf(dst + at, cap - at, "%s%s", i ? ", " : "", names[i]);
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
+// Table t's tensors are those ember_table_tensors lists for the table it describes, in that
+// order, each of the columns and dtype the list gives (the weight: dim columns, the table's
+// dtype; the optimizer's state: dim or 1 column, fp32; a hashed table's: 3 columns, int64).
+static ember_status check_table(ember_checkpoint *c, const ember__ckpt_table *t) {
+    const ember_table_config tc = table_config(t);
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
+    const int32_t n = ember_table_tensors(&tc, ti);
+    char desc[EMBER__CKPT_MAX_NAME + 96];
+    snprintf(desc, sizeof desc, "table '%s' (dim %d, %s, %s%s)", t->name, (int)t->dim, ember_dtype_name(t->dtype),
+             ember_optim_name(t->optim), tc.hash.enabled ? ", hashed" : "");
+    const char *want[EMBER_MAX_TENSORS], *have[EMBER_MAX_TENSORS];
+    for (int32_t k = 0; k < n; k++) want[k] = ti[k].name;
+    for (int32_t k = 0; k < t->ntensors; k++) have[k] = t->tensors[k].name;
+    for (int32_t k = 0; k < n || k < t->ntensors; k++) {
+        if (k < n && k < t->ntensors && strcmp(want[k], have[k]) == 0) continue;
+        char wl[EMBER_MAX_TENSORS * 34], hl[EMBER_MAX_TENSORS * 34], why[64];
+        name_list(wl, sizeof wl, want, n);
+        name_list(hl, sizeof hl, have, t->ntensors);
+        if (k < n && name_index(have, t->ntensors, want[k]) < 0) snprintf(why, sizeof why, "'%s' is missing", want[k]);
+        else if (name_index(want, n, have[k]) < 0) snprintf(why, sizeof why, "'%s' is not one of them", have[k]);
+        else if (name_index(have, k, have[k]) >= 0) snprintf(why, sizeof why, "'%s' appears twice", have[k]);
+        else snprintf(why, sizeof why, "'%s' is out of place", have[k]);
+        return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                   "checkpoint '%s': manifest.json %s: tensors [%s], not the ones it keeps [%s]: %s",
+                                   c->dir, desc, hl, wl, why);
+    }
+    for (int32_t k = 0; k < n; k++) {
+        const ember__ckpt_tensor *x = &t->tensors[k];
+        if (x->cols != ti[k].cols)
+            return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                       "checkpoint '%s': manifest.json %s: tensor '%s' has %d columns, not %d", c->dir,
+                                       desc, x->name, (int)x->cols, (int)ti[k].cols);
+        if (x->dtype != ti[k].dtype)
+            return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                       "checkpoint '%s': manifest.json %s: tensor '%s' is %s, not %s", c->dir, desc,
+                                       x->name, ember_dtype_name(x->dtype), ember_dtype_name(ti[k].dtype));
+    }
+    return EMBER_OK;
+}
+
+ember_status ember__ckpt_check(ember_checkpoint *c) {
+    if (c->ntables < 1)
+        return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                   "checkpoint '%s': manifest.json: 'tables' is empty (a checkpoint holds at least one "
+                                   "table)",
+                                   c->dir);
+    for (int32_t t = 0; t < c->ntables; t++) EMBER_TRY(check_table(c, &c->tables[t]));
+    for (int32_t i = 0; i < c->nblobs; i++) {
+        const char *name = c->blobs[i].name;
+        if (!ember__ckpt_blob_name_ok(name))
+            return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                       "checkpoint '%s': manifest.json blob '%s': 'name' is not 1 to %d letters, "
+                                       "digits, '.', '_' or '-'",
+                                       c->dir, name, EMBER__CKPT_MAX_BLOB_NAME - 1);
+        for (int32_t j = 0; j < i; j++)
+            if (strcmp(c->blobs[j].name, name) == 0)
+                return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                           "checkpoint '%s': manifest.json blob '%s': 'name' appears twice (blobs %d "
+                                           "and %d)",
+                                           c->dir, name, (int)j, (int)i);
+    }
     return EMBER_OK;
 }
 

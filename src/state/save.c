@@ -36,19 +36,6 @@ static int add_wrote(save_state *w, const ember__ckpt_wrote *x) {
     return 1;
 }
 
-static int blob_name_ok(const char *name) {
-    if (!name) return 0;
-    const size_t n = strlen(name);
-    if (n == 0 || n >= EMBER__CKPT_MAX_BLOB_NAME) return 0;
-    for (size_t i = 0; i < n; i++) {
-        const char ch = name[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-              ch == '_' || ch == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 // The arguments, checked on every rank before anything is written. Local.
 static ember_status check_args(ember_sebc *s, const char *dir, const ember_checkpoint_options *o) {
     ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
@@ -61,7 +48,7 @@ static ember_status check_args(ember_sebc *s, const char *dir, const ember_check
                                  strlen(dir));
     for (int32_t b = 0; st == EMBER_OK && o && b < o->num_blobs; b++) {
         const ember_checkpoint_blob *x = &o->blobs[b];
-        if (!blob_name_ok(x->name))
+        if (!ember__ckpt_blob_name_ok(x->name))
             st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
                                      "%s: blob %d name '%s': expected 1 to 127 letters, digits, '.', '_' or '-'", fn,
                                      (int)b, x->name ? x->name : "(null)");

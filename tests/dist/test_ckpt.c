@@ -12,6 +12,12 @@
 //                             words); blobs (one claiming 40 TB: refused, not allocated);
 //                             records overlapping over a gap; leftovers of killed saves
 //                             removed by the next one
+//   verify_checks_what_load_checks
+//                             manifests damaged where no CRC-32 sees (a dim of 2^31 - 1, a
+//                             dtype changed, an optimizer tensor or a hashed table's ids
+//                             removed, no tables, a blob name twice or a path): they open;
+//                             verify and load refuse each, naming it and its value; a tensor of
+//                             2^64 elements (its area check wrapped) refused at open
 #define _DEFAULT_SOURCE // mkdtemp
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "ember.h"
@@ -153,11 +160,11 @@ typedef struct snapshot {
 static ember_status snap(ember_sebc *s, snapshot *z) {
     memset(z, 0, sizeof *z);
     ember_status st = EMBER_OK;
-    for (int t = 0; t < T && st == EMBER_OK; t++) {
+    for (int t = 0; t < ember_sebc_num_tables(s) && t < T && st == EMBER_OK; t++) {
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t n = ember_table_tensors(ember_sebc_table(s, t), ti);
         for (int k = 0; k < n && st == EMBER_OK; k++) {
-            const ember_dtype dt = k == 0 ? ember_sebc_table(s, t)->dtype : EMBER_DTYPE_F32;
+            const ember_dtype dt = ti[k].dtype; // the weight's storage dtype, fp32 state, int64 ids
             z->bytes[t][k] = (size_t)ti[k].rows * (size_t)ti[k].cols * ember_dtype_size(dt);
             z->data[t][k] = malloc(z->bytes[t][k]);
             st = ember_sebc_read_as(s, t, ti[k].name, dt, z->data[t][k], -1);
@@ -644,6 +651,185 @@ static void commit_protocol(void **state) {
     coll_close(&a);
 }
 
+// ---- Verify checks what a load checks -------------------------------------------------------------
+
+// Table `name` of a manifest, its tensor k, blob i.
+static cJSON *m_table(cJSON *root, const char *name) {
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(root, "tables")) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring, name) == 0) return t;
+    }
+    fail_msg("no table '%s' in the manifest", name);
+    return NULL;
+}
+static cJSON *m_tensors(cJSON *root, const char *table) {
+    return cJSON_GetObjectItemCaseSensitive(m_table(root, table), "tensors");
+}
+static cJSON *m_tensor(cJSON *root, const char *table, int k) { return cJSON_GetArrayItem(m_tensors(root, table), k); }
+static cJSON *m_blob(cJSON *root, int i) {
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "blobs"), i);
+}
+static void m_set(cJSON *o, const char *key, const char *text) {
+    assert_non_null(cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(o, key), text));
+}
+
+// The damages of a manifest that its CRCs do not see and every load refuses (as fuzz_checkpoint
+// mutates its seeds): each made on the saved manifest, with what the refusal names.
+static void dim_huge(cJSON *r) {
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(m_table(r, "w32"), "dim"), 2147483647.0);
+}
+static void table_dtype(cJSON *r) { m_set(m_table(r, "h16"), "dtype", "bf16"); }
+static void tensor_dtype(cJSON *r) { m_set(m_tensor(r, "b16", 0), "dtype", "fp16"); }
+static void no_state(cJSON *r) { cJSON_DeleteItemFromArray(m_tensors(r, "h16"), 1); }
+static void no_tables(cJSON *r) { cJSON_ReplaceItemInObjectCaseSensitive(r, "tables", cJSON_CreateArray()); }
+static void blob_twice(cJSON *r) { m_set(m_blob(r, 1), "name", "dense.params"); }
+static void blob_bad_name(cJSON *r) { m_set(m_blob(r, 1), "name", "../trainer.json"); }
+static void no_ids(cJSON *r) { cJSON_DeleteItemFromArray(m_tensors(r, "hashed"), 2); }
+static void ids_fp64(cJSON *r) { m_set(m_tensor(r, "hashed", 2), "dtype", "fp64"); }
+
+typedef struct damage {
+    const char *what;
+    void (*make)(cJSON *root);
+    const char *names[2]; // in the refusal: what is wrong, and its value
+} damage;
+
+// Rank 0 writes dir/manifest.json: `saved` as it is (make NULL) or damaged by make. Every rank returns after.
+static void put_manifest(const char *dir, const char *saved, void (*make)(cJSON *root)) {
+    if (R == 0) {
+        cJSON *root = cJSON_Parse(saved);
+        assert_non_null(root);
+        if (make) make(root);
+        char *text = cJSON_Print(root);
+        assert_non_null(text);
+        touch(dir, "manifest.json", text);
+        cJSON_free(text);
+        cJSON_Delete(root);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Rank 0's copy of dir/manifest.json (malloc'd; NULL elsewhere).
+static char *get_manifest(const char *dir) {
+    if (R != 0) return NULL;
+    char path[256];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    rewind(f);
+    char *text = calloc((size_t)n + 1, 1);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return text;
+}
+
+// Each damage: the checkpoint opens (its structure is whole: ember ckpt info lists it), verify
+// refuses it with EMBER_ERR_FORMAT naming the table, tensor or blob and the value, and a load
+// into the collection that saved it refuses it the same way, before any table changes.
+static void refuse_damages(coll *a, const char *dir, const damage *d, int n) {
+    char *saved = get_manifest(dir);
+    snapshot before, after;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a->s, &before) == EMBER_OK);
+    for (int i = 0; i < n; i++) {
+        put_manifest(dir, saved, d[i].make);
+        ember_checkpoint *c = NULL;
+        const ember_status open_st = ember_checkpoint_open(a->ctx, dir, &c);
+        if (open_st != EMBER_OK) fprintf(stderr, "rank %d: %s: open: %s\n", R, d[i].what, ember_ctx_errmsg(a->ctx));
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, open_st == EMBER_OK);
+        const ember_status vst = ember_checkpoint_verify(c);
+        if (vst != EMBER_ERR_FORMAT) fprintf(stderr, "rank %d: %s: verify %s\n", R, d[i].what, ember_status_name(vst));
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD,
+                        vst == EMBER_ERR_FORMAT && has(a->ctx, d[i].names[0]) && has(a->ctx, d[i].names[1]));
+        ember_checkpoint_close(c);
+        const ember_status lst = ember_checkpoint_load(a->s, dir, NULL);
+        if (lst != EMBER_ERR_FORMAT) fprintf(stderr, "rank %d: %s: load %s\n", R, d[i].what, ember_status_name(lst));
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD,
+                        lst == EMBER_ERR_FORMAT && has(a->ctx, d[i].names[0]) && has(a->ctx, d[i].names[1]));
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a->s, &after) == EMBER_OK && snap_equal(&before, &after));
+    snap_free(&before);
+    snap_free(&after);
+    put_manifest(dir, saved, NULL); // as saved: verifies and loads
+    ember_checkpoint *c = NULL;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(a->ctx, dir, &c) == EMBER_OK &&
+                                        ember_checkpoint_verify(c) == EMBER_OK);
+    ember_checkpoint_close(c);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a->s, dir, NULL) == EMBER_OK);
+    free(saved);
+}
+
+static void verify_checks_what_load_checks(void **state) {
+    (void)state;
+    coll a;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, coll_open(&a, MPI_COMM_WORLD, 3) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, fill(a.s, 21) == EMBER_OK);
+    char dir[128];
+    shared_dir(dir, sizeof dir, "damaged");
+    const double dense[2] = {1.0, 2.0};
+    const ember_checkpoint_blob blobs[2] = {{.name = "dense.params", .data = dense, .bytes = sizeof dense},
+                                            {.name = "trainer.json", .data = "{}", .bytes = 2}};
+    ember_checkpoint_options o = {.chunk_bytes = 64, .blobs = blobs, .num_blobs = 2};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &o) == EMBER_OK);
+    static const damage plain[] = {
+        {"a table's dim 2^31 - 1", dim_huge, {"table 'w32' (dim 2147483647,", "tensor 'weight' has 6 columns"}},
+        {"a table's dtype changed", table_dtype,
+         {"table 'h16' (dim 5, bf16, adam)", "tensor 'weight' is fp16, not bf16"}},
+        {"a tensor's dtype changed", tensor_dtype,
+         {"table 'b16' (dim 4, bf16, adagrad)", "tensor 'weight' is fp16, not bf16"}},
+        {"an optimizer tensor removed", no_state, {"table 'h16' (dim 5, fp16, adam)", "'momentum1' is missing"}},
+        {"no tables", no_tables, {"manifest.json: 'tables' is empty", "at least one table"}},
+        {"a blob name twice", blob_twice, {"blob 'dense.params'", "appears twice (blobs 0 and 1)"}},
+        {"a blob name a path", blob_bad_name, {"blob '../trainer.json'", "is not 1 to 127 letters"}},
+    };
+    refuse_damages(&a, dir, plain, (int)(sizeof plain / sizeof plain[0]));
+    coll_close(&a);
+
+    // A hashed table (its "ids" and "candidates": ember_table_tensors of the table the manifest
+    // describes, hashed because it holds them): verifies and loads as saved; without its ids, or
+    // with them in another dtype, refused.
+    coll h;
+    memset(&h, 0, sizeof h);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_create(NULL, &h.ctx) == EMBER_OK &&
+                                        ember_comm_create(h.ctx, MPI_COMM_WORLD, &h.comm) == EMBER_OK);
+    ember_table_config tc = EMBER_TABLE_CONFIG_DEFAULT;
+    tc.name = "hashed", tc.rows = 8, tc.dim = 4, tc.optim.kind = EMBER_OPT_ROWWISE_ADAGRAD;
+    tc.hash = (ember_hash_config){.enabled = 1, .bucket_rows = 2, .min_count = 2, .policy = EMBER_EVICT_LRU};
+    ember_feature_config fc = {.name = "f", .table = 0};
+    ember_ebc_config cfg = {.tables = &tc, .num_tables = 1, .features = &fc, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
+    int32_t rank0 = 0;
+    ember_table_plan tw = {.scheme = EMBER_SHARD_TABLE_WISE, .num_ranks = 1, .ranks = &rank0};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create(h.comm, &cfg, &tw, EMBER_GRAD_MEAN, &h.s) == EMBER_OK);
+    char hdir[128];
+    shared_dir(hdir, sizeof hdir, "damaged_hashed");
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(h.s, hdir, NULL) == EMBER_OK);
+    static const damage hashed[] = {
+        {"a hashed table's ids removed", no_ids,
+         {"table 'hashed' (dim 4, fp32, rowwise_adagrad, hashed)", "'ids' is missing"}},
+        {"a hashed table's ids in fp64", ids_fp64, {"table 'hashed'", "tensor 'ids' is fp64, not int64"}},
+    };
+    refuse_damages(&h, hdir, hashed, (int)(sizeof hashed / sizeof hashed[0]));
+
+    // A tensor whose area wraps 64 bits (2^61 rows x 8 columns) and no record: open refuses it
+    // (the area check passed it: 0 records of area 0), so verify and load never see it.
+    char wrap[128];
+    shared_dir(wrap, sizeof wrap, "wrap");
+    if (R == 0) mkdir(wrap, 0777);
+    touch(wrap, "manifest.json",
+          "{\"format\": \"ember-checkpoint\", \"version\": 2, \"generation\": 1, \"world_size\": 1, \"blobs\": [],"
+          " \"tables\": [{\"name\": \"hashed\", \"rows\": 2305843009213693952, \"dim\": 8, \"optimizer\": \"sgd\","
+          " \"dtype\": \"fp32\", \"step\": 0, \"tensors\": [{\"name\": \"weight\", \"cols\": 8, \"dtype\": \"fp32\","
+          " \"records\": []}]}]}");
+    MPI_Barrier(MPI_COMM_WORLD);
+    ember_checkpoint *c = NULL;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(h.ctx, wrap, &c) == EMBER_ERR_FORMAT && c == NULL &&
+                                        has(h.ctx, "table 'hashed': 'weight' is larger than 2^60 bytes"));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(h.s, wrap, NULL) == EMBER_ERR_FORMAT &&
+                                        has(h.ctx, "'weight' is larger than 2^60 bytes"));
+    coll_close(&h);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -653,6 +839,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(reshard_every_world_size),
         cmocka_unit_test(bounded_memory),
         cmocka_unit_test(commit_protocol),
+        cmocka_unit_test(verify_checks_what_load_checks),
     };
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];
     int n = 0;
