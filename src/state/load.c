@@ -137,6 +137,9 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     const int32_t T = ember_sebc_num_tables(s);
     size_t chunk = o && o->chunk_bytes ? o->chunk_bytes : EMBER_CHECKPOINT_CHUNK_DEFAULT;
     ember_checkpoint *c = NULL;
+    const ember_arg args[] = {{.name = "directory", .text = dir ? dir : "(null)"},
+                              {.name = "chunk_bytes", .value = (int64_t)chunk}};
+    EMBER_TRY(ember_comm_agree_args(comm, EMBER_OK, "ember_checkpoint_load", args, 2));
     ember_status st = open_everywhere(comm, dir, &c);
     if (st == EMBER_OK) st = ember__ckpt_check(c); // what verify checks of the manifest, on every rank alike
     int32_t *index = st == EMBER_OK ? ember__calloc(ctx, sizeof(int32_t) * (size_t)(T ? T : 1)) : NULL;

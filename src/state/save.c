@@ -329,9 +329,24 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_c
     ember_comm *comm = ember_sebc_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     ember_status st = check_args(s, dir, o);
+    // What every rank must give alike: the directory, the record size and the blobs (names, sizes
+    // and bytes: rank 0 writes them). Nothing is created before they agree.
+    uint64_t blobs = 0;
+    for (int32_t b = 0; st == EMBER_OK && o && b < o->num_blobs; b++) {
+        const uint64_t x[4] = {blobs, ember_digest(o->blobs[b].name, strlen(o->blobs[b].name)), o->blobs[b].bytes,
+                               ember_digest(o->blobs[b].data, o->blobs[b].bytes)};
+        blobs = ember_digest(x, sizeof x);
+    }
+    const ember_arg args[] = {
+        {.name = "directory", .text = dir ? dir : "(null)"},
+        {.name = "chunk_bytes", .value = (int64_t)(o && o->chunk_bytes ? o->chunk_bytes : EMBER_CHECKPOINT_CHUNK_DEFAULT)},
+        {.name = "num_blobs", .value = o ? o->num_blobs : 0},
+        {.name = "blobs", .value = (int64_t)blobs, .digest = 1}};
+    st = ember_comm_agree_args(comm, st, "ember_checkpoint_save", args, 4);
+    if (st != EMBER_OK) return st;
     int64_t generation = 0;
     int created = 0, committed = 0; // rank 0: this call made dir; manifest.json was replaced
-    if (st == EMBER_OK && ember_comm_rank(comm) == 0) st = prepare_dir(ctx, dir, &generation, &created);
+    if (ember_comm_rank(comm) == 0) st = prepare_dir(ctx, dir, &generation, &created);
     st = ember_comm_agree(comm, st);
     if (st == EMBER_OK) st = ember_comm_bcast(comm, &generation, sizeof generation, 0);
     if (st == EMBER_OK) st = save_generation(s, dir, generation + 1, o, &committed);

@@ -6,6 +6,7 @@
 // the same call with equal arguments then works (nobody is left waiting). A row without cases
 // says why the function has no such argument. Collective assertions; W >= 2 (at W = 1 nothing
 // can disagree: the scan alone runs).
+#define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -243,6 +245,54 @@ static bool wire_args(env *e) {
     return ok;
 }
 
+// A fresh directory every rank sees (rank 0 makes it) in base[cap].
+static void shared_dir(char *base, size_t cap) {
+    if (R == 0) {
+        snprintf(base, cap, "/tmp/ember-collective-args-XXXXXX");
+        if (!mkdtemp(base)) base[0] = '\0';
+    }
+    MPI_Bcast(base, (int)cap, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, base[0] != '\0');
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static bool checkpoint_args(env *e) {
+    char base[128], a[160], b[160], cmd[200];
+    shared_dir(base, sizeof base);
+    snprintf(a, sizeof a, "%s/a", base);
+    snprintf(b, sizeof b, "%s/b", base);
+    const char text[] = "blob", other[] = "blub";
+    ember_checkpoint_blob blob = {.name = "notes", .data = text, .bytes = sizeof text};
+    ember_checkpoint_options o = EMBER_CHECKPOINT_OPTIONS_DEFAULT;
+    bool ok = refused_naming(e, ember_checkpoint_save(e->s, ODD(a, b), NULL), "directory");
+    o.chunk_bytes = (size_t)ODD(1 << 20, 1 << 21);
+    ok &= refused_naming(e, ember_checkpoint_save(e->s, a, &o), "chunk_bytes");
+    o.chunk_bytes = 0, o.blobs = &blob, o.num_blobs = ODD(1, 0);
+    ok &= refused_naming(e, ember_checkpoint_save(e->s, a, &o), "num_blobs");
+    o.num_blobs = 1;
+    if (R == W - 1) blob.data = other; // rank 0 alone writes the blob: the others' would be lost
+    ok &= refused_naming(e, ember_checkpoint_save(e->s, a, &o), "blobs");
+    ok &= ember_test_all_ok(MPI_COMM_WORLD, !exists(a) && !exists(b), "nothing created", __FILE__, __LINE__);
+    blob.data = text;
+    ok &= all_ok(ember_checkpoint_save(e->s, a, &o), "save after");
+    MPI_Barrier(MPI_COMM_WORLD);
+    o = (ember_checkpoint_options)EMBER_CHECKPOINT_OPTIONS_DEFAULT;
+    ok &= refused_naming(e, ember_checkpoint_load(e->s, ODD(a, b), NULL), "directory");
+    o.chunk_bytes = (size_t)ODD(1 << 20, 1 << 21);
+    ok &= refused_naming(e, ember_checkpoint_load(e->s, a, &o), "chunk_bytes");
+    ok &= all_ok(ember_checkpoint_load(e->s, a, NULL), "load after");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (R == 0) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
+    }
+    return ok;
+}
+
 // ---- the table: every collective of the public headers ------------------------------------
 typedef bool (*case_fn)(env *e);
 typedef struct row {
@@ -294,8 +344,8 @@ static const row CASES[] = {
     {"ember_sebc_convert_dtypes", convert_args, NULL},
     {"ember_sebc_set_wire_precision", wire_args, NULL},
     {"ember_sebc_wire_precision", NULL, "Local"},
-    {"ember_checkpoint_save", NULL, "agreed in src/state (dist.checkpoint)"},
-    {"ember_checkpoint_load", NULL, "agreed in src/state (dist.checkpoint)"},
+    {"ember_checkpoint_save", checkpoint_args, NULL},
+    {"ember_checkpoint_load", checkpoint_args, NULL},
 };
 
 static const row *find_row(const char *fn) {
