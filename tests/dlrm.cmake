@@ -177,6 +177,14 @@ add_test(NAME dist.train.cli.save_disk_full.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.save_disk_full.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
+# trainer.json damaged (another format) or a dense blob missing, the CRC-32s recomputed so that
+# the checkpoint opens (dist/ckpt_blob.py): ckpt info, eval --load and train --resume each say so
+# in one line, quoting the format and naming their own flag.
+add_test(NAME dist.train.cli.trainer_json.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_trainer.sh $<TARGET_FILE:ember_cli> /usr/bin/python3
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.trainer_json.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
 ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
                "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1
                train --resume nonexistent)

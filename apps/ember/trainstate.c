@@ -216,9 +216,11 @@ static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, tr
     reader r = {ctx, dir, EMBER_OK};
     const char *format = get_string(&r, root, "", "format", false);
     if (format && strcmp(format, TRAINSTATE_FORMAT) != 0) {
+        // The message before the tree goes: format points into it.
+        ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s has format '%.64s', this ember reads '%s'", dir,
+                            TRAINSTATE_BLOB, format, TRAINSTATE_FORMAT);
         cJSON_Delete(root);
-        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s has format '%s', this ember reads '%s'", dir,
-                                   TRAINSTATE_BLOB, format, TRAINSTATE_FORMAT);
+        return EMBER_ERR_FORMAT;
     }
     train_options *o = &ts->cfg;
     ts->world_size = (int32_t)get_int(&r, root, "", "world_size", 1, INT32_MAX);
@@ -462,8 +464,8 @@ ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpo
     return EMBER_OK;
 }
 
-ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *dir, dlrm_model *m,
-                                   int64_t dense_step) {
+ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *flag, const char *dir,
+                                   dlrm_model *m, int64_t dense_step) {
     dense_optim *opt = dlrm_dense_optim(m);
     const int64_t np = dlrm_num_dense_params(m);
     const size_t want = sizeof(float) * (size_t)np;
@@ -473,11 +475,11 @@ ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const ch
         if (!dst[i]) continue;
         size_t bytes = 0;
         APP_CHECK(ctx, find_blob(c, names[i], &bytes) >= 0, EMBER_ERR_FORMAT,
-                  "--resume '%s': the checkpoint has no %s (the %s optimizer's state)", dir, names[i],
+                  "%s '%s': the checkpoint has no %s (the %s optimizer's state)", flag, dir, names[i],
                   dense_optim_name(opt->cfg.kind));
         APP_CHECK(ctx, bytes == want, EMBER_ERR_FORMAT,
-                  "--resume '%s': %s holds %zu bytes, the model's %lld dense parameters need %zu", dir, names[i], bytes,
-                  (long long)np, want);
+                  "%s '%s': %s holds %zu bytes, the model's %lld dense parameters need %zu", flag, dir, names[i],
+                  bytes, (long long)np, want);
         APP_TRY(ember_checkpoint_read_blob(c, names[i], dst[i], want, NULL));
         if (!host_little_endian()) swap32(dst[i], np);
     }

@@ -84,11 +84,12 @@ ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_
 ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpoint_blob *blobs, int32_t *n,
                                     void **scratch);
 
-// Reads the dense blobs of an open checkpoint into model m and sets its optimizer's step.
-// Local. Returns EMBER_OK, EMBER_ERR_FORMAT (a blob missing or of another size than the model's
-// parameter count: named), EMBER_ERR_IO, EMBER_ERR_NOMEM.
-ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *dir, dlrm_model *m,
-                                   int64_t dense_step);
+// Reads the dense blobs of an open checkpoint into model m and sets its optimizer's step. flag:
+// the option that named the checkpoint (--resume, --load), for messages. Local. Returns EMBER_OK,
+// EMBER_ERR_FORMAT (a blob missing or of another size than the model's parameter count: named,
+// "--load 'DIR': the checkpoint has no dense.params (...)"), EMBER_ERR_IO, EMBER_ERR_NOMEM.
+ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *flag, const char *dir,
+                                   dlrm_model *m, int64_t dense_step);
 
 // ---- Save directories ------------------------------------------------------------------------
 
