@@ -286,6 +286,13 @@ add_test(NAME dist.train.cli.big_tables.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.big_tables.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# Tiered tables that fit a small disk start there: the disk probe's file is sized to their files
+# (a 40 MiB tmpfs, skipped where none can be mounted), and --disk_gbps skips it.
+add_test(NAME dist.train.cli.probe_small_disk.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_probe_tmpfs.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.probe_small_disk.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
 ember_cli_test(cli.train.ssd_without_cache 0 2 "^ember train: --ssd_tables puts tables on disk behind a DRAM cache" 1
                train --ssd_tables all)
 ember_cli_test(cli.train.ssd_bad_table 0 2 "^ember train: --ssd_tables 't_cat_30': not a table" 1

@@ -35,6 +35,9 @@ static const char help[] =
     "                                    are the ranks sharing memory. auto plans on one host as\n"
     "                                    always, across hosts on the predicted step time; every plan's\n"
     "                                    predicted embedding step is printed with the measured one\n"
+    "  --disk_gbps G                     Gbit/s to and from tiered tables' files, for the planner\n"
+    "                                    (default: probed at start in --ssd_dir, with a file of\n"
+    "                                    at most the size of the run's files, 1 to 64 MiB)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
     "  --wire_precision P[,Q]            fp32 (default, exact), fp16 or bf16: pooled embeddings (P)\n"
     "                                    and their gradients (Q, default P) between ranks, rounded\n"
@@ -218,7 +221,7 @@ static bool set_sharding(void *base, void *field, const char *flag, const char *
     return true;
 }
 
-// --intra_gbps, --inter_gbps: Gbit/s in (0, 1e9).
+// --intra_gbps, --inter_gbps, --disk_gbps: Gbit/s in (0, 1e9).
 static bool set_gbps(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
     (void)base;
     double *g = field;
@@ -352,6 +355,7 @@ static const cli_flag flags[] = {
     TEXT("plan", o.plan_path, ANY_DATA),
     CALL("intra_gbps", o.intra_gbps, set_gbps),
     CALL("inter_gbps", o.inter_gbps, set_gbps),
+    CALL("disk_gbps", o.disk_gbps, set_gbps),
     NAME("grad_convention", o.grad_convention, grad_convention_name, ANY_DATA),
     CALL("wire_precision", o.wire_forward, set_wire_precision),
     // data

@@ -39,12 +39,16 @@ static void print_topology(const run *R, FILE *f) {
             (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9,
             t->intra_given ? "given" : t->intra_bw > 0 ? "probed" : "none: one rank per host",
             t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
-    if (t->disk_bw > 0)
-        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (probed, 64 MiB)\n",
-                t->disk_bw / 1e6,
+    if (t->disk_bw > 0) {
+        char how[64];
+        if (t->disk_given) snprintf(how, sizeof how, "given");
+        else snprintf(how, sizeof how, "probed, %.1f MiB", (double)t->disk_probe_bytes / (1024.0 * 1024.0));
+        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (%s)\n", t->disk_bw / 1e6,
                 R->o->ssd_dir      ? R->o->ssd_dir
                 : getenv("TMPDIR") ? getenv("TMPDIR")
-                                   : "/tmp");
+                                   : "/tmp",
+                how);
+    }
     if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
     else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);
 }

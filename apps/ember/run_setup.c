@@ -323,6 +323,6 @@ ember_status run_place_tables(run *R) {
     const int32_t local_batch = o->batch_size / R->world > 0 ? (int32_t)(o->batch_size / R->world) : 1;
     if (st == EMBER_OK)
         st = ember_comm_agree(comm, train_topology_plan(comm, &pe, local_batch, o->intra_gbps, o->inter_gbps,
-                                                        plan_auto, R->plan, &R->topo));
+                                                        o->disk_gbps, plan_auto, R->plan, &R->topo));
     return st;
 }
