@@ -46,6 +46,11 @@ endforeach()
 
 ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
 target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)
+# trainer.json: every option of ember train recorded or declared free to change on resume, every
+# field read back, older checkpoints read with the defaults of the fields added since, a resume
+# refusing each changed model or data field by name.
+ember_unit_test(dlrm_trainstate ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_trainstate.c)
+target_link_libraries(test_dlrm_trainstate PRIVATE ember_app)
 
 # The CLI (build/bin/ember): help, and bad input failing on every rank with one line from rank 0
 # and a non-zero exit, before any training collective.
@@ -184,6 +189,14 @@ add_test(NAME dist.train.cli.trainer_json.np2
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_trainer.sh $<TARGET_FILE:ember_cli> /usr/bin/python3
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.trainer_json.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+# What trainer.json records: eval --load of a default, a collisionless and a tiered run prints the
+# run's last evaluation; a resume with another --hash_policy, --hash_ttl, --synth_items or --hash
+# is refused by name; a checkpoint without those fields (an older ember's) loads and resumes.
+add_test(NAME dist.train.cli.ckpt_config.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_config.sh $<TARGET_FILE:ember_cli> /usr/bin/python3
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.ckpt_config.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
 ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
                "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1

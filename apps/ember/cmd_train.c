@@ -125,9 +125,10 @@ static const char help[] =
     "  mpiexec -n 2 build/bin/ember train --save_dir ckpt --checkpoint_interval 200   (killed at step 700)\n"
     "  mpiexec -n 2 build/bin/ember train --resume ckpt       (on from step 600, saving into ckpt)\n";
 
-// What the command line fills: the run's options and what cmd_train itself uses.
+// What the command line fills: the run's options and what cmd_train itself uses. The options come
+// first, so that a row's field offset within train_options is its offset here (cmd_train_flags).
 typedef struct train_cli {
-    train_options o;
+    train_options o; // first
     int32_t threads; // --threads (0: not given)
     int progress;    // --progress: PROGRESS_AUTO, _BAR or _LINES
 } train_cli;
@@ -300,29 +301,12 @@ static bool set_adagrad(void *base, void *field, const char *flag, const char *t
     return true;
 }
 
-// ---- The names of the values (NULL past the last): the library's for its enums -----------------
+// ---- The names of the values (NULL past the last): cli.h's, and these ---------------------------
 
-static const char *grad_convention_name(int v) {
-    return v < EMBER_GRAD_COUNT ? ember_grad_convention_name((ember_grad_convention)v) : NULL;
-}
-static const char *dataset_name(int v) { return v < TRAIN_DATASET_COUNT ? train_dataset_name((train_dataset)v) : NULL; }
-static const char *malformed_name(int v) {
-    return v < CRITEO_MALFORMED_COUNT ? criteo_malformed_name((criteo_malformed_mode)v) : NULL;
-}
-static const char *dense_optimizer_name(int v) {
-    return v < DENSE_OPT_COUNT ? dense_optim_name((dense_optim_kind)v) : NULL;
-}
-static const char *embedding_optimizer_name(int v) {
-    return v < EMBER_OPT_COUNT ? ember_optim_name((ember_optim_kind)v) : NULL;
-}
 // A cache's policy: lru or lfu (ttl is for hashed tables).
 static const char *cache_policy_name(int v) {
     return v < EMBER_EVICT_TTL ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
 }
-static const char *hash_policy_name(int v) {
-    return v < EMBER_EVICT_COUNT ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
-}
-static const char *hash_name(int v) { return v == 0 ? "modulo" : v == 1 ? "collisionless" : NULL; }
 static const char *on_off_name(int v) { return v == 0 ? "off" : v == 1 ? "on" : NULL; }
 static const char *progress_name(int v) {
     static const char *const names[] = {"auto", "bar", "lines"};
@@ -356,14 +340,14 @@ static const cli_flag flags[] = {
     CALL("intra_gbps", o.intra_gbps, set_gbps),
     CALL("inter_gbps", o.inter_gbps, set_gbps),
     CALL("disk_gbps", o.disk_gbps, set_gbps),
-    NAME("grad_convention", o.grad_convention, grad_convention_name, ANY_DATA),
+    NAME("grad_convention", o.grad_convention, cli_name_grad_convention, ANY_DATA),
     CALL("wire_precision", o.wire_forward, set_wire_precision),
     // data
-    NAME("dataset", o.dataset, dataset_name, ANY_DATA),
+    NAME("dataset", o.dataset, cli_name_dataset, ANY_DATA),
     TEXT("data_path", o.data_path, CRITEO_ONLY),
     TEXT("eval_data_path", o.eval_data_path, CRITEO_ONLY),
     REAL("zipf_alpha", o.zipf_alpha, SYNTHETIC_ONLY),
-    NAME("malformed", o.malformed, malformed_name, CRITEO_ONLY),
+    NAME("malformed", o.malformed, cli_name_malformed, CRITEO_ONLY),
     // training
     INT("batch_size", o.batch_size, 1, MAX_COUNT),
     INT("epochs", o.epochs, 1, MAX_INT32),
@@ -373,8 +357,8 @@ static const cli_flag flags[] = {
     REAL("learning_rate", o.learning_rate, ANY_DATA),
     REAL("embedding_learning_rate", o.embedding_learning_rate, ANY_DATA),
     SET("adagrad", o.dense_optimizer, set_adagrad),
-    NAME("dense_optimizer", o.dense_optimizer, dense_optimizer_name, ANY_DATA),
-    NAME("embedding_optimizer", o.embedding_optimizer, embedding_optimizer_name, ANY_DATA),
+    NAME("dense_optimizer", o.dense_optimizer, cli_name_dense_optimizer, ANY_DATA),
+    NAME("embedding_optimizer", o.embedding_optimizer, cli_name_embedding_optimizer, ANY_DATA),
     INT("seed", o.seed, 0, INT64_MAX),
     INT("threads", threads, 0, 4096),
     CALL("timeout_s", o.timeout_s, cli_call_timeout),
@@ -384,9 +368,9 @@ static const cli_flag flags[] = {
     INT("cache_rows", o.cache_rows, 1, MAX_ROWS),
     NAME("cache_policy", o.cache_policy, cache_policy_name, ANY_DATA),
     TEXT("ssd_dir", o.ssd_dir, ANY_DATA),
-    NAME("hash", o.collisionless, hash_name, ANY_DATA),
+    NAME("hash", o.collisionless, cli_name_hash, ANY_DATA),
     INT("hash_min_count", o.hash.min_count, 1, MAX_COUNT),
-    NAME("hash_policy", o.hash.policy, hash_policy_name, ANY_DATA),
+    NAME("hash_policy", o.hash.policy, cli_name_evict_policy, ANY_DATA),
     INT("hash_ttl", o.hash.ttl_steps, 1, MAX_COUNT),
     INT("hash_bucket_rows", o.hash.bucket_rows, 1, 1 << 20),
     INT("synth_items", o.synth_items, 1, 1 << 20),
@@ -511,6 +495,11 @@ int cmd_train(int argc, char **argv) {
         st = train_run(comm, o, dlrm_backend_sebc_create, stdout, &res);
     }
     return threads_finish_mpi("train", st, ctx, comm);
+}
+
+const cli_flag *cmd_train_flags(int *n) {
+    *n = NUM_FLAGS;
+    return flags;
 }
 
 // fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.
