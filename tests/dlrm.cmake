@@ -46,6 +46,7 @@ endforeach()
 
 ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
 target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)
+
 # trainer.json: every option of ember train recorded or declared free to change on resume, every
 # field read back, older checkpoints read with the defaults of the fields added since, a resume
 # refusing each changed model or data field by name.
@@ -312,6 +313,27 @@ ember_cli_test(cli.train.ssd_bad_table 0 2 "^ember train: --ssd_tables 't_cat_30
                train --ssd_tables 3,t_cat_30 --cache_rows 10)
 ember_cli_test(cli.train.ssd_and_collisionless 0 2 "^ember train: --ssd_tables and --hash collisionless" 1
                train --ssd_tables 1 --cache_rows 10 --hash collisionless)
+# Options of collisionless hashing with --hash modulo, and --hash_ttl without --hash_policy ttl,
+# are refused saying why; a bucket of one row is refused at parse time; a hashed table's rows are
+# listed as built (64 rounded up to whole buckets of 3: 66).
+ember_cli_test(cli.train.hash_policy_modulo 0 2
+               "^ember train: --hash_policy is an option of --hash collisionless, but hashing is modulo \\(the default\\), which ignores it" 1
+               train --hash_policy lfu)
+ember_cli_test(cli.train.hash_min_count_modulo 0 2
+               "^ember train: --hash_min_count is an option of --hash collisionless, but hashing is modulo, which" 1
+               train --hash modulo --hash_min_count 2)
+ember_cli_test(cli.train.hash_bucket_rows_modulo 0 2 "^ember train: --hash_bucket_rows is an option of --hash collisionless" 1
+               train --hash_bucket_rows 4)
+ember_cli_test(cli.train.hash_ttl_lru 0 2
+               "^ember train: --hash_ttl is the time to live of --hash_policy ttl, but the policy is lru \\(the default\\), which ignores it" 1
+               train --hash collisionless --hash_ttl 5)
+ember_cli_test(cli.train.hash_ttl_lfu 0 2 "^ember train: --hash_ttl is the time to live of --hash_policy ttl, but the policy is lfu," 1
+               train --hash collisionless --hash_ttl 5 --hash_policy lfu)
+ember_cli_test(cli.train.hash_bucket_rows_one 0 2 "^ember train: --hash_bucket_rows 1: expected 2\\.\\.1048576" 1
+               train --hash collisionless --hash_bucket_rows 1)
+ember_cli_test(dist.train.cli.hash_rows_built.np1 1 0 "^(    t_cat_[0-9]+ +66 rows |  tables      26 x dim 16, 1716 rows)" 27
+               train --hash collisionless --hash_bucket_rows 3 --num_embeddings 64 --batch_size 64
+               --limit_train_batches 1 --limit_val_batches 1 --eval_interval 0 --progress lines)
 ember_cli_test(cli.train.bad_hash 0 2 "^ember train: --hash 'cuckoo': expected one of modulo, collisionless" 1
                train --hash cuckoo)
 ember_cli_test(dist.train.cli.cache_too_small.np2 2 nonzero "^ember train: error: table 't_cat_.*': this batch touches [0-9]+ distinct rows, its cache holds 8 \\(raise cache_rows\\)" 1

@@ -90,7 +90,8 @@ static const char help[] =
     "  --hash_min_count N                collisionless: a value gets a row at its N-th occurrence\n"
     "  --hash_policy lru|lfu|ttl         collisionless: which rows leave when a bucket is full\n"
     "  --hash_ttl STEPS                  collisionless, ttl: rows unused this long are dropped\n"
-    "  --hash_bucket_rows N              collisionless: rows per hash bucket (default 16)\n"
+    "  --hash_bucket_rows N              collisionless: rows per hash bucket, >= 2 (default 16); a\n"
+    "                                    table's rows are rounded up to whole buckets\n"
     "  --synth_items K                   synthetic: K distinct items per table row, each a 64-bit\n"
     "                                    value (default 1: the items are the rows)\n"
     "\n"
@@ -316,11 +317,12 @@ static const char *progress_name(int v) {
 // ---- The options -------------------------------------------------------------------------------
 
 // The data set an option belongs to (the others take it as given): an option of the other one is
-// a usage error.
-enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2 };
+// a usage error; so is an option of collisionless hashing with --hash modulo.
+enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2, HASH_ONLY = 3 };
 
 #define F(m) CLI_FIELD(train_cli, m)
 #define INT(name, m, lo, hi) {name, CLI_INT, F(m), lo, hi, NULL, NULL, ANY_DATA}
+#define HASH_INT(name, m, lo, hi) {name, CLI_INT, F(m), lo, hi, NULL, NULL, HASH_ONLY}
 #define REAL(name, m, data) {name, CLI_REAL, F(m), 0, 0, NULL, NULL, data}
 #define TEXT(name, m, data) {name, CLI_TEXT, F(m), 0, 0, NULL, NULL, data}
 #define NAME(name, m, names, data) {name, CLI_NAME, F(m), 0, 0, names, NULL, data}
@@ -369,10 +371,10 @@ static const cli_flag flags[] = {
     NAME("cache_policy", o.cache_policy, cache_policy_name, ANY_DATA),
     TEXT("ssd_dir", o.ssd_dir, ANY_DATA),
     NAME("hash", o.collisionless, cli_name_hash, ANY_DATA),
-    INT("hash_min_count", o.hash.min_count, 1, MAX_COUNT),
-    NAME("hash_policy", o.hash.policy, cli_name_evict_policy, ANY_DATA),
-    INT("hash_ttl", o.hash.ttl_steps, 1, MAX_COUNT),
-    INT("hash_bucket_rows", o.hash.bucket_rows, 1, 1 << 20),
+    HASH_INT("hash_min_count", o.hash.min_count, 1, MAX_COUNT),
+    NAME("hash_policy", o.hash.policy, cli_name_evict_policy, HASH_ONLY),
+    HASH_INT("hash_ttl", o.hash.ttl_steps, 1, MAX_COUNT),
+    HASH_INT("hash_bucket_rows", o.hash.bucket_rows, 2, 1 << 20),
     INT("synth_items", o.synth_items, 1, 1 << 20),
     // checkpoints
     TEXT("save_dir", o.save_dir, ANY_DATA),
@@ -423,8 +425,21 @@ static bool check_together(const train_options *o, const int *order, char *err, 
         snprintf(err, cap, "--ssd_tables and --hash collisionless: a hashed table cannot also be on disk");
         return false;
     }
+    char hashing[64];
+    const char *hash_only = first_of(order, HASH_ONLY, hashing, sizeof hashing);
+    if (hash_only && !o->collisionless) {
+        snprintf(err, cap, "%s is an option of --hash collisionless, but hashing is modulo%s, which ignores it: "
+                 "add --hash collisionless", hash_only, order[row("hash")] ? "" : " (the default)");
+        return false;
+    }
     if (o->hash.policy == EMBER_EVICT_TTL && o->hash.ttl_steps == 0) {
         snprintf(err, cap, "--hash_policy ttl needs --hash_ttl STEPS");
+        return false;
+    }
+    if (order[row("hash_ttl")] && o->hash.policy != EMBER_EVICT_TTL) {
+        snprintf(err, cap, "--hash_ttl is the time to live of --hash_policy ttl, but the policy is %s%s, which "
+                 "ignores it: add --hash_policy ttl", ember_evict_policy_name(o->hash.policy),
+                 order[row("hash_policy")] ? "" : " (the default)");
         return false;
     }
     if ((o->checkpoint_interval >= 0 || o->keep_checkpoints > 0) && !o->save_dir && !o->resume) {
