@@ -233,6 +233,11 @@ ember_cli_test(dist.train.cli.plan_twice.np2 2 nonzero "^ember train: error: --p
 ember_cli_test(dist.train.cli.plan_rank.np2 2 nonzero
                "^ember train: error: --plan '.*': table 't_cat_7': rank 5 is not one of the 2 ranks of this run" 1
                train ${_short} --plan ${_plans}/bad_rank.json)
+# A shard count beyond every integer (JSON's 1e999 is an infinity; fuzz_planfile found its
+# conversion to int undefined): refused as not an integer.
+ember_cli_test(dist.train.cli.plan_shards_inf.np2 2 nonzero
+               "^ember train: error: --plan '.*': table 't_cat_0': shards and group must be integers" 1
+               train ${_short} --plan ${_plans}/bad_shards_inf.json)
 ember_cli_test(dist.train.cli.plan_scheme.np2 2 nonzero
                "^ember train: error: --plan '.*': table 't_cat_2': scheme 'diagonal' is not one of" 1
                train ${_short} --plan ${_plans}/bad_scheme.json)

@@ -2,7 +2,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -409,7 +411,10 @@ static void decode_field(reader *r, const trainstate_field *f, const cJSON *v, t
         break;
     }
     case TS_REAL:
+        // JSON cannot hold an infinity: 1e999 parses as one, and a float field takes at most FLT_MAX.
         if (!cJSON_IsNumber(v)) bad_field(r, f->section, f->key, "is not a number");
+        else if (!(fabs(v->valuedouble) <= (f->size == sizeof(float) ? (double)FLT_MAX : DBL_MAX)))
+            bad_field(r, f->section, f->key, "is not a finite number of its type");
         else store_real(p, f->size, v->valuedouble);
         break;
     case TS_NAME: {
