@@ -48,7 +48,9 @@ static void print_trainer(FILE *f, const trainstate *ts) {
             (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate),
             ember_grad_convention_name(o->grad_convention));
     if (o->collisionless) {
-        fprintf(f, "  hashing     collisionless: buckets of %d rows, a value gets a row at its occurrence %lld, %s eviction",
+        fprintf(f,
+                "  hashing     collisionless: buckets of %d rows, a value gets a row at its occurrence %lld, %s "
+                "eviction",
                 (int)o->hash.bucket_rows, (long long)o->hash.min_count, ember_evict_policy_name(o->hash.policy));
         if (o->hash.policy == EMBER_EVICT_TTL) fprintf(f, " after %lld steps", (long long)o->hash.ttl_steps);
         fputc('\n', f);

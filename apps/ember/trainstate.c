@@ -202,7 +202,8 @@ void trainstate_apply(const trainstate *ts, train_options *o) {
     for (int i = 0; i < NUM_FIELDS; i++) {
         const trainstate_field *f = &fields[i];
         memcpy(field_in(o, f), field_of(&ts->cfg, f), f->size);
-        if (f->kind == TS_LAYERS) memcpy((char *)o + f->count_at, (const char *)&ts->cfg + f->count_at, sizeof(int32_t));
+        if (f->kind == TS_LAYERS)
+            memcpy((char *)o + f->count_at, (const char *)&ts->cfg + f->count_at, sizeof(int32_t));
     }
 }
 
@@ -647,7 +648,8 @@ ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_
     for (int i = 0; i < NUM_FIELDS; i++) {
         const trainstate_field *f = &fields[i];
         if (f->rule != TS_SAME || same_value(f, c, here)) continue;
-        if ((f->when == TS_SYNTHETIC && c->dataset != TRAIN_SYNTHETIC) || (f->when == TS_COLLISIONLESS && !c->collisionless))
+        if ((f->when == TS_SYNTHETIC && c->dataset != TRAIN_SYNTHETIC) ||
+            (f->when == TS_COLLISIONLESS && !c->collisionless))
             continue;
         if (f->kind == TS_ROWS) {
             for (int t = 0; t < DLRM_NUM_SPARSE; t++) {

@@ -32,11 +32,13 @@ run_and_load() {
   shift
   "${launch[@]}" "$ember" train "${common[@]}" "$@" --save_dir "$dir/$name" >"$dir/$name.txt" 2>&1 ||
     fail "the $name run failed"
-  "${launch[@]}" "$ember" eval --load "$dir/$name" >"$dir/${name}_eval.txt" 2>&1 || fail "eval --load of the $name run failed"
+  "${launch[@]}" "$ember" eval --load "$dir/$name" >"$dir/${name}_eval.txt" 2>&1 ||
+    fail "eval --load of the $name run failed"
   local want got
   want=$(last_eval "$dir/$name.txt")
   got=$(evaluated "$dir/${name}_eval.txt")
-  [ -n "$want" ] && [ "$want" = "$got" ] || fail "eval --load of the $name run printed '$got', the run ended with '$want'"
+  [ -n "$want" ] && [ "$want" = "$got" ] ||
+    fail "eval --load of the $name run printed '$got', the run ended with '$want'"
 }
 launch=("$@")
 hash=(--hash collisionless --synth_items 4 --hash_min_count 2 --hash_policy lfu)

@@ -31,18 +31,20 @@ copy() { rm -rf "$dir/$1" && cp -r "$ck" "$dir/$1" && echo "$dir/$1"; }
 bad=$(copy format)
 "$python" "$blob" "$bad" set trainer.json format '"ember-train/9"' || fail "ckpt_blob.py failed"
 "$ember" ckpt info --verify "$bad" >"$dir/info_format.txt" 2>&1 || fail "ckpt info failed on a foreign trainer.json"
-one "$dir/info_format.txt" "^  trainer     none readable: '$bad': trainer.json has format 'ember-train/9', this ember reads 'ember-train/1'"
+foreign="trainer.json has format 'ember-train/9', this ember reads 'ember-train/1'"
+one "$dir/info_format.txt" "^  trainer     none readable: '$bad': $foreign"
 grep -q '^verify: OK' "$dir/info_format.txt" || fail "ckpt info: the rewritten checkpoint does not verify"
 "$@" "$ember" eval --load "$bad" >"$dir/eval_format.txt" 2>&1 && fail "eval --load accepted a foreign trainer.json"
-one "$dir/eval_format.txt" "^ember eval: error: '$bad': trainer.json has format 'ember-train/9', this ember reads 'ember-train/1'"
+one "$dir/eval_format.txt" "^ember eval: error: '$bad': $foreign"
 "$@" "$ember" train "${common[@]}" --resume "$bad" >"$dir/resume_format.txt" 2>&1 &&
   fail "train --resume accepted a foreign trainer.json"
-one "$dir/resume_format.txt" "^ember train: error: '$bad': trainer.json has format 'ember-train/9', this ember reads 'ember-train/1'"
+one "$dir/resume_format.txt" "^ember train: error: '$bad': $foreign"
 
 # No dense parameters: each command names its own flag.
 bad=$(copy noparams)
 "$python" "$blob" "$bad" remove dense.params || fail "ckpt_blob.py failed"
-"$@" "$ember" eval --load "$bad" >"$dir/eval_noparams.txt" 2>&1 && fail "eval --load accepted a checkpoint without dense.params"
+"$@" "$ember" eval --load "$bad" >"$dir/eval_noparams.txt" 2>&1 &&
+  fail "eval --load accepted a checkpoint without dense.params"
 one "$dir/eval_noparams.txt" "^ember eval: error: --load '$bad': the checkpoint has no dense.params"
 "$@" "$ember" train "${common[@]}" --resume "$bad" >"$dir/resume_noparams.txt" 2>&1 &&
   fail "train --resume accepted a checkpoint without dense.params"
