@@ -8,7 +8,7 @@
 # docs/fuzzing.md says what each target covers and how to reproduce a crash.
 #
 # Usage: scripts/fuzz.sh [SECONDS | --runs N] [TARGET...]   (default 60 seconds per target; all
-#        targets: kjt criteo checkpoint cli)
+#        targets: kjt criteo checkpoint cli trainstate planfile)
 #        scripts/fuzz.sh --coverage [TARGET...]   source coverage of the sources under test reached
 #                   by the working corpus (preset fuzz-coverage, build-fuzz-cov/; llvm-cov report)
 #        scripts/fuzz.sh --seeds    rewrite fuzz/corpus/checkpoint from checkpoints the library saves
@@ -29,17 +29,19 @@ main() {
       --seeds) seeds=1; shift ;;
       --coverage) coverage=1; shift ;;
       [0-9]*) budget=(-max_total_time="$1"); shift ;;
-      kjt|criteo|checkpoint|cli) targets+=("$1"); shift ;;
-      *) echo "usage: scripts/fuzz.sh [SECONDS | --runs N | --coverage] [kjt|criteo|checkpoint|cli ...] | --seeds" >&2
+      kjt|criteo|checkpoint|cli|trainstate|planfile) targets+=("$1"); shift ;;
+      *) echo "usage: scripts/fuzz.sh [SECONDS | --runs N | --coverage] [kjt|criteo|checkpoint|cli|trainstate|planfile ...] | --seeds" >&2
          exit 2 ;;
     esac
   done
-  [ ${#targets[@]} -gt 0 ] || targets=(kjt criteo checkpoint cli)
+  [ ${#targets[@]} -gt 0 ] || targets=(kjt criteo checkpoint cli trainstate planfile)
 
   # Per target: the largest input (the seeds' sizes and what each input format needs: a Criteo
-  # line longer than the reader's 4 KiB buffer, a checkpoint manifest of one-row records) and extras.
-  declare -A max_len=([kjt]=4096 [criteo]=16384 [checkpoint]=32768 [cli]=4096)
-  declare -A extra=([cli]="-dict=$root/fuzz/cli.dict" [checkpoint]="-dict=$root/fuzz/checkpoint.dict")
+  # line longer than the reader's 4 KiB buffer, a checkpoint manifest of one-row records, a plan
+  # of 26 tables) and extras.
+  declare -A max_len=([kjt]=4096 [criteo]=16384 [checkpoint]=32768 [cli]=4096 [trainstate]=8192 [planfile]=8192)
+  declare -A extra=([cli]="-dict=$root/fuzz/cli.dict" [checkpoint]="-dict=$root/fuzz/checkpoint.dict"
+                    [trainstate]="-dict=$root/fuzz/trainstate.dict" [planfile]="-dict=$root/fuzz/planfile.dict")
 
   bash scripts/setup.sh # clang's OpenMP, sanitizer and libFuzzer runtimes among the rest
   if [ "$coverage" = 0 ]; then
@@ -78,7 +80,8 @@ main() {
                         [checkpoint]="src/state/manifest.c src/state/inspect.c src/state/load.c"
                         [cli]="apps/ember/cmd_train.c apps/ember/cmd_eval.c apps/ember/cmd_plan.c
                                apps/ember/cmd_ckpt.c apps/ember/cli.c bench/tbe_bench.c bench/shard_bench.c
-                               bench/ckpt_bench.c")
+                               bench/ckpt_bench.c"
+                        [trainstate]="apps/ember/trainstate.c" [planfile]="apps/ember/planfile.c")
     if ! command -v llvm-cov >/dev/null; then
       echo "fuzz.sh --coverage needs llvm-cov and llvm-profdata (Debian: llvm)" >&2
       exit 1

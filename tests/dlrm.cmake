@@ -47,6 +47,12 @@ endforeach()
 ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
 target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)
 
+# trainer.json: every option of ember train recorded or declared free to change on resume, every
+# field read back, older checkpoints read with the defaults of the fields added since, a resume
+# refusing each changed model or data field by name.
+ember_unit_test(dlrm_trainstate ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_trainstate.c)
+target_link_libraries(test_dlrm_trainstate PRIVATE ember_app)
+
 # The CLI (build/bin/ember): help, and bad input failing on every rank with one line from rank 0
 # and a non-zero exit, before any training collective.
 #   ember_cli_test(NAME NP STATUS REGEX COUNT ARGS...)  NP 0: without mpiexec; see dist/expect.sh
@@ -177,6 +183,22 @@ add_test(NAME dist.train.cli.save_disk_full.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.save_disk_full.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
+# trainer.json damaged (another format) or a dense blob missing, the CRC-32s recomputed so that
+# the checkpoint opens (dist/ckpt_blob.py): ckpt info, eval --load and train --resume each say so
+# in one line, quoting the format and naming their own flag.
+add_test(NAME dist.train.cli.trainer_json.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_trainer.sh $<TARGET_FILE:ember_cli> /usr/bin/python3
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.trainer_json.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+# What trainer.json records: eval --load of a default, a collisionless and a tiered run prints the
+# run's last evaluation; a resume with another --hash_policy, --hash_ttl, --synth_items or --hash
+# is refused by name; a checkpoint without those fields (an older ember's) loads and resumes.
+add_test(NAME dist.train.cli.ckpt_config.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/ckpt_config.sh $<TARGET_FILE:ember_cli> /usr/bin/python3
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.ckpt_config.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
 ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
                "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1
                train --resume nonexistent)
@@ -211,6 +233,11 @@ ember_cli_test(dist.train.cli.plan_twice.np2 2 nonzero "^ember train: error: --p
 ember_cli_test(dist.train.cli.plan_rank.np2 2 nonzero
                "^ember train: error: --plan '.*': table 't_cat_7': rank 5 is not one of the 2 ranks of this run" 1
                train ${_short} --plan ${_plans}/bad_rank.json)
+# A shard count beyond every integer (JSON's 1e999 is an infinity; fuzz_planfile found its
+# conversion to int undefined): refused as not an integer.
+ember_cli_test(dist.train.cli.plan_shards_inf.np2 2 nonzero
+               "^ember train: error: --plan '.*': table 't_cat_0': shards and group must be integers" 1
+               train ${_short} --plan ${_plans}/bad_shards_inf.json)
 ember_cli_test(dist.train.cli.plan_scheme.np2 2 nonzero
                "^ember train: error: --plan '.*': table 't_cat_2': scheme 'diagonal' is not one of" 1
                train ${_short} --plan ${_plans}/bad_scheme.json)
@@ -278,12 +305,40 @@ add_test(NAME dist.train.cli.big_tables.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.big_tables.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# Tiered tables that fit a small disk start there: the disk probe's file is sized to their files
+# (a 40 MiB tmpfs, skipped where none can be mounted), and --disk_gbps skips it.
+add_test(NAME dist.train.cli.probe_small_disk.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_probe_tmpfs.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.probe_small_disk.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
 ember_cli_test(cli.train.ssd_without_cache 0 2 "^ember train: --ssd_tables puts tables on disk behind a DRAM cache" 1
                train --ssd_tables all)
 ember_cli_test(cli.train.ssd_bad_table 0 2 "^ember train: --ssd_tables 't_cat_30': not a table" 1
                train --ssd_tables 3,t_cat_30 --cache_rows 10)
 ember_cli_test(cli.train.ssd_and_collisionless 0 2 "^ember train: --ssd_tables and --hash collisionless" 1
                train --ssd_tables 1 --cache_rows 10 --hash collisionless)
+# Options of collisionless hashing with --hash modulo, and --hash_ttl without --hash_policy ttl,
+# are refused saying why; a bucket of one row is refused at parse time; a hashed table's rows are
+# listed as built (64 rounded up to whole buckets of 3: 66).
+ember_cli_test(cli.train.hash_policy_modulo 0 2
+               "^ember train: --hash_policy is an option of --hash collisionless, but hashing is modulo \\(the default\\), which ignores it" 1
+               train --hash_policy lfu)
+ember_cli_test(cli.train.hash_min_count_modulo 0 2
+               "^ember train: --hash_min_count is an option of --hash collisionless, but hashing is modulo, which" 1
+               train --hash modulo --hash_min_count 2)
+ember_cli_test(cli.train.hash_bucket_rows_modulo 0 2 "^ember train: --hash_bucket_rows is an option of --hash collisionless" 1
+               train --hash_bucket_rows 4)
+ember_cli_test(cli.train.hash_ttl_lru 0 2
+               "^ember train: --hash_ttl is the time to live of --hash_policy ttl, but the policy is lru \\(the default\\), which ignores it" 1
+               train --hash collisionless --hash_ttl 5)
+ember_cli_test(cli.train.hash_ttl_lfu 0 2 "^ember train: --hash_ttl is the time to live of --hash_policy ttl, but the policy is lfu," 1
+               train --hash collisionless --hash_ttl 5 --hash_policy lfu)
+ember_cli_test(cli.train.hash_bucket_rows_one 0 2 "^ember train: --hash_bucket_rows 1: expected 2\\.\\.1048576" 1
+               train --hash collisionless --hash_bucket_rows 1)
+ember_cli_test(dist.train.cli.hash_rows_built.np1 1 0 "^(    t_cat_[0-9]+ +66 rows |  tables      26 x dim 16, 1716 rows)" 27
+               train --hash collisionless --hash_bucket_rows 3 --num_embeddings 64 --batch_size 64
+               --limit_train_batches 1 --limit_val_batches 1 --eval_interval 0 --progress lines)
 ember_cli_test(cli.train.bad_hash 0 2 "^ember train: --hash 'cuckoo': expected one of modulo, collisionless" 1
                train --hash cuckoo)
 ember_cli_test(dist.train.cli.cache_too_small.np2 2 nonzero "^ember train: error: table 't_cat_.*': this batch touches [0-9]+ distinct rows, its cache holds 8 \\(raise cache_rows\\)" 1

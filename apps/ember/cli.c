@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "ember/ebc.h"
+#include "train.h"
 
 // What the launchers put in each process's environment (checked with Open MPI 4.1 and 5.0, and
 // the Hydra of MPICH 4.0 and 5.0): Open MPI's mpiexec sets OMPI_COMM_WORLD_RANK and _SIZE (5.0's
@@ -131,6 +132,33 @@ bool cli_parse_timeout(const char *text, double *out, char *err, size_t cap) {
 bool cli_call_timeout(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
     (void)base, (void)flag;
     return cli_parse_timeout(text, field, err, cap);
+}
+
+const char *cli_name_grad_convention(int v) {
+    return v >= 0 && v < EMBER_GRAD_COUNT ? ember_grad_convention_name((ember_grad_convention)v) : NULL;
+}
+const char *cli_name_dataset(int v) {
+    return v >= 0 && v < TRAIN_DATASET_COUNT ? train_dataset_name((train_dataset)v) : NULL;
+}
+const char *cli_name_malformed(int v) {
+    return v >= 0 && v < CRITEO_MALFORMED_COUNT ? criteo_malformed_name((criteo_malformed_mode)v) : NULL;
+}
+const char *cli_name_dense_optimizer(int v) {
+    return v >= 0 && v < DENSE_OPT_COUNT ? dense_optim_name((dense_optim_kind)v) : NULL;
+}
+const char *cli_name_embedding_optimizer(int v) {
+    return v >= 0 && v < EMBER_OPT_COUNT ? ember_optim_name((ember_optim_kind)v) : NULL;
+}
+const char *cli_name_evict_policy(int v) {
+    return v >= 0 && v < EMBER_EVICT_COUNT ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
+}
+const char *cli_name_hash(int v) { return v == 0 ? "modulo" : v == 1 ? "collisionless" : NULL; }
+
+int cli_name_value(const char *(*names)(int v), const char *name) {
+    for (int v = 0; name && names(v); v++) {
+        if (strcmp(names(v), name) == 0) return v;
+    }
+    return -1;
 }
 
 // getopt_long's value of row i (above every short option's character).

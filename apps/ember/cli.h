@@ -38,6 +38,20 @@ bool cli_parse_i64_list(const char *flag, const char *text, int64_t min, int64_t
 // "sgd, adagrad, rowwise_adagrad, ..." for messages and help. Truncated to cap.
 void cli_optim_names(const char *sep, char *buf, size_t cap);
 
+// ---- Names of option values ---------------------------------------------------------------------
+// The name of value v of an enum an option takes, or NULL past the last: the library's names for its
+// enums, the app's for its own. For CLI_NAME rows and for trainer.json (trainstate.c), which stores
+// these values by name.
+const char *cli_name_grad_convention(int v);     // ember_grad_convention
+const char *cli_name_dataset(int v);             // train_dataset
+const char *cli_name_malformed(int v);           // criteo_malformed_mode
+const char *cli_name_dense_optimizer(int v);     // dense_optim_kind
+const char *cli_name_embedding_optimizer(int v); // ember_optim_kind
+const char *cli_name_evict_policy(int v);        // ember_evict_policy: lru, lfu, ttl
+const char *cli_name_hash(int v);                // train_options.collisionless: modulo (0), collisionless (1)
+// The value whose name is `name` (names(0), names(1), ... up to the first NULL), or -1.
+int cli_name_value(const char *(*names)(int v), const char *name);
+
 // ---- Option tables -----------------------------------------------------------------------------
 // A subcommand's options as one table: each row names a long option, how its value is read and
 // the field of the command's own struct (`base`) it fills. cli_parse_flags reads the command line

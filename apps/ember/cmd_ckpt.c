@@ -47,8 +47,27 @@ static void print_trainer(FILE *f, const trainstate *ts) {
             ember_optim_name(o->embedding_optimizer),
             (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate),
             ember_grad_convention_name(o->grad_convention));
+    if (o->collisionless) {
+        fprintf(f,
+                "  hashing     collisionless: buckets of %d rows, a value gets a row at its occurrence %lld, %s "
+                "eviction",
+                (int)o->hash.bucket_rows, (long long)o->hash.min_count, ember_evict_policy_name(o->hash.policy));
+        if (o->hash.policy == EMBER_EVICT_TTL) fprintf(f, " after %lld steps", (long long)o->hash.ttl_steps);
+        fputc('\n', f);
+    } else {
+        fprintf(f, "  hashing     modulo the table's rows\n");
+    }
+    if (o->ssd_tables) {
+        fprintf(f, "  on disk     tables");
+        if (o->ssd_tables == (1u << DLRM_NUM_SPARSE) - 1) fprintf(f, " all");
+        for (int t = 0, k = 0; t < DLRM_NUM_SPARSE && o->ssd_tables != (1u << DLRM_NUM_SPARSE) - 1; t++)
+            if (o->ssd_tables & (1u << t)) fprintf(f, "%s%d", k++ ? "," : " ", t);
+        fprintf(f, " behind %s caches of %lld rows\n", ember_evict_policy_name(o->cache_policy),
+                (long long)o->cache_rows);
+    }
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic, seed %llu, zipf alpha %g", (unsigned long long)o->seed, o->zipf_alpha);
+        if (o->synth_items > 1) fprintf(f, ", %lld items per row", (long long)o->synth_items);
     } else {
         fprintf(f, "  data        criteo '%s', eval %s%s%s, seed %llu", o->data_path ? o->data_path : "?",
                 o->eval_data_path ? "'" : "its held-out head", o->eval_data_path ? o->eval_data_path : "",

@@ -35,6 +35,9 @@ static const char help[] =
     "                                    are the ranks sharing memory. auto plans on one host as\n"
     "                                    always, across hosts on the predicted step time; every plan's\n"
     "                                    predicted embedding step is printed with the measured one\n"
+    "  --disk_gbps G                     Gbit/s to and from tiered tables' files, for the planner\n"
+    "                                    (default: probed at start in --ssd_dir, with a file of\n"
+    "                                    at most the size of the run's files, 1 to 64 MiB)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
     "  --wire_precision P[,Q]            fp32 (default, exact), fp16 or bf16: pooled embeddings (P)\n"
     "                                    and their gradients (Q, default P) between ranks, rounded\n"
@@ -87,7 +90,8 @@ static const char help[] =
     "  --hash_min_count N                collisionless: a value gets a row at its N-th occurrence\n"
     "  --hash_policy lru|lfu|ttl         collisionless: which rows leave when a bucket is full\n"
     "  --hash_ttl STEPS                  collisionless, ttl: rows unused this long are dropped\n"
-    "  --hash_bucket_rows N              collisionless: rows per hash bucket (default 16)\n"
+    "  --hash_bucket_rows N              collisionless: rows per hash bucket, >= 2 (default 16); a\n"
+    "                                    table's rows are rounded up to whole buckets\n"
     "  --synth_items K                   synthetic: K distinct items per table row, each a 64-bit\n"
     "                                    value (default 1: the items are the rows)\n"
     "\n"
@@ -122,9 +126,10 @@ static const char help[] =
     "  mpiexec -n 2 build/bin/ember train --save_dir ckpt --checkpoint_interval 200   (killed at step 700)\n"
     "  mpiexec -n 2 build/bin/ember train --resume ckpt       (on from step 600, saving into ckpt)\n";
 
-// What the command line fills: the run's options and what cmd_train itself uses.
+// What the command line fills: the run's options and what cmd_train itself uses. The options come
+// first, so that a row's field offset within train_options is its offset here (cmd_train_flags).
 typedef struct train_cli {
-    train_options o;
+    train_options o; // first
     int32_t threads; // --threads (0: not given)
     int progress;    // --progress: PROGRESS_AUTO, _BAR or _LINES
 } train_cli;
@@ -218,7 +223,7 @@ static bool set_sharding(void *base, void *field, const char *flag, const char *
     return true;
 }
 
-// --intra_gbps, --inter_gbps: Gbit/s in (0, 1e9).
+// --intra_gbps, --inter_gbps, --disk_gbps: Gbit/s in (0, 1e9).
 static bool set_gbps(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
     (void)base;
     double *g = field;
@@ -297,29 +302,12 @@ static bool set_adagrad(void *base, void *field, const char *flag, const char *t
     return true;
 }
 
-// ---- The names of the values (NULL past the last): the library's for its enums -----------------
+// ---- The names of the values (NULL past the last): cli.h's, and these ---------------------------
 
-static const char *grad_convention_name(int v) {
-    return v < EMBER_GRAD_COUNT ? ember_grad_convention_name((ember_grad_convention)v) : NULL;
-}
-static const char *dataset_name(int v) { return v < TRAIN_DATASET_COUNT ? train_dataset_name((train_dataset)v) : NULL; }
-static const char *malformed_name(int v) {
-    return v < CRITEO_MALFORMED_COUNT ? criteo_malformed_name((criteo_malformed_mode)v) : NULL;
-}
-static const char *dense_optimizer_name(int v) {
-    return v < DENSE_OPT_COUNT ? dense_optim_name((dense_optim_kind)v) : NULL;
-}
-static const char *embedding_optimizer_name(int v) {
-    return v < EMBER_OPT_COUNT ? ember_optim_name((ember_optim_kind)v) : NULL;
-}
 // A cache's policy: lru or lfu (ttl is for hashed tables).
 static const char *cache_policy_name(int v) {
     return v < EMBER_EVICT_TTL ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
 }
-static const char *hash_policy_name(int v) {
-    return v < EMBER_EVICT_COUNT ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
-}
-static const char *hash_name(int v) { return v == 0 ? "modulo" : v == 1 ? "collisionless" : NULL; }
 static const char *on_off_name(int v) { return v == 0 ? "off" : v == 1 ? "on" : NULL; }
 static const char *progress_name(int v) {
     static const char *const names[] = {"auto", "bar", "lines"};
@@ -329,11 +317,12 @@ static const char *progress_name(int v) {
 // ---- The options -------------------------------------------------------------------------------
 
 // The data set an option belongs to (the others take it as given): an option of the other one is
-// a usage error.
-enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2 };
+// a usage error; so is an option of collisionless hashing with --hash modulo.
+enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2, HASH_ONLY = 3 };
 
 #define F(m) CLI_FIELD(train_cli, m)
 #define INT(name, m, lo, hi) {name, CLI_INT, F(m), lo, hi, NULL, NULL, ANY_DATA}
+#define HASH_INT(name, m, lo, hi) {name, CLI_INT, F(m), lo, hi, NULL, NULL, HASH_ONLY}
 #define REAL(name, m, data) {name, CLI_REAL, F(m), 0, 0, NULL, NULL, data}
 #define TEXT(name, m, data) {name, CLI_TEXT, F(m), 0, 0, NULL, NULL, data}
 #define NAME(name, m, names, data) {name, CLI_NAME, F(m), 0, 0, names, NULL, data}
@@ -352,14 +341,15 @@ static const cli_flag flags[] = {
     TEXT("plan", o.plan_path, ANY_DATA),
     CALL("intra_gbps", o.intra_gbps, set_gbps),
     CALL("inter_gbps", o.inter_gbps, set_gbps),
-    NAME("grad_convention", o.grad_convention, grad_convention_name, ANY_DATA),
+    CALL("disk_gbps", o.disk_gbps, set_gbps),
+    NAME("grad_convention", o.grad_convention, cli_name_grad_convention, ANY_DATA),
     CALL("wire_precision", o.wire_forward, set_wire_precision),
     // data
-    NAME("dataset", o.dataset, dataset_name, ANY_DATA),
+    NAME("dataset", o.dataset, cli_name_dataset, ANY_DATA),
     TEXT("data_path", o.data_path, CRITEO_ONLY),
     TEXT("eval_data_path", o.eval_data_path, CRITEO_ONLY),
     REAL("zipf_alpha", o.zipf_alpha, SYNTHETIC_ONLY),
-    NAME("malformed", o.malformed, malformed_name, CRITEO_ONLY),
+    NAME("malformed", o.malformed, cli_name_malformed, CRITEO_ONLY),
     // training
     INT("batch_size", o.batch_size, 1, MAX_COUNT),
     INT("epochs", o.epochs, 1, MAX_INT32),
@@ -369,8 +359,8 @@ static const cli_flag flags[] = {
     REAL("learning_rate", o.learning_rate, ANY_DATA),
     REAL("embedding_learning_rate", o.embedding_learning_rate, ANY_DATA),
     SET("adagrad", o.dense_optimizer, set_adagrad),
-    NAME("dense_optimizer", o.dense_optimizer, dense_optimizer_name, ANY_DATA),
-    NAME("embedding_optimizer", o.embedding_optimizer, embedding_optimizer_name, ANY_DATA),
+    NAME("dense_optimizer", o.dense_optimizer, cli_name_dense_optimizer, ANY_DATA),
+    NAME("embedding_optimizer", o.embedding_optimizer, cli_name_embedding_optimizer, ANY_DATA),
     INT("seed", o.seed, 0, INT64_MAX),
     INT("threads", threads, 0, 4096),
     CALL("timeout_s", o.timeout_s, cli_call_timeout),
@@ -380,11 +370,11 @@ static const cli_flag flags[] = {
     INT("cache_rows", o.cache_rows, 1, MAX_ROWS),
     NAME("cache_policy", o.cache_policy, cache_policy_name, ANY_DATA),
     TEXT("ssd_dir", o.ssd_dir, ANY_DATA),
-    NAME("hash", o.collisionless, hash_name, ANY_DATA),
-    INT("hash_min_count", o.hash.min_count, 1, MAX_COUNT),
-    NAME("hash_policy", o.hash.policy, hash_policy_name, ANY_DATA),
-    INT("hash_ttl", o.hash.ttl_steps, 1, MAX_COUNT),
-    INT("hash_bucket_rows", o.hash.bucket_rows, 1, 1 << 20),
+    NAME("hash", o.collisionless, cli_name_hash, ANY_DATA),
+    HASH_INT("hash_min_count", o.hash.min_count, 1, MAX_COUNT),
+    NAME("hash_policy", o.hash.policy, cli_name_evict_policy, HASH_ONLY),
+    HASH_INT("hash_ttl", o.hash.ttl_steps, 1, MAX_COUNT),
+    HASH_INT("hash_bucket_rows", o.hash.bucket_rows, 2, 1 << 20),
     INT("synth_items", o.synth_items, 1, 1 << 20),
     // checkpoints
     TEXT("save_dir", o.save_dir, ANY_DATA),
@@ -435,8 +425,21 @@ static bool check_together(const train_options *o, const int *order, char *err, 
         snprintf(err, cap, "--ssd_tables and --hash collisionless: a hashed table cannot also be on disk");
         return false;
     }
+    char hashing[64];
+    const char *hash_only = first_of(order, HASH_ONLY, hashing, sizeof hashing);
+    if (hash_only && !o->collisionless) {
+        snprintf(err, cap, "%s is an option of --hash collisionless, but hashing is modulo%s, which ignores it: "
+                 "add --hash collisionless", hash_only, order[row("hash")] ? "" : " (the default)");
+        return false;
+    }
     if (o->hash.policy == EMBER_EVICT_TTL && o->hash.ttl_steps == 0) {
         snprintf(err, cap, "--hash_policy ttl needs --hash_ttl STEPS");
+        return false;
+    }
+    if (order[row("hash_ttl")] && o->hash.policy != EMBER_EVICT_TTL) {
+        snprintf(err, cap, "--hash_ttl is the time to live of --hash_policy ttl, but the policy is %s%s, which "
+                 "ignores it: add --hash_policy ttl", ember_evict_policy_name(o->hash.policy),
+                 order[row("hash_policy")] ? "" : " (the default)");
         return false;
     }
     if ((o->checkpoint_interval >= 0 || o->keep_checkpoints > 0) && !o->save_dir && !o->resume) {
@@ -507,6 +510,11 @@ int cmd_train(int argc, char **argv) {
         st = train_run(comm, o, dlrm_backend_sebc_create, stdout, &res);
     }
     return threads_finish_mpi("train", st, ctx, comm);
+}
+
+const cli_flag *cmd_train_flags(int *n) {
+    *n = NUM_FLAGS;
+    return flags;
 }
 
 // fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.

@@ -35,4 +35,11 @@ int cmd_eval_parse_only(int argc, char **argv);
 int cmd_ckpt_parse_only(int argc, char **argv);
 int cmd_plan_parse_only(int argc, char **argv);
 
+// ember train's option table (cmd_train.c, in --help's order): its *n rows, for the tests that
+// check every option against what a checkpoint records (trainstate.h). A row whose field lies
+// within train_options (`at` + `size` at most sizeof(train_options)) fills the field of
+// train_options at that offset; the rest fill the command's own settings (--threads, --progress).
+struct cli_flag;
+const struct cli_flag *cmd_train_flags(int *n);
+
 #endif

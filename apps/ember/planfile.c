@@ -1,6 +1,7 @@
 // Plan files (planfile.h): a table plan to JSON and back, checked against the model and the run.
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,10 @@ static bool get_int(const cJSON *e, const char *key, int32_t dflt, int32_t *out)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
     *out = dflt;
     if (!v) return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble) return false;
+    // In range before the conversion: an out-of-range double to int is undefined (1e999 parses as inf).
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= INT32_MIN && v->valuedouble <= INT32_MAX) ||
+        v->valuedouble != (double)(int32_t)v->valuedouble)
+        return false;
     *out = (int32_t)v->valuedouble;
     return true;
 }

@@ -39,26 +39,31 @@ static void print_topology(const run *R, FILE *f) {
             (int)t->hosts, t->hosts == 1 ? "" : "s", t->intra_bw * 8 / 1e9,
             t->intra_given ? "given" : t->intra_bw > 0 ? "probed" : "none: one rank per host",
             t->inter_bw * 8 / 1e9, t->inter_given ? "given" : "probed", t->round_s * 1e3);
-    if (t->disk_bw > 0)
-        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (probed, 64 MiB)\n",
-                t->disk_bw / 1e6,
+    if (t->disk_bw > 0) {
+        char how[64];
+        if (t->disk_given) snprintf(how, sizeof how, "given");
+        else snprintf(how, sizeof how, "probed, %.1f MiB", (double)t->disk_probe_bytes / (1024.0 * 1024.0));
+        fprintf(f, "  disk        %.0f MB/s to and from tiered tables' files in '%s' (%s)\n", t->disk_bw / 1e6,
                 R->o->ssd_dir      ? R->o->ssd_dir
                 : getenv("TMPDIR") ? getenv("TMPDIR")
-                                   : "/tmp");
+                                   : "/tmp",
+                how);
+    }
     if (isnan(t->predicted_s)) fprintf(f, "  predicted   no embedding step prediction: %s\n", t->why_none);
     else fprintf(f, "  predicted   embedding step %.3f ms (planner, slowest rank)\n", t->predicted_s * 1e3);
 }
 
-// Every table's rows and placement.
+// Every table's rows as built (a hashed table's rounded up to whole buckets) and placement.
 static void print_tables(const run *R, FILE *f) {
     const train_options *o = R->o;
     double rows = 0.0;
-    for (int t = 0; t < DLRM_NUM_SPARSE; t++) rows += (double)o->rows[t];
+    for (int t = 0; t < DLRM_NUM_SPARSE; t++) rows += (double)R->tables[t].rows;
     fprintf(f, "  tables      %d x dim %d, %.0f rows, %.1f MiB of fp32 weights:\n", DLRM_NUM_SPARSE,
             (int)o->embedding_dim, rows, rows * o->embedding_dim * 4.0 / (1024.0 * 1024.0));
     for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
         const ember_table_plan *p = &R->plan[t];
-        fprintf(f, "    %-9s %12lld rows  %-4s", R->table_names[t], (long long)o->rows[t], sharding_name(p->scheme));
+        fprintf(f, "    %-9s %12lld rows  %-4s", R->table_names[t], (long long)R->tables[t].rows,
+                sharding_name(p->scheme));
         const int n = p->num_ranks;
         if (n > 0) {
             fprintf(f, " rank%s", n > 1 ? "s" : "");

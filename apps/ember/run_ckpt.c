@@ -95,7 +95,9 @@ ember_status run_restore(run *R) {
     APP_TRY(R->backend.load(R->backend.impl, R->ckpt_path));
     ember_checkpoint *c = NULL;
     ember_status st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
-    if (st == EMBER_OK) st = trainstate_read_dense(R->ctx, c, R->ckpt_path, R->model, R->ckpt.dense_step);
+    if (st == EMBER_OK)
+        st = trainstate_read_dense(R->ctx, c, R->eval_only ? "--load" : "--resume", R->ckpt_path, R->model,
+                                   R->ckpt.dense_step);
     ember_checkpoint_close(c);
     APP_TRY(ember_comm_agree(R->comm, st));
     R->digest_losses = R->ckpt.digest_losses;

@@ -165,7 +165,7 @@ ember_status run_check_memory(run *R) {
                                  "the model needs %.1f GiB on this host (%.1f GiB on this rank, most for table %s: "
                                  "%lld rows x %d, %s) but %.1f GiB is available: smaller "
                                  "--num_embeddings_per_feature, or more hosts",
-                                 host / gib, mine / gib, R->table_names[largest], (long long)R->o->rows[largest],
+                                 host / gib, mine / gib, R->table_names[largest], (long long)R->tables[largest].rows,
                                  (int)R->o->embedding_dim, sharding_name(R->plan[largest].scheme), avail / gib);
     }
     return ember_comm_agree(R->comm, st);
@@ -323,6 +323,6 @@ ember_status run_place_tables(run *R) {
     const int32_t local_batch = o->batch_size / R->world > 0 ? (int32_t)(o->batch_size / R->world) : 1;
     if (st == EMBER_OK)
         st = ember_comm_agree(comm, train_topology_plan(comm, &pe, local_batch, o->intra_gbps, o->inter_gbps,
-                                                        plan_auto, R->plan, &R->topo));
+                                                        o->disk_gbps, plan_auto, R->plan, &R->topo));
     return st;
 }

@@ -52,7 +52,8 @@ void train_options_default(train_options *o) {
     o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
     o->overlap = true;
     o->cache_policy = EMBER_EVICT_LRU;
-    o->hash = (ember_hash_config){.enabled = 1, .bucket_rows = 0, .min_count = 1, .policy = EMBER_EVICT_LRU};
+    o->hash = (ember_hash_config){
+        .enabled = 1, .bucket_rows = EMBER_HASH_BUCKET_ROWS, .min_count = 1, .policy = EMBER_EVICT_LRU};
     o->synth_items = 1;
 }
 
@@ -442,30 +443,10 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
     R.eval_only = true;
     ember_status st = run_open_checkpoint(&R, "--load", e->load);
     if (st == EMBER_OK) {
-        // The checkpoint's model and data; placed by the planner for this world; no output files.
+        // The checkpoint's model and data (every option trainer.json records: its tables hashed or
+        // on disk as they were); placed by the planner for this world; no output files.
         train_options *x = &R.opts;
-        const train_options *c = &R.ckpt.cfg;
-        x->embedding_dim = c->embedding_dim;
-        memcpy(x->rows, c->rows, sizeof x->rows);
-        memcpy(x->bottom, c->bottom, sizeof x->bottom);
-        x->num_bottom = c->num_bottom;
-        memcpy(x->top, c->top, sizeof x->top);
-        x->num_top = c->num_top;
-        x->grad_convention = c->grad_convention;
-        x->dataset = c->dataset;
-        x->data_path = c->data_path;
-        x->eval_data_path = c->eval_data_path;
-        x->zipf_alpha = c->zipf_alpha;
-        x->malformed = c->malformed;
-        x->batch_size = c->batch_size;
-        x->epochs = c->epochs;
-        x->limit_train_batches = c->limit_train_batches;
-        x->limit_val_batches = c->limit_val_batches;
-        x->learning_rate = c->learning_rate;
-        x->embedding_learning_rate = c->embedding_learning_rate;
-        x->dense_optimizer = c->dense_optimizer;
-        x->embedding_optimizer = c->embedding_optimizer;
-        x->seed = c->seed;
+        trainstate_apply(&R.ckpt, x);
         x->checkpoint_interval = 0;
         x->keep_checkpoints = 1;
         x->digest = e->digest;

@@ -68,6 +68,7 @@ typedef struct train_options {
                                       // embedding backward around the dense backward (bitwise the
                                       // same results; default on)
     double intra_gbps, inter_gbps;    // bandwidths for the planner, Gbit/s (0: probed)
+    double disk_gbps;                 // tiered tables' files, Gbit/s for the planner (0: probed)
     // Tables beyond RAM and beyond fixed id ranges (docs/tiered.md, docs/hashed.md).
     uint32_t ssd_tables;              // bit f: table f lives on disk (--ssd_tables)
     int64_t cache_rows;               // its DRAM cache, rows (--cache_rows)

@@ -5,8 +5,26 @@
 
 #include "train_topology.h"
 
+// The disk probe's file: at most what the tiered tables' files take (all of their rows, weights
+// and optimizer state), at most 64 MiB, at least 1 MiB (a smaller file measures the call, not the
+// disk). 0 without tiered tables.
+int64_t train_topology_disk_probe_bytes(const ember_ebc_config *ec) {
+    double files = 0.0;
+    for (int32_t t = 0; t < ec->num_tables; t++) {
+        if (ec->tables[t].cache_rows <= 0) continue;
+        ember_tensor_info info[EMBER_MAX_TENSORS];
+        const int32_t n = ember_table_tensors(&ec->tables[t], info);
+        for (int32_t k = 0; k < n; k++)
+            files += (double)info[k].rows * (double)info[k].cols * (double)ember_dtype_size(info[k].dtype);
+    }
+    if (files <= 0.0) return 0;
+    const double lo = (double)TRAIN_DISK_PROBE_MIN, hi = (double)TRAIN_DISK_PROBE_MAX;
+    return (int64_t)(files < lo ? lo : files > hi ? hi : files);
+}
+
 ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, double intra_gbps,
-                                 double inter_gbps, int plan_auto, ember_table_plan *plan, train_topology *tt) {
+                                 double inter_gbps, double disk_gbps, int plan_auto, ember_table_plan *plan,
+                                 train_topology *tt) {
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t W = ember_comm_size(comm);
     memset(tt, 0, sizeof *tt);
@@ -32,17 +50,19 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
         ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
         pc.world_size = W;
         pc.batch_size = batch;
-        // Tables on disk: rank 0 measures the disk (64 MiB written, flushed and read back) and
-        // every rank plans with its figure.
-        int tiered = 0;
-        for (int32_t t = 0; t < ec->num_tables; t++) tiered |= ec->tables[t].cache_rows > 0;
-        if (tiered) {
-            st = ember_comm_rank(comm) == 0 ? ember_plan_probe_disk(ctx, ec->ssd_dir, (int64_t)64 << 20, &tt->disk_bw)
-                                            : EMBER_OK;
+        // Tables on disk: the rate given, or rank 0 measures the disk (a file of at most the
+        // tables' files written, flushed and read back) and every rank plans with its figure.
+        const int64_t probe = train_topology_disk_probe_bytes(ec);
+        if (probe > 0 && disk_gbps > 0) {
+            tt->disk_given = 1;
+            tt->disk_bw = disk_gbps * 1e9 / 8;
+        } else if (probe > 0) {
+            tt->disk_probe_bytes = probe;
+            st = ember_comm_rank(comm) == 0 ? ember_plan_probe_disk(ctx, ec->ssd_dir, probe, &tt->disk_bw) : EMBER_OK;
             st = ember_comm_agree(comm, st);
             if (st == EMBER_OK) st = ember_comm_bcast(comm, &tt->disk_bw, sizeof tt->disk_bw, 0);
-            pc.disk_bw = tt->disk_bw;
         }
+        pc.disk_bw = tt->disk_bw;
         if (plan_auto) {
             // One host plans on bytes as before; several on the predicted time.
             if (tt->hosts > 1) {

@@ -10,18 +10,32 @@ typedef struct train_topology {
     double intra_bw, inter_bw;  // bytes/s used for the prediction
     int intra_given, inter_given;
     double round_s;             // probed seconds of one collective round
-    double disk_bw;             // bytes/s of tiered tables' files (probed when there are any; else 0)
+    double disk_bw;             // bytes/s of tiered tables' files (given or probed when there are any; else 0)
+    int disk_given;             // disk_bw is --disk_gbps's
+    int64_t disk_probe_bytes;   // the probe's file (0: no probe)
     double predicted_s;         // the slowest rank's predicted embedding step (NAN: none)
     char why_none[160];         // why there is no prediction
 } train_topology;
 
+#define TRAIN_DISK_PROBE_MIN ((int64_t)1 << 20)
+#define TRAIN_DISK_PROBE_MAX ((int64_t)64 << 20)
+
+// The bytes of the disk probe's file for the tiered tables of ec (cache_rows > 0): what their files
+// take (every row's weights and optimizer state), clamped to [TRAIN_DISK_PROBE_MIN,
+// TRAIN_DISK_PROBE_MAX], so that a disk that holds the tables holds the probe; 0 without tiered
+// tables. Local.
+int64_t train_topology_disk_probe_bytes(const ember_ebc_config *ec);
+
 // Detects the hosts of comm and probes the bandwidths (4 MiB, 3 rounds; given ones, Gbit/s > 0,
-// replace them) and one collective round's time. With plan_auto, fills plan[ec->num_tables] with the planner's placement: on more than
-// one host from the predicted time, on one host as ever (bytes). Then predicts the step of plan.
-// batch: samples per rank. Collective. Returns what ember_plan_detect_topology and
+// replace them) and one collective round's time; with tiered tables the disk's rate too (given,
+// disk_gbps > 0, or probed by rank 0 in ec->ssd_dir with train_topology_disk_probe_bytes). With
+// plan_auto, fills plan[ec->num_tables] with the planner's placement: on more than one host from
+// the predicted time, on one host as ever (bytes). Then predicts the step of plan. batch: samples
+// per rank. Collective. Returns what ember_plan_detect_topology, ember_plan_probe_disk and
 // ember_plan_create return (agreed on by every rank); a prediction that fails is no failure (tt
 // says why).
 ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, double intra_gbps,
-                                 double inter_gbps, int plan_auto, ember_table_plan *plan, train_topology *tt);
+                                 double inter_gbps, double disk_gbps, int plan_auto, ember_table_plan *plan,
+                                 train_topology *tt);
 
 #endif

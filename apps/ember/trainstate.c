@@ -2,8 +2,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "appctx.h"
+#include "cli.h"
 #include "trainstate.h"
 
 #define BLOB_PARAMS "dense.params"
@@ -20,10 +24,187 @@
 #define BLOB_M2 "dense.m2"
 
 void trainstate_free(trainstate *ts) {
-    free(ts->data_path);
-    free(ts->eval_data_path);
-    ts->data_path = ts->eval_data_path = NULL;
+    for (int i = 0; i < TRAINSTATE_MAX_STRINGS; i++) {
+        free(ts->strings[i]);
+        ts->strings[i] = NULL;
+    }
     ts->cfg.data_path = ts->cfg.eval_data_path = NULL;
+}
+
+// ---- The configuration: one table -------------------------------------------------------------
+
+#define MAX_ROWS ((int64_t)1 << 48)
+#define MAX_COUNT ((int64_t)1 << 40)
+#define FIELD(m) .at = offsetof(train_options, m), .size = sizeof(((train_options *)0)->m)
+#define SAME(w) .rule = TS_SAME, .what = (w)
+
+// A cache's policy: lru or lfu (ttl is for hashed tables).
+static const char *cache_policy_name(int v) { return v < EMBER_EVICT_TTL ? cli_name_evict_policy(v) : NULL; }
+
+static const trainstate_field fields[] = {
+    // The model.
+    {.flag = "embedding_dim", .section = "model", .key = "embedding_dim", .kind = TS_INT, FIELD(embedding_dim),
+     .lo = 1, .hi = 65536, SAME("embedding dim is")},
+    {.flag = "num_embeddings_per_feature", .also = "num_embeddings", .section = "model", .key = "rows",
+     .kind = TS_ROWS, FIELD(rows), SAME("rows are")},
+    {.flag = "dense_arch_layer_sizes", .section = "model", .key = "dense_arch_layer_sizes", .kind = TS_LAYERS,
+     FIELD(bottom), .count_at = offsetof(train_options, num_bottom), SAME("dense arch layer sizes are")},
+    {.flag = "over_arch_layer_sizes", .section = "model", .key = "over_arch_layer_sizes", .kind = TS_LAYERS,
+     FIELD(top), .count_at = offsetof(train_options, num_top), SAME("over arch layer sizes are")},
+    {.flag = "dense_optimizer", .also = "adagrad", .section = "model", .key = "dense_optimizer", .kind = TS_NAME,
+     FIELD(dense_optimizer), .names = cli_name_dense_optimizer, SAME("dense optimizer is")},
+    {.flag = "embedding_optimizer", .also = "adagrad", .section = "model", .key = "embedding_optimizer",
+     .kind = TS_NAME, FIELD(embedding_optimizer), .names = cli_name_embedding_optimizer,
+     SAME("embedding optimizer is")},
+    {.flag = "grad_convention", .section = "model", .key = "grad_convention", .kind = TS_NAME,
+     FIELD(grad_convention), .names = cli_name_grad_convention, SAME("gradient convention is")},
+    {.flag = "hash", .section = "model", .key = "hash", .kind = TS_NAME, FIELD(collisionless),
+     .names = cli_name_hash, .added = true, SAME("hashing of categorical values (--hash) is")},
+    {.flag = "hash_bucket_rows", .section = "model", .key = "hash_bucket_rows", .kind = TS_INT,
+     FIELD(hash.bucket_rows), .lo = 0, .hi = 1 << 20, .when = TS_COLLISIONLESS, .added = true,
+     SAME("rows per hash bucket (--hash_bucket_rows) are")},
+    {.flag = "hash_min_count", .section = "model", .key = "hash_min_count", .kind = TS_INT, FIELD(hash.min_count),
+     .lo = 0, .hi = MAX_COUNT, .when = TS_COLLISIONLESS, .added = true,
+     SAME("occurrences before a value gets a row (--hash_min_count) are")},
+    {.flag = "hash_policy", .section = "model", .key = "hash_policy", .kind = TS_NAME, FIELD(hash.policy),
+     .names = cli_name_evict_policy, .when = TS_COLLISIONLESS, .added = true,
+     SAME("hashed tables' eviction policy (--hash_policy) is")},
+    {.flag = "hash_ttl", .section = "model", .key = "hash_ttl", .kind = TS_INT, FIELD(hash.ttl_steps), .lo = 0,
+     .hi = MAX_COUNT, .when = TS_COLLISIONLESS, .added = true,
+     SAME("hashed rows' time to live in steps (--hash_ttl) is")},
+    // The data.
+    {.flag = "dataset", .section = "data", .key = "dataset", .kind = TS_NAME, FIELD(dataset),
+     .names = cli_name_dataset, SAME("dataset is")},
+    {.flag = "seed", .section = "data", .key = "seed", .kind = TS_SEED, FIELD(seed), SAME("seed is")},
+    {.flag = "zipf_alpha", .section = "data", .key = "zipf_alpha", .kind = TS_REAL, FIELD(zipf_alpha),
+     .when = TS_SYNTHETIC, SAME("synthetic data's zipf alpha is")},
+    {.flag = "synth_items", .section = "data", .key = "synth_items", .kind = TS_INT, FIELD(synth_items), .lo = 1,
+     .hi = 1 << 20, .when = TS_SYNTHETIC, .added = true, SAME("synthetic items per table row (--synth_items) are")},
+    {.flag = "data_path", .section = "data", .key = "data_path", .kind = TS_PATH, FIELD(data_path),
+     .rule = TS_MAY_CHANGE},
+    {.flag = "eval_data_path", .section = "data", .key = "eval_data_path", .kind = TS_PATH, FIELD(eval_data_path),
+     .rule = TS_MAY_CHANGE},
+    {.flag = "malformed", .section = "data", .key = "malformed", .kind = TS_NAME, FIELD(malformed),
+     .names = cli_name_malformed, .rule = TS_MAY_CHANGE},
+    {.flag = "batch_size", .section = "data", .key = "batch_size", .kind = TS_INT, FIELD(batch_size), .lo = 1,
+     .hi = MAX_COUNT, SAME("global batch size is")},
+    // Training.
+    {.flag = "epochs", .section = "training", .key = "epochs", .kind = TS_INT, FIELD(epochs), .lo = 1,
+     .hi = INT32_MAX, .rule = TS_MAY_CHANGE},
+    {.flag = "limit_train_batches", .section = "training", .key = "limit_train_batches", .kind = TS_INT,
+     FIELD(limit_train_batches), .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE},
+    {.flag = "limit_val_batches", .section = "training", .key = "limit_val_batches", .kind = TS_INT,
+     FIELD(limit_val_batches), .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE},
+    {.flag = "eval_interval", .section = "training", .key = "eval_interval", .kind = TS_INT, FIELD(eval_interval),
+     .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE},
+    {.flag = "learning_rate", .section = "training", .key = "learning_rate", .kind = TS_REAL, FIELD(learning_rate),
+     .rule = TS_MAY_CHANGE},
+    {.flag = "embedding_learning_rate", .section = "training", .key = "embedding_learning_rate", .kind = TS_REAL,
+     FIELD(embedding_learning_rate), .rule = TS_MAY_CHANGE},
+    {.flag = "checkpoint_interval", .section = "training", .key = "checkpoint_interval", .kind = TS_INT,
+     FIELD(checkpoint_interval), .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE},
+    {.flag = "keep_checkpoints", .section = "training", .key = "keep_checkpoints", .kind = TS_INT,
+     FIELD(keep_checkpoints), .lo = 1, .hi = INT32_MAX, .rule = TS_MAY_CHANGE},
+    // Where the tables live: the same numbers in RAM or on disk (docs/tiered.md), so a resume may
+    // move them; eval --load keeps them where the run had them.
+    {.flag = "ssd_tables", .section = "storage", .key = "ssd_tables", .kind = TS_TABLES, FIELD(ssd_tables),
+     .rule = TS_MAY_CHANGE, .added = true},
+    {.flag = "cache_rows", .section = "storage", .key = "cache_rows", .kind = TS_INT, FIELD(cache_rows), .lo = 0,
+     .hi = MAX_ROWS, .rule = TS_MAY_CHANGE, .added = true},
+    {.flag = "cache_policy", .section = "storage", .key = "cache_policy", .kind = TS_NAME, FIELD(cache_policy),
+     .names = cache_policy_name, .rule = TS_MAY_CHANGE, .added = true},
+};
+#define NUM_FIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+// The options trainer.json does not record. A new option of ember train is a row of `fields` or
+// one of these (tests/unit/test_dlrm_trainstate.c).
+static const char *const free_flags[] = {
+    "sharding: the placement (a checkpoint holds tables in global coordinates and reshards)",
+    "plan: the placement, as --sharding",
+    "intra_gbps: the planner's figure for this machine",
+    "inter_gbps: the planner's figure for this machine",
+    "disk_gbps: the planner's figure for this machine",
+    "wire_precision: not recorded; a resumed run rounds the exchanges as it is told from then on",
+    "threads: the same numbers with any count",
+    "timeout_s: the collectives' deadline",
+    "overlap: the same numbers either way",
+    "ssd_dir: where this machine keeps tiered tables' scratch files",
+    "save_dir: where checkpoints go",
+    "resume: the checkpoint itself",
+    "metrics: output",
+    "plot: output",
+    "progress: output",
+    "digest: output",
+    NULL,
+};
+
+const trainstate_field *trainstate_fields(int *n) {
+    *n = NUM_FIELDS;
+    return fields;
+}
+
+const char *const *trainstate_free_flags(void) { return free_flags; }
+
+static const void *field_of(const train_options *o, const trainstate_field *f) { return (const char *)o + f->at; }
+static void *field_in(train_options *o, const trainstate_field *f) { return (char *)o + f->at; }
+
+// An integer field of 1 (bool), 4 or 8 bytes.
+static int64_t load_int(const void *p, size_t size) {
+    if (size == sizeof(bool)) return *(const bool *)p;
+    if (size == sizeof(int32_t)) {
+        int32_t v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void store_int(void *p, size_t size, int64_t v) {
+    if (size == sizeof(bool)) {
+        *(bool *)p = v != 0;
+    } else if (size == sizeof(int32_t)) {
+        const int32_t x = (int32_t)v;
+        memcpy(p, &x, sizeof x);
+    } else {
+        memcpy(p, &v, sizeof v);
+    }
+}
+
+static double load_real(const void *p, size_t size) {
+    if (size == sizeof(float)) {
+        float v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    double v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void store_real(void *p, size_t size, double v) {
+    if (size == sizeof(float)) {
+        const float x = (float)v;
+        memcpy(p, &x, sizeof x);
+    } else {
+        memcpy(p, &v, sizeof v);
+    }
+}
+
+static int32_t layer_count(const train_options *o, const trainstate_field *f) {
+    int32_t n;
+    memcpy(&n, (const char *)o + f->count_at, sizeof n);
+    return n;
+}
+
+void trainstate_apply(const trainstate *ts, train_options *o) {
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        const trainstate_field *f = &fields[i];
+        memcpy(field_in(o, f), field_of(&ts->cfg, f), f->size);
+        if (f->kind == TS_LAYERS)
+            memcpy((char *)o + f->count_at, (const char *)&ts->cfg + f->count_at, sizeof(int32_t));
+    }
 }
 
 // ---- trainer.json ------------------------------------------------------------------------------
@@ -33,21 +214,62 @@ static int64_t held_out_lines(const train_options *o) {
     return o->dataset == TRAIN_CRITEO && !o->eval_data_path ? o->limit_val_batches * o->batch_size : 0;
 }
 
-static cJSON *int_array(const int32_t *v, int32_t n) {
-    cJSON *a = cJSON_CreateArray();
-    for (int32_t i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
-    return a;
-}
-
-static void add_string_or_null(cJSON *o, const char *key, const char *value) {
-    if (value) cJSON_AddStringToObject(o, key, value);
-    else cJSON_AddNullToObject(o, key);
-}
-
 static void add_u64(cJSON *o, const char *key, uint64_t v, bool hex) {
     char text[32];
     snprintf(text, sizeof text, hex ? "%016" PRIx64 : "%" PRIu64, v);
     cJSON_AddStringToObject(o, key, text);
+}
+
+// Row f of o into object `obj`.
+static void encode_field(cJSON *obj, const trainstate_field *f, const train_options *o) {
+    const void *p = field_of(o, f);
+    switch (f->kind) {
+    case TS_INT: cJSON_AddNumberToObject(obj, f->key, (double)load_int(p, f->size)); break;
+    case TS_SEED: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        add_u64(obj, f->key, v, false);
+        break;
+    }
+    case TS_REAL: cJSON_AddNumberToObject(obj, f->key, load_real(p, f->size)); break;
+    case TS_NAME: {
+        const char *name = f->names((int)load_int(p, f->size));
+        cJSON_AddStringToObject(obj, f->key, name ? name : "unknown");
+        break;
+    }
+    case TS_PATH: {
+        const char *s;
+        memcpy(&s, p, sizeof s);
+        if (s) cJSON_AddStringToObject(obj, f->key, s);
+        else cJSON_AddNullToObject(obj, f->key);
+        break;
+    }
+    case TS_ROWS: {
+        cJSON *a = cJSON_AddArrayToObject(obj, f->key);
+        for (int t = 0; a && t < DLRM_NUM_SPARSE; t++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)o->rows[t]));
+        break;
+    }
+    case TS_LAYERS: {
+        cJSON *a = cJSON_AddArrayToObject(obj, f->key);
+        const int32_t *v = p;
+        for (int32_t i = 0; a && i < layer_count(o, f); i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+        break;
+    }
+    case TS_TABLES: {
+        cJSON *a = cJSON_AddArrayToObject(obj, f->key);
+        uint32_t mask;
+        memcpy(&mask, p, sizeof mask);
+        for (int t = 0; a && t < DLRM_NUM_SPARSE; t++)
+            if (mask & (1u << t)) cJSON_AddItemToArray(a, cJSON_CreateNumber(t));
+        break;
+    }
+    }
+}
+
+// The object `name` of root, made on first use.
+static cJSON *section(cJSON *root, const char *name) {
+    cJSON *s = cJSON_GetObjectItemCaseSensitive(root, name);
+    return s ? s : cJSON_AddObjectToObject(root, name);
 }
 
 ember_status trainstate_encode(ember_ctx *ctx, const trainstate *ts, char **text) {
@@ -56,37 +278,13 @@ ember_status trainstate_encode(ember_ctx *ctx, const trainstate *ts, char **text
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", TRAINSTATE_FORMAT);
     cJSON_AddNumberToObject(root, "world_size", ts->world_size);
-
-    cJSON *model = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddNumberToObject(model, "embedding_dim", o->embedding_dim);
-    cJSON *rows = cJSON_AddArrayToObject(model, "rows");
-    for (int f = 0; rows && f < DLRM_NUM_SPARSE; f++) cJSON_AddItemToArray(rows, cJSON_CreateNumber((double)o->rows[f]));
-    cJSON_AddItemToObject(model, "dense_arch_layer_sizes", int_array(o->bottom, o->num_bottom));
-    cJSON_AddItemToObject(model, "over_arch_layer_sizes", int_array(o->top, o->num_top));
-    cJSON_AddNumberToObject(model, "dense_parameters", (double)ts->num_dense_params);
-    cJSON_AddStringToObject(model, "dense_optimizer", dense_optim_name(o->dense_optimizer));
-    cJSON_AddStringToObject(model, "embedding_optimizer", ember_optim_name(o->embedding_optimizer));
-    cJSON_AddStringToObject(model, "grad_convention", ember_grad_convention_name(o->grad_convention));
-
-    cJSON *data = cJSON_AddObjectToObject(root, "data");
-    cJSON_AddStringToObject(data, "dataset", train_dataset_name(o->dataset));
-    add_u64(data, "seed", o->seed, false);
-    cJSON_AddNumberToObject(data, "zipf_alpha", o->zipf_alpha);
-    add_string_or_null(data, "data_path", o->data_path);
-    add_string_or_null(data, "eval_data_path", o->eval_data_path);
-    cJSON_AddNumberToObject(data, "held_out_lines", (double)held_out_lines(o));
-    cJSON_AddStringToObject(data, "malformed", criteo_malformed_name(o->malformed));
-    cJSON_AddNumberToObject(data, "batch_size", (double)o->batch_size);
-
-    cJSON *training = cJSON_AddObjectToObject(root, "training");
-    cJSON_AddNumberToObject(training, "epochs", o->epochs);
-    cJSON_AddNumberToObject(training, "limit_train_batches", (double)o->limit_train_batches);
-    cJSON_AddNumberToObject(training, "limit_val_batches", (double)o->limit_val_batches);
-    cJSON_AddNumberToObject(training, "eval_interval", (double)o->eval_interval);
-    cJSON_AddNumberToObject(training, "learning_rate", (double)o->learning_rate);
-    cJSON_AddNumberToObject(training, "embedding_learning_rate", (double)o->embedding_learning_rate);
-    cJSON_AddNumberToObject(training, "checkpoint_interval", (double)o->checkpoint_interval);
-    cJSON_AddNumberToObject(training, "keep_checkpoints", o->keep_checkpoints);
+    for (int i = 0; root && i < NUM_FIELDS; i++) {
+        cJSON *s = section(root, fields[i].section);
+        if (s) encode_field(s, &fields[i], o);
+    }
+    // What the options imply, for readers of the file.
+    cJSON_AddNumberToObject(section(root, "model"), "dense_parameters", (double)ts->num_dense_params);
+    cJSON_AddNumberToObject(section(root, "data"), "held_out_lines", (double)held_out_lines(o));
 
     cJSON *pos = cJSON_AddObjectToObject(root, "position");
     cJSON_AddNumberToObject(pos, "epoch", ts->pos.epoch);
@@ -124,22 +322,20 @@ typedef struct reader {
 
 static ember_status bad_field(reader *r, const char *section, const char *key, const char *what) {
     if (r->st == EMBER_OK) {
-        r->st = ember_ctx_set_error(r->ctx, EMBER_ERR_FORMAT, "'%s': %s: field %s.%s %s", r->dir, TRAINSTATE_BLOB,
-                                    section, key, what);
+        r->st = ember_ctx_set_error(r->ctx, EMBER_ERR_FORMAT, "'%s': %s: field %s%s%s %s", r->dir, TRAINSTATE_BLOB,
+                                    section, *section ? "." : "", key, what);
     }
     return r->st;
 }
 
 static const cJSON *member(reader *r, const cJSON *obj, const char *section, const char *key) {
-    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    const cJSON *v = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
     if (!v) bad_field(r, section, key, "is missing");
     return v;
 }
 
 // An integer in [lo, hi] (JSON numbers are doubles: exact to 2^53).
-static int64_t get_int(reader *r, const cJSON *obj, const char *section, const char *key, int64_t lo, int64_t hi) {
-    const cJSON *v = member(r, obj, section, key);
-    if (!v) return lo;
+static int64_t int_in(reader *r, const cJSON *v, const char *section, const char *key, int64_t lo, int64_t hi) {
     const double d = cJSON_IsNumber(v) ? v->valuedouble : -1e300;
     if (!(d >= (double)lo && d <= (double)hi && d == (double)(int64_t)d)) {
         bad_field(r, section, key, "is not an integer in range");
@@ -148,15 +344,12 @@ static int64_t get_int(reader *r, const cJSON *obj, const char *section, const c
     return (int64_t)d;
 }
 
-static double get_double(reader *r, const cJSON *obj, const char *section, const char *key) {
+static int64_t get_int(reader *r, const cJSON *obj, const char *section, const char *key, int64_t lo, int64_t hi) {
     const cJSON *v = member(r, obj, section, key);
-    if (v && !cJSON_IsNumber(v)) bad_field(r, section, key, "is not a number");
-    return v && cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+    return v ? int_in(r, v, section, key, lo, hi) : lo;
 }
 
-static const char *get_string(reader *r, const cJSON *obj, const char *section, const char *key, bool nullable) {
-    const cJSON *v = member(r, obj, section, key);
-    if (!v) return NULL;
+static const char *string_of(reader *r, const cJSON *v, const char *section, const char *key, bool nullable) {
     if (nullable && cJSON_IsNull(v)) return NULL;
     if (!cJSON_IsString(v) || !v->valuestring) {
         bad_field(r, section, key, nullable ? "is not a string or null" : "is not a string");
@@ -165,121 +358,178 @@ static const char *get_string(reader *r, const cJSON *obj, const char *section, 
     return v->valuestring;
 }
 
-static uint64_t get_u64(reader *r, const cJSON *obj, const char *section, const char *key, bool hex) {
-    const char *s = get_string(r, obj, section, key, false);
+static const char *get_string(reader *r, const cJSON *obj, const char *section, const char *key) {
+    const cJSON *v = member(r, obj, section, key);
+    return v ? string_of(r, v, section, key, false) : NULL;
+}
+
+static uint64_t u64_of(reader *r, const cJSON *v, const char *section, const char *key, bool hex) {
+    const char *s = string_of(r, v, section, key, false);
     if (!s) return 0;
     char *end = NULL;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
-    if (errno != 0 || end == s || *end != '\0' || *s == '-') {
+    unsigned long long x = strtoull(s, &end, hex ? 16 : 10);
+    if (errno != 0 || end == s || *end != '\0' || *s == '-' || *s == '+' || *s == ' ') {
         bad_field(r, section, key, hex ? "is not a hexadecimal number" : "is not an unsigned integer");
         return 0;
     }
-    return (uint64_t)v;
+    return (uint64_t)x;
 }
 
-static int32_t get_layers(reader *r, const cJSON *obj, const char *section, const char *key, int32_t *out) {
+static uint64_t get_u64(reader *r, const cJSON *obj, const char *section, const char *key, bool hex) {
     const cJSON *v = member(r, obj, section, key);
-    if (!v) return 0;
-    const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-    if (n < 1 || n > TRAIN_MAX_LAYERS) {
-        bad_field(r, section, key, "is not a list of 1 to 16 layer sizes");
-        return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        const cJSON *e = cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 65536 ||
-            e->valuedouble != (double)(int32_t)e->valuedouble) {
-            bad_field(r, section, key, "holds something other than a layer size");
-            return 0;
-        }
-        out[i] = (int32_t)e->valuedouble;
-    }
-    return n;
+    return v ? u64_of(r, v, section, key, hex) : 0;
 }
 
 static char *copy_string(const char *s) {
-    if (!s) return NULL;
     const size_t n = strlen(s) + 1;
     char *p = malloc(n);
     if (p) memcpy(p, s, n);
     return p;
 }
 
-static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, trainstate *ts) {
+// "is not one of a, b, c" for row f.
+static void bad_name(reader *r, const trainstate_field *f) {
+    char what[256] = "is not one of ";
+    size_t n = strlen(what);
+    for (int k = 0; f->names(k) && n < sizeof what; k++) {
+        const int len = snprintf(what + n, sizeof what - n, "%s%s", k ? ", " : "", f->names(k));
+        if (len < 0) break;
+        n += (size_t)len;
+    }
+    bad_field(r, f->section, f->key, what);
+}
+
+// Member v of row f into o (strings copied into ts).
+static void decode_field(reader *r, const trainstate_field *f, const cJSON *v, trainstate *ts) {
+    train_options *o = &ts->cfg;
+    void *p = field_in(o, f);
+    switch (f->kind) {
+    case TS_INT: store_int(p, f->size, int_in(r, v, f->section, f->key, f->lo, f->hi)); break;
+    case TS_SEED: {
+        const uint64_t x = u64_of(r, v, f->section, f->key, false);
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    case TS_REAL:
+        // JSON cannot hold an infinity: 1e999 parses as one, and a float field takes at most FLT_MAX.
+        if (!cJSON_IsNumber(v)) bad_field(r, f->section, f->key, "is not a number");
+        else if (!(fabs(v->valuedouble) <= (f->size == sizeof(float) ? (double)FLT_MAX : DBL_MAX)))
+            bad_field(r, f->section, f->key, "is not a finite number of its type");
+        else store_real(p, f->size, v->valuedouble);
+        break;
+    case TS_NAME: {
+        const char *s = string_of(r, v, f->section, f->key, false);
+        const int k = s ? cli_name_value(f->names, s) : -1;
+        if (k >= 0) store_int(p, f->size, k);
+        else if (s) bad_name(r, f);
+        break;
+    }
+    case TS_PATH: {
+        const char *s = string_of(r, v, f->section, f->key, true);
+        char *copy = NULL;
+        if (s) {
+            int k = 0;
+            while (k < TRAINSTATE_MAX_STRINGS && ts->strings[k]) k++;
+            APP_ASSERT(k < TRAINSTATE_MAX_STRINGS);
+            copy = ts->strings[k] = copy_string(s);
+            if (!copy && r->st == EMBER_OK) {
+                r->st = ember_ctx_set_error(r->ctx, EMBER_ERR_NOMEM, "'%s': %s: cannot copy %s.%s", r->dir,
+                                            TRAINSTATE_BLOB, f->section, f->key);
+            }
+        }
+        const char *value = copy;
+        memcpy(p, &value, sizeof value);
+        break;
+    }
+    case TS_ROWS:
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != DLRM_NUM_SPARSE) {
+            bad_field(r, f->section, f->key, "is not a list of 26 row counts");
+            break;
+        }
+        for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
+            const cJSON *e = cJSON_GetArrayItem(v, t);
+            const double d = cJSON_IsNumber(e) ? e->valuedouble : 0.0;
+            if (!(d >= 1.0 && d <= (double)MAX_ROWS && d == (double)(int64_t)d)) {
+                bad_field(r, f->section, f->key, "holds something other than a row count");
+                break;
+            }
+            o->rows[t] = (int64_t)d;
+        }
+        break;
+    case TS_LAYERS: {
+        const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        if (n < 1 || n > TRAIN_MAX_LAYERS) {
+            bad_field(r, f->section, f->key, "is not a list of 1 to 16 layer sizes");
+            break;
+        }
+        int32_t sizes[TRAIN_MAX_LAYERS];
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1 && e->valuedouble <= 65536) ||
+                e->valuedouble != (double)(int32_t)e->valuedouble) {
+                bad_field(r, f->section, f->key, "holds something other than a layer size");
+                return;
+            }
+            sizes[i] = (int32_t)e->valuedouble;
+        }
+        memcpy(p, sizes, sizeof(int32_t) * (size_t)n);
+        const int32_t count = n;
+        memcpy((char *)o + f->count_at, &count, sizeof count);
+        break;
+    }
+    case TS_TABLES: {
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        uint32_t mask = 0;
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            const double d = cJSON_IsNumber(e) ? e->valuedouble : -1.0;
+            if (!(d >= 0 && d < DLRM_NUM_SPARSE && d == (double)(int)d)) {
+                n = -1;
+                break;
+            }
+            mask |= 1u << (int)d;
+        }
+        if (n < 0) bad_field(r, f->section, f->key, "is not a list of table indices 0 to 25");
+        else memcpy(p, &mask, sizeof mask);
+        break;
+    }
+    }
+}
+
+ember_status trainstate_decode(ember_ctx *ctx, const char *dir, const char *text, trainstate *ts) {
     memset(ts, 0, sizeof *ts);
+    train_options_default(&ts->cfg);
     cJSON *root = cJSON_Parse(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s is not a JSON object", dir, TRAINSTATE_BLOB);
     }
     reader r = {ctx, dir, EMBER_OK};
-    const char *format = get_string(&r, root, "", "format", false);
+    const char *format = get_string(&r, root, "", "format");
     if (format && strcmp(format, TRAINSTATE_FORMAT) != 0) {
+        // The message before the tree goes: format points into it.
+        ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s has format '%.64s', this ember reads '%s'", dir,
+                            TRAINSTATE_BLOB, format, TRAINSTATE_FORMAT);
         cJSON_Delete(root);
-        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s has format '%s', this ember reads '%s'", dir,
-                                   TRAINSTATE_BLOB, format, TRAINSTATE_FORMAT);
+        return EMBER_ERR_FORMAT;
     }
     train_options *o = &ts->cfg;
     ts->world_size = (int32_t)get_int(&r, root, "", "world_size", 1, INT32_MAX);
 
-    const cJSON *model = member(&r, root, "", "model");
-    o->embedding_dim = (int32_t)get_int(&r, model, "model", "embedding_dim", 1, 65536);
-    const cJSON *rows = member(&r, model, "model", "rows");
-    if (rows && (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != DLRM_NUM_SPARSE)) {
-        bad_field(&r, "model", "rows", "is not a list of 26 row counts");
-    } else if (rows) {
-        for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-            const cJSON *e = cJSON_GetArrayItem(rows, f);
-            double d = cJSON_IsNumber(e) ? e->valuedouble : 0.0;
-            if (!(d >= 1.0 && d <= (double)((int64_t)1 << 48) && d == (double)(int64_t)d)) {
-                bad_field(&r, "model", "rows", "holds something other than a row count");
-                break;
-            }
-            o->rows[f] = (int64_t)d;
+    for (int i = 0; i < NUM_FIELDS && r.st == EMBER_OK; i++) {
+        const trainstate_field *f = &fields[i];
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, f->section);
+        if (sec && !cJSON_IsObject(sec)) {
+            bad_field(&r, "", f->section, "is not an object");
+            break;
         }
+        const cJSON *v = sec ? cJSON_GetObjectItemCaseSensitive(sec, f->key) : NULL;
+        if (v) decode_field(&r, f, v, ts);
+        else if (!f->added) bad_field(&r, sec ? f->section : "", sec ? f->key : f->section, "is missing");
     }
-    o->num_bottom = get_layers(&r, model, "model", "dense_arch_layer_sizes", o->bottom);
-    o->num_top = get_layers(&r, model, "model", "over_arch_layer_sizes", o->top);
-    ts->num_dense_params = get_int(&r, model, "model", "dense_parameters", 0, (int64_t)1 << 52);
-    // The names' parsers leave the zero default (the first name) on a wrong one.
-    if (dense_optim_parse(get_string(&r, model, "model", "dense_optimizer", false), &o->dense_optimizer) != EMBER_OK)
-        bad_field(&r, "model", "dense_optimizer", "is not sgd, adagrad or adam");
-    const char *eo = get_string(&r, model, "model", "embedding_optimizer", false);
-    if (eo && ember_optim_parse(eo, &o->embedding_optimizer) != EMBER_OK) {
-        bad_field(&r, "model", "embedding_optimizer", "is not an optimizer of this library");
-    }
-    if (ember_grad_convention_parse(get_string(&r, model, "model", "grad_convention", false), &o->grad_convention) !=
-        EMBER_OK)
-        bad_field(&r, "model", "grad_convention", "is not mean or sum");
-
-    const cJSON *data = member(&r, root, "", "data");
-    if (train_dataset_parse(get_string(&r, data, "data", "dataset", false), &o->dataset) != EMBER_OK)
-        bad_field(&r, "data", "dataset", "is not synthetic or criteo");
-    o->seed = get_u64(&r, data, "data", "seed", false);
-    o->zipf_alpha = get_double(&r, data, "data", "zipf_alpha");
-    const char *data_path = get_string(&r, data, "data", "data_path", true);
-    const char *eval_data_path = get_string(&r, data, "data", "eval_data_path", true);
-    ts->data_path = copy_string(data_path);
-    ts->eval_data_path = copy_string(eval_data_path);
-    if ((data_path && !ts->data_path) || (eval_data_path && !ts->eval_data_path)) {
-        r.st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "'%s': %s: cannot copy the data paths", dir, TRAINSTATE_BLOB);
-    }
-    o->data_path = ts->data_path;
-    o->eval_data_path = ts->eval_data_path;
-    if (criteo_malformed_parse(get_string(&r, data, "data", "malformed", false), &o->malformed) != EMBER_OK)
-        bad_field(&r, "data", "malformed", "is not skip or fatal");
-    o->batch_size = get_int(&r, data, "data", "batch_size", 1, (int64_t)1 << 40);
-
-    const cJSON *training = member(&r, root, "", "training");
-    o->epochs = (int32_t)get_int(&r, training, "training", "epochs", 1, INT32_MAX);
-    o->limit_train_batches = get_int(&r, training, "training", "limit_train_batches", 0, (int64_t)1 << 40);
-    o->limit_val_batches = get_int(&r, training, "training", "limit_val_batches", 0, (int64_t)1 << 40);
-    o->eval_interval = get_int(&r, training, "training", "eval_interval", 0, (int64_t)1 << 40);
-    o->learning_rate = (float)get_double(&r, training, "training", "learning_rate");
-    o->embedding_learning_rate = (float)get_double(&r, training, "training", "embedding_learning_rate");
-    o->checkpoint_interval = get_int(&r, training, "training", "checkpoint_interval", 0, (int64_t)1 << 40);
-    o->keep_checkpoints = (int32_t)get_int(&r, training, "training", "keep_checkpoints", 1, INT32_MAX);
+    ts->num_dense_params = get_int(&r, cJSON_GetObjectItemCaseSensitive(root, "model"), "model", "dense_parameters", 0,
+                                   (int64_t)1 << 52);
 
     const cJSON *pos = member(&r, root, "", "position");
     ts->pos.epoch = (int32_t)get_int(&r, pos, "position", "epoch", 0, INT32_MAX);
@@ -290,7 +540,7 @@ static ember_status decode(ember_ctx *ctx, const char *dir, const char *text, tr
 
     const cJSON *opt = member(&r, root, "", "dense_optimizer");
     dense_optim_kind kind = DENSE_OPT_SGD;
-    const ember_status known = dense_optim_parse(get_string(&r, opt, "dense_optimizer", "kind", false), &kind);
+    const ember_status known = dense_optim_parse(get_string(&r, opt, "dense_optimizer", "kind"), &kind);
     if (r.st == EMBER_OK && (known != EMBER_OK || kind != o->dense_optimizer)) {
         bad_field(&r, "dense_optimizer", "kind", "is not model.dense_optimizer");
     }
@@ -329,7 +579,7 @@ ember_status trainstate_read(ember_ctx *ctx, ember_checkpoint *c, const char *di
     ember_status st = ember_checkpoint_read_blob(c, TRAINSTATE_BLOB, text, bytes, NULL);
     if (st == EMBER_OK) {
         text[bytes] = '\0';
-        st = decode(ctx, dir, text, ts);
+        st = trainstate_decode(ctx, dir, text, ts);
     }
     ember_ctx_free(ctx, text);
     return st;
@@ -337,73 +587,90 @@ ember_status trainstate_read(ember_ctx *ctx, ember_checkpoint *c, const char *di
 
 // ---- The model must be the same ---------------------------------------------------------------
 
-static void format_layers(const int32_t *v, int32_t n, char *out, size_t cap) {
-    size_t used = 0;
+// Row f's value in o as text, for messages.
+static void format_value(const trainstate_field *f, const train_options *o, char *out, size_t cap) {
+    const void *p = field_of(o, f);
     out[0] = '\0';
-    for (int32_t i = 0; i < n && used < cap; i++) {
-        int w = snprintf(out + used, cap - used, "%s%d", i ? "," : "", (int)v[i]);
-        if (w < 0) break;
-        used += (size_t)w;
+    switch (f->kind) {
+    case TS_INT: snprintf(out, cap, "%lld", (long long)load_int(p, f->size)); break;
+    case TS_SEED: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        snprintf(out, cap, "%llu", (unsigned long long)v);
+        break;
+    }
+    case TS_REAL: snprintf(out, cap, "%.17g", load_real(p, f->size)); break;
+    case TS_NAME: {
+        const char *name = f->names((int)load_int(p, f->size));
+        snprintf(out, cap, "%s", name ? name : "unknown");
+        break;
+    }
+    case TS_LAYERS: {
+        const int32_t *v = p;
+        size_t used = 0;
+        for (int32_t i = 0; i < layer_count(o, f) && used < cap; i++) {
+            const int w = snprintf(out + used, cap - used, "%s%d", i ? "," : "", (int)v[i]);
+            if (w < 0) break;
+            used += (size_t)w;
+        }
+        break;
+    }
+    case TS_PATH:
+    case TS_ROWS:
+    case TS_TABLES: break; // never compared as a whole
     }
 }
 
-#define MISMATCH(ctx, what, fmt, a, b)                                                                  \
-    ember_ctx_set_error((ctx), EMBER_ERR_INVALID_ARG, "--resume: %s " fmt " in the checkpoint, " fmt " here", \
-                        (what), (a), (b))
+static bool same_value(const trainstate_field *f, const train_options *a, const train_options *b) {
+    const void *x = field_of(a, f), *y = field_of(b, f);
+    switch (f->kind) {
+    case TS_INT:
+    case TS_NAME: return load_int(x, f->size) == load_int(y, f->size);
+    case TS_REAL: return load_real(x, f->size) == load_real(y, f->size);
+    case TS_LAYERS:
+        return layer_count(a, f) == layer_count(b, f) &&
+               memcmp(x, y, sizeof(int32_t) * (size_t)layer_count(a, f)) == 0;
+    case TS_PATH: {
+        const char *s, *t;
+        memcpy(&s, x, sizeof s);
+        memcpy(&t, y, sizeof t);
+        return s == t || (s && t && strcmp(s, t) == 0);
+    }
+    case TS_SEED:
+    case TS_ROWS:
+    case TS_TABLES: return memcmp(x, y, f->size) == 0;
+    }
+    return false;
+}
 
 ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_options *here) {
     const train_options *c = &ts->cfg;
-    if (c->embedding_dim != here->embedding_dim) {
-        return MISMATCH(ctx, "embedding dim is", "%d", (int)c->embedding_dim, (int)here->embedding_dim);
-    }
-    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-        if (c->rows[f] != here->rows[f]) {
-            char what[64];
-            snprintf(what, sizeof what, "feature cat_%d (table t_cat_%d) has", f, f);
-            return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
-                                       "--resume: %s %lld rows in the checkpoint, %lld here", what,
-                                       (long long)c->rows[f], (long long)here->rows[f]);
+    for (int i = 0; i < NUM_FIELDS; i++) {
+        const trainstate_field *f = &fields[i];
+        if (f->rule != TS_SAME || same_value(f, c, here)) continue;
+        if ((f->when == TS_SYNTHETIC && c->dataset != TRAIN_SYNTHETIC) ||
+            (f->when == TS_COLLISIONLESS && !c->collisionless))
+            continue;
+        if (f->kind == TS_ROWS) {
+            for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
+                if (c->rows[t] == here->rows[t]) continue;
+                return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
+                                           "--resume: feature cat_%d (table t_cat_%d) has %lld rows in the checkpoint, "
+                                           "%lld here", t, t, (long long)c->rows[t], (long long)here->rows[t]);
+            }
+            continue;
         }
-    }
-    char a[128], b[128];
-    if (c->num_bottom != here->num_bottom ||
-        memcmp(c->bottom, here->bottom, sizeof(int32_t) * (size_t)c->num_bottom) != 0) {
-        format_layers(c->bottom, c->num_bottom, a, sizeof a);
-        format_layers(here->bottom, here->num_bottom, b, sizeof b);
-        return MISMATCH(ctx, "dense arch layer sizes are", "%s", a, b);
-    }
-    if (c->num_top != here->num_top || memcmp(c->top, here->top, sizeof(int32_t) * (size_t)c->num_top) != 0) {
-        format_layers(c->top, c->num_top, a, sizeof a);
-        format_layers(here->top, here->num_top, b, sizeof b);
-        return MISMATCH(ctx, "over arch layer sizes are", "%s", a, b);
-    }
-    if (c->dense_optimizer != here->dense_optimizer) {
-        return MISMATCH(ctx, "dense optimizer is", "%s", dense_optim_name(c->dense_optimizer),
-                        dense_optim_name(here->dense_optimizer));
-    }
-    if (c->embedding_optimizer != here->embedding_optimizer) {
-        return MISMATCH(ctx, "embedding optimizer is", "%s", ember_optim_name(c->embedding_optimizer),
-                        ember_optim_name(here->embedding_optimizer));
-    }
-    if (c->grad_convention != here->grad_convention) {
-        return MISMATCH(ctx, "gradient convention is", "%s", ember_grad_convention_name(c->grad_convention),
-                        ember_grad_convention_name(here->grad_convention));
-    }
-    if (c->batch_size != here->batch_size) {
-        return MISMATCH(ctx, "global batch size is", "%lld", (long long)c->batch_size, (long long)here->batch_size);
-    }
-    if (c->dataset != here->dataset) {
-        return MISMATCH(ctx, "dataset is", "%s", train_dataset_name(c->dataset), train_dataset_name(here->dataset));
-    }
-    if (c->seed != here->seed) {
-        return MISMATCH(ctx, "seed is", "%llu", (unsigned long long)c->seed, (unsigned long long)here->seed);
-    }
-    if (c->dataset == TRAIN_SYNTHETIC && c->zipf_alpha != here->zipf_alpha) {
-        return MISMATCH(ctx, "synthetic data's zipf alpha is", "%.17g", c->zipf_alpha, here->zipf_alpha);
+        char a[160], b[160];
+        format_value(f, c, a, sizeof a);
+        format_value(f, here, b, sizeof b);
+        return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "--resume: %s %s in the checkpoint, %s here", f->what,
+                                   a, b);
     }
     if (held_out_lines(c) != held_out_lines(here)) {
-        return MISMATCH(ctx, "the held-out head of --data_path (eval lines before the training data) is", "%lld lines",
-                        (long long)held_out_lines(c), (long long)held_out_lines(here));
+        return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
+                                   "--resume: the held-out head of --data_path (eval lines before the training data) "
+                                   "is %lld lines in the checkpoint, %lld lines here",
+                                   (long long)held_out_lines(c), (long long)held_out_lines(here));
     }
     return EMBER_OK;
 }
@@ -462,8 +729,8 @@ ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpo
     return EMBER_OK;
 }
 
-ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *dir, dlrm_model *m,
-                                   int64_t dense_step) {
+ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *flag, const char *dir,
+                                   dlrm_model *m, int64_t dense_step) {
     dense_optim *opt = dlrm_dense_optim(m);
     const int64_t np = dlrm_num_dense_params(m);
     const size_t want = sizeof(float) * (size_t)np;
@@ -473,11 +740,11 @@ ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const ch
         if (!dst[i]) continue;
         size_t bytes = 0;
         APP_CHECK(ctx, find_blob(c, names[i], &bytes) >= 0, EMBER_ERR_FORMAT,
-                  "--resume '%s': the checkpoint has no %s (the %s optimizer's state)", dir, names[i],
+                  "%s '%s': the checkpoint has no %s (the %s optimizer's state)", flag, dir, names[i],
                   dense_optim_name(opt->cfg.kind));
         APP_CHECK(ctx, bytes == want, EMBER_ERR_FORMAT,
-                  "--resume '%s': %s holds %zu bytes, the model's %lld dense parameters need %zu", dir, names[i], bytes,
-                  (long long)np, want);
+                  "%s '%s': %s holds %zu bytes, the model's %lld dense parameters need %zu", flag, dir, names[i],
+                  bytes, (long long)np, want);
         APP_TRY(ember_checkpoint_read_blob(c, names[i], dst[i], want, NULL));
         if (!host_little_endian()) swap32(dst[i], np);
     }

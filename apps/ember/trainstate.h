@@ -2,11 +2,12 @@
 //
 // A checkpoint of `ember train` is one library checkpoint directory (include/ember/state.h:
 // every table's weights, optimizer state and step counter) holding these blobs besides:
-//   trainer.json   the configuration (model, data, training) and the run's position, JSON text:
+//   trainer.json   the configuration and the run's position, JSON text:
 //                  {"format": "ember-train/1", "world_size", "model": {...}, "data": {...},
-//                   "training": {...}, "position": {"epoch", "next_batch", "steps", "samples",
-//                   "skipped_batches"}, "dense_optimizer": {"kind", "step"}, "digest": {...}}
-//                  (docs/dlrm.md, Resume, lists every field);
+//                   "training": {...}, "storage": {...}, "position": {"epoch", "next_batch",
+//                   "steps", "samples", "skipped_batches"}, "dense_optimizer": {"kind", "step"},
+//                   "digest": {...}}; the configuration's members are the rows of
+//                  trainstate_fields() (docs/dlrm.md, Resume, lists every field);
 //   dense.params   the dense parameter slab, little-endian f32 [n] (dlrm.h's layout);
 //   dense.m1       the dense optimizer's first state (Adagrad's sum of squares, Adam's first
 //                  moment), little-endian f32 [n]; absent for SGD;
@@ -43,19 +44,77 @@ typedef struct train_position {
     int64_t skipped_batches; // global batches without a usable line on any rank (Criteo)
 } train_position;
 
+#define TRAINSTATE_MAX_STRINGS 4
+
 typedef struct trainstate {
-    train_options cfg;        // the run's options: model, data and training fields (the rest zero);
-                              // cfg.data_path / eval_data_path point into this state
+    train_options cfg;        // the run's options: the fields of trainstate_fields() as recorded
+                              // (the rest train_options_default's); its strings (data_path,
+                              // eval_data_path) point into this state
     int32_t world_size;       // ranks that wrote it
     int64_t num_dense_params; // n of the dense blobs
     train_position pos;
     int64_t dense_step;       // the dense optimizer's step counter (Adam's bias correction)
     uint64_t digest_losses;   // --digest's running hashes up to pos: every step's loss and every
     uint64_t digest_outputs;  // evaluation's outputs, so a resumed run ends with the same line
-    char *data_path, *eval_data_path; // malloc'd (trainstate_free), or NULL
+    char *strings[TRAINSTATE_MAX_STRINGS]; // the copies cfg's strings point to (trainstate_free)
 } trainstate;
 
 void trainstate_free(trainstate *ts);
+
+// ---- The configuration in trainer.json: one table --------------------------------------------
+// Every option of `ember train` that shapes the model or its data is a row here: trainer.json
+// records it, `ember train --resume` compares it (TS_SAME) and `ember eval --load` rebuilds the
+// model from it. The options that are no row are trainstate_free_flags(): free to change on resume
+// (placement, threads, output...). tests/unit/test_dlrm_trainstate.c checks that every option of
+// cmd_train_flags() is one or the other, so a new option needs a decision.
+
+typedef enum trainstate_kind {
+    TS_INT,    // a JSON number, an integer in [lo, hi], in an int32_t or int64_t field
+    TS_SEED,   // a decimal string in a uint64_t field (JSON numbers are exact only to 2^53)
+    TS_REAL,   // a JSON number in a double or float field
+    TS_NAME,   // names(v) of an enum or bool field
+    TS_PATH,   // a string or null in a const char * field
+    TS_ROWS,   // [26] row counts in 1..2^48, int64_t[DLRM_NUM_SPARSE]
+    TS_LAYERS, // a list of 1 to TRAIN_MAX_LAYERS sizes in 1..65536, int32_t[], the count at count_at
+    TS_TABLES, // a list of table indices, a uint32_t bit mask (bit f: table f)
+} trainstate_kind;
+
+typedef enum trainstate_rule {
+    TS_SAME,       // the model or its data: a resume must give the same value
+    TS_MAY_CHANGE, // recorded (eval --load's, and a resume's default where train.c says so); may change
+} trainstate_rule;
+
+typedef enum trainstate_when {
+    TS_ALWAYS,
+    TS_SYNTHETIC,     // compared when the checkpoint's run is on synthetic data
+    TS_COLLISIONLESS, // compared when the checkpoint's tables are hashed (--hash collisionless)
+} trainstate_when;
+
+typedef struct trainstate_field {
+    const char *flag;             // the option of ember train that sets it, without the dashes
+    const char *also;             // another option that sets it (num_embeddings, adagrad), or NULL
+    const char *section, *key;    // its member of trainer.json: section.key
+    trainstate_kind kind;
+    size_t at, size;              // its field of train_options
+    size_t count_at;              // TS_LAYERS: the count's field (int32_t)
+    int64_t lo, hi;               // TS_INT: the range read back
+    const char *(*names)(int v);  // TS_NAME: cli.h's names of its values
+    trainstate_rule rule;
+    trainstate_when when;
+    bool added;                   // not in checkpoints of older embers: absent means the default
+    const char *what;             // a refused resume's words: "--resume: <what> X in the checkpoint, Y here"
+} trainstate_field;
+
+// The rows, in trainer.json's order, *n of them.
+const trainstate_field *trainstate_fields(int *n);
+
+// The options of ember train that trainer.json does not record, free to change on resume, NULL
+// terminated, each "name: why".
+const char *const *trainstate_free_flags(void);
+
+// Copies every field of trainstate_fields() from the checkpoint's options into `o` (ember eval
+// --load: the model and data the checkpoint's run had). Strings point into ts. Local.
+void trainstate_apply(const trainstate *ts, train_options *o);
 
 // trainer.json of ts, NUL-terminated in *text (free with trainstate_text_free). Local.
 // Returns EMBER_OK or EMBER_ERR_NOMEM.
@@ -68,12 +127,15 @@ void trainstate_text_free(char *text); // NULL accepted
 // EMBER_ERR_NOMEM.
 ember_status trainstate_read(ember_ctx *ctx, ember_checkpoint *c, const char *dir, trainstate *ts);
 
-// Checks that `here` trains the model the checkpoint holds: embedding dim, rows of every feature,
-// both MLPs' layer sizes, the dense and embedding optimizers, the gradient convention, the global
-// batch, the dataset (synthetic: seed and Zipf exponent; Criteo: the held-out head of
-// --data_path), the seed. The first difference is the error, e.g. "--resume: embedding
-// optimizer is adam in the checkpoint, rowwise_adagrad here". Learning rates, epochs, batch
-// limits, evaluation, threads, sharding and the world size may change. Local.
+// Parses trainer.json `text` (NUL-terminated; `dir` names its checkpoint in messages) into *ts
+// (trainstate_free it, also on failure). Local. Returns EMBER_OK, EMBER_ERR_FORMAT (not JSON,
+// another format, a field missing or malformed: named), EMBER_ERR_NOMEM.
+ember_status trainstate_decode(ember_ctx *ctx, const char *dir, const char *text, trainstate *ts);
+
+// Checks that `here` trains the model the checkpoint holds on the same data: every TS_SAME field
+// of trainstate_fields() (where its `when` holds for the checkpoint), then the held-out head of a
+// Criteo --data_path (where the training lines start). The first difference is the error, e.g.
+// "--resume: embedding optimizer is rowwise_adagrad in the checkpoint, adam here". Local.
 // Returns EMBER_OK or EMBER_ERR_INVALID_ARG.
 ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_options *here);
 
@@ -84,11 +146,12 @@ ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_
 ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpoint_blob *blobs, int32_t *n,
                                     void **scratch);
 
-// Reads the dense blobs of an open checkpoint into model m and sets its optimizer's step.
-// Local. Returns EMBER_OK, EMBER_ERR_FORMAT (a blob missing or of another size than the model's
-// parameter count: named), EMBER_ERR_IO, EMBER_ERR_NOMEM.
-ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *dir, dlrm_model *m,
-                                   int64_t dense_step);
+// Reads the dense blobs of an open checkpoint into model m and sets its optimizer's step. flag:
+// the option that named the checkpoint (--resume, --load), for messages. Local. Returns EMBER_OK,
+// EMBER_ERR_FORMAT (a blob missing or of another size than the model's parameter count: named,
+// "--load 'DIR': the checkpoint has no dense.params (...)"), EMBER_ERR_IO, EMBER_ERR_NOMEM.
+ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *flag, const char *dir,
+                                   dlrm_model *m, int64_t dense_step);
 
 // ---- Save directories ------------------------------------------------------------------------
 
