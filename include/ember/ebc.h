@@ -304,6 +304,9 @@ EMBER_API ember_status ember_ebc_tensor_info(const ember_ebc *ebc, int32_t table
 EMBER_API ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin,
                                       int64_t row_end, ember_dtype dtype, void *dst);
 // Writes rows [row_begin, row_end) from src (rounded to nearest-even into 16-bit storage).
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (as read; for a hashed table's id map, a row
+// that breaks it), EMBER_ERR_NUMERIC (a NaN or infinity in src, named by table, tensor, row and
+// column: nothing is written).
 EMBER_API ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin,
                                        int64_t row_end, ember_dtype dtype, const void *src);
 EMBER_API ember_status ember_ebc_set_step(ember_ebc *ebc, int32_t table, int64_t step);

@@ -220,7 +220,10 @@ EMBER_API ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr)
 // for the weight of a 16-bit table (its native bits, no rounding either way).
 // Collective on comm. Return EMBER_OK, EMBER_ERR_INVALID_ARG (table outside [0, T), no such
 // tensor, root outside [-1, W), NULL buffer where one is read, a dtype the tensor is not stored
-// in), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
+// in), EMBER_ERR_NUMERIC (a write of a NaN or infinity: table, tensor, row, column and the rank
+// holding the array are named), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank
+// returns the same status. Every argument (table, tensor, dtype, root; for a root -1 write, the
+// array itself) must be the same on every rank: a rank that differs is named, nothing moves.
 EMBER_API ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root);
 EMBER_API ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, const float *src,
                                         int32_t root);

@@ -46,6 +46,23 @@ void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n) {
     }
 }
 
+int64_t ember__first_nonfinite(ember_dtype dt, const void *src, int64_t n, float *value) {
+    for (int64_t i = 0; src && i < n; i++) {
+        float v;
+        switch (dt) {
+        case EMBER_DTYPE_F32: memcpy(&v, (const float *)src + i, sizeof v); break;
+        case EMBER_DTYPE_BF16: v = ember__bf16_to_f32(((const uint16_t *)src)[i]); break;
+        case EMBER_DTYPE_F16: v = ember__f16_to_f32(((const uint16_t *)src)[i]); break;
+        default: return -1;
+        }
+        if ((ember__f32_bits(v) & 0x7f800000u) == 0x7f800000u) { // exponent all ones: Inf or NaN
+            *value = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
 void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n) {
     switch (dt) {
     case EMBER_DTYPE_F32: memcpy(dst, src, (size_t)n * 4); break;

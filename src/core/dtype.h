@@ -16,6 +16,10 @@
 void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
 void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
 
+// The index of the first NaN or infinite value among n values of dtype dt at src, or -1 (also
+// for a dtype that holds no floats); its value as fp32 in *value.
+int64_t ember__first_nonfinite(ember_dtype dt, const void *src, int64_t n, float *value);
+
 static inline uint32_t ember__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float ember__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 

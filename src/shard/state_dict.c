@@ -4,6 +4,7 @@
 // replicas are equal).
 #include <string.h>
 
+#include "core/dtype.h"
 #include "shard/internal.h"
 
 // A named tensor of a table, from the one list (ember_table_tensors): its columns (0: no such
@@ -169,6 +170,11 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     ember_status st = check(s, fn, table, tensor, src, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const int64_t total = st == EMBER_OK ? s->tables[table].rows * (int64_t)cols : 0;
+    float v = 0;
+    const int64_t bad = st == EMBER_OK && (root < 0 || root == s->rank) ? ember__first_nonfinite(dtype, src, total, &v) : -1;
+    if (bad >= 0)
+        st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: table '%s' tensor '%s' row %lld column %d: %g", fn,
+                          s->tables[table].name, tensor, (long long)(bad / cols), (int)(bad % cols), (double)v);
     EMBER_TRY(agree_call(s, st, fn, table, tensor, dtype, root, 1, root < 0 ? src : NULL, es * (size_t)total));
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
     const int32_t dim = st == EMBER_OK ? slice_dim(&s->tables[table], tensor) : 0;

@@ -264,6 +264,10 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
     EMBER_CHECK(ebc->ctx, tensor_dtype_ok(which, &info, dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor, ember_dtype_name(dtype));
     if (which >= nstates) return tb->map->ops->write_extra(ebc, tb, which - nstates, row_begin, row_end, src);
+    float v = 0;
+    const int64_t bad = ember__first_nonfinite(dtype, src, (row_end - row_begin) * info.cols, &v);
+    EMBER_CHECK(ebc->ctx, bad < 0, EMBER_ERR_NUMERIC, "%s: table '%s' tensor '%s' row %lld column %d: %g", fn, tb->name,
+                tensor, (long long)(row_begin + bad / info.cols), (int)(bad % info.cols), (double)v);
     if (tb->map && tb->map->ops->write) return tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src);
     if (row_end > row_begin) ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src);
     return EMBER_OK;

@@ -372,6 +372,18 @@ static void bad_rank(void **state) {
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(e.s, &k, out) == EMBER_OK);
         if (R == W - 1) go[5] = NAN;
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(e.s, &k, go) == EMBER_ERR_NUMERIC);
+        // A NaN weight written from the last rank, an infinite state from every rank: refused on
+        // every rank, naming the row, the column and the rank that holds the array.
+        float w[32];
+        memcpy(w, before, sizeof w);
+        w[3 * 4 + 1] = NAN;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(e.s, 0, "weight", w, W - 1) == EMBER_ERR_NUMERIC);
+        snprintf(want, sizeof want, "(rank %d)", W - 1);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "tensor 'weight' row 3 column 1: nan") != NULL &&
+                                            strstr(ember_ctx_errmsg(e.ctx), want) != NULL);
+        for (int i = 0; i < 32; i++) w[i] = i == 30 ? INFINITY : 1.0f;
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(e.s, 0, "momentum1", w, -1) == EMBER_ERR_NUMERIC);
+        MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(e.ctx), "tensor 'momentum1' row 7 column 2: inf") != NULL);
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(e.s, 0, "weight", after, -1) == EMBER_OK);
         MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
         env_close(&e);

@@ -637,6 +637,57 @@ static void dtype_conversion_converts_the_one_storage(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// A write of a NaN or an infinity, in any dtype and into any float tensor, is refused with
+// EMBER_ERR_NUMERIC naming the table, tensor, row and column; the tensor is as it was.
+static void writes_of_non_finite_values_are_refused(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    fixture fx;
+    make_config(&fx, &cases[6], EMBER_BOUNDS_ERROR); // adagrad: a per-element state tensor
+    ember_ebc *ebc = NULL;
+    assert_int_equal(ember_ebc_create(ctx, &fx.cfg, &ebc), EMBER_OK);
+    float before[50 * 8], after[50 * 8], src[10 * 8];
+    uint16_t half[10 * 8];
+    for (int i = 0; i < 10 * 8; i++) src[i] = 0.125f * (float)i, half[i] = 0x3c00; // 1.0 in fp16
+    const char *tensors[] = {"weight", "momentum1"};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ember_ebc_read(ebc, 0, tensors[k], 0, 50, EMBER_DTYPE_F32, before), EMBER_OK);
+        src[3 * 8 + 2] = NAN;
+        assert_int_equal(ember_ebc_write(ebc, 0, tensors[k], 20, 30, EMBER_DTYPE_F32, src), EMBER_ERR_NUMERIC);
+        char want[96];
+        snprintf(want, sizeof want, "table 't0' tensor '%s' row 23 column 2: nan", tensors[k]);
+        assert_non_null(strstr(ember_ctx_errmsg(ctx), want));
+        src[3 * 8 + 2] = 0, src[9 * 8 + 7] = -INFINITY;
+        assert_int_equal(ember_ebc_write(ebc, 0, tensors[k], 20, 30, EMBER_DTYPE_F32, src), EMBER_ERR_NUMERIC);
+        assert_non_null(strstr(ember_ctx_errmsg(ctx), "row 29 column 7: -inf"));
+        src[9 * 8 + 7] = 0;
+        assert_int_equal(ember_ebc_read(ebc, 0, tensors[k], 0, 50, EMBER_DTYPE_F32, after), EMBER_OK);
+        assert_memory_equal(before, after, sizeof before);
+    }
+    // The 16-bit forms, each into a table of its dtype: +Inf in fp16 (0x7c00), NaN in bf16 (0x7fc0).
+    assert_int_equal(ember_ebc_convert_dtype(ebc, 0, EMBER_DTYPE_F16), EMBER_OK);
+    assert_int_equal(ember_ebc_read(ebc, 0, "weight", 0, 50, EMBER_DTYPE_F32, before), EMBER_OK);
+    half[5] = 0x7c00;
+    assert_int_equal(ember_ebc_write(ebc, 0, "weight", 0, 10, EMBER_DTYPE_F16, half), EMBER_ERR_NUMERIC);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "row 0 column 5: inf"));
+    assert_int_equal(ember_ebc_read(ebc, 0, "weight", 0, 50, EMBER_DTYPE_F32, after), EMBER_OK);
+    assert_memory_equal(before, after, sizeof before);
+    for (int i = 0; i < 10 * 8; i++) half[i] = 0x3f80; // 1.0 in bf16
+    half[17] = 0x7fc0;
+    assert_int_equal(ember_ebc_convert_dtype(ebc, 2, EMBER_DTYPE_BF16), EMBER_OK);
+    assert_int_equal(ember_ebc_write(ebc, 2, "weight", 0, 5, EMBER_DTYPE_BF16, half), EMBER_ERR_NUMERIC);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "table 't2' tensor 'weight' row 1 column 1: nan"));
+    half[17] = 0x3f80;
+    assert_int_equal(ember_ebc_write(ebc, 2, "weight", 0, 5, EMBER_DTYPE_BF16, half), EMBER_OK);
+    // Finite values (the largest fp32 included) are written.
+    src[0] = 3.4028235e38f;
+    assert_int_equal(ember_ebc_write(ebc, 1, "weight", 0, 1, EMBER_DTYPE_F32, src), EMBER_OK);
+    ember_ebc_destroy(ebc);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
 // Stochastic rounding is unbiased: many SGD steps of a tiny constant gradient move a bf16
 // weight by the expected amount, where nearest rounding would not move it at all.
 static void stochastic_rounding_is_unbiased(void **state) {
@@ -820,6 +871,7 @@ int main(void) {
         cmocka_unit_test(bad_configs_are_rejected_with_names),
         cmocka_unit_test(state_dict_round_trip_is_bitwise),
         cmocka_unit_test(dtype_conversion_converts_the_one_storage),
+        cmocka_unit_test(writes_of_non_finite_values_are_refused),
         cmocka_unit_test(stochastic_rounding_is_unbiased),
         cmocka_unit_test(learning_rate_changes_between_steps),
         cmocka_unit_test(vector_widths_match_oracle),
