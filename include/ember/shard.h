@@ -253,8 +253,9 @@ EMBER_API int32_t ember_sebc_num_pieces(const ember_sebc *s, int32_t t);
 EMBER_API ember_status ember_sebc_piece(const ember_sebc *s, int32_t t, int32_t i, ember_piece *out);
 // Rows [row_begin, row_end) (global row numbers inside the piece) of the piece's part of a named
 // tensor, as [row_end - row_begin, piece columns] row-major (per-row tensors: 1 column), in
-// `dtype` (as ember_sebc_read_as). Writes round to nearest-even into 16-bit storage.
-// Local. Return EMBER_OK or EMBER_ERR_INVALID_ARG (no such piece or tensor, rows outside the
+// `dtype` (as ember_sebc_read_as). Writes round to nearest-even into 16-bit storage and take
+// the values as given, NaN and infinity included (a checkpoint load restores what was saved;
+// ember_sebc_write refuses them). Local. Return EMBER_OK or EMBER_ERR_INVALID_ARG (no such piece or tensor, rows outside the
 // piece, NULL buffer, a dtype the tensor is not stored in).
 EMBER_API ember_status ember_sebc_piece_read(ember_sebc *s, int32_t t, int32_t i, const char *tensor,
                                              int64_t row_begin, int64_t row_end, ember_dtype dtype, void *dst);

@@ -346,7 +346,7 @@ static ember_status piece_io(ember_sebc *s, const char *fn, int32_t t, int32_t i
                 "%s: table '%s' rows [%lld, %lld) are not inside the piece's [%lld, %lld)", fn, s->tables[t].name,
                 (long long)row_begin, (long long)row_end, (long long)r0, (long long)r1);
     EMBER_CHECK(s->ctx, write ? src != NULL : dst != NULL, EMBER_ERR_INVALID_ARG, "%s: buffer is NULL", fn);
-    if (write) return ember_ebc_write(e, lt, tensor, row_begin - r0, row_end - r0, dtype, src);
+    if (write) return ember__ebc_write_bits(e, lt, tensor, row_begin - r0, row_end - r0, dtype, src);
     return ember_ebc_read(e, lt, tensor, row_begin - r0, row_end - r0, dtype, dst);
 }
 

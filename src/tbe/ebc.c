@@ -251,8 +251,8 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
     return EMBER_OK;
 }
 
-ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
-                             ember_dtype dtype, const void *src) {
+static ember_status write_tensor(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
+                                 ember_dtype dtype, const void *src, int finite_only) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_ebc_write";
     int which;
@@ -265,12 +265,22 @@ ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, 
                 "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor, ember_dtype_name(dtype));
     if (which >= nstates) return tb->map->ops->write_extra(ebc, tb, which - nstates, row_begin, row_end, src);
     float v = 0;
-    const int64_t bad = ember__first_nonfinite(dtype, src, (row_end - row_begin) * info.cols, &v);
+    const int64_t bad = finite_only ? ember__first_nonfinite(dtype, src, (row_end - row_begin) * info.cols, &v) : -1;
     EMBER_CHECK(ebc->ctx, bad < 0, EMBER_ERR_NUMERIC, "%s: table '%s' tensor '%s' row %lld column %d: %g", fn, tb->name,
                 tensor, (long long)(row_begin + bad / info.cols), (int)(bad % info.cols), (double)v);
     if (tb->map && tb->map->ops->write) return tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src);
     if (row_end > row_begin) ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src);
     return EMBER_OK;
+}
+
+ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
+                             ember_dtype dtype, const void *src) {
+    return write_tensor(ebc, table, tensor, row_begin, row_end, dtype, src, 1);
+}
+
+ember_status ember__ebc_write_bits(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
+                                   ember_dtype dtype, const void *src) {
+    return write_tensor(ebc, table, tensor, row_begin, row_end, dtype, src, 0);
 }
 
 ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c) {

@@ -225,6 +225,10 @@ typedef struct ember__dtype_change {
 static inline ember_dtype ember__dtype_change_new(const ember_ebc *ebc, const ember__dtype_change *c, int32_t t) {
     return c->dtypes ? c->dtypes[t] : t == c->table ? c->dtype : ebc->tables[t].cfg.dtype;
 }
+// ember_ebc_write without its value check: the bits given, NaN and infinity included (a
+// checkpoint's records, restored as they were saved).
+ember_status ember__ebc_write_bits(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
+                                   ember_dtype dtype, const void *src);
 ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c);
 void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c);
 void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c);
