@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -48,9 +47,10 @@ class Comm:
             t, refusal = as_float(timeout_s, "Comm: timeout_s"), None
         except InvalidArgumentError as e:
             t, refusal = 0.0, e
-        # The library refuses a bad deadline on every rank alike (after the duplication); a
-        # timeout_s that is no number is agreed over the duplicate too (every rank raises).
-        self._c = _ember.Comm(handle, t if not math.isnan(t) else -1.0, refusal)
+        # The library refuses a bad deadline (negative, NaN, above 1e9: its message names the
+        # value) on every rank alike, after the duplication; a timeout_s that is no number is
+        # agreed over the duplicate too (every rank raises).
+        self._c = _ember.Comm(handle, t, refusal)
         self._rank: int = self._c.rank
         self._size: int = self._c.size
 

@@ -714,6 +714,8 @@ def case_bad_scalars(run):
                      lambda: ember.Comm(timeout_s=on_bad("x", 10.0)))
     run.expect_error("Comm timeout_s=-1", ember.InvalidArgumentError, [tag, "-1"],
                      lambda: ember.Comm(timeout_s=on_bad(-1.0, 10.0)))
+    run.expect_error("Comm timeout_s=nan", ember.InvalidArgumentError, [tag, "timeout", "nan s"],
+                     lambda: ember.Comm(timeout_s=on_bad(float("nan"), 10.0)))
     with ember.Comm(timeout_s=30.0) as c:  # the world still works after the refused ones
         c.barrier()
     kjt = ember.KJT(np.array([R % 30], np.int64), np.array([1], np.int32))
@@ -737,6 +739,10 @@ def case_bad_scalars(run):
             run.expect_error(scheme + ": save chunk_bytes=-1", ember.InvalidArgumentError,
                              [tag, "chunk_bytes", "-1"],
                              lambda: s.save("/nonexistent/ember-never-written", chunk_bytes=on_bad(-1, 0)))
+            run.expect_error(scheme + ": save blob name with a NUL byte", ember.InvalidArgumentError,
+                             [tag, "blob name", repr("a\0b")],
+                             lambda: s.save("/nonexistent/ember-never-written",
+                                            blobs={on_bad("a\0b", "meta"): b"x"}))
             run.expect_error(scheme + ": load chunk_bytes='x'", ember.InvalidArgumentError,
                              [tag, "chunk_bytes", "'x'"],
                              lambda: s.load("/nonexistent/ember-never-written", chunk_bytes=on_bad("x", 0)))
