@@ -159,3 +159,9 @@ def test_one_process_comm_and_checkpoint(tmp_path):
     with pytest.raises(ember.InvalidArgumentError, match="nope"):
         with ember.Checkpoint(d) as c:
             c.read_blob("nope")
+    with ember.Checkpoint(d) as c:  # a NUL byte in a name: ember's refusal, not Python's bare ValueError
+        for call in (c.read_blob, c.blob_size):
+            with pytest.raises(ember.InvalidArgumentError) as ei:
+                call("no\0te")
+            msg = ei.value.message
+            assert "blob" in msg and repr("no\0te") in msg and msg.endswith("(rank 0)"), msg
