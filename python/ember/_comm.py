@@ -94,11 +94,12 @@ class Comm:
         try:
             conv = parse_name(convention, CONVENTIONS, "allreduce_grads: convention")
             if (not isinstance(array, np.ndarray) or array.dtype not in (np.float32, np.float64)
-                    or not array.flags.c_contiguous or not array.flags.writeable):
+                    or not array.flags.c_contiguous or not array.flags.writeable or not array.flags.aligned):
                 got = (f"{array.dtype} array (C-contiguous {array.flags.c_contiguous}, writable "
-                       f"{array.flags.writeable})" if isinstance(array, np.ndarray) else type(array).__name__)
-                raise invalid(f"allreduce_grads: expected a writable C-contiguous float32 or float64 ndarray "
-                              f"(in place), got {got}", self._rank)
+                       f"{array.flags.writeable}, aligned {array.flags.aligned})" if isinstance(array, np.ndarray)
+                       else type(array).__name__)
+                raise invalid(f"allreduce_grads: expected a writable C-contiguous aligned float32 or float64 "
+                              f"ndarray (in place), got {got}", self._rank)
         except Exception as e:
             self._c.agree(e)
             raise  # not reached: agree raises

@@ -139,13 +139,21 @@ _REFUSED = {"b": "booleans", "c": "complex numbers", "O": "Python objects", "U":
             "V": "structured records", "M": "datetimes", "m": "timedeltas"}
 
 
+def contiguous(a: Any, dtype: Any = None) -> np.ndarray:
+    """``a`` as a C-contiguous array of ``dtype`` (None: its own) whose data is aligned to its items,
+    without a copy when it already is one. The library reads arrays through typed pointers: an
+    unaligned one (np.frombuffer at an odd offset, a packed record's field) is copied."""
+    return np.require(a, dtype, ["C_CONTIGUOUS", "ALIGNED"])
+
+
 def as_array(x: Any, dtype: Any, what: str, ndim: int = 1, rank: int | None = None) -> np.ndarray:
-    """``x`` as a C-contiguous array of ``dtype`` with ``ndim`` dimensions, without a copy when it
-    already is one. Conversions that change meaning are refused with InvalidArgumentError: floats
-    to integers (ids, lengths, offsets), booleans, complex numbers, objects, strings, and integers
-    outside the target's range."""
+    """``x`` as a C-contiguous, aligned array of ``dtype`` with ``ndim`` dimensions, without a copy
+    when it already is one. Conversions that change meaning are refused with InvalidArgumentError:
+    floats to integers (ids, lengths, offsets), booleans, complex numbers, objects, strings, and
+    integers outside the target's range."""
     dt = np.dtype(dtype)
-    if type(x) is np.ndarray and x.dtype == dt and x.ndim == ndim and x.flags.c_contiguous:
+    if (type(x) is np.ndarray and x.dtype == dt and x.ndim == ndim and x.flags.c_contiguous
+            and x.flags.aligned):
         return x
     try:
         a = np.asarray(x)
@@ -172,7 +180,7 @@ def as_array(x: Any, dtype: Any, what: str, ndim: int = 1, rank: int | None = No
                 raise invalid(f"{what}: value {bad} outside the {dt.name} range", rank)
     if not a.size:
         return np.zeros(a.shape, dt)
-    return np.ascontiguousarray(a, dt)
+    return contiguous(a, dt)
 
 
 @dataclasses.dataclass

@@ -674,6 +674,58 @@ def test_forward_out_buffer(make_tables, rng):
             ebc.forward(kjt, out=np.zeros((26, 5), np.float32).T)  # not C-contiguous
 
 
+def unaligned(a):
+    """A C-contiguous copy of ``a`` one byte off its items' alignment (numpy's flags.aligned False),
+    as np.frombuffer at an odd offset or a field of a packed record gives."""
+    a = np.ascontiguousarray(a)
+    u = np.frombuffer(bytearray(a.nbytes + 1), a.dtype, a.size, offset=1).reshape(a.shape)
+    u[...] = a
+    assert u.flags.c_contiguous and not u.flags.aligned
+    return u
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_unaligned_arrays(make_tables, rng, dtype):
+    """Arrays off their items' alignment: the library reads ids, lengths and floats through typed
+    pointers, where an unaligned one is undefined behaviour (the sanitized run aborts on it), so
+    inputs are copied (the same results as aligned ones) and an out= array, written in place, is
+    refused naming the alignment; the extension refuses one itself (it never trusts the Python
+    layer)."""
+    tables = make_tables(dtype=dtype)
+    with ember.EmbeddingBagCollection(tables, seed=4) as ebc, ember.EmbeddingBagCollection(tables, seed=4) as ref:
+        values, lengths, weights, B = random_batch(rng, feature_rows(tables), 5, weighted=True).arrays()
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        kjt = ember.KJT(values, lengths, weights=weights)
+        want = ref.forward(kjt)
+        for kjt_u in (ember.KJT(unaligned(values), unaligned(lengths), weights=unaligned(weights)),
+                      ember.KJT(unaligned(values), offsets=unaligned(offsets), weights=unaligned(weights))):
+            assert np.array_equal(ebc.forward(kjt_u), want)
+        g = grad_for(rng, want.shape)
+        gw = ebc.backward(kjt_u, unaligned(g), grad_weights=True)
+        assert np.array_equal(gw, ref.backward(kjt, g, grad_weights=True))
+        assert_states_equal(ebc.state_dict(), ref.state_dict())
+        w = ebc.read("t0", dtype=dtype)
+        w = (w.astype(np.float32) * 0.5).astype(w.dtype)
+        ebc.write("t0", "weight", unaligned(w))  # in the table's own dtype
+        ref.write("t0", "weight", w)
+        sd = {k: unaligned(v) if isinstance(v, np.ndarray) and v.size else v for k, v in ref.state_dict().items()}
+        ebc.load_state_dict(sd)
+        assert_states_equal(ebc.state_dict(), ref.state_dict())
+        before = np.full_like(want, 7.0)
+        buf = unaligned(before)
+        with pytest.raises(ember.InvalidArgumentError, match="aligned") as ei:
+            ebc.forward(kjt, out=buf)
+        assert "out" in ei.value.message and ei.value.message.endswith("(rank 0)")
+        assert np.array_equal(buf, before)
+        with pytest.raises(ember.InvalidArgumentError, match="aligned"):
+            ebc._c.forward(unaligned(values), lengths, None, None, len(ebc.feature_names), B, np.empty_like(want))
+        with pytest.raises(ember.InvalidArgumentError, match="aligned"):
+            ebc._c.forward(values, lengths, None, None, len(ebc.feature_names), B, buf)
+        assert np.array_equal(buf, before)
+    pf = np.array([1.0, 3.0, 2.0, 5.0], np.float32)
+    assert ember.plan(tables, 2, pooling_factor=unaligned(pf)) == ember.plan(tables, 2, pooling_factor=pf)
+
+
 def test_weights_view_zero_copy(make_tables, rng):
     tables = make_tables()
     with ember.EmbeddingBagCollection(tables, seed=4) as ebc:
