@@ -12,15 +12,17 @@
 #     their own ($EMBER_PYENV-sanitize, default ~/.cache/ember/pyenv-sanitize: the base set, no
 #     torch), so the release install is never touched. The interpreter is not instrumented: it runs
 #     with gcc's ASan and UBSan runtimes preloaded (LD_PRELOAD, inherited by every process a test
-#     starts: mpiexec's ranks too, though not MPI's launcher itself), ASAN_OPTIONS=detect_leaks=0 (CPython leaks by design;
-#     ember.bytes_outstanding() and the tests' exact counts check ember's own memory), UBSan halting
-#     on the first error. The sanitizers write their reports to build-python-sanitize/logs/; any
-#     report fails the run, even from a process whose exit status a test does not check (the
-#     timeout tests end their jobs with MPI_Abort), and is printed. The torch tests are left out,
-#     each skipping with the reason (EMBER_TEST_NO_TORCH, tests/python/conftest.py): ember.torch
-#     reaches the extension only through the numpy calls the numpy tests make (it hands it numpy
-#     views of torch tensors), and under ASan they would add about 4 minutes to CI for no C path
-#     of their own. `.ci/run` runs this after the C suites under the sanitizers.
+#     starts: mpiexec's ranks too, though not MPI's launcher itself), ASAN_OPTIONS=detect_leaks=0
+#     (CPython leaks by design; ember.bytes_outstanding() and the tests' exact counts check
+#     ember's own memory), UBSan halting on the first error. The sanitizers write their reports to
+#     build-python-sanitize/logs/; any report fails the run, even from a process whose exit status
+#     a test does not check (the timeout tests end their jobs with MPI_Abort), and is printed. The
+#     torch tests are left out, each skipping with the reason (EMBER_TEST_NO_TORCH,
+#     tests/python/conftest.py): ember.torch reaches the extension only through the numpy calls
+#     the numpy tests make (it hands it numpy views of torch tensors); under ASan they pass but
+#     would add about 4 minutes to CI for no C path of their own. About 1 minute of tests on 2
+#     cores, plus about 2.5 for a first build. `.ci/run` runs this after the C suites under the
+#     sanitizers.
 #
 # Usage: scripts/test-python.sh [release|sanitize] [pytest args...]
 set -euo pipefail
@@ -69,6 +71,7 @@ mkdir -p "$logs"
 if real=$(command -v mpiexec); then
   wrap="$PWD/build-python-sanitize/bin"
   mkdir -p "$wrap"
+  # shellcheck disable=SC2016 # expanded by the wrapper, when it runs
   if "$real" --version 2>/dev/null | grep -q -e "Open MPI" -e OpenRTE; then
     pass='-x LD_PRELOAD="$LD_PRELOAD"'
   else
