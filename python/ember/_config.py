@@ -239,6 +239,8 @@ class TableConfig:
         the table, the field and its value."""
         if not isinstance(self.name, str) or not self.name:
             raise invalid(f"TableConfig: name must be a non-empty string, got {self.name!r}")
+        if "\0" in self.name:  # the library takes C strings
+            raise invalid(f"TableConfig: name {self.name!r} has a NUL byte")
         if self.feature_names is None:
             self.feature_names = [self.name]
         elif isinstance(self.feature_names, str):
@@ -252,6 +254,8 @@ class TableConfig:
         for f in self.feature_names:
             if not isinstance(f, str) or not f:
                 raise invalid(f"table '{self.name}': feature name {f!r} is not a non-empty string")
+            if "\0" in f:
+                raise invalid(f"table '{self.name}': feature name {f!r} has a NUL byte")
         what = f"table '{self.name}'"
         self.num_embeddings = as_index(self.num_embeddings, f"{what} num_embeddings")
         self.embedding_dim = as_index(self.embedding_dim, f"{what} embedding_dim", *I32)
@@ -318,7 +322,7 @@ def table_index(table: Any, names: Sequence[str], what: str = "table", rank: int
         try:
             return list(names).index(table)
         except ValueError:
-            raise invalid(f"{what}: unknown table '{table}' (tables: {', '.join(names)})", rank) from None
+            raise invalid(f"{what}: unknown table {table!r} (tables: {', '.join(names)})", rank) from None
     if isinstance(table, (bool, np.bool_)):
         raise invalid(f"{what}: expected a table name or index, got {table!r}", rank)
     try:

@@ -698,6 +698,10 @@ def case_bad_input(run):
     run.expect_error("rows differ", ember.InvalidArgumentError, ["rows", "31", "30"],
                      lambda: ember.ShardedEmbeddingBagCollection(t, "rw", comm=run.comm))
     t = [ember.TableConfig("user", 30, 4)]
+    t[0].feature_names = ["u\0" if R == bad else "u"]  # changed after construction, on one rank
+    run.expect_error("a NUL byte in a feature name", ember.InvalidArgumentError, [tag, "user", repr("u\0"), "NUL"],
+                     lambda: ember.ShardedEmbeddingBagCollection(t, "rw", comm=run.comm))
+    t = [ember.TableConfig("user", 30, 4)]
     run.expect_error("bad scheme on one rank", ember.InvalidArgumentError, [tag],
                      lambda: ember.ShardedEmbeddingBagCollection(t, "bogus" if R == bad else "rw", comm=run.comm))
     t = [ember.TableConfig("user", 30, 4, optimizer="lamb")]

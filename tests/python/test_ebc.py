@@ -600,6 +600,8 @@ def test_bad_backward_refused(make_tables, rng):
     ("num_embeddings", 0, ["t0"]),
     ("embedding_dim", -3, ["t0", "-3"]),
     ("init", ("cauchy", 1.0), ["cauchy"]),
+    ("name", "t\0x", [repr("t\0x"), "NUL"]),  # the library takes C strings
+    ("feature_names", ["f0", "f\0"], ["t0", repr("f\0"), "NUL"]),
 ])
 def test_bad_table_config_refused(field, value, fragments):
     """Refused at TableConfig or at the collection, either way InvalidArgumentError naming the value."""
