@@ -53,15 +53,24 @@ class Checkpoint:
         return list(self._blobs)
 
     def blob_size(self, name: str) -> int:
+        """The blob's size in bytes. InvalidArgumentError for a name the checkpoint lacks."""
         if not isinstance(name, str) or name not in self._blobs:
-            raise invalid(f"Checkpoint {self._path!r}: no blob {name!r} (blobs: {', '.join(self._blobs) or 'none'})")
+            raise self._no_blob("blob_size", name)
         return self._blobs[name]
 
     def read_blob(self, name: str) -> bytes:
-        """The blob's bytes (CRC-checked). InvalidArgumentError for a name the checkpoint lacks."""
+        """The blob's bytes (CRC-checked). InvalidArgumentError for a name the checkpoint lacks
+        (a NUL byte in it included: no blob has one)."""
         if not isinstance(name, str):
             raise invalid(f"read_blob: a blob name is a string, got {type(name).__name__} {name!r}")
+        if "\0" in name:
+            raise self._no_blob("read_blob", name)
         return self._c.read_blob(name)
+
+    def _no_blob(self, what: str, name: Any) -> Exception:
+        nul = " (a NUL byte in the name)" if isinstance(name, str) and "\0" in name else ""
+        return invalid(f"{what}: checkpoint {self._path!r} has no blob {name!r}{nul} "
+                       f"(blobs: {', '.join(self._blobs) or 'none'})")
 
     def verify(self) -> None:
         """Reads every record of every table and blob and checks its CRC-32 (FormatError naming

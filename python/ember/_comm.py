@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -48,9 +47,10 @@ class Comm:
             t, refusal = as_float(timeout_s, "Comm: timeout_s"), None
         except InvalidArgumentError as e:
             t, refusal = 0.0, e
-        # The library refuses a bad deadline on every rank alike (after the duplication); a
-        # timeout_s that is no number is agreed over the duplicate too (every rank raises).
-        self._c = _ember.Comm(handle, t if not math.isnan(t) else -1.0, refusal)
+        # The library refuses a bad deadline (negative, NaN, above 1e9: its message names the
+        # value) on every rank alike, after the duplication; a timeout_s that is no number is
+        # agreed over the duplicate too (every rank raises).
+        self._c = _ember.Comm(handle, t, refusal)
         self._rank: int = self._c.rank
         self._size: int = self._c.size
 
@@ -94,11 +94,12 @@ class Comm:
         try:
             conv = parse_name(convention, CONVENTIONS, "allreduce_grads: convention")
             if (not isinstance(array, np.ndarray) or array.dtype not in (np.float32, np.float64)
-                    or not array.flags.c_contiguous or not array.flags.writeable):
+                    or not array.flags.c_contiguous or not array.flags.writeable or not array.flags.aligned):
                 got = (f"{array.dtype} array (C-contiguous {array.flags.c_contiguous}, writable "
-                       f"{array.flags.writeable})" if isinstance(array, np.ndarray) else type(array).__name__)
-                raise invalid(f"allreduce_grads: expected a writable C-contiguous float32 or float64 ndarray "
-                              f"(in place), got {got}", self._rank)
+                       f"{array.flags.writeable}, aligned {array.flags.aligned})" if isinstance(array, np.ndarray)
+                       else type(array).__name__)
+                raise invalid(f"allreduce_grads: expected a writable C-contiguous aligned float32 or float64 "
+                              f"ndarray (in place), got {got}", self._rank)
         except Exception as e:
             self._c.agree(e)
             raise  # not reached: agree raises

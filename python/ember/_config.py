@@ -139,13 +139,21 @@ _REFUSED = {"b": "booleans", "c": "complex numbers", "O": "Python objects", "U":
             "V": "structured records", "M": "datetimes", "m": "timedeltas"}
 
 
+def contiguous(a: Any, dtype: Any = None) -> np.ndarray:
+    """``a`` as a C-contiguous array of ``dtype`` (None: its own) whose data is aligned to its items,
+    without a copy when it already is one. The library reads arrays through typed pointers: an
+    unaligned one (np.frombuffer at an odd offset, a packed record's field) is copied."""
+    return np.require(a, dtype, ["C_CONTIGUOUS", "ALIGNED"])
+
+
 def as_array(x: Any, dtype: Any, what: str, ndim: int = 1, rank: int | None = None) -> np.ndarray:
-    """``x`` as a C-contiguous array of ``dtype`` with ``ndim`` dimensions, without a copy when it
-    already is one. Conversions that change meaning are refused with InvalidArgumentError: floats
-    to integers (ids, lengths, offsets), booleans, complex numbers, objects, strings, and integers
-    outside the target's range."""
+    """``x`` as a C-contiguous, aligned array of ``dtype`` with ``ndim`` dimensions, without a copy
+    when it already is one. Conversions that change meaning are refused with InvalidArgumentError:
+    floats to integers (ids, lengths, offsets), booleans, complex numbers, objects, strings, and
+    integers outside the target's range."""
     dt = np.dtype(dtype)
-    if type(x) is np.ndarray and x.dtype == dt and x.ndim == ndim and x.flags.c_contiguous:
+    if (type(x) is np.ndarray and x.dtype == dt and x.ndim == ndim and x.flags.c_contiguous
+            and x.flags.aligned):
         return x
     try:
         a = np.asarray(x)
@@ -172,7 +180,7 @@ def as_array(x: Any, dtype: Any, what: str, ndim: int = 1, rank: int | None = No
                 raise invalid(f"{what}: value {bad} outside the {dt.name} range", rank)
     if not a.size:
         return np.zeros(a.shape, dt)
-    return np.ascontiguousarray(a, dt)
+    return contiguous(a, dt)
 
 
 @dataclasses.dataclass
@@ -231,6 +239,8 @@ class TableConfig:
         the table, the field and its value."""
         if not isinstance(self.name, str) or not self.name:
             raise invalid(f"TableConfig: name must be a non-empty string, got {self.name!r}")
+        if "\0" in self.name:  # the library takes C strings
+            raise invalid(f"TableConfig: name {self.name!r} has a NUL byte")
         if self.feature_names is None:
             self.feature_names = [self.name]
         elif isinstance(self.feature_names, str):
@@ -244,6 +254,8 @@ class TableConfig:
         for f in self.feature_names:
             if not isinstance(f, str) or not f:
                 raise invalid(f"table '{self.name}': feature name {f!r} is not a non-empty string")
+            if "\0" in f:
+                raise invalid(f"table '{self.name}': feature name {f!r} has a NUL byte")
         what = f"table '{self.name}'"
         self.num_embeddings = as_index(self.num_embeddings, f"{what} num_embeddings")
         self.embedding_dim = as_index(self.embedding_dim, f"{what} embedding_dim", *I32)
@@ -310,7 +322,7 @@ def table_index(table: Any, names: Sequence[str], what: str = "table", rank: int
         try:
             return list(names).index(table)
         except ValueError:
-            raise invalid(f"{what}: unknown table '{table}' (tables: {', '.join(names)})", rank) from None
+            raise invalid(f"{what}: unknown table {table!r} (tables: {', '.join(names)})", rank) from None
     if isinstance(table, (bool, np.bool_)):
         raise invalid(f"{what}: expected a table name or index, got {table!r}", rank)
     try:

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _ember
 from ._config import (BOUNDS, DTYPES, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index, as_path,
-                      c_config, dtype_name, invalid, parse_dtype, parse_name, table_index)
+                      c_config, contiguous, dtype_name, invalid, parse_dtype, parse_name, table_index)
 from ._kjt import KJT
 
 __all__ = ["EmbeddingBagCollection"]
@@ -81,10 +81,12 @@ class _Collection:
         if out is None:
             return np.empty(shape, np.float32)
         if (type(out) is not np.ndarray or out.dtype != np.float32 or out.shape != shape
-                or not out.flags.c_contiguous or not out.flags.writeable):
-            got = (f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__)
-            raise invalid(f"{what}: expected a writable C-contiguous float32 array of shape {shape}, got {got}",
-                          self._rank)
+                or not out.flags.c_contiguous or not out.flags.writeable or not out.flags.aligned):
+            got = (f"{out.dtype} {out.shape} (C-contiguous {out.flags.c_contiguous}, writable "
+                   f"{out.flags.writeable}, aligned {out.flags.aligned})" if isinstance(out, np.ndarray)
+                   else type(out).__name__)
+            raise invalid(f"{what}: expected a writable C-contiguous aligned float32 array of shape {shape}, "
+                          f"got {got}", self._rank)
         return out
 
     def _grad(self, grad_out: Any, shape: tuple[int, int]) -> np.ndarray:
@@ -116,7 +118,7 @@ class _Collection:
         native = self._dtype_codes[t]
         if (tensor == "weight" and native != code and isinstance(array, np.ndarray)
                 and array.dtype == NP_OF_DTYPE[native]):
-            a, code = np.ascontiguousarray(array), native
+            a, code = contiguous(array), native
         else:
             if isinstance(array, np.ndarray) and array.ndim == 1 and cols == 1:
                 array = array.reshape(-1, 1)

@@ -403,6 +403,9 @@ class ShardedEmbeddingBagCollection(_Collection):
             for name, data in (blobs or {}).items():
                 if not isinstance(name, str):
                     raise invalid(f"save: blob name {name!r} is not a string", self._rank)
+                if "\0" in name:  # the library takes C strings: refused here, agreed on every rank
+                    raise invalid(f"save: blob name {name!r}: expected 1 to 127 letters, digits, '.', '_' or '-' "
+                                  f"(a NUL byte in it)", self._rank)
                 items.append((name, data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")))
             return path, items, as_index(chunk_bytes, "save: chunk_bytes", *U64, rank=self._rank)
         path, items, chunk = self._collective(prepare)

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from . import _ember
 from ._comm import Comm
-from ._config import CONVENTIONS, DTYPES, ENUMS
+from ._config import CONVENTIONS, DTYPES, ENUMS, contiguous
 from .errors import EmberError, InvalidArgumentError, OutOfMemoryError, OutOfRangeError, StateError
 
 __all__ = ["LFQ"]
@@ -90,7 +90,7 @@ def _flag(value: Any, what: str) -> bool:
 
 
 def _floats(a: Any, what: str, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
-    """`a` as a C-contiguous array of the module's dtype (no copy when it already is one)."""
+    """`a` as a C-contiguous, aligned array of the module's dtype (no copy when it already is one)."""
     try:
         arr = np.asarray(a)
     except (TypeError, ValueError) as e:
@@ -98,7 +98,7 @@ def _floats(a: Any, what: str, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     if arr.dtype.kind not in "biuf":
         raise _Refusal(f"{what} has dtype {arr.dtype}, which cannot be read as {np.dtype(dtype).name}")
     try:
-        return np.ascontiguousarray(arr, dtype=dtype)
+        return contiguous(arr, dtype)
     except MemoryError:
         raise _Refusal(f"{what}: no memory to convert {arr.shape} to {np.dtype(dtype).name}",
                        OutOfMemoryError) from None
@@ -342,9 +342,9 @@ class LFQ:
         if m.shape != (B, N):
             raise _Refusal(f"LFQ.forward: mask has shape {_shape(m.shape)}, expected [B, N] = ({B}, {N})")
         if m.dtype == np.bool_:
-            return np.ascontiguousarray(m).view(np.uint8)
+            return contiguous(m).view(np.uint8)
         if m.dtype == np.uint8:
-            return np.ascontiguousarray(m)
+            return contiguous(m)
         if m.dtype.kind in "iu":
             return np.asarray(m != 0).view(np.uint8)
         raise _Refusal(f"LFQ.forward: mask has dtype {m.dtype} (bool or integers expected; nonzero selects a "
@@ -446,7 +446,7 @@ class LFQ:
             if a.dtype.kind == "u" and a.size and int(a.max()) > 2**63 - 1:
                 raise _Refusal(f"LFQ.indices_to_codes: index {int(a.max())} outside [0, {self.codebook_size})",
                                OutOfRangeError)
-            return np.ascontiguousarray(a, dtype=np.int64)
+            return contiguous(a, np.int64)
 
         a = self._local(convert)
         lead = a.shape[:-1]

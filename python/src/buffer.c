@@ -1,7 +1,8 @@
 // python/src/buffer.c — arrays through the buffer protocol: a C-contiguous buffer of the items a
-// call needs, refused by name otherwise, and the buffer format of each ember_dtype.
+// call needs, aligned to them, refused by name otherwise, and the buffer format of each ember_dtype.
 #include "binding.h"
 
+#include <stdint.h>
 #include <string.h>
 
 // The kind of a struct-module format character: 'i' signed integer, 'u' unsigned, 'f' floating,
@@ -51,6 +52,15 @@ int ember_py_buffer(PyObject *obj, const char *what, const char *format, int wri
     if (kind != want_kind || view->itemsize != want_size) {
         ember_py_invalid("%s: expected %s items, got %s (format '%s')", what, want, format_name(kind, view->itemsize),
                          view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    // The library reads and writes the items through typed pointers: one off their alignment is
+    // undefined behaviour (numpy's flags.aligned False: np.frombuffer at an odd offset, a packed
+    // record's field). The Python layer copies such inputs; what reaches here is refused.
+    if (view->len > 0 && (uintptr_t)view->buf % (uintptr_t)want_size != 0) {
+        ember_py_invalid("%s: expected %s items aligned to %zd bytes, got an array at %p (numpy: flags.aligned False)",
+                         what, want, want_size, view->buf);
         PyBuffer_Release(view);
         return -1;
     }

@@ -5,6 +5,9 @@
   features sharing a table), with keyword overrides applied to every table.
 - the report header names the ember build, the ISA, and which optional parts (torch, torchrec,
   mpiexec, mpi4py) are present; the terminal summary repeats every skip with its reason.
+- EMBER_TEST_NO_TORCH (scripts/test-python.sh sanitize sets it): a reason; torch, torchrec and
+  fbgemm_gpu then refuse to import with it, so every torch test skips giving that reason, whether
+  or not torch is installed.
 
 Running: install the package into a virtual environment (pip install --no-build-isolation . with
 numpy, pytest, scikit-build-core; mpi4py optional) and run `python -m pytest tests/python`. The
@@ -21,6 +24,22 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+NO_TORCH = os.environ.get("EMBER_TEST_NO_TORCH")
+
+
+class _NoTorch:
+    """A meta path finder refusing torch and what needs it, with the reason NO_TORCH gives."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "torchrec", "fbgemm_gpu"):
+            raise ModuleNotFoundError(NO_TORCH, name=name)  # what importorskip turns into a skip
+        return None
+
+
+if NO_TORCH:
+    sys.meta_path.insert(0, _NoTorch)
 
 
 def _optional(name):
@@ -43,7 +62,10 @@ def pytest_report_header(config):
     # torch is only probed by name here (importing it would slow every run down).
     import importlib.util
     for name in ("torch", "torchrec"):
-        lines.append("%s: %s" % (name, "installed" if importlib.util.find_spec(name) else "not installed"))
+        if NO_TORCH:
+            lines.append("%s: %s" % (name, NO_TORCH))
+        else:
+            lines.append("%s: %s" % (name, "installed" if importlib.util.find_spec(name) else "not installed"))
     return lines
 
 

@@ -89,6 +89,13 @@ class Run:
         return None
 
 
+def unaligned(a):
+    """A C-contiguous copy of ``a`` one byte off its items' alignment (numpy's flags.aligned False)."""
+    u = np.frombuffer(bytearray(a.nbytes + 1), a.dtype, a.size, offset=1).reshape(a.shape)
+    u[...] = a
+    return u
+
+
 def total_failures(run, allreduce=None):
     n = np.array([float(len(run.failures))])
     if allreduce is None:
@@ -666,6 +673,15 @@ def case_bad_input(run):
             # A table name one rank does not know.
             run.expect_error(scheme + ": unknown table", ember.InvalidArgumentError, [tag, "nope"],
                              lambda: s.read("nope" if R == bad else "t0", "weight", root=-1))
+            # Arrays off their items' alignment: an out= array (written in place) on one rank is
+            # refused on every rank, and so is a dense gradient array for allreduce_grads; inputs
+            # are copied (below: the step trains).
+            run.expect_error(scheme + ": unaligned out", ember.InvalidArgumentError, [tag, "out", "aligned"],
+                             lambda: s.forward(kjt, out=unaligned(np.zeros((1, 35), np.float32)) if R == bad else None))
+            dense = np.ones(3, np.float32)
+            run.expect_error(scheme + ": unaligned allreduce_grads", ember.InvalidArgumentError, [tag, "aligned"],
+                             lambda: run.comm.allreduce_grads(unaligned(dense) if R == bad else dense))
+            run.check(np.all(dense == 1), "%s: allreduce_grads changed a refused array" % scheme)
             after = s.state_dict(root=-1)
             for k in before:
                 run.check(np.array_equal(np.asarray(before[k]), np.asarray(after[k])), "%s: %s changed" % (scheme, k))
@@ -673,9 +689,17 @@ def case_bad_input(run):
             s.forward(kjt)
             s.backward(kjt, np.ones((1, 35), np.float32))
             run.check(s.step("t0") == 1, "%s: step after recovery %s" % (scheme, s.step("t0")))
+            s.forward(ember.KJT(unaligned(good_ids), unaligned(good_len)) if R == bad else kjt)
+            g = np.ones((1, 35), np.float32)
+            s.backward(kjt, unaligned(g) if R == bad else g)
+            run.check(s.step("t0") == 2, "%s: step after unaligned inputs %s" % (scheme, s.step("t0")))
     # Configurations that differ between ranks, and a plan only one rank gets wrong.
     t = [ember.TableConfig("user", 31 if R == bad else 30, 4)]
     run.expect_error("rows differ", ember.InvalidArgumentError, ["rows", "31", "30"],
+                     lambda: ember.ShardedEmbeddingBagCollection(t, "rw", comm=run.comm))
+    t = [ember.TableConfig("user", 30, 4)]
+    t[0].feature_names = ["u\0" if R == bad else "u"]  # changed after construction, on one rank
+    run.expect_error("a NUL byte in a feature name", ember.InvalidArgumentError, [tag, "user", repr("u\0"), "NUL"],
                      lambda: ember.ShardedEmbeddingBagCollection(t, "rw", comm=run.comm))
     t = [ember.TableConfig("user", 30, 4)]
     run.expect_error("bad scheme on one rank", ember.InvalidArgumentError, [tag],
@@ -714,6 +738,8 @@ def case_bad_scalars(run):
                      lambda: ember.Comm(timeout_s=on_bad("x", 10.0)))
     run.expect_error("Comm timeout_s=-1", ember.InvalidArgumentError, [tag, "-1"],
                      lambda: ember.Comm(timeout_s=on_bad(-1.0, 10.0)))
+    run.expect_error("Comm timeout_s=nan", ember.InvalidArgumentError, [tag, "timeout", "nan s"],
+                     lambda: ember.Comm(timeout_s=on_bad(float("nan"), 10.0)))
     with ember.Comm(timeout_s=30.0) as c:  # the world still works after the refused ones
         c.barrier()
     kjt = ember.KJT(np.array([R % 30], np.int64), np.array([1], np.int32))
@@ -737,6 +763,10 @@ def case_bad_scalars(run):
             run.expect_error(scheme + ": save chunk_bytes=-1", ember.InvalidArgumentError,
                              [tag, "chunk_bytes", "-1"],
                              lambda: s.save("/nonexistent/ember-never-written", chunk_bytes=on_bad(-1, 0)))
+            run.expect_error(scheme + ": save blob name with a NUL byte", ember.InvalidArgumentError,
+                             [tag, "blob name", repr("a\0b")],
+                             lambda: s.save("/nonexistent/ember-never-written",
+                                            blobs={on_bad("a\0b", "meta"): b"x"}))
             run.expect_error(scheme + ": load chunk_bytes='x'", ember.InvalidArgumentError,
                              [tag, "chunk_bytes", "'x'"],
                              lambda: s.load("/nonexistent/ember-never-written", chunk_bytes=on_bad("x", 0)))

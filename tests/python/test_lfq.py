@@ -415,6 +415,37 @@ def test_bitwise_deterministic():
             np.testing.assert_array_equal(u, v)
 
 
+def unaligned(a):
+    """A C-contiguous copy of ``a`` one byte off its items' alignment (numpy's flags.aligned False)."""
+    u = np.frombuffer(bytearray(a.nbytes + 1), a.dtype, a.size, offset=1).reshape(a.shape)
+    u[...] = a
+    assert u.flags.c_contiguous and not u.flags.aligned
+    return u
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unaligned_arrays_are_copied(dtype):
+    """x, grad_out and indices off their items' alignment give what aligned ones give (the kernels
+    read them through typed pointers: the Python layer copies them); the C half refuses one
+    itself."""
+    kw = dict(dim=5, codebook_size=32, num_codebooks=2, seed=1, dtype=np.dtype(dtype).name)
+    x, G = data((3, 7, 5), 23).astype(dtype), data((3, 7, 5), 24).astype(dtype)
+    runs = []
+    for make in (lambda a: a, unaligned):
+        with ember.LFQ(**kw) as q:
+            out, idx, L = q.forward(make(x))
+            runs.append((out, idx, L, q.backward(make(G)), q.indices_to_codes(make(idx)),
+                         q.grads()["project_in.weight"].copy()))
+    for u, v in zip(*runs):
+        if isinstance(u, dict):
+            assert u == v
+        else:
+            np.testing.assert_array_equal(u, v)
+    with ember.LFQ(**kw) as q:
+        with pytest.raises(ember.InvalidArgumentError, match="aligned"):
+            q._core.forward(unaligned(x), None, True, np.zeros_like(x), np.zeros((3, 7, 2), np.int64))
+
+
 # ---- bad input ---------------------------------------------------------------------------------
 
 

@@ -92,6 +92,13 @@ try:
     out["negative_timeout"] = "accepted"
 except ember.InvalidArgumentError as e:
     out["negative_timeout"] = "refused"
+for name, make in (("Comm", lambda: ember.Comm(timeout_s=float("nan"))),
+                   ("setter", lambda: setattr(comm, "timeout_s", float("nan")))):
+    try:
+        make()
+        out["nan_timeout_" + name] = "accepted"
+    except ember.InvalidArgumentError as e:
+        out["nan_timeout_" + name] = e.message
 x = np.arange(4, dtype=np.float32)
 comm.allreduce_grads(x, convention="mean")
 out["allreduce_w1"] = x.tolist()
@@ -131,6 +138,9 @@ def test_one_process_comm_and_checkpoint(tmp_path):
     out = json.loads(line[0][7:])
     assert out["rank_size"] == [0, 1]
     assert out["timeout"] == 5.0 and out["negative_timeout"] == "refused"
+    for name in ("Comm", "setter"):  # the message names the value given, not a stand-in
+        msg = out["nan_timeout_" + name]
+        assert "nan s" in msg and "timeout" in msg and msg.endswith("(rank 0)"), (name, msg)
     assert out["allreduce_w1"] == [0.0, 1.0, 2.0, 3.0]
     assert all(out["schemes"].values()), out["schemes"]
     assert out["ckpt"] == [1, 1, ["note"], ["a", "b"]]
@@ -149,3 +159,9 @@ def test_one_process_comm_and_checkpoint(tmp_path):
     with pytest.raises(ember.InvalidArgumentError, match="nope"):
         with ember.Checkpoint(d) as c:
             c.read_blob("nope")
+    with ember.Checkpoint(d) as c:  # a NUL byte in a name: ember's refusal, not Python's bare ValueError
+        for call in (c.read_blob, c.blob_size):
+            with pytest.raises(ember.InvalidArgumentError) as ei:
+                call("no\0te")
+            msg = ei.value.message
+            assert "blob" in msg and repr("no\0te") in msg and msg.endswith("(rank 0)"), msg
