@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, TypeVar
@@ -370,6 +371,13 @@ class ShardedEmbeddingBagCollection(_Collection):
         r, arrays, flags = self._collective(prepare)
         if r >= 0:
             self._c.bcast_i64(flags, r)
+        else:  # every rank must pass the same keys, values and steps: agreed before any write
+            h = hashlib.blake2b(flags.tobytes(), digest_size=8)
+            for a in arrays:
+                if a is not None:
+                    h.update(memoryview(np.ascontiguousarray(a[0])).cast("B"))
+            self._c.agree_digest("load_state_dict", "the state dict (root -1: every rank passes the same keys, values "
+                                 "and steps)", int.from_bytes(h.digest(), "little", signed=True))
         for i, (t, tensor) in enumerate(entries):
             if flags[i] > 0:
                 a = arrays[i][0] if arrays[i] is not None else None

@@ -396,6 +396,24 @@ out:
     return ret;
 }
 
+// agree_digest(fn, name, value): every rank passed the same 64-bit value (a digest of what it
+// was given), or every rank raises InvalidArgumentError naming `name` and a rank that differs.
+// Collective.
+static PyObject *sebc_agree_digest(SEBCObject *self, PyObject *args) {
+    const char *fn, *name;
+    long long value;
+    if (!PyArg_ParseTuple(args, "ssL", &fn, &name, &value)) return NULL;
+    if (sebc_enter(self) != 0) return NULL;
+    const ember_arg a = {.name = name, .value = (int64_t)value, .digest = 1};
+    ember_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ember_comm_agree_args(self->comm, EMBER_OK, fn, &a, 1);
+    Py_END_ALLOW_THREADS
+    PyObject *ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+    sebc_leave(self);
+    return ret;
+}
+
 // bcast_i64(array int64 (writable), root): broadcast in place from root.   Collective.
 static PyObject *sebc_bcast_i64(SEBCObject *self, PyObject *args) {
     PyObject *arr;
@@ -506,6 +524,7 @@ static PyMethodDef sebc_methods[] = {
     {"save", (PyCFunction)(void (*)(void))sebc_save, METH_VARARGS, NULL},
     {"load", (PyCFunction)(void (*)(void))sebc_load, METH_VARARGS, NULL},
     {"bcast_i64", (PyCFunction)(void (*)(void))sebc_bcast_i64, METH_VARARGS, NULL},
+    {"agree_digest", (PyCFunction)(void (*)(void))sebc_agree_digest, METH_VARARGS, NULL},
     {"pieces", (PyCFunction)(void (*)(void))sebc_pieces, METH_VARARGS, NULL},
     {"close", (PyCFunction)(void (*)(void))sebc_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

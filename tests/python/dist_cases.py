@@ -712,6 +712,54 @@ def case_bad_input(run):
                          t, [ember.TablePlan("tw", ranks=(W,))], comm=run.comm))
 
 
+def case_collective_args(run):
+    """Arguments every rank must give alike, given differently on one rank (the review's cases):
+    every rank raises InvalidArgumentError naming the argument, nothing changes, nothing hangs,
+    and the same call with equal arguments then works."""
+    W, R = run.size, run.rank
+    bad = W - 1
+    odd = lambda even, other: other if R == bad else even  # noqa: E731
+    for scheme, plan, tables in plans_for(W, dist_tables()):
+        if scheme not in ("dp", "tw", "cw", "rw", "twrw", "grid"):
+            continue
+        with ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=2) as s:
+            before = s.state_dict(root=-1)
+            run.expect_error(scheme + ": read tables", ember.InvalidArgumentError, ["table"],
+                             lambda: s.read(odd("t0", "t2"), "weight", root=-1))
+            run.expect_error(scheme + ": read tensors", ember.InvalidArgumentError, ["tensor"],
+                             lambda: s.read("t0", odd("weight", "momentum1"), root=-1))
+            run.expect_error(scheme + ": write tables", ember.InvalidArgumentError, ["table"],
+                             lambda: s.write(odd("t2", "t4"), "weight", np.zeros((odd(10, 9), odd(6, 4)), np.float32)))
+            w = np.array(before["t2.weight"]) + (1.0 if R == bad else 0.0)
+            run.expect_error(scheme + ": write values", ember.InvalidArgumentError, ["the array"],
+                             lambda: s.write("t2", "weight", w, root=-1))
+            nan = np.array(before["t2.weight"])
+            nan[3, 1] = np.nan if R == bad else nan[3, 1]
+            run.expect_error(scheme + ": write nan", ember.NumericError, ["row 3 column 1: nan", "(rank %d)" % bad],
+                             lambda: s.write("t2", "weight", nan, root=-1))
+            # load_state_dict(root=-1): other values on one rank; other keys on one rank.
+            sd = {k: (np.array(v) + (0.5 if R == bad and k == "t3.weight" else 0.0)) if not k.endswith(".step")
+                  else v for k, v in before.items()}
+            run.expect_error(scheme + ": load values", ember.InvalidArgumentError, ["state dict"],
+                             lambda: s.load_state_dict(sd, root=-1))
+            part = {k: v for k, v in before.items() if R != bad or k != "t0.momentum2"}
+            run.expect_error(scheme + ": load keys", ember.InvalidArgumentError, ["state dict"],
+                             lambda: s.load_state_dict(part, root=-1, strict=False))
+            after = s.state_dict(root=-1)
+            for k in before:
+                run.check(np.array_equal(np.asarray(before[k]), np.asarray(after[k])), "%s: %s changed" % (scheme, k))
+            s.load_state_dict(before, root=-1)  # equal on every rank: works
+            s.write("t2", "weight", np.array(before["t2.weight"]), root=-1)
+    # Comm.allreduce_grads: 20 values on one rank, 10 on the others.
+    g = np.ones(odd(20, 10), np.float32)
+    run.expect_error("allreduce_grads count", ember.InvalidArgumentError, ["count"],
+                     lambda: run.comm.allreduce_grads(g, convention="sum"))
+    run.check(np.all(g == 1.0), "allreduce_grads: the array changed")
+    g = np.ones(20, np.float32)
+    run.comm.allreduce_grads(g, convention="sum")
+    run.check(np.all(g == W), "allreduce_grads after: %s" % g[:3])
+
+
 def case_bad_scalars(run):
     """Scalar arguments of a wrong type or out of range on one rank, in Collective calls and in
     the creation of a Comm or a collection: every rank raises InvalidArgumentError with the failing
@@ -992,6 +1040,7 @@ CASES = {
     "seed_dp_bf16": case_seed_dp_bf16,
     "bad_input": case_bad_input,
     "bad_scalars": case_bad_scalars,
+    "collective_args": case_collective_args,
     "ckpt_save": case_ckpt_save,
     "ckpt_load": case_ckpt_load,
     "memory": case_memory,

@@ -1182,3 +1182,22 @@ def test_tiered_table_is_the_table_in_ram(tmp_path):
         T("x", 10, 4, cache_rows=4, cache_policy="ttl")
     with pytest.raises(ember.errors.EmberIOError, match="big"):
         ember.EmbeddingBagCollection(disk, ssd_dir=tmp_path / "missing")
+
+
+def test_write_refuses_nan_and_inf():
+    """A NaN or an infinity written into a table is refused, as it is in inputs and gradients,
+    naming the table, tensor, row and column; the table is unchanged."""
+    ebc = ember.EmbeddingBagCollection([ember.TableConfig("t0", 4, 4, optimizer="adagrad")])
+    before = {k: np.array(v) for k, v in ebc.state_dict().items()}
+    w = np.ones((2, 4), np.float32)
+    w[1, 2] = np.nan
+    with pytest.raises(ember.NumericError, match=r"table 't0' tensor 'weight' row 2 column 2: nan"):
+        ebc.write("t0", "weight", w, row_begin=1)
+    w[1, 2] = -np.inf
+    with pytest.raises(ember.NumericError, match=r"tensor 'momentum1' row 2 column 2: -inf"):
+        ebc.write("t0", "momentum1", w, row_begin=1)
+    for k, v in ebc.state_dict().items():
+        assert np.array_equal(np.asarray(v), before[k]), k
+    w[1, 2] = 3.0
+    ebc.write("t0", "weight", w, row_begin=1)
+    assert ebc.read("t0")[2, 2] == 3.0
