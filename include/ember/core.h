@@ -10,6 +10,11 @@
 // callback and the last error message. A context is thread-compatible: use one per thread of
 // control, or serialise calls on it. Objects created with a context borrow it; destroy them
 // before the context.
+//
+// Arrays the caller passes (ids, lengths, weights, gradients, outputs, state) are read and
+// written through typed pointers: each must be aligned to its element type (a float array to 4
+// bytes, an int64 array to 8), as malloc'ed and numpy-owned arrays are. The Python package copies
+// an unaligned input and refuses an unaligned output.
 #ifndef EMBER_CORE_H
 #define EMBER_CORE_H
 
