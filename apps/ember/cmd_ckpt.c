@@ -133,7 +133,8 @@ static ember_status info(ember_ctx *ctx, const char *path, bool verify) {
     if (st == EMBER_OK && verify) {
         st = ember_checkpoint_verify(c);
         if (st == EMBER_OK) {
-            fprintf(f, "verify: OK, every record of the %d table%s and %d blob%s matches its CRC-32\n", (int)nt,
+            fprintf(f, "verify: OK, a load accepts the manifest and every record of the %d table%s and %d blob%s "
+                       "matches its CRC-32\n", (int)nt,
                     nt == 1 ? "" : "s", (int)nb, nb == 1 ? "" : "s");
         }
     }

@@ -277,7 +277,8 @@ EMBER_API ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtyp
 // and their optimizer state (ember_table_config_bytes of each piece; a data-parallel table is a
 // full replica on every rank). The CLI's memory check uses it. Local. Returns EMBER_OK,
 // EMBER_ERR_INVALID_ARG (NULL argument, rank outside [0, W), a plan ember_sebc_create would
-// refuse: the message names the table), EMBER_ERR_NOMEM.
+// refuse: the message names the table), EMBER_ERR_UNSUPPORTED (a placement the collection does
+// not support for this table, e.g. a tiered table data-parallel), EMBER_ERR_NOMEM.
 EMBER_API ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_config *t, const ember_table_plan *p,
                                               int32_t W, int32_t rank, size_t *weight_bytes, size_t *state_bytes);
 

@@ -61,7 +61,7 @@ for re in "^latest committed: checkpoint '$dir/ckpt/step-0000000400': generation
           "^  optimizers  dense adagrad lr 0.05 \\(step $steps\\), embeddings rowwise_adagrad" \
           "^  t_cat_25 +2000 x 16 +rowwise_adagrad +fp32 +$steps " \
           "^  dense.params +[0-9]+ bytes$" \
-          "^verify: OK, every record of the 26 tables and 3 blobs matches its CRC-32$"; do
+          "^verify: OK, a load accepts the manifest and every record of the 26 tables and 3 blobs matches its CRC-32$"; do
   grep -Eq "$re" "$dir/info.txt" || fail "ember ckpt info: no line matches /$re/"
 done
 
