@@ -91,9 +91,14 @@ typedef struct ember_arg {
 EMBER_API ember_status ember_comm_agree_args(ember_comm *comm, ember_status local, const char *fn,
                                              const ember_arg *args, int32_t n);
 
-// In-place sums over all ranks. Collective. The collectives below return EMBER_OK,
-// EMBER_ERR_INVALID_ARG (NULL buffer with n > 0, counts outside MPI's int range, bad root),
-// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; argument errors are local (agree on them first).
+// In-place sums over all ranks. Collective. The collectives below first agree (one small
+// all-reduce, ember_comm_agree_args) on every argument each rank must give alike: counts, element
+// sizes, roots, byte counts, allgatherv's recv_counts; alltoallv also checks every pair's counts
+// (what q sends r against what r expects) and gatherv each rank's count against the root's
+// recv_counts. They return EMBER_OK, EMBER_ERR_INVALID_ARG (NULL buffer with n > 0, counts
+// outside MPI's int range, bad root, or an argument that differs between ranks: every rank
+// returns it, naming the argument, and nothing is exchanged), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
+// The library's own exchanges use unchecked forms where every rank computes the arguments alike.
 EMBER_API ember_status ember_comm_allreduce_sum_f32(ember_comm *comm, float *buf, size_t n);
 EMBER_API ember_status ember_comm_allreduce_sum_f64(ember_comm *comm, double *buf, size_t n);
 EMBER_API ember_status ember_comm_allreduce_sum_i64(ember_comm *comm, int64_t *buf, size_t n);
@@ -103,7 +108,8 @@ EMBER_API ember_status ember_comm_allreduce_max_i64(ember_comm *comm, int64_t *b
 // Personalised exchange of fixed-size elements of `elem_size` bytes.
 // send_counts[W], recv_counts[W] are element counts; data for rank r is contiguous at the
 // exclusive prefix sum of the counts. recv_counts must match what the peers send (use
-// ember_comm_alltoall_i64 to exchange counts first). Collective.
+// ember_comm_alltoall_i64 to exchange counts first; a mismatch is refused on every rank, naming
+// the pair). Collective.
 EMBER_API ember_status ember_comm_alltoallv(ember_comm *comm, const void *send, const int64_t *send_counts,
                                             void *recv, const int64_t *recv_counts, size_t elem_size);
 // Each rank sends one int64 to every rank: recv[s] = rank s's send[me]. Collective.
