@@ -80,7 +80,10 @@ typedef struct ember_arg {
 } ember_arg;
 #define EMBER_ARGS_MAX 8
 
-// Agrees, in one small all-reduce, on this rank's status and on the n arguments every rank must
+// Agrees, in one small all-reduce (1 + 2 x EMBER_ARGS_MAX int64 whatever n is, so that it meets
+// ember_comm_agree, which is this call with n = 0: a rank refusing before a collective may call
+// ember_comm_agree while the others agree on that collective's arguments), on this rank's status
+// and on the n arguments every rank must
 // give alike (n <= EMBER_ARGS_MAX): returns the worst status as ember_comm_agree does, or, when
 // every status is EMBER_OK and an argument differs, EMBER_ERR_INVALID_ARG on every rank with one
 // message naming fn, the first differing argument and its values on two ranks

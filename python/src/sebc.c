@@ -404,12 +404,15 @@ static PyObject *sebc_agree_digest(SEBCObject *self, PyObject *args) {
     long long value;
     if (!PyArg_ParseTuple(args, "ssL", &fn, &name, &value)) return NULL;
     if (sebc_enter(self) != 0) return NULL;
+    PyObject *ret = NULL;
+    AGREE_OR_OUT(self); // first, as every collective method: a rank may arrive with its refusal
     const ember_arg a = {.name = name, .value = (int64_t)value, .digest = 1};
     ember_status st;
     Py_BEGIN_ALLOW_THREADS
     st = ember_comm_agree_args(self->comm, EMBER_OK, fn, &a, 1);
     Py_END_ALLOW_THREADS
-    PyObject *ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+    ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+out:
     sebc_leave(self);
     return ret;
 }

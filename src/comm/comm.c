@@ -253,22 +253,11 @@ MPI_Comm ember_comm_mpi(const ember_comm *c) { return c ? c->comm : MPI_COMM_NUL
 uint64_t ember_comm_bytes_sent(const ember_comm *c) { return c ? c->bytes_sent : 0; }
 void ember_comm_reset_bytes_sent(ember_comm *c) { if (c) c->bytes_sent = 0; }
 
+// The status agreement is ember_comm_agree_args with no argument: every agreement of the library
+// is then the same all-reduce (its size fixed at EMBER_ARGS_MAX arguments), so a rank that refuses
+// before a collective (ember_comm_agree) meets the others' argument agreement, not another call.
 ember_status ember_comm_agree(ember_comm *c, ember_status local) {
-    if (!c) return EMBER_ERR_INVALID_ARG;
-    struct { int st; int rank; } in = {(int)local, c->rank}, outv;
-    COLL(c, "ember_comm_agree", MPI_Iallreduce(&in, &outv, 1, MPI_2INT, MPI_MINLOC, c->comm, &req_));
-    if (outv.st == EMBER_OK) return EMBER_OK;
-    // Everyone learns the failing rank's message, so every rank reports the same cause.
-    char msg[EMBER_ERRMSG_CAP];
-    memcpy(msg, c->ctx->errmsg, sizeof msg);
-    COLL(c, "ember_comm_agree", MPI_Ibcast(msg, (int)sizeof msg, MPI_CHAR, outv.rank, c->comm, &req_));
-    msg[sizeof msg - 1] = '\0';
-    if (outv.rank != c->rank) {
-        // Every rank reports the same text, which names the failing rank once (its "(rank R)").
-        memcpy(c->ctx->errmsg, msg, sizeof msg);
-        c->ctx->last_status = (ember_status)outv.st;
-    }
-    return (ember_status)outv.st;
+    return ember_comm_agree_args(c, local, "ember_comm_agree", NULL, 0);
 }
 
 static ember_status allreduce(ember_comm *c, void *buf, size_t n, MPI_Datatype t, MPI_Op op, size_t esz,
@@ -572,12 +561,12 @@ ember_status ember_comm_agree_args(ember_comm *c, ember_status st, const char *f
     // maximum of argument i's value and of its complement (so ~v[2 + 2i] is its minimum).
     int64_t v[1 + 2 * EMBER_ARGS_MAX], value[EMBER_ARGS_MAX];
     v[0] = st != EMBER_OK ? ((int64_t)(-(int)st) << 32) | (int64_t)(c->size - 1 - c->rank) : -1;
-    for (int32_t i = 0; i < n; i++) {
-        value[i] = args[i].text ? (int64_t)ember__str_digest(args[i].text) : args[i].value;
+    for (int32_t i = 0; i < EMBER_ARGS_MAX; i++) {
+        value[i] = i >= n ? 0 : args[i].text ? (int64_t)ember__str_digest(args[i].text) : args[i].value;
         v[1 + 2 * i] = value[i];
         v[2 + 2 * i] = ~value[i];
     }
-    COLL(c, fn, MPI_Iallreduce(MPI_IN_PLACE, v, 1 + 2 * n, MPI_INT64_T, MPI_MAX, c->comm, &req_));
+    COLL(c, fn, MPI_Iallreduce(MPI_IN_PLACE, v, 1 + 2 * EMBER_ARGS_MAX, MPI_INT64_T, MPI_MAX, c->comm, &req_));
     if (v[0] >= 0) { // a rank failed: everyone learns its message, as ember_comm_agree
         const int32_t failed = c->size - 1 - (int32_t)(v[0] & 0xffffffff);
         const ember_status worst = (ember_status)(-(int)(v[0] >> 32));

@@ -159,6 +159,16 @@ static bool agree_args_args(env *e) {
     const ember_arg a[] = {{.name = "widget", .value = ODD(1, 2)}, {.name = "label", .text = ODD("x", "y")}};
     bool ok = refused_naming(e, ember_comm_agree_args(e->comm, EMBER_OK, "caller", a, 1), "widget");
     ok &= refused_naming(e, ember_comm_agree_args(e->comm, EMBER_OK, "caller", a + 1, 1), "'y' on rank");
+    // A rank that refuses before a collective (ember_comm_agree) meets the others' argument
+    // agreement inside it: every rank returns its refusal (as a binding's own checks do).
+    float g[4] = {1, 1, 1, 1};
+    ember_status st;
+    if (R == W - 1)
+        st = ember_comm_agree(e->comm, ember_ctx_set_error(e->ctx, EMBER_ERR_INVALID_ARG, "caller: widget refused"));
+    else
+        st = ember_comm_allreduce_grads(e->comm, EMBER_GRAD_SUM, g, 4);
+    ok &= refused_naming(e, st, "widget refused");
+    ok &= ember_test_all_ok(MPI_COMM_WORLD, g[0] == 1.0f, "unchanged", __FILE__, __LINE__);
     return ok;
 }
 
