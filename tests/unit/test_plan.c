@@ -1,4 +1,5 @@
 // Planner: placements follow the cost model, memory budgets hold, bad inputs are refused.
+#define _POSIX_C_SOURCE 200809L // clock_gettime
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
