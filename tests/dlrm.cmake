@@ -43,6 +43,14 @@ ember_mpi_test(dist.train.sebc.resume_world.np3 3 test_train --backend sebc --ca
 foreach(np 1 2 3)
   ember_mpi_test(dist.train.sebc.overlap.np${np} ${np} test_train --backend sebc --case overlap)
 endforeach()
+# The data loader (--prefetch_batches): a source's batches, errors and messages through it are the
+# inline ones, a failed start or a stop leaves no thread; ember train with it and without gives the
+# same bits (synthetic, Criteo with malformed lines skipped, resumed, evaluations between steps)
+# and, on a fatal malformed line, the same message on every rank.
+foreach(np 1 2)
+  ember_mpi_test(dist.train.sebc.loader.np${np} ${np} test_train --backend sebc --case loader)
+  ember_mpi_test(dist.train.sebc.prefetch.np${np} ${np} test_train --backend sebc --case prefetch)
+endforeach()
 
 ember_unit_test(dlrm_output ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_output.c)
 target_link_libraries(test_dlrm_output PRIVATE ember_dlrm_support)
@@ -199,6 +207,16 @@ add_test(NAME dist.train.cli.ckpt_config.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.ckpt_config.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# --prefetch_batches 0 and 2 from the command line: the same digest (synthetic; Criteo with
+# malformed lines skipped, the same report of them), the same single error line for a fatal one in
+# a later batch, the data wait in the report, and an interrupted job that ends (1 and 2 ranks).
+foreach(np 1 2)
+  add_test(NAME dist.train.cli.prefetch.np${np}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_prefetch.sh $<TARGET_FILE:ember_cli>
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS})
+  set_tests_properties(dist.train.cli.prefetch.np${np} PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS ${np}
+                       ENVIRONMENT "${EMBER_MPI_ENV}")
+endforeach()
 ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
                "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1
                train --resume nonexistent)

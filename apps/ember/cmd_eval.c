@@ -75,6 +75,7 @@ int cmd_eval(int argc, char **argv) {
     ember_status st = threads_start_mpi(argc, argv, c.threads, c.e.timeout_s, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
         c.e.threads_note = placement.text;
+        c.e.loader_cpus = placement.loader_cpus[0] ? placement.loader_cpus : NULL;
         train_result res = {0};
         st = eval_saved(comm, &c.e, dlrm_backend_sebc_create, stdout, &res);
     }

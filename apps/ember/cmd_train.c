@@ -77,6 +77,10 @@ static const char help[] =
     "                                    batch's input dist starts after this step's embedding forward,\n"
     "                                    the embedding backward's exchanges travel during the dense\n"
     "                                    backward; the results are bitwise the same either way\n"
+    "  --prefetch_batches N              batches a loader thread produces ahead of the step (default\n"
+    "                                    2; 0: each one when the step needs it, on the step's thread);\n"
+    "                                    the same batches either way (the report's data wait says\n"
+    "                                    whether the data holds the steps up)\n"
     "\n"
     "tables beyond RAM and beyond fixed id ranges (docs/tiered.md, docs/hashed.md):\n"
     "  --ssd_tables all|LIST             these tables (indices or names t_cat_N, comma-separated) live\n"
@@ -109,7 +113,7 @@ static const char help[] =
     "\n"
     "output (rank 0):\n"
     "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
-    "                                    eval loss, eval AUC, planted AUC, samples/s\n"
+    "                                    eval loss, eval AUC, planted AUC, samples/s, data wait\n"
     "  --plot FILE.png                   loss and AUC curves, drawn by gnuplot (FILE.png.gp is kept)\n"
     "  --progress auto|bar|lines         bar: a progress bar on stderr, redrawn in place; lines: a line\n"
     "                                    per evaluation, and one a minute between them; auto (default):\n"
@@ -365,6 +369,7 @@ static const cli_flag flags[] = {
     INT("threads", threads, 0, 4096),
     CALL("timeout_s", o.timeout_s, cli_call_timeout),
     NAME("overlap", o.overlap, on_off_name, ANY_DATA),
+    INT("prefetch_batches", o.prefetch_batches, 0, 64),
     // tables beyond RAM and beyond fixed id ranges
     CALL("ssd_tables", o.ssd_tables, set_tables),
     INT("cache_rows", o.cache_rows, 1, MAX_ROWS),
@@ -506,6 +511,7 @@ int cmd_train(int argc, char **argv) {
     ember_status st = threads_start_mpi(argc, argv, c.threads, o->timeout_s, &ctx, &comm, &placement);
     if (st == EMBER_OK) {
         o->threads_note = placement.text;
+        o->loader_cpus = placement.loader_cpus[0] ? placement.loader_cpus : NULL;
         train_result res = {0};
         st = train_run(comm, o, dlrm_backend_sebc_create, stdout, &res);
     }

@@ -128,6 +128,11 @@ ember_status criteo_seek(criteo_reader *r, int64_t batch) {
     return EMBER_OK;
 }
 
+void criteo_set_ctx(criteo_reader *r, ember_ctx *ctx) {
+    free_lines(r->ctx, r);
+    r->ctx = ctx;
+}
+
 const criteo_stats *criteo_get_stats(const criteo_reader *r) { return &r->stats; }
 const char *criteo_path(const criteo_reader *r) { return r->path; }
 

@@ -80,6 +80,12 @@ ember_status criteo_seek(criteo_reader *r, int64_t batch);
 // Returns EMBER_OK, EMBER_ERR_FORMAT (CRITEO_FATAL: "PATH line N: reason"), EMBER_ERR_IO.
 ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof);
 
+// The context the reader allocates through and records its errors on from now on (a loader
+// thread's own while the reader is read there: loader.h). Its batch buffers are freed through
+// the context it had first (each context frees what it allocated; the next batch allocates them
+// again). Local.
+void criteo_set_ctx(criteo_reader *r, ember_ctx *ctx);
+
 const criteo_stats *criteo_get_stats(const criteo_reader *r);
 const char *criteo_path(const criteo_reader *r); // the file's path, as opened
 

@@ -35,7 +35,7 @@ ember_status metrics_open(ember_ctx *ctx, const char *path, metrics_writer *w) {
         return ember_ctx_set_error(ctx, EMBER_ERR_IO, "--metrics: cannot create '%s': %s", path, strerror(errno));
     }
     if (w->format == METRICS_CSV) {
-        fprintf(w->file, "step,epoch,samples,train_loss,eval_loss,eval_auc,planted_auc,samples_per_s\n");
+        fprintf(w->file, "step,epoch,samples,train_loss,eval_loss,eval_auc,planted_auc,samples_per_s,data_wait_ms\n");
     }
     return EMBER_OK;
 }
@@ -47,8 +47,10 @@ static void put(FILE *f, double v, const char *missing) {
 }
 
 ember_status metrics_write(ember_ctx *ctx, metrics_writer *w, const metrics_row *r) {
-    static const char *names[] = {"train_loss", "eval_loss", "eval_auc", "planted_auc", "samples_per_s"};
-    const double vals[] = {r->train_loss, r->eval_loss, r->eval_auc, r->planted_auc, r->samples_per_s};
+    static const char *names[] = {"train_loss",  "eval_loss",     "eval_auc",
+                                  "planted_auc", "samples_per_s", "data_wait_ms"};
+    const double vals[] = {r->train_loss,  r->eval_loss,     r->eval_auc,
+                           r->planted_auc, r->samples_per_s, r->data_wait_ms};
     FILE *f = w->file;
     if (w->format == METRICS_CSV) {
         fprintf(f, "%lld,%d,%lld", (long long)r->step, (int)r->epoch, (long long)r->samples);

@@ -17,6 +17,8 @@ typedef struct metrics_row {
     double eval_auc;      // exact AUC over the global eval set
     double planted_auc;   // AUC of the planted model on the same set (synthetic data)
     double samples_per_s; // training throughput since the previous row (eval time excluded)
+    double data_wait_ms;  // the part of those steps' time (mean per step, ms) rank 0 waited for
+                          // its data: producing it inline, or for the loader thread
 } metrics_row;
 
 typedef enum metrics_format { METRICS_CSV = 0, METRICS_JSONL = 1 } metrics_format;

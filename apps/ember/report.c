@@ -114,6 +114,14 @@ void report_config(run *R) {
         else fprintf(f, "its first %lld lines (held out)", (long long)(o->limit_val_batches * o->batch_size));
         fprintf(f, ", malformed lines %s\n", o->malformed == CRITEO_FATAL ? "fatal" : "skipped");
     }
+    if (o->prefetch_batches > 0) {
+        fprintf(f, "  loader      a thread per source produces %d batch%s ahead of the step (--prefetch_batches)",
+                (int)o->prefetch_batches, o->prefetch_batches > 1 ? "es" : "");
+        if (o->loader_cpus) fprintf(f, ", rank 0's on CPUs %s", o->loader_cpus);
+        fputc('\n', f);
+    } else {
+        fprintf(f, "  loader      none: each batch is produced when the step needs it (--prefetch_batches 0)\n");
+    }
     char train_batches[32] = "all", val_batches[32] = "all";
     if (o->limit_train_batches) snprintf(train_batches, sizeof train_batches, "%lld", (long long)o->limit_train_batches);
     if (o->limit_val_batches) snprintf(val_batches, sizeof val_batches, "%lld", (long long)o->limit_val_batches);
@@ -146,7 +154,7 @@ static void clear_bar(report *p) {
     fflush(p->bar);
 }
 
-void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps) {
+void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps, double wait_ms) {
     report *p = &R->rep;
     if (!p->out) return;
     double t = run_now_s();
@@ -156,7 +164,8 @@ void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sp
     if (!p->bar) {
         if (t - p->last_line < PROGRESS_LINE_S) return;
         p->last_line = t;
-        fprintf(p->out, "%s  epoch %d  train loss %.5f  %.0f samples/s\n", where, (int)epoch, loss, sps);
+        fprintf(p->out, "%s  epoch %d  train loss %.5f  %.0f samples/s  data wait %.3f ms/step\n", where, (int)epoch,
+                loss, sps, wait_ms);
         fflush(p->out);
         return;
     }
@@ -201,6 +210,7 @@ ember_status report_eval(run *R, const metrics_row *row) {
                 (int)row->epoch, row->train_loss, row->eval_loss, row->eval_auc);
         if (!isnan(row->planted_auc)) fprintf(p->out, " (planted %.4f)", row->planted_auc);
         if (!isnan(row->samples_per_s)) fprintf(p->out, "  %.0f samples/s", row->samples_per_s);
+        if (!isnan(row->data_wait_ms)) fprintf(p->out, "  data wait %.3f ms/step", row->data_wait_ms);
         fputc('\n', p->out);
         fflush(p->out);
     }
@@ -250,7 +260,8 @@ ember_status report_tier_stats(run *R) {
     return EMBER_OK;
 }
 
-void report_done(const run *R, int64_t step, int64_t samples, double train_time, const train_result *res) {
+void report_done(const run *R, int64_t step, int64_t samples, double train_time, double wait_time,
+                 const train_result *res) {
     FILE *out = R->rep.out;
     if (!out) return;
     const train_position *p = &R->start;
@@ -264,6 +275,10 @@ void report_done(const run *R, int64_t step, int64_t samples, double train_time,
         fprintf(out, "step time: measured %.3f ms", train_time * 1e3 / (double)(step - p->steps));
         if (!isnan(R->topo.predicted_s))
             fprintf(out, ", predicted %.3f ms for the embeddings (planner)", R->topo.predicted_s * 1e3);
+        // Whether the data is on the critical path: the part of a step rank 0 waited for its share
+        // (produced inline, or not yet ready on the loader thread).
+        fprintf(out, "; waiting for data %.3f ms of it (%.1f%%)", wait_time * 1e3 / (double)(step - p->steps),
+                train_time > 0.0 ? 100.0 * wait_time / train_time : 0.0);
         fputc('\n', out);
     }
     fprintf(out, "eval AUC %.4f", res->eval_auc);

@@ -38,12 +38,13 @@ void report_begin(report *p, FILE *out, bool progress_bar);
 ember_status report_open_metrics(run *R);
 void report_free(ember_ctx *ctx, report *p);
 
-// The configuration block before training: ranks and threads, data, batches, model, optimizers,
+// The configuration block before training: ranks and threads, data and its loader, batches, model, optimizers,
 // every table's placement, the topology and predicted step, resume point and checkpoints.
 void report_config(run *R);
 // After each step: the progress bar (redrawn at most 5 times a second), or a plain line at most
-// once a minute without an evaluation line.
-void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps);
+// once a minute without an evaluation line; sps and wait_ms (the time a step waited for its data,
+// in ms) over the steps since the last evaluation.
+void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps, double wait_ms);
 // One evaluation: written to the metrics file, kept for the plot and printed. Collective (the
 // metrics file's status is agreed).
 ember_status report_eval(run *R, const metrics_row *row);
@@ -52,8 +53,10 @@ void report_checkpoint(run *R, const char *path, double seconds, int32_t removed
 // The tiered tables' caches over the run, summed over ranks. Collective.
 ember_status report_tier_stats(run *R);
 // The end of training: steps and samples (since the resume), throughput, measured step time
-// beside the planner's prediction, the final eval AUC (and the planted model's), skipped batches.
-void report_done(const run *R, int64_t step, int64_t samples, double train_time, const train_result *res);
+// beside the planner's prediction and the part of it rank 0 waited for its data (wait_time of
+// train_time), the final eval AUC (and the planted model's), skipped batches.
+void report_done(const run *R, int64_t step, int64_t samples, double train_time, double wait_time,
+                 const train_result *res);
 // --digest: the hashes of the final state (res->digest_*).
 void report_digest(const run *R, const train_result *res);
 // The malformed lines every rank met in Criteo source `s` of file `path`. Collective.

@@ -104,8 +104,8 @@ void run_setup_tables(run *R) {
     }
 }
 
-// Bytes this rank needs for the model: its table shards with optimizer state, and the dense part
-// (parameters, gradients, optimizer state, activations) roughly.
+// Bytes this rank needs for the model: its table shards with optimizer state, the dense part
+// (parameters, gradients, optimizer state, activations) roughly, and the batch buffers.
 static double bytes_needed(const run *R, int32_t *largest) {
     const train_options *o = R->o;
     double total = 0.0, big = -1.0;
@@ -125,7 +125,10 @@ static double bytes_needed(const run *R, int32_t *largest) {
                     DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0;
     for (int l = 0; l < o->num_bottom; l++) widths += 2.0 * o->bottom[l];
     for (int l = 0; l < o->num_top; l++) widths += 2.0 * o->top[l];
-    return total + 4.0 * (double)R->max_local * widths;
+    // The batch buffers: the step's two, and each source loader's ring (--prefetch_batches).
+    const double sample = sizeof(float) * (DLRM_NUM_DENSE + 2.0) + sizeof(int64_t) * (DLRM_NUM_SPARSE + 1.0);
+    const double batches = 2.0 + 2.0 * (double)o->prefetch_batches;
+    return total + 4.0 * (double)R->max_local * widths + batches * (double)R->max_local * sample;
 }
 
 // MemAvailable of /proc/meminfo in bytes; 0 when unknown.

@@ -1,34 +1,81 @@
 // Data sources (source.h): a rank's share of each global batch, agreed across the ranks.
+#define _POSIX_C_SOURCE 200809L // clock_gettime
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "appctx.h"
 #include "source.h"
 
-ember_status source_rewind(source *s) {
-    s->next = 0;
-    return s->reader ? criteo_rewind(s->reader) : EMBER_OK;
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+ember_status source_rewind(source *s) { return source_seek(s, 0); }
 
 ember_status source_seek(source *s, int64_t batch) {
-    s->next = batch;
-    return s->reader ? criteo_seek(s->reader, batch) : EMBER_OK;
+    // The loader stops (after the batch it is producing), drops what it made ahead, and goes on
+    // from the new position: the producer's state is this thread's meanwhile.
+    if (s->loader) loader_pause(s->loader);
+    s->next = s->cursor = batch;
+    ember_status st = EMBER_OK;
+    if (s->reader) st = criteo_seek(s->reader, batch);
+    if (s->loader) {
+        if (st != EMBER_OK) st = loader_forward_error(s->owner, s->loader, st); // the reader's context is the loader's
+        loader_resume(s->loader);
+    }
+    return st;
 }
 
-// This rank's share of the next global batch; *eof when the pass is over. Local.
-static ember_status source_next(source *s, dlrm_batch *b, bool *eof) {
+// This rank's share of global batch s->cursor, its dense features checked (ctx: the producing
+// thread's context); *eof when the pass is over. Runs on the loader thread when s has one, which
+// reads only what does not change while it runs (the data, the limit, the shape) and the cursor,
+// its own. Local.
+static ember_status produce(source *s, ember_ctx *ctx, dlrm_batch *b, bool *eof) {
     b->size = 0;
-    *eof = s->limit > 0 && s->next >= s->limit;
+    *eof = s->limit > 0 && s->cursor >= s->limit;
     if (*eof) return EMBER_OK;
     if (s->reader) {
         APP_TRY(criteo_next(s->reader, b, eof));
     } else {
         int64_t first, n = dlrm_share(s->global_batch, s->rank, s->world, &first);
-        synth_fill(s->syn, s->split, s->next * s->global_batch + first, (int32_t)n, b);
+        synth_fill(s->syn, s->split, s->cursor * s->global_batch + first, (int32_t)n, b);
     }
-    if (!*eof) s->next++;
+    if (!*eof) s->cursor++;
+    return source_check_dense(ctx, s, b);
+}
+
+static ember_status produce_on_loader(void *arg, ember_ctx *ctx, dlrm_batch *b, bool *eof) {
+    return produce(arg, ctx, b, eof);
+}
+
+ember_status source_start_loader(ember_ctx *ctx, source *s, int32_t depth, const char *cpus, const dlrm_batch *b) {
+    APP_ASSERT(!s->loader);
+    if (depth <= 0) return EMBER_OK;
+    const loader_config cfg = {.depth = depth,
+                               .capacity = b->capacity,
+                               .num_dense = b->num_dense,
+                               .num_sparse = b->num_sparse,
+                               .cpus = cpus,
+                               .produce = produce_on_loader,
+                               .arg = s};
+    APP_TRY(loader_create(ctx, &cfg, &s->loader));
+    s->owner = ctx;
+    // The reader allocates and records its errors on the thread that reads it.
+    if (s->reader) criteo_set_ctx(s->reader, loader_ctx(s->loader));
     return EMBER_OK;
+}
+
+void source_stop_loader(ember_ctx *ctx, source *s) {
+    if (!s->loader) return;
+    loader_pause(s->loader); // the reader is this thread's again
+    if (s->reader) criteo_set_ctx(s->reader, ctx);
+    loader_destroy(ctx, s->loader);
+    s->loader = NULL;
+    s->owner = NULL;
 }
 
 ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batch *b) {
@@ -47,9 +94,19 @@ ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batc
 
 ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *sizes, fetched *what,
                           int64_t *global) {
+    ember_ctx *ctx = ember_comm_ctx(comm);
     bool eof = false;
-    ember_status st = source_next(s, b, &eof);
-    if (st == EMBER_OK) st = source_check_dense(ember_comm_ctx(comm), s, b);
+    ember_status st;
+    double waited = 0.0;
+    if (s->loader) {
+        st = loader_take(ctx, s->loader, b, &eof, &waited);
+    } else {
+        const double t0 = now_s();
+        st = produce(s, ctx, b, &eof);
+        waited = now_s() - t0;
+    }
+    s->waited_s += waited;
+    if (st == EMBER_OK && !eof) s->next++;
     APP_TRY(ember_comm_agree(comm, st));
     APP_TRY(ember_comm_allgather_i64(comm, eof ? -1 : b->size, sizes));
     bool all_eof = true;
@@ -64,6 +121,7 @@ ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *s
 
 ember_status source_gather_stats(ember_comm *comm, const source *s, criteo_stats *all) {
     if (!s->reader) return EMBER_OK;
+    APP_ASSERT(!s->loader); // the stats would be the loader thread's, and ahead of the caller
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t W = ember_comm_size(comm);
     int64_t *counts = app_alloc(ctx, sizeof(int64_t) * (size_t)W, "malformed line statistics");
@@ -80,6 +138,7 @@ ember_status source_scan_data(ember_comm *comm, source *s, dlrm_batch *b, int64_
     memset(scan, 0, sizeof *scan);
     scan->usable = true;
     if (!s->reader) return EMBER_OK;
+    APP_ASSERT(!s->loader); // a loader reads ahead: lines the caller would not have read
     ember_ctx *ctx = ember_comm_ctx(comm);
     APP_TRY(ember_comm_agree(comm, source_rewind(s)));
     fetched what;

@@ -8,6 +8,7 @@
 #include "batch.h"
 #include "criteo.h"
 #include "ember/comm.h"
+#include "loader.h"
 #include "synth.h"
 
 typedef struct source {
@@ -15,9 +16,16 @@ typedef struct source {
     criteo_reader *reader; // a Criteo file
     int split;             // synthetic: 0 train, 1 eval
     int64_t limit;         // global batches per pass (0: until the data ends)
-    int64_t next;          // next global batch of the pass
+    int64_t next;          // next global batch of the pass source_fetch gives
     int64_t global_batch;
     int32_t rank, world;
+    // The local part of reading (this rank's share, its check) runs here, on the main thread,
+    // or ahead of it on a loader thread (loader.h; source_start_loader).
+    loader *loader;        // NULL: inline
+    ember_ctx *owner;      // the main thread's context, while there is a loader
+    int64_t cursor;        // next global batch to produce: next, or ahead of it on the loader
+    double waited_s;       // seconds source_fetch waited for this rank's shares: producing them
+                           // inline, or for the loader to have them ready
 } source;
 
 // Starts a pass from the first batch. Local.
@@ -25,6 +33,18 @@ ember_status source_rewind(source *s);
 // Starts a pass from global batch `batch` (resuming: the batches before it are not read again;
 // a Criteo reader skips their lines unparsed). Local.
 ember_status source_seek(source *s, int64_t batch);
+
+// Produces s's shares from now on `depth` batches ahead on a loader thread of its own (CPUs: a
+// CPU list, or NULL: where the caller runs), or inline on the caller's thread for depth 0. The
+// batches and everything source_fetch returns are the same either way; only source_fetch,
+// source_rewind and source_seek may touch s until source_stop_loader. The loader starts paused:
+// call source_rewind or source_seek before fetching. Buffers of ctx's, shaped as b (the
+// caller's batch: source_fetch trades its buffers with the ring's, so every batch the caller
+// holds must have that shape). Local. Returns EMBER_OK or loader_create's errors; on failure s
+// is as before.
+ember_status source_start_loader(ember_ctx *ctx, source *s, int32_t depth, const char *cpus, const dlrm_batch *b);
+// Joins s's loader thread and frees it, s back to inline. Nothing when there is none. Local.
+void source_stop_loader(ember_ctx *ctx, source *s);
 
 typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
 
@@ -35,7 +55,8 @@ typedef enum fetched { FETCH_OK, FETCH_SKIP, FETCH_END } fetched;
 // this guards the transforms and the generator. source_fetch runs it on every batch. Local.
 ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batch *b);
 
-// Reads every rank's share of the next global batch into b and agrees on what was read
+// Reads every rank's share of the next global batch into b (from the loader's ring, whose buffers
+// trade places with b's, when s has one) and agrees on what was read
 // (sizes[W]: every rank's share, -1 at its end): FETCH_END when the data ended on every rank,
 // FETCH_SKIP when the batch has no usable sample on any rank (only malformed lines), else
 // FETCH_OK with *global >= 1 samples in all. Some ranks' shares may then be empty (b->size 0: a

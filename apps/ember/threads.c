@@ -633,6 +633,20 @@ static ember_status place(ember_ctx *ctx, host_view *h, int32_t share, int32_t T
         }
         threads_format_cpu_list(ids, nid, mine, 128);
         threads_format_cpu_list(was, nwas, launcher, 128);
+        // A loader thread (loader.h) inherits its creator's mask, which pinning narrows to the
+        // main thread's one CPU: where its work would only take turns with the step's. It gets the
+        // host's CPUs that no rank's thread is pinned to, when there are some, else the rank's own.
+        if (most == 1) {
+            cpu_set_t busy;
+            CPU_ZERO(&busy);
+            for (int32_t k = 0; k < host_threads; k++) // this rank's picks are CPU ids by now
+                CPU_SET(k >= off && k < off + T ? pick[k] : h->cpus[pick[k]].id, &busy);
+            int32_t spare[CPU_SETSIZE], nspare = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (!CPU_ISSET(h->cpus[i].id, &busy)) spare[nspare++] = h->cpus[i].id;
+            if (nspare > 0) threads_format_cpu_list(spare, nspare, report->loader_cpus, sizeof report->loader_cpus);
+            else threads_format_cpu_list(ids, nid, report->loader_cpus, sizeof report->loader_cpus);
+        }
         // The main thread's mask first: OpenMP's workers are created from it.
         bool moved = sched_setaffinity(0, sizeof set, &set) == 0;
         report->pinned = moved && most == 1 && pin_threads(chosen, T) == 0;

@@ -87,6 +87,10 @@ typedef struct threads_report {
     char text[256];    // one line for the run's configuration report (rank 0's view)
     char warning[320]; // threads_oversubscribed's line for this rank's host, or ""
     bool host_first;   // this rank is the first of its host (the one that prints the warning)
+    char loader_cpus[128]; // where this rank's data loader threads should run (loader.h), as a CPU
+                           // list: the host's CPUs no rank's thread is pinned to, or when every
+                           // one is, this rank's own; "" when the threads are not pinned (the
+                           // loaders run where the main thread may)
 } threads_report;
 
 // Chooses this rank's thread count (requested > 0: that many), places the threads of every rank

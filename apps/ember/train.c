@@ -51,6 +51,7 @@ void train_options_default(train_options *o) {
     o->keep_checkpoints = 0;     // the resumed checkpoint's, else 3
     o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
     o->overlap = true;
+    o->prefetch_batches = 2;
     o->cache_policy = EMBER_EVICT_LRU;
     o->hash = (ember_hash_config){
         .enabled = 1, .bucket_rows = EMBER_HASH_BUCKET_ROWS, .min_count = 1, .policy = EMBER_EVICT_LRU};
@@ -96,7 +97,25 @@ static void begin(run *R, ember_comm *comm, const train_options *o, FILE *out, t
     res->dense_state_len = res->tables_len = 0;
 }
 
+// The loader threads of --prefetch_batches, for training (or the one evaluation): started after
+// run_require_data's scans, which read inline (a loader reads ahead of what the scan would).
+// Collective; every rank returns the same status.
+static ember_status start_loaders(run *R) {
+    const int32_t depth = R->o->prefetch_batches;
+    ember_status st = EMBER_OK;
+    if (!R->eval_only) st = source_start_loader(R->ctx, &R->train, depth, R->o->loader_cpus, &R->batch);
+    if (st == EMBER_OK) st = source_start_loader(R->ctx, &R->eval, depth, R->o->loader_cpus, &R->batch);
+    return ember_comm_agree(R->comm, st);
+}
+
+// Joins them: before the reports read the Criteo readers' statistics, and on every way out.
+static void stop_loaders(run *R) {
+    source_stop_loader(R->ctx, &R->train);
+    source_stop_loader(R->ctx, &R->eval);
+}
+
 static void cleanup(run *R) {
+    stop_loaders(R);
     dlrm_destroy(R->model);
     if (R->backend.destroy) R->backend.destroy(R->backend.impl);
     criteo_close(R->ctx, R->train.reader);
@@ -196,7 +215,9 @@ static ember_status train_loop(run *R, train_result *res) {
     const train_options *o = R->o;
     const train_position *p = &R->start;
     int64_t step = p->steps, samples = p->samples, last_eval = -1, last_save = R->resumed ? p->steps : -1;
-    double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0;
+    int64_t win_steps = 0;
+    // win_wait, train_wait: the part of the steps' time spent waiting for this rank's data.
+    double win_loss = 0.0, win_samples = 0.0, win_time = 0.0, train_time = 0.0, win_wait = 0.0, train_wait = 0.0;
     int32_t epoch = p->epoch, last_epoch = p->epoch;
     metrics_row last = {0}; // the last evaluation (rank 0's numbers are the run's)
     R->skipped_batches = p->skipped_batches;
@@ -208,7 +229,7 @@ static ember_status train_loop(run *R, train_result *res) {
         last_epoch = epoch;
         lookahead ahead = {.what = FETCH_END};
         for (;;) {
-            double t0 = run_now_s();
+            double t0 = run_now_s(), w0 = R->train.waited_s;
             fetched what;
             int64_t global;
             APP_TRY(next_batch(R, &ahead, &what, &global));
@@ -226,16 +247,22 @@ static ember_status train_loop(run *R, train_result *res) {
             samples += global;
             win_loss += loss;
             win_samples += (double)global;
-            double dt = run_now_s() - t0;
+            double dt = run_now_s() - t0, wait = R->train.waited_s - w0;
             win_time += dt;
             train_time += dt;
-            report_progress(R, step, epoch, win_loss / win_samples, win_samples / win_time);
+            win_wait += wait;
+            train_wait += wait;
+            win_steps++;
+            report_progress(R, step, epoch, win_loss / win_samples, win_samples / win_time,
+                            1e3 * win_wait / (double)win_steps);
             if (o->eval_interval > 0 && step % o->eval_interval == 0) {
                 last = (metrics_row){.step = step, .epoch = epoch, .samples = samples,
-                                     .train_loss = win_loss / win_samples, .samples_per_s = win_samples / win_time};
+                                     .train_loss = win_loss / win_samples, .samples_per_s = win_samples / win_time,
+                                     .data_wait_ms = 1e3 * win_wait / (double)win_steps};
                 APP_TRY(eval_point(R, &last));
                 last_eval = step;
-                win_loss = win_samples = win_time = 0.0;
+                win_loss = win_samples = win_time = win_wait = 0.0;
+                win_steps = 0;
             }
             if (R->save_dir[0] && o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0) {
                 APP_TRY(run_save_checkpoint(R, epoch, step, samples, next));
@@ -246,7 +273,8 @@ static ember_status train_loop(run *R, train_result *res) {
     if (last_eval != step) {
         last = (metrics_row){.step = step, .epoch = last_epoch, .samples = samples,
                              .train_loss = win_samples > 0.0 ? win_loss / win_samples : NAN,
-                             .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN};
+                             .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN,
+                             .data_wait_ms = win_steps > 0 ? 1e3 * win_wait / (double)win_steps : NAN};
         APP_TRY(eval_point(R, &last));
     }
     if (R->save_dir[0] && step != last_save) APP_TRY(run_save_checkpoint(R, last_epoch, step, samples, R->train.next));
@@ -258,7 +286,7 @@ static ember_status train_loop(run *R, train_result *res) {
     res->eval_loss = final[1];
     res->planted_auc = R->ev.planted_auc;
     APP_TRY(report_tier_stats(R));
-    report_done(R, step, samples, train_time, res);
+    report_done(R, step, samples, train_time, train_wait, res);
     return EMBER_OK;
 }
 
@@ -379,9 +407,11 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
     if (st == EMBER_OK) st = run_require_data(R);
     if (st == EMBER_OK) st = build_model(R, factory);
     if (st == EMBER_OK && R->resumed) st = run_restore(R);
+    if (st == EMBER_OK) st = start_loaders(R);
     const char *eval_path = o->eval_data_path ? o->eval_data_path : o->data_path;
     if (st == EMBER_OK && R->eval_only) {
         st = evaluate_once(R, res);
+        stop_loaders(R);
         if (st == EMBER_OK) st = final_state(R, res);
         if (st == EMBER_OK) st = report_malformed(R, &R->eval, eval_path);
         return st;
@@ -390,6 +420,7 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
         report_config(R);
         res->resumed_step = R->start.steps;
         st = train_loop(R, res);
+        stop_loaders(R);
     }
     if (st == EMBER_OK) st = final_state(R, res);
     if (st == EMBER_OK) st = report_malformed(R, &R->train, o->data_path);
@@ -451,6 +482,7 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
         x->keep_checkpoints = 1;
         x->digest = e->digest;
         x->threads_note = e->threads_note;
+        x->loader_cpus = e->loader_cpus;
         if (e->data_path) {
             R.eval_flag = "--data_path";
             x->dataset = TRAIN_CRITEO;

@@ -128,6 +128,7 @@ static const char *const free_flags[] = {
     "threads: the same numbers with any count",
     "timeout_s: the collectives' deadline",
     "overlap: the same numbers either way",
+    "prefetch_batches: the same batches in the same order either way",
     "ssd_dir: where this machine keeps tiered tables' scratch files",
     "save_dir: where checkpoints go",
     "resume: the checkpoint itself",

@@ -2,7 +2,8 @@
 // loss curves, learning on the synthetic set, Criteo end to end, the same bits for 1, 2 and 3
 // threads per rank, bad input failing on every rank without a hang, and checkpoints: a run
 // resumed from a checkpoint ends with the uninterrupted run's bits (same world size) or within
-// fp32 round-off of them (another world size).
+// fp32 round-off of them (another world size); the data loader thread (--prefetch_batches) gives
+// the inline batches, errors and bits, and leaves no thread behind.
 //
 //   test_train --case NAME [--backend naive|sebc]
 //
@@ -17,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -26,9 +29,11 @@
 #endif
 
 #include "dlrm.h"
+#include "fail_alloc.h"
 #include "interaction.h"
 #include "mpi_assert.h"
 #include "naive_dlrm.h"
+#include "source.h"
 #include "synth.h"
 #include "train.h"
 #include "trainstate.h"
@@ -927,6 +932,370 @@ static void overlap_gives_the_same_bits(void **state) {
     end_state_free(&on);
 }
 
+// ---- The data loader (--prefetch_batches): the inline batches, messages and threads ----------------
+
+// Threads of this process now (the kernel's list; MPI's and OpenMP's among them).
+static int threads_now(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+// Whether the process is back to at most `base` threads (a joined thread may stay listed an
+// instant after pthread_join returns).
+static bool threads_back_to(int base) {
+    for (int i = 0; i < 400; i++) {
+        if (threads_now() <= base) return true;
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    }
+    fprintf(stderr, "%d threads, %d before the loader\n", threads_now(), base);
+    return false;
+}
+
+// Every batch a source gives over one sequence of calls, with the agreed outcome and the position
+// after it: a pass started, 3 batches, a rewind mid-pass, the whole pass and two fetches past its
+// end, then a seek to batch 2 (a resume) and on to the end; then the Criteo reader's statistics.
+// depth: the loader's (0: inline). Returns the first failure's status with its message in msg.
+static ember_status fetch_sequence(ember_comm *comm, source *s, int32_t depth, snap_bytes *log, char *msg,
+                                   size_t cap) {
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    const int32_t W = ember_comm_size(comm);
+    dlrm_batch b;
+    int64_t *sizes = malloc(sizeof(int64_t) * (size_t)W);
+    assert_non_null(sizes);
+    assert_int_equal(dlrm_batch_create(ctx, (int32_t)((s->global_batch + W - 1) / W), DLRM_NUM_DENSE,
+                                       DLRM_NUM_SPARSE, &b),
+                     EMBER_OK);
+    ember_status st = ember_comm_agree(comm, source_start_loader(ctx, s, depth, NULL, &b));
+    for (int phase = 0; phase < 3 && st == EMBER_OK; phase++) {
+        st = ember_comm_agree(comm, phase == 2 ? source_seek(s, 2) : source_rewind(s));
+        for (int k = 0, past = 0; st == EMBER_OK; k++) {
+            fetched what;
+            int64_t global = -1;
+            st = source_fetch(comm, s, &b, sizes, &what, &global);
+            if (st != EMBER_OK) break;
+            const int64_t head[4] = {(int64_t)what, global, s->next, b.size};
+            snap_add(log, head, sizeof head);
+            snap_add(log, sizes, sizeof(int64_t) * (size_t)W);
+            snap_add(log, b.dense, sizeof(float) * (size_t)b.size * DLRM_NUM_DENSE);
+            snap_add(log, b.ids, sizeof(int64_t) * (size_t)b.size * DLRM_NUM_SPARSE);
+            snap_add(log, b.labels, sizeof(float) * (size_t)b.size);
+            snap_add(log, b.planted, sizeof(float) * (size_t)b.size);
+            snap_add(log, b.origin, sizeof(int64_t) * (size_t)b.size);
+            if (phase == 0 && k == 2) break;
+            if (what == FETCH_END && (phase != 1 || ++past > 2)) break;
+        }
+    }
+    source_stop_loader(ctx, s);
+    if (st == EMBER_OK && s->reader) snap_add(log, criteo_get_stats(s->reader), sizeof(criteo_stats));
+    snprintf(msg, cap, "%s", st == EMBER_OK ? "" : ember_ctx_errmsg(ctx));
+    dlrm_batch_destroy(ctx, &b);
+    free(sizes);
+    return st;
+}
+
+// A synthetic source of 7 batches of 10, or a Criteo file's in batches of 8 (skip or fatal).
+static source synthetic_source(ember_comm *comm, synth **syn) {
+    train_options o = small_options();
+    synth_config sc = {.seed = 9, .num_dense = DLRM_NUM_DENSE, .num_sparse = DLRM_NUM_SPARSE, .rows = o.rows,
+                       .zipf_alpha = 1.1, .dense_scale = SYNTH_DENSE_SCALE, .sparse_scale = SYNTH_SPARSE_SCALE,
+                       .bias = SYNTH_BIAS};
+    assert_int_equal(synth_create(ember_comm_ctx(comm), &sc, syn), EMBER_OK);
+    return (source){.syn = *syn, .limit = 7, .global_batch = 10, .rank = ember_comm_rank(comm),
+                    .world = ember_comm_size(comm)};
+}
+
+static source criteo_source(ember_comm *comm, const char *path, criteo_malformed_mode mode) {
+    train_options o = small_options();
+    criteo_config cfg = {.path = path, .rows = o.rows, .rank = ember_comm_rank(comm), .world = ember_comm_size(comm),
+                         .global_batch = 8, .malformed = mode};
+    source s = {.global_batch = 8, .rank = cfg.rank, .world = cfg.world};
+    assert_int_equal(ember_comm_agree(comm, criteo_open(ember_comm_ctx(comm), &cfg, &s.reader)), EMBER_OK);
+    return s;
+}
+
+// The sequence through a loader of depth 1, 2 and 5 gives the inline sequence's every byte, on
+// synthetic data and on a Criteo file with malformed lines (skipped; batch 3 all malformed: a
+// FETCH_SKIP), and leaves no thread behind.
+static void loader_gives_the_inline_batches(void **state) {
+    (void)state;
+    char path[128], msg[512];
+    snprintf(path, sizeof path, "%s/loader.tsv", dir);
+    int bad[16], nbad = 0;
+    bad[nbad++] = 2;
+    for (int l = 25; l <= 32; l++) bad[nbad++] = l; // batch 3 (lines 25..32)
+    bad[nbad++] = 40;
+    write_criteo(path, 77, bad, nbad); // 9 batches and 5 lines
+    session ss = open_session(MPI_COMM_WORLD);
+    const int base = threads_now();
+    bool ok = true;
+    for (int kind = 0; kind < 2; kind++) {
+        snap_bytes inline_log = {0}, log = {0};
+        synth *syn = NULL;
+        source s = kind == 0 ? synthetic_source(ss.comm, &syn) : criteo_source(ss.comm, path, CRITEO_SKIP);
+        assert_int_equal(fetch_sequence(ss.comm, &s, 0, &inline_log, msg, sizeof msg), EMBER_OK);
+        criteo_close(ss.ctx, s.reader);
+        const int32_t depths[] = {1, 2, 5};
+        for (int d = 0; d < 3; d++) {
+            snap_clear(&log);
+            if (kind == 1) s = criteo_source(ss.comm, path, CRITEO_SKIP);
+            assert_int_equal(fetch_sequence(ss.comm, &s, depths[d], &log, msg, sizeof msg), EMBER_OK);
+            const bool same = snap_same(&inline_log, &log), gone = threads_back_to(base);
+            if (!same || !gone)
+                fprintf(stderr, "%s, loader of depth %d: %s\n", kind ? "criteo" : "synthetic", (int)depths[d],
+                        !same ? "other batches than inline" : "a thread left behind");
+            ok = ok && same && gone;
+            criteo_close(ss.ctx, s.reader);
+        }
+        synth_destroy(ss.ctx, syn);
+        snap_free(&inline_log);
+        snap_free(&log);
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    close_session(&ss);
+}
+
+// A fatal malformed line in batch 2 (the last rank's share) and a read error on the last rank
+// (its file is a directory): through the loader, the same batches before it, then the same
+// status and message on every rank as inline, and no thread left.
+static void loader_errors_read_as_inline(void **state) {
+    (void)state;
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    char path[128], msg[2][512];
+    snprintf(path, sizeof path, "%s/loader_fatal.tsv", dir);
+    const int bad[] = {24}; // batch 2 is lines 17..24: line 24 is the last rank's
+    write_criteo(path, 64, bad, 1);
+    session ss = open_session(MPI_COMM_WORLD);
+    const int base = threads_now();
+    bool ok = true;
+    for (int kind = 0; kind < 2; kind++) {
+        snap_bytes log[2] = {{0}, {0}};
+        ember_status st[2];
+        for (int d = 0; d < 2; d++) {
+            source s = criteo_source(ss.comm, kind == 0 || rank < world - 1 ? path : dir, CRITEO_FATAL);
+            st[d] = fetch_sequence(ss.comm, &s, d ? 2 : 0, &log[d], msg[d], sizeof msg[d]);
+            criteo_close(ss.ctx, s.reader);
+            ember_ctx_clear_error(ss.ctx);
+        }
+        char want[256];
+        if (kind == 0)
+            snprintf(want, sizeof want, "criteo: '%s' line 24: 5 tab-separated fields, expected 40 (rank %d)", path,
+                     world - 1);
+        else snprintf(want, sizeof want, "criteo: reading '%s' line 1: Is a directory (rank %d)", dir, world - 1);
+        const bool same = st[0] == st[1] && snap_same(&log[0], &log[1]) && strcmp(msg[0], msg[1]) == 0;
+        const bool right = st[0] == (kind ? EMBER_ERR_IO : EMBER_ERR_FORMAT) && strcmp(msg[0], want) == 0;
+        const bool gone = threads_back_to(base);
+        if (!same || !right || !gone)
+            fprintf(stderr, "%s: inline %s '%s' (%zu bytes before), loader %s '%s' (%zu bytes); wanted '%s'%s\n",
+                    kind ? "read error" : "fatal line", ember_status_name(st[0]), msg[0], log[0].n,
+                    ember_status_name(st[1]), msg[1], log[1].n, want, gone ? "" : "; a thread left behind");
+        ok = ok && same && right && gone;
+        snap_free(&log[0]);
+        snap_free(&log[1]);
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    close_session(&ss);
+}
+
+// Each allocation of starting a loader failing in turn: EMBER_ERR_NOMEM with its message, the
+// source inline as before, nothing allocated and no thread left; then it starts and runs.
+static void loader_failing_allocation_leaves_nothing(void **state) {
+    (void)state;
+    fail_alloc fa = {0};
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    cc.allocator = fail_alloc_hooks(&fa);
+    ember_ctx *ctx;
+    ember_comm *comm;
+    assert_int_equal(ember_ctx_create(&cc, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_SELF, &comm), EMBER_OK);
+    synth *syn;
+    source s = synthetic_source(comm, &syn);
+    dlrm_batch b;
+    assert_int_equal(dlrm_batch_create(ctx, 10, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b), EMBER_OK);
+    const int base = threads_now();
+    const size_t held = fa.outstanding;
+    fail_alloc_arm(&fa, 0);
+    assert_int_equal(source_start_loader(ctx, &s, 3, NULL, &b), EMBER_OK);
+    const int64_t sites = fa.count;
+    source_stop_loader(ctx, &s);
+    assert_true(sites >= 2 && fa.outstanding == held && threads_back_to(base));
+    for (int64_t k = 1; k <= sites; k++) {
+        fail_alloc_arm(&fa, k);
+        const ember_status st = source_start_loader(ctx, &s, 3, NULL, &b);
+        fail_alloc_arm(&fa, 0);
+        if (st != EMBER_ERR_NOMEM || s.loader || fa.outstanding != held || !threads_back_to(base) ||
+            !strstr(ember_ctx_errmsg(ctx), "cannot allocate"))
+            fail_msg("allocation %lld of %lld failing: %s '%s', loader %p, %zu bytes held (%zu before)", (long long)k,
+                     (long long)sites, ember_status_name(st), ember_ctx_errmsg(ctx), (void *)s.loader,
+                     fa.outstanding, held);
+    }
+    // Started after all that, it produces the generator's batches.
+    int64_t sizes[1];
+    fetched what;
+    int64_t global;
+    assert_int_equal(source_start_loader(ctx, &s, 3, NULL, &b), EMBER_OK);
+    assert_int_equal(source_seek(&s, 6), EMBER_OK);
+    assert_int_equal(source_fetch(comm, &s, &b, sizes, &what, &global), EMBER_OK);
+    assert_true(what == FETCH_OK && global == 10 && b.origin[0] == 60 && s.next == 7);
+    assert_int_equal(source_fetch(comm, &s, &b, sizes, &what, &global), EMBER_OK);
+    assert_true(what == FETCH_END && s.next == 7);
+    source_stop_loader(ctx, &s);
+    assert_true(threads_back_to(base));
+    dlrm_batch_destroy(ctx, &b);
+    synth_destroy(ctx, syn);
+    ember_comm_destroy(comm);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+    assert_int_equal(fa.outstanding, 0);
+}
+
+// Trains o like run_state, with rank 0's report in `report` (NULL: none); returns the status and
+// the message instead of asserting success.
+static ember_status run_report(const train_options *o, end_state *e, const char *report, char *msg, size_t cap) {
+    for (int i = 0; i < RESUME_STEPS; i++) e->losses[i] = NAN;
+    e->res = (train_result){.step_loss = e->losses, .step_loss_cap = RESUME_STEPS, .dense_state = e->dense,
+                            .dense_state_cap = DENSE_CAP, .tables = e->tables, .tables_cap = TABLES_CAP};
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    FILE *out = report && rank == 0 ? fopen(report, "w") : NULL;
+    session s = open_session(MPI_COMM_WORLD);
+    const ember_status st = train_run(s.comm, o, factory, out, &e->res);
+    snprintf(msg, cap, "%s", st == EMBER_OK ? "" : ember_ctx_errmsg(s.ctx));
+    if (out) fclose(out);
+    close_session(&s);
+    return st;
+}
+
+// The lines of rank 0's report that start with one of `prefixes`, in order, into buf.
+static void report_lines(const char *report, const char *const *prefixes, int n, char *buf, size_t cap) {
+    buf[0] = '\0';
+    FILE *f = fopen(report, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        for (int i = 0; i < n; i++) {
+            if (strncmp(line, prefixes[i], strlen(prefixes[i])) == 0 && strlen(buf) + strlen(line) < cap) {
+                strcat(buf, line);
+                break;
+            }
+        }
+    }
+    fclose(f);
+}
+
+// ember train with the loader (--prefetch_batches 1, 2, 5) against without it: the same bits in
+// every step's loss, the dense and table state, the digests and the evaluations between steps
+// (synthetic, overlap on and off, ragged shares; Criteo with malformed lines skipped and a batch
+// of nothing but them: the same malformed-line report); a run resumed with it from a checkpoint
+// saved without it; a fatal malformed line in the third batch: the same steps before it, then
+// the same status and message on every rank.
+static void prefetch_gives_the_same_bits(void **state) {
+    (void)state;
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    end_state off, on;
+    end_state_init(&off);
+    end_state_init(&on);
+    char what[160], msg[2][512], report[2][160], text[2][2048];
+    snprintf(report[0], sizeof report[0], "%s/prefetch_off.txt", dir);
+    snprintf(report[1], sizeof report[1], "%s/prefetch_on.txt", dir);
+    bool ok = true;
+    const int32_t depths[] = {1, 2, 5};
+    for (int overlap = 0; overlap < 2; overlap++) {
+        train_options o = resume_options(EMBER_OPT_ROWWISE_ADAGRAD);
+        o.eval_interval = 3;
+        o.batch_size = 61; // ragged rank shares
+        o.overlap = overlap;
+        o.prefetch_batches = 0;
+        assert_int_equal(run_report(&o, &off, NULL, msg[0], sizeof msg[0]), EMBER_OK);
+        for (int d = 0; d < 3; d++) {
+            o.prefetch_batches = depths[d];
+            assert_int_equal(run_report(&o, &on, NULL, msg[1], sizeof msg[1]), EMBER_OK);
+            snprintf(what, sizeof what, "synthetic, --overlap %s, --prefetch_batches %d vs 0", overlap ? "on" : "off",
+                     (int)depths[d]);
+            ok = same_bits(&off, &on, 0, what) && ok;
+        }
+    }
+    // Criteo: a held-out batch, then 6 training batches a pass of which the third is all malformed.
+    char path[128];
+    snprintf(path, sizeof path, "%s/prefetch.tsv", dir);
+    int bad[80], nbad = 0;
+    bad[nbad++] = 3;
+    bad[nbad++] = 70;
+    for (int l = 193; l <= 256; l++) bad[nbad++] = l;
+    bad[nbad++] = 300;
+    write_criteo(path, 7 * 64, bad, nbad);
+    train_options o = resume_options(EMBER_OPT_ADAM);
+    o.dataset = TRAIN_CRITEO;
+    o.data_path = path;
+    o.limit_train_batches = 0;
+    o.eval_interval = 4;
+    const char *const kept[] = {"criteo: skipped", "skipped "};
+    for (int d = 0; d < 2; d++) {
+        o.prefetch_batches = d ? 2 : 0;
+        assert_int_equal(run_report(&o, d ? &on : &off, report[d], msg[d], sizeof msg[d]), EMBER_OK);
+        if (rank == 0) report_lines(report[d], kept, 2, text[d], sizeof text[d]);
+    }
+    ok = same_bits(&off, &on, 0, "criteo, malformed lines skipped, --prefetch_batches 2 vs 0") && ok;
+    if (rank == 0 && (strcmp(text[0], text[1]) != 0 || !strstr(text[0], "skipped 2 global batch(es)") ||
+                      !strstr(text[0], "lines 70, 193, 194"))) {
+        fprintf(stderr, "malformed-line reports differ or miss lines:\n%s---\n%s", text[0], text[1]);
+        ok = false;
+    }
+    // Saved without the loader at step 3 (synthetic) or 6 (criteo, second epoch), resumed with it.
+    for (int kind = 0; kind < 2; kind++) {
+        train_options full = kind ? o : resume_options(EMBER_OPT_ADAGRAD);
+        const int64_t at = kind ? 6 : 3;
+        char save[160], from[200];
+        snprintf(save, sizeof save, "%s/prefetch_%s_np%d", dir, kind ? "criteo" : "synthetic", world);
+        full.prefetch_batches = 0;
+        full.eval_interval = 2;
+        train_options r = full;
+        full.save_dir = save;
+        full.checkpoint_interval = at;
+        full.keep_checkpoints = 10;
+        if (run_report(&full, &off, NULL, msg[0], sizeof msg[0]) != EMBER_OK) fail_msg("saving: %s", msg[0]);
+        assert_true(ckpt_step_path(save, at, from, sizeof from));
+        r.resume = from;
+        r.prefetch_batches = 2;
+        if (run_report(&r, &on, NULL, msg[1], sizeof msg[1]) != EMBER_OK) fail_msg("resumed: %s", msg[1]);
+        snprintf(what, sizeof what, "%s, saved without the loader, resumed with it", kind ? "criteo" : "synthetic");
+        ok = same_bits(&off, &on, at, what) && ok;
+    }
+    // Fatal: line 64 + 2 * 64 + 64 = 256 is the last rank's, in the third training batch.
+    o.malformed = CRITEO_FATAL;
+    const int fatal[] = {256};
+    snprintf(path, sizeof path, "%s/prefetch_fatal.tsv", dir);
+    write_criteo(path, 7 * 64, fatal, 1);
+    o.data_path = path;
+    ember_status st[2];
+    for (int d = 0; d < 2; d++) {
+        o.prefetch_batches = d ? 2 : 0;
+        st[d] = run_report(&o, d ? &on : &off, NULL, msg[d], sizeof msg[d]);
+    }
+    char want[256];
+    snprintf(want, sizeof want, "criteo: '%s' line 256: 5 tab-separated fields, expected 40 (rank %d)", path,
+             world - 1);
+    // --overlap on (the default) fetches the third batch before the second step: one step trained.
+    const int trained = o.overlap ? 1 : 2;
+    bool fatal_ok = st[0] == EMBER_ERR_FORMAT && st[1] == EMBER_ERR_FORMAT && strcmp(msg[0], want) == 0 &&
+                    strcmp(msg[1], want) == 0;
+    for (int i = 0; i < RESUME_STEPS && fatal_ok; i++)
+        fatal_ok = (i < trained) == !isnan(off.losses[i]) && memcmp(&off.losses[i], &on.losses[i], sizeof(double)) == 0;
+    if (!fatal_ok)
+        fprintf(stderr, "fatal line: inline %s '%s', loader %s '%s', wanted '%s' after %d equal step(s)\n",
+                ember_status_name(st[0]), msg[0], ember_status_name(st[1]), msg[1], want, trained);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok && fatal_ok);
+    end_state_free(&off);
+    end_state_free(&on);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     const char *which = "all";
@@ -946,6 +1315,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(resume_is_exact),
         cmocka_unit_test(resume_under_another_world_size),
         cmocka_unit_test(overlap_gives_the_same_bits),
+        cmocka_unit_test(loader_gives_the_inline_batches),
+        cmocka_unit_test(loader_errors_read_as_inline),
+        cmocka_unit_test(loader_failing_allocation_leaves_nothing),
+        cmocka_unit_test(prefetch_gives_the_same_bits),
     };
     // --case picks the tests whose name starts with it.
     struct CMUnitTest tests[sizeof all / sizeof all[0]];

@@ -29,9 +29,9 @@ static char *slurp(const char *path, char *buf, size_t cap) {
 
 static const metrics_row sample_rows[2] = {
     {.step = 100, .epoch = 0, .samples = 204800, .train_loss = 0.5, .eval_loss = 0.25, .eval_auc = 0.75,
-     .planted_auc = 0.8125, .samples_per_s = 1000},
+     .planted_auc = 0.8125, .samples_per_s = 1000, .data_wait_ms = 0.25},
     {.step = 150, .epoch = 1, .samples = 307200, .train_loss = NAN, .eval_loss = 0.125, .eval_auc = 0.875,
-     .planted_auc = NAN, .samples_per_s = NAN},
+     .planted_auc = NAN, .samples_per_s = NAN, .data_wait_ms = NAN},
 };
 
 static void metrics_writes_csv_and_jsonl_rows(void **state) {
@@ -45,18 +45,18 @@ static void metrics_writes_csv_and_jsonl_rows(void **state) {
     for (int i = 0; i < 2; i++) assert_int_equal(metrics_write(ctx, &w, &sample_rows[i]), EMBER_OK);
     metrics_close(&w);
     assert_string_equal(slurp(path, text, sizeof text),
-                        "step,epoch,samples,train_loss,eval_loss,eval_auc,planted_auc,samples_per_s\n"
-                        "100,0,204800,0.5,0.25,0.75,0.8125,1000\n"
-                        "150,1,307200,,0.125,0.875,,\n");
+                        "step,epoch,samples,train_loss,eval_loss,eval_auc,planted_auc,samples_per_s,data_wait_ms\n"
+                        "100,0,204800,0.5,0.25,0.75,0.8125,1000,0.25\n"
+                        "150,1,307200,,0.125,0.875,,,\n");
     snprintf(path, sizeof path, "%s/m.jsonl", test_tmpdir);
     assert_int_equal(metrics_open(ctx, path, &w), EMBER_OK);
     for (int i = 0; i < 2; i++) assert_int_equal(metrics_write(ctx, &w, &sample_rows[i]), EMBER_OK);
     metrics_close(&w);
     assert_string_equal(slurp(path, text, sizeof text),
                         "{\"step\":100,\"epoch\":0,\"samples\":204800,\"train_loss\":0.5,\"eval_loss\":0.25,"
-                        "\"eval_auc\":0.75,\"planted_auc\":0.8125,\"samples_per_s\":1000}\n"
+                        "\"eval_auc\":0.75,\"planted_auc\":0.8125,\"samples_per_s\":1000,\"data_wait_ms\":0.25}\n"
                         "{\"step\":150,\"epoch\":1,\"samples\":307200,\"train_loss\":null,\"eval_loss\":0.125,"
-                        "\"eval_auc\":0.875,\"planted_auc\":null,\"samples_per_s\":null}\n");
+                        "\"eval_auc\":0.875,\"planted_auc\":null,\"samples_per_s\":null,\"data_wait_ms\":null}\n");
     metrics_format fmt;
     assert_int_equal(metrics_format_of(ctx, "run.txt", &fmt), EMBER_ERR_INVALID_ARG);
     assert_non_null(strstr(ember_ctx_errmsg(ctx), "--metrics 'run.txt': the name must end in .csv or .jsonl"));
