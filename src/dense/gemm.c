@@ -1,6 +1,7 @@
 // ember_gemm, ember_gemm_batched, ember_colsum: argument checks, B packing, blocks and threads.
 // The arithmetic is the context's kernel variant (src/dense/isa/); how a product is cut is in
 // src/dense/internal.h.
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -66,62 +67,55 @@ static ember_status check_vector(ember_ctx *ctx, const char *fn, const char *nam
     return EMBER_OK;
 }
 
-// ---- packing ---------------------------------------------------------------------------------
-
-// Panel p of op(B) [K][N] into dst + p*K*nr as [K][nr], columns past N zero.
-static void pack_panel(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, int64_t nr, int64_t p,
-                       float *dst) {
-    const int64_t n0 = p * nr, w = N - n0 < nr ? N - n0 : nr;
-    float *d = dst + p * K * nr;
-    if (!tb) {
-        for (int64_t k = 0; k < K; k++) {
-            memcpy(d + k * nr, B + k * ldb + n0, sizeof(float) * (size_t)w);
-            if (w < nr) memset(d + k * nr + w, 0, sizeof(float) * (size_t)(nr - w));
-        }
-        return;
-    }
-    // B(k, n) = B[n*ldb + k]: read each column's k run contiguously, 8 columns at a time.
-    for (int64_t j0 = 0; j0 < w; j0 += 8) {
-        const int64_t j1 = w - j0 < 8 ? w : j0 + 8;
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t j = j0; j < j1; j++) d[k * nr + j] = B[(n0 + j) * ldb + k];
-    }
-    if (w < nr)
-        for (int64_t k = 0; k < K; k++) memset(d + k * nr + w, 0, sizeof(float) * (size_t)(nr - w));
-}
-
 // ---- products --------------------------------------------------------------------------------
 
+// A call's products and how they are cut.
 typedef struct batch {
     const ember__dense_kernels *kern;
     ember__gemm_geom g;
-    int tb;
-    const float *A, *B;
-    float *C;
-    int64_t ldb, sa, sb, sc, count;
-    ember__gemm_op op; // A, Bp and C of product 0
+    int64_t sa, sb, sc, count;
+    ember__gemm_op op;      // product 0 (A, B, C advance by the strides)
     int64_t npanels, nbm, nbn;
+    int64_t gemv_rows;      // N = 1: rows per task
 } batch;
 
-// Product i with its packed B at bp.
+// A thread's scratch, in floats (multiples of 16): its own packed B (run_items only), the partial
+// sums and the packed rows of A of its block (0 when unused).
+typedef struct scratch {
+    int64_t bp, part, ap;
+} scratch;
+
+// Product i (its packed B at bp).
 static ember__gemm_op item(const batch *b, int64_t i, const float *bp) {
     ember__gemm_op op = b->op;
-    op.A = b->A ? b->A + i * b->sa : NULL;
-    op.C = b->C + i * b->sc;
+    op.A = op.A ? op.A + i * b->sa : NULL;
+    op.B = op.B ? op.B + i * b->sb : NULL;
+    op.C = op.C + i * b->sc;
     op.Bp = bp;
     return op;
 }
 
-static void run_block(const batch *b, const ember__gemm_op *op, int64_t blk, float *part) {
-    const int64_t bm = blk / b->nbn, bn = blk % b->nbn;
+static int64_t units_of(const batch *b) { return b->op.N == 1 ? (b->op.M + b->gemv_rows - 1) / b->gemv_rows : b->nbm * b->nbn; }
+
+// Work unit u of a product: a block of C, or for N = 1 a run of rows.
+static void run_unit(const batch *b, const ember__gemm_op *op, int64_t u, const scratch *sz, float *mine) {
+    if (op->N == 1) {
+        const int64_t m0 = u * b->gemv_rows;
+        b->kern->gemv(op, m0, op->M - m0 < b->gemv_rows ? op->M - m0 : b->gemv_rows);
+        return;
+    }
+    // Column-major order: consecutive blocks share their columns of the packed B.
+    const int64_t bm = u % b->nbm, bn = u / b->nbm;
     const int64_t m0 = bm * b->g.mc, n0 = bn * b->g.nc;
-    const int64_t mb = b->op.M - m0 < b->g.mc ? b->op.M - m0 : b->g.mc;
-    const int64_t nb = b->op.N - n0 < b->g.nc ? b->op.N - n0 : b->g.nc;
-    b->kern->block(op, &b->g, m0, mb, n0, nb, part);
+    const int64_t mb = op->M - m0 < b->g.mc ? op->M - m0 : b->g.mc;
+    const int64_t nb = op->N - n0 < b->g.nc ? op->N - n0 : b->g.nc;
+    b->kern->block(op, &b->g, m0, mb, n0, nb, sz->part ? mine : NULL, sz->ap ? mine + sz->part : NULL);
 }
 
-// Every product on its own thread: each thread packs its products' B into its own buffer.
-static void run_items(const batch *b, int nt, float *buf, int64_t bp_floats, int64_t part_floats) {
+static int packs_b(const batch *b) { return b->op.N > 1 && !b->op.bdirect && b->op.K > 0; }
+
+// Every product on one thread: each thread packs its products' B into its own buffer.
+static void run_items(const batch *b, int nt, float *buf, const scratch *sz) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #ifdef _OPENMP
@@ -129,22 +123,20 @@ static void run_items(const batch *b, int nt, float *buf, int64_t bp_floats, int
 #else
         const int tid = 0;
 #endif
-        float *bp = buf + (size_t)tid * (size_t)(bp_floats + part_floats);
-        float *part = part_floats ? bp + bp_floats : NULL;
+        float *bp = buf + (size_t)tid * (size_t)(sz->bp + sz->part + sz->ap);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < b->count; i++) {
-            const float *B = b->B ? b->B + i * b->sb : NULL;
-            for (int64_t p = 0; p < b->npanels; p++)
-                pack_panel(b->tb, b->op.K, b->op.N, B, b->ldb, b->g.nr, p, bp);
             const ember__gemm_op op = item(b, i, bp);
-            for (int64_t blk = 0; blk < b->nbm * b->nbn; blk++) run_block(b, &op, blk, part);
+            if (packs_b(b))
+                for (int64_t p = 0; p < b->npanels; p++) b->kern->pack_b(op.tb, op.K, op.N, op.B, op.ldb, b->g.nr, p, bp);
+            for (int64_t u = 0; u < units_of(b); u++) run_unit(b, &op, u, sz, bp + sz->bp);
         }
     }
 }
 
 // One product after the other, the threads sharing each: B packed panel by panel, then the
-// blocks of C.
-static void run_blocks(const batch *b, int nt, float *buf, int64_t bp_floats, int64_t part_floats) {
+// units of C.
+static void run_units(const batch *b, int nt, float *buf, const scratch *sz) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
 #ifdef _OPENMP
@@ -152,16 +144,24 @@ static void run_blocks(const batch *b, int nt, float *buf, int64_t bp_floats, in
 #else
         const int tid = 0;
 #endif
-        float *part = part_floats ? buf + bp_floats + (size_t)tid * (size_t)part_floats : NULL;
+        float *mine = buf + sz->bp + (size_t)tid * (size_t)(sz->part + sz->ap);
         for (int64_t i = 0; i < b->count; i++) {
-            const float *B = b->B ? b->B + i * b->sb : NULL;
-#pragma omp for schedule(static)
-            for (int64_t p = 0; p < b->npanels; p++) pack_panel(b->tb, b->op.K, b->op.N, B, b->ldb, b->g.nr, p, buf);
             const ember__gemm_op op = item(b, i, buf);
+            if (packs_b(b)) {
+#pragma omp for schedule(static)
+                for (int64_t p = 0; p < b->npanels; p++) b->kern->pack_b(op.tb, op.K, op.N, op.B, op.ldb, b->g.nr, p, buf);
+            }
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t blk = 0; blk < b->nbm * b->nbn; blk++) run_block(b, &op, blk, part);
+            for (int64_t u = 0; u < units_of(b); u++) run_unit(b, &op, u, sz, mine);
         }
     }
+}
+
+// n rounded up to a multiple of 16 floats (64 bytes), false on overflow.
+static bool round16(size_t n, size_t *out) {
+    if (n > SIZE_MAX / sizeof(float) / 4) return false;
+    *out = (n + 15) / 16 * 16;
+    return true;
 }
 
 static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, ember_transpose tb, int64_t M, int64_t N,
@@ -191,11 +191,14 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
                     (long long)sc, (long long)((M - 1) * ldc + N));
     if (M == 0 || N == 0 || count == 0) return EMBER_OK;
 
-    batch b = {.kern = ember__dense_kernels_for(ctx->isa), .tb = tb, .A = A, .B = B, .C = C, .ldb = ldb,
-               .sa = sa, .sb = sb, .sc = sc, .count = count};
+    batch b = {.kern = ember__dense_kernels_for(ctx->isa), .sa = sa, .sb = sb, .sc = sc, .count = count,
+               .gemv_rows = 512};
     EMBER_ASSERT(b.kern != NULL);
     b.kern->geom(M, N, K, ta, &b.g);
-    b.op = (ember__gemm_op){.ta = ta, .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc, .bias = e.bias,
+    // B is read in place when it is not transposed, feeds at most 4 tiles of rows and has whole
+    // vectors of columns (N a multiple of 16, every variant's vector width divides it).
+    b.op = (ember__gemm_op){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .A = A, .lda = lda, .B = B, .ldb = ldb,
+                           .bdirect = !tb && M <= 4 * (int64_t)b.g.mr && N % 16 == 0, .C = C, .ldc = ldc, .bias = e.bias,
                            .relu = e.relu != 0, .accumulate = e.accumulate != 0};
     b.npanels = (N + b.g.nr - 1) / b.g.nr;
     b.nbm = (M + b.g.mc - 1) / b.g.mc;
@@ -205,24 +208,31 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
     const double fmas = (double)M * (double)N * (double)(K > 0 ? K : 1) * (double)count;
     int nt = ember__threads(ctx);
     if (fmas < MIN_PARALLEL_FMAS) nt = 1;
-    const int64_t nblocks = b.nbm * b.nbn;
-    const int items = count > 1 && (count >= 2 * (int64_t)nt || nblocks < 2);
-    const int64_t units = items ? count : nblocks;
-    if (units < nt) nt = (int)units;
+    const int64_t units = units_of(&b);
+    const int items = count > 1 && (count >= 2 * (int64_t)nt || units < 2);
+    if ((items ? count : units) < nt) nt = (int)(items ? count : units);
 
-    // Buffers: packed B (K x npanels*nr) and the partial sums (mc x nc) when K is sliced, each
-    // rounded up to 16 floats so that every thread's part starts 64-byte aligned.
-    size_t bp_floats = 0, part_floats = 0, per_thread = 0, shared = 0, total = 0;
-    int ok = ember__mul_size((size_t)K, (size_t)(b.npanels * b.g.nr), &bp_floats) &&
-             ember__mul_size((size_t)b.g.mc, (size_t)b.g.nc, &part_floats) && bp_floats <= SIZE_MAX / 8;
-    bp_floats = (bp_floats + 15) / 16 * 16;
-    part_floats = K > b.g.kc ? (part_floats + 15) / 16 * 16 : 0;
-    if (items) per_thread = bp_floats + part_floats;
-    else shared = bp_floats, per_thread = part_floats;
-    ok = ok && ember__mul_size(per_thread, (size_t)nt, &total) && total <= SIZE_MAX / sizeof(float) - shared;
-    EMBER_CHECK(ctx, ok, EMBER_ERR_NOMEM, "%s: packing buffers for K %lld x N %lld overflow the address space", fn,
-                (long long)K, (long long)N);
+    // Buffers: packed B (K x npanels*nr; shared, or per thread for run_items), and per thread the
+    // partial sums (mc x nc, when K is sliced) and the packed rows of A (mc rounded to mr x the
+    // slice, when a block has several panels), each rounded up to 16 floats so that every part
+    // starts 64-byte aligned.
+    const int64_t kc = K < b.g.kc ? K : b.g.kc, mcr = (b.g.mc + b.g.mr - 1) / b.g.mr * b.g.mr;
+    size_t bp = 0, part = 0, ap = 0, per_thread = 0, shared = 0, total = 0;
+    bool ok = ember__mul_size((size_t)K, (size_t)(b.npanels * b.g.nr), &bp) && round16(bp, &bp) &&
+              ember__mul_size((size_t)b.g.mc, (size_t)b.g.nc, &part) && round16(part, &part) &&
+              ember__mul_size((size_t)mcr, (size_t)kc, &ap) && round16(ap, &ap);
+    if (!packs_b(&b)) bp = 0;
+    if (N == 1 || K <= b.g.kc) part = 0;
+    if (N <= b.g.nr || K == 0) ap = 0;
+    if (ok) {
+        per_thread = part + ap + (items ? bp : 0);
+        shared = items ? 0 : bp;
+        ok = ember__mul_size(per_thread, (size_t)nt, &total) && total <= SIZE_MAX / sizeof(float) - shared;
+    }
+    EMBER_CHECK(ctx, ok, EMBER_ERR_NOMEM, "%s: packing buffers for M %lld x N %lld x K %lld overflow the address space",
+                fn, (long long)M, (long long)N, (long long)K);
     total += shared;
+    const scratch sz = {.bp = (int64_t)bp, .part = (int64_t)part, .ap = (int64_t)ap};
     float stack[STACK_FLOATS] __attribute__((aligned(64)));
     float *buf = stack, *heap = NULL;
     if (total > STACK_FLOATS) {
@@ -230,8 +240,8 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
         if (!heap) return EMBER_ERR_NOMEM;
         buf = heap;
     }
-    if (items) run_items(&b, nt, buf, (int64_t)bp_floats, (int64_t)part_floats);
-    else run_blocks(&b, nt, buf, (int64_t)bp_floats, (int64_t)part_floats);
+    if (items) run_items(&b, nt, buf, &sz);
+    else run_units(&b, nt, buf, &sz);
     ember__free(ctx, heap);
     return EMBER_OK;
 }

@@ -251,6 +251,32 @@ static void edges_of_tiles_slices_and_blocks(void **state) {
             }
 }
 
+// N = 1 (the matrix-vector path: rows in vector lanes, transposed 16 x 16 for an untransposed
+// A) swept in M and K; and few rows of C with B read in place (no packing), swept in N and K.
+static void gemv_and_few_rows(void **state) {
+    (void)state;
+    uint64_t id = 1500000;
+    for (int e = 0; e < NEDGES; e++)
+        for (int t = 0; t < 4; t++, id += 2) {
+            const gcase m = {.ta = t >> 1, .tb = t & 1, .M = EDGES[e], .N = 1, .K = 1 + EDGES[(e * 7) % NEDGES] % 70,
+                             .pad = (int)(id % 3), .bias = (int)(id % 3 == 1), .relu = (int)(id % 2),
+                             .accumulate = (int)(id % 5 < 2), .threads = 3, .what = "gemv M"};
+            const gcase k = {.ta = t >> 1, .tb = t & 1, .M = 1 + EDGES[(e * 5) % NEDGES] % 90, .N = 1, .K = EDGES[e],
+                             .pad = (int)(id % 2), .bias = (int)(id % 3 == 0), .relu = (int)(id % 4 == 1),
+                             .accumulate = (int)(id % 3 == 2), .threads = 2, .what = "gemv K"};
+            run_case(&m, id, 0);
+            run_case(&k, id + 1, 0);
+        }
+    static const int64_t few[] = {1, 2, 5, 6, 7, 8, 12, 24, 25, 32, 33};
+    for (size_t i = 0; i < sizeof few / sizeof few[0]; i++)
+        for (int e = 0; e < NEDGES; e += 2, id++) {
+            const gcase c = {.ta = (int)(id & 1), .tb = 0, .M = few[i], .N = EDGES[e], .K = 1 + (int64_t)(id * 37 % 600),
+                             .pad = (int)(id % 3), .bias = (int)(id % 2), .relu = (int)(id % 3 == 0),
+                             .accumulate = (int)(id % 4 == 1), .threads = 2, .what = "few rows"};
+            run_case(&c, id, 0);
+        }
+}
+
 // The DLRM default (bottom 13-64-16, top 367-64-32-1) and DCN-v2 layers (bottom 13-512-256-128,
 // top 1024-1024-512-256-1, the cross layer's 3456 x 512 low rank) at a small batch: forward
 // y = x W^T, input gradient dx = g W, weight gradient dW = g^T x.
@@ -484,6 +510,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(small_grid_every_transpose),
         cmocka_unit_test(edges_of_tiles_slices_and_blocks),
+        cmocka_unit_test(gemv_and_few_rows),
         cmocka_unit_test(dlrm_and_dcn_layers),
         cmocka_unit_test(batched_interaction_and_strides),
         cmocka_unit_test(nan_and_inf_propagate),
