@@ -306,18 +306,19 @@ static void dlrm_and_dcn_layers(void **state) {
 
 // The dot interaction per sample: Z = T T^T (T [27][16]) and its gradient dT = dZ T + dZ^T T,
 // as strided batches; a shared B (stride 0); a batch of a few large products (threads split
-// each product's blocks) and of many small ones (threads split the products).
+// each product's blocks) and of many small ones (threads split the products). Calls under 2^20
+// multiply-adds run on one thread, so the threaded cases are larger than that.
 static void batched_interaction_and_strides(void **state) {
     (void)state;
     const gcase cases[] = {
-        {.ta = 0, .tb = 1, .M = 27, .N = 27, .K = 16, .count = 64, .threads = 4, .what = "Z = T T^T"},
-        {.ta = 0, .tb = 0, .M = 27, .N = 16, .K = 27, .count = 64, .threads = 4, .what = "dT = dZ T"},
-        {.ta = 1, .tb = 0, .M = 27, .N = 16, .K = 27, .count = 64, .accumulate = 1, .threads = 4, .what = "dT += dZ^T T"},
+        {.ta = 0, .tb = 1, .M = 27, .N = 27, .K = 16, .count = 128, .threads = 4, .what = "Z = T T^T"},
+        {.ta = 0, .tb = 0, .M = 27, .N = 16, .K = 27, .count = 128, .threads = 4, .what = "dT = dZ T"},
+        {.ta = 1, .tb = 0, .M = 27, .N = 16, .K = 27, .count = 128, .accumulate = 1, .threads = 4, .what = "dT += dZ^T T"},
         {.ta = 0, .tb = 1, .M = 27, .N = 27, .K = 16, .count = 1, .pad = 2, .threads = 2, .what = "one"},
         {.ta = 1, .tb = 1, .M = 5, .N = 9, .K = 3, .count = 7, .pad = 1, .bias = 1, .relu = 1, .threads = 3},
         {.ta = 0, .tb = 0, .M = 300, .N = 70, .K = 130, .count = 2, .pad = 1, .bias = 1, .threads = 4,
          .what = "few large"},
-        {.ta = 0, .tb = 0, .M = 40, .N = 33, .K = 20, .count = 9, .shared_b = 1, .threads = 4, .what = "shared B"},
+        {.ta = 0, .tb = 0, .M = 40, .N = 33, .K = 20, .count = 64, .shared_b = 1, .threads = 4, .what = "shared B"},
         {.ta = 1, .tb = 1, .M = 0, .N = 4, .K = 4, .count = 3, .threads = 1},
         {.ta = 0, .tb = 1, .M = 6, .N = 5, .K = 0, .count = 3, .bias = 1, .threads = 1, .what = "K = 0"},
         {.ta = 0, .tb = 1, .M = 6, .N = 5, .K = 4, .count = 0, .threads = 1, .what = "count = 0 as gemm"},
