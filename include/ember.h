@@ -13,5 +13,6 @@
 #include "ember/state.h"
 #include "ember/lfq.h"
 #include "ember/rng.h"
+#include "ember/dense.h"
 
 #endif

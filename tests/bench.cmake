@@ -32,3 +32,8 @@ foreach(np 1 2)
   ember_mpi_test(bench.ckpt.np${np} ${np} ember_cli bench ckpt --quick)
   set_tests_properties(bench.ckpt.np${np} PROPERTIES LABELS "bench;mpi")
 endforeach()
+# `ember bench dense` once at a tiny size (batch 64, one round): every product of both presets
+# through ember and OpenBLAS; the exit status checks every residual against the fp32 bound.
+add_test(NAME bench.dense.quick COMMAND ember_cli bench dense --quick --json)
+add_test(NAME bench.dense.quick.generic COMMAND ember_cli bench dense --quick --json --preset dlrm --isa generic)
+set_tests_properties(bench.dense.quick bench.dense.quick.generic PROPERTIES TIMEOUT 300 LABELS bench PROCESSORS 2)

@@ -87,7 +87,9 @@ typedef void (*ember_log_fn)(void *user, ember_log_level level, const char *msg)
 // Instruction-set variants of the kernels. One library holds every variant the compiler could
 // build for the target (each kernel file compiled with its own target flags); a context picks
 // one at creation. Every variant gives bitwise-identical results: they perform the same IEEE
-// operations in the same order (no fused multiply-add, no reassociation), only wider.
+// operations in the same order (no reassociation; no fused multiply-add in the embedding
+// kernels, and in the dense products of ember/dense.h one fused multiply-add chain per output,
+// C's fmaf in GENERIC), only wider.
 //   GENERIC  portable C for the target's baseline (x86-64: SSE2; any other architecture)
 //   AVX2     x86-64 with AVX2, FMA and F16C (hardware fp16 <-> fp32 conversion)
 //   AVX512   x86-64 with AVX-512 F, BW, VL and DQ

@@ -38,6 +38,7 @@ PAIR(grad_convention, ember_grad_convention, EMBER_GRAD_COUNT)
 PAIR(isa, ember_isa, EMBER_ISA_COUNT)
 PAIR(optim, ember_optim_kind, EMBER_OPT_COUNT)
 PAIR(shard_scheme, ember_shard_scheme, EMBER_SHARD_COUNT)
+PAIR(transpose, ember_transpose, EMBER_TRANSPOSE_COUNT)
 #undef PAIR
 
 static const names ALL[] = {
@@ -52,6 +53,7 @@ static const names ALL[] = {
     {"isa", EMBER_ISA_COUNT, isa_n, isa_p},
     {"optim", EMBER_OPT_COUNT, optim_n, optim_p},
     {"shard_scheme", EMBER_SHARD_COUNT, shard_scheme_n, shard_scheme_p},
+    {"transpose", EMBER_TRANSPOSE_COUNT, transpose_n, transpose_p},
 };
 
 static void every_enum_round_trips(void **state) {
