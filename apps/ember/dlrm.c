@@ -19,6 +19,7 @@ struct dlrm_model {
     float *params;         // [num_params] the dense slab: bottom MLP then top MLP
     float *grads;          // [num_params] same layout
     mlp bottom, top;
+    interaction ia;        // the interaction's buffers (its T serves the backward)
     dense_optim optim;
     const float *dense_out; // [B, D] bottom output of the last forward (owned by `bottom`)
     float *emb;            // [max_batch, F*D] pooled embeddings
@@ -71,6 +72,7 @@ void dlrm_destroy(dlrm_model *m) {
     ember_ctx *ctx = m->ctx;
     mlp_destroy(ctx, &m->bottom);
     mlp_destroy(ctx, &m->top);
+    interaction_destroy(&m->ia);
     dense_optim_destroy(ctx, &m->optim);
     void *bufs[] = {m->params, m->grads, m->emb, m->inter, m->dlogit, m->dinter,
                     m->ddense, m->demb, m->lengths, m->offsets, m->values, m->next_values};
@@ -114,6 +116,7 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
                          m->grads, &m->bottom)) != EMBER_OK ||
         (st = mlp_create(ctx, m->inter_width, cfg->top_sizes, cfg->num_top, false, cfg->max_batch, m->params + nb,
                          m->grads + nb, &m->top)) != EMBER_OK ||
+        (st = interaction_create(ctx, cfg->num_sparse, cfg->embedding_dim, cfg->max_batch, &m->ia)) != EMBER_OK ||
         (st = dense_optim_create(ctx, &cfg->optim, m->num_params, &m->optim)) != EMBER_OK) {
         goto fail;
     }
@@ -156,16 +159,16 @@ static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch
     const int32_t B = b->size, F = m->num_sparse;
     APP_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
     m->kjt = batch_kjt(m, b, m->values);
-    m->dense_out = mlp_forward(&m->bottom, b->dense, B);
+    APP_TRY(mlp_forward(&m->bottom, b->dense, B, &m->dense_out));
     APP_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
     if (overlap && next && m->backend->prefetch) {
         APP_ASSERT(next->size >= 0 && next->size <= m->max_batch && next->num_sparse == F);
         const ember_kjt nk = batch_kjt(m, next, m->next_values);
         APP_TRY(m->backend->prefetch(m->backend->impl, &nk));
     }
-    interaction_forward(B, F, m->dim, m->dense_out, m->emb, m->inter);
+    APP_TRY(interaction_forward(&m->ia, B, m->dense_out, m->emb, m->inter));
     progress(m, overlap);
-    *logits = mlp_forward(&m->top, m->inter, B);
+    APP_TRY(mlp_forward(&m->top, m->inter, B, logits));
     return EMBER_OK;
 }
 
@@ -180,13 +183,13 @@ static ember_status train_step(dlrm_model *m, const dlrm_batch *b, const dlrm_ba
     overlap = overlap && m->backend->backward_start && m->backend->backward_finish;
     APP_TRY(forward(m, b, next, overlap, &logits));
     *loss_sum = bce_with_logits(B, logits, b->labels, loss_scale, m->dlogit);
-    mlp_backward(&m->top, m->inter, B, m->dlogit, m->dinter);
+    APP_TRY(mlp_backward(&m->top, m->inter, B, m->dlogit, m->dinter));
     progress(m, overlap);
-    interaction_backward(B, m->num_sparse, m->dim, m->dense_out, m->emb, m->dinter, m->ddense, m->demb);
+    APP_TRY(interaction_backward(&m->ia, B, m->dinter, m->ddense, m->demb));
     // The embedding gradient is known: its exchange travels during the bottom MLP's backward,
     // the dense allreduce and the dense optimizer step.
     if (overlap) APP_TRY(m->backend->backward_start(m->backend->impl, &m->kjt, m->demb));
-    mlp_backward(&m->bottom, b->dense, B, m->ddense, NULL);
+    APP_TRY(mlp_backward(&m->bottom, b->dense, B, m->ddense, NULL));
     progress(m, overlap);
     APP_TRY(m->backend->reduce_dense_grads(m->backend->impl, m->grads, (size_t)m->num_params));
     // The reduced gradient is the same on every rank, so every rank takes this exit together.

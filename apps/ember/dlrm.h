@@ -9,7 +9,8 @@
 // Dense parameters (both MLPs) live in one slab, their gradients in a second slab of the same
 // layout, so one allreduce per step combines every dense gradient; initial values depend only on
 // the seed (the same on every rank). Every buffer the step uses is allocated at creation for
-// `max_batch` local samples: a training step allocates nothing.
+// `max_batch` local samples: a training step allocates only the dense products' packing
+// buffers (ember_gemm's, through the context), so it may return EMBER_ERR_NOMEM.
 #ifndef EMBER_APP_DLRM_H
 #define EMBER_APP_DLRM_H
 

@@ -5,21 +5,43 @@
 //   out[b] = [ dense[b] (D values), <T_i, T_j> for 0 <= i < j <= F in row-major order ]
 // i.e. the upper triangle of T_b T_b^T without its diagonal (torch.triu_indices(F+1, F+1, 1)),
 // concatenated after the dense vector: D + (F+1)F/2 values.
+//
+// Both directions are batched products of ember_gemm_batched (ember/dense.h), one per sample:
+// forward Z_b = T_b T_b^T ([F+1, D] x [D, F+1]) and the gather of its upper triangle; backward
+// dT_b = S_b T_b with S_b the symmetric [F+1, F+1] matrix of the triangle's gradients (zero
+// diagonal), i.e. dT_i = sum_j g_ij T_j over j in increasing order, one fused multiply-add chain
+// per element. The bits are the same under every kernel variant and thread count.
 #ifndef EMBER_APP_INTERACTION_H
 #define EMBER_APP_INTERACTION_H
 
 #include <stdint.h>
 
+#include "ember/core.h"
+
+typedef struct interaction {
+    ember_ctx *ctx; // borrowed
+    int32_t num_sparse, dim, max_batch;
+    float *t;       // [max_batch, F+1, D] the last forward's T (the backward's other operand)
+    float *z;       // [max_batch, F+1, F+1] Z (forward) or S (backward)
+} interaction;
+
 // D + (F+1)F/2.
 int32_t interaction_out_dim(int32_t num_sparse, int32_t dim);
 
-// dense [B, D], emb [B, F*D] (features in order, the collection's output layout)
-// -> out [B, interaction_out_dim(F, D)].
-void interaction_forward(int32_t batch, int32_t num_sparse, int32_t dim, const float *dense, const float *emb,
-                         float *out);
+// Buffers for `max_batch` samples. On failure *ia is zeroed and nothing leaks. Returns EMBER_OK,
+// EMBER_ERR_INVALID_ARG (a size below 1), EMBER_ERR_NOMEM.
+ember_status interaction_create(ember_ctx *ctx, int32_t num_sparse, int32_t dim, int32_t max_batch,
+                                interaction *ia);
+void interaction_destroy(interaction *ia);
 
-// dout [B, interaction_out_dim] -> ddense [B, D], demb [B, F*D] (overwritten).
-void interaction_backward(int32_t batch, int32_t num_sparse, int32_t dim, const float *dense, const float *emb,
-                          const float *dout, float *ddense, float *demb);
+// dense [B, D], emb [B, F*D] (features in order, the collection's output layout)
+// -> out [B, interaction_out_dim(F, D)]. B <= max_batch. Keeps T for the backward.
+// Returns EMBER_OK or EMBER_ERR_NOMEM (the products' packing buffers).
+ember_status interaction_forward(interaction *ia, int32_t batch, const float *dense, const float *emb, float *out);
+
+// The backward of the preceding forward (same batch): dout [B, interaction_out_dim] ->
+// ddense [B, D] (the dense slice of dout plus the products' part), demb [B, F*D] (overwritten).
+// Returns as interaction_forward.
+ember_status interaction_backward(interaction *ia, int32_t batch, const float *dout, float *ddense, float *demb);
 
 #endif

@@ -1,4 +1,4 @@
-// mlp.h — a stack of fully connected layers over a batch, y = act(x W^T + b), on CBLAS.
+// mlp.h — a stack of fully connected layers over a batch, y = act(x W^T + b), on ember_gemm.
 //
 // Layer l maps [B, in_l] to [B, out_l] with W_l [out_l, in_l] (torch.nn.Linear's layout) and
 // b_l [out_l]; ReLU follows every layer, or every layer but the last (`relu_last` false), which
@@ -7,9 +7,10 @@
 // dense parameters in one slab so that one allreduce moves every gradient); the MLP owns only
 // its activations and backward scratch, sized once for `max_batch` rows.
 //
-// Forward and backward run on the caller's OpenMP threads (the default team size), as tiles of
-// fixed size that are single-threaded BLAS calls: the results have the same bits for any thread
-// count. mlp_create tells OpenBLAS to run every call on its caller's thread (process-wide).
+// Every product is one ember_gemm call (ember/dense.h), bias and ReLU fused into the forward's,
+// the bias gradient an ember_colsum: the bits are the same under every kernel variant and thread
+// count (the context's, ember_ctx_set_num_threads), so on every x86-64 host. The ReLU mask of the
+// backward runs on the caller's OpenMP threads (elementwise: any split gives the same bits).
 #ifndef EMBER_APP_MLP_H
 #define EMBER_APP_MLP_H
 
@@ -29,6 +30,7 @@ typedef struct mlp_layer {
 } mlp_layer;
 
 typedef struct mlp {
+    ember_ctx *ctx;    // borrowed: the products' threads, variant and packing buffers
     int32_t num_layers;
     int32_t in;        // input width
     int32_t max_batch;
@@ -49,12 +51,14 @@ void mlp_destroy(ember_ctx *ctx, mlp *m);
 // from (seed, stream, index) so that every rank starts from the same values.
 void mlp_init_params(mlp *m, uint64_t seed, uint64_t stream);
 
-// x [B, in] -> returns the last layer's output [B, out_last] (owned by the MLP). B <= max_batch.
-const float *mlp_forward(mlp *m, const float *x, int32_t batch);
+// x [B, in] -> *y = the last layer's output [B, out_last] (owned by the MLP). B <= max_batch.
+// Returns EMBER_OK or EMBER_ERR_NOMEM (the products' packing buffers; the message says which).
+ember_status mlp_forward(mlp *m, const float *x, int32_t batch, const float **y);
 
 // Backward of the preceding forward on the same x: dy [B, out_last] = dL/d(output). Overwrites
-// every dW, db with dL/dW, dL/db and writes dx [B, in] = dL/dx unless dx is NULL.
-void mlp_backward(mlp *m, const float *x, int32_t batch, const float *dy, float *dx);
+// every dW, db with dL/dW, dL/db and writes dx [B, in] = dL/dx unless dx is NULL. With B = 0
+// the gradients are +0. Returns as mlp_forward.
+ember_status mlp_backward(mlp *m, const float *x, int32_t batch, const float *dy, float *dx);
 
 static inline int32_t mlp_out_dim(const mlp *m) { return m->layers[m->num_layers - 1].out; }
 

@@ -122,7 +122,8 @@ static double bytes_needed(const run *R, int32_t *largest) {
         }
     }
     double widths = interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim) * 2.0 +
-                    DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0;
+                    DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0 +
+                    (DLRM_NUM_SPARSE + 1.0) * ((double)o->embedding_dim + DLRM_NUM_SPARSE + 1.0); // its T and Z
     for (int l = 0; l < o->num_bottom; l++) widths += 2.0 * o->bottom[l];
     for (int l = 0; l < o->num_top; l++) widths += 2.0 * o->top[l];
     // The batch buffers: the step's two, and each source loader's ring (--prefetch_batches).

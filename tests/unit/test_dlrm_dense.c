@@ -56,8 +56,9 @@ static void run_mlp_case(bool relu_last) {
     mlp_init_params(&m, 7, 1);
     // torch.nn.Linear's bound 1/sqrt(fan_in).
     for (int i = 0; i < 7 * 5; i++) assert_true(fabsf(params[i]) <= 1.0f / sqrtf(5.0f));
-    const float *y = mlp_forward(&m, x, B);
-    mlp_backward(&m, x, B, dy, dx);
+    const float *y;
+    assert_int_equal(mlp_forward(&m, x, B, &y), EMBER_OK);
+    assert_int_equal(mlp_backward(&m, x, B, dy, dx), EMBER_OK);
     naive_mlp(IN, sizes, N, relu_last, params, B, xd, y_ref, dyd, dp_ref, dx_ref);
     for (int i = 0; i < B * 3; i++) expect_close(y[i], y_ref[i], 1e-5, 1e-6, "y", i);
     for (int i = 0; i < np; i++) expect_close(grads[i], dp_ref[i], 1e-4, 1e-6, "dparams", i);
@@ -66,8 +67,8 @@ static void run_mlp_case(bool relu_last) {
         for (int i = 0; i < B * 3; i++) assert_true(y[i] >= 0.0f);
     }
     // A smaller batch reuses the buffers (no allocation per step).
-    mlp_forward(&m, x, 2);
-    mlp_backward(&m, x, 2, dy, dx);
+    assert_int_equal(mlp_forward(&m, x, 2, &y), EMBER_OK);
+    assert_int_equal(mlp_backward(&m, x, 2, dy, dx), EMBER_OK);
     naive_mlp(IN, sizes, N, relu_last, params, 2, xd, y_ref, dyd, dp_ref, dx_ref);
     for (int i = 0; i < np; i++) expect_close(grads[i], dp_ref[i], 1e-4, 1e-6, "dparams B=2", i);
     mlp_destroy(ctx, &m);
@@ -129,9 +130,16 @@ static void interaction_layout_is_dense_then_upper_triangle(void **state) {
     float out[5];
     assert_int_equal(interaction_out_dim(2, 2), 2 + 3);
     assert_int_equal(interaction_out_dim(26, 16), 16 + 351); // Criteo: TorchRec's over arch input
-    interaction_forward(1, 2, 2, dense, emb, out);
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    interaction ia;
+    assert_int_equal(interaction_create(ctx, 2, 2, 1, &ia), EMBER_OK);
+    assert_int_equal(interaction_forward(&ia, 1, dense, emb, out), EMBER_OK);
     const float want[5] = {1, 2, 1 * 3 + 2 * 4, 1 * 5 + 2 * 6, 3 * 5 + 4 * 6};
     for (int i = 0; i < 5; i++) assert_true(out[i] == want[i]);
+    interaction_destroy(&ia);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
 }
 
 static void interaction_matches_naive_forward_and_backward(void **state) {
@@ -142,8 +150,14 @@ static void interaction_matches_naive_forward_and_backward(void **state) {
     for (int i = 0; i < B * D; i++) dd[i] = dense[i] = (float)urand();
     for (int i = 0; i < B * F * D; i++) ed[i] = emb[i] = (float)urand();
     for (int i = 0; i < B * W; i++) dout_d[i] = dout[i] = (float)urand();
-    interaction_forward(B, F, D, dense, emb, out);
-    interaction_backward(B, F, D, dense, emb, dout, ddense, demb);
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    interaction ia;
+    assert_int_equal(interaction_create(ctx, F, D, B, &ia), EMBER_OK);
+    assert_int_equal(interaction_forward(&ia, B, dense, emb, out), EMBER_OK);
+    assert_int_equal(interaction_backward(&ia, B, dout, ddense, demb), EMBER_OK);
+    interaction_destroy(&ia);
+    ember_ctx_destroy(ctx);
     naive_interaction(B, F, D, dd, ed, out_ref, dout_d, ddense_ref, demb_ref);
     for (int i = 0; i < B * W; i++) expect_close(out[i], out_ref[i], 1e-5, 1e-6, "out", i);
     for (int i = 0; i < B * D; i++) expect_close(ddense[i], ddense_ref[i], 1e-5, 1e-6, "ddense", i);
