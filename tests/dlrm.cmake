@@ -361,3 +361,11 @@ ember_cli_test(cli.train.bad_hash 0 2 "^ember train: --hash 'cuckoo': expected o
                train --hash cuckoo)
 ember_cli_test(dist.train.cli.cache_too_small.np2 2 nonzero "^ember train: error: table 't_cat_.*': this batch touches [0-9]+ distinct rows, its cache holds 8 \\(raise cache_rows\\)" 1
                train --ssd_tables all --cache_rows 8 --batch_size 256 --limit_train_batches 2 --limit_val_batches 1)
+# The same bits on every host (docs/dlrm.md): the three stored digest runs of
+# data/train_digests.txt under every kernel variant the host runs, and with 2 threads per rank.
+add_test(NAME dist.train.cli.digests
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_digests.sh $<TARGET_FILE:ember_cli>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/data/train_digests.txt ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG}
+                 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.digests PROPERTIES TIMEOUT 600 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
