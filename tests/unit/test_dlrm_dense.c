@@ -142,28 +142,36 @@ static void interaction_layout_is_dense_then_upper_triangle(void **state) {
     ember_ctx_destroy(ctx);
 }
 
-static void interaction_matches_naive_forward_and_backward(void **state) {
-    (void)state;
-    enum { B = 5, F = 3, D = 4, W = D + (F + 1) * F / 2 };
-    float dense[B * D], emb[B * F * D], out[B * W], dout[B * W], ddense[B * D], demb[B * F * D];
-    double dd[B * D], ed[B * F * D], out_ref[B * W], dout_d[B * W], ddense_ref[B * D], demb_ref[B * F * D];
-    for (int i = 0; i < B * D; i++) dd[i] = dense[i] = (float)urand();
-    for (int i = 0; i < B * F * D; i++) ed[i] = emb[i] = (float)urand();
-    for (int i = 0; i < B * W; i++) dout_d[i] = dout[i] = (float)urand();
+// One case of B samples, F features of dim D (B may be 0, F 1, D 1) against the oracle; the
+// finite-difference check of the oracle itself on the first case only.
+static void run_interaction_case(int32_t B, int32_t F, int32_t D, bool fd) {
+    const int32_t W = D + (F + 1) * F / 2;
+    const size_t nd = (size_t)B * D + 1, ne = (size_t)B * F * D + 1, nw = (size_t)B * W + 1;
+    float *dense = malloc(sizeof(float) * nd), *emb = malloc(sizeof(float) * ne), *out = malloc(sizeof(float) * nw),
+          *dout = malloc(sizeof(float) * nw), *ddense = malloc(sizeof(float) * nd), *demb = malloc(sizeof(float) * ne);
+    double *dd = malloc(sizeof(double) * nd), *ed = malloc(sizeof(double) * ne), *out_ref = malloc(sizeof(double) * nw),
+           *dout_d = malloc(sizeof(double) * nw), *ddense_ref = malloc(sizeof(double) * nd),
+           *demb_ref = malloc(sizeof(double) * ne);
+    for (size_t i = 0; i < nd; i++) dd[i] = dense[i] = (float)urand();
+    for (size_t i = 0; i < ne; i++) ed[i] = emb[i] = (float)urand();
+    for (size_t i = 0; i < nw; i++) dout_d[i] = dout[i] = (float)urand();
+    out[nw - 1] = ddense[nd - 1] = demb[ne - 1] = 42.0f; // past the end: untouched
     ember_ctx *ctx;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
     interaction ia;
-    assert_int_equal(interaction_create(ctx, F, D, B, &ia), EMBER_OK);
+    assert_int_equal(interaction_create(ctx, F, D, B > 0 ? B : 1, &ia), EMBER_OK);
     assert_int_equal(interaction_forward(&ia, B, dense, emb, out), EMBER_OK);
     assert_int_equal(interaction_backward(&ia, B, dout, ddense, demb), EMBER_OK);
     interaction_destroy(&ia);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
     ember_ctx_destroy(ctx);
+    assert_true(out[nw - 1] == 42.0f && ddense[nd - 1] == 42.0f && demb[ne - 1] == 42.0f);
     naive_interaction(B, F, D, dd, ed, out_ref, dout_d, ddense_ref, demb_ref);
     for (int i = 0; i < B * W; i++) expect_close(out[i], out_ref[i], 1e-5, 1e-6, "out", i);
     for (int i = 0; i < B * D; i++) expect_close(ddense[i], ddense_ref[i], 1e-5, 1e-6, "ddense", i);
     for (int i = 0; i < B * F * D; i++) expect_close(demb[i], demb_ref[i], 1e-5, 1e-6, "demb", i);
     // The oracle's backward against finite differences of sum(dout * out).
-    for (int i = 0; i < B * F * D; i++) {
+    for (int i = 0; fd && i < B * F * D; i++) {
         double e0 = ed[i], s[2];
         for (int k = 0; k < 2; k++) {
             ed[i] = e0 + (k ? -1e-6 : 1e-6);
@@ -174,6 +182,16 @@ static void interaction_matches_naive_forward_and_backward(void **state) {
         ed[i] = e0;
         expect_close(demb_ref[i], (s[0] - s[1]) / 2e-6, 1e-5, 1e-7, "fd demb", i);
     }
+    void *bufs[] = {dense, emb, out, dout, ddense, demb, dd, ed, out_ref, dout_d, ddense_ref, demb_ref};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+}
+
+static void interaction_matches_naive_forward_and_backward(void **state) {
+    (void)state;
+    run_interaction_case(5, 3, 4, true);
+    run_interaction_case(0, 3, 4, false);   // empty batch
+    run_interaction_case(3, 1, 1, false);   // one feature of dim 1: T is 2 x 1
+    run_interaction_case(300, 26, 16, false); // the default model, threads over samples
 }
 
 static void bce_matches_naive_and_is_stable(void **state) {
