@@ -64,7 +64,13 @@ struct synth {
     double *scale;     // [F] sigma_f / their standard deviation (0 when they do not vary)
     uint64_t *perm;    // [2F] a_f, c_f of each feature's id permutation
     zipf *zipf;        // [F]
+    double *effects;   // [sum of rows] every id's synth_effect, feature after feature, or NULL
+    int64_t *effect_at; // [F] where feature f's effects start
 };
+
+// Ids whose effects are kept (8 bytes each): a sample draws one per feature, and an effect costs a
+// normal draw (a log, a square root and a cosine). Beyond this the effects are computed per draw.
+#define EFFECT_TABLE_MAX (INT64_C(1) << 21)
 
 static uint64_t gcd_u64(uint64_t a, uint64_t b) {
     while (b) {
@@ -79,6 +85,11 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b) {
 static double raw_effect(const synth *s, int32_t feature, int64_t id) {
     ember_rng r = ember_rng_at(s->cfg.seed, STREAM_EFFECT, ember_rng_key((uint64_t)feature, (uint64_t)id));
     return ember_rng_normal(&r);
+}
+
+// Its effect on the logit: centred and scaled (synth_create).
+static double effect(const synth *s, int32_t feature, int64_t id) {
+    return s->scale[feature] * (raw_effect(s, feature, id) - s->center[feature]);
 }
 
 // A Zipf rank through feature f's permutation: (a k + c) mod rows, without overflow.
@@ -98,6 +109,8 @@ void synth_destroy(ember_ctx *ctx, synth *s) {
     ember_ctx_free(ctx, s->scale);
     ember_ctx_free(ctx, s->perm);
     ember_ctx_free(ctx, s->zipf);
+    ember_ctx_free(ctx, s->effects);
+    ember_ctx_free(ctx, s->effect_at);
     ember_ctx_free(ctx, s);
 }
 
@@ -173,6 +186,28 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
         s->center[f] = mean;
         s->scale[f] = spread > 1e-6 ? s->sigma[f] / sqrt(spread) : 0.0; // one hot id: nothing to learn
     }
+    // The effects table (the same values, computed once): when it is small enough to keep.
+    int64_t total = 0;
+    for (int32_t f = 0; f < nf && total <= EFFECT_TABLE_MAX; f++) total += s->rows[f];
+    if (nf > 0 && total <= EFFECT_TABLE_MAX) {
+        s->effects = app_alloc(ctx, sizeof(double) * (size_t)total, "planted effects");
+        s->effect_at = app_alloc(ctx, sizeof(int64_t) * (size_t)nf, "planted effects");
+        if (!s->effects || !s->effect_at) {
+            synth_destroy(ctx, s);
+            return EMBER_ERR_NOMEM;
+        }
+        int64_t at = 0;
+        for (int32_t f = 0; f < nf; f++) {
+            s->effect_at[f] = at;
+            at += s->rows[f];
+        }
+        for (int32_t f = 0; f < nf; f++) {
+            double *e = s->effects + s->effect_at[f];
+            const int64_t n = s->rows[f];
+#pragma omp parallel for schedule(static) if (n >= 4096)
+            for (int64_t id = 0; id < n; id++) e[id] = effect(s, f, id);
+        }
+    }
     *out = s;
     return EMBER_OK;
 }
@@ -180,7 +215,7 @@ ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out) 
 double synth_sigma(const synth *s, int32_t feature) { return s->sigma[feature]; }
 
 double synth_effect(const synth *s, int32_t feature, int64_t id) {
-    return s->scale[feature] * (raw_effect(s, feature, id) - s->center[feature]);
+    return s->effects ? s->effects[s->effect_at[feature] + id] : effect(s, feature, id);
 }
 
 void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch *b) {

@@ -70,6 +70,27 @@ static ember_status check_vector(ember_ctx *ctx, const char *fn, const char *nam
 
 // ---- products --------------------------------------------------------------------------------
 
+// Blocks a big product is cut into at least, when its shape allows: a layer's dW ([64][367]
+// summed over the batch) is one block of the default size, and a block is one thread's work.
+#define MIN_BLOCKS 8
+
+// Narrower, then shorter blocks until the product has MIN_BLOCKS (nc stays a multiple of nr, mc
+// at least mr): a function of the shape alone, like the rest of the geometry. Block sizes change
+// which thread computes an element, never its chain.
+static void split_blocks(ember__gemm_geom *g, int64_t M, int64_t N) {
+    int64_t nbm = (M + g->mc - 1) / g->mc, nbn = (N + g->nc - 1) / g->nc;
+    while (nbm * nbn < MIN_BLOCKS && g->nc > g->nr) {
+        const int64_t half = g->nc / 2 / g->nr * g->nr;
+        g->nc = half > g->nr ? half : g->nr;
+        nbn = (N + g->nc - 1) / g->nc;
+    }
+    while (nbm * nbn < MIN_BLOCKS && g->mc > g->mr) {
+        const int64_t half = (g->mc / 2 + g->mr - 1) / g->mr * g->mr;
+        g->mc = half > g->mr ? half : g->mr;
+        nbm = (M + g->mc - 1) / g->mc;
+    }
+}
+
 // A call's products and how they are cut.
 typedef struct batch {
     const ember__dense_kernels *kern;
@@ -196,6 +217,7 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
                .gemv_rows = 512};
     EMBER_ASSERT(b.kern != NULL);
     b.kern->geom(M, N, K, ta, &b.g);
+    if (N > 1 && (double)M * (double)N * (double)K >= MIN_PARALLEL_FMAS) split_blocks(&b.g, M, N);
     // B is read in place when it is not transposed, feeds at most 4 tiles of rows and has whole
     // vectors of columns (N a multiple of 16, every variant's vector width divides it).
     b.op = (ember__gemm_op){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .A = A, .lda = lda, .B = B, .ldb = ldb,
