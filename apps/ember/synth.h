@@ -63,7 +63,8 @@ typedef struct synth_config {
 
 typedef struct synth synth;
 
-// Copies the configuration and draws the planted model. Local.
+// Copies the configuration and draws the planted model; when the tables hold at most 2M ids in
+// all, it keeps every id's effect (8 bytes each; the same values, computed once). Local.
 ember_status synth_create(ember_ctx *ctx, const synth_config *cfg, synth **out);
 void synth_destroy(ember_ctx *ctx, synth *s);
 
