@@ -76,6 +76,7 @@ int cmd_eval(int argc, char **argv) {
     if (st == EMBER_OK) {
         c.e.threads_note = placement.text;
         c.e.loader_cpus = placement.loader_cpus[0] ? placement.loader_cpus : NULL;
+        c.e.loader_shares_cpu = placement.loader_shares_cpu;
         train_result res = {0};
         st = eval_saved(comm, &c.e, dlrm_backend_sebc_create, stdout, &res);
     }

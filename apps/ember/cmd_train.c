@@ -77,8 +77,9 @@ static const char help[] =
     "                                    batch's input dist starts after this step's embedding forward,\n"
     "                                    the embedding backward's exchanges travel during the dense\n"
     "                                    backward; the results are bitwise the same either way\n"
-    "  --prefetch_batches N              batches a loader thread produces ahead of the step (default\n"
-    "                                    2; 0: each one when the step needs it, on the step's thread);\n"
+    "  --prefetch_batches N              batches a loader thread produces ahead of the step (0: each\n"
+    "                                    one when the step needs it, on the step's threads; default 2\n"
+    "                                    where the host has a CPU no rank's thread is pinned to, else 0);\n"
     "                                    the same batches either way (the report's data wait says\n"
     "                                    whether the data holds the steps up)\n"
     "\n"
@@ -512,6 +513,7 @@ int cmd_train(int argc, char **argv) {
     if (st == EMBER_OK) {
         o->threads_note = placement.text;
         o->loader_cpus = placement.loader_cpus[0] ? placement.loader_cpus : NULL;
+        o->loader_shares_cpu = placement.loader_shares_cpu;
         train_result res = {0};
         st = train_run(comm, o, dlrm_backend_sebc_create, stdout, &res);
     }

@@ -120,7 +120,8 @@ void report_config(run *R) {
         if (o->loader_cpus) fprintf(f, ", rank 0's on CPUs %s", o->loader_cpus);
         fputc('\n', f);
     } else {
-        fprintf(f, "  loader      none: each batch is produced when the step needs it (--prefetch_batches 0)\n");
+        fprintf(f, "  loader      none: each batch is produced when the step needs it, on its threads "
+                   "(--prefetch_batches 0: the default where every CPU has a rank's thread)\n");
     }
     char train_batches[32] = "all", val_batches[32] = "all";
     if (o->limit_train_batches) snprintf(train_batches, sizeof train_batches, "%lld", (long long)o->limit_train_batches);

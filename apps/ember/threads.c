@@ -646,6 +646,7 @@ static ember_status place(ember_ctx *ctx, host_view *h, int32_t share, int32_t T
                 if (!CPU_ISSET(h->cpus[i].id, &busy)) spare[nspare++] = h->cpus[i].id;
             if (nspare > 0) threads_format_cpu_list(spare, nspare, report->loader_cpus, sizeof report->loader_cpus);
             else threads_format_cpu_list(ids, nid, report->loader_cpus, sizeof report->loader_cpus);
+            report->loader_shares_cpu = nspare == 0;
         }
         // The main thread's mask first: OpenMP's workers are created from it.
         bool moved = sched_setaffinity(0, sizeof set, &set) == 0;

@@ -91,6 +91,8 @@ typedef struct threads_report {
                            // list: the host's CPUs no rank's thread is pinned to, or when every
                            // one is, this rank's own; "" when the threads are not pinned (the
                            // loaders run where the main thread may)
+    bool loader_shares_cpu;  // pinned, and every CPU of the host has a rank's thread: a loader
+                             // would take turns with its own rank's threads
 } threads_report;
 
 // Chooses this rank's thread count (requested > 0: that many), places the threads of every rank

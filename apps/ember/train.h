@@ -68,10 +68,13 @@ typedef struct train_options {
                                       // embedding backward around the dense backward (bitwise the
                                       // same results; default on)
     int32_t prefetch_batches;         // --prefetch_batches: batches a loader thread per source
-                                      // produces ahead of the step (default 2; 0: inline on the
-                                      // main thread); the same batches in the same order
+                                      // produces ahead of the step (0: inline on the main thread;
+                                      // default -1: 2 unless loader_shares_cpu, then 0); the same
+                                      // batches in the same order
     const char *loader_cpus;          // where the loader threads may run (a CPU list, threads.h's
                                       // threads_report.loader_cpus), or NULL: where the caller runs
+    bool loader_shares_cpu;           // every CPU of the host has a rank's thread pinned to it, so a
+                                      // loader would take turns with its rank's own (threads.h)
     double intra_gbps, inter_gbps;    // bandwidths for the planner, Gbit/s (0: probed)
     double disk_gbps;                 // tiered tables' files, Gbit/s for the planner (0: probed)
     // Tables beyond RAM and beyond fixed id ranges (docs/tiered.md, docs/hashed.md).
@@ -150,6 +153,7 @@ typedef struct eval_options {
     double timeout_s;          // every collective's deadline (ember_comm_set_timeout); 0: none
     const char *threads_note;
     const char *loader_cpus;   // as train_options'
+    bool loader_shares_cpu;    // as train_options'
 } eval_options;
 
 // Builds the checkpoint's model (its configuration from trainer.json, placed by the planner for
