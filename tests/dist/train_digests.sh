@@ -2,7 +2,7 @@
 # The same bits on every host: the fixed runs of tests/data/train_digests.txt, each under every
 # kernel variant this host runs (EMBER_ISA=generic, avx2, avx512; one the CPU lacks is skipped
 # with its reason), must print the stored digest line. The first run is repeated with 2 threads
-# per rank. The stored lines were made on another host, so equality here is equality across
+# per rank. The stored lines were made on one host (an AVX-512 Intel VM): elsewhere, equality is equality across
 # hosts, variants and thread counts at once.
 # Usage: train_digests.sh EMBER DIGESTS_FILE MPIEXEC NUMPROC_FLAG [PREFLAGS...]
 set -u
