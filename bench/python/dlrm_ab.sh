@@ -17,8 +17,8 @@
 #   --ranks    world sizes (default 1,2)
 #   --steps    timed steps (default 100); --warmup untimed steps before them (default 5). The CLI
 #              times every step it trains, so it trains warmup + steps and its figure includes
-#              the first steps (and its on-the-fly synthetic data generation, which the Python
-#              scripts do before timing)
+#              the first steps and producing its synthetic data (on a loader thread where a CPU
+#              is free, else on the step's path; the Python scripts make theirs before timing)
 #   --out      default bench/results/<host>/dlrm-python-YYYY-MM-DD.jsonl (appended to)
 # Env: EMBER_PYTHON: the interpreter (default: the venv of scripts/pyenv.sh, made if missing);
 #      EMBER_BIN: the CLI (default build/bin/ember); MPIEXEC (default mpiexec);
