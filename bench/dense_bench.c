@@ -396,22 +396,10 @@ int dense_bench_parse(int argc, char **argv, dense_bench_opts *o) {
     o->seed = BENCH_SEED;
     static const char *const presets[] = {"dlrm", "dcn"}, *const ops[] = {"fwd", "dx", "dw"};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
+        static const char *const flags[] = {"--quick", "--json", "--no-openblas", "--help", "-h", NULL};
         char name[32];
-        const char *eq = strchr(a, '=');
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) nl = sizeof name - 1;
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        const int flag = !strcmp(name, "--quick") || !strcmp(name, "--json") || !strcmp(name, "--no-openblas") ||
-                         !strcmp(name, "--help") || !strcmp(name, "-h");
-        if (!flag) {
-            v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v) {
-                fprintf(o->log, "ember bench dense: %s needs a value\n", name);
-                return -1;
-            }
-        }
+        const char *v;
+        if (bench_option(argc, argv, &i, flags, name, sizeof name, &v, o->log, "ember bench dense")) return -1;
         int bad = 0;
         if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
             dense_bench_usage(o->out);

@@ -5,7 +5,24 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+int bench_option(int argc, char **argv, int *i, const char *const *flags, char *name, size_t cap,
+                 const char **value, FILE *log, const char *who) {
+    const char *a = argv[*i], *eq = strchr(a, '=');
+    size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+    if (nl >= cap) nl = cap - 1;
+    memcpy(name, a, nl);
+    name[nl] = '\0';
+    *value = NULL;
+    for (const char *const *f = flags; *f; f++)
+        if (!strcmp(name, *f)) return 0;
+    *value = eq ? eq + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (*value) return 0;
+    fprintf(log, "%s: %s needs a value\n", who, name);
+    return -1;
+}
 
 double bench_now_ms(void) {
     struct timespec ts;

@@ -19,6 +19,13 @@
 int bench_mpi_main(int parse_rc, void (*usage)(FILE *), int (*run)(ember_comm *comm, const void *opts),
                    const void *opts);
 
+// The option at argv[*i] of a benchmark's parser: "--name=value", or "--name value" (the value
+// the next argument, *i moved past it), or one of the value-less `flags` (NULL-terminated).
+// Writes the name (cut to cap - 1 bytes) and *value (NULL for a flag). Returns 0, or -1 after
+// printing "<who>: --name needs a value" to log.
+int bench_option(int argc, char **argv, int *i, const char *const *flags, char *name, size_t cap,
+                 const char **value, FILE *log, const char *who);
+
 // Monotonic wall clock in milliseconds (CLOCK_MONOTONIC).
 double bench_now_ms(void);
 

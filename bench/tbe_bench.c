@@ -954,22 +954,10 @@ int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o) {
     o->calibrate = 1;
     static const char *const pools[] = {"sum", "mean"}, *const dists[] = {"uniform", "zipf"};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
+        static const char *const flags[] = {"--quick", "--json", "--no-targets", "--help", "-h", NULL};
         char name[32];
-        const char *eq = strchr(a, '=');
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) nl = sizeof name - 1;
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        const int flag = !strcmp(name, "--quick") || !strcmp(name, "--json") || !strcmp(name, "--no-targets") ||
-                         !strcmp(name, "--help") || !strcmp(name, "-h");
-        if (!flag) {
-            v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v) {
-                fprintf(log, "ember bench tbe: %s needs a value\n", name);
-                return -1;
-            }
-        }
+        const char *v;
+        if (bench_option(argc, argv, &i, flags, name, sizeof name, &v, log, "ember bench tbe")) return -1;
         int bad = 0;
         if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
             tbe_bench_usage(out);
