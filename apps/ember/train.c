@@ -477,6 +477,8 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
                         train_result *res) {
     train_options o;
     train_options_default(&o);
+    o.loader_cpus = e->loader_cpus; // the checkpoint records neither (trainstate_apply keeps them)
+    o.loader_shares_cpu = e->loader_shares_cpu;
     run R;
     begin(&R, comm, &o, out, res);
     R.eval_only = true;
@@ -490,10 +492,6 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
         x->keep_checkpoints = 1;
         x->digest = e->digest;
         x->threads_note = e->threads_note;
-        x->loader_cpus = e->loader_cpus;
-        x->loader_shares_cpu = e->loader_shares_cpu;
-        x->prefetch_batches = -1;
-        resolve_prefetch(x);
         if (e->data_path) {
             R.eval_flag = "--data_path";
             x->dataset = TRAIN_CRITEO;

@@ -10,6 +10,10 @@
 
 #include "ember/core.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #define EMBER_ERRMSG_CAP 512
 
 struct ember_ctx {
@@ -79,6 +83,16 @@ void ember__assert_fail(const char *expr, const char *file, int line);
 
 // Thread count the kernels use for this context.
 int ember__threads(const ember_ctx *ctx);
+
+// The calling thread's number in its OpenMP team (0 outside one, or without OpenMP): the index of
+// its slice of a per-thread scratch.
+static inline int ember__thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 // The name tables of the API's enums (one per enum, next to its other definitions): value v's
 // name in a table of n ("unknown" outside it), and the inverse (EMBER_OK and *out set, or

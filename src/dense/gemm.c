@@ -5,10 +5,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "dense/internal.h"
 
 EMBER__ENUM_NAMES(ember_transpose, ember_transpose, "no_trans", "trans")
@@ -140,11 +136,7 @@ static int packs_b(const batch *b) { return b->op.N > 1 && !b->op.bdirect && b->
 static void run_items(const batch *b, int nt, float *buf, const scratch *sz) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = ember__thread_id();
         float *bp = buf + (size_t)tid * (size_t)(sz->bp + sz->part + sz->ap);
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < b->count; i++) {
@@ -161,11 +153,7 @@ static void run_items(const batch *b, int nt, float *buf, const scratch *sz) {
 static void run_units(const batch *b, int nt, float *buf, const scratch *sz) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = ember__thread_id();
         float *mine = buf + sz->bp + (size_t)tid * (size_t)(sz->part + sz->ap);
         for (int64_t i = 0; i < b->count; i++) {
             const ember__gemm_op op = item(b, i, buf);

@@ -23,22 +23,11 @@
 #include <math.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "tbe/cpu/isa/isa.h"
 
 // Workspace slots (slot 0 is the offsets array shared with forward).
 enum { WS_OFFSETS = 0, WS_ENT, WS_BAG, WS_TAB, WS_ROWBUF, WS_GOFF, WS_GRAD, WS_UKEY };
-
-static inline int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 // Stable LSD radix sort of n (row, item) pairs by row, rows in [0, 2^bits). Digits of at most 11
 // bits (a 16 KiB count table), balanced over the passes: 17-bit rows (1e5) take two 9-bit passes.
@@ -189,7 +178,7 @@ static void weight_grads(ember_ebc *ebc, const ember__segments *s, const float *
     const int64_t nbags = (int64_t)ebc->F * B;
 #pragma omp parallel for schedule(dynamic, 64) num_threads(ember__threads(ebc->ctx))
     for (int64_t i = 0; i < nbags; i++) {
-        float *row = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
+        float *row = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)ember__thread_id();
         const ember__table *tb = &ebc->tables[ebc->feature_table[i / B]];
         const int32_t D = tb->cfg.dim;
         for (int64_t j = s->off[i]; j < s->off[i + 1]; j++) {
@@ -233,7 +222,7 @@ void ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const f
     const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++) {
-        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
+        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)ember__thread_id();
         ember__cpu_kern(ebc)->update_segments(ebc, s, grad_out, ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c, nc),
                                    ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
     }
@@ -278,7 +267,7 @@ ember_status ember__cpu_apply(ember_ebc *ebc, const int64_t *key, const int64_t 
     const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int c = 0; c < nc; c++) {
-        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)thread_id();
+        float *g = scratch + (size_t)2 * (size_t)ebc->max_dim * (size_t)ember__thread_id();
         float *w = g + ebc->max_dim;
         const int64_t k0 = ember__split(goff, n, 64, c, nc), k1 = ember__split(goff, n, 64, c + 1, nc);
         for (int64_t k = k0; k < k1; k++) {
