@@ -10,6 +10,9 @@
 
 #include "ember/core.h"
 
+// Seconds on the monotonic clock (defined in train.c).
+double app_now_s(void);
+
 // Context memory (64-byte aligned, counted); on failure records EMBER_ERR_NOMEM naming `what`.
 static inline void *app_alloc(ember_ctx *ctx, size_t bytes, const char *what) {
     void *p = ember_ctx_alloc(ctx, bytes);

@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -39,11 +38,6 @@ struct loader {
     bool last_eof;
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void *run(void *arg) {
     loader *l = arg;
@@ -214,9 +208,9 @@ ember_status loader_take(ember_ctx *ctx, loader *l, dlrm_batch *b, bool *eof, do
         b->size = 0;
     } else {
         if (l->count == 0) {
-            const double t0 = now_s();
+            const double t0 = app_now_s();
             while (l->count == 0) pthread_cond_wait(&l->ready, &l->mu);
-            *waited_s = now_s() - t0;
+            *waited_s = app_now_s() - t0;
         }
         slot *s = &l->ring[l->head];
         const dlrm_batch t = *b;

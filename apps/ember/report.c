@@ -94,7 +94,7 @@ static void print_checkpoints(const run *R, FILE *f) {
 }
 
 void report_config(run *R) {
-    R->rep.last_line = run_now_s();
+    R->rep.last_line = app_now_s();
     FILE *f = R->rep.out;
     if (!f) return;
     const train_options *o = R->o;
@@ -158,7 +158,7 @@ static void clear_bar(report *p) {
 void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sps, double wait_ms) {
     report *p = &R->rep;
     if (!p->out) return;
-    double t = run_now_s();
+    double t = app_now_s();
     char where[64];
     if (R->total_steps > 0) snprintf(where, sizeof where, "step %lld/%lld", (long long)step, (long long)R->total_steps);
     else snprintf(where, sizeof where, "step %lld", (long long)step);
@@ -206,7 +206,7 @@ ember_status report_eval(run *R, const metrics_row *row) {
     const ember_status st = R->rank == 0 ? record_row(R, row) : EMBER_OK;
     if (p->out) {
         clear_bar(p);
-        p->last_line = run_now_s();
+        p->last_line = app_now_s();
         fprintf(p->out, "step %6lld  epoch %d  train loss %.5f  eval loss %.5f  eval AUC %.4f", (long long)row->step,
                 (int)row->epoch, row->train_loss, row->eval_loss, row->eval_auc);
         if (!isnan(row->planted_auc)) fprintf(p->out, " (planted %.4f)", row->planted_auc);

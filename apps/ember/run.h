@@ -63,8 +63,6 @@ struct run {
     train_position start;                  // where training starts: zero, or the checkpoint's position
 };
 
-// Seconds on the monotonic clock.
-double run_now_s(void);
 
 // The dense model's configuration for a local batch of at most max_local samples.
 dlrm_config run_model_config(const train_options *o, int64_t max_local);

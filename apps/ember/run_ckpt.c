@@ -9,7 +9,7 @@
 // (trainstate.h) beside them; then the checkpoints beyond --keep_checkpoints are removed.
 // next_batch: the data position after `step` (the source's own may be one batch ahead).
 ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples, int64_t next_batch) {
-    const double t0 = run_now_s();
+    const double t0 = app_now_s();
     char path[TRAINSTATE_PATH_MAX + 32];
     ember_status st = EMBER_OK;
     if (!ckpt_step_path(R->save_dir, step, path, sizeof path)) {
@@ -58,7 +58,7 @@ ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t sa
                                            : EMBER_OK;
         st = ember_comm_agree(R->comm, pruned);
     }
-    if (st == EMBER_OK) report_checkpoint(R, path, run_now_s() - t0, removed);
+    if (st == EMBER_OK) report_checkpoint(R, path, app_now_s() - t0, removed);
     return st;
 }
 

@@ -1,18 +1,11 @@
 // Data sources (source.h): a rank's share of each global batch, agreed across the ranks.
-#define _POSIX_C_SOURCE 200809L // clock_gettime
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "appctx.h"
 #include "source.h"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 ember_status source_rewind(source *s) { return source_seek(s, 0); }
 
@@ -101,9 +94,9 @@ ember_status source_fetch(ember_comm *comm, source *s, dlrm_batch *b, int64_t *s
     if (s->loader) {
         st = loader_take(ctx, s->loader, b, &eof, &waited);
     } else {
-        const double t0 = now_s();
+        const double t0 = app_now_s();
         st = produce(s, ctx, b, &eof);
-        waited = now_s() - t0;
+        waited = app_now_s() - t0;
     }
     s->waited_s += waited;
     if (st == EMBER_OK && !eof) s->next++;

@@ -75,7 +75,7 @@ ember_status train_dataset_parse(const char *name, train_dataset *out) {
 
 // ---- The run -----------------------------------------------------------------------------------
 
-double run_now_s(void) {
+double app_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -237,7 +237,7 @@ static ember_status train_loop(run *R, train_result *res) {
         last_epoch = epoch;
         lookahead ahead = {.what = FETCH_END};
         for (;;) {
-            double t0 = run_now_s(), w0 = R->train.waited_s;
+            double t0 = app_now_s(), w0 = R->train.waited_s;
             fetched what;
             int64_t global;
             APP_TRY(next_batch(R, &ahead, &what, &global));
@@ -255,7 +255,7 @@ static ember_status train_loop(run *R, train_result *res) {
             samples += global;
             win_loss += loss;
             win_samples += (double)global;
-            double dt = run_now_s() - t0, wait = R->train.waited_s - w0;
+            double dt = app_now_s() - t0, wait = R->train.waited_s - w0;
             win_time += dt;
             train_time += dt;
             win_wait += wait;
