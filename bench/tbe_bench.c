@@ -63,7 +63,7 @@ static double u01(uint64_t x) { return (double)(mix64(x) >> 11) * 0x1p-53; }
 // With E = 1e5, 10.7% of the ids hit rank 0 and a batch of 10240 ids per table touches about
 // 3700 distinct rows (E = 1e6: 9.5%, about 4500): the case where reading each distinct row once
 // per batch pays.
-static double *zipf_cdf(int64_t E) {
+double *tbe_bench_zipf_cdf(int64_t E) {
     double *cdf = malloc(sizeof(double) * (size_t)E);
     if (!cdf) return NULL;
     double s = 0;
@@ -84,7 +84,7 @@ static int64_t zipf_draw(const double *cdf, int64_t E, double u) {
 }
 
 // values[T*B*L], feature-major (feature t = table t); bag (t, b) is values[(t*B + b)*L ...+L).
-static void make_ids(const tbe_bench_shape *s, int zipf, const double *cdf, uint64_t seed, int64_t *values) {
+void tbe_bench_make_ids(const tbe_bench_shape *s, int zipf, const double *cdf, uint64_t seed, int64_t *values) {
     const int64_t n = (int64_t)s->B * s->L;
     for (int32_t t = 0; t < s->T; t++) {
         uint64_t k = mix64(seed ^ mix64(((uint64_t)t << 8) | (uint64_t)zipf));
@@ -97,7 +97,7 @@ static void make_ids(const tbe_bench_shape *s, int zipf, const double *cdf, uint
 }
 
 // dL/dy [B, T*D] standard normal (Box-Muller), the same for every case of a shape.
-static void make_grad(size_t n, uint64_t seed, float *g) {
+void tbe_bench_make_grad(size_t n, uint64_t seed, float *g) {
     uint64_t k = mix64(seed ^ 1000003u);
     for (size_t i = 0; i < n; i++) {
         double a = 1.0 - u01(k + 2 * i), b = u01(k + 2 * i + 1);
@@ -588,16 +588,16 @@ static int make_shape(run *r, const tbe_bench_shape *s, shape_in *in) {
     in->lim_out = malloc(sizeof(float) * nout);
     if (!in->offsets || !in->grad || !in->out || !in->lim_out) return -1;
     for (int64_t i = 0; i <= (int64_t)s->T * s->B; i++) in->offsets[i] = i * s->L;
-    make_grad(nout, r->o->seed, in->grad);
+    tbe_bench_make_grad(nout, r->o->seed, in->grad);
     for (int dist = 0; dist < 2; dist++) {
         if (!(r->o->dists & (1u << dist))) continue;
         in->values[dist] = malloc(sizeof(int64_t) * nnz);
-        double *cdf = dist ? zipf_cdf(s->E) : NULL;
+        double *cdf = dist ? tbe_bench_zipf_cdf(s->E) : NULL;
         if (!in->values[dist] || (dist && !cdf)) {
             free(cdf);
             return -1;
         }
-        make_ids(s, dist, cdf, r->o->seed, in->values[dist]);
+        tbe_bench_make_ids(s, dist, cdf, r->o->seed, in->values[dist]);
         free(cdf);
     }
     return 0;
@@ -703,14 +703,14 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
     int64_t *ids = malloc(sizeof(int64_t) * nnz), *ids_next = malloc(sizeof(int64_t) * nnz), *offsets = malloc(sizeof(int64_t) * ((size_t)s->T * (size_t)s->B + 1));
     float *out1 = malloc(sizeof(float) * nout), *out2 = malloc(sizeof(float) * nout),
           *out3 = malloc(sizeof(float) * nout), *grad = malloc(sizeof(float) * nout);
-    double *cdf = dist ? zipf_cdf(s->E) : NULL;
+    double *cdf = dist ? tbe_bench_zipf_cdf(s->E) : NULL;
     const int n = o->iters;
     double *ms = calloc(3 * (size_t)n, sizeof(double));
     if (!ram || !tier || !tpf || !ids || !ids_next || !offsets || !out1 || !out2 || !out3 || !grad || (dist && !cdf) || !ms) {
         fail(r, "tiered: setup");
     } else {
         for (int64_t i = 0; i <= (int64_t)s->T * s->B; i++) offsets[i] = i * s->L;
-        make_grad(nout, o->seed, grad);
+        tbe_bench_make_grad(nout, o->seed, grad);
         ember_kjt kjt = {.num_features = s->T, .batch_size = s->B, .offsets = offsets, .values = ids,
                          .nnz = (int64_t)nnz};
         ember_kjt kjt_next = {.num_features = s->T, .batch_size = s->B, .offsets = offsets, .values = ids_next,
@@ -729,7 +729,7 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
                 full &= x.evictions > 0 && x.misses >= s->E;
             }
             if (full) break;
-            make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(warm + 1), ids);
+            tbe_bench_make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(warm + 1), ids);
             if (ember_ebc_forward(ram, &kjt, out1) != EMBER_OK || ember_ebc_backward(ram, &kjt, grad, NULL) != EMBER_OK ||
                 ember_ebc_forward(tier, &kjt, out2) != EMBER_OK || ember_ebc_backward(tier, &kjt, grad, NULL) != EMBER_OK ||
                 ember_ebc_forward(tpf, &kjt, out2) != EMBER_OK || ember_ebc_backward(tpf, &kjt, grad, NULL) != EMBER_OK) {
@@ -745,8 +745,8 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
                     st0.hits += x.hits, st0.misses += x.misses, st0.bytes_read += x.bytes_read,
                         st0.bytes_written += x.bytes_written;
                 }
-            make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 1), ids);
-            make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 2), ids_next);
+            tbe_bench_make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 1), ids);
+            tbe_bench_make_ids(s, dist, cdf, o->seed + 7919 * (uint64_t)(it + 2), ids_next);
             for (int q = 0; q < 3; q++) { // rotating which goes first
                 const int which = (it + q) % 3;
                 ember_ebc *e = which == 0 ? ram : which == 1 ? tier : tpf;
@@ -809,6 +809,14 @@ static void run_tiered(run *r, const tbe_bench_shape *s, int pool, ember_dtype d
 }
 
 int tbe_bench_run(const tbe_bench_opts *o) {
+    if (o->backend == EMBER_BACKEND_CUDA) {
+#ifdef EMBER_WITH_CUDA
+        return tbe_bench_cuda_run(o);
+#else
+        fprintf(o->log, "ember bench tbe: --backend cuda: the cuda backend is not in this build\n");
+        return 2;
+#endif
+    }
     run r;
     memset(&r, 0, sizeof r);
     r.o = o;
@@ -902,6 +910,9 @@ void tbe_bench_usage(FILE *f) {
             "  --warmup N                 untimed iterations first (default 3)\n"
             "  --seed N                   ids, gradients and weights (default 20240611)\n"
             "  --isa auto|generic|avx2|avx512  kernel variant (default auto: $EMBER_ISA or the CPU's best)\n"
+            "  --backend cpu|cuda         cuda: the GPU cases instead (fwd, train_sgd, train_rowwise_adagrad,\n"
+            "                             train_adam; against a plain gather kernel and the HBM read rate\n"
+            "                             timed in the same run; docs/cuda.md)\n"
             "  --json                     one JSON object per line\n"
             "  --cache_rows N             tiered mode (docs/tiered.md): each table on disk with a cache of N rows;\n"
             "                             times a step (forward + backward, row-wise Adagrad) against the same\n"
@@ -1018,6 +1029,10 @@ int tbe_bench_parse(int argc, char **argv, tbe_bench_opts *o) {
             if (!bad) o->cache_policy = (int)p;
         } else if (!strcmp(name, "--ssd_dir")) {
             o->ssd_dir = v;
+        } else if (!strcmp(name, "--backend")) {
+            ember_backend be;
+            bad = ember_backend_parse(v, &be) != EMBER_OK;
+            if (!bad) o->backend = (int)be;
         } else if (!strcmp(name, "--isa")) {
             ember_isa isa;
             bad = ember_isa_parse(v, &isa) != EMBER_OK;

@@ -55,6 +55,7 @@ typedef struct tbe_bench_opts {
     int targets;    // print the derived target ratios at the end
     int calibrate;  // calibrate the limit loop per case (else a fixed variant: --quick)
     int isa;        // kernel variant (ember_isa); 0 = auto ($EMBER_ISA or the CPU's best)
+    int backend;    // ember_backend: EMBER_BACKEND_CUDA runs tbe_bench_cuda_run instead
     int64_t cache_rows;     // > 0: the tiered mode (docs/tiered.md) instead of the kernel cases
     int cache_policy;       // ember_evict_policy
     const char *ssd_dir;    // tiered tables' files (NULL: $TMPDIR or /tmp)
@@ -71,6 +72,20 @@ void tbe_bench_usage(FILE *f);
 // Runs every selected case. Returns 0 when every case ran and its residual is within the
 // tolerance of its dtype, 1 when a residual is too large, 2 when something failed.
 int tbe_bench_run(const tbe_bench_opts *o);
+
+// The cuda cases (cuda/tbe_cuda.cu, builds with the cuda backend): every selected shape x dtype x
+// pool x dist x op among fwd and train_{sgd,rowwise_adagrad,adam}, on the current CUDA device,
+// timed with CUDA events against a plain pooled-gather kernel and an HBM read kernel in the same
+// run; the forward and one training step also compared with the cpu backend, bit for bit.
+// Returns as tbe_bench_run (2 also when no GPU is usable).
+int tbe_bench_cuda_run(const tbe_bench_opts *o);
+
+// The inputs every case draws (the same for the cpu and cuda runs): Zipf's cdf over E ranks
+// (malloc'd; NULL on failure), values[T*B*L] feature-major (zipf: ranks from cdf, else uniform),
+// dL/dy standard normal.
+double *tbe_bench_zipf_cdf(int64_t E);
+void tbe_bench_make_ids(const tbe_bench_shape *s, int zipf, const double *cdf, uint64_t seed, int64_t *values);
+void tbe_bench_make_grad(size_t n, uint64_t seed, float *g);
 
 // Parse + run: the body of `ember bench tbe`.
 int tbe_bench_main(int argc, char **argv);

@@ -27,3 +27,13 @@ foreach(isa generic avx2 avx512)
   set_tests_properties(bench.tbe.isa.${isa} PROPERTIES TIMEOUT 300 LABELS "bench;isa" PROCESSORS 2
                        SKIP_RETURN_CODE 77 ENVIRONMENT "EMBER_ISA=${isa}")
 endforeach()
+
+if(EMBER_WITH_CUDA) # the device-memory calls' case allocates device buffers itself
+  target_compile_definitions(test_isa PRIVATE EMBER_TEST_CUDA=1)
+  target_link_libraries(test_isa PRIVATE CUDA::cudart_static)
+endif()
+# The cuda backend (src/tbe/cuda/, docs/cuda.md) against the cpu backend, bit for bit, on the same
+# matrix, and run to run; skipped with the reason (exit 77) without the backend or a GPU.
+add_test(NAME unit.backend.cuda COMMAND test_isa)
+set_tests_properties(unit.backend.cuda PROPERTIES TIMEOUT 600 LABELS "unit;cuda" SKIP_RETURN_CODE 77
+                     ENVIRONMENT "EMBER_TEST_BACKEND=cuda")

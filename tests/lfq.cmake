@@ -1,6 +1,5 @@
 # LFQ tests (docs/lfq.md): golden files in float64 and float32, behaviour and bad input, and the
 # distributed checks under mpiexec.
-pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
 # support/lfq_golden.c is globbed into ember_test_support like every support file, but only the
 # LFQ executables link cJSON: the support library just needs the header path for that file.
 set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/support/lfq_golden.c PROPERTIES

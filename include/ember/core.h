@@ -45,7 +45,8 @@ extern "C" {
     X(EMBER_ERR_UNSUPPORTED,  -8, "unsupported configuration")               \
     X(EMBER_ERR_STATE,        -9, "call out of order for the object's state") \
     X(EMBER_ERR_FORMAT,      -10, "malformed data")                         \
-    X(EMBER_ERR_TIMEOUT,     -11, "a collective missed its deadline")
+    X(EMBER_ERR_TIMEOUT,     -11, "a collective missed its deadline")         \
+    X(EMBER_ERR_DEVICE,      -12, "the GPU or its runtime failed")
 
 typedef enum ember_status {
 #define EMBER_STATUS_ENUM_(name, value, msg) name = value,

@@ -183,15 +183,23 @@ typedef struct ember_feature_config {
     int32_t table;    // index into tables
 } ember_feature_config;
 
-// Where a collection's tables live and what computes on them: EMBER_BACKEND_CPU, host memory and
-// the context's kernel variant (ember_isa), the one backend today. Every backend computes the
-// same bits.
-typedef enum ember_backend { EMBER_BACKEND_CPU = 0 } ember_backend;
-#define EMBER_BACKEND_COUNT 1
-// "cpu" ("unknown" outside the enum); parse: EMBER_OK and *out set, or EMBER_ERR_INVALID_ARG
-// (*out unchanged). Local.
+// Where a collection's tables live and what computes on them. Every backend computes the same
+// bits (docs/cuda.md):
+//   EMBER_BACKEND_CPU   host memory and the context's kernel variant (ember_isa);
+//   EMBER_BACKEND_CUDA  the memory of the calling thread's current CUDA device and CUDA kernels
+//                       (builds made where nvcc is present). The calls keep their host-memory
+//                       arguments: KJTs, outputs and gradients are copied to and from the device
+//                       per call. Tiered and hashed tables are cpu-only.
+typedef enum ember_backend { EMBER_BACKEND_CPU = 0, EMBER_BACKEND_CUDA = 1 } ember_backend;
+#define EMBER_BACKEND_COUNT 2
+// "cpu", "cuda" ("unknown" outside the enum); parse: EMBER_OK and *out set, or
+// EMBER_ERR_INVALID_ARG (*out unchanged). Local.
 EMBER_API const char *ember_backend_name(ember_backend b);
 EMBER_API ember_status ember_backend_parse(const char *name, ember_backend *out);
+// 1 when a collection of backend b can be created here (built in, and for cuda a usable GPU);
+// else 0, with the reason in why (when not NULL) as "the cuda backend is not in this build",
+// "no CUDA device: <the runtime's message>". Local.
+EMBER_API int ember_backend_supported(ember_backend b, char *why, size_t why_len);
 
 typedef struct ember_ebc_config {
     const ember_table_config *tables;
@@ -203,7 +211,7 @@ typedef struct ember_ebc_config {
     int32_t max_batch_size;     // workspace hints (0: sized on first use)
     int64_t max_nnz;
     const char *ssd_dir;        // tiered tables' files go here (NULL: $TMPDIR, else /tmp)
-    ember_backend backend;      // default CPU
+    ember_backend backend;      // default CPU; EMBER_BACKEND_CUDA: the current CUDA device
 } ember_ebc_config;
 // Start from this and set tables/features: bounds ERROR, seed 0, no workspace hints.
 #define EMBER_EBC_CONFIG_DEFAULT                                                                      \
@@ -219,7 +227,8 @@ typedef struct ember_ebc ember_ebc;
 // names, mixed NONE/pooled, NONE with unequal dims, bad hyper-parameters, a cache or hash
 // configuration out of range, bucket_rows not dividing rows, an unknown backend),
 // EMBER_ERR_UNSUPPORTED (a table both tiered and hashed, either with stochastic rounding, a
-// backend this build lacks), EMBER_ERR_IO (a tiered table's file cannot
+// backend this build lacks, cuda without a usable GPU, a tiered or hashed table on cuda),
+// EMBER_ERR_DEVICE (the CUDA runtime failed: its message), EMBER_ERR_IO (a tiered table's file cannot
 // be created or reserved in ssd_dir: the message names the table and the directory),
 // EMBER_ERR_NOMEM. On failure *out is NULL and nothing is leaked (no file is left).
 EMBER_API ember_status ember_ebc_create(ember_ctx *ctx, const ember_ebc_config *cfg, ember_ebc **out);
@@ -251,6 +260,21 @@ EMBER_API ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, f
 // before anything changes).
 EMBER_API ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                           float *grad_weights);
+
+// Forward and fused backward on device memory (a collection of the cuda backend): the KJT's
+// offsets (required; lengths are ignored), values and weights, `out` and `grad_out` are CUDA
+// device pointers of the collection's device; num_features, batch_size and nnz are the host's.
+// The same results as ember_ebc_forward/backward on the same data in host memory, bit for bit
+// (backward has no grad_weights here). The checks run on the device, before anything changes:
+// offsets that are not a prefix sum ending at nnz, a non-finite weight, an id outside its table
+// under EMBER_BOUNDS_ERROR (CLAMP and SKIP resolve ids as usual, without the once-per-call
+// warning) and, for backward, a non-finite dL/dy. Both return when the work is done.
+// Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL pointers, shapes, offsets),
+// EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NUMERIC, EMBER_ERR_UNSUPPORTED (not the cuda backend),
+// EMBER_ERR_NOMEM (device workspace), EMBER_ERR_DEVICE. On error the tables are unchanged (a
+// forward's out may hold partial results).
+EMBER_API ember_status ember_ebc_forward_device(ember_ebc *ebc, const ember_kjt *kjt, float *out);
+EMBER_API ember_status ember_ebc_backward_device(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out);
 
 // Training (1, the default) or evaluation (0). In evaluation a forward changes no table: a
 // hashed table admits no id (unknown ids read as absent). Local. Returns EMBER_OK,

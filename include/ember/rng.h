@@ -18,15 +18,23 @@
 
 #define EMBER_RNG_GAMMA 0x9e3779b97f4a7c15ull
 
+// A function callable from CUDA device code as well as the host (the cuda backend's stochastic
+// rounding draws the same bits as the host's): empty outside nvcc.
+#ifdef __CUDACC__
+#define EMBER_HD __host__ __device__
+#else
+#define EMBER_HD
+#endif
+
 // splitmix64's output function (a bijection of 64-bit words with full avalanche).
-static inline uint64_t ember_mix64(uint64_t z) {
+static inline EMBER_HD uint64_t ember_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 
 // The value of counter x: ember_mix64(x + gamma).
-static inline uint64_t ember_splitmix64(uint64_t x) { return ember_mix64(x + EMBER_RNG_GAMMA); }
+static inline EMBER_HD uint64_t ember_splitmix64(uint64_t x) { return ember_mix64(x + EMBER_RNG_GAMMA); }
 
 // A key from two words; ember_rng_key(ember_rng_key(a, b), c) chains more.
 static inline uint64_t ember_rng_key(uint64_t a, uint64_t b) {

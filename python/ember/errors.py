@@ -30,6 +30,7 @@ __all__ = [
     "StateError",
     "FormatError",
     "CollectiveTimeoutError",
+    "DeviceError",
 ]
 
 
@@ -118,6 +119,13 @@ class CollectiveTimeoutError(EmberError, TimeoutError):
     status = "TIMEOUT"
 
 
+class DeviceError(EmberError, RuntimeError):
+    """EMBER_ERR_DEVICE: the GPU or its runtime failed (the cuda backend); the message carries the
+    runtime's own error string."""
+
+    status = "DEVICE"
+
+
 #: status name -> class; the extension raises through this table and gives each class its code.
 _BY_STATUS: dict[str, type[EmberError]] = {
     cls.status: cls
@@ -133,5 +141,6 @@ _BY_STATUS: dict[str, type[EmberError]] = {
         StateError,
         FormatError,
         CollectiveTimeoutError,
+        DeviceError,
     )
 }

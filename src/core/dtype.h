@@ -11,6 +11,9 @@
 #include "ember/dtype.h"
 #include "ember/rng.h"
 
+// The inline conversions below are EMBER_HD (ember/rng.h): the cuda backend's kernels call these
+// same functions, so both backends round alike.
+
 // n values between fp32 and storage dtype dt (a store rounds to nearest even), in host memory.
 // Both do nothing for a dtype that is not a storage dtype.
 void ember__load_row(ember_dtype dt, const void *src, float *dst, int32_t n);
@@ -20,12 +23,12 @@ void ember__store_row(ember_dtype dt, void *dst, const float *src, int32_t n);
 // for a dtype that holds no floats); its value as fp32 in *value.
 int64_t ember__first_nonfinite(ember_dtype dt, const void *src, int64_t n, float *value);
 
-static inline uint32_t ember__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float ember__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline EMBER_HD uint32_t ember__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline EMBER_HD float ember__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-static inline float ember__bf16_to_f32(uint16_t h) { return ember__bits_f32((uint32_t)h << 16); }
+static inline EMBER_HD float ember__bf16_to_f32(uint16_t h) { return ember__bits_f32((uint32_t)h << 16); }
 
-static inline uint16_t ember__f32_to_bf16(float f) {
+static inline EMBER_HD uint16_t ember__f32_to_bf16(float f) {
     uint32_t u = ember__f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u);                                          // nearest even
@@ -35,7 +38,7 @@ static inline uint16_t ember__f32_to_bf16(float f) {
 // bf16 stochastic rounding: add 16 random bits below the kept mantissa, then truncate. The
 // result is the upper or lower neighbour with probability proportional to proximity, so the
 // rounding is unbiased in expectation.
-static inline uint16_t ember__f32_to_bf16_sr(float f, uint32_t rnd) {
+static inline EMBER_HD uint16_t ember__f32_to_bf16_sr(float f, uint32_t rnd) {
     uint32_t u = ember__f32_bits(f);
     if ((u & 0x7f800000u) == 0x7f800000u) return ember__f32_to_bf16(f);
     uint32_t r = u + (rnd & 0xffffu);
@@ -43,7 +46,7 @@ static inline uint16_t ember__f32_to_bf16_sr(float f, uint32_t rnd) {
     return (uint16_t)(r >> 16);
 }
 
-static inline float ember__f16_to_f32(uint16_t h) {
+static inline EMBER_HD float ember__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -58,7 +61,7 @@ static inline float ember__f16_to_f32(uint16_t h) {
     return ember__bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-static inline uint16_t ember__f32_to_f16(float f) {
+static inline EMBER_HD uint16_t ember__f32_to_f16(float f) {
     uint32_t u = ember__f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
@@ -82,7 +85,7 @@ static inline uint16_t ember__f32_to_f16(float f) {
 //   fp16 subnormal range (steps of 2^-24): x = |f| * 2^24 (exact), round up when 24 random bits
 //     scaled to [0, 1) fall below frac(x) (exact);
 //   NaN, inf and |f| >= 65504: round to nearest (no stochastic overflow to inf).
-static inline uint16_t ember__f32_to_f16_sr(float f, uint32_t rnd) {
+static inline EMBER_HD uint16_t ember__f32_to_f16_sr(float f, uint32_t rnd) {
     const uint32_t u = ember__f32_bits(f), a = u & 0x7fffffffu;
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     if (!(ember__bits_f32(a) < 65504.0f)) return ember__f32_to_f16(f);
@@ -96,7 +99,7 @@ static inline uint16_t ember__f32_to_f16_sr(float f, uint32_t rnd) {
 // Random bits for stochastic rounding of column d of a row: murmur3's 32-bit finaliser of the
 // row's key (ember__sr_row_key) and the column. 32-bit multiplies, so a vector of columns costs
 // a few instructions per element on every variant.
-static inline uint32_t ember__sr_hash(uint32_t row_key, uint32_t d) {
+static inline EMBER_HD uint32_t ember__sr_hash(uint32_t row_key, uint32_t d) {
     uint32_t h = row_key ^ (d * 0x9e3779b9u);
     h ^= h >> 16;
     h *= 0x85ebca6bu;
@@ -108,7 +111,7 @@ static inline uint32_t ember__sr_hash(uint32_t row_key, uint32_t d) {
 
 // The stochastic-rounding key of one row update: a function of (seed, table, step, row) only,
 // so the rounding does not depend on threads or on the order rows are updated in.
-static inline uint32_t ember__sr_row_key(uint64_t step_key, int64_t row) {
+static inline EMBER_HD uint32_t ember__sr_row_key(uint64_t step_key, int64_t row) {
     return (uint32_t)(ember_splitmix64(step_key ^ ember_splitmix64((uint64_t)row)) >> 32);
 }
 

@@ -108,8 +108,7 @@ static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru
 static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update *ru) {
     const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
     if (!s->cw_rowwise) {
-        if (s->local && nr > 0) ember__ebc_backward_apply(s->local, &ru->seg, grad, NULL);
-        return EMBER_OK;
+        return s->local && nr > 0 ? ember__ebc_backward_apply(s->local, &ru->seg, grad, NULL) : EMBER_OK;
     }
     ember_comm *c = s->comm;
     const ember__sparse_grad *g = &ru->g;

@@ -34,8 +34,7 @@ static ember_status storage_rows(ember_ebc *ebc, const ember_kjt *kjt, const int
 static ember_status forward_mapped(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out) {
     const ember_kjt *rows;
     EMBER_TRY(storage_rows(ebc, kjt, off, EMBER__MAP_FORWARD, &rows));
-    ebc->be->forward(ebc, rows, off, resolve || ebc->mapped, out);
-    return EMBER_OK;
+    return ebc->be->forward(ebc, rows, off, resolve || ebc->mapped, out);
 }
 
 ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
@@ -96,12 +95,40 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
     return ember__ebc_backward_unchecked(ebc, kjt, grad_out, grad_weights);
 }
 
+// What the host can check of a device-memory call.
+static ember_status check_device_call(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
+                                      const char *bufname) {
+    EMBER_CHECK(ebc->ctx, ebc->be->forward_device != NULL, EMBER_ERR_UNSUPPORTED,
+                "%s: the collection's tables are on the %s backend (host memory): use the host calls", fn,
+                ember_backend_name(ebc->backend));
+    EMBER_CHECK(ebc->ctx, kjt && buf, EMBER_ERR_INVALID_ARG, "%s: %s is NULL", fn, kjt ? bufname : "kjt");
+    EMBER_CHECK(ebc->ctx, kjt->num_features == ebc->F, EMBER_ERR_INVALID_ARG, "%s: the KJT has %d features, the collection %d",
+                fn, (int)kjt->num_features, (int)ebc->F);
+    EMBER_CHECK(ebc->ctx, kjt->batch_size >= 0 && kjt->nnz >= 0, EMBER_ERR_INVALID_ARG, "%s: batch_size %d, nnz %lld", fn,
+                (int)kjt->batch_size, (long long)kjt->nnz);
+    EMBER_CHECK(ebc->ctx, kjt->offsets && (kjt->values || kjt->nnz == 0), EMBER_ERR_INVALID_ARG,
+                "%s: a device KJT needs offsets and values", fn);
+    EMBER_CHECK(ebc->ctx, !ebc->mapped, EMBER_ERR_UNSUPPORTED, "%s: tables with row maps are cpu-only", fn);
+    return EMBER_OK;
+}
+
+ember_status ember_ebc_forward_device(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_device_call(ebc, "ember_ebc_forward_device", kjt, out, "out"));
+    return ebc->be->forward_device(ebc, kjt, out);
+}
+
+ember_status ember_ebc_backward_device(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out) {
+    if (!ebc) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_device_call(ebc, "ember_ebc_backward_device", kjt, grad_out, "grad_out"));
+    return ebc->be->backward_device(ebc, kjt, grad_out);
+}
+
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
                                            float *grad_weights) {
     ember__segments s;
     EMBER_TRY(ember__ebc_backward_prepare(ebc, kjt, &s));
-    ember__ebc_backward_apply(ebc, &s, grad_out, grad_weights);
-    return EMBER_OK;
+    return ember__ebc_backward_apply(ebc, &s, grad_out, grad_weights);
 }
 
 ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s) {
@@ -112,8 +139,9 @@ ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, e
     return ebc->be->backward_prepare(ebc, rows, off, s);
 }
 
-void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
-    ebc->be->backward_apply(ebc, s, grad_out, grad_weights);
+ember_status ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out,
+                                       float *grad_weights) {
+    return ebc->be->backward_apply(ebc, s, grad_out, grad_weights);
 }
 
 ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,

@@ -1,6 +1,7 @@
 // A table's configuration: the names of its enums, its checks, what its ids are (id space) and
 // the tensors and bytes it has, all without a collection.
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tbe/backend.h"
@@ -11,10 +12,35 @@ EMBER__ENUM_NAMES(ember_init_kind, ember_init_kind, "zeros", "uniform", "normal"
 EMBER__ENUM_NAMES(ember_weight_decay_mode, ember_weight_decay_mode, "none", "l2", "decoupled")
 EMBER__ENUM_NAMES(ember_evict_policy, ember_evict_policy, "lru", "lfu", "ttl")
 EMBER__ENUM_NAMES(ember_id_space, ember_id_space, "rows", "hashed")
-EMBER__ENUM_NAMES(ember_backend, ember_backend, "cpu")
+EMBER__ENUM_NAMES(ember_backend, ember_backend, "cpu", "cuda")
 
 const ember__backend_ops *ember__backend(ember_backend kind) {
-    return kind == EMBER_BACKEND_CPU ? &ember__backend_cpu : NULL;
+    if (kind == EMBER_BACKEND_CPU) return &ember__backend_cpu;
+#ifdef EMBER_WITH_CUDA
+    if (kind == EMBER_BACKEND_CUDA) return &ember__backend_cuda;
+#endif
+    return NULL;
+}
+
+int ember_backend_supported(ember_backend b, char *why, size_t why_len) {
+    char tmp[8];
+    if (!why || why_len == 0) {
+        why = tmp;
+        why_len = sizeof tmp;
+    }
+    why[0] = 0;
+    if (b < 0 || b >= EMBER_BACKEND_COUNT) {
+        snprintf(why, why_len, "unknown backend %d", (int)b);
+        return 0;
+    }
+    if (!ember__backend(b)) {
+        snprintf(why, why_len, "the %s backend is not in this build", ember_backend_name(b));
+        return 0;
+    }
+#ifdef EMBER_WITH_CUDA
+    if (b == EMBER_BACKEND_CUDA) return ember__cuda_usable(why, why_len);
+#endif
+    return 1;
 }
 
 ember_id_space ember_table_id_space(const ember_table_config *t) {
@@ -66,6 +92,9 @@ ember_status ember__ebc_check_config(ember_ctx *ctx, const char *fn, const ember
         EMBER_CHECK(ctx, !tc->hash.enabled || tc->cache_rows == 0, EMBER_ERR_UNSUPPORTED,
                     "%s: table '%s': a hashed table cannot also be tiered (cache_rows %lld)", fn, nm,
                     (long long)tc->cache_rows);
+        EMBER_CHECK(ctx, cfg->backend == EMBER_BACKEND_CPU || !(tc->hash.enabled || tc->cache_rows > 0),
+                    EMBER_ERR_UNSUPPORTED, "%s: table '%s': %s tables live on the cpu backend only (backend %s)", fn,
+                    nm, tc->hash.enabled ? "hashed" : "tiered", ember_backend_name(cfg->backend));
         EMBER_CHECK(ctx, !(tc->hash.enabled || tc->cache_rows > 0) || !tc->stochastic_rounding, EMBER_ERR_UNSUPPORTED,
                     "%s: table '%s': stochastic rounding is not available on %s tables", fn, nm,
                     tc->hash.enabled ? "hashed" : "tiered");

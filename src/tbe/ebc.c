@@ -104,13 +104,16 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
     // The storage, then every row's initial values, through the backend.
     ebc->be = ember__backend(cfg->backend);
     EMBER_ASSERT(ebc->be != NULL); // ember__ebc_check_config refuses a backend this build lacks
-    if (ebc->be->alloc(ebc) != EMBER_OK) goto fail;
-    for (int32_t t = 0; t < ebc->T; t++)
-        if (ebc->be->init(ebc, &ebc->tables[t]) != EMBER_OK) goto fail;
+    ember_status st = ebc->be->alloc(ebc); // NOMEM, or a backend's own (no GPU, a device error)
+    for (int32_t t = 0; t < ebc->T && st == EMBER_OK; t++) st = ebc->be->init(ebc, &ebc->tables[t]);
+    if (st != EMBER_OK) {
+        ember_ebc_destroy(ebc);
+        return st;
+    }
     // Row maps, once the storage holds the initial values.
     for (int32_t t = 0; t < ebc->T; t++) {
         ember__table *tb = &ebc->tables[t];
-        const ember_status st = tb->kind ? tb->kind->create(ebc, tb, cfg, &tb->map) : EMBER_OK;
+        st = tb->kind ? tb->kind->create(ebc, tb, cfg, &tb->map) : EMBER_OK;
         if (st != EMBER_OK) {
             ember_ebc_destroy(ebc);
             return st;
@@ -247,8 +250,8 @@ ember_status ember_ebc_read(const ember_ebc *ebc, int32_t table, const char *ten
                 "%s: table '%s' tensor '%s' cannot be read as %s", fn, tb->name, tensor, ember_dtype_name(dtype));
     if (which >= nstates) return tb->map->ops->read_extra(ebc, tb, which - nstates, row_begin, row_end, dst);
     if (tb->map && tb->map->ops->read) return tb->map->ops->read(ebc, tb, which, row_begin, row_end, dtype, dst);
-    if (row_end > row_begin) ebc->be->read_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, dst);
-    return EMBER_OK;
+    if (row_end == row_begin) return EMBER_OK;
+    return ebc->be->read_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, dst);
 }
 
 static ember_status write_tensor(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
@@ -269,8 +272,8 @@ static ember_status write_tensor(ember_ebc *ebc, int32_t table, const char *tens
     EMBER_CHECK(ebc->ctx, bad < 0, EMBER_ERR_NUMERIC, "%s: table '%s' tensor '%s' row %lld column %d: %g", fn, tb->name,
                 tensor, (long long)(row_begin + bad / info.cols), (int)(bad % info.cols), (double)v);
     if (tb->map && tb->map->ops->write) return tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src);
-    if (row_end > row_begin) ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src);
-    return EMBER_OK;
+    if (row_end == row_begin) return EMBER_OK;
+    return ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src);
 }
 
 ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,

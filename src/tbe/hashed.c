@@ -58,15 +58,16 @@ static int64_t find(const hashed *m, int64_t x, int64_t *bucket) {
 }
 
 // Fresh row r for id x: initial weights of the id, fresh optimizer state (m->row holds dim
-// floats, and m1_cols, m2_cols <= dim).
+// floats, and m1_cols, m2_cols <= dim). The row calls cannot fail: hashed tables live on the cpu
+// backend alone (ember__ebc_check_config).
 static void fresh_row(ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t r, int64_t x) {
     ember__init_global(ebc, tb, x, m->row);
-    ebc->be->write_rows(ebc, tb, 0, r, 1, EMBER_DTYPE_F32, m->row);
+    (void)ebc->be->write_rows(ebc, tb, 0, r, 1, EMBER_DTYPE_F32, m->row);
     const float a = tb->optim->adagrad_init ? tb->cfg.optim.initial_accumulator : 0.0f;
     for (int32_t i = 0; i < tb->m1_cols; i++) m->row[i] = a;
-    if (tb->m1_cols) ebc->be->write_rows(ebc, tb, 1, r, 1, EMBER_DTYPE_F32, m->row);
+    if (tb->m1_cols) (void)ebc->be->write_rows(ebc, tb, 1, r, 1, EMBER_DTYPE_F32, m->row);
     for (int32_t i = 0; i < tb->m2_cols; i++) m->row[i] = 0.0f;
-    if (tb->m2_cols) ebc->be->write_rows(ebc, tb, 2, r, 1, EMBER_DTYPE_F32, m->row);
+    if (tb->m2_cols) (void)ebc->be->write_rows(ebc, tb, 2, r, 1, EMBER_DTYPE_F32, m->row);
 }
 
 static inline int worse(const hashed *m, int64_t a, int64_t b) { // a is a better victim than b

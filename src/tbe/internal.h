@@ -185,9 +185,11 @@ typedef struct ember__segments {
 // before any table changes (the sharded collection agrees on it across ranks): prepare sorts
 // the entries into *s and reserves all the workspace the update needs (EMBER_OK or
 // EMBER_ERR_NOMEM; nothing changes); apply then counts the step and updates the rows, and
-// allocates nothing. Nothing else may use the collection's workspace in between.
+// allocates nothing (it fails only on a device error of a GPU backend). Nothing else may use the
+// collection's workspace in between.
 ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, ember__segments *s);
-void ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights);
+ember_status ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out,
+                                       float *grad_weights);
 
 // Validates kjt and grad_out (finite) the way backward does, without changing anything.
 ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *caller, const ember_kjt *kjt,

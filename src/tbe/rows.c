@@ -1,11 +1,12 @@
 // The bottom of the collection layer: what every file of src/tbe asks of a collection and none
 // of them implements for the others: a row's initial values (a function of the seed, the table
 // and the global coordinates, so every sharding starts from the same weights), the workspace,
-// the offsets of a KJT, and the table of a sort key. Calls nothing of src/tbe: the layer has no call circle.
+// the offsets of a KJT, the table of a sort key, and the slab layout every backend uses. Calls
+// nothing of src/tbe: the layer has no call circle.
 #include <math.h>
 
 #include "core/dtype.h"
-#include "tbe/internal.h"
+#include "tbe/backend.h"
 
 // Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
 static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
@@ -53,4 +54,31 @@ int32_t ember__ebc_key_table(const ember_ebc *ebc, int64_t key) {
         else hi = mid - 1;
     }
     return lo;
+}
+
+size_t ember__weight_block(const ember__table *tb, ember_dtype dt) {
+    return ((size_t)tb->slab_rows * (size_t)tb->cfg.dim * ember_dtype_size(dt) + 63) & ~(size_t)63;
+}
+
+void ember__slab_sizes(const ember_ebc *ebc, size_t *weight_bytes, size_t *state_floats) {
+    *weight_bytes = *state_floats = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        const ember__table *tb = &ebc->tables[t];
+        *weight_bytes += ember__weight_block(tb, tb->cfg.dtype);
+        *state_floats += (size_t)tb->slab_rows * (size_t)(tb->m1_cols + tb->m2_cols);
+    }
+}
+
+void ember__slab_layout(ember_ebc *ebc, unsigned char *weights, float *state) {
+    size_t woff = 0, soff = 0;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        tb->w = weights + woff;
+        woff += ember__weight_block(tb, tb->cfg.dtype);
+        const size_t n1 = (size_t)tb->slab_rows * (size_t)tb->m1_cols, n2 = (size_t)tb->slab_rows * (size_t)tb->m2_cols;
+        tb->m1 = n1 ? state + soff : NULL;
+        soff += n1;
+        tb->m2 = n2 ? state + soff : NULL;
+        soff += n2;
+    }
 }

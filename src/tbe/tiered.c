@@ -179,17 +179,18 @@ static void store_record(tiered *m, int64_t row, const unsigned char *buf) {
     m->stats.bytes_written += (int64_t)m->rec;
 }
 
-// A cache slot's row to and from a record, through the backend's row calls.
+// A cache slot's row to and from a record, through the backend's row calls (which cannot fail:
+// tiered tables live on the cpu backend alone, ember__ebc_check_config).
 static void slot_to_record(const ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot,
                            unsigned char *buf) {
-    ebc->be->read_rows(ebc, tb, 0, slot, 1, tb->cfg.dtype, buf);
-    if (tb->m1_cols) ebc->be->read_rows(ebc, tb, 1, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 1));
-    if (tb->m2_cols) ebc->be->read_rows(ebc, tb, 2, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 2));
+    (void)ebc->be->read_rows(ebc, tb, 0, slot, 1, tb->cfg.dtype, buf);
+    if (tb->m1_cols) (void)ebc->be->read_rows(ebc, tb, 1, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 1));
+    if (tb->m2_cols) (void)ebc->be->read_rows(ebc, tb, 2, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 2));
 }
 static void record_to_slot(ember_ebc *ebc, const tiered *m, const ember__table *tb, int64_t slot, unsigned char *buf) {
-    ebc->be->write_rows(ebc, tb, 0, slot, 1, tb->cfg.dtype, buf);
-    if (tb->m1_cols) ebc->be->write_rows(ebc, tb, 1, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 1));
-    if (tb->m2_cols) ebc->be->write_rows(ebc, tb, 2, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 2));
+    (void)ebc->be->write_rows(ebc, tb, 0, slot, 1, tb->cfg.dtype, buf);
+    if (tb->m1_cols) (void)ebc->be->write_rows(ebc, tb, 1, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 1));
+    if (tb->m2_cols) (void)ebc->be->write_rows(ebc, tb, 2, slot, 1, EMBER_DTYPE_F32, rec_state(m, tb, buf, 2));
 }
 
 // ---- prefetch ------------------------------------------------------------------------------

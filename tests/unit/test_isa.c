@@ -5,7 +5,12 @@
 // gradients, and every tensor of every table (native bits) after several steps; and the
 // coalesce + apply path of the data-parallel scheme. A variant the host cannot run is skipped
 // with the reason printed; where SIMDe is available, the AVX-512 variant's code also runs
-// emulated (tests/support/isa/avx512_emulated.c) on hosts without AVX-512.
+// emulated (tests/support/isa/avx512_emulated.c) on hosts without AVX-512. The last batch of
+// each run has hot rows (a third of the ids on row 0: long segments).
+//
+// With EMBER_TEST_BACKEND=cuda (unit.backend.cuda) the same matrix compares the cuda backend
+// with the cpu's generic variant instead, and a second cuda run with the first (run to run);
+// without a usable GPU (or a build without the backend) it exits 77 with the reason.
 #define _POSIX_C_SOURCE 200809L // setenv, strdup
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +21,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#ifdef EMBER_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "ember.h"
 #include "gen.h"
@@ -38,6 +46,7 @@ typedef struct variant {
     const char *name;
     ember_isa isa;                 // the context's variant
     const ember__tbe_kernels *kern; // installed on the collection instead (emulation), or NULL
+    ember_backend backend;
 } variant;
 
 static variant variants[EMBER_ISA_COUNT + 1];
@@ -46,17 +55,24 @@ static int nvariants;
 // The variants to compare against generic: each one the host runs, and the emulated AVX-512.
 static void find_variants(void) {
     nvariants = 0;
+    const char *be = getenv("EMBER_TEST_BACKEND");
+    if (be && strcmp(be, "cuda") == 0) {
+        variants[nvariants++] = (variant){"generic", EMBER_ISA_GENERIC, NULL, EMBER_BACKEND_CPU};
+        variants[nvariants++] = (variant){"cuda", EMBER_ISA_GENERIC, NULL, EMBER_BACKEND_CUDA};
+        variants[nvariants++] = (variant){"cuda (second run)", EMBER_ISA_GENERIC, NULL, EMBER_BACKEND_CUDA};
+        return;
+    }
     for (int i = EMBER_ISA_GENERIC; i < EMBER_ISA_COUNT; i++) {
         char why[160];
         if (ember_isa_supported((ember_isa)i, why, sizeof why)) {
-            variants[nvariants++] = (variant){ember_isa_name((ember_isa)i), (ember_isa)i, NULL};
+            variants[nvariants++] = (variant){ember_isa_name((ember_isa)i), (ember_isa)i, NULL, EMBER_BACKEND_CPU};
         } else {
             printf("unit.isa: %s: skipped on this host: %s\n", ember_isa_name((ember_isa)i), why);
 #ifdef EMBER_TEST_AVX512_EMULATED
             // The emulation itself uses the host's AVX2 and F16C.
             if (i == EMBER_ISA_AVX512 && ember_isa_supported(EMBER_ISA_AVX2, NULL, 0)) {
                 variants[nvariants++] = (variant){"avx512 (emulated by SIMDe)", EMBER_ISA_GENERIC,
-                                                  &ember__tbe_kernels_avx512_emulated};
+                                                  &ember__tbe_kernels_avx512_emulated, EMBER_BACKEND_CPU};
                 printf("unit.isa: avx512: its code runs emulated by SIMDe instead\n");
             }
 #endif
@@ -135,13 +151,14 @@ static void quiet_log(void *user, ember_log_level level, const char *msg) {
     quiet_log_calls++;
 }
 
-static ember_ebc *make_ebc(const variant *v, const fixture *fx, ember_ctx **ctx) {
+static ember_ebc *make_ebc(const variant *v, fixture *fx, ember_ctx **ctx) {
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
     cc.isa = v->isa;
     cc.num_threads = 2;
     cc.log = quiet_log; // the CLAMP cases warn on every call
     assert_int_equal(ember_ctx_create(&cc, ctx), EMBER_OK);
     ember_ebc *ebc = NULL;
+    fx->cfg.backend = v->backend;
     assert_int_equal(ember_ebc_create(*ctx, &fx->cfg, &ebc), EMBER_OK);
     if (v->kern) ember__cpu_set_kernels(ebc, v->kern);
     return ebc;
@@ -168,6 +185,8 @@ static void make_batch(gen_kjt *g, const tcase *c, int step) {
     int64_t rows[NF];
     for (int f = 0; f < NF; f++) rows[f] = ROWS[FTAB[f]];
     gen_kjt_make(g, &r, NF, BATCH, rows, 12, 0.3, c->weighted);
+    if (step == STEPS - 1) // hot rows: long segments
+        for (int64_t j = 0; j < g->kjt.nnz; j += 3) g->values[j] = 0;
     if (c->bounds != EMBER_BOUNDS_ERROR)
         for (int64_t j = 0; j < g->kjt.nnz; j += 7) g->values[j] = j % 2 ? -3 : 5000;
     g->kjt.lengths = NULL; // offsets only
@@ -284,6 +303,139 @@ static void variants_match_generic_coalesce_apply(void **state) {
     matrix(EMBER_POOL_MEAN, run_apply, "coalesce+apply");
 }
 
+#ifdef EMBER_TEST_CUDA
+// A host array copied to a new device buffer (NULL for n == 0 bytes).
+static void *to_device(const void *p, size_t bytes) {
+    void *d = NULL;
+    if (!bytes) return NULL;
+    assert_int_equal(cudaMalloc(&d, bytes), cudaSuccess);
+    assert_int_equal(cudaMemcpy(d, p, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return d;
+}
+
+// ember_ebc_forward_device/backward_device (device memory) give the host calls' bits on the same
+// batches; their device-side checks refuse bad offsets, ids outside a table (ERROR), non-finite
+// weights and gradients before anything changes.
+static void device_calls_match_host_calls(void **state) {
+    (void)state;
+    if (variants[nvariants - 1].backend != EMBER_BACKEND_CUDA) skip();
+    for (int weighted = 0; weighted < 2; weighted++) {
+        const tcase c = {EMBER_OPT_ADAM, EMBER_DTYPE_BF16, 1, EMBER_POOL_MEAN, weighted, EMBER_WD_NONE,
+                         EMBER_BOUNDS_ERROR};
+        fixture fa, fb;
+        make_config(&fa, &c);
+        make_config(&fb, &c);
+        ember_ctx *ca, *cb;
+        ember_ebc *host = make_ebc(&variants[0], &fa, &ca), *dev = make_ebc(&variants[1], &fb, &cb);
+        for (int step = 0; step < STEPS; step++) {
+            gen_kjt g;
+            make_batch(&g, &c, step);
+            const int64_t n = ember_ebc_output_size(host, &g.kjt);
+            const size_t nb = (size_t)(n ? n : 1) * sizeof(float);
+            float *oa = malloc(nb), *ob = malloc(nb), *grad = malloc(nb);
+            test_rng r = {0xabcdu + (uint64_t)step};
+            for (int64_t i = 0; i < n; i++) grad[i] = (float)(rng_uniform(&r) - 0.5);
+            const size_t nf = (size_t)NF * BATCH + 1, nz = (size_t)g.kjt.nnz;
+            ember_kjt dk = g.kjt;
+            dk.offsets = to_device(g.kjt.offsets, nf * sizeof(int64_t));
+            dk.values = to_device(g.kjt.values, nz * sizeof(int64_t));
+            dk.weights = weighted ? to_device(g.kjt.weights, nz * sizeof(float)) : NULL;
+            float *dout, *dgrad = to_device(grad, nb);
+            assert_int_equal(cudaMalloc((void **)&dout, nb), cudaSuccess);
+            assert_int_equal(ember_ebc_forward(host, &g.kjt, oa), EMBER_OK);
+            assert_int_equal(ember_ebc_forward_device(dev, &dk, dout), EMBER_OK);
+            assert_int_equal(cudaMemcpy(ob, dout, nb, cudaMemcpyDeviceToHost), cudaSuccess);
+            assert_memory_equal(oa, ob, (size_t)n * sizeof(float));
+            // Refused on the device, nothing changed: then the good call, compared below.
+            ember_kjt bad = dk;
+            bad.nnz = dk.nnz + 1; // offsets no longer end at nnz
+            assert_int_equal(ember_ebc_backward_device(dev, &bad, dgrad), EMBER_ERR_INVALID_ARG);
+            if (nz) {
+                int64_t *vals = malloc(nz * sizeof(int64_t));
+                memcpy(vals, g.kjt.values, nz * sizeof(int64_t));
+                vals[nz - 1] = 1 << 20;
+                bad = dk;
+                bad.values = to_device(vals, nz * sizeof(int64_t));
+                assert_int_equal(ember_ebc_backward_device(dev, &bad, dgrad), EMBER_ERR_OUT_OF_RANGE);
+                assert_int_equal(ember_ebc_forward_device(dev, &bad, dout), EMBER_ERR_OUT_OF_RANGE);
+                cudaFree((void *)bad.values);
+                free(vals);
+            }
+            if (n) {
+                const float nan = grad[n / 2];
+                grad[n / 2] = (float)NAN;
+                assert_int_equal(cudaMemcpy(dgrad, grad, nb, cudaMemcpyHostToDevice), cudaSuccess);
+                assert_int_equal(ember_ebc_backward_device(dev, &dk, dgrad), EMBER_ERR_NUMERIC);
+                grad[n / 2] = nan;
+                assert_int_equal(cudaMemcpy(dgrad, grad, nb, cudaMemcpyHostToDevice), cudaSuccess);
+            }
+            assert_int_equal(ember_ebc_backward(host, &g.kjt, grad, NULL), EMBER_OK);
+            assert_int_equal(ember_ebc_backward_device(dev, &dk, dgrad), EMBER_OK);
+            cudaFree((void *)dk.offsets);
+            cudaFree((void *)dk.values);
+            cudaFree((void *)dk.weights);
+            cudaFree(dout);
+            cudaFree(dgrad);
+            free(oa);
+            free(ob);
+            free(grad);
+            gen_kjt_free(&g);
+        }
+        trace ta = {0}, tb = {0};
+        put_tables(&ta, host);
+        put_tables(&tb, dev);
+        assert_int_equal(ta.n, tb.n);
+        assert_memory_equal(ta.data, tb.data, ta.n);
+        free(ta.data);
+        free(tb.data);
+        ember_ebc_destroy(host);
+        ember_ebc_destroy(dev);
+        ember_ctx_destroy(ca);
+        ember_ctx_destroy(cb);
+    }
+}
+#else
+static void device_calls_match_host_calls(void **state) {
+    (void)state;
+    skip();
+}
+#endif
+
+// A backend that cannot run here is refused with its reason, never run; tiered tables stay on the
+// cpu; the device-memory calls refuse a cpu collection.
+static void backend_choice(void **state) {
+    (void)state;
+    const tcase c = {EMBER_OPT_SGD, EMBER_DTYPE_F32, 0, EMBER_POOL_SUM, 0, EMBER_WD_NONE, EMBER_BOUNDS_ERROR};
+    fixture fx;
+    make_config(&fx, &c);
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(&cc, &ctx), EMBER_OK);
+    char why[256];
+    ember_ebc *ebc = NULL;
+    fx.cfg.backend = EMBER_BACKEND_CUDA;
+    if (!ember_backend_supported(EMBER_BACKEND_CUDA, why, sizeof why)) {
+        assert_int_equal(ember_ebc_create(ctx, &fx.cfg, &ebc), EMBER_ERR_UNSUPPORTED);
+        assert_null(ebc);
+        assert_non_null(strstr(ember_ctx_errmsg(ctx), "cuda"));
+    }
+    fx.tables[3].cache_rows = 10;
+    assert_int_equal(ember_ebc_create(ctx, &fx.cfg, &ebc), EMBER_ERR_UNSUPPORTED);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "cpu backend only"));
+    fx.tables[3].cache_rows = 0;
+    fx.cfg.backend = EMBER_BACKEND_CPU;
+    assert_int_equal(ember_ebc_create(ctx, &fx.cfg, &ebc), EMBER_OK);
+    const int64_t offsets[NF * 2 + 1] = {0};
+    const int64_t values[1] = {0};
+    const ember_kjt kjt = {NF, 2, NULL, offsets, values, NULL, 0};
+    float out[1];
+    assert_int_equal(ember_ebc_forward_device(ebc, &kjt, out), EMBER_ERR_UNSUPPORTED);
+    assert_int_equal(ember_ebc_backward_device(ebc, &kjt, out), EMBER_ERR_UNSUPPORTED);
+    ember_ebc_destroy(ebc);
+    assert_false(ember_backend_supported((ember_backend)7, why, sizeof why));
+    ember_ctx_destroy(ctx);
+}
+
 static void isa_names_round_trip(void **state) {
     (void)state;
     for (int i = 0; i < EMBER_ISA_COUNT; i++) {
@@ -337,6 +489,15 @@ static void context_variant_choice(void **state) {
 
 int main(void) {
     find_variants();
+    if (variants[nvariants - 1].backend != EMBER_BACKEND_CPU) {
+        char why[256];
+        if (!ember_backend_supported(variants[nvariants - 1].backend, why, sizeof why)) {
+            printf("unit.backend.%s: skipped: %s\n", ember_backend_name(variants[nvariants - 1].backend), why);
+            return 77;
+        }
+        printf("unit.backend.%s: comparing with the cpu backend (generic variant), and run to run\n",
+               ember_backend_name(variants[nvariants - 1].backend));
+    }
     printf("unit.isa: comparing %d variant(s) with generic on %s (%s)\n", nvariants - 1, ember_cpu_name(),
            ember_cpu_features());
     const struct CMUnitTest tests[] = {
@@ -346,6 +507,8 @@ int main(void) {
         cmocka_unit_test(variants_match_generic_mean),
         cmocka_unit_test(variants_match_generic_sequence),
         cmocka_unit_test(variants_match_generic_coalesce_apply),
+        cmocka_unit_test(device_calls_match_host_calls),
+        cmocka_unit_test(backend_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

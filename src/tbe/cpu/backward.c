@@ -214,7 +214,7 @@ ember_status ember__cpu_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, c
     return row_scratch(ebc) ? EMBER_OK : EMBER_ERR_NOMEM;
 }
 
-void ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
+ember_status ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights) {
     float *scratch = ebc->ws[WS_ROWBUF].p; // reserved by prepare
     // Nothing here can fail: the update is all or nothing.
     if (grad_weights) weight_grads(ebc, s, grad_out, grad_weights, scratch);
@@ -226,6 +226,7 @@ void ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const f
         ember__cpu_kern(ebc)->update_segments(ebc, s, grad_out, ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c, nc),
                                    ember__split(s->seg, s->u, EMBER__SEGMENT_COST, c + 1, nc), g, g + ebc->max_dim);
     }
+    return EMBER_OK;
 }
 
 ember_status ember__cpu_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, const float *grad_out,

@@ -27,9 +27,9 @@ static inline unsigned char *ember__row_ptr(const ember__table *t, int64_t r) { 
 void ember__cpu_set_kernels(ember_ebc *ebc, const ember__tbe_kernels *kern);
 
 // forward.c, backward.c: the compute calls of backend.h.
-void ember__cpu_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out);
+ember_status ember__cpu_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out);
 ember_status ember__cpu_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, ember__segments *s);
-void ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights);
+ember_status ember__cpu_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out, float *grad_weights);
 ember_status ember__cpu_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, const float *grad_out,
                                  ember__sparse_grad *out);
 ember_status ember__cpu_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n,

