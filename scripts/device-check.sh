@@ -5,7 +5,8 @@
 # against a plain gather kernel and the HBM read rate, and torch's embedding bags on the same GPU),
 # and writes everything under one folder:
 #
-#   bash scripts/device-check.sh [OUTDIR]     (default: $OUT when set, else device-results/)
+#   bash scripts/device-check.sh [OUTDIR] [--profile]   (OUTDIR default: $OUT when set, else
+#                                                        device-results/)
 #
 # OUTDIR/ gets build.log, tests.log, bench.jsonl, bench.log, peers.jsonl, summary.md (the target
 # table, bench/cuda_table.py) and env.txt. Exit status: 0 when the build, the tests and every
@@ -18,7 +19,12 @@
 # packages of the others, unpacked with dpkg -x). About 4 minutes on an H100 machine (16 cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-${OUT:-device-results}}
+profile=0
+args=()
+for a in "$@"; do
+    if [ "$a" = --profile ]; then profile=1; else args+=("$a"); fi
+done
+out=${args[0]:-${OUT:-device-results}}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 deps=$PWD/.device-deps
@@ -102,6 +108,17 @@ for s in "${shapes[@]}"; do
         >>"$out/bench.jsonl" 2>>"$out/bench.log" || rc=1
 done
 stamp "ember bench tbe --backend cuda: $(wc -l <"$out/bench.jsonl") cases (bench.jsonl, bench.log)"
+# --profile: each kernel's time in one SGD step at B = 16384, uniform and Zipf (Nsight Compute,
+# one metric: the kernels' durations), appended to bench.log: where the step's time goes.
+if [ $profile = 1 ] && command -v ncu >/dev/null; then
+    for dist in uniform zipf; do
+        echo "== ncu: train_sgd fp32 $dist B=16384 (gpu__time_duration.sum, ns)" >>"$out/bench.log"
+        LD_LIBRARY_PATH=$libs timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+            "$b/bin/ember" bench tbe --backend cuda --json --shape 32,100000,128,16384,20 --pool sum --dtype fp32 \
+            --dist $dist --ops train_sgd --iters 1 --warmup 0 2>&1 | grep -vE '^\{|^==PROF==' >>"$out/bench.log"
+    done
+    stamp "profile: per-kernel times in bench.log"
+fi
 args=()
 for s in "${shapes[@]}"; do args+=(--shape "$s"); done
 python3 bench/peers/torch_cuda.py "${args[@]}" --dtype fp32,bf16 --dist uniform,zipf --iters 10 --warmup 2 \
