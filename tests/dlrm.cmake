@@ -124,6 +124,18 @@ add_test(NAME dist.train.cli.no_usable_data.np3
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.no_usable_data.np3 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 3
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# The .npy header parser: what numpy writes is read, the rest refused with a reason.
+ember_unit_test(dlrm_npy ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dlrm_npy.c)
+target_link_libraries(test_dlrm_npy PRIVATE ember_app)
+# TorchRec's Criteo day files (--dataset criteo_npy): the same data as day files and as TSV trains
+# the same model bit for bit, 1 to 3 ranks alike; unreadable files are one error line naming them.
+ember_test_exe(npy_days ${CMAKE_CURRENT_SOURCE_DIR}/dist/npy_days.c)
+target_link_libraries(npy_days PRIVATE m)
+add_test(NAME dist.train.cli.criteo_npy
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_npy.sh $<TARGET_FILE:ember_cli> $<TARGET_FILE:npy_days>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.criteo_npy PROPERTIES TIMEOUT 600 LABELS "dist;cli;mpi" PROCESSORS 3
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
 # An option of the other data set is a usage error naming it, in either direction and order.
 ember_cli_test(dist.train.cli.data_path_without_criteo 0 2
                "^ember train: --data_path is an option of --dataset criteo, but the dataset is synthetic \\(the default\\), which ignores it: add --dataset criteo" 1

@@ -140,6 +140,7 @@ const char *cli_name_grad_convention(int v) {
 const char *cli_name_dataset(int v) {
     return v >= 0 && v < TRAIN_DATASET_COUNT ? train_dataset_name((train_dataset)v) : NULL;
 }
+const char *cli_name_eval_split(int v) { return v == 0 ? "val" : v == 1 ? "test" : NULL; }
 const char *cli_name_malformed(int v) {
     return v >= 0 && v < CRITEO_MALFORMED_COUNT ? criteo_malformed_name((criteo_malformed_mode)v) : NULL;
 }

@@ -44,6 +44,7 @@ void cli_optim_names(const char *sep, char *buf, size_t cap);
 // these values by name.
 const char *cli_name_grad_convention(int v);     // ember_grad_convention
 const char *cli_name_dataset(int v);             // train_dataset
+const char *cli_name_eval_split(int v);          // criteo_npy's eval half: "val", "test"
 const char *cli_name_malformed(int v);           // criteo_malformed_mode
 const char *cli_name_dense_optimizer(int v);     // dense_optim_kind
 const char *cli_name_embedding_optimizer(int v); // ember_optim_kind

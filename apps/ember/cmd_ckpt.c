@@ -68,6 +68,11 @@ static void print_trainer(FILE *f, const trainstate *ts) {
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic, seed %llu, zipf alpha %g", (unsigned long long)o->seed, o->zipf_alpha);
         if (o->synth_items > 1) fprintf(f, ", %lld items per row", (long long)o->synth_items);
+    } else if (o->dataset == TRAIN_CRITEO_NPY) {
+        char days[48] = "every day but the last";
+        if (o->train_days) snprintf(days, sizeof days, "days 0..%d", (int)o->train_days - 1);
+        fprintf(f, "  data        criteo day files in '%s', training on %s, eval split %s, seed %llu",
+                o->data_dir ? o->data_dir : "?", days, o->eval_split ? "test" : "val", (unsigned long long)o->seed);
     } else {
         fprintf(f, "  data        criteo '%s', eval %s%s%s, seed %llu", o->data_path ? o->data_path : "?",
                 o->eval_data_path ? "'" : "its held-out head", o->eval_data_path ? o->eval_data_path : "",

@@ -44,21 +44,27 @@ static const char help[] =
     "                                    to nearest even; an fp16 overflow stops the step (docs/sharding.md)\n"
     "\n"
     "data:\n"
-    "  --dataset synthetic|criteo        (default synthetic)\n"
+    "  --dataset synthetic|criteo|criteo_npy  (default synthetic)\n"
     "  --data_path FILE                  criteo: training TSV (label, 13 integers, 26 hex categoricals)\n"
     "  --eval_data_path FILE             criteo: eval TSV (default: hold out the first\n"
     "                                    --limit_val_batches batches of --data_path)\n"
     "  --zipf_alpha X                    synthetic: Zipf exponent of the ids (default 1.2)\n"
     "  --malformed skip|fatal            criteo: skip and count malformed lines, or stop (default skip)\n"
-    "                                    (the options of one dataset are refused with the other; a\n"
+    "  --data_dir DIR                    criteo_npy: TorchRec's preprocessed day files day_{d}_dense.npy,\n"
+    "                                    day_{d}_sparse.npy, day_{d}_labels.npy, read in place\n"
+    "  --train_days N                    criteo_npy: days 0..N-1 train, day N evaluates (default: every\n"
+    "                                    day but the last)\n"
+    "  --eval_split val|test             criteo_npy: the eval day's first half (val, default) or second\n"
+    "                                    (the options of one dataset are refused with the others; a\n"
     "                                    file without a usable line stops the run)\n"
     "\n"
     "training:\n"
     "  --batch_size N                    global batch, split over the ranks (default 2048)\n"
     "  --epochs N                        passes over the training data (default 1)\n"
     "  --limit_train_batches N           global batches per epoch; synthetic: the training set size\n"
-    "                                    (default 1000; 0 = whole file for criteo)\n"
-    "  --limit_val_batches N             eval global batches (default 16; 0 = whole file for criteo)\n"
+    "                                    (default 1000; 0 = whole file for criteo, criteo_npy)\n"
+    "  --limit_val_batches N             eval global batches (default 16; 0 = the whole eval data for\n"
+    "                                    criteo, criteo_npy)\n"
     "  --eval_interval N                 evaluate every N steps, and at the end (default 200; 0 = end)\n"
     "  --learning_rate X                 (default 0.05)\n"
     "  --embedding_learning_rate X       embedding tables' rate (default: --learning_rate)\n"
@@ -323,7 +329,7 @@ static const char *progress_name(int v) {
 
 // The data set an option belongs to (the others take it as given): an option of the other one is
 // a usage error; so is an option of collisionless hashing with --hash modulo.
-enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2, HASH_ONLY = 3 };
+enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2, HASH_ONLY = 3, NPY_ONLY = 4 };
 
 #define F(m) CLI_FIELD(train_cli, m)
 #define INT(name, m, lo, hi) {name, CLI_INT, F(m), lo, hi, NULL, NULL, ANY_DATA}
@@ -355,6 +361,9 @@ static const cli_flag flags[] = {
     TEXT("eval_data_path", o.eval_data_path, CRITEO_ONLY),
     REAL("zipf_alpha", o.zipf_alpha, SYNTHETIC_ONLY),
     NAME("malformed", o.malformed, cli_name_malformed, CRITEO_ONLY),
+    TEXT("data_dir", o.data_dir, NPY_ONLY),
+    {"train_days", CLI_INT, F(o.train_days), 1, 1 << 20, NULL, NULL, NPY_ONLY},
+    NAME("eval_split", o.eval_split, cli_name_eval_split, NPY_ONLY),
     // training
     INT("batch_size", o.batch_size, 1, MAX_COUNT),
     INT("epochs", o.epochs, 1, MAX_INT32),
@@ -416,9 +425,10 @@ static const char *first_of(const int *order, int data, char *buf, size_t cap) {
 
 // The options that do not go together. Returns false with the message in err.
 static bool check_together(const train_options *o, const int *order, char *err, size_t cap) {
-    char criteo[64], synthetic[64];
+    char criteo[64], synthetic[64], npy[64];
     const char *criteo_only = first_of(order, CRITEO_ONLY, criteo, sizeof criteo);
     const char *synthetic_only = first_of(order, SYNTHETIC_ONLY, synthetic, sizeof synthetic);
+    const char *npy_only = first_of(order, NPY_ONLY, npy, sizeof npy);
     if (o->ssd_tables && o->cache_rows == 0) {
         snprintf(err, cap, "--ssd_tables puts tables on disk behind a DRAM cache: give its size with --cache_rows N");
         return false;
@@ -455,14 +465,14 @@ static bool check_together(const train_options *o, const int *order, char *err, 
     }
     // An option the chosen data set ignores is a mistake, not a detail: `--data_path F` alone
     // would train on synthetic data and report an AUC of it.
-    if (o->dataset == TRAIN_SYNTHETIC && criteo_only) {
-        snprintf(err, cap, "%s is an option of --dataset criteo, but the dataset is synthetic%s, which ignores it: "
-                 "add --dataset criteo", criteo_only, order[row("dataset")] ? "" : " (the default)");
-        return false;
-    }
-    if (o->dataset == TRAIN_CRITEO && synthetic_only) {
-        snprintf(err, cap, "%s is an option of --dataset synthetic (the generated ids), but the dataset is criteo, "
-                 "which ignores it", synthetic_only);
+    const char *const given[TRAIN_DATASET_COUNT] = {synthetic_only, criteo_only, npy_only};
+    for (int d = 0; d < TRAIN_DATASET_COUNT; d++) {
+        if (!given[d] || d == (int)o->dataset) continue;
+        snprintf(err, cap, "%s is an option of --dataset %s%s, but the dataset is %s%s, which ignores it%s%s", given[d],
+                 train_dataset_name((train_dataset)d), d == TRAIN_SYNTHETIC ? " (the generated ids)" : "",
+                 train_dataset_name(o->dataset),
+                 order[row("dataset")] ? "" : " (the default)", d == TRAIN_SYNTHETIC ? "" : ": add --dataset ",
+                 d == TRAIN_SYNTHETIC ? "" : train_dataset_name((train_dataset)d));
         return false;
     }
     if (order[row("sharding")] && o->plan_path) {

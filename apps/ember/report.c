@@ -108,6 +108,10 @@ void report_config(run *R) {
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
                 (unsigned long long)o->seed, o->zipf_alpha);
+    } else if (o->dataset == TRAIN_CRITEO_NPY) {
+        fprintf(f, "  data        criteo day files in '%s': train %lld rows, eval %lld rows (%s split)\n", o->data_dir,
+                R->train.npy ? (long long)criteo_npy_rows(R->train.npy) : 0LL,
+                R->eval.npy ? (long long)criteo_npy_rows(R->eval.npy) : 0LL, o->eval_split ? "test" : "val");
     } else {
         fprintf(f, "  data        criteo '%s', eval ", o->data_path);
         if (o->eval_data_path) fprintf(f, "'%s'", o->eval_data_path);
@@ -363,6 +367,10 @@ void report_eval_header(const run *R) {
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(out, "  data        synthetic eval split, seed %llu, zipf alpha %g: %lld global batches of %lld\n",
                 (unsigned long long)o->seed, o->zipf_alpha, (long long)o->limit_val_batches, (long long)o->batch_size);
+    } else if (o->dataset == TRAIN_CRITEO_NPY) {
+        fprintf(out, "  data        criteo day files in '%s', the %s split (%lld rows) in global batches of %lld\n",
+                o->data_dir, o->eval_split ? "test" : "val", R->eval.npy ? (long long)criteo_npy_rows(R->eval.npy) : 0LL,
+                (long long)o->batch_size);
     } else {
         const char *path = o->eval_data_path ? o->eval_data_path : o->data_path;
         fprintf(out, "  data        criteo '%s', ", path);

@@ -52,6 +52,9 @@ ember_status run_validate_options(ember_ctx *ctx, const train_options *o, int32_
                   "generated sets and must be >= 1");
         APP_CHECK(ctx, isfinite(o->zipf_alpha) && o->zipf_alpha >= 0.0, EMBER_ERR_INVALID_ARG,
                   "--zipf_alpha %g: expected a number >= 0", o->zipf_alpha);
+    } else if (o->dataset == TRAIN_CRITEO_NPY) {
+        APP_CHECK(ctx, o->data_dir != NULL, EMBER_ERR_INVALID_ARG,
+                  "--dataset criteo_npy needs --data_dir DIR (TorchRec's day_{d}_dense/sparse/labels.npy files)");
     } else {
         APP_CHECK(ctx, o->data_path != NULL, EMBER_ERR_INVALID_ARG, "--dataset criteo needs --data_path FILE");
         APP_CHECK(ctx, o->eval_data_path != NULL || o->limit_val_batches >= 1, EMBER_ERR_INVALID_ARG,
@@ -201,6 +204,31 @@ ember_status run_open_data(run *R) {
                            .bias = SYNTH_BIAS};
         APP_TRY(synth_create(R->ctx, &sc, &R->syn));
         R->train.syn = R->eval.syn = R->syn;
+    } else if (o->dataset == TRAIN_CRITEO_NPY) {
+        // Days [0, train_days) train; day train_days evaluates, its first half (val) or second (test).
+        const int32_t last = criteo_npy_last_day(o->data_dir);
+        APP_CHECK(R->ctx, last >= 0, EMBER_ERR_IO, "--data_dir '%s': no day_0_dense.npy there (TorchRec's day files)",
+                  o->data_dir);
+        const int32_t days = o->train_days ? o->train_days : last;
+        APP_CHECK(R->ctx, days >= 1 && days <= last, EMBER_ERR_INVALID_ARG,
+                  "--data_dir '%s' holds days 0..%d: %s needs day%s 0..%d for training and day %d for evaluation",
+                  o->data_dir, (int)last, o->train_days ? "--train_days" : "the default split", days > 1 ? "s" : "",
+                  (int)(days - 1), (int)days);
+        criteo_npy_config nc = {.dir = o->data_dir,
+                                .rows = o->rows,
+                                .rank = R->rank,
+                                .world = R->world,
+                                .global_batch = o->batch_size,
+                                .first_day = 0,
+                                .num_days = days,
+                                .part = NPY_DAYS,
+                                .max_rows = 0,
+                                .raw_ids = o->collisionless};
+        if (!R->eval_only) APP_TRY(criteo_npy_open(R->ctx, &nc, &R->train.npy));
+        nc.first_day = days;
+        nc.num_days = 1;
+        nc.part = o->eval_split ? NPY_SECOND_HALF : NPY_FIRST_HALF;
+        APP_TRY(criteo_npy_open(R->ctx, &nc, &R->eval.npy));
     } else {
         const int64_t eval_lines = o->limit_val_batches * o->batch_size;
         criteo_config tc = {.path = o->data_path,
@@ -231,6 +259,14 @@ ember_status run_open_data(run *R) {
 // nothing usable, the message is about the whole file.
 ember_status run_require_data(run *R) {
     const train_options *o = R->o;
+    if (o->dataset == TRAIN_CRITEO_NPY) { // every rank opened the same files: a local check
+        APP_CHECK(R->ctx, !R->train.npy || criteo_npy_rows(R->train.npy) > 0, EMBER_ERR_FORMAT,
+                  "--data_dir '%s': the training days hold no row", o->data_dir);
+        APP_CHECK(R->ctx, criteo_npy_rows(R->eval.npy) > 0, EMBER_ERR_FORMAT,
+                  "--data_dir '%s': the eval split (--eval_split %s) holds no row", o->data_dir,
+                  o->eval_split ? "test" : "val");
+        return EMBER_OK;
+    }
     if (o->dataset != TRAIN_CRITEO) return EMBER_OK;
     const int64_t held = o->eval_data_path ? 0 : o->limit_val_batches * o->batch_size;
     source_scan eval, train = {.usable = true};

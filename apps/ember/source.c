@@ -16,6 +16,7 @@ ember_status source_seek(source *s, int64_t batch) {
     s->next = s->cursor = batch;
     ember_status st = EMBER_OK;
     if (s->reader) st = criteo_seek(s->reader, batch);
+    if (s->npy) criteo_npy_seek(s->npy, batch);
     if (s->loader) {
         if (st != EMBER_OK) st = loader_forward_error(s->owner, s->loader, st); // the reader's context is the loader's
         loader_resume(s->loader);
@@ -33,6 +34,8 @@ static ember_status produce(source *s, ember_ctx *ctx, dlrm_batch *b, bool *eof)
     if (*eof) return EMBER_OK;
     if (s->reader) {
         APP_TRY(criteo_next(s->reader, b, eof));
+    } else if (s->npy) {
+        APP_TRY(criteo_npy_next(ctx, s->npy, b, eof));
     } else {
         int64_t first, n = dlrm_share(s->global_batch, s->rank, s->world, &first);
         synth_fill(s->syn, s->split, s->cursor * s->global_batch + first, (int32_t)n, b);
@@ -78,6 +81,8 @@ ember_status source_check_dense(ember_ctx *ctx, const source *s, const dlrm_batc
     char where[320];
     if (s->reader) {
         snprintf(where, sizeof where, "line %lld of '%s'", (long long)b->origin[i], criteo_path(s->reader));
+    } else if (s->npy) {
+        criteo_npy_where(s->npy, b->origin[i], where, sizeof where);
     } else {
         snprintf(where, sizeof where, "synthetic %s sample %lld", s->split ? "eval" : "train", (long long)b->origin[i]);
     }

@@ -1,5 +1,6 @@
-// source.h — the data sources of `ember train`: the synthetic set or a Criteo file, read one
-// global batch at a time (each rank its share), with the ranks agreeing on what was read.
+// source.h — the data sources of `ember train`: the synthetic set, a Criteo file or TorchRec's
+// Criteo day files, read one global batch at a time (each rank its share), with the ranks agreeing
+// on what was read.
 #ifndef EMBER_APP_SOURCE_H
 #define EMBER_APP_SOURCE_H
 
@@ -7,13 +8,15 @@
 
 #include "batch.h"
 #include "criteo.h"
+#include "criteo_npy.h"
 #include "ember/comm.h"
 #include "loader.h"
 #include "synth.h"
 
 typedef struct source {
     const synth *syn;      // synthetic data (shared by the train and eval sources), or
-    criteo_reader *reader; // a Criteo file
+    criteo_reader *reader; // a Criteo file, or
+    criteo_npy *npy;       // a split of Criteo day files
     int split;             // synthetic: 0 train, 1 eval
     int64_t limit;         // global batches per pass (0: until the data ends)
     int64_t next;          // next global batch of the pass source_fetch gives

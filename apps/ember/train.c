@@ -60,7 +60,7 @@ void train_options_default(train_options *o) {
 
 #define DEFAULT_KEEP_CHECKPOINTS 3
 
-static const char *const dataset_names[TRAIN_DATASET_COUNT] = {"synthetic", "criteo"};
+static const char *const dataset_names[TRAIN_DATASET_COUNT] = {"synthetic", "criteo", "criteo_npy"};
 
 const char *train_dataset_name(train_dataset d) {
     return (unsigned)d < TRAIN_DATASET_COUNT ? dataset_names[d] : "unknown";
@@ -128,6 +128,8 @@ static void cleanup(run *R) {
     if (R->backend.destroy) R->backend.destroy(R->backend.impl);
     criteo_close(R->ctx, R->train.reader);
     criteo_close(R->ctx, R->eval.reader);
+    criteo_npy_close(R->ctx, R->train.npy);
+    criteo_npy_close(R->ctx, R->eval.npy);
     synth_destroy(R->ctx, R->syn);
     dlrm_batch_destroy(R->ctx, &R->batch);
     dlrm_batch_destroy(R->ctx, &R->ahead);

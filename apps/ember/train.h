@@ -27,10 +27,11 @@
 
 #define TRAIN_MAX_LAYERS 16
 
-typedef enum train_dataset { TRAIN_SYNTHETIC = 0, TRAIN_CRITEO = 1 } train_dataset;
-#define TRAIN_DATASET_COUNT 2
-// "synthetic", "criteo" ("unknown" outside the enum); parse is its inverse: EMBER_OK and *out
-// set, or EMBER_ERR_INVALID_ARG (*out unchanged).
+// The synthetic set, a Criteo TSV file (criteo.h), TorchRec's Criteo day files (criteo_npy.h).
+typedef enum train_dataset { TRAIN_SYNTHETIC = 0, TRAIN_CRITEO = 1, TRAIN_CRITEO_NPY = 2 } train_dataset;
+#define TRAIN_DATASET_COUNT 3
+// "synthetic", "criteo", "criteo_npy" ("unknown" outside the enum); parse is its inverse: EMBER_OK
+// and *out set, or EMBER_ERR_INVALID_ARG (*out unchanged).
 const char *train_dataset_name(train_dataset d);
 ember_status train_dataset_parse(const char *name, train_dataset *out);
 
@@ -52,6 +53,10 @@ typedef struct train_options {
     const char *eval_data_path;       // criteo: eval file; NULL: hold out the head of data_path
     double zipf_alpha;                // synthetic
     criteo_malformed_mode malformed;
+    const char *data_dir;             // criteo_npy: the day files' directory
+    int32_t train_days;               // criteo_npy: days [0, train_days) train, day train_days
+                                      // evaluates (0: every day but the last)
+    int eval_split;                   // criteo_npy: 0 the last day's first half (val), 1 its second (test)
     // Training.
     int64_t batch_size;               // global batch G
     int32_t epochs;

@@ -86,6 +86,12 @@ static const trainstate_field fields[] = {
      .rule = TS_MAY_CHANGE},
     {.flag = "malformed", .section = "data", .key = "malformed", .kind = TS_NAME, FIELD(malformed),
      .names = cli_name_malformed, .rule = TS_MAY_CHANGE},
+    {.flag = "data_dir", .section = "data", .key = "data_dir", .kind = TS_PATH, FIELD(data_dir), .added = true,
+     .rule = TS_MAY_CHANGE},
+    {.flag = "train_days", .section = "data", .key = "train_days", .kind = TS_INT, FIELD(train_days), .lo = 0,
+     .hi = 1 << 20, .added = true, .rule = TS_MAY_CHANGE},
+    {.flag = "eval_split", .section = "data", .key = "eval_split", .kind = TS_NAME, FIELD(eval_split),
+     .names = cli_name_eval_split, .added = true, .rule = TS_MAY_CHANGE},
     {.flag = "batch_size", .section = "data", .key = "batch_size", .kind = TS_INT, FIELD(batch_size), .lo = 1,
      .hi = MAX_COUNT, SAME("global batch size is")},
     // Training.

@@ -1,0 +1,185 @@
+// TorchRec's preprocessed Criteo day files (criteo_npy.h).
+#define _POSIX_C_SOURCE 200809L
+
+#include "criteo_npy.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "appctx.h"
+#include "npy.h"
+
+enum { DENSE = 0, SPARSE = 1, LABELS = 2, NFILES = 3 };
+static const char *const FILE_KIND[NFILES] = {"dense", "sparse", "labels"};
+
+typedef struct npy_day {
+    npy_array a[NFILES];
+    int64_t first, n; // the split's rows [start, start + n) of this day start at split row `first`
+    int64_t start;
+    int32_t day;
+} npy_day;
+
+struct criteo_npy {
+    criteo_npy_config cfg;
+    char dir[400];
+    int64_t rows[DLRM_NUM_SPARSE];
+    npy_day *days;
+    int32_t ndays;
+    int64_t total;
+    int64_t batch; // next global batch
+};
+
+static void day_path(char *buf, size_t cap, const char *dir, int32_t day, int kind) {
+    snprintf(buf, cap, "%s/day_%d_%s.npy", dir, (int)day, FILE_KIND[kind]);
+}
+
+int32_t criteo_npy_last_day(const char *dir) {
+    char p[512];
+    int32_t d = 0;
+    for (;; d++) {
+        day_path(p, sizeof p, dir, d, DENSE);
+        if (access(p, F_OK) != 0) break;
+    }
+    return d - 1;
+}
+
+// The checks of one day's three files: dtypes, shapes, and one N.
+static ember_status check_day(ember_ctx *ctx, const npy_day *d) {
+    const npy_array *x = &d->a[DENSE], *s = &d->a[SPARSE], *l = &d->a[LABELS];
+    APP_CHECK(ctx, x->kind == 'f' && x->itemsize == 4 && x->ndim == 2 && x->shape[1] == DLRM_NUM_DENSE,
+              EMBER_ERR_FORMAT, "'%s': %s of shape (%lld, %lld): expected float32 (<f4) of shape (N, %d)", x->path,
+              x->descr, (long long)x->shape[0], (long long)x->shape[1], DLRM_NUM_DENSE);
+    APP_CHECK(ctx, (s->kind == 'i' || s->kind == 'u') && s->itemsize >= 4 && s->ndim == 2 && s->shape[1] == DLRM_NUM_SPARSE,
+              EMBER_ERR_FORMAT, "'%s': %s of shape (%lld, %lld): expected int32 or int64 of shape (N, %d)", s->path,
+              s->descr, (long long)s->shape[0], (long long)s->shape[1], DLRM_NUM_SPARSE);
+    APP_CHECK(ctx, (l->kind == 'i' || l->kind == 'u' || l->kind == 'b') && (l->ndim == 1 || (l->ndim == 2 && l->shape[1] == 1)),
+              EMBER_ERR_FORMAT, "'%s': %s of shape (%lld, %lld): expected integers of shape (N,) or (N, 1)", l->path,
+              l->descr, (long long)l->shape[0], (long long)l->shape[1]);
+    APP_CHECK(ctx, x->shape[0] == s->shape[0] && x->shape[0] == l->shape[0], EMBER_ERR_FORMAT,
+              "day %d of '%s': the files disagree on the rows: dense %lld, sparse %lld, labels %lld", (int)d->day,
+              x->path, (long long)x->shape[0], (long long)s->shape[0], (long long)l->shape[0]);
+    return EMBER_OK;
+}
+
+void criteo_npy_close(ember_ctx *ctx, criteo_npy *r) {
+    if (!r) return;
+    for (int32_t i = 0; r->days && i < r->ndays; i++)
+        for (int k = 0; k < NFILES; k++) npy_close(&r->days[i].a[k]);
+    ember_ctx_free(ctx, r->days);
+    ember_ctx_free(ctx, r);
+}
+
+ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, criteo_npy **out) {
+    *out = NULL;
+    APP_CHECK(ctx, cfg->dir && cfg->rows && cfg->world >= 1 && cfg->rank >= 0 && cfg->rank < cfg->world &&
+                       cfg->global_batch >= 1 && cfg->first_day >= 0 && cfg->num_days >= 1 && cfg->max_rows >= 0 &&
+                       (cfg->part == NPY_DAYS || cfg->num_days == 1),
+              EMBER_ERR_INVALID_ARG, "criteo npy reader: bad configuration");
+    criteo_npy *r = app_calloc(ctx, sizeof *r, "criteo npy reader");
+    if (!r) return EMBER_ERR_NOMEM;
+    r->cfg = *cfg;
+    snprintf(r->dir, sizeof r->dir, "%s", cfg->dir);
+    r->cfg.dir = r->dir;
+    memcpy(r->rows, cfg->rows, sizeof r->rows);
+    r->cfg.rows = r->rows;
+    r->days = app_calloc(ctx, sizeof(npy_day) * (size_t)cfg->num_days, "criteo npy reader");
+    if (!r->days) {
+        criteo_npy_close(ctx, r);
+        return EMBER_ERR_NOMEM;
+    }
+    ember_status st = EMBER_OK;
+    for (int32_t i = 0; i < cfg->num_days && st == EMBER_OK; i++) {
+        npy_day *d = &r->days[i];
+        d->day = cfg->first_day + i;
+        for (int k = 0; k < NFILES && st == EMBER_OK; k++) {
+            char p[512];
+            day_path(p, sizeof p, r->dir, d->day, k);
+            st = npy_open(ctx, p, &d->a[k]);
+            if (st == EMBER_OK) r->ndays = i + 1; // what close must unmap
+        }
+        if (st == EMBER_OK) st = check_day(ctx, d);
+        if (st != EMBER_OK) break;
+        const int64_t N = d->a[DENSE].shape[0];
+        d->start = cfg->part == NPY_SECOND_HALF ? N / 2 : 0;
+        d->n = cfg->part == NPY_FIRST_HALF ? N / 2 : N - d->start;
+        d->first = r->total;
+        r->total += d->n;
+    }
+    if (st != EMBER_OK) {
+        criteo_npy_close(ctx, r);
+        return st;
+    }
+    if (cfg->max_rows > 0 && r->total > cfg->max_rows) r->total = cfg->max_rows;
+    *out = r;
+    return EMBER_OK;
+}
+
+void criteo_npy_seek(criteo_npy *r, int64_t batch) { r->batch = batch; }
+
+int64_t criteo_npy_rows(const criteo_npy *r) { return r->total; }
+
+// The day holding split row `row` (days in order, their first rows ascending).
+static const npy_day *day_of(const criteo_npy *r, int64_t row) {
+    int32_t lo = 0, hi = r->ndays - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if (r->days[mid].first <= row) lo = mid;
+        else hi = mid - 1;
+    }
+    return &r->days[lo];
+}
+
+void criteo_npy_where(const criteo_npy *r, int64_t row, char *buf, size_t cap) {
+    const npy_day *d = day_of(r, row);
+    snprintf(buf, cap, "row %lld of '%s/day_%d_*.npy'", (long long)(d->start + row - d->first), r->dir, (int)d->day);
+}
+
+ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool *eof) {
+    APP_ASSERT(b->num_dense == DLRM_NUM_DENSE && b->num_sparse == DLRM_NUM_SPARSE);
+    const criteo_npy_config *c = &r->cfg;
+    b->size = 0;
+    const int64_t start = r->batch * c->global_batch;
+    int64_t end = start + c->global_batch;
+    if (end > r->total) end = r->total;
+    *eof = start >= end;
+    if (*eof) return EMBER_OK;
+    int64_t offset, share = dlrm_share(c->global_batch, c->rank, c->world, &offset);
+    APP_ASSERT(share <= b->capacity);
+    int64_t mine = start + offset, mine_end = mine + share;
+    if (mine_end > end) mine_end = end;
+    ember_status st = EMBER_OK;
+    int32_t n = 0;
+    for (int64_t row = mine; row < mine_end; row++, n++) {
+        const npy_day *d = day_of(r, row);
+        const int64_t i = d->start + row - d->first;
+        float *x = b->dense + (size_t)n * DLRM_NUM_DENSE;
+        memcpy(x, d->a[DENSE].data + (size_t)i * DLRM_NUM_DENSE * sizeof(float), sizeof(float) * DLRM_NUM_DENSE);
+        int64_t *ids = b->ids + (size_t)n * DLRM_NUM_SPARSE;
+        for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+            const int64_t v = npy_get_i64(&d->a[SPARSE], i, f);
+            if (v < 0) {
+                st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s' row %lld: categorical feature %d is %lld (ids are "
+                                         "non-negative)", d->a[SPARSE].path, (long long)i, f, (long long)v);
+                break;
+            }
+            ids[f] = c->raw_ids ? v : v % r->rows[f];
+        }
+        const int64_t y = npy_get_i64(&d->a[LABELS], i, 0);
+        if (st == EMBER_OK && y != 0 && y != 1)
+            st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s' row %lld: label %lld (0 or 1 expected)",
+                                     d->a[LABELS].path, (long long)i, (long long)y);
+        if (st != EMBER_OK) break;
+        b->labels[n] = (float)y;
+        b->planted[n] = NAN;
+        b->origin[n] = row;
+    }
+    if (st != EMBER_OK) {
+        b->size = 0;
+        return st;
+    }
+    b->size = n;
+    r->batch++;
+    return EMBER_OK;
+}

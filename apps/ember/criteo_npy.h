@@ -1,0 +1,66 @@
+// criteo_npy.h — the Criteo click logs as TorchRec's preprocessed day files, read in place.
+//
+// A directory holds, per day d (0, 1, ...), three .npy files (npy.h), as TorchRec's
+// scripts/preprocess writes them:
+//   day_{d}_dense.npy    float32 [N, 13]   the integer features, already log(1 + x) transformed;
+//   day_{d}_sparse.npy   int32 or int64 [N, 26]   the categorical features as non-negative ids;
+//   day_{d}_labels.npy   an integer type [N] or [N, 1]   0 or 1.
+// The three of a day must agree on N. A split is a run of whole days (training: days
+// [first_day, first_day + num_days)) or a half of one day (TorchRec's validation and test sets:
+// the first floor(N/2) rows of the last day, and the rest). The split's rows, day after day, are
+// the data: global batch k is its rows [kG, (k+1)G) and rank r reads its contiguous share of each
+// (dlrm_share), as the Criteo TSV reader does, so every world size reads the same global batches.
+// (TorchRec's InMemoryBinaryCriteoIterDataPipe gives each rank a contiguous range of the whole
+// split instead: its global batch mixes ranges; ember keeps its rule, one process on the global
+// batch.)
+// Categorical value v becomes id v mod rows_f (TorchRec's `hashes`), or v itself with raw_ids. A
+// negative value or a label other than 0/1 is EMBER_ERR_FORMAT naming the file and the row; dense
+// values are checked by the source (source_check_dense). Nothing is copied but this rank's rows
+// of the current batch.
+#ifndef EMBER_APP_CRITEO_NPY_H
+#define EMBER_APP_CRITEO_NPY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "ember/core.h"
+
+typedef enum criteo_npy_part { NPY_DAYS = 0, NPY_FIRST_HALF = 1, NPY_SECOND_HALF = 2 } criteo_npy_part;
+
+typedef struct criteo_npy_config {
+    const char *dir;
+    const int64_t *rows;   // [26] table sizes
+    int32_t rank, world;
+    int64_t global_batch;  // G
+    int32_t first_day, num_days;
+    criteo_npy_part part;  // a half of the one day (num_days 1), or the whole days
+    int64_t max_rows;      // rows used from the split's start; 0: all
+    bool raw_ids;
+} criteo_npy_config;
+
+typedef struct criteo_npy criteo_npy;
+
+// Opens and checks every day file of the split. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG,
+// EMBER_ERR_IO (a missing file: its path and the system's reason), EMBER_ERR_FORMAT (a header, a
+// dtype, a shape, or days that disagree: the file and what differs), EMBER_ERR_NOMEM.
+ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, criteo_npy **out);
+void criteo_npy_close(ember_ctx *ctx, criteo_npy *r);
+
+// The next read gives global batch `batch` (0: the start of a pass).
+void criteo_npy_seek(criteo_npy *r, int64_t batch);
+
+// Reads this rank's share of the next global batch into b, each sample's b->origin its row in the
+// split (0-based); *eof (b->size 0) when the batch has no row: the end of the data. Records
+// errors on ctx. Returns EMBER_OK or EMBER_ERR_FORMAT.
+ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool *eof);
+
+// Rows in the split (after max_rows), and where a row of it lies: its day file's path prefix
+// ("DIR/day_3") and row in that day, for messages.
+int64_t criteo_npy_rows(const criteo_npy *r);
+void criteo_npy_where(const criteo_npy *r, int64_t row, char *buf, size_t cap);
+
+// The last day in dir (day_{d}_dense.npy for d = 0, 1, ... up to the first missing one), or -1.
+int32_t criteo_npy_last_day(const char *dir);
+
+#endif

@@ -1,0 +1,110 @@
+// Writes a small Criteo data set twice, as TorchRec's preprocessed day files and as TSV with the
+// same content, for tests/dist/train_npy.sh: `ember train` on either must train the same model.
+//
+//   npy_days DIR [ROWS_PER_DAY]
+//
+// DIR/day_{0,1,2}_{dense,sparse,labels}.npy (ROWS_PER_DAY rows each, default 200): dense float32
+// (N, 13) = (float)log1p(x) of integer counts x (the TSV reader's transform), sparse (N, 26)
+// non-negative 31-bit values (int32 on days 0 and 2, int64 on day 1), labels int32 (N, 1) on
+// day 0, int64 (N,) on day 1, uint8 (N,) on day 2; and DIR/train.tsv (days 0 and 1), DIR/val.tsv
+// (the first floor(N/2) rows of day 2) and DIR/test.tsv (the rest), the categoricals in hex.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t state = 0x5eed1234abcdull;
+static uint32_t next_u32(void) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(state >> 33);
+}
+
+// The header of an .npy file (version 1.0) for descr and shape, padded to 64 bytes.
+static void header(FILE *f, const char *descr, long long n, int cols) {
+    char dict[128], shape[48];
+    if (cols) snprintf(shape, sizeof shape, "(%lld, %d)", n, cols);
+    else snprintf(shape, sizeof shape, "(%lld,)", n);
+    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    const unsigned short hlen = (unsigned short)(len + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hlen & 0xff, f);
+    fputc(hlen >> 8, f);
+    fwrite(dict, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+}
+
+static FILE *open_or_die(const char *dir, const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f) {
+        perror(p);
+        exit(1);
+    }
+    return f;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: npy_days DIR [ROWS_PER_DAY]\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    const long long N = argc > 2 ? atoll(argv[2]) : 200;
+    FILE *train = open_or_die(dir, "train.tsv"), *val = open_or_die(dir, "val.tsv"), *test = open_or_die(dir, "test.tsv");
+    for (int day = 0; day < 3; day++) {
+        char name[64];
+        snprintf(name, sizeof name, "day_%d_dense.npy", day);
+        FILE *fd = open_or_die(dir, name);
+        snprintf(name, sizeof name, "day_%d_sparse.npy", day);
+        FILE *fs = open_or_die(dir, name);
+        snprintf(name, sizeof name, "day_%d_labels.npy", day);
+        FILE *fl = open_or_die(dir, name);
+        header(fd, "<f4", N, 13);
+        header(fs, day == 1 ? "<i8" : "<i4", N, 26);
+        header(fl, day == 0 ? "<i4" : day == 1 ? "<i8" : "|u1", N, day == 0 ? 1 : 0);
+        for (long long i = 0; i < N; i++) {
+            FILE *t = day < 2 ? train : i < N / 2 ? val : test;
+            const int y = next_u32() % 4 == 0;
+            fprintf(t, "%d", y);
+            for (int j = 0; j < 13; j++) {
+                const unsigned x = (next_u32() % 100) * (next_u32() % 100) / 50;
+                const float v = (float)log1p((double)x);
+                fwrite(&v, 4, 1, fd);
+                fprintf(t, "\t%u", x);
+            }
+            for (int c = 0; c < 26; c++) {
+                const uint32_t h = next_u32() & 0x7fffffffu;
+                if (day == 1) {
+                    const int64_t v = h;
+                    fwrite(&v, 8, 1, fs);
+                } else {
+                    const int32_t v = (int32_t)h;
+                    fwrite(&v, 4, 1, fs);
+                }
+                fprintf(t, "\t%x", h);
+            }
+            fputc('\n', t);
+            if (day == 0) {
+                const int32_t v = y;
+                fwrite(&v, 4, 1, fl);
+            } else if (day == 1) {
+                const int64_t v = y;
+                fwrite(&v, 8, 1, fl);
+            } else {
+                const uint8_t v = (uint8_t)y;
+                fwrite(&v, 1, 1, fl);
+            }
+        }
+        fclose(fd);
+        fclose(fs);
+        fclose(fl);
+    }
+    fclose(train);
+    fclose(val);
+    fclose(test);
+    return 0;
+}

@@ -1,0 +1,89 @@
+// The .npy header parser of `--dataset criteo_npy` (apps/ember/npy.h): the versions and spellings
+// numpy writes are read, everything else is refused with a reason.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "npy.h"
+
+// A file's first bytes: magic, version major.0, the header's length, the header (padded, '\n').
+static size_t make(unsigned char *buf, int major, const char *dict) {
+    const size_t pre = major == 1 ? 10 : 12, len = strlen(dict);
+    size_t total = pre + len + 1, pad = (64 - total % 64) % 64, hlen = len + pad + 1;
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major;
+    buf[7] = 0;
+    for (size_t i = 0; i < pre - 8; i++) buf[8 + i] = (unsigned char)(hlen >> (8 * i));
+    memcpy(buf + pre, dict, len);
+    memset(buf + pre + len, ' ', pad);
+    buf[pre + hlen - 1] = '\n';
+    return pre + hlen;
+}
+
+static int parse(int major, const char *dict, npy_array *a, size_t *off, char *why) {
+    unsigned char buf[512];
+    const size_t n = make(buf, major, dict);
+    memset(a, 0, sizeof *a);
+    return npy_parse_header(buf, n, a, off, why, 200);
+}
+
+static void reads_what_numpy_writes(void **state) {
+    (void)state;
+    npy_array a;
+    size_t off;
+    char why[200];
+    assert_int_equal(parse(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (200, 13), }", &a, &off, why), 0);
+    assert_int_equal(off % 64, 0);
+    assert_int_equal(a.kind, 'f');
+    assert_int_equal(a.itemsize, 4);
+    assert_int_equal(a.ndim, 2);
+    assert_int_equal(a.shape[0], 200);
+    assert_int_equal(a.shape[1], 13);
+    assert_int_equal(parse(2, "{'descr': '<i8', 'fortran_order': False, 'shape': (7,), }", &a, &off, why), 0);
+    assert_int_equal(a.ndim, 1);
+    assert_int_equal(a.shape[0], 7);
+    assert_int_equal(a.shape[1], 1);
+    assert_int_equal(parse(3, "{'descr': '|u1', 'fortran_order': False, 'shape': (), }", &a, &off, why), 0);
+    assert_int_equal(a.ndim, 0);
+    // Python 2's long literals, and keys in another order.
+    assert_int_equal(parse(1, "{'shape': (3L, 26L), 'fortran_order': False, 'descr': '<i4'}", &a, &off, why), 0);
+    assert_int_equal(a.shape[1], 26);
+    assert_int_equal(a.kind, 'i');
+}
+
+static void refuses_the_rest(void **state) {
+    (void)state;
+    npy_array a;
+    size_t off;
+    char why[200];
+    assert_int_equal(parse(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 2), }", &a, &off, why), -1);
+    assert_non_null(strstr(why, "'>f4'"));
+    assert_int_equal(parse(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", &a, &off, why), -1);
+    assert_non_null(strstr(why, "fortran_order"));
+    assert_int_equal(parse(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", &a, &off, why), -1);
+    assert_non_null(strstr(why, "structured"));
+    assert_int_equal(parse(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", &a, &off, why), -1);
+    assert_int_equal(parse(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 4), }", &a, &off, why), -1);
+    assert_non_null(strstr(why, "at most 2"));
+    assert_int_equal(parse(4, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", &a, &off, why), -1);
+    assert_non_null(strstr(why, "version"));
+    const unsigned char text[] = "not numpy at all";
+    assert_int_equal(npy_parse_header(text, sizeof text, &a, &off, why, sizeof why), -1);
+    assert_non_null(strstr(why, "magic"));
+    unsigned char buf[512];
+    const size_t n = make(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }");
+    assert_int_equal(npy_parse_header(buf, n - 20, &a, &off, why, sizeof why), -1); // cut inside the header
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reads_what_numpy_writes),
+        cmocka_unit_test(refuses_the_rest),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
