@@ -122,6 +122,10 @@ static const char help[] =
     "  --metrics FILE.csv|FILE.jsonl     one row per evaluation: step, epoch, samples, train loss,\n"
     "                                    eval loss, eval AUC, planted AUC, samples/s, data wait\n"
     "  --plot FILE.png                   loss and AUC curves, drawn by gnuplot (FILE.png.gp is kept)\n"
+    "  --mllog FILE                      MLPerf's log: :::MLLOG lines (run_start, epochs, evaluations,\n"
+    "                                    eval_accuracy, run_stop with its status)\n"
+    "  --target_auc A                    stop at the first evaluation whose AUC reaches A and print the\n"
+    "                                    time to train (MLPerf's DLRM target: 0.80275)\n"
     "  --progress auto|bar|lines         bar: a progress bar on stderr, redrawn in place; lines: a line\n"
     "                                    per evaluation, and one a minute between them; auto (default):\n"
     "                                    bar when stderr is a terminal, else lines (under mpiexec a\n"
@@ -398,6 +402,8 @@ static const cli_flag flags[] = {
     TEXT("resume", o.resume, ANY_DATA),
     // output
     TEXT("metrics", o.metrics_path, ANY_DATA),
+    TEXT("mllog", o.mllog_path, ANY_DATA),
+    REAL("target_auc", o.target_auc, ANY_DATA),
     TEXT("plot", o.plot_path, ANY_DATA),
     NAME("progress", progress, progress_name, ANY_DATA),
     SET("digest", o.digest, NULL),

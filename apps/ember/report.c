@@ -1,7 +1,11 @@
 // What the DLRM driver prints and writes besides checkpoints (report.h).
+#define _POSIX_C_SOURCE 200809L // clock_gettime (the MLPerf log's wall clock)
+
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "appctx.h"
 #include "interaction.h"
@@ -19,12 +23,36 @@ void report_begin(report *p, FILE *out, bool progress_bar) {
 }
 
 ember_status report_open_metrics(run *R) {
-    if (R->rank != 0 || !R->o->metrics_path) return EMBER_OK;
+    if (R->rank != 0) return EMBER_OK;
+    if (R->o->mllog_path) {
+        R->rep.mllog = fopen(R->o->mllog_path, "w");
+        APP_CHECK(R->ctx, R->rep.mllog != NULL, EMBER_ERR_IO, "--mllog '%s': cannot create: %s", R->o->mllog_path,
+                  strerror(errno));
+        report_mllog(R, "INTERVAL_START", "init_start", NULL, NULL);
+    }
+    if (!R->o->metrics_path) return EMBER_OK;
     return metrics_open(R->ctx, R->o->metrics_path, &R->rep.metrics);
+}
+
+void report_mllog_at(const run *R, const char *file, int line, const char *type, const char *key, const char *value,
+                     const char *meta) {
+    FILE *f = R->rep.mllog;
+    if (!f) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const char *base = strrchr(file, '/');
+    fprintf(f,
+            ":::MLLOG {\"namespace\": \"\", \"time_ms\": %lld, \"event_type\": \"%s\", \"key\": \"%s\", "
+            "\"value\": %s, \"metadata\": {\"file\": \"%s\", \"lineno\": %d%s%s}}\n",
+            (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, type, key, value ? value : "null", base ? base + 1 : file,
+            line, meta ? ", " : "", meta ? meta : "");
+    fflush(f);
 }
 
 void report_free(ember_ctx *ctx, report *p) {
     metrics_close(&p->metrics);
+    if (p->mllog) fclose(p->mllog);
+    p->mllog = NULL;
     ember_ctx_free(ctx, p->rows);
     p->rows = NULL;
     p->num_rows = p->rows_cap = 0;
@@ -291,6 +319,14 @@ void report_done(const run *R, int64_t step, int64_t samples, double train_time,
         fprintf(out, "   planted model AUC %.4f (gap %.4f)", res->planted_auc, res->planted_auc - res->eval_auc);
     }
     fprintf(out, "   eval loss %.5f\n", res->eval_loss);
+    if (R->o->target_auc > 0.0) {
+        if (res->target_reached)
+            fprintf(out, "target AUC %.5f reached at step %lld: time to train %.2f s (steps and evaluations)\n",
+                    R->o->target_auc, (long long)step, res->time_to_train);
+        else
+            fprintf(out, "target AUC %.5f not reached in %lld steps (last eval AUC %.5f)\n", R->o->target_auc,
+                    (long long)step, res->eval_auc);
+    }
     if (R->skipped_batches) {
         fprintf(out, "skipped %lld global batch(es) without a usable line\n", (long long)R->skipped_batches);
     }

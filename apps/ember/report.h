@@ -28,14 +28,22 @@ typedef struct report {
     double last_draw;       // progress bar refresh time
     double last_line;       // when the last progress or evaluation line was printed
     metrics_writer metrics; // --metrics (rank 0)
+    FILE *mllog;            // --mllog (rank 0)
     metrics_row *rows;      // [rows_cap] every evaluation (rank 0), for the plot
     int64_t num_rows, rows_cap;
 } report;
 
 // Rank 0's stream `out` (NULL on the other ranks), with the progress bar on stderr when asked.
 void report_begin(report *p, FILE *out, bool progress_bar);
-// Rank 0 with --metrics: creates the metrics file. Local.
+// Rank 0 with --metrics or --mllog: creates the files. Local.
 ember_status report_open_metrics(run *R);
+// --mllog: one of MLPerf's log lines, `:::MLLOG {"namespace": "", "time_ms": T, "event_type": TYPE,
+// "key": KEY, "value": VALUE, "metadata": {"file": ..., "lineno": ..., META}}` with T the wall
+// clock in ms, TYPE POINT_IN_TIME, INTERVAL_START or INTERVAL_END, VALUE and META JSON text
+// (VALUE NULL: null; META NULL: none). Rank 0; nothing elsewhere or without --mllog.
+#define report_mllog(R, type, key, value, meta) report_mllog_at((R), __FILE__, __LINE__, (type), (key), (value), (meta))
+void report_mllog_at(const run *R, const char *file, int line, const char *type, const char *key, const char *value,
+                     const char *meta);
 void report_free(ember_ctx *ctx, report *p);
 
 // The configuration block before training: ranks and threads, data and its loader, batches, model, optimizers,

@@ -61,6 +61,8 @@ ember_status run_validate_options(ember_ctx *ctx, const train_options *o, int32_
                   "--dataset criteo without --eval_data_path holds out the first --limit_val_batches global "
                   "batches of --data_path for evaluation: give --limit_val_batches N >= 1");
     }
+    APP_CHECK(ctx, isfinite(o->target_auc) && o->target_auc >= 0.0 && o->target_auc <= 1.0, EMBER_ERR_INVALID_ARG,
+              "--target_auc %g: expected an AUC in (0, 1] (0: none)", o->target_auc);
     if (o->metrics_path) {
         metrics_format fmt;
         APP_TRY(metrics_format_of(ctx, o->metrics_path, &fmt));

@@ -159,6 +159,18 @@ static ember_status eval_point(run *R, metrics_row *row) {
     return report_eval(R, row);
 }
 
+// eval_point inside MLPerf's eval_start / eval_stop, with its eval_accuracy. Collective.
+static ember_status mllog_eval(run *R, metrics_row *row, double epoch_num) {
+    char meta[48], value[32];
+    snprintf(meta, sizeof meta, "\"epoch_num\": %.6g", epoch_num);
+    report_mllog(R, "INTERVAL_START", "eval_start", NULL, meta);
+    APP_TRY(eval_point(R, row));
+    report_mllog(R, "INTERVAL_END", "eval_stop", NULL, meta);
+    snprintf(value, sizeof value, "%.6f", row->eval_auc);
+    report_mllog(R, "POINT_IN_TIME", "eval_accuracy", value, meta);
+    return EMBER_OK;
+}
+
 // ember eval --load: the checkpoint's outputs on the eval set. Collective.
 static ember_status evaluate_once(run *R, train_result *res) {
     report_eval_header(R);
@@ -221,9 +233,37 @@ static ember_status train_step(run *R, const lookahead *a, int64_t global, doubl
     return EMBER_OK;
 }
 
+// MLPerf's epoch_num of an evaluation after `step` steps: the fraction of the epochs' steps done
+// when their count is known, else the epochs begun.
+static double mllog_epoch(const run *R, int64_t step, int32_t epoch) {
+    const int64_t per = R->o->limit_train_batches;
+    return per > 0 ? (double)step / (double)per : (double)epoch + 1.0;
+}
+
+// --target_auc: whether the evaluation just made (rank 0's AUC, sent to every rank) reached it.
+// Collective.
+static ember_status reached_target(run *R, double auc, bool *reached) {
+    *reached = false;
+    if (R->o->target_auc <= 0.0) return EMBER_OK;
+    APP_TRY(ember_comm_bcast(R->comm, &auc, sizeof auc, 0));
+    *reached = auc >= R->o->target_auc;
+    return EMBER_OK;
+}
+
 static ember_status train_loop(run *R, train_result *res) {
     const train_options *o = R->o;
     const train_position *p = &R->start;
+    const double run_t0 = app_now_s();
+    char v[64];
+    snprintf(v, sizeof v, "%lld", (long long)o->batch_size);
+    report_mllog(R, "POINT_IN_TIME", "submission_benchmark", "\"dlrm\"", NULL);
+    report_mllog(R, "POINT_IN_TIME", "global_batch_size", v, NULL);
+    snprintf(v, sizeof v, "%.9g", (double)o->learning_rate);
+    report_mllog(R, "POINT_IN_TIME", "opt_base_learning_rate", v, NULL);
+    report_mllog(R, "INTERVAL_END", "init_stop", NULL, NULL);
+    report_mllog(R, "INTERVAL_START", "run_start", NULL, NULL);
+    bool reached = false;
+    int64_t after = R->train.next; // the position after the last batch trained
     int64_t step = p->steps, samples = p->samples, last_eval = -1, last_save = R->resumed ? p->steps : -1;
     int64_t win_steps = 0;
     // win_wait, train_wait: the part of the steps' time spent waiting for this rank's data.
@@ -237,6 +277,8 @@ static ember_status train_loop(run *R, train_result *res) {
         APP_TRY(ember_comm_agree(R->comm, resume_here ? source_seek(&R->train, p->next_batch)
                                                       : source_rewind(&R->train)));
         last_epoch = epoch;
+        snprintf(v, sizeof v, "\"epoch_num\": %d", (int)epoch + 1);
+        report_mllog(R, "INTERVAL_START", "epoch_start", NULL, v);
         lookahead ahead = {.what = FETCH_END};
         for (;;) {
             double t0 = app_now_s(), w0 = R->train.waited_s;
@@ -249,6 +291,7 @@ static ember_status train_loop(run *R, train_result *res) {
                 continue;
             }
             const int64_t next = R->train.next; // the position after this batch
+            after = next;
             if (o->overlap) APP_TRY(fetch_ahead(R, &ahead));
             double loss;
             APP_TRY(train_step(R, &ahead, global, &loss));
@@ -269,7 +312,9 @@ static ember_status train_loop(run *R, train_result *res) {
                 last = (metrics_row){.step = step, .epoch = epoch, .samples = samples,
                                      .train_loss = win_loss / win_samples, .samples_per_s = win_samples / win_time,
                                      .data_wait_ms = 1e3 * win_wait / (double)win_steps};
-                APP_TRY(eval_point(R, &last));
+                APP_TRY(mllog_eval(R, &last, mllog_epoch(R, step, epoch)));
+                APP_TRY(reached_target(R, last.eval_auc, &reached));
+                if (reached) res->time_to_train = app_now_s() - run_t0;
                 last_eval = step;
                 win_loss = win_samples = win_time = win_wait = 0.0;
                 win_steps = 0;
@@ -278,16 +323,27 @@ static ember_status train_loop(run *R, train_result *res) {
                 APP_TRY(run_save_checkpoint(R, epoch, step, samples, next));
                 last_save = step;
             }
+            if (reached) break;
         }
+        snprintf(v, sizeof v, "\"epoch_num\": %d", (int)epoch + 1);
+        report_mllog(R, "INTERVAL_END", "epoch_stop", NULL, v);
+        if (reached) break;
     }
     if (last_eval != step) {
         last = (metrics_row){.step = step, .epoch = last_epoch, .samples = samples,
                              .train_loss = win_samples > 0.0 ? win_loss / win_samples : NAN,
                              .samples_per_s = win_time > 0.0 ? win_samples / win_time : NAN,
                              .data_wait_ms = win_steps > 0 ? 1e3 * win_wait / (double)win_steps : NAN};
-        APP_TRY(eval_point(R, &last));
+        APP_TRY(mllog_eval(R, &last, mllog_epoch(R, step, last_epoch)));
+        APP_TRY(reached_target(R, last.eval_auc, &reached));
+        if (reached) res->time_to_train = app_now_s() - run_t0;
     }
-    if (R->save_dir[0] && step != last_save) APP_TRY(run_save_checkpoint(R, last_epoch, step, samples, R->train.next));
+    res->target_reached = reached;
+    report_mllog(R, "INTERVAL_END", "run_stop", NULL,
+                 o->target_auc > 0.0 && !reached ? "\"status\": \"aborted\"" : "\"status\": \"success\"");
+    // Stopped at the target, the batch fetched ahead (--overlap) was not trained: resume before it.
+    if (R->save_dir[0] && step != last_save)
+        APP_TRY(run_save_checkpoint(R, last_epoch, step, samples, reached ? after : R->train.next));
     res->steps = step;
     res->seconds = train_time;
     double final[2] = {last.eval_auc, last.eval_loss};

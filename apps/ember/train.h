@@ -105,6 +105,8 @@ typedef struct train_options {
                                       // lies in (none for a checkpoint directory not named step-*)
     // Output.
     const char *metrics_path;         // .csv or .jsonl, NULL for none
+    const char *mllog_path;           // MLPerf's :::MLLOG lines (rank 0), NULL for none
+    double target_auc;                // stop at the first evaluation whose AUC reaches it (0: none)
     const char *plot_path;            // .png, NULL for none
     bool progress_bar;                // draw a progress bar on stderr, with carriage returns (for a
                                       // terminal), instead of a plain line a minute between
@@ -122,6 +124,8 @@ typedef struct train_result {
     double eval_loss;
     double planted_auc;  // synthetic data; NaN otherwise
     double seconds;      // wall time of the training steps (evaluation excluded)
+    bool target_reached; // --target_auc: an evaluation reached it (training stopped there)
+    double time_to_train; // --target_auc: wall seconds from the first step to that evaluation's end
     double *step_loss;   // optional caller buffer: global train loss of step s at [s] (steps count
     int64_t step_loss_cap; // from the start of the run: a resumed run fills [resumed step, steps))
     int64_t resumed_step; // the step the run resumed at (0 when it started afresh)

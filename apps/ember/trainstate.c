@@ -139,6 +139,8 @@ static const char *const free_flags[] = {
     "save_dir: where checkpoints go",
     "resume: the checkpoint itself",
     "metrics: output",
+    "mllog: output",
+    "target_auc: when to stop (a resumed run may aim elsewhere)",
     "plot: output",
     "progress: output",
     "digest: output",

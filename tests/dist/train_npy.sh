@@ -3,7 +3,8 @@
 # the same data written as day files and as TSV (npy_days) trains the same model, bit for bit
 # (the digest line), with the val and the test half of the last day as eval data, on 1, 2 and 3
 # ranks (each rank reads its share of each global batch as the TSV reader does); and what cannot
-# be read is one error line naming the file and what differs.
+# be read is one error line naming the file and what differs. --target_auc and --mllog (MLPerf's
+# log) on the same data.
 # Usage: train_npy.sh EMBER NPY_DAYS MPIEXEC NUMPROC_FLAG [PREFLAGS...]
 set -u
 ember=$1 gen=$2 mpiexec=$3 npflag=$4
@@ -52,6 +53,33 @@ if digest npy_one_day.txt >/dev/null && [ "$(digest npy_one_day.txt)" != "$(dige
 else
   printf 'FAIL  --train_days 1\n'
   tail -5 npy_one_day.txt | sed 's/^/  | /'
+  fails=$((fails + 1))
+fi
+
+# --target_auc stops at the first evaluation that reaches it, on every rank at the same step;
+# --mllog writes MLPerf's lines, run_stop "success" (reached) or "aborted" (not).
+for np in 1 2; do
+  run "$np" "target_np$np.txt" --dataset criteo_npy --data_dir days --eval_interval 2 --target_auc 0.01 \
+    --mllog "mllog_np$np.txt"
+done
+if grep -q '^target AUC 0.01000 reached at step 2: time to train' target_np1.txt &&
+   grep -q '^target AUC 0.01000 reached at step 2: ' target_np2.txt &&
+   grep -q '"key": "eval_accuracy", "value": 0\.[0-9]*, "metadata": {"file": "train.c", "lineno": [0-9]*, "epoch_num": 1}' mllog_np1.txt &&
+   [ "$(grep -c ':::MLLOG' mllog_np2.txt)" -eq "$(grep -c ':::MLLOG' mllog_np1.txt)" ] &&
+   tail -n 1 mllog_np1.txt | grep -q '"key": "run_stop".*"status": "success"'; then
+  printf 'ok    --target_auc reached, --mllog\n'
+else
+  printf 'FAIL  --target_auc reached, --mllog\n'
+  tail -n 3 target_np1.txt target_np2.txt mllog_np1.txt | sed 's/^/  | /'
+  fails=$((fails + 1))
+fi
+run 1 missed.txt --dataset criteo_npy --data_dir days --target_auc 0.999 --mllog missed_mllog.txt
+if grep -q '^target AUC 0.99900 not reached in 7 steps' missed.txt &&
+   tail -n 1 missed_mllog.txt | grep -q '"status": "aborted"'; then
+  printf 'ok    --target_auc not reached\n'
+else
+  printf 'FAIL  --target_auc not reached\n'
+  tail -n 3 missed.txt missed_mllog.txt | sed 's/^/  | /'
   fails=$((fails + 1))
 fi
 
