@@ -149,7 +149,6 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
     APP_ASSERT(share <= b->capacity);
     int64_t mine = start + offset, mine_end = mine + share;
     if (mine_end > end) mine_end = end;
-    ember_status st = EMBER_OK;
     int32_t n = 0;
     for (int64_t row = mine; row < mine_end; row++, n++) {
         const npy_day *d = day_of(r, row);
@@ -158,26 +157,20 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
         memcpy(x, d->a[DENSE].data + (size_t)i * DLRM_NUM_DENSE * sizeof(float), sizeof(float) * DLRM_NUM_DENSE);
         int64_t *ids = b->ids + (size_t)n * DLRM_NUM_SPARSE;
         for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-            const int64_t v = npy_get_i64(&d->a[SPARSE], i, f);
-            if (v < 0) {
-                st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s' row %lld: categorical feature %d is %lld (ids are "
-                                         "non-negative)", d->a[SPARSE].path, (long long)i, f, (long long)v);
-                break;
-            }
-            ids[f] = c->raw_ids ? v : v % r->rows[f];
+            // numpy's floored modulo, as TorchRec's `hashes`: its int32 files hold hashes of 2^31
+            // and above as negative numbers.
+            const int64_t v = npy_get_i64(&d->a[SPARSE], i, f), m = v % r->rows[f];
+            ids[f] = c->raw_ids ? v : m < 0 ? m + r->rows[f] : m;
         }
         const int64_t y = npy_get_i64(&d->a[LABELS], i, 0);
-        if (st == EMBER_OK && y != 0 && y != 1)
-            st = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s' row %lld: label %lld (0 or 1 expected)",
-                                     d->a[LABELS].path, (long long)i, (long long)y);
-        if (st != EMBER_OK) break;
+        if (y != 0 && y != 1) {
+            b->size = 0;
+            return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s' row %lld: label %lld (0 or 1 expected)",
+                                       d->a[LABELS].path, (long long)i, (long long)y);
+        }
         b->labels[n] = (float)y;
         b->planted[n] = NAN;
         b->origin[n] = row;
-    }
-    if (st != EMBER_OK) {
-        b->size = 0;
-        return st;
     }
     b->size = n;
     r->batch++;

@@ -2,8 +2,10 @@
 //
 // A directory holds, per day d (0, 1, ...), three .npy files (npy.h), as TorchRec's
 // scripts/preprocess writes them:
-//   day_{d}_dense.npy    float32 [N, 13]   the integer features, already log(1 + x) transformed;
-//   day_{d}_sparse.npy   int32 or int64 [N, 26]   the categorical features as non-negative ids;
+//   day_{d}_dense.npy    float32 [N, 13]   the integer features, already transformed (TorchRec's
+//                        tsv_to_npys: log(x + 3));
+//   day_{d}_sparse.npy   int32 or int64 [N, 26]   the categorical features (TorchRec's int32 files
+//                        hold hashes of 2^31 and above as negative numbers);
 //   day_{d}_labels.npy   an integer type [N] or [N, 1]   0 or 1.
 // The three of a day must agree on N. A split is a run of whole days (training: days
 // [first_day, first_day + num_days)) or a half of one day (TorchRec's validation and test sets:
@@ -13,9 +15,9 @@
 // (TorchRec's InMemoryBinaryCriteoIterDataPipe gives each rank a contiguous range of the whole
 // split instead: its global batch mixes ranges; ember keeps its rule, one process on the global
 // batch.)
-// Categorical value v becomes id v mod rows_f (TorchRec's `hashes`), or v itself with raw_ids. A
-// negative value or a label other than 0/1 is EMBER_ERR_FORMAT naming the file and the row; dense
-// values are checked by the source (source_check_dense). Nothing is copied but this rank's rows
+// Categorical value v becomes id v mod rows_f, the floored modulo (numpy's, TorchRec's `hashes`:
+// never negative), or v itself with raw_ids. A label other than 0/1 is EMBER_ERR_FORMAT naming the
+// file and the row; dense values are checked by the source (source_check_dense). Nothing is copied but this rank's rows
 // of the current batch.
 #ifndef EMBER_APP_CRITEO_NPY_H
 #define EMBER_APP_CRITEO_NPY_H

@@ -5,9 +5,11 @@
 //
 // DIR/day_{0,1,2}_{dense,sparse,labels}.npy (ROWS_PER_DAY rows each, default 200): dense float32
 // (N, 13) = (float)log1p(x) of integer counts x (the TSV reader's transform), sparse (N, 26)
-// non-negative 31-bit values (int32 on days 0 and 2, int64 on day 1), labels int32 (N, 1) on
-// day 0, int64 (N,) on day 1, uint8 (N,) on day 2; and DIR/train.tsv (days 0 and 1), DIR/val.tsv
-// (the first floor(N/2) rows of day 2) and DIR/test.tsv (the rest), the categoricals in hex.
+// 32-bit hashes h (int32 on days 0 and 2, where h >= 2^31 reads negative as in TorchRec's files;
+// int64 on day 1), labels int32 (N, 1) on day 0, int64 (N,) on day 1, uint8 (N,) on day 2; and
+// DIR/train.tsv (days 0 and 1), DIR/val.tsv (the first floor(N/2) rows of day 2) and DIR/test.tsv
+// (the rest), the categoricals in hex. With a table size dividing 2^32 both readers give the same
+// ids (the floored modulo of the int32 value).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,12 +79,13 @@ int main(int argc, char **argv) {
                 fprintf(t, "\t%u", x);
             }
             for (int c = 0; c < 26; c++) {
-                const uint32_t h = next_u32() & 0x7fffffffu;
+                const uint32_t h = next_u32() ^ (next_u32() << 16);
                 if (day == 1) {
                     const int64_t v = h;
                     fwrite(&v, 8, 1, fs);
                 } else {
-                    const int32_t v = (int32_t)h;
+                    int32_t v;
+                    memcpy(&v, &h, 4); // the bits: h >= 2^31 reads negative
                     fwrite(&v, 4, 1, fs);
                 }
                 fprintf(t, "\t%x", h);
