@@ -156,8 +156,10 @@ static void check_forward(const ember_kjt *k, ember_bounds_mode mode, ember_stat
                     }
                     counted++;
                 }
+                // MEAN scales the fp32 sum: whether the sum may overflow is decided before the scale.
                 if (EBC_POOL[t] == EMBER_POOL_MEAN && counted > 0)
-                    for (int32_t d = 0; d < EBC_DIMS[t]; d++) y[d] /= (double)counted, m[d] /= (double)counted;
+                    for (int32_t d = 0; d < EBC_DIMS[t]; d++)
+                        y[d] /= (double)counted, m[d] = m[d] > 1e37 ? INFINITY : m[d] / (double)counted;
                 // fp32 products and a running fp32 sum of n terms: error <= (n + 1) u sum|terms|
                 // (u = 2^-24), doubled; the mean's division adds one rounding more.
                 for (int32_t d = 0; d < EBC_DIMS[t]; d++)
