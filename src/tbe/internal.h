@@ -6,7 +6,7 @@
 //     and never touches a row's bytes;
 //   row maps (rowmap.h: tiered.c, hashed.c): tables whose ids are not rows of the storage,
 //     translated before any kernel runs; they move rows through the backend's row calls;
-//   the backend (backend.h; cpu/ is the one backend today): where weights and optimizer state
+//   the backend (backend.h; cpu/ and cuda/): where weights and optimizer state
 //     live and the kernels that run over them (pooled forward, fused backward, row reads/writes).
 #ifndef EMBER_TBE_INTERNAL_H
 #define EMBER_TBE_INTERNAL_H
