@@ -27,6 +27,10 @@ int cmd_bench(int argc, char **argv);
 // `ember plan`: the library planner's placement of a set of tables. See docs/planner.md.
 int cmd_plan(int argc, char **argv);
 
+// `ember preprocess`: Criteo TSV days into TorchRec's day files (--dataset criteo_npy). Local: no
+// MPI. See docs/dlrm.md.
+int cmd_preprocess(int argc, char **argv);
+
 // The option parsing of each subcommand alone, for fuzz/fuzz_cli.c: no MPI, no output, nothing
 // read or written; argv as the subcommand's. Returns 0 (the command would run), 1 (--help) or 2
 // (bad usage). `ember bench` has bench/*_bench.h's (tbe_bench_parse, *_bench_parse_only).
@@ -34,6 +38,7 @@ int cmd_train_parse_only(int argc, char **argv);
 int cmd_eval_parse_only(int argc, char **argv);
 int cmd_ckpt_parse_only(int argc, char **argv);
 int cmd_plan_parse_only(int argc, char **argv);
+int cmd_preprocess_parse_only(int argc, char **argv);
 
 // ember train's option table (cmd_train.c, in --help's order): its *n rows, for the tests that
 // check every option against what a checkpoint records (trainstate.h). A row whose field lies

@@ -192,10 +192,7 @@ static const char *feature_name(int field, char *buf, size_t cap) {
     return buf;
 }
 
-// Parses `line` (cut up in place) into sample i of b. Returns false with a reason when malformed.
-// Touches nothing of the reader: lines are parsed on several threads at once.
-// rows NULL: raw ids (the categorical values as they are).
-static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i, char *why, size_t cap) {
+bool criteo_parse_fields(char *line, criteo_fields *out, char *why, size_t cap) {
     char *field[CRITEO_NUM_FIELDS];
     int nf = 0;
     char *p = line;
@@ -220,8 +217,7 @@ static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i
         snprintf(why, cap, "field 1 (label): '%.24s' is not 0 or 1", field[0]);
         return false;
     }
-    b->labels[i] = field[0][0] == '1' ? 1.0f : 0.0f;
-    float *dense = b->dense + (size_t)i * DLRM_NUM_DENSE;
+    out->label = field[0][0] == '1';
     for (int j = 0; j < DLRM_NUM_DENSE; j++) {
         const char *s = field[1 + j];
         int64_t v = 0;
@@ -237,9 +233,8 @@ static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i
                      feature_name(1 + j, name, sizeof name), s);
             return false;
         }
-        dense[j] = neg ? 0.0f : (float)log1p((double)v);
+        out->ints[j] = neg ? -v : v;
     }
-    int64_t *ids = b->ids + (size_t)i * DLRM_NUM_SPARSE;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         const char *s = field[1 + DLRM_NUM_DENSE + f];
         uint64_t h = 0;
@@ -258,8 +253,23 @@ static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i
                      2 + DLRM_NUM_DENSE + f, feature_name(1 + DLRM_NUM_DENSE + f, name, sizeof name), s);
             return false;
         }
-        ids[f] = rows ? (int64_t)(h % (uint64_t)rows[f]) : (int64_t)h;
+        out->hashes[f] = h;
     }
+    return true;
+}
+
+// Parses `line` (cut up in place) into sample i of b, transformed (criteo.h). Returns false with a
+// reason when malformed. Touches nothing of the reader: lines are parsed on several threads at
+// once. rows NULL: raw ids (the categorical values as they are).
+static bool parse_line(const int64_t *rows, char *line, dlrm_batch *b, int32_t i, char *why, size_t cap) {
+    criteo_fields x;
+    if (!criteo_parse_fields(line, &x, why, cap)) return false;
+    b->labels[i] = x.label ? 1.0f : 0.0f;
+    float *dense = b->dense + (size_t)i * DLRM_NUM_DENSE;
+    for (int j = 0; j < DLRM_NUM_DENSE; j++) dense[j] = x.ints[j] <= 0 ? 0.0f : (float)log1p((double)x.ints[j]);
+    int64_t *ids = b->ids + (size_t)i * DLRM_NUM_SPARSE;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++)
+        ids[f] = rows ? (int64_t)(x.hashes[f] % (uint64_t)rows[f]) : (int64_t)x.hashes[f];
     return true;
 }
 

@@ -60,6 +60,19 @@ typedef struct criteo_stats {
                                         // reached the end of the file, its number of lines
 } criteo_stats;
 
+// One line's fields as written: the label, the 13 integers (signed; empty is 0) and the 26
+// categoricals as 64-bit numbers (empty is 0), before any transform.
+typedef struct criteo_fields {
+    int label;
+    int64_t ints[DLRM_NUM_DENSE];
+    uint64_t hashes[DLRM_NUM_SPARSE];
+} criteo_fields;
+
+// Parses one line's text (no line ending; cut up in place at its tabs) into *out. Returns false,
+// with the reason in why ("field 3 (int_1): 'x' is not an integer"), for a malformed line (see
+// above). Local; no state: callable from many threads.
+bool criteo_parse_fields(char *line, criteo_fields *out, char *why, size_t cap);
+
 typedef struct criteo_reader criteo_reader;
 
 // Opens the file. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (the message

@@ -22,6 +22,7 @@ static const subcommand subcommands[] = {
     {"eval", cmd_eval, "evaluate a saved DLRM checkpoint (ember train --save_dir) on its eval set or a Criteo file"},
     {"ckpt", cmd_ckpt, "inspect a checkpoint: ckpt info DIR [--verify] (tables, blobs, the trainer's position)"},
     {"plan", cmd_plan, "place tables on ranks with the planner (per-rank storage and bytes per step)"},
+    {"preprocess", cmd_preprocess, "Criteo TSV days into TorchRec's day files (--dataset criteo_npy)"},
     {"bench", cmd_bench, "benchmark the embedding kernels against the machine's gather limit (bench tbe)"},
 };
 #define NUM_SUBCOMMANDS ((int)(sizeof subcommands / sizeof subcommands[0]))

@@ -176,6 +176,24 @@ ember_status npy_open(ember_ctx *ctx, const char *path, npy_array *a) {
     return EMBER_OK;
 }
 
+int npy_write_header(FILE *f, const char *descr, int64_t rows, int cols) {
+    char dict[NPY_HEADER_BYTES], shape[64];
+    if (cols > 0) snprintf(shape, sizeof shape, "(%lld, %d)", (long long)rows, cols);
+    else snprintf(shape, sizeof shape, "(%lld,)", (long long)rows);
+    const int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    const int hlen = NPY_HEADER_BYTES - 10; // the dict, spaces, '\n'
+    unsigned char head[NPY_HEADER_BYTES];
+    memcpy(head, MAGIC, sizeof MAGIC);
+    head[6] = 1;
+    head[7] = 0;
+    head[8] = (unsigned char)(hlen & 0xff);
+    head[9] = (unsigned char)(hlen >> 8);
+    memset(head + 10, ' ', (size_t)hlen);
+    memcpy(head + 10, dict, (size_t)len);
+    head[NPY_HEADER_BYTES - 1] = '\n';
+    return fwrite(head, 1, sizeof head, f) == sizeof head ? 0 : -1;
+}
+
 void npy_close(npy_array *a) {
     if (a->map) munmap(a->map, a->map_bytes);
     a->map = NULL;

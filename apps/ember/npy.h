@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ember/core.h"
 
@@ -39,6 +40,13 @@ void npy_close(npy_array *a);
 // in why (a sentence fragment, without the path). For npy_open and the tests.
 int npy_parse_header(const unsigned char *buf, size_t len, npy_array *a, size_t *data_offset, char *why,
                      size_t why_len);
+
+// Writes a version 1.0 header for an array of `rows` rows of `cols` elements of `descr` ("<f4";
+// cols 0: a 1-D array of rows), C order, always NPY_HEADER_BYTES long, so that a writer that does
+// not know its rows yet can write a header first and the same-sized true one over it at the end.
+// Returns 0, or -1 on a write error (errno set).
+#define NPY_HEADER_BYTES 128
+int npy_write_header(FILE *f, const char *descr, int64_t rows, int cols);
 
 // Element (r, c) of an integer or boolean array as int64 (unsigned 64-bit values above INT64_MAX
 // read as negative), of a float array as its value cast to int64 (callers check kinds first).

@@ -9,33 +9,21 @@
 // int64 on day 1), labels int32 (N, 1) on day 0, int64 (N,) on day 1, uint8 (N,) on day 2; and
 // DIR/train.tsv (days 0 and 1), DIR/val.tsv (the first floor(N/2) rows of day 2) and DIR/test.tsv
 // (the rest), the categoricals in hex. With a table size dividing 2^32 both readers give the same
-// ids (the floored modulo of the int32 value).
+// ids (the floored modulo of the int32 value). For `ember preprocess`: each day's TSV alone
+// (DIR/day{d}.tsv) and what TorchRec's tsv_to_npys makes of it (DIR/expect/day_{d}_*.npy: float32
+// log(x + 3), int32 hashes, int32 (N, 1) labels).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "npy.h" // the app's header writer: one home for the format
+
 static uint64_t state = 0x5eed1234abcdull;
 static uint32_t next_u32(void) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(state >> 33);
-}
-
-// The header of an .npy file (version 1.0) for descr and shape, padded to 64 bytes.
-static void header(FILE *f, const char *descr, long long n, int cols) {
-    char dict[128], shape[48];
-    if (cols) snprintf(shape, sizeof shape, "(%lld, %d)", n, cols);
-    else snprintf(shape, sizeof shape, "(%lld,)", n);
-    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
-    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
-    const unsigned short hlen = (unsigned short)(len + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hlen & 0xff, f);
-    fputc(hlen >> 8, f);
-    fwrite(dict, 1, (size_t)len, f);
-    for (int i = 0; i < pad; i++) fputc(' ', f);
-    fputc('\n', f);
 }
 
 static FILE *open_or_die(const char *dir, const char *name) {
@@ -65,18 +53,36 @@ int main(int argc, char **argv) {
         FILE *fs = open_or_die(dir, name);
         snprintf(name, sizeof name, "day_%d_labels.npy", day);
         FILE *fl = open_or_die(dir, name);
-        header(fd, "<f4", N, 13);
-        header(fs, day == 1 ? "<i8" : "<i4", N, 26);
-        header(fl, day == 0 ? "<i4" : day == 1 ? "<i8" : "|u1", N, day == 0 ? 1 : 0);
+        npy_write_header(fd, "<f4", N, 13);
+        npy_write_header(fs, day == 1 ? "<i8" : "<i4", N, 26);
+        npy_write_header(fl, day == 0 ? "<i4" : day == 1 ? "<i8" : "|u1", N, day == 0 ? 1 : 0);
+        // What `ember preprocess` must write for this day's TSV: TorchRec's tsv_to_npys layout.
+        snprintf(name, sizeof name, "expect/day_%d_dense.npy", day);
+        FILE *xd = open_or_die(dir, name);
+        snprintf(name, sizeof name, "expect/day_%d_sparse.npy", day);
+        FILE *xs = open_or_die(dir, name);
+        snprintf(name, sizeof name, "expect/day_%d_labels.npy", day);
+        FILE *xl = open_or_die(dir, name);
+        snprintf(name, sizeof name, "day%d.tsv", day);
+        FILE *one = open_or_die(dir, name);
+        npy_write_header(xd, "<f4", N, 13);
+        npy_write_header(xs, "<i4", N, 26);
+        npy_write_header(xl, "<i4", N, 1);
         for (long long i = 0; i < N; i++) {
             FILE *t = day < 2 ? train : i < N / 2 ? val : test;
             const int y = next_u32() % 4 == 0;
             fprintf(t, "%d", y);
+            fprintf(one, "%d", y);
+            const int32_t y32 = y;
+            fwrite(&y32, 4, 1, xl);
             for (int j = 0; j < 13; j++) {
                 const unsigned x = (next_u32() % 100) * (next_u32() % 100) / 50;
                 const float v = (float)log1p((double)x);
                 fwrite(&v, 4, 1, fd);
                 fprintf(t, "\t%u", x);
+                fprintf(one, "\t%u", x);
+                const float tr = logf((float)((int32_t)x + 3)); // numpy: (int32 x + 3) in float32, log
+                fwrite(&tr, 4, 1, xd);
             }
             for (int c = 0; c < 26; c++) {
                 const uint32_t h = next_u32() ^ (next_u32() << 16);
@@ -89,8 +95,13 @@ int main(int argc, char **argv) {
                     fwrite(&v, 4, 1, fs);
                 }
                 fprintf(t, "\t%x", h);
+                fprintf(one, "\t%x", h);
+                int32_t lo;
+                memcpy(&lo, &h, 4);
+                fwrite(&lo, 4, 1, xs);
             }
             fputc('\n', t);
+            fputc('\n', one);
             if (day == 0) {
                 const int32_t v = y;
                 fwrite(&v, 4, 1, fl);
@@ -105,6 +116,10 @@ int main(int argc, char **argv) {
         fclose(fd);
         fclose(fs);
         fclose(fl);
+        fclose(xd);
+        fclose(xs);
+        fclose(xl);
+        fclose(one);
     }
     fclose(train);
     fclose(val);

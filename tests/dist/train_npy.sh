@@ -13,7 +13,7 @@ preflags=("$@")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
-mkdir days
+mkdir -p days/expect
 "$gen" days 200 || exit 1
 common=(--batch_size 64 --limit_train_batches 0 --limit_val_batches 0 --eval_interval 3
         --num_embeddings 4096 --progress lines --digest) # 4096 divides 2^32: negative int32 hashes agree
@@ -82,6 +82,31 @@ else
   tail -n 3 missed.txt missed_mllog.txt | sed 's/^/  | /'
   fails=$((fails + 1))
 fi
+
+# ember preprocess: each day's TSV into TorchRec's layout, byte for byte what tsv_to_npys writes;
+# a second run keeps the complete days; a lost file has its day redone.
+files_equal() { # files_equal NAME: every day file of pre/ equals days/expect/'s
+  local d k bad=0
+  for d in 0 1 2; do for k in dense sparse labels; do
+    cmp -s "pre/day_${d}_$k.npy" "days/expect/day_${d}_$k.npy" || { echo "  differs: day_${d}_$k.npy"; bad=1; }
+  done; done
+  if [ $bad -eq 0 ]; then printf 'ok    %s\n' "$1"; else printf 'FAIL  %s\n' "$1"; fails=$((fails + 1)); fi
+}
+"$ember" preprocess --input days/day0.tsv,days/day1.tsv,days/day2.tsv --output_dir pre >prep.txt 2>&1
+files_equal "preprocess = tsv_to_npys's layout"
+"$ember" preprocess --input days/day0.tsv,days/day1.tsv,days/day2.tsv --output_dir pre >prep2.txt 2>&1
+[ "$(grep -c ': kept$' prep2.txt)" -eq 3 ] && printf 'ok    preprocess again: 3 days kept\n' ||
+  { printf 'FAIL  preprocess again\n'; sed 's/^/  | /' prep2.txt; fails=$((fails + 1)); }
+rm pre/day_1_sparse.npy
+"$ember" preprocess --input days/day0.tsv,days/day1.tsv,days/day2.tsv --output_dir pre >prep3.txt 2>&1
+grep -q '^day 1: 200 rows from' prep3.txt && [ "$(grep -c ': kept$' prep3.txt)" -eq 2 ] && ! ls pre/*.partial 2>/dev/null &&
+  files_equal "preprocess redoes a day with a lost file" ||
+  { printf 'FAIL  preprocess redo\n'; sed 's/^/  | /' prep3.txt; fails=$((fails + 1)); }
+printf '1\t2\n' >>days/day2.tsv
+"$ember" preprocess --input days/day2.tsv --output_dir pre_bad --first_day 5 >prep4.txt 2>&1
+grep -q '^day 5: 200 rows from .*; 1 malformed lines skipped, the first at line 201: 2 tab-separated fields' prep4.txt &&
+  printf 'ok    preprocess skips and counts a malformed line\n' ||
+  { printf 'FAIL  preprocess malformed\n'; sed 's/^/  | /' prep4.txt; fails=$((fails + 1)); }
 
 # What cannot be read: one error line (from rank 0 only) naming the file and what differs.
 expect() { # expect NAME REGEX ARGS...: a non-zero exit, one line matching REGEX, at most one error line

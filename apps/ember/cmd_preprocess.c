@@ -1,0 +1,280 @@
+// `ember preprocess`: Criteo TSV day files into TorchRec's preprocessed day files (criteo_npy.h),
+// as TorchRec's BinaryCriteoUtils.tsv_to_npys writes them, streaming. Local: no MPI.
+//
+// Day d of the output is the d-th input (from --first_day on): day_{d}_dense.npy float32 (N, 13) =
+// log(x + 3) of the integer x in float32 (x read as int32, as numpy does; empty is 0; the log is
+// C's logf, where numpy's float32 log may differ in the last place on rare values),
+// day_{d}_sparse.npy int32 (N, 26) = the low 32 bits of the hexadecimal value (so hashes of 2^31
+// and above read negative, as in TorchRec's int32 files), day_{d}_labels.npy int32 (N, 1). A line
+// is read through one fixed buffer and written at once: memory does not grow with the file.
+// Malformed lines (criteo.h's rules, and an integer beyond int32) are skipped and counted. Each
+// file is written as FILE.partial and renamed over FILE when the day is complete, so a stopped run
+// leaves no half-written day file where a good one stood, and a second run skips the days whose
+// three files are already complete (resumable per day).
+#define _GNU_SOURCE // getopt_long, getline
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "appctx.h"
+#include "cli.h"
+#include "commands.h"
+#include "criteo.h"
+#include "npy.h"
+
+static const char help[] =
+    "usage: ember preprocess --input FILE[,FILE...] --output_dir DIR [--first_day N]\n"
+    "\n"
+    "Converts Criteo TSV day files (label, 13 integers, 26 hexadecimal categoricals per line) into\n"
+    "TorchRec's preprocessed day files, as TorchRec's tsv_to_npys writes them: the d-th input becomes\n"
+    "DIR/day_{d}_dense.npy (float32 log(x + 3)), day_{d}_sparse.npy (int32, the low 32 bits of each\n"
+    "hexadecimal value) and day_{d}_labels.npy (int32), which 'ember train --dataset criteo_npy\n"
+    "--data_dir DIR' reads. Streams each file in fixed memory; skips and counts malformed lines;\n"
+    "writes each file as FILE.partial and renames it when its day is complete; days already complete\n"
+    "in DIR are kept (a stopped run goes on where it stopped).\n"
+    "\n"
+    "  --input FILE[,FILE...]  the TSV days, in day order\n"
+    "  --output_dir DIR        where the day files go (created if missing)\n"
+    "  --first_day N           the number of the first input's day (default 0)\n"
+    "  -h, --help              this text\n";
+
+typedef struct prep_opts {
+    char *inputs; // the --input list, owned
+    const char *dir;
+    int first_day;
+} prep_opts;
+
+static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
+    static const struct option lo[] = {{"input", required_argument, NULL, 'i'},
+                                       {"output_dir", required_argument, NULL, 'o'},
+                                       {"first_day", required_argument, NULL, 'f'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+    memset(o, 0, sizeof *o);
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        if (c == 'h') return 1;
+        if (c == 'i') {
+            free(o->inputs);
+            o->inputs = strdup(optarg);
+        } else if (c == 'o') {
+            o->dir = optarg;
+        } else if (c == 'f') {
+            char *end;
+            const long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 0 || v > 1000000) {
+                snprintf(err, cap, "ember preprocess: --first_day '%s': expected a day number >= 0", optarg);
+                return 2;
+            }
+            o->first_day = (int)v;
+        } else {
+            snprintf(err, cap, "ember preprocess: unknown option or missing value '%s' (try 'ember preprocess --help')",
+                     argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind != argc || !o->inputs || !o->inputs[0] || !o->dir) {
+        snprintf(err, cap, "ember preprocess: %s (try 'ember preprocess --help')",
+                 optind != argc ? "unexpected arguments" : !o->dir ? "--output_dir DIR is missing" : "--input FILE is missing");
+        return 2;
+    }
+    return 0;
+}
+
+static const char *const KIND[3] = {"dense", "sparse", "labels"};
+
+// Whether DIR/day_{d}_*.npy are three complete files of one day (a header that opens, N equal).
+static int64_t complete_day(const char *dir, int day) {
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    ember_ctx *ctx = NULL;
+    if (ember_ctx_create(&cc, &ctx) != EMBER_OK) return -1;
+    int64_t n = -1;
+    for (int k = 0; k < 3; k++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, day, KIND[k]);
+        if (access(p, F_OK) != 0) {
+            n = -1;
+            break;
+        }
+        npy_array a;
+        if (npy_open(ctx, p, &a) != EMBER_OK) {
+            n = -1;
+            break;
+        }
+        const int64_t rows = a.shape[0];
+        npy_close(&a);
+        if (k > 0 && rows != n) {
+            n = -1;
+            break;
+        }
+        n = rows;
+    }
+    ember_ctx_destroy(ctx);
+    return n;
+}
+
+typedef struct day_out {
+    FILE *f[3];
+    char path[3][1024];
+} day_out;
+
+static void close_out(day_out *d, int remove_partial) {
+    for (int k = 0; k < 3; k++) {
+        if (d->f[k]) fclose(d->f[k]);
+        d->f[k] = NULL;
+        if (remove_partial) {
+            char p[1100];
+            snprintf(p, sizeof p, "%s.partial", d->path[k]);
+            unlink(p);
+        }
+    }
+}
+
+static const char *const DESCR[3] = {"<f4", "<i4", "<i4"};
+static const int COLS[3] = {DLRM_NUM_DENSE, DLRM_NUM_SPARSE, 1};
+
+// Converts one TSV into day `day`; 0 or 1 (the message printed). Prints the day's line.
+static int convert(const char *in, const char *dir, int day) {
+    FILE *src = fopen(in, "r");
+    if (!src) {
+        fprintf(stderr, "ember preprocess: error: '%s': cannot open: %s\n", in, strerror(errno));
+        return 1;
+    }
+    day_out d;
+    memset(&d, 0, sizeof d);
+    for (int k = 0; k < 3; k++) {
+        snprintf(d.path[k], sizeof d.path[k], "%s/day_%d_%s.npy", dir, day, KIND[k]);
+        char p[1100];
+        snprintf(p, sizeof p, "%s.partial", d.path[k]);
+        d.f[k] = fopen(p, "wb");
+        if (!d.f[k] || npy_write_header(d.f[k], DESCR[k], 0, COLS[k]) != 0) {
+            fprintf(stderr, "ember preprocess: error: '%s': cannot write: %s\n", p, strerror(errno));
+            close_out(&d, 1);
+            fclose(src);
+            return 1;
+        }
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t rows = 0, lineno = 0, malformed = 0, first_bad = 0, bytes = 0;
+    char why[200], first_why[200] = "";
+    int io = 0;
+    while (!io && (len = getline(&line, &cap, src)) >= 0) {
+        lineno++;
+        bytes += len;
+        if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
+        if (len > 0 && line[len - 1] == '\r') line[--len] = 0;
+        criteo_fields x;
+        int ok = len <= CRITEO_LINE_MAX && memchr(line, 0, (size_t)len) == NULL;
+        if (!ok && len > CRITEO_LINE_MAX) snprintf(why, sizeof why, "longer than %d bytes", CRITEO_LINE_MAX);
+        else if (!ok) snprintf(why, sizeof why, "a NUL byte");
+        if (ok) ok = criteo_parse_fields(line, &x, why, sizeof why);
+        for (int j = 0; ok && j < DLRM_NUM_DENSE; j++) {
+            if (x.ints[j] < INT32_MIN || x.ints[j] > INT32_MAX) {
+                snprintf(why, sizeof why, "field %d: %lld is beyond int32", 2 + j, (long long)x.ints[j]);
+                ok = 0;
+            }
+        }
+        if (!ok) {
+            if (!malformed++) {
+                first_bad = lineno;
+                snprintf(first_why, sizeof first_why, "%s", why);
+            }
+            continue;
+        }
+        float dense[DLRM_NUM_DENSE];
+        int32_t sparse[DLRM_NUM_SPARSE], label = x.label;
+        // numpy: int32 + 3 (wrapping), converted to float32, then float32's log.
+        for (int j = 0; j < DLRM_NUM_DENSE; j++)
+            dense[j] = logf((float)(int32_t)(uint32_t)((uint32_t)(int32_t)x.ints[j] + 3u));
+        for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+            const uint32_t low = (uint32_t)x.hashes[f];
+            memcpy(&sparse[f], &low, 4);
+        }
+        io = fwrite(dense, sizeof dense, 1, d.f[0]) != 1 || fwrite(sparse, sizeof sparse, 1, d.f[1]) != 1 ||
+             fwrite(&label, sizeof label, 1, d.f[2]) != 1;
+        rows++;
+    }
+    free(line);
+    io = io || ferror(src);
+    fclose(src);
+    // The true headers over the placeholders, then the files in place.
+    for (int k = 0; k < 3 && !io; k++)
+        io = fflush(d.f[k]) != 0 || fseek(d.f[k], 0, SEEK_SET) != 0 || npy_write_header(d.f[k], DESCR[k], rows, COLS[k]) != 0 ||
+             fflush(d.f[k]) != 0 || fsync(fileno(d.f[k])) != 0;
+    if (io) {
+        fprintf(stderr, "ember preprocess: error: day %d from '%s': reading or writing failed: %s (no day file was "
+                "replaced)\n", day, in, strerror(errno));
+        close_out(&d, 1);
+        return 1;
+    }
+    for (int k = 0; k < 3; k++) {
+        fclose(d.f[k]);
+        d.f[k] = NULL;
+        char p[1100];
+        snprintf(p, sizeof p, "%s.partial", d.path[k]);
+        if (rename(p, d.path[k]) != 0) {
+            fprintf(stderr, "ember preprocess: error: '%s': cannot rename into place: %s\n", p, strerror(errno));
+            close_out(&d, 1);
+            return 1;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("day %d: %lld rows from '%s' (%.1f MB in %.2f s, %.0f MB/s)", day, (long long)rows, in, (double)bytes / 1e6,
+           s, s > 0 ? (double)bytes / 1e6 / s : 0.0);
+    if (malformed) printf("; %lld malformed lines skipped, the first at line %lld: %s", (long long)malformed,
+                          (long long)first_bad, first_why);
+    printf("\n");
+    fflush(stdout);
+    return 0;
+}
+
+static int run(prep_opts *o) {
+    if (mkdir(o->dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "ember preprocess: error: --output_dir '%s': cannot create: %s\n", o->dir, strerror(errno));
+        return 1;
+    }
+    int day = o->first_day;
+    for (char *save = NULL, *in = strtok_r(o->inputs, ",", &save); in; in = strtok_r(NULL, ",", &save), day++) {
+        const int64_t done = complete_day(o->dir, day);
+        if (done >= 0) {
+            printf("day %d: complete in '%s' (%lld rows): kept\n", day, o->dir, (long long)done);
+            continue;
+        }
+        if (convert(in, o->dir, day) != 0) return 1;
+    }
+    return 0;
+}
+
+int cmd_preprocess(int argc, char **argv) {
+    prep_opts o;
+    char err[512];
+    const int p = parse(argc, argv, &o, err, sizeof err);
+    if (p == 1) fputs(help, stdout);
+    if (p == 2) fprintf(stderr, "%s\n", err);
+    const int rc = p == 0 ? run(&o) : p == 1 ? 0 : 2;
+    free(o.inputs);
+    return rc;
+}
+
+int cmd_preprocess_parse_only(int argc, char **argv) {
+    prep_opts o;
+    char err[512];
+    const int p = parse(argc, argv, &o, err, sizeof err);
+    free(o.inputs);
+    return p;
+}
