@@ -131,6 +131,7 @@ target_link_libraries(test_dlrm_npy PRIVATE ember_app)
 # the same model bit for bit, 1 to 3 ranks alike; unreadable files are one error line naming them.
 ember_test_exe(npy_days ${CMAKE_CURRENT_SOURCE_DIR}/dist/npy_days.c)
 target_link_libraries(npy_days PRIVATE ember_app m)
+add_dependencies(ember_mpi_tests npy_days) # the MPICH pass builds only what its tests run
 add_test(NAME dist.train.cli.criteo_npy
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_npy.sh $<TARGET_FILE:ember_cli> $<TARGET_FILE:npy_days>
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS})

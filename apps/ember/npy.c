@@ -86,11 +86,12 @@ int npy_parse_header(const unsigned char *buf, size_t len, npy_array *a, size_t 
     a->itemsize = size;
     // 'fortran_order': False
     const char *f = value_of(h, hlen, "fortran_order");
-    if (!f || (size_t)(end - f) < 4 || (memcmp(f, "False", 5) != 0 && memcmp(f, "True", 4) != 0)) {
+    const size_t flen = f ? (size_t)(end - f) : 0;
+    if (!f || !((flen >= 5 && memcmp(f, "False", 5) == 0) || (flen >= 4 && memcmp(f, "True", 4) == 0))) {
         snprintf(why, why_len, "header has no 'fortran_order' of True or False");
         return -1;
     }
-    if (memcmp(f, "True", 4) == 0) {
+    if (f[0] == 'T') {
         snprintf(why, why_len, "fortran_order is True (C order expected: save a C-contiguous array)");
         return -1;
     }
