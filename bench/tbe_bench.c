@@ -168,7 +168,7 @@ static double err(double got, double want) { return fabs(got - want) / fmax(1.0,
 
 // max err(out, ref) over the first `nb` bags of every table, ref = sum of the stored rows in
 // double, divided by L for MEAN (the id count, as FBGEMM and ember do).
-static double fwd_residual(ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values, int mean,
+double tbe_bench_fwd_residual(ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values, int mean,
                            const float *out) {
     const int32_t D = s->D, nb = s->B < 8 ? s->B : 8;
     float *row = malloc(sizeof(float) * (size_t)D);
@@ -429,7 +429,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
     double residual = 0;
     if (op_has_fwd(op)) {
         if (ember_ebc_forward(ebc, &kjt, in->out) != EMBER_OK) return fail(r, "forward");
-        residual = fwd_residual(ebc, s, in->values[dist], pool, in->out);
+        residual = tbe_bench_fwd_residual(ebc, s, in->values[dist], pool, in->out);
         if (residual > tolerance(dt, 0)) r->worst = r->worst > 1 ? r->worst : 1;
     }
     if (op_is_train(op)) {

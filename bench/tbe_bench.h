@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "ember/core.h"
+#include "ember/ebc.h"
 
 // Operations (bit masks). train_* time the fused backward + update alone; step_* time one
 // training step: forward + fused backward + update.
@@ -86,6 +87,10 @@ int tbe_bench_cuda_run(const tbe_bench_opts *o);
 double *tbe_bench_zipf_cdf(int64_t E);
 void tbe_bench_make_ids(const tbe_bench_shape *s, int zipf, const double *cdf, uint64_t seed, int64_t *values);
 void tbe_bench_make_grad(size_t n, uint64_t seed, float *g);
+// A forward's error: max |out - ref| / max(1, |ref|) over the first 8 bags of every table, ref the
+// stored rows (read back through the state dict) summed in double, over L for MEAN.
+double tbe_bench_fwd_residual(ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values, int mean,
+                              const float *out);
 
 // Parse + run: the body of `ember bench tbe`.
 int tbe_bench_main(int argc, char **argv);

@@ -160,40 +160,6 @@ int bitwise_vs_cpu(ember_ctx *ctx, ember_ebc *gpu, const tbe_bench_shape *s, emb
     return same;
 }
 
-// max |out - ref| / max(1, |ref|) over the first 8 bags of each table, ref summed in double.
-double fwd_residual(ember_ebc *ebc, const tbe_bench_shape *s, const int64_t *values, int mean, const float *out) {
-    float *row = (float *)malloc(sizeof(float) * (size_t)s->D);
-    double *ref = (double *)malloc(sizeof(double) * (size_t)s->D), worst = 0;
-    const int nb = s->B < 8 ? s->B : 8;
-    for (int32_t t = 0; t < s->T && row && ref; t++) {
-        for (int b = 0; b < nb; b++) {
-            for (int d = 0; d < s->D; d++) ref[d] = 0;
-            for (int l = 0; l < s->L; l++) {
-                const int64_t id = values[((int64_t)t * s->B + b) * s->L + l];
-                ember_ebc_read(ebc, t, "weight", id, id + 1, EMBER_DTYPE_F32, row);
-                for (int d = 0; d < s->D; d++) ref[d] += row[d];
-            }
-            for (int d = 0; d < s->D; d++) {
-                const double want = mean ? ref[d] / s->L : ref[d];
-                const double got = out[(size_t)b * s->T * s->D + (size_t)t * s->D + d];
-                worst = fmax(worst, fabs(got - want) / fmax(1.0, fabs(want)));
-            }
-        }
-    }
-    free(row);
-    free(ref);
-    return worst;
-}
-
-int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 } // namespace
 
 extern "C" int tbe_bench_cuda_run(const tbe_bench_opts *o) {
@@ -226,7 +192,7 @@ extern "C" int tbe_bench_cuda_run(const tbe_bench_opts *o) {
             const double ms = elapsed_ms(tm);
             if (i >= 0) v[i] = ms;
         }
-        hbm_gbps = (double)(g.hbm_n * sizeof(float4)) / (median(v, 9) * 1e6);
+        hbm_gbps = (double)(g.hbm_n * sizeof(float4)) / (bench_median(v, 9) * 1e6);
         cudaFree(g.hbm);
     }
     fprintf(o->log, "ember bench tbe --backend cuda: %s, HBM read %.0f GB/s\n", prop.name, hbm_gbps);
@@ -289,7 +255,7 @@ extern "C" int tbe_bench_cuda_run(const tbe_bench_opts *o) {
                         }
                         cudaDeviceSynchronize();
                         cudaMemcpy(hout, g.out, sizeof(float) * nout, cudaMemcpyDeviceToHost);
-                        const double residual = fwd_residual(ebc, s, hv[d], pool, hout);
+                        const double residual = tbe_bench_fwd_residual(ebc, s, hv[d], pool, hout);
                         const int lim_ok = s->D % (16 / (int)es) == 0;
                         double *t_op = (double *)malloc(sizeof(double) * (size_t)o->iters * 3);
                         double *t_fwd = t_op + o->iters, *t_lim = t_fwd + o->iters;
@@ -323,8 +289,8 @@ extern "C" int tbe_bench_cuda_run(const tbe_bench_opts *o) {
                             }
                             if (it >= 0) t_op[it] = x, t_fwd[it] = f, t_lim[it] = l;
                         }
-                        const double ms = median(t_op, o->iters), fwd_ms = op > 0 ? median(t_fwd, o->iters) : ms;
-                        const double lim_ms = lim_ok ? median(t_lim, o->iters) : NAN;
+                        const double ms = bench_median(t_op, o->iters), fwd_ms = op > 0 ? bench_median(t_fwd, o->iters) : ms;
+                        const double lim_ms = lim_ok ? bench_median(t_lim, o->iters) : NAN;
                         free(t_op);
                         const double row_bytes = (double)nnz * (double)s->D * (double)es;
                         bench_json j;

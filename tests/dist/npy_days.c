@@ -37,6 +37,16 @@ static FILE *open_or_die(const char *dir, const char *name) {
     return f;
 }
 
+// DIR/<prefix>day_<day>_<kind>.npy for dense, sparse, labels, opened for writing.
+static void open_day(const char *dir, const char *prefix, int day, FILE *f[3]) {
+    static const char *const kind[3] = {"dense", "sparse", "labels"};
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "%sday_%d_%s.npy", prefix, day, kind[k]);
+        f[k] = open_or_die(dir, name);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: npy_days DIR [ROWS_PER_DAY]\n");
@@ -46,23 +56,16 @@ int main(int argc, char **argv) {
     const long long N = argc > 2 ? atoll(argv[2]) : 200;
     FILE *train = open_or_die(dir, "train.tsv"), *val = open_or_die(dir, "val.tsv"), *test = open_or_die(dir, "test.tsv");
     for (int day = 0; day < 3; day++) {
-        char name[64];
-        snprintf(name, sizeof name, "day_%d_dense.npy", day);
-        FILE *fd = open_or_die(dir, name);
-        snprintf(name, sizeof name, "day_%d_sparse.npy", day);
-        FILE *fs = open_or_die(dir, name);
-        snprintf(name, sizeof name, "day_%d_labels.npy", day);
-        FILE *fl = open_or_die(dir, name);
+        FILE *in[3], *ex[3];
+        open_day(dir, "", day, in);
+        FILE *fd = in[0], *fs = in[1], *fl = in[2];
         npy_write_header(fd, "<f4", N, 13);
         npy_write_header(fs, day == 1 ? "<i8" : "<i4", N, 26);
         npy_write_header(fl, day == 0 ? "<i4" : day == 1 ? "<i8" : "|u1", N, day == 0 ? 1 : 0);
         // What `ember preprocess` must write for this day's TSV: TorchRec's tsv_to_npys layout.
-        snprintf(name, sizeof name, "expect/day_%d_dense.npy", day);
-        FILE *xd = open_or_die(dir, name);
-        snprintf(name, sizeof name, "expect/day_%d_sparse.npy", day);
-        FILE *xs = open_or_die(dir, name);
-        snprintf(name, sizeof name, "expect/day_%d_labels.npy", day);
-        FILE *xl = open_or_die(dir, name);
+        open_day(dir, "expect/", day, ex);
+        FILE *xd = ex[0], *xs = ex[1], *xl = ex[2];
+        char name[64];
         snprintf(name, sizeof name, "day%d.tsv", day);
         FILE *one = open_or_die(dir, name);
         npy_write_header(xd, "<f4", N, 13);
