@@ -153,6 +153,7 @@ const char *cli_name_embedding_optimizer(int v) {
 const char *cli_name_evict_policy(int v) {
     return v >= 0 && v < EMBER_EVICT_COUNT ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
 }
+const char *cli_name_interaction(int v) { return v == 0 ? "dot" : v == 1 ? "dcn" : NULL; }
 const char *cli_name_hash(int v) { return v == 0 ? "modulo" : v == 1 ? "collisionless" : NULL; }
 
 int cli_name_value(const char *(*names)(int v), const char *name) {

@@ -49,6 +49,7 @@ const char *cli_name_malformed(int v);           // criteo_malformed_mode
 const char *cli_name_dense_optimizer(int v);     // dense_optim_kind
 const char *cli_name_embedding_optimizer(int v); // ember_optim_kind
 const char *cli_name_evict_policy(int v);        // ember_evict_policy: lru, lfu, ttl
+const char *cli_name_interaction(int v);         // dlrm_interaction: dot (0), dcn (1)
 const char *cli_name_hash(int v);                // train_options.collisionless: modulo (0), collisionless (1)
 // The value whose name is `name` (names(0), names(1), ... up to the first NULL), or -1.
 int cli_name_value(const char *(*names)(int v), const char *name);

@@ -24,6 +24,10 @@ static const char help[] =
     "                                    (default: 26 sizes from 4 to 100000, see docs/dlrm.md)\n"
     "  --dense_arch_layer_sizes L        bottom MLP layer sizes, last = embedding_dim (default 64,16)\n"
     "  --over_arch_layer_sizes L         top MLP layer sizes, last = 1 (default 64,32,1)\n"
+    "  --interaction dot|dcn             DLRM's pairwise dot products (default), or DCN-v2's low-rank\n"
+    "                                    cross net over [dense, embeddings] (TorchRec's DLRM_DCN)\n"
+    "  --dcn_num_layers N                dcn: cross layers (default 3)\n"
+    "  --dcn_low_rank_dim N              dcn: the rank of each layer's weight (default 512)\n"
     "  --sharding S|L                    auto (the default; plan is a synonym): the library's planner\n"
     "                                    places every table; or dp, tw, cw, rw, twrw or grid for\n"
     "                                    every table, or 26 of them comma-separated (grid: 2\n"
@@ -353,6 +357,9 @@ static const cli_flag flags[] = {
     CALL("num_embeddings_per_feature", o.rows, set_rows_per_feature),
     CALL("dense_arch_layer_sizes", o.bottom, set_bottom),
     CALL("over_arch_layer_sizes", o.top, set_top),
+    NAME("interaction", o.interaction, cli_name_interaction, ANY_DATA),
+    INT("dcn_num_layers", o.dcn_num_layers, 1, 64),
+    INT("dcn_low_rank_dim", o.dcn_low_rank_dim, 1, 65536),
     CALL("sharding", o.sharding, set_sharding),
     TEXT("plan", o.plan_path, ANY_DATA),
     CALL("intra_gbps", o.intra_gbps, set_gbps),

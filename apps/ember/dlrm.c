@@ -3,27 +3,32 @@
 #include <string.h>
 
 #include "appctx.h"
+#include "cross.h"
 #include "dlrm.h"
 #include "interaction.h"
 #include "loss.h"
 
 #define DLRM_MAX_WIDTH 65536        // layer widths beyond this are a typo, not a model
 #define DLRM_MAX_BATCH (1 << 24)    // local samples per step
-enum { STREAM_BOTTOM = 101, STREAM_TOP = 102 };
+#define DLRM_MAX_CROSS_LAYERS 64
+enum { STREAM_BOTTOM = 101, STREAM_TOP = 102, STREAM_CROSS = 103 };
 
 struct dlrm_model {
     ember_ctx *ctx;
     dlrm_backend *backend; // borrowed
     int32_t num_sparse, dim, max_batch, inter_width;
     int64_t num_params;
-    float *params;         // [num_params] the dense slab: bottom MLP then top MLP
+    dlrm_interaction kind;
+    float *params;         // [num_params] the dense slab: bottom MLP, cross net (DCN), top MLP
     float *grads;          // [num_params] same layout
     mlp bottom, top;
-    interaction ia;        // the interaction's buffers (its T serves the backward)
+    interaction ia;        // dot: the interaction's buffers (its T serves the backward)
+    cross dcn;             // DCN: the cross net's
+    const float *top_in;   // [B, inter_width] the top MLP's input in the last forward
     dense_optim optim;
     const float *dense_out; // [B, D] bottom output of the last forward (owned by `bottom`)
     float *emb;            // [max_batch, F*D] pooled embeddings
-    float *inter;          // [max_batch, inter_width]
+    float *inter;          // [max_batch, inter_width] dot: the interaction's output; DCN: [d, e]
     float *dlogit;         // [max_batch]
     float *dinter;         // [max_batch, inter_width]
     float *ddense;         // [max_batch, D]
@@ -44,6 +49,11 @@ static ember_status check_sizes(ember_ctx *ctx, const char *flag, const int32_t 
     return EMBER_OK;
 }
 
+int64_t dlrm_interaction_width(const dlrm_config *c) {
+    return c->interaction == DLRM_INTERACTION_DCN ? ((int64_t)c->num_sparse + 1) * c->embedding_dim
+                                                  : interaction_out_dim(c->num_sparse, c->embedding_dim);
+}
+
 ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *c) {
     APP_CHECK(ctx, c->num_dense >= 1 && c->num_sparse >= 1, EMBER_ERR_INVALID_ARG,
               "dlrm: %d dense and %d sparse features", (int)c->num_dense, (int)c->num_sparse);
@@ -55,12 +65,20 @@ ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *c) {
     APP_TRY(check_sizes(ctx, "--over_arch_layer_sizes", c->top_sizes, c->num_top));
     APP_CHECK(ctx, c->bottom_sizes[c->num_bottom - 1] == c->embedding_dim, EMBER_ERR_INVALID_ARG,
               "--dense_arch_layer_sizes ends with %d but --embedding_dim is %d: the dense vector meets the "
-              "embeddings in dot products, so they must match",
+              "embeddings in the interaction as one more feature, so they must match",
               (int)c->bottom_sizes[c->num_bottom - 1], (int)c->embedding_dim);
     APP_CHECK(ctx, c->top_sizes[c->num_top - 1] == 1, EMBER_ERR_INVALID_ARG,
               "--over_arch_layer_sizes ends with %d: the last layer must be 1 (one logit)",
               (int)c->top_sizes[c->num_top - 1]);
-    int64_t inter = interaction_out_dim(c->num_sparse, c->embedding_dim);
+    APP_CHECK(ctx, c->interaction == DLRM_INTERACTION_DOT || c->interaction == DLRM_INTERACTION_DCN,
+              EMBER_ERR_INVALID_ARG, "--interaction: unknown kind %d", (int)c->interaction);
+    if (c->interaction == DLRM_INTERACTION_DCN) {
+        APP_CHECK(ctx, c->dcn_num_layers >= 1 && c->dcn_num_layers <= DLRM_MAX_CROSS_LAYERS, EMBER_ERR_INVALID_ARG,
+                  "--dcn_num_layers %d: expected 1..%d", (int)c->dcn_num_layers, DLRM_MAX_CROSS_LAYERS);
+        APP_CHECK(ctx, c->dcn_low_rank_dim >= 1 && c->dcn_low_rank_dim <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
+                  "--dcn_low_rank_dim %d: expected 1..%d", (int)c->dcn_low_rank_dim, DLRM_MAX_WIDTH);
+    }
+    int64_t inter = dlrm_interaction_width(c);
     APP_CHECK(ctx, inter <= 4 * DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
               "%d features of dim %d give %lld interaction outputs, too many", (int)c->num_sparse,
               (int)c->embedding_dim, (long long)inter);
@@ -73,6 +91,7 @@ void dlrm_destroy(dlrm_model *m) {
     mlp_destroy(ctx, &m->bottom);
     mlp_destroy(ctx, &m->top);
     interaction_destroy(&m->ia);
+    cross_destroy(&m->dcn);
     dense_optim_destroy(ctx, &m->optim);
     void *bufs[] = {m->params, m->grads, m->emb, m->inter, m->dlogit, m->dinter,
                     m->ddense, m->demb, m->lengths, m->offsets, m->values, m->next_values};
@@ -91,9 +110,12 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
     m->num_sparse = cfg->num_sparse;
     m->dim = cfg->embedding_dim;
     m->max_batch = cfg->max_batch;
-    m->inter_width = interaction_out_dim(cfg->num_sparse, cfg->embedding_dim);
+    m->kind = cfg->interaction;
+    m->inter_width = (int32_t)dlrm_interaction_width(cfg);
+    const bool dcn = m->kind == DLRM_INTERACTION_DCN;
     const int64_t nb = mlp_num_params(cfg->num_dense, cfg->bottom_sizes, cfg->num_bottom);
-    m->num_params = nb + mlp_num_params(m->inter_width, cfg->top_sizes, cfg->num_top);
+    const int64_t nc = dcn ? cross_num_params(m->inter_width, cfg->dcn_num_layers, cfg->dcn_low_rank_dim) : 0;
+    m->num_params = nb + nc + mlp_num_params(m->inter_width, cfg->top_sizes, cfg->num_top);
 
     const size_t B = (size_t)cfg->max_batch, FD = (size_t)cfg->num_sparse * (size_t)cfg->embedding_dim;
     const size_t nbags = (size_t)cfg->num_sparse * B, iw = (size_t)m->inter_width;
@@ -114,14 +136,18 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
     }
     if ((st = mlp_create(ctx, cfg->num_dense, cfg->bottom_sizes, cfg->num_bottom, true, cfg->max_batch, m->params,
                          m->grads, &m->bottom)) != EMBER_OK ||
-        (st = mlp_create(ctx, m->inter_width, cfg->top_sizes, cfg->num_top, false, cfg->max_batch, m->params + nb,
-                         m->grads + nb, &m->top)) != EMBER_OK ||
-        (st = interaction_create(ctx, cfg->num_sparse, cfg->embedding_dim, cfg->max_batch, &m->ia)) != EMBER_OK ||
+        (st = mlp_create(ctx, m->inter_width, cfg->top_sizes, cfg->num_top, false, cfg->max_batch,
+                         m->params + nb + nc, m->grads + nb + nc, &m->top)) != EMBER_OK ||
+        (!dcn && (st = interaction_create(ctx, cfg->num_sparse, cfg->embedding_dim, cfg->max_batch, &m->ia)) !=
+                     EMBER_OK) ||
+        (dcn && (st = cross_create(ctx, m->inter_width, cfg->dcn_num_layers, cfg->dcn_low_rank_dim, cfg->max_batch,
+                                   m->params + nb, m->grads + nb, &m->dcn)) != EMBER_OK) ||
         (st = dense_optim_create(ctx, &cfg->optim, m->num_params, &m->optim)) != EMBER_OK) {
         goto fail;
     }
     mlp_init_params(&m->bottom, cfg->seed, STREAM_BOTTOM);
     mlp_init_params(&m->top, cfg->seed, STREAM_TOP);
+    if (dcn) cross_init_params(&m->dcn, cfg->seed, STREAM_CROSS);
     // Every sample has exactly one id per feature: the bag structure never changes.
     for (size_t i = 0; i < nbags; i++) m->lengths[i] = 1;
     for (size_t i = 0; i <= nbags; i++) m->offsets[i] = (int64_t)i;
@@ -153,6 +179,36 @@ static void progress(dlrm_model *m, bool overlap) {
     if (overlap && m->backend->progress) m->backend->progress(m->backend->impl);
 }
 
+// The interaction of the bottom output and the pooled embeddings -> top_in [B, inter_width].
+static ember_status interact(dlrm_model *m, int32_t B) {
+    if (m->kind == DLRM_INTERACTION_DOT) {
+        m->top_in = m->inter;
+        return interaction_forward(&m->ia, B, m->dense_out, m->emb, m->inter);
+    }
+    // DCN: per sample [d, e] (TorchRec's InteractionDCNArch), then the cross net.
+    const size_t D = (size_t)m->dim, FD = (size_t)m->num_sparse * D, N = FD + D;
+#pragma omp parallel for schedule(static) if (B >= 256)
+    for (int32_t b = 0; b < B; b++) {
+        memcpy(m->inter + (size_t)b * N, m->dense_out + (size_t)b * D, sizeof(float) * D);
+        memcpy(m->inter + (size_t)b * N + D, m->emb + (size_t)b * FD, sizeof(float) * FD);
+    }
+    return cross_forward(&m->dcn, m->inter, B, &m->top_in);
+}
+
+// The interaction's backward: dinter -> ddense, demb. DCN's dL/d[d, e] goes through `inter`,
+// which the cross net no longer needs (it keeps its own copy of its input).
+static ember_status interact_backward(dlrm_model *m, int32_t B) {
+    if (m->kind == DLRM_INTERACTION_DOT) return interaction_backward(&m->ia, B, m->dinter, m->ddense, m->demb);
+    APP_TRY(cross_backward(&m->dcn, B, m->dinter, m->inter));
+    const size_t D = (size_t)m->dim, FD = (size_t)m->num_sparse * D, N = FD + D;
+#pragma omp parallel for schedule(static) if (B >= 256)
+    for (int32_t b = 0; b < B; b++) {
+        memcpy(m->ddense + (size_t)b * D, m->inter + (size_t)b * N, sizeof(float) * D);
+        memcpy(m->demb + (size_t)b * FD, m->inter + (size_t)b * N + D, sizeof(float) * FD);
+    }
+    return EMBER_OK;
+}
+
 // The forward; with `overlap`, the prefetch of `next` (if any) right after the embeddings'.
 static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch *next, bool overlap,
                             const float **logits) {
@@ -166,9 +222,9 @@ static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch
         const ember_kjt nk = batch_kjt(m, next, m->next_values);
         APP_TRY(m->backend->prefetch(m->backend->impl, &nk));
     }
-    APP_TRY(interaction_forward(&m->ia, B, m->dense_out, m->emb, m->inter));
+    APP_TRY(interact(m, B));
     progress(m, overlap);
-    APP_TRY(mlp_forward(&m->top, m->inter, B, logits));
+    APP_TRY(mlp_forward(&m->top, m->top_in, B, logits));
     return EMBER_OK;
 }
 
@@ -183,9 +239,9 @@ static ember_status train_step(dlrm_model *m, const dlrm_batch *b, const dlrm_ba
     overlap = overlap && m->backend->backward_start && m->backend->backward_finish;
     APP_TRY(forward(m, b, next, overlap, &logits));
     *loss_sum = bce_with_logits(B, logits, b->labels, loss_scale, m->dlogit);
-    APP_TRY(mlp_backward(&m->top, m->inter, B, m->dlogit, m->dinter));
+    APP_TRY(mlp_backward(&m->top, m->top_in, B, m->dlogit, m->dinter));
     progress(m, overlap);
-    APP_TRY(interaction_backward(&m->ia, B, m->dinter, m->ddense, m->demb));
+    APP_TRY(interact_backward(m, B));
     // The embedding gradient is known: its exchange travels during the bottom MLP's backward,
     // the dense allreduce and the dense optimizer step.
     if (overlap) APP_TRY(m->backend->backward_start(m->backend->impl, &m->kjt, m->demb));

@@ -2,11 +2,15 @@
 //
 //   dense [B, Dn] -> bottom MLP (ReLU after every layer)            -> d [B, D]
 //   ids (one per sample and feature) -> sharded EmbeddingBagCollection -> e [B, F*D]
-//   [d, e] -> pairwise dot interaction (interaction.h)               -> [B, D + (F+1)F/2]
+//   [d, e] -> the interaction                                         -> [B, I]
 //          -> top MLP (ReLU after every layer but the last)          -> logit [B]
 //   loss: BCE with logits.
 //
-// Dense parameters (both MLPs) live in one slab, their gradients in a second slab of the same
+// The interaction is DLRM's pairwise dot products (interaction.h, I = D + (F+1)F/2; TorchRec's
+// DLRM) or DCN-v2's low-rank cross network over the concatenation [d, e] (cross.h, I = (F+1) D;
+// TorchRec's DLRM_DCN, the model of MLPerf's recommendation benchmark).
+//
+// Dense parameters (bottom MLP, cross net, top MLP, in this order) live in one slab, their gradients in a second slab of the same
 // layout, so one allreduce per step combines every dense gradient; initial values depend only on
 // the seed (the same on every rank). Every buffer the step uses is allocated at creation for
 // `max_batch` local samples: a training step allocates only the dense products' packing
@@ -21,6 +25,11 @@
 #include "dense_optim.h"
 #include "mlp.h"
 
+typedef enum dlrm_interaction {
+    DLRM_INTERACTION_DOT = 0, // pairwise dot products (DLRM)
+    DLRM_INTERACTION_DCN = 1, // low-rank cross network (DLRM-DCNv2)
+} dlrm_interaction;
+
 typedef struct dlrm_config {
     int32_t num_dense;           // Dn
     int32_t num_sparse;          // F: one table per feature, each `embedding_dim` wide
@@ -29,6 +38,9 @@ typedef struct dlrm_config {
     int32_t num_bottom;
     const int32_t *top_sizes;    // layer sizes of the top MLP; the last must be 1
     int32_t num_top;
+    dlrm_interaction interaction;
+    int32_t dcn_num_layers;      // DCN: cross layers (>= 1)
+    int32_t dcn_low_rank_dim;    // DCN: the rank r of every layer (>= 1)
     int32_t max_batch;           // largest local batch
     uint64_t seed;
     dense_optim_config optim;
@@ -36,8 +48,11 @@ typedef struct dlrm_config {
 
 typedef struct dlrm_model dlrm_model;
 
-// Checks the shapes; the message names the flag (--dense_arch_layer_sizes ...). Local.
+// Checks the shapes; the message names the flag (--dense_arch_layer_sizes, --dcn_low_rank_dim ...). Local.
 ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *cfg);
+
+// The interaction's output width I (the top MLP's input): D + (F+1)F/2 (dot) or (F+1) D (DCN).
+int64_t dlrm_interaction_width(const dlrm_config *cfg);
 
 // Validates (dlrm_validate), lays out the slab and initialises it from the seed. `backend` is borrowed (its output must be F*D wide).
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM.

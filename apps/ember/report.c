@@ -8,7 +8,6 @@
 #include <time.h>
 
 #include "appctx.h"
-#include "interaction.h"
 #include "report.h"
 #include "run.h"
 #include "sharding.h"
@@ -165,8 +164,13 @@ void report_config(run *R) {
     else fprintf(f, " at the end\n");
     fprintf(f, "  model       dense arch %d", DLRM_NUM_DENSE);
     for (int l = 0; l < o->num_bottom; l++) fprintf(f, "-%d", (int)o->bottom[l]);
-    fprintf(f, ", interaction %d, over arch %d", (int)interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim),
-            (int)interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim));
+    const dlrm_config mc = run_model_config(o, R->max_local);
+    const int width = (int)dlrm_interaction_width(&mc);
+    if (o->interaction == DLRM_INTERACTION_DCN)
+        fprintf(f, ", dcn interaction %d wide (%d cross layers of rank %d), over arch %d", width,
+                (int)o->dcn_num_layers, (int)o->dcn_low_rank_dim, width);
+    else
+        fprintf(f, ", dot interaction %d, over arch %d", width, width);
     for (int l = 0; l < o->num_top; l++) fprintf(f, "-%d", (int)o->top[l]);
     fprintf(f, ": %lld dense parameters\n", (long long)dlrm_num_dense_params(R->model));
     fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),

@@ -6,7 +6,6 @@
 
 #include "appctx.h"
 #include "ember/plan.h"
-#include "interaction.h"
 #include "metrics.h"
 #include "planfile.h"
 #include "run.h"
@@ -22,6 +21,9 @@ dlrm_config run_model_config(const train_options *o, int64_t max_local) {
         .num_bottom = o->num_bottom,
         .top_sizes = o->top,
         .num_top = o->num_top,
+        .interaction = o->interaction,
+        .dcn_num_layers = o->dcn_num_layers,
+        .dcn_low_rank_dim = o->dcn_low_rank_dim,
         .max_batch = max_local > INT32_MAX ? INT32_MAX : (int32_t)max_local,
         .seed = o->seed,
         .optim = {.kind = o->dense_optimizer, .lr = o->learning_rate},
@@ -126,9 +128,13 @@ static double bytes_needed(const run *R, int32_t *largest) {
             *largest = f;
         }
     }
-    double widths = interaction_out_dim(DLRM_NUM_SPARSE, o->embedding_dim) * 2.0 +
-                    DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0 +
-                    (DLRM_NUM_SPARSE + 1.0) * ((double)o->embedding_dim + DLRM_NUM_SPARSE + 1.0); // its T and Z
+    const dlrm_config mc = run_model_config(o, R->max_local);
+    const double inter = (double)dlrm_interaction_width(&mc);
+    double widths = inter * 2.0 + DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0;
+    if (o->interaction == DLRM_INTERACTION_DCN) // the cross net's x_0..x_L, t_l, u_l and backward scratch
+        widths += inter * (2.0 * o->dcn_num_layers + 3.0) + (o->dcn_num_layers + 1.0) * o->dcn_low_rank_dim;
+    else // the dot interaction's T and Z
+        widths += (DLRM_NUM_SPARSE + 1.0) * ((double)o->embedding_dim + DLRM_NUM_SPARSE + 1.0);
     for (int l = 0; l < o->num_bottom; l++) widths += 2.0 * o->bottom[l];
     for (int l = 0; l < o->num_top; l++) widths += 2.0 * o->top[l];
     // The batch buffers: the step's two, and each source loader's ring (--prefetch_batches).

@@ -33,6 +33,9 @@ void train_options_default(train_options *o) {
     memcpy(o->bottom, bottom, sizeof bottom);
     o->num_top = 3;
     memcpy(o->top, top, sizeof top);
+    o->interaction = DLRM_INTERACTION_DOT;
+    o->dcn_num_layers = 3;
+    o->dcn_low_rank_dim = 512;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->sharding[f] = SHARDING_AUTO;
     o->grad_convention = EMBER_GRAD_MEAN;
     o->dataset = TRAIN_SYNTHETIC;

@@ -24,6 +24,7 @@
 #include "batch.h"
 #include "criteo.h"
 #include "dense_optim.h"
+#include "dlrm.h"
 
 #define TRAIN_MAX_LAYERS 16
 
@@ -43,6 +44,9 @@ typedef struct train_options {
     int32_t num_bottom;
     int32_t top[TRAIN_MAX_LAYERS];    // over arch layer sizes (last == 1)
     int32_t num_top;
+    dlrm_interaction interaction;     // --interaction dot (default) or dcn
+    int32_t dcn_num_layers;           // dcn: cross layers (default 3, TorchRec's)
+    int32_t dcn_low_rank_dim;         // dcn: their rank (default 512, TorchRec's)
     int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO (all tables) or an ember_shard_scheme per table
     const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;

@@ -51,6 +51,13 @@ static const trainstate_field fields[] = {
      FIELD(bottom), .count_at = offsetof(train_options, num_bottom), SAME("dense arch layer sizes are")},
     {.flag = "over_arch_layer_sizes", .section = "model", .key = "over_arch_layer_sizes", .kind = TS_LAYERS,
      FIELD(top), .count_at = offsetof(train_options, num_top), SAME("over arch layer sizes are")},
+    {.flag = "interaction", .section = "model", .key = "interaction", .kind = TS_NAME, FIELD(interaction),
+     .names = cli_name_interaction, .added = true, SAME("interaction (--interaction) is")},
+    {.flag = "dcn_num_layers", .section = "model", .key = "dcn_num_layers", .kind = TS_INT, FIELD(dcn_num_layers),
+     .lo = 1, .hi = 64, .when = TS_DCN, .added = true, SAME("cross layers (--dcn_num_layers) are")},
+    {.flag = "dcn_low_rank_dim", .section = "model", .key = "dcn_low_rank_dim", .kind = TS_INT,
+     FIELD(dcn_low_rank_dim), .lo = 1, .hi = 65536, .when = TS_DCN, .added = true,
+     SAME("cross layers' rank (--dcn_low_rank_dim) is")},
     {.flag = "dense_optimizer", .also = "adagrad", .section = "model", .key = "dense_optimizer", .kind = TS_NAME,
      FIELD(dense_optimizer), .names = cli_name_dense_optimizer, SAME("dense optimizer is")},
     {.flag = "embedding_optimizer", .also = "adagrad", .section = "model", .key = "embedding_optimizer",
@@ -658,7 +665,8 @@ ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_
         const trainstate_field *f = &fields[i];
         if (f->rule != TS_SAME || same_value(f, c, here)) continue;
         if ((f->when == TS_SYNTHETIC && c->dataset != TRAIN_SYNTHETIC) ||
-            (f->when == TS_COLLISIONLESS && !c->collisionless))
+            (f->when == TS_COLLISIONLESS && !c->collisionless) ||
+            (f->when == TS_DCN && c->interaction != DLRM_INTERACTION_DCN))
             continue;
         if (f->kind == TS_ROWS) {
             for (int t = 0; t < DLRM_NUM_SPARSE; t++) {

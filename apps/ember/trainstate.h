@@ -88,6 +88,7 @@ typedef enum trainstate_when {
     TS_ALWAYS,
     TS_SYNTHETIC,     // compared when the checkpoint's run is on synthetic data
     TS_COLLISIONLESS, // compared when the checkpoint's tables are hashed (--hash collisionless)
+    TS_DCN,           // compared when the checkpoint's model has the cross net (--interaction dcn)
 } trainstate_when;
 
 typedef struct trainstate_field {

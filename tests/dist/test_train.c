@@ -97,9 +97,11 @@ static train_result train_on(MPI_Comm mpi, const train_options *o, double *losse
 
 // ---- The model's dense gradients against the oracle ----------------------------------------------
 
-static void step_gradients_match_the_naive_chain(void **state) {
-    (void)state;
-    enum { B = 12, D = 4, F = DLRM_NUM_SPARSE, DN = DLRM_NUM_DENSE, IW = D + (F + 1) * F / 2 };
+// One step of the model with the dot interaction or the cross net (CL layers of rank CR).
+static void step_gradients_case(dlrm_interaction kind) {
+    enum { B = 12, D = 4, F = DLRM_NUM_SPARSE, DN = DLRM_NUM_DENSE, CL = 2, CR = 3 };
+    const bool dcn = kind == DLRM_INTERACTION_DCN;
+    const int32_t IW = dcn ? (F + 1) * D : D + (F + 1) * F / 2;
     const int32_t bottom[] = {6, D}, top[] = {10, 5, 1};
     session s = open_session(MPI_COMM_SELF);
     train_options o = small_options();
@@ -119,7 +121,8 @@ static void step_gradients_match_the_naive_chain(void **state) {
     dlrm_backend be;
     assert_int_equal(factory(s.comm, &ec, plan, EMBER_GRAD_MEAN, &be), EMBER_OK);
     dlrm_config mc = {.num_dense = DN, .num_sparse = F, .embedding_dim = D, .bottom_sizes = bottom, .num_bottom = 2,
-                      .top_sizes = top, .num_top = 3, .max_batch = 16, .seed = 5,
+                      .top_sizes = top, .num_top = 3, .interaction = kind, .dcn_num_layers = CL,
+                      .dcn_low_rank_dim = CR, .max_batch = 16, .seed = 5,
                       .optim = {.kind = DENSE_OPT_SGD, .lr = 0.1f}};
     dlrm_model *m;
     assert_int_equal(dlrm_create(s.ctx, &mc, &be, &m), EMBER_OK);
@@ -132,11 +135,19 @@ static void step_gradients_match_the_naive_chain(void **state) {
     synth_fill(syn, 0, 0, B, &b);
 
     // The oracle's chain, from the parameters and embeddings before the step.
-    const int64_t np = dlrm_num_dense_params(m), nb = (DN * 6 + 6) + (6 * D + D);
-    const int32_t iw = interaction_out_dim(F, D);
+    const int64_t nc = dcn ? (int64_t)CL * (2 * IW * CR + IW) : 0;
+    const int64_t np = dlrm_num_dense_params(m), nb = (DN * 6 + 6) + (6 * D + D), nt = nb + nc;
+    const int32_t iw = (int32_t)dlrm_interaction_width(&mc);
     assert_int_equal(iw, IW);
+    assert_int_equal(np, nt + (iw * 10 + 10) + (10 * 5 + 5) + (5 + 1));
     float *params = malloc(sizeof(float) * (size_t)np);
     memcpy(params, dlrm_dense_params(m), sizeof(float) * (size_t)np);
+    if (dcn) { // the cross net starts with zero biases: give them values, so that the step tests them
+        for (int64_t i = 0; i < nc; i++) {
+            if ((i % (2 * IW * CR + IW)) >= 2 * IW * CR) params[nb + i] = (float)(0.01 * (i % 7) - 0.03);
+        }
+        memcpy(dlrm_dense_params(m), params, sizeof(float) * (size_t)np);
+    }
     int64_t offsets[F * B + 1], values[F * B];
     for (int i = 0; i <= F * B; i++) offsets[i] = i;
     for (int f = 0; f < F; f++) {
@@ -145,20 +156,38 @@ static void step_gradients_match_the_naive_chain(void **state) {
     ember_kjt kjt = {.num_features = F, .batch_size = B, .offsets = offsets, .values = values, .nnz = F * B};
     float emb_f[B * F * D];
     assert_int_equal(be.forward(be.impl, &kjt, emb_f), EMBER_OK);
-    double x[B * DN], d[B * D], emb[B * F * D], inter[B * IW], z[B], dz[B], dinter[B * IW], dd[B * D], demb[B * F * D];
+    double x[B * DN], d[B * D], emb[B * F * D], z[B], dz[B], dd[B * D], demb[B * F * D];
+    double *inter = malloc(sizeof(double) * B * IW), *dinter = malloc(sizeof(double) * B * IW);
+    double *cat = malloc(sizeof(double) * B * IW), *dcat = malloc(sizeof(double) * B * IW);
     double *dp = calloc((size_t)np, sizeof(double));
     for (int i = 0; i < B * DN; i++) x[i] = b.dense[i];
     for (int i = 0; i < B * F * D; i++) emb[i] = emb_f[i];
     naive_mlp(DN, bottom, 2, true, params, B, x, d, NULL, NULL, NULL);
-    naive_interaction(B, F, D, d, emb, inter, NULL, NULL, NULL);
-    naive_mlp(iw, top, 3, false, params + nb, B, inter, z, NULL, NULL, NULL);
+    if (dcn) { // per sample [d, e], then the cross net
+        for (int i = 0; i < B; i++) {
+            for (int c = 0; c < D; c++) cat[i * IW + c] = d[i * D + c];
+            for (int c = 0; c < F * D; c++) cat[i * IW + D + c] = emb[i * F * D + c];
+        }
+        naive_cross(B, IW, CL, CR, params + nb, cat, inter, NULL, NULL, NULL);
+    } else {
+        naive_interaction(B, F, D, d, emb, inter, NULL, NULL, NULL);
+    }
+    naive_mlp(iw, top, 3, false, params + nt, B, inter, z, NULL, NULL, NULL);
     double loss = 0.0;
     for (int i = 0; i < B; i++) {
         loss += naive_bce(z[i], b.labels[i]);
         dz[i] = naive_bce_grad(z[i], b.labels[i]) / B; // the mean over the batch
     }
-    naive_mlp(iw, top, 3, false, params + nb, B, inter, z, dz, dp + nb, dinter);
-    naive_interaction(B, F, D, d, emb, inter, dinter, dd, demb);
+    naive_mlp(iw, top, 3, false, params + nt, B, inter, z, dz, dp + nt, dinter);
+    if (dcn) {
+        naive_cross(B, IW, CL, CR, params + nb, cat, inter, dinter, dp + nb, dcat);
+        for (int i = 0; i < B; i++) {
+            for (int c = 0; c < D; c++) dd[i * D + c] = dcat[i * IW + c];
+            for (int c = 0; c < F * D; c++) demb[i * F * D + c] = dcat[i * IW + D + c];
+        }
+    } else {
+        naive_interaction(B, F, D, d, emb, inter, dinter, dd, demb);
+    }
     naive_mlp(DN, bottom, 2, true, params, B, x, d, dd, dp, NULL);
 
     const float *logits;
@@ -184,11 +213,21 @@ static void step_gradients_match_the_naive_chain(void **state) {
     assert_int_equal(ember_ctx_bytes_outstanding(s.ctx), before);
     free(dp);
     free(params);
+    free(inter);
+    free(dinter);
+    free(cat);
+    free(dcat);
     dlrm_batch_destroy(s.ctx, &b);
     synth_destroy(s.ctx, syn);
     dlrm_destroy(m);
     be.destroy(be.impl);
     close_session(&s);
+}
+
+static void step_gradients_match_the_naive_chain(void **state) {
+    (void)state;
+    step_gradients_case(DLRM_INTERACTION_DOT);
+    step_gradients_case(DLRM_INTERACTION_DCN);
 }
 
 // ---- W = 1 against W = 2 -------------------------------------------------------------------------
@@ -233,6 +272,12 @@ static void loss_curve_w1_equals_w2_grad_mean(void **state) {
     // An uneven split (257 = 129 + 128): the loss scale keeps the global mean exact.
     o.batch_size = 257;
     curves_w1_equal_w2(&o, "sgd / sgd, uneven shares");
+    // DLRM-DCNv2: the cross net's gradients are data parallel as the MLPs'.
+    o.interaction = DLRM_INTERACTION_DCN;
+    o.dcn_num_layers = 2;
+    o.dcn_low_rank_dim = 8;
+    o.learning_rate = 0.2f;
+    curves_w1_equal_w2(&o, "dcn, sgd / sgd, uneven shares");
 }
 
 static void grad_sum_doubles_the_sgd_step(void **state) {
@@ -500,6 +545,12 @@ static void threads_give_the_same_bits(void **state) {
     o.embedding_optimizer = EMBER_OPT_ADAM;
     o.learning_rate = 0.01f;
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, same_bits_for_any_thread_count(&o, "synthetic, adam"));
+    // The cross net (width 27 x 8 = 216, rank 24): its elementwise loops above the size where
+    // they run on the threads (650 x 216 elements), its products cut into several tiles.
+    o.interaction = DLRM_INTERACTION_DCN;
+    o.dcn_num_layers = 2;
+    o.dcn_low_rank_dim = 24;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, same_bits_for_any_thread_count(&o, "synthetic, adam, dcn"));
     // Criteo lines parsed on the threads, malformed ones among them: 4 global batches after the
     // held-out one, two epochs.
     char path[128];

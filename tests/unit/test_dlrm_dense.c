@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "cross.h"
 #include "dense_optim.h"
 #include "interaction.h"
 #include "loss.h"
@@ -194,6 +195,100 @@ static void interaction_matches_naive_forward_and_backward(void **state) {
     run_interaction_case(300, 26, 16, false); // the default model, threads over samples
 }
 
+// sum(dy * cross(x0)) by the oracle: the scalar whose gradients the backward gives.
+static double naive_cross_dot(int32_t B, int32_t N, int32_t L, int32_t r, const float *params, const double *x0,
+                              const double *dy) {
+    double *y = malloc(sizeof(double) * ((size_t)B * N + 1)), s = 0.0;
+    naive_cross(B, N, L, r, params, x0, y, NULL, NULL, NULL);
+    for (int i = 0; i < B * N; i++) s += dy[i] * y[i];
+    free(y);
+    return s;
+}
+
+// One case of the cross net against the oracle: B samples (0 allowed) of width N, L layers of
+// rank r; then a smaller batch on the same buffers; with `fd`, the oracle against finite
+// differences.
+static void run_cross_case(int32_t B, int32_t N, int32_t L, int32_t r, bool fd) {
+    const int64_t np = cross_num_params(N, L, r);
+    assert_int_equal(np, (int64_t)L * (2 * N * r + N));
+    const size_t nx = (size_t)B * N + 1;
+    float *params = malloc(sizeof(float) * (size_t)np), *grads = malloc(sizeof(float) * (size_t)np),
+          *x0 = malloc(sizeof(float) * nx), *dy = malloc(sizeof(float) * nx), *dx0 = malloc(sizeof(float) * nx);
+    double *x0d = malloc(sizeof(double) * nx), *dyd = malloc(sizeof(double) * nx), *yref = malloc(sizeof(double) * nx),
+           *dxref = malloc(sizeof(double) * nx), *dpref = malloc(sizeof(double) * (size_t)np);
+    for (size_t i = 0; i < nx; i++) x0d[i] = x0[i] = (float)urand();
+    for (size_t i = 0; i < nx; i++) dyd[i] = dy[i] = (float)urand();
+    for (int64_t i = 0; i < np; i++) grads[i] = 42.0f;
+    dx0[nx - 1] = 42.0f;
+    ember_ctx *ctx;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    cross c;
+    assert_int_equal(cross_create(ctx, N, L, r, B > 0 ? B : 1, params, grads, &c), EMBER_OK);
+    cross_init_params(&c, 9, 3);
+    // TorchRec's initialisation: zero biases, Xavier normal kernels (std sqrt(2 / (N + r))).
+    double ss = 0.0;
+    int64_t nk = 0;
+    for (int32_t l = 0; l < L; l++) {
+        const float *v = params + (size_t)l * (size_t)(2 * N * r + N);
+        for (int32_t i = 0; i < 2 * N * r; i++, nk++) ss += (double)v[i] * v[i];
+        for (int32_t i = 0; i < N; i++) assert_true(v[2 * N * r + i] == 0.0f);
+    }
+    if (nk >= 1000) expect_close(sqrt(ss / (double)nk), sqrt(2.0 / (N + r)), 0.1, 0.0, "kernel std", 0);
+    // Non-zero biases, so that the test sees them.
+    for (int32_t l = 0; l < L; l++) {
+        float *b = params + (size_t)l * (size_t)(2 * N * r + N) + 2 * N * r;
+        for (int32_t i = 0; i < N; i++) b[i] = (float)(0.3 * urand());
+    }
+    for (int round = 0; round < 2; round++) {
+        const int32_t batch = round == 0 ? B : B / 2;
+        const float *y;
+        assert_int_equal(cross_forward(&c, x0, batch, &y), EMBER_OK);
+        naive_cross(batch, N, L, r, params, x0d, yref, dyd, dpref, dxref);
+        for (int i = 0; i < batch * N; i++) expect_close(y[i], yref[i], 1e-5, 1e-5, "y", i);
+        assert_int_equal(cross_backward(&c, batch, dy, dx0), EMBER_OK);
+        for (int i = 0; i < batch * N; i++) expect_close(dx0[i], dxref[i], 1e-4, 1e-5, "dx0", i);
+        for (int64_t i = 0; i < np; i++) expect_close(grads[i], dpref[i], 1e-4, 1e-5, "dparams", (int)i);
+        assert_true(dx0[nx - 1] == 42.0f);
+    }
+    cross_destroy(&c);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+    // The oracle's gradients against central differences of sum(dy * y).
+    if (fd) {
+        const float h = 1.0f / 1024.0f;
+        naive_cross(B, N, L, r, params, x0d, yref, dyd, dpref, dxref);
+        for (int64_t i = 0; i < np; i++) {
+            const float p0 = params[i];
+            params[i] = p0 + h;
+            const double up = naive_cross_dot(B, N, L, r, params, x0d, dyd);
+            params[i] = p0 - h;
+            const double down = naive_cross_dot(B, N, L, r, params, x0d, dyd);
+            params[i] = p0;
+            expect_close(dpref[i], (up - down) / (2.0 * h), 1e-3, 1e-5, "fd dparams", (int)i);
+        }
+        for (int i = 0; i < B * N; i++) {
+            const double v0 = x0d[i];
+            x0d[i] = v0 + 1e-6;
+            const double up = naive_cross_dot(B, N, L, r, params, x0d, dyd);
+            x0d[i] = v0 - 1e-6;
+            const double down = naive_cross_dot(B, N, L, r, params, x0d, dyd);
+            x0d[i] = v0;
+            expect_close(dxref[i], (up - down) / 2e-6, 1e-5, 1e-7, "fd dx0", i);
+        }
+    }
+    void *bufs[] = {params, grads, x0, dy, dx0, x0d, dyd, yref, dxref, dpref};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+}
+
+static void cross_net_matches_naive_forward_and_backward(void **state) {
+    (void)state;
+    run_cross_case(5, 6, 2, 3, true); // the oracle's gradients checked by finite differences too
+    run_cross_case(0, 6, 2, 3, false);  // empty batch: zero gradients
+    run_cross_case(4, 1, 1, 1, false);  // width 1, rank 1
+    run_cross_case(3, 4, 3, 9, false);  // rank above the width
+    run_cross_case(300, 27 * 8, 3, 32, false); // DLRM's [d, e] of 26 features of dim 8, threads
+}
+
 static void bce_matches_naive_and_is_stable(void **state) {
     (void)state;
     enum { N = 64 };
@@ -270,6 +365,7 @@ int main(void) {
         cmocka_unit_test(naive_mlp_gradients_match_finite_differences),
         cmocka_unit_test(interaction_layout_is_dense_then_upper_triangle),
         cmocka_unit_test(interaction_matches_naive_forward_and_backward),
+        cmocka_unit_test(cross_net_matches_naive_forward_and_backward),
         cmocka_unit_test(bce_matches_naive_and_is_stable),
         cmocka_unit_test(auc_matches_pair_counting_with_ties),
         cmocka_unit_test(dense_optimizers_match_naive),

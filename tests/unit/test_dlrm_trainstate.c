@@ -322,6 +322,7 @@ static void resume_refuses_each_model_field_and_takes_the_rest(void **state) {
         memset(&ts, 0, sizeof ts);
         train_options_default(&ts.cfg);
         if (f[i].when == TS_COLLISIONLESS) ts.cfg.collisionless = true;
+        if (f[i].when == TS_DCN) ts.cfg.interaction = DLRM_INTERACTION_DCN;
         train_options here = ts.cfg;
         change(&here, &f[i], 0);
         const ember_status st = trainstate_check(ctx, &ts, &here);
@@ -372,6 +373,17 @@ static void resume_names_hash_fields_where_they_count(void **state) {
     here = ts.cfg;
     here.hash.ttl_steps = 9;
     assert_int_equal(trainstate_check(ctx, &ts, &here), EMBER_OK);
+    // The cross net's shape counts only for a checkpoint of DLRM-DCNv2.
+    here = ts.cfg;
+    here.dcn_low_rank_dim = 7;
+    assert_int_equal(trainstate_check(ctx, &ts, &here), EMBER_OK);
+    here.interaction = DLRM_INTERACTION_DCN;
+    assert_int_equal(trainstate_check(ctx, &ts, &here), EMBER_ERR_INVALID_ARG);
+    assert_message(ctx, "--resume: interaction (--interaction) is dot in the checkpoint, dcn here");
+    ts.cfg.interaction = DLRM_INTERACTION_DCN;
+    assert_int_equal(trainstate_check(ctx, &ts, &here), EMBER_ERR_INVALID_ARG);
+    assert_message(ctx, "--resume: cross layers' rank (--dcn_low_rank_dim) is 512 in the checkpoint, 7 here");
+    ts.cfg.interaction = DLRM_INTERACTION_DOT;
     ts.cfg.dataset = TRAIN_CRITEO;
     ts.cfg.eval_data_path = "eval.tsv";
     here = ts.cfg;

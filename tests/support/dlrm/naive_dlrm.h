@@ -19,6 +19,13 @@ void naive_mlp(int32_t in, const int32_t *sizes, int32_t n, bool relu_last, cons
 void naive_interaction(int32_t batch, int32_t num_sparse, int32_t dim, const double *dense, const double *emb,
                        double *out, const double *dout, double *ddense, double *demb);
 
+// DCN-v2 low-rank cross net over x0 [B, N]: per layer l, with V_l [r, N], W_l [N, r], b_l [N]
+// read from `params` in that order, layer after layer, x_{l+1} = x0 * (W_l (V_l x_l) + b_l) + x_l;
+// y [B, N] = x_L. When dy is not NULL also the backward: dparams (same layout, overwritten) and
+// dx0 [B, N].
+void naive_cross(int32_t batch, int32_t width, int32_t num_layers, int32_t rank, const float *params,
+                 const double *x0, double *y, const double *dy, double *dparams, double *dx0);
+
 // BCE of one logit, and its derivative sigmoid(z) - y.
 double naive_bce(double z, double y);
 double naive_bce_grad(double z, double y);
