@@ -11,7 +11,7 @@
 #                message while that file does not exist
 #
 # Usage: bench/python/dlrm_ab.sh [--rounds R] [--ranks 1,2] [--steps N] [--warmup N]
-#                                [--impls torchrec,cli,ember-torch] [--out FILE]
+#                                [--impls torchrec,cli,ember-torch] [--out FILE] [-- MODEL FLAGS]
 #   --rounds   rounds (default 3); each round runs every implementation at every W, the order
 #              of the implementations reversed every other round
 #   --ranks    world sizes (default 1,2)
@@ -20,6 +20,11 @@
 #              the first steps and producing its synthetic data (on a loader thread where a CPU
 #              is free, else on the step's path; the Python scripts make theirs before timing)
 #   --out      default bench/results/<host>/dlrm-python-YYYY-MM-DD.jsonl (appended to)
+#   -- FLAGS   model and data flags every implementation gets after the defaults above, e.g. the
+#              issue's DLRM-DCNv2 comparison (--impls torchrec,cli):
+#              -- --interaction dcn --dcn_num_layers 3 --dcn_low_rank_dim 128 --embedding_dim 64
+#                 --num_embeddings_per_feature 100000 --dense_arch_layer_sizes 256,128,64
+#                 --over_arch_layer_sizes 512,256,1
 # Env: EMBER_PYTHON: the interpreter (default: the venv of scripts/pyenv.sh, made if missing);
 #      EMBER_BIN: the CLI (default build/bin/ember); MPIEXEC (default mpiexec);
 #      EMBER_DLRM_EXAMPLE: the ember-torch script (default examples/python/dlrm.py).
@@ -36,9 +41,10 @@
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-rounds=3 ranks=1,2 steps=100 warmup=5 impls=torchrec,cli,ember-torch out=""
+rounds=3 ranks=1,2 steps=100 warmup=5 impls=torchrec,cli,ember-torch out="" model=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --) shift; model=("$@"); break ;;
     --rounds) rounds="$2"; shift 2 ;;
     --ranks) ranks="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
@@ -71,7 +77,7 @@ export OMP_NUM_THREADS=1
 # The same model and data settings for all three (the CLI's defaults, spelled out).
 # shellcheck disable=SC2054  # the commas are layer lists
 common=(--batch_size 2048 --embedding_dim 16 --dense_arch_layer_sizes 64,16 --over_arch_layer_sizes 64,32,1
-        --learning_rate 0.05 --seed 1 --threads 1)
+        --learning_rate 0.05 --seed 1 --threads 1 "${model[@]}")
 
 "$py" - "$rounds" "$ranks" "$steps" "$warmup" "$impls" >>"$out" <<'PY'
 import json, os, platform, sys, time

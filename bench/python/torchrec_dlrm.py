@@ -2,7 +2,8 @@
 """TorchRec's own DLRM, sharded by DistributedModelParallel on CPU (gloo), as the reference that
 `ember train` and ember's PyTorch binding are timed against (bench/python/dlrm_ab.sh).
 
-The model is `ember train`'s defaults: 13 dense features, 26 tables of the CLI's default sizes
+The model is `ember train`'s defaults (or DLRM-DCNv2 with --interaction dcn, TorchRec's DLRM_DCN,
+--dcn_num_layers and --dcn_low_rank_dim as ember train's flags): 13 dense features, 26 tables of the CLI's default sizes
 (4 to 100000 rows), D = 16, dense arch 64,16, over arch 64,32,1, pairwise dot interaction, BCE with
 logits; global batch 2048 split over the ranks in contiguous shares; row-wise Adagrad fused into
 the embeddings (torch.distributed's _apply_optimizer_in_backward with torchrec's RowWiseAdagrad,
@@ -59,6 +60,10 @@ def parse_args(argv):
                    help="26 comma-separated row counts, or one for all (default: the CLI's sizes)")
     p.add_argument("--dense_arch_layer_sizes", type=str, default="64,16")
     p.add_argument("--over_arch_layer_sizes", type=str, default="64,32,1")
+    p.add_argument("--interaction", choices=("dot", "dcn"), default="dot",
+                   help="dot: TorchRec's DLRM; dcn: its DLRM_DCN (low-rank cross net), as ember train's flag")
+    p.add_argument("--dcn_num_layers", type=int, default=3)
+    p.add_argument("--dcn_low_rank_dim", type=int, default=512)
     p.add_argument("--learning_rate", type=float, default=0.05)
     p.add_argument("--limit_train_batches", type=int, default=100, help="timed steps")
     p.add_argument("--warmup_batches", type=int, default=5, help="untimed steps before them")
@@ -153,7 +158,7 @@ def main(argv):
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.distributed.sharding_plan import get_default_sharders
-    from torchrec.models.dlrm import DLRM
+    from torchrec.models.dlrm import DLRM, DLRM_DCN
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
@@ -170,9 +175,14 @@ def main(argv):
                                  num_embeddings=a.rows[f], feature_names=[keys[f]])
               for f in range(NUM_SPARSE)]
     # Built on the meta device, as TorchRec's dlrm_main: DMP materialises each rank's shards.
-    model = DLRM(embedding_bag_collection=EmbeddingBagCollection(tables=tables, device=torch.device("meta")),
-                 dense_in_features=NUM_DENSE, dense_arch_layer_sizes=a.dense,
-                 over_arch_layer_sizes=a.over, dense_device=device)
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    if a.interaction == "dcn":
+        model = DLRM_DCN(embedding_bag_collection=ebc, dense_in_features=NUM_DENSE, dense_arch_layer_sizes=a.dense,
+                         over_arch_layer_sizes=a.over, dcn_num_layers=a.dcn_num_layers,
+                         dcn_low_rank_dim=a.dcn_low_rank_dim, dense_device=device)
+    else:
+        model = DLRM(embedding_bag_collection=ebc, dense_in_features=NUM_DENSE, dense_arch_layer_sizes=a.dense,
+                     over_arch_layer_sizes=a.over, dense_device=device)
     _apply_optimizer_in_backward(RowWiseAdagrad, model.sparse_arch.parameters(),
                                  {"lr": a.learning_rate, "eps": 1e-8})
 
