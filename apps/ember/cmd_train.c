@@ -29,6 +29,10 @@ static const char help[] =
     "                                    cross net over [dense, embeddings] (TorchRec's DLRM_DCN)\n"
     "  --dcn_num_layers N                dcn: cross layers (default 3)\n"
     "  --dcn_low_rank_dim N              dcn: the rank of each layer's weight (default 512)\n"
+    "  --multi_hot_sizes L               ids per sample of each feature: 26 comma-separated values, or\n"
+    "                                    one for all (default 1): the data's id, then ids drawn from a\n"
+    "                                    fixed per-row lookup, as MLPerf's synthetic multi-hot inputs\n"
+    "  --multi_hot_distribution_type uniform|pareto  how those ids are drawn (default uniform)\n"
     "  --sharding S|L                    auto (the default; plan is a synonym): the library's planner\n"
     "                                    places every table; or dp, tw, cw, rw, twrw or grid for\n"
     "                                    every table, or 26 of them comma-separated (grid: 2\n"
@@ -187,6 +191,20 @@ static bool set_rows_per_feature(void *base, void *field, const char *flag, cons
         return false;
     }
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) rows[f] = list[n == 1 ? 0 : f];
+    return true;
+}
+
+// --multi_hot_sizes: 26 values or one for all.
+static bool set_multi_hot(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    int64_t list[DLRM_NUM_SPARSE];
+    int32_t *hot = field;
+    int n;
+    if (!cli_parse_i64_list(flag, text, 1, MULTIHOT_MAX_HOT, list, DLRM_NUM_SPARSE, &n, err, cap) ||
+        !parse_per_feature(flag, DLRM_NUM_SPARSE, n, err, cap)) {
+        return false;
+    }
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) hot[f] = (int32_t)list[n == 1 ? 0 : f];
     return true;
 }
 
@@ -361,6 +379,8 @@ static const cli_flag flags[] = {
     NAME("interaction", o.interaction, cli_name_interaction, ANY_DATA),
     INT("dcn_num_layers", o.dcn_num_layers, 1, 64),
     INT("dcn_low_rank_dim", o.dcn_low_rank_dim, 1, 65536),
+    CALL("multi_hot_sizes", o.multi_hot, set_multi_hot),
+    NAME("multi_hot_distribution_type", o.multi_hot_dist, multihot_dist_name, ANY_DATA),
     CALL("sharding", o.sharding, set_sharding),
     TEXT("plan", o.plan_path, ANY_DATA),
     CALL("intra_gbps", o.intra_gbps, set_gbps),

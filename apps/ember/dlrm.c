@@ -33,10 +33,17 @@ struct dlrm_model {
     float *dinter;         // [max_batch, inter_width]
     float *ddense;         // [max_batch, D]
     float *demb;           // [max_batch, F*D]
-    int32_t *lengths;      // [F*max_batch] all 1: one id per bag
-    int64_t *offsets;      // [F*max_batch + 1] i
-    int64_t *values;       // [F*max_batch] feature-major ids
-    int64_t *next_values;  // [F*max_batch] the next batch's (dlrm_train_step_overlap's prefetch)
+    int32_t *hot;          // [F] ids per bag of each feature
+    int64_t *rows;         // [F] table rows (the multi-hot draws' range)
+    multihot_dist hot_dist;
+    int64_t total_hot;     // sum of hot: ids per sample
+    bool one_hot;          // every hot is 1: lengths and offsets never change
+    int32_t *lengths;      // [F*max_batch] hot[f] for every bag of feature f
+    int64_t *offsets;      // [F*max_batch + 1]
+    int64_t *values;       // [total_hot*max_batch] feature-major ids
+    int32_t *next_lengths; // the next batch's (dlrm_train_step_overlap's prefetch): its size may differ
+    int64_t *next_offsets;
+    int64_t *next_values;
     ember_kjt kjt;         // the last forward's input
 };
 
@@ -78,6 +85,15 @@ ember_status dlrm_validate(ember_ctx *ctx, const dlrm_config *c) {
         APP_CHECK(ctx, c->dcn_low_rank_dim >= 1 && c->dcn_low_rank_dim <= DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
                   "--dcn_low_rank_dim %d: expected 1..%d", (int)c->dcn_low_rank_dim, DLRM_MAX_WIDTH);
     }
+    for (int32_t f = 0; c->hot_sizes && f < c->num_sparse; f++) {
+        APP_CHECK(ctx, c->hot_sizes[f] >= 1 && c->hot_sizes[f] <= MULTIHOT_MAX_HOT, EMBER_ERR_INVALID_ARG,
+                  "--multi_hot_sizes: feature cat_%d has %d ids per sample, expected 1..%d", (int)f,
+                  (int)c->hot_sizes[f], MULTIHOT_MAX_HOT);
+        APP_CHECK(ctx, c->hot_sizes[f] == 1 || (c->rows && c->rows[f] >= 1), EMBER_ERR_INVALID_ARG,
+                  "--multi_hot_sizes: feature cat_%d has no row count to draw its ids from", (int)f);
+    }
+    APP_CHECK(ctx, c->hot_dist == MULTIHOT_UNIFORM || c->hot_dist == MULTIHOT_PARETO, EMBER_ERR_INVALID_ARG,
+              "--multi_hot_distribution_type: unknown kind %d", (int)c->hot_dist);
     int64_t inter = dlrm_interaction_width(c);
     APP_CHECK(ctx, inter <= 4 * DLRM_MAX_WIDTH, EMBER_ERR_INVALID_ARG,
               "%d features of dim %d give %lld interaction outputs, too many", (int)c->num_sparse,
@@ -93,8 +109,9 @@ void dlrm_destroy(dlrm_model *m) {
     interaction_destroy(&m->ia);
     cross_destroy(&m->dcn);
     dense_optim_destroy(ctx, &m->optim);
-    void *bufs[] = {m->params, m->grads, m->emb, m->inter, m->dlogit, m->dinter,
-                    m->ddense, m->demb, m->lengths, m->offsets, m->values, m->next_values};
+    void *bufs[] = {m->params, m->grads,   m->emb,     m->inter,        m->dlogit,       m->dinter,
+                    m->ddense, m->demb,    m->hot,     m->rows,         m->lengths,      m->offsets,
+                    m->values, m->next_lengths, m->next_offsets, m->next_values};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember_ctx_free(ctx, bufs[i]);
     ember_ctx_free(ctx, m);
 }
@@ -118,7 +135,13 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
     m->num_params = nb + nc + mlp_num_params(m->inter_width, cfg->top_sizes, cfg->num_top);
 
     const size_t B = (size_t)cfg->max_batch, FD = (size_t)cfg->num_sparse * (size_t)cfg->embedding_dim;
-    const size_t nbags = (size_t)cfg->num_sparse * B, iw = (size_t)m->inter_width;
+    const size_t F = (size_t)cfg->num_sparse, nbags = F * B, iw = (size_t)m->inter_width;
+    int64_t hot_total = 0;
+    for (size_t f = 0; f < F; f++) hot_total += cfg->hot_sizes ? cfg->hot_sizes[f] : 1;
+    m->total_hot = hot_total;
+    m->one_hot = hot_total == (int64_t)F;
+    m->hot_dist = cfg->hot_dist;
+    const size_t nids = (size_t)hot_total * B;
     ember_status st = EMBER_ERR_NOMEM;
     if (!(m->params = app_alloc(ctx, sizeof(float) * (size_t)m->num_params, "dense parameters")) ||
         !(m->grads = app_calloc(ctx, sizeof(float) * (size_t)m->num_params, "dense gradients")) ||
@@ -128,10 +151,14 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
         !(m->dinter = app_alloc(ctx, sizeof(float) * B * iw, "interaction gradient")) ||
         !(m->ddense = app_alloc(ctx, sizeof(float) * B * (size_t)m->dim, "dense vector gradient")) ||
         !(m->demb = app_alloc(ctx, sizeof(float) * B * FD, "embedding gradient")) ||
+        !(m->hot = app_alloc(ctx, sizeof(int32_t) * F, "multi-hot sizes")) ||
+        !(m->rows = app_calloc(ctx, sizeof(int64_t) * F, "table rows")) ||
         !(m->lengths = app_alloc(ctx, sizeof(int32_t) * nbags, "kjt lengths")) ||
         !(m->offsets = app_alloc(ctx, sizeof(int64_t) * (nbags + 1), "kjt offsets")) ||
-        !(m->values = app_alloc(ctx, sizeof(int64_t) * nbags, "kjt values")) ||
-        !(m->next_values = app_alloc(ctx, sizeof(int64_t) * nbags, "next kjt values"))) {
+        !(m->values = app_alloc(ctx, sizeof(int64_t) * nids, "kjt values")) ||
+        !(m->next_lengths = app_alloc(ctx, sizeof(int32_t) * nbags, "next kjt lengths")) ||
+        !(m->next_offsets = app_alloc(ctx, sizeof(int64_t) * (nbags + 1), "next kjt offsets")) ||
+        !(m->next_values = app_alloc(ctx, sizeof(int64_t) * nids, "next kjt values"))) {
         goto fail;
     }
     if ((st = mlp_create(ctx, cfg->num_dense, cfg->bottom_sizes, cfg->num_bottom, true, cfg->max_batch, m->params,
@@ -148,9 +175,13 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
     mlp_init_params(&m->bottom, cfg->seed, STREAM_BOTTOM);
     mlp_init_params(&m->top, cfg->seed, STREAM_TOP);
     if (dcn) cross_init_params(&m->dcn, cfg->seed, STREAM_CROSS);
-    // Every sample has exactly one id per feature: the bag structure never changes.
-    for (size_t i = 0; i < nbags; i++) m->lengths[i] = 1;
-    for (size_t i = 0; i <= nbags; i++) m->offsets[i] = (int64_t)i;
+    for (size_t f = 0; f < F; f++) {
+        m->hot[f] = cfg->hot_sizes ? cfg->hot_sizes[f] : 1;
+        if (cfg->rows) m->rows[f] = cfg->rows[f];
+    }
+    // One id per feature: the bag structure never changes (batch_kjt fills it per batch otherwise).
+    for (size_t i = 0; m->one_hot && i < nbags; i++) m->lengths[i] = m->next_lengths[i] = 1;
+    for (size_t i = 0; m->one_hot && i <= nbags; i++) m->offsets[i] = m->next_offsets[i] = (int64_t)i;
     *out = m;
     return EMBER_OK;
 fail:
@@ -163,16 +194,38 @@ float *dlrm_dense_params(dlrm_model *m) { return m->params; }
 const float *dlrm_dense_grads(const dlrm_model *m) { return m->grads; }
 dense_optim *dlrm_dense_optim(dlrm_model *m) { return &m->optim; }
 
-// The KJT of batch b in `values`: feature-major, bag (f, i) is number f*B + i, one id each.
-static ember_kjt batch_kjt(const dlrm_model *m, const dlrm_batch *b, int64_t *values) {
+// The KJT of batch b in `values` (lengths, offsets): feature-major, bag (f, i) is number f*B + i,
+// holding sample i's id of feature f, or its multi-hot bag of hot[f] ids (multihot.h).
+static ember_kjt batch_kjt(const dlrm_model *m, const dlrm_batch *b, int64_t *values, int32_t *lengths,
+                           int64_t *offsets) {
     const int32_t B = b->size, F = m->num_sparse;
+    if (m->one_hot) {
 #pragma omp parallel for schedule(static)
-    for (int32_t i = 0; i < B; i++) {
-        const int64_t *ids = b->ids + (size_t)i * (size_t)F;
-        for (int32_t f = 0; f < F; f++) values[(size_t)f * (size_t)B + (size_t)i] = ids[f];
+        for (int32_t i = 0; i < B; i++) {
+            const int64_t *ids = b->ids + (size_t)i * (size_t)F;
+            for (int32_t f = 0; f < F; f++) values[(size_t)f * (size_t)B + (size_t)i] = ids[f];
+        }
+    } else {
+        int64_t at = 0;
+        for (int32_t f = 0; f < F; f++) {
+            for (int32_t i = 0; i < B; i++) {
+                lengths[(size_t)f * (size_t)B + (size_t)i] = m->hot[f];
+                offsets[(size_t)f * (size_t)B + (size_t)i] = at + (int64_t)i * m->hot[f];
+            }
+            at += (int64_t)B * m->hot[f];
+        }
+        offsets[(size_t)F * (size_t)B] = at;
+#pragma omp parallel for schedule(static)
+        for (int32_t i = 0; i < B; i++) {
+            for (int32_t f = 0; f < F; f++) {
+                const size_t bag = (size_t)f * (size_t)B + (size_t)i;
+                multihot_bag(m->hot_dist, f, m->rows[f], b->ids[(size_t)i * (size_t)F + (size_t)f], m->hot[f],
+                             values + offsets[bag]);
+            }
+        }
     }
-    return (ember_kjt){.num_features = F, .batch_size = B, .lengths = m->lengths, .offsets = m->offsets,
-                       .values = values, .weights = NULL, .nnz = (int64_t)F * B};
+    return (ember_kjt){.num_features = F, .batch_size = B, .lengths = lengths, .offsets = offsets,
+                       .values = values, .weights = NULL, .nnz = m->total_hot * B};
 }
 
 static void progress(dlrm_model *m, bool overlap) {
@@ -214,12 +267,12 @@ static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch
                             const float **logits) {
     const int32_t B = b->size, F = m->num_sparse;
     APP_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
-    m->kjt = batch_kjt(m, b, m->values);
+    m->kjt = batch_kjt(m, b, m->values, m->lengths, m->offsets);
     APP_TRY(mlp_forward(&m->bottom, b->dense, B, &m->dense_out));
     APP_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
     if (overlap && next && m->backend->prefetch) {
         APP_ASSERT(next->size >= 0 && next->size <= m->max_batch && next->num_sparse == F);
-        const ember_kjt nk = batch_kjt(m, next, m->next_values);
+        const ember_kjt nk = batch_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets);
         APP_TRY(m->backend->prefetch(m->backend->impl, &nk));
     }
     APP_TRY(interact(m, B));

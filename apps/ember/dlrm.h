@@ -1,7 +1,8 @@
 // dlrm.h — the DLRM model (Naumov et al., 2019; TorchRec's torchrec.models.dlrm.DLRM):
 //
 //   dense [B, Dn] -> bottom MLP (ReLU after every layer)            -> d [B, D]
-//   ids (one per sample and feature) -> sharded EmbeddingBagCollection -> e [B, F*D]
+//   ids (one per sample and feature, or a bag of k_f: multihot.h) -> sharded EmbeddingBagCollection,
+//                                                        SUM pooling -> e [B, F*D]
 //   [d, e] -> the interaction                                         -> [B, I]
 //          -> top MLP (ReLU after every layer but the last)          -> logit [B]
 //   loss: BCE with logits.
@@ -24,6 +25,7 @@
 #include "batch.h"
 #include "dense_optim.h"
 #include "mlp.h"
+#include "multihot.h"
 
 typedef enum dlrm_interaction {
     DLRM_INTERACTION_DOT = 0, // pairwise dot products (DLRM)
@@ -41,6 +43,9 @@ typedef struct dlrm_config {
     dlrm_interaction interaction;
     int32_t dcn_num_layers;      // DCN: cross layers (>= 1)
     int32_t dcn_low_rank_dim;    // DCN: the rank r of every layer (>= 1)
+    const int32_t *hot_sizes;    // [F] ids per bag of each feature (multihot.h), or NULL: one each
+    const int64_t *rows;         // [F] rows of each table (where an id of hot_sizes > 1 is materialised)
+    multihot_dist hot_dist;      // how the extra ids are drawn
     int32_t max_batch;           // largest local batch
     uint64_t seed;
     dense_optim_config optim;

@@ -173,6 +173,18 @@ void report_config(run *R) {
         fprintf(f, ", dot interaction %d, over arch %d", width, width);
     for (int l = 0; l < o->num_top; l++) fprintf(f, "-%d", (int)o->top[l]);
     fprintf(f, ": %lld dense parameters\n", (long long)dlrm_num_dense_params(R->model));
+    bool multi = false, same = true;
+    for (int t = 0; t < DLRM_NUM_SPARSE; t++) {
+        multi = multi || o->multi_hot[t] != 1;
+        same = same && o->multi_hot[t] == o->multi_hot[0];
+    }
+    if (multi) {
+        fprintf(f, "  multi-hot   ids per sample ");
+        if (same) fprintf(f, "%d for every feature", (int)o->multi_hot[0]);
+        for (int t = 0; !same && t < DLRM_NUM_SPARSE; t++) fprintf(f, "%s%d", t ? "," : "", (int)o->multi_hot[t]);
+        fprintf(f, ": the data's id, then %s draws from a fixed per-row lookup (MLPerf's synthetic multi-hot)\n",
+                multihot_dist_name(o->multi_hot_dist));
+    }
     fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),
             (double)o->learning_rate, ember_optim_name(o->embedding_optimizer),
             (double)(o->embedding_learning_rate > 0.0f ? o->embedding_learning_rate : o->learning_rate));

@@ -24,6 +24,9 @@ dlrm_config run_model_config(const train_options *o, int64_t max_local) {
         .interaction = o->interaction,
         .dcn_num_layers = o->dcn_num_layers,
         .dcn_low_rank_dim = o->dcn_low_rank_dim,
+        .hot_sizes = o->multi_hot,
+        .rows = o->rows,
+        .hot_dist = o->multi_hot_dist,
         .max_batch = max_local > INT32_MAX ? INT32_MAX : (int32_t)max_local,
         .seed = o->seed,
         .optim = {.kind = o->dense_optimizer, .lr = o->learning_rate},
@@ -74,6 +77,11 @@ ember_status run_validate_options(ember_ctx *ctx, const train_options *o, int32_
               (long long)o->checkpoint_interval);
     APP_CHECK(ctx, o->keep_checkpoints >= 1, EMBER_ERR_INVALID_ARG, "--keep_checkpoints %d: expected >= 1",
               (int)o->keep_checkpoints);
+    bool multi_hot = false;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) multi_hot = multi_hot || o->multi_hot[f] != 1;
+    APP_CHECK(ctx, !(multi_hot && o->collisionless), EMBER_ERR_INVALID_ARG,
+              "--multi_hot_sizes draws its extra ids from each table's rows; --hash collisionless tables have "
+              "none to draw from (use --hash modulo)");
     dlrm_config mc = run_model_config(o, (o->batch_size + world - 1) / world);
     return dlrm_validate(ctx, &mc);
 }
@@ -140,7 +148,11 @@ static double bytes_needed(const run *R, int32_t *largest) {
     // The batch buffers: the step's two, and each source loader's ring (--prefetch_batches).
     const double sample = sizeof(float) * (DLRM_NUM_DENSE + 2.0) + sizeof(int64_t) * (DLRM_NUM_SPARSE + 1.0);
     const double batches = 2.0 + 2.0 * (double)o->prefetch_batches;
-    return total + 4.0 * (double)R->max_local * widths + batches * (double)R->max_local * sample;
+    // The model's KJT values, this step's and the prefetched one's: every id of every bag.
+    double hot = 0.0;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) hot += o->multi_hot[f];
+    return total + 4.0 * (double)R->max_local * widths + batches * (double)R->max_local * sample +
+           2.0 * sizeof(int64_t) * hot * (double)R->max_local;
 }
 
 // MemAvailable of /proc/meminfo in bytes; 0 when unknown.
@@ -369,8 +381,11 @@ ember_status run_place_tables(run *R) {
     // Hosts and bandwidths (probed unless given); the planner's placement for auto (on one
     // host as ever, across hosts from the predicted time), and every plan's predicted step.
     const int32_t local_batch = o->batch_size / R->world > 0 ? (int32_t)(o->batch_size / R->world) : 1;
+    // Multi-hot bags (--multi_hot_sizes) move as many rows per sample as they hold ids.
+    float pooling[DLRM_NUM_SPARSE];
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) pooling[f] = (float)o->multi_hot[f];
     if (st == EMBER_OK)
-        st = ember_comm_agree(comm, train_topology_plan(comm, &pe, local_batch, o->intra_gbps, o->inter_gbps,
-                                                        o->disk_gbps, plan_auto, R->plan, &R->topo));
+        st = ember_comm_agree(comm, train_topology_plan(comm, &pe, local_batch, pooling, o->intra_gbps,
+                                                        o->inter_gbps, o->disk_gbps, plan_auto, R->plan, &R->topo));
     return st;
 }

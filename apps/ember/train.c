@@ -36,6 +36,8 @@ void train_options_default(train_options *o) {
     o->interaction = DLRM_INTERACTION_DOT;
     o->dcn_num_layers = 3;
     o->dcn_low_rank_dim = 512;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->multi_hot[f] = 1;
+    o->multi_hot_dist = MULTIHOT_UNIFORM;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->sharding[f] = SHARDING_AUTO;
     o->grad_convention = EMBER_GRAD_MEAN;
     o->dataset = TRAIN_SYNTHETIC;

@@ -47,6 +47,9 @@ typedef struct train_options {
     dlrm_interaction interaction;     // --interaction dot (default) or dcn
     int32_t dcn_num_layers;           // dcn: cross layers (default 3, TorchRec's)
     int32_t dcn_low_rank_dim;         // dcn: their rank (default 512, TorchRec's)
+    int32_t multi_hot[DLRM_NUM_SPARSE]; // ids per sample of each feature (--multi_hot_sizes, multihot.h;
+                                      // default 1: the data's one id)
+    multihot_dist multi_hot_dist;     // --multi_hot_distribution_type (default uniform)
     int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO (all tables) or an ember_shard_scheme per table
     const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;

@@ -22,9 +22,9 @@ int64_t train_topology_disk_probe_bytes(const ember_ebc_config *ec) {
     return (int64_t)(files < lo ? lo : files > hi ? hi : files);
 }
 
-ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, double intra_gbps,
-                                 double inter_gbps, double disk_gbps, int plan_auto, ember_table_plan *plan,
-                                 train_topology *tt) {
+ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, const float *pooling,
+                                 double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto,
+                                 ember_table_plan *plan, train_topology *tt) {
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t W = ember_comm_size(comm);
     memset(tt, 0, sizeof *tt);
@@ -50,6 +50,7 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
         ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
         pc.world_size = W;
         pc.batch_size = batch;
+        pc.pooling_factor = pooling;
         // Tables on disk: the rate given, or rank 0 measures the disk (a file of at most the
         // tables' files written, flushed and read back) and every rank plans with its figure.
         const int64_t probe = train_topology_disk_probe_bytes(ec);

@@ -31,11 +31,11 @@ int64_t train_topology_disk_probe_bytes(const ember_ebc_config *ec);
 // disk_gbps > 0, or probed by rank 0 in ec->ssd_dir with train_topology_disk_probe_bytes). With
 // plan_auto, fills plan[ec->num_tables] with the planner's placement: on more than one host from
 // the predicted time, on one host as ever (bytes). Then predicts the step of plan. batch: samples
-// per rank. Collective. Returns what ember_plan_detect_topology, ember_plan_probe_disk and
+// per rank; pooling: [ec->num_features] ids per sample (NULL: one each). Collective. Returns what ember_plan_detect_topology, ember_plan_probe_disk and
 // ember_plan_create return (agreed on by every rank); a prediction that fails is no failure (tt
 // says why).
-ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, double intra_gbps,
-                                 double inter_gbps, double disk_gbps, int plan_auto, ember_table_plan *plan,
-                                 train_topology *tt);
+ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, const float *pooling,
+                                 double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto,
+                                 ember_table_plan *plan, train_topology *tt);
 
 #endif

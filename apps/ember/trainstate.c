@@ -58,6 +58,11 @@ static const trainstate_field fields[] = {
     {.flag = "dcn_low_rank_dim", .section = "model", .key = "dcn_low_rank_dim", .kind = TS_INT,
      FIELD(dcn_low_rank_dim), .lo = 1, .hi = 65536, .when = TS_DCN, .added = true,
      SAME("cross layers' rank (--dcn_low_rank_dim) is")},
+    {.flag = "multi_hot_sizes", .section = "model", .key = "multi_hot_sizes", .kind = TS_HOTS, FIELD(multi_hot),
+     .lo = 1, .hi = MULTIHOT_MAX_HOT, .added = true, SAME("ids per sample (--multi_hot_sizes) are")},
+    {.flag = "multi_hot_distribution_type", .section = "model", .key = "multi_hot_distribution_type",
+     .kind = TS_NAME, FIELD(multi_hot_dist), .names = multihot_dist_name, .added = true,
+     SAME("multi-hot ids' distribution (--multi_hot_distribution_type) is")},
     {.flag = "dense_optimizer", .also = "adagrad", .section = "model", .key = "dense_optimizer", .kind = TS_NAME,
      FIELD(dense_optimizer), .names = cli_name_dense_optimizer, SAME("dense optimizer is")},
     {.flag = "embedding_optimizer", .also = "adagrad", .section = "model", .key = "embedding_optimizer",
@@ -263,6 +268,12 @@ static void encode_field(cJSON *obj, const trainstate_field *f, const train_opti
     case TS_ROWS: {
         cJSON *a = cJSON_AddArrayToObject(obj, f->key);
         for (int t = 0; a && t < DLRM_NUM_SPARSE; t++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)o->rows[t]));
+        break;
+    }
+    case TS_HOTS: {
+        cJSON *a = cJSON_AddArrayToObject(obj, f->key);
+        const int32_t *v = p;
+        for (int t = 0; a && t < DLRM_NUM_SPARSE; t++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[t]));
         break;
     }
     case TS_LAYERS: {
@@ -473,6 +484,19 @@ static void decode_field(reader *r, const trainstate_field *f, const cJSON *v, t
             o->rows[t] = (int64_t)d;
         }
         break;
+    case TS_HOTS: {
+        int32_t hot[DLRM_NUM_SPARSE];
+        bool ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == DLRM_NUM_SPARSE;
+        for (int t = 0; ok && t < DLRM_NUM_SPARSE; t++) {
+            const cJSON *e = cJSON_GetArrayItem(v, t);
+            const double d = cJSON_IsNumber(e) ? e->valuedouble : 0.0;
+            ok = d >= (double)f->lo && d <= (double)f->hi && d == (double)(int32_t)d;
+            if (ok) hot[t] = (int32_t)d;
+        }
+        if (ok) memcpy(p, hot, sizeof hot);
+        else bad_field(r, f->section, f->key, "is not a list of 26 counts of ids per sample");
+        break;
+    }
     case TS_LAYERS: {
         const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
         if (n < 1 || n > TRAIN_MAX_LAYERS) {
@@ -631,6 +655,16 @@ static void format_value(const trainstate_field *f, const train_options *o, char
         }
         break;
     }
+    case TS_HOTS: {
+        const int32_t *v = p;
+        size_t used = 0;
+        for (int t = 0; t < DLRM_NUM_SPARSE && used < cap; t++) {
+            const int w = snprintf(out + used, cap - used, "%s%d", t ? "," : "", (int)v[t]);
+            if (w < 0) break;
+            used += (size_t)w;
+        }
+        break;
+    }
     case TS_PATH:
     case TS_ROWS:
     case TS_TABLES: break; // never compared as a whole
@@ -654,6 +688,7 @@ static bool same_value(const trainstate_field *f, const train_options *a, const 
     }
     case TS_SEED:
     case TS_ROWS:
+    case TS_HOTS:
     case TS_TABLES: return memcmp(x, y, f->size) == 0;
     }
     return false;

@@ -97,12 +97,15 @@ static train_result train_on(MPI_Comm mpi, const train_options *o, double *losse
 
 // ---- The model's dense gradients against the oracle ----------------------------------------------
 
-// One step of the model with the dot interaction or the cross net (CL layers of rank CR).
-static void step_gradients_case(dlrm_interaction kind) {
+// One step of the model with the dot interaction or the cross net (CL layers of rank CR), one id
+// per feature or multi-hot bags of 1 to 4 ids (multihot.h, the oracle's KJT built from its rule).
+static void step_gradients_case(dlrm_interaction kind, bool multi_hot) {
     enum { B = 12, D = 4, F = DLRM_NUM_SPARSE, DN = DLRM_NUM_DENSE, CL = 2, CR = 3 };
     const bool dcn = kind == DLRM_INTERACTION_DCN;
     const int32_t IW = dcn ? (F + 1) * D : D + (F + 1) * F / 2;
     const int32_t bottom[] = {6, D}, top[] = {10, 5, 1};
+    int32_t hot[F];
+    for (int f = 0; f < F; f++) hot[f] = multi_hot ? 1 + f % 4 : 1;
     session s = open_session(MPI_COMM_SELF);
     train_options o = small_options();
     ember_table_config tables[F];
@@ -122,7 +125,8 @@ static void step_gradients_case(dlrm_interaction kind) {
     assert_int_equal(factory(s.comm, &ec, plan, EMBER_GRAD_MEAN, &be), EMBER_OK);
     dlrm_config mc = {.num_dense = DN, .num_sparse = F, .embedding_dim = D, .bottom_sizes = bottom, .num_bottom = 2,
                       .top_sizes = top, .num_top = 3, .interaction = kind, .dcn_num_layers = CL,
-                      .dcn_low_rank_dim = CR, .max_batch = 16, .seed = 5,
+                      .dcn_low_rank_dim = CR, .hot_sizes = hot, .rows = o.rows, .hot_dist = MULTIHOT_PARETO,
+                      .max_batch = 16, .seed = 5,
                       .optim = {.kind = DENSE_OPT_SGD, .lr = 0.1f}};
     dlrm_model *m;
     assert_int_equal(dlrm_create(s.ctx, &mc, &be, &m), EMBER_OK);
@@ -148,12 +152,16 @@ static void step_gradients_case(dlrm_interaction kind) {
         }
         memcpy(dlrm_dense_params(m), params, sizeof(float) * (size_t)np);
     }
-    int64_t offsets[F * B + 1], values[F * B];
-    for (int i = 0; i <= F * B; i++) offsets[i] = i;
+    int64_t offsets[F * B + 1], values[4 * F * B], at = 0;
     for (int f = 0; f < F; f++) {
-        for (int i = 0; i < B; i++) values[f * B + i] = b.ids[i * F + f];
+        for (int i = 0; i < B; i++) {
+            offsets[f * B + i] = at;
+            multihot_bag(MULTIHOT_PARETO, f, o.rows[f], b.ids[i * F + f], hot[f], values + at);
+            at += hot[f];
+        }
     }
-    ember_kjt kjt = {.num_features = F, .batch_size = B, .offsets = offsets, .values = values, .nnz = F * B};
+    offsets[F * B] = at;
+    ember_kjt kjt = {.num_features = F, .batch_size = B, .offsets = offsets, .values = values, .nnz = at};
     float emb_f[B * F * D];
     assert_int_equal(be.forward(be.impl, &kjt, emb_f), EMBER_OK);
     double x[B * DN], d[B * D], emb[B * F * D], z[B], dz[B], dd[B * D], demb[B * F * D];
@@ -226,8 +234,9 @@ static void step_gradients_case(dlrm_interaction kind) {
 
 static void step_gradients_match_the_naive_chain(void **state) {
     (void)state;
-    step_gradients_case(DLRM_INTERACTION_DOT);
-    step_gradients_case(DLRM_INTERACTION_DCN);
+    step_gradients_case(DLRM_INTERACTION_DOT, false);
+    step_gradients_case(DLRM_INTERACTION_DCN, false);
+    step_gradients_case(DLRM_INTERACTION_DCN, true);
 }
 
 // ---- W = 1 against W = 2 -------------------------------------------------------------------------
@@ -278,6 +287,10 @@ static void loss_curve_w1_equals_w2_grad_mean(void **state) {
     o.dcn_low_rank_dim = 8;
     o.learning_rate = 0.2f;
     curves_w1_equal_w2(&o, "dcn, sgd / sgd, uneven shares");
+    // MLPerf's multi-hot bags: drawn per sample, the same on any world size.
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) o.multi_hot[f] = 1 + f % 5;
+    o.multi_hot_dist = MULTIHOT_PARETO;
+    curves_w1_equal_w2(&o, "dcn, multi-hot, sgd / sgd, uneven shares");
 }
 
 static void grad_sum_doubles_the_sgd_step(void **state) {
@@ -959,6 +972,21 @@ static void overlap_gives_the_same_bits(void **state) {
         o.overlap = true;
         run_state(MPI_COMM_WORLD, &o, &on);
         ok = ok && same_bits(&off, &on, 0, what);
+    }
+    {
+        // DLRM-DCNv2 with multi-hot bags: the prefetched batch's bags kept apart from the step's.
+        train_options o = resume_options(EMBER_OPT_ROWWISE_ADAGRAD);
+        o.eval_interval = 3;
+        o.batch_size = 61;
+        o.interaction = DLRM_INTERACTION_DCN;
+        o.dcn_num_layers = 2;
+        o.dcn_low_rank_dim = 8;
+        for (int f = 0; f < DLRM_NUM_SPARSE; f++) o.multi_hot[f] = 1 + f % 3;
+        o.overlap = false;
+        run_state(MPI_COMM_WORLD, &o, &off);
+        o.overlap = true;
+        run_state(MPI_COMM_WORLD, &o, &on);
+        ok = ok && same_bits(&off, &on, 0, "--overlap on vs off, dcn and multi-hot");
     }
     // Saved with overlap on (its data position is the one before the look-ahead), resumed with
     // it off: the uninterrupted run's bits.

@@ -17,6 +17,7 @@
 
 #include "tmpdir.h"
 #include "criteo.h"
+#include "multihot.h"
 #include "naive_dlrm.h"
 #include "source.h"
 #include "synth.h"
@@ -684,6 +685,53 @@ static void criteo_missing_file_names_the_path(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// MLPerf's synthetic multi-hot bags: the row itself first, extras a function of (feature, row)
+// alone, within the table, uniform or Pareto(0.25) as MLPerf's reference draws them.
+static void multi_hot_bags_follow_mlperfs_rule(void **state) {
+    (void)state;
+    enum { K = 9, N = 40000 };
+    int64_t a[K], b[K];
+    for (int d = 0; d < MULTIHOT_DIST_COUNT; d++) {
+        // Deterministic, first id the row, every id in range; another row or feature draws others.
+        multihot_bag((multihot_dist)d, 4, 1000, 77, K, a);
+        multihot_bag((multihot_dist)d, 4, 1000, 77, K, b);
+        assert_memory_equal(a, b, sizeof a);
+        assert_int_equal(a[0], 77);
+        for (int j = 0; j < K; j++) assert_true(a[j] >= 0 && a[j] < 1000);
+        multihot_bag((multihot_dist)d, 5, 1000, 77, K, b);
+        assert_true(memcmp(a + 1, b + 1, sizeof(int64_t) * (K - 1)) != 0);
+        multihot_bag((multihot_dist)d, 4, 1000, 78, K, b);
+        assert_int_equal(b[0], 78);
+        assert_true(memcmp(a + 1, b + 1, sizeof(int64_t) * (K - 1)) != 0);
+        // A one-row table: every id is 0; k = 1: the row alone.
+        multihot_bag((multihot_dist)d, 0, 1, 0, K, a);
+        for (int j = 0; j < K; j++) assert_int_equal(a[j], 0);
+        a[1] = -5;
+        multihot_bag((multihot_dist)d, 0, 50, 3, 1, a);
+        assert_true(a[0] == 3 && a[1] == -5);
+    }
+    // Uniform over the N rows of a table (each row's extras drawn once): each tenth of the rows
+    // gets N (K-1) / 10 within 5 standard deviations.
+    int64_t counts[10] = {0};
+    for (int64_t x = 0; x < N; x++) {
+        multihot_bag(MULTIHOT_UNIFORM, 2, N, x, K, a);
+        for (int j = 1; j < K; j++) counts[a[j] * 10 / N]++;
+    }
+    const double n = (double)N * (K - 1), sd = sqrt(n * 0.1 * 0.9);
+    for (int v = 0; v < 10; v++) assert_true(fabs((double)counts[v] - n / 10) < 5 * sd);
+    // Pareto(0.25) over a large table: P(v <= k) = 1 - (k + 2)^-0.25 (numpy's Lomax, floored).
+    int64_t zero = 0, le14 = 0;
+    for (int64_t x = 0; x < N; x++) {
+        multihot_bag(MULTIHOT_PARETO, 3, (int64_t)1 << 40, x, K, a);
+        for (int j = 1; j < K; j++) {
+            zero += a[j] == 0;
+            le14 += a[j] <= 14;
+        }
+    }
+    assert_true(fabs((double)zero / n - (1.0 - pow(2.0, -0.25))) < 0.005);
+    assert_true(fabs((double)le14 / n - 0.5) < 0.005);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(synthetic_samples_depend_on_seed_and_index_only),
@@ -698,6 +746,7 @@ int main(void) {
         cmocka_unit_test(criteo_line_limit_counts_the_text_without_its_ending),
         cmocka_unit_test(criteo_dense_text_that_is_not_an_integer_is_malformed),
         cmocka_unit_test(dense_features_are_checked_for_nan_and_inf),
+        cmocka_unit_test(multi_hot_bags_follow_mlperfs_rule),
     };
     return cmocka_run_group_tests(tests, test_tmpdir_make, test_tmpdir_remove);
 }

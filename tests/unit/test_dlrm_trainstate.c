@@ -152,6 +152,7 @@ static void change(train_options *o, const trainstate_field *f, int salt) {
     }
     case TS_ROWS: o->rows[(3 + salt) % DLRM_NUM_SPARSE] += 7; break;
     case TS_LAYERS: ((int32_t *)p)[0] += 3 + salt; break;
+    case TS_HOTS: ((int32_t *)p)[(3 + salt) % DLRM_NUM_SPARSE] += 1 + salt; break;
     case TS_TABLES: *(uint32_t *)p ^= 5u << salt; break;
     }
 }
