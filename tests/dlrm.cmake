@@ -349,6 +349,17 @@ ember_cli_test(cli.train.ssd_bad_table 0 2 "^ember train: --ssd_tables 't_cat_30
                train --ssd_tables 3,t_cat_30 --cache_rows 10)
 ember_cli_test(cli.train.ssd_and_collisionless 0 2 "^ember train: --ssd_tables and --hash collisionless" 1
                train --ssd_tables 1 --cache_rows 10 --hash collisionless)
+# --preset mlperf_dcnv2 sets MLPerf's DLRM-DCNv2 (its model and multi-hot sizes); an option given,
+# before or after it, overrides it (the row caps here, to fit the test machine); another name is
+# refused listing the presets; multi-hot bags cannot draw from hashed tables.
+ember_cli_test(cli.train.preset_mlperf 0 0
+               "^(  model       dense arch 13-512-256-128, dcn interaction 3456 wide \\(3 cross layers of rank 512\\), over arch 3456-1024-1024-512-256-1: 16044545 dense|  multi-hot   ids per sample 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,12,100,27,10,3,1,1:|  optimizers  dense adagrad lr 0.004, embeddings rowwise_adagrad lr 0.004|done: 2 steps)" 4
+               train --num_embeddings 1000 --preset mlperf_dcnv2 --batch_size 64 --limit_train_batches 2
+               --limit_val_batches 1 --threads 1 --progress lines)
+ember_cli_test(cli.train.preset_unknown 0 2 "^ember train: --preset 'mlperf': expected one of none, mlperf_dcnv2" 1
+               train --preset mlperf)
+ember_cli_test(cli.train.multi_hot_collisionless 0 nonzero "--multi_hot_sizes draws its extra ids from each table's rows. --hash collisionless tables" 1
+               train --multi_hot_sizes 2 --hash collisionless --limit_train_batches 1)
 # Options of collisionless hashing with --hash modulo, and --hash_ttl without --hash_policy ttl,
 # are refused saying why; a bucket of one row is refused at parse time; a hashed table's rows are
 # listed as built (64 rounded up to whole buckets of 3: 66).

@@ -19,6 +19,10 @@ static const char help[] =
     "model's (the best achievable). Flag names follow TorchRec's examples/dlrm/dlrm_main.py.\n"
     "\n"
     "model:\n"
+    "  --preset mlperf_dcnv2             MLPerf Training's DLRM-DCNv2: D 128, its 26 row caps and multi-hot\n"
+    "                                    sizes, dense arch 512,256,128, 3 cross layers of rank 512, over\n"
+    "                                    arch 1024,1024,512,256,1, --adagrad, lr 0.004, batch 65536; the\n"
+    "                                    options given override it (e.g. --num_embeddings to fit RAM)\n"
     "  --embedding_dim N                 embedding width D, all tables (default 16)\n"
     "  --num_embeddings N                rows of every table (TorchRec's flag)\n"
     "  --num_embeddings_per_feature L    rows per table: 26 comma-separated values, or one for all\n"
@@ -157,7 +161,10 @@ typedef struct train_cli {
     train_options o; // first
     int32_t threads; // --threads (0: not given)
     int progress;    // --progress: PROGRESS_AUTO, _BAR or _LINES
+    int preset;      // --preset: PRESET_NONE or PRESET_MLPERF_DCNV2
 } train_cli;
+
+enum { PRESET_NONE = 0, PRESET_MLPERF_DCNV2 = 1 };
 
 enum { PROGRESS_AUTO = 0, PROGRESS_BAR = 1, PROGRESS_LINES = 2 };
 
@@ -348,6 +355,7 @@ static const char *cache_policy_name(int v) {
     return v < EMBER_EVICT_TTL ? ember_evict_policy_name((ember_evict_policy)v) : NULL;
 }
 static const char *on_off_name(int v) { return v == 0 ? "off" : v == 1 ? "on" : NULL; }
+static const char *preset_name(int v) { return v == PRESET_NONE ? "none" : v == PRESET_MLPERF_DCNV2 ? "mlperf_dcnv2" : NULL; }
 static const char *progress_name(int v) {
     static const char *const names[] = {"auto", "bar", "lines"};
     return v < 3 ? names[v] : NULL;
@@ -371,6 +379,7 @@ enum { ANY_DATA = 0, CRITEO_ONLY = 1, SYNTHETIC_ONLY = 2, HASH_ONLY = 3, NPY_ONL
 // In --help's order. Ranges and names are the accepted values; defaults are train_options_default's.
 static const cli_flag flags[] = {
     // model
+    NAME("preset", preset, preset_name, ANY_DATA),
     INT("embedding_dim", o.embedding_dim, 1, 65536),
     CALL("num_embeddings", o.rows, set_rows),
     CALL("num_embeddings_per_feature", o.rows, set_rows_per_feature),
@@ -517,14 +526,48 @@ static bool check_together(const train_options *o, const int *order, char *err, 
     return true;
 }
 
-// Parses the command line into c (defaults first). Returns 0 (run), 1 (--help) or 2 (bad usage:
-// err says why).
+// --preset mlperf_dcnv2: MLPerf Training's recommendation benchmark (DLRM-DCNv2 on the Criteo 1TB
+// multi-hot set), as its reference runs TorchRec's dlrm_main.
+static void preset_mlperf_dcnv2(train_options *o) {
+    static const int64_t rows[DLRM_NUM_SPARSE] = {40000000, 39060, 17295, 7424,     20265,    3,        7122,
+                                                  1543,     63,    40000000, 3067956, 405282,   10,       2209,
+                                                  11938,    155,   4,        976,     14,       40000000, 40000000,
+                                                  40000000, 590152, 12973,   108,     36};
+    static const int32_t hot[DLRM_NUM_SPARSE] = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1,
+                                                 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+    static const int32_t bottom[] = {512, 256, 128}, top[] = {1024, 1024, 512, 256, 1};
+    o->embedding_dim = 128;
+    memcpy(o->rows, rows, sizeof rows);
+    memcpy(o->multi_hot, hot, sizeof hot);
+    o->multi_hot_dist = MULTIHOT_UNIFORM;
+    o->num_bottom = 3;
+    memcpy(o->bottom, bottom, sizeof bottom);
+    o->num_top = 5;
+    memcpy(o->top, top, sizeof top);
+    o->interaction = DLRM_INTERACTION_DCN;
+    o->dcn_num_layers = 3;
+    o->dcn_low_rank_dim = 512;
+    o->dense_optimizer = DENSE_OPT_ADAGRAD;
+    o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
+    o->learning_rate = 0.004f;
+    o->batch_size = 65536;
+}
+
+// Parses the command line into c (defaults first, then a --preset's values, then the options
+// given, wherever --preset stands among them). Returns 0 (run), 1 (--help) or 2 (bad usage: err
+// says why).
 static int parse(int argc, char **argv, train_cli *c, char *err, size_t cap) {
-    memset(c, 0, sizeof *c);
-    train_options_default(&c->o);
     int order[NUM_FLAGS];
-    const int p = cli_parse_flags(argc, argv, flags, NUM_FLAGS, c, order, err, cap);
-    if (p != 0) return p;
+    int preset = PRESET_NONE;
+    for (int pass = 0; pass < 2; pass++) {
+        memset(c, 0, sizeof *c);
+        train_options_default(&c->o);
+        if (preset == PRESET_MLPERF_DCNV2) preset_mlperf_dcnv2(&c->o);
+        const int p = cli_parse_flags(argc, argv, flags, NUM_FLAGS, c, order, err, cap);
+        if (p != 0) return p;
+        if (c->preset == PRESET_NONE || preset != PRESET_NONE) break;
+        preset = c->preset;
+    }
     return check_together(&c->o, order, err, cap) ? 0 : 2;
 }
 

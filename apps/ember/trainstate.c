@@ -156,6 +156,7 @@ static const char *const free_flags[] = {
     "plot: output",
     "progress: output",
     "digest: output",
+    "preset: a set of the other options' values, which are recorded",
     NULL,
 };
 
