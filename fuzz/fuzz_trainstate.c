@@ -70,6 +70,7 @@ static bool same_field(const trainstate_field *f, const train_options *a, const 
     case TS_SEED:
     case TS_NAME:
     case TS_ROWS:
+    case TS_HOTS:
     case TS_TABLES: return memcmp(x, y, f->size) == 0;
     }
     return false;

@@ -8,7 +8,7 @@
 # docs/fuzzing.md says what each target covers and how to reproduce a crash.
 #
 # Usage: scripts/fuzz.sh [SECONDS | --runs N] [TARGET...]   (default 60 seconds per target; all
-#        targets: kjt criteo checkpoint cli trainstate planfile)
+#        targets: kjt criteo checkpoint cli trainstate planfile npz)
 #        scripts/fuzz.sh --coverage [TARGET...]   source coverage of the sources under test reached
 #                   by the working corpus (preset fuzz-coverage, build-fuzz-cov/; llvm-cov report)
 #        scripts/fuzz.sh --seeds    rewrite fuzz/corpus/checkpoint from checkpoints the library saves
@@ -29,17 +29,17 @@ main() {
       --seeds) seeds=1; shift ;;
       --coverage) coverage=1; shift ;;
       [0-9]*) budget=(-max_total_time="$1"); shift ;;
-      kjt|criteo|checkpoint|cli|trainstate|planfile) targets+=("$1"); shift ;;
+      kjt|criteo|checkpoint|cli|trainstate|planfile|npz) targets+=("$1"); shift ;;
       *) echo "usage: scripts/fuzz.sh [SECONDS | --runs N | --coverage] [kjt|criteo|checkpoint|cli|trainstate|planfile ...] | --seeds" >&2
          exit 2 ;;
     esac
   done
-  [ ${#targets[@]} -gt 0 ] || targets=(kjt criteo checkpoint cli trainstate planfile)
+  [ ${#targets[@]} -gt 0 ] || targets=(kjt criteo checkpoint cli trainstate planfile npz)
 
   # Per target: the largest input (the seeds' sizes and what each input format needs: a Criteo
   # line longer than the reader's 4 KiB buffer, a checkpoint manifest of one-row records, a plan
   # of 26 tables) and extras.
-  declare -A max_len=([kjt]=4096 [criteo]=16384 [checkpoint]=32768 [cli]=4096 [trainstate]=8192 [planfile]=8192)
+  declare -A max_len=([kjt]=4096 [criteo]=16384 [checkpoint]=32768 [cli]=4096 [trainstate]=8192 [planfile]=8192 [npz]=8192)
   declare -A extra=([cli]="-dict=$root/fuzz/cli.dict" [checkpoint]="-dict=$root/fuzz/checkpoint.dict"
                     [trainstate]="-dict=$root/fuzz/trainstate.dict" [planfile]="-dict=$root/fuzz/planfile.dict")
 

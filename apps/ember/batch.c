@@ -44,7 +44,18 @@ int32_t dlrm_batch_first_nonfinite(const dlrm_batch *b, int32_t *feature) {
     return b->size;
 }
 
+ember_status dlrm_batch_reserve_bags(ember_ctx *ctx, dlrm_batch *b, int32_t width) {
+    APP_ASSERT(width >= 1 && b->capacity >= 1);
+    int64_t *bags = app_alloc(ctx, sizeof(int64_t) * (size_t)b->capacity * (size_t)width, "batch multi-hot bags");
+    if (!bags) return EMBER_ERR_NOMEM;
+    ember_ctx_free(ctx, b->bags);
+    b->bags = bags;
+    b->bag_width = width;
+    return EMBER_OK;
+}
+
 void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b) {
+    ember_ctx_free(ctx, b->bags);
     ember_ctx_free(ctx, b->dense);
     ember_ctx_free(ctx, b->ids);
     ember_ctx_free(ctx, b->labels);

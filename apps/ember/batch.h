@@ -5,6 +5,7 @@
 #ifndef EMBER_APP_BATCH_H
 #define EMBER_APP_BATCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ember/core.h"
@@ -24,12 +25,22 @@ typedef struct dlrm_batch {
     float *planted;     // [capacity] planted model's logit (synthetic data; NaN when unknown)
     int64_t *origin;    // [capacity] where sample i came from, for messages: its 1-based line in
                         // the Criteo file, or its index in the synthetic split
+    // Multi-hot bags read from the data (MLPerf's day_{d}_sparse_multi_hot.npz): sample i's ids
+    // at bags[i * bag_width, ...): feature 0's k_0 ids, then feature 1's k_1, ... (row ids). The
+    // source sets has_bags each time it fills the batch; without them the model draws the bags
+    // from ids (multihot.h).
+    int32_t bag_width;  // ids per sample the buffer holds (0: no buffer)
+    bool has_bags;
+    int64_t *bags;      // [capacity, bag_width]
 } dlrm_batch;
 
 // Allocates the buffers through ctx. On failure every pointer is NULL and nothing leaks.
 ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_dense, int32_t num_sparse,
                                dlrm_batch *b);
 void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b);
+// Gives b a bags buffer of `width` ids per sample (width >= 1). Returns EMBER_OK or EMBER_ERR_NOMEM
+// (b unchanged).
+ember_status dlrm_batch_reserve_bags(ember_ctx *ctx, dlrm_batch *b, int32_t width);
 
 // The first sample of b (in order) with a dense feature that is NaN or infinite, its feature in
 // *feature; b->size when every dense feature is finite. Local.

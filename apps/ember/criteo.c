@@ -302,6 +302,7 @@ ember_status criteo_next(criteo_reader *r, dlrm_batch *b, bool *eof) {
     APP_ASSERT(b->num_dense == DLRM_NUM_DENSE && b->num_sparse == DLRM_NUM_SPARSE);
     const criteo_config *c = &r->cfg;
     b->size = 0;
+    b->has_bags = false;
     *eof = false;
     // The batch's lines [start, end) and this rank's share [mine, mine_end) of them.
     int64_t start = c->first_line + r->batch * c->global_batch;

@@ -15,7 +15,8 @@ enum { DENSE = 0, SPARSE = 1, LABELS = 2, NFILES = 3 };
 static const char *const FILE_KIND[NFILES] = {"dense", "sparse", "labels"};
 
 typedef struct npy_day {
-    npy_array a[NFILES];
+    npy_array a[NFILES];               // a[SPARSE] unused with multi-hot archives
+    npy_array hot[DLRM_NUM_SPARSE];    // the multi-hot archive's arrays
     int64_t first, n; // the split's rows [start, start + n) of this day start at split row `first`
     int64_t start;
     int32_t day;
@@ -25,6 +26,9 @@ struct criteo_npy {
     criteo_npy_config cfg;
     char dir[400];
     int64_t rows[DLRM_NUM_SPARSE];
+    int32_t hot[DLRM_NUM_SPARSE];
+    int32_t hot_total;     // ids per sample
+    bool npz;              // the categorical features come from the multi-hot archives
     npy_day *days;
     int32_t ndays;
     int64_t total;
@@ -33,6 +37,34 @@ struct criteo_npy {
 
 static void day_path(char *buf, size_t cap, const char *dir, int32_t day, int kind) {
     snprintf(buf, cap, "%s/day_%d_%s.npy", dir, (int)day, FILE_KIND[kind]);
+}
+
+static void npz_path(char *buf, size_t cap, const char *dir, int32_t day) {
+    snprintf(buf, cap, "%s/day_%d_sparse_multi_hot.npz", dir, (int)day);
+}
+
+bool criteo_npy_multi_hot(const criteo_npy *r) { return r->npz; }
+
+// The day's multi-hot arrays: integers of shape [N, k_f] ([N] for k_f 1), N the day's.
+static ember_status open_multi_hot(ember_ctx *ctx, const criteo_npy *r, npy_day *d) {
+    char p[512];
+    npz_path(p, sizeof p, r->dir, d->day);
+    const int64_t N = d->a[DENSE].shape[0];
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+        char name[8];
+        snprintf(name, sizeof name, "%d", f);
+        APP_TRY(npy_open_npz(ctx, p, name, &d->hot[f]));
+        const npy_array *h = &d->hot[f];
+        const int64_t k = h->ndim == 2 ? h->shape[1] : 1;
+        APP_CHECK(ctx, (h->kind == 'i' || h->kind == 'u') && h->ndim >= 1 && h->shape[0] == N, EMBER_ERR_FORMAT,
+                  "'%s': %s of shape (%lld, %lld): expected integers of shape (%lld, k) for feature cat_%d (N from "
+                  "'%s')", h->path, h->descr, (long long)h->shape[0], (long long)h->shape[1], (long long)N, f,
+                  d->a[DENSE].path);
+        APP_CHECK(ctx, k == r->hot[f], EMBER_ERR_FORMAT,
+                  "'%s': feature cat_%d has %lld ids per sample, --multi_hot_sizes says %d", h->path, f, (long long)k,
+                  (int)r->hot[f]);
+    }
+    return EMBER_OK;
 }
 
 int32_t criteo_npy_last_day(const char *dir) {
@@ -45,28 +77,32 @@ int32_t criteo_npy_last_day(const char *dir) {
     return d - 1;
 }
 
-// The checks of one day's three files: dtypes, shapes, and one N.
-static ember_status check_day(ember_ctx *ctx, const npy_day *d) {
+// The checks of one day's three files: dtypes, shapes, and one N (npz: the multi-hot archive stands
+// in for the sparse file, checked by open_multi_hot).
+static ember_status check_day(ember_ctx *ctx, const npy_day *d, bool npz) {
     const npy_array *x = &d->a[DENSE], *s = &d->a[SPARSE], *l = &d->a[LABELS];
     APP_CHECK(ctx, x->kind == 'f' && x->itemsize == 4 && x->ndim == 2 && x->shape[1] == DLRM_NUM_DENSE,
               EMBER_ERR_FORMAT, "'%s': %s of shape (%lld, %lld): expected float32 (<f4) of shape (N, %d)", x->path,
               x->descr, (long long)x->shape[0], (long long)x->shape[1], DLRM_NUM_DENSE);
-    APP_CHECK(ctx, (s->kind == 'i' || s->kind == 'u') && s->itemsize >= 4 && s->ndim == 2 && s->shape[1] == DLRM_NUM_SPARSE,
+    APP_CHECK(ctx, npz || ((s->kind == 'i' || s->kind == 'u') && s->itemsize >= 4 && s->ndim == 2 &&
+                           s->shape[1] == DLRM_NUM_SPARSE),
               EMBER_ERR_FORMAT, "'%s': %s of shape (%lld, %lld): expected int32 or int64 of shape (N, %d)", s->path,
               s->descr, (long long)s->shape[0], (long long)s->shape[1], DLRM_NUM_SPARSE);
     APP_CHECK(ctx, (l->kind == 'i' || l->kind == 'u' || l->kind == 'b') && (l->ndim == 1 || (l->ndim == 2 && l->shape[1] == 1)),
               EMBER_ERR_FORMAT, "'%s': %s of shape (%lld, %lld): expected integers of shape (N,) or (N, 1)", l->path,
               l->descr, (long long)l->shape[0], (long long)l->shape[1]);
-    APP_CHECK(ctx, x->shape[0] == s->shape[0] && x->shape[0] == l->shape[0], EMBER_ERR_FORMAT,
+    APP_CHECK(ctx, (npz || x->shape[0] == s->shape[0]) && x->shape[0] == l->shape[0], EMBER_ERR_FORMAT,
               "day %d of '%s': the files disagree on the rows: dense %lld, sparse %lld, labels %lld", (int)d->day,
-              x->path, (long long)x->shape[0], (long long)s->shape[0], (long long)l->shape[0]);
+              x->path, (long long)x->shape[0], (long long)(npz ? x->shape[0] : s->shape[0]), (long long)l->shape[0]);
     return EMBER_OK;
 }
 
 void criteo_npy_close(ember_ctx *ctx, criteo_npy *r) {
     if (!r) return;
-    for (int32_t i = 0; r->days && i < r->ndays; i++)
+    for (int32_t i = 0; r->days && i < r->ndays; i++) {
         for (int k = 0; k < NFILES; k++) npy_close(&r->days[i].a[k]);
+        for (int f = 0; f < DLRM_NUM_SPARSE; f++) npy_close(&r->days[i].hot[f]);
+    }
     ember_ctx_free(ctx, r->days);
     ember_ctx_free(ctx, r);
 }
@@ -84,6 +120,16 @@ ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, crite
     r->cfg.dir = r->dir;
     memcpy(r->rows, cfg->rows, sizeof r->rows);
     r->cfg.rows = r->rows;
+    r->cfg.hot = NULL;
+    bool multi = false;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+        r->hot[f] = cfg->hot ? cfg->hot[f] : 1;
+        r->hot_total += r->hot[f];
+        multi = multi || r->hot[f] != 1;
+    }
+    char p[512];
+    npz_path(p, sizeof p, r->dir, cfg->first_day);
+    r->npz = multi && access(p, F_OK) == 0;
     r->days = app_calloc(ctx, sizeof(npy_day) * (size_t)cfg->num_days, "criteo npy reader");
     if (!r->days) {
         criteo_npy_close(ctx, r);
@@ -93,13 +139,24 @@ ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, crite
     for (int32_t i = 0; i < cfg->num_days && st == EMBER_OK; i++) {
         npy_day *d = &r->days[i];
         d->day = cfg->first_day + i;
+        r->ndays = i + 1; // what close must unmap
         for (int k = 0; k < NFILES && st == EMBER_OK; k++) {
-            char p[512];
+            if (k == SPARSE && r->npz) continue;
             day_path(p, sizeof p, r->dir, d->day, k);
             st = npy_open(ctx, p, &d->a[k]);
-            if (st == EMBER_OK) r->ndays = i + 1; // what close must unmap
+            if (st != EMBER_OK && k == SPARSE && access(p, F_OK) != 0) {
+                // MLPerf's multi-hot directories hold the archive instead of the one-hot file.
+                char z[512];
+                npz_path(z, sizeof z, r->dir, d->day);
+                if (access(z, F_OK) == 0) {
+                    st = ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot open: %s, but '%s' is there: give "
+                                             "--multi_hot_sizes (MLPerf's: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,1,1,"
+                                             "12,100,27,10,3,1,1) to read it", p, "No such file or directory", z);
+                }
+            }
         }
-        if (st == EMBER_OK) st = check_day(ctx, d);
+        if (st == EMBER_OK) st = check_day(ctx, d, r->npz);
+        if (st == EMBER_OK && r->npz) st = open_multi_hot(ctx, r, d);
         if (st != EMBER_OK) break;
         const int64_t N = d->a[DENSE].shape[0];
         d->start = cfg->part == NPY_SECOND_HALF ? N / 2 : 0;
@@ -140,6 +197,8 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
     APP_ASSERT(b->num_dense == DLRM_NUM_DENSE && b->num_sparse == DLRM_NUM_SPARSE);
     const criteo_npy_config *c = &r->cfg;
     b->size = 0;
+    b->has_bags = r->npz;
+    APP_ASSERT(!r->npz || b->bag_width >= r->hot_total);
     const int64_t start = r->batch * c->global_batch;
     int64_t end = start + c->global_batch;
     if (end > r->total) end = r->total;
@@ -156,11 +215,17 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
         float *x = b->dense + (size_t)n * DLRM_NUM_DENSE;
         memcpy(x, d->a[DENSE].data + (size_t)i * DLRM_NUM_DENSE * sizeof(float), sizeof(float) * DLRM_NUM_DENSE);
         int64_t *ids = b->ids + (size_t)n * DLRM_NUM_SPARSE;
+        int64_t *bag = r->npz ? b->bags + (size_t)n * (size_t)b->bag_width : NULL;
         for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
             // numpy's floored modulo, as TorchRec's `hashes`: its int32 files hold hashes of 2^31
             // and above as negative numbers.
-            const int64_t v = npy_get_i64(&d->a[SPARSE], i, f), m = v % r->rows[f];
-            ids[f] = c->raw_ids ? v : m < 0 ? m + r->rows[f] : m;
+            const int32_t k = r->npz ? r->hot[f] : 1;
+            for (int32_t j = 0; j < k; j++) {
+                const int64_t v = r->npz ? npy_get_i64(&d->hot[f], i, j) : npy_get_i64(&d->a[SPARSE], i, f);
+                const int64_t m = v % r->rows[f], id = c->raw_ids ? v : m < 0 ? m + r->rows[f] : m;
+                if (j == 0) ids[f] = id;
+                if (bag) *bag++ = id;
+            }
         }
         const int64_t y = npy_get_i64(&d->a[LABELS], i, 0);
         if (y != 0 && y != 1) {

@@ -15,6 +15,12 @@
 // (TorchRec's InMemoryBinaryCriteoIterDataPipe gives each rank a contiguous range of the whole
 // split instead: its global batch mixes ranges; ember keeps its rule, one process on the global
 // batch.)
+// MLPerf's multi-hot days (cfg.hot given, and day_{first}_sparse_multi_hot.npz present): each day's
+// categorical features come from day_{d}_sparse_multi_hot.npz instead of day_{d}_sparse.npy, an
+// np.savez archive of 26 integer arrays named "0" .. "25", array f of shape [N, k_f] (or [N] where
+// k_f is 1), read in place (npy_open_npz); every row's bags go to the batch's bags (batch.h), the
+// first id of each to its ids. The widths must be cfg.hot's (--multi_hot_sizes): a difference is
+// EMBER_ERR_FORMAT naming the file, the feature and both widths.
 // Categorical value v becomes id v mod rows_f, the floored modulo (numpy's, TorchRec's `hashes`:
 // never negative), or v itself with raw_ids. A label other than 0/1 is EMBER_ERR_FORMAT naming the
 // file and the row; dense values are checked by the source (source_check_dense). Nothing is copied but this rank's rows
@@ -39,9 +45,13 @@ typedef struct criteo_npy_config {
     criteo_npy_part part;  // a half of the one day (num_days 1), or the whole days
     int64_t max_rows;      // rows used from the split's start; 0: all
     bool raw_ids;
+    const int32_t *hot;    // [26] ids per sample of each feature (--multi_hot_sizes), or NULL
 } criteo_npy_config;
 
 typedef struct criteo_npy criteo_npy;
+
+// Whether the split reads MLPerf's multi-hot archives (see above).
+bool criteo_npy_multi_hot(const criteo_npy *r);
 
 // Opens and checks every day file of the split. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG,
 // EMBER_ERR_IO (a missing file: its path and the system's reason), EMBER_ERR_FORMAT (a header, a

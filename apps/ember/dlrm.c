@@ -215,12 +215,19 @@ static ember_kjt batch_kjt(const dlrm_model *m, const dlrm_batch *b, int64_t *va
             at += (int64_t)B * m->hot[f];
         }
         offsets[(size_t)F * (size_t)B] = at;
+        APP_ASSERT(!b->has_bags || b->bag_width == m->total_hot);
 #pragma omp parallel for schedule(static)
         for (int32_t i = 0; i < B; i++) {
+            const int64_t *read = b->has_bags ? b->bags + (size_t)i * (size_t)b->bag_width : NULL;
             for (int32_t f = 0; f < F; f++) {
-                const size_t bag = (size_t)f * (size_t)B + (size_t)i;
-                multihot_bag(m->hot_dist, f, m->rows[f], b->ids[(size_t)i * (size_t)F + (size_t)f], m->hot[f],
-                             values + offsets[bag]);
+                int64_t *out = values + offsets[(size_t)f * (size_t)B + (size_t)i];
+                if (read) { // the data's bag (MLPerf's archives)
+                    memcpy(out, read, sizeof(int64_t) * (size_t)m->hot[f]);
+                    read += m->hot[f];
+                } else { // drawn from the sample's id
+                    multihot_bag(m->hot_dist, f, m->rows[f], b->ids[(size_t)i * (size_t)F + (size_t)f], m->hot[f],
+                                 out);
+                }
             }
         }
     }

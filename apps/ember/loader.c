@@ -109,7 +109,10 @@ ember_status loader_create(ember_ctx *ctx, const loader_config *cfg, loader **ou
     l->ring = app_calloc(ctx, sizeof(slot) * (size_t)cfg->depth, "the data loader's batches");
     ember_status st = l->ring ? EMBER_OK : EMBER_ERR_NOMEM;
     for (int32_t i = 0; i < cfg->depth && st == EMBER_OK; i++)
+    {
         st = dlrm_batch_create(ctx, cfg->capacity, cfg->num_dense, cfg->num_sparse, &l->ring[i].b);
+        if (st == EMBER_OK && cfg->bag_width > 0) st = dlrm_batch_reserve_bags(ctx, &l->ring[i].b, cfg->bag_width);
+    }
     if (st == EMBER_OK) {
         ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
         cc.num_threads = 1;

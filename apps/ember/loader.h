@@ -31,6 +31,7 @@ typedef ember_status (*loader_produce_fn)(void *arg, ember_ctx *ctx, dlrm_batch 
 typedef struct loader_config {
     int32_t depth;                        // batches held ready, >= 1
     int32_t capacity, num_dense, num_sparse; // each buffer's shape (dlrm_batch_create)
+    int32_t bag_width;                    // and its bags' (dlrm_batch_reserve_bags; 0: none)
     const char *cpus;                     // a CPU list ("0-3,8") the thread may run on; NULL or
                                           // "": the creating thread's CPUs
     loader_produce_fn produce;

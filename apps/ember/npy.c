@@ -130,51 +130,191 @@ int npy_parse_header(const unsigned char *buf, size_t len, npy_array *a, size_t 
     return 0;
 }
 
-ember_status npy_open(ember_ctx *ctx, const char *path, npy_array *a) {
+// The array stored in bytes [at, at + len) of the open file fd, named `label` in a->path and in
+// messages: header read and checked, data mapped (from the page holding `at`). fd stays open.
+static ember_status open_range(ember_ctx *ctx, int fd, const char *label, uint64_t at, uint64_t len, npy_array *a) {
     memset(a, 0, sizeof *a);
-    snprintf(a->path, sizeof a->path, "%s", path);
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
-    struct stat st;
+    snprintf(a->path, sizeof a->path, "%s", label);
     unsigned char head[4096];
-    ssize_t got = fstat(fd, &st) == 0 ? pread(fd, head, sizeof head, 0) : -1;
-    if (got < 0) {
-        const int e = errno;
-        close(fd);
-        return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot read: %s", path, strerror(e));
-    }
+    const ssize_t got = pread(fd, head, len < sizeof head ? (size_t)len : sizeof head, (off_t)at);
+    if (got < 0) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot read: %s", label, strerror(errno));
     char why[200];
     size_t off = 0;
-    if (npy_parse_header(head, (size_t)got, a, &off, why, sizeof why) != 0) {
-        close(fd);
-        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s", path, why);
-    }
+    if (npy_parse_header(head, (size_t)got, a, &off, why, sizeof why) != 0)
+        return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s", label, why);
     // The data's bytes: shape's product times the item size, checked for overflow.
     uint64_t n = (uint64_t)a->itemsize;
     for (int i = 0; i < a->ndim; i++) {
         if (a->shape[i] != 0 && n > UINT64_MAX / (uint64_t)a->shape[i]) n = UINT64_MAX;
         else n *= (uint64_t)a->shape[i];
     }
-    if ((uint64_t)st.st_size < off || (uint64_t)st.st_size - off != n) {
-        close(fd);
+    if (len < off || len - off != n) {
         return ember_ctx_set_error(ctx, EMBER_ERR_FORMAT,
                                    "'%s': %lld bytes of data after the header, its shape (%lld, %lld) of %s needs %llu",
-                                   path, (long long)((uint64_t)st.st_size > off ? (uint64_t)st.st_size - off : 0),
-                                   (long long)a->shape[0], (long long)a->shape[1], a->descr, (unsigned long long)n);
+                                   label, (long long)(len > off ? len - off : 0), (long long)a->shape[0],
+                                   (long long)a->shape[1], a->descr, (unsigned long long)n);
     }
     if (n > 0) {
-        a->map_bytes = (size_t)st.st_size;
-        a->map = mmap(NULL, a->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+        const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), base = at / page * page;
+        a->map_bytes = (size_t)(at + len - base);
+        a->map = mmap(NULL, a->map_bytes, PROT_READ, MAP_PRIVATE, fd, (off_t)base);
         if (a->map == MAP_FAILED) {
-            const int e = errno;
             a->map = NULL;
-            close(fd);
-            return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot map: %s", path, strerror(e));
+            return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot map: %s", label, strerror(errno));
         }
-        a->data = (const unsigned char *)a->map + off;
+        a->data = (const unsigned char *)a->map + (at - base) + off;
     }
-    close(fd); // the mapping stays
     return EMBER_OK;
+}
+
+ember_status npy_open(ember_ctx *ctx, const char *path, npy_array *a) {
+    memset(a, 0, sizeof *a);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
+    struct stat st;
+    ember_status s = fstat(fd, &st) == 0 ? open_range(ctx, fd, path, 0, (uint64_t)st.st_size, a)
+                                         : ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot read: %s", path,
+                                                               strerror(errno));
+    close(fd); // the mapping stays
+    if (s != EMBER_OK) npy_close(a);
+    return s;
+}
+
+// ---- .npz: a zip archive of .npy members, each read in place -----------------------------------
+
+static uint32_t le16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static uint32_t le32(const unsigned char *p) { return le16(p) | (uint32_t)le16(p + 2) << 16; }
+static uint64_t le64(const unsigned char *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+// Reads exactly n bytes at `at`, or fails.
+static bool read_at(int fd, void *buf, size_t n, uint64_t at) {
+    return pread(fd, buf, n, (off_t)at) == (ssize_t)n;
+}
+
+// The central directory of the zip archive in fd (size bytes): its offset, size and entries, from
+// the end-of-central-directory record (and its ZIP64 twin when a field overflows). Returns 0 or -1
+// with the reason in why.
+static int central_directory(int fd, uint64_t size, uint64_t *cd_at, uint64_t *cd_len, char *why, size_t cap) {
+    // The record is 22 bytes plus a comment of at most 65535: search the tail for its signature.
+    unsigned char tail[22 + 65535];
+    const uint64_t span = size < sizeof tail ? size : sizeof tail;
+    if (span < 22 || !read_at(fd, tail, (size_t)span, size - span)) {
+        snprintf(why, cap, "not a zip archive (too short for its directory)");
+        return -1;
+    }
+    int64_t e = -1;
+    for (int64_t i = (int64_t)span - 22; i >= 0 && e < 0; i--)
+        if (le32(tail + i) == 0x06054b50u) e = i;
+    if (e < 0) {
+        snprintf(why, cap, "not a zip archive (no end-of-central-directory record)");
+        return -1;
+    }
+    *cd_len = le32(tail + e + 12);
+    *cd_at = le32(tail + e + 16);
+    if (*cd_at == 0xffffffffu || *cd_len == 0xffffffffu || le16(tail + e + 10) == 0xffffu) {
+        // ZIP64: the locator just before the record names the ZIP64 record.
+        const uint64_t rec = size - span + (uint64_t)e;
+        unsigned char loc[20], z[56];
+        if (rec < 20 || !read_at(fd, loc, sizeof loc, rec - 20) || le32(loc) != 0x07064b50u ||
+            !read_at(fd, z, sizeof z, le64(loc + 8)) || le32(z) != 0x06064b50u) {
+            snprintf(why, cap, "a ZIP64 archive without a readable ZIP64 directory record");
+            return -1;
+        }
+        *cd_len = le64(z + 40);
+        *cd_at = le64(z + 48);
+    }
+    if (*cd_at > size || *cd_len > size - *cd_at || *cd_len > ((uint64_t)1 << 30)) {
+        snprintf(why, cap, "central directory outside the file");
+        return -1;
+    }
+    return 0;
+}
+
+// Member `name` of the zip archive in fd: where its stored bytes start and how many there are.
+// Returns 0, 1 (no such member) or -1 with the reason in why.
+static int find_member(int fd, uint64_t size, const char *name, uint64_t *at, uint64_t *len, char *why, size_t cap) {
+    uint64_t cd_at, cd_len;
+    if (central_directory(fd, size, &cd_at, &cd_len, why, cap) != 0) return -1;
+    unsigned char *cd = malloc(cd_len ? (size_t)cd_len : 1);
+    if (!cd || !read_at(fd, cd, (size_t)cd_len, cd_at)) {
+        free(cd);
+        snprintf(why, cap, "cannot read its central directory");
+        return -1;
+    }
+    const size_t nlen = strlen(name);
+    int found = 1;
+    for (uint64_t p = 0; found == 1 && p + 46 <= cd_len;) {
+        const unsigned char *h = cd + p;
+        if (le32(h) != 0x02014b50u) {
+            snprintf(why, cap, "corrupt central directory");
+            found = -1;
+            break;
+        }
+        const uint32_t n = le16(h + 28), x = le16(h + 30), c = le16(h + 32);
+        if (p + 46 + n + x + c > cd_len) {
+            snprintf(why, cap, "corrupt central directory");
+            found = -1;
+            break;
+        }
+        if (n == nlen && memcmp(h + 46, name, nlen) == 0) {
+            uint64_t csize = le32(h + 20), usize = le32(h + 24), local = le32(h + 42);
+            // ZIP64 extra field (id 1): the 64-bit values of the fields that overflowed, in order.
+            for (const unsigned char *e = h + 46 + n, *end = e + x; e + 4 <= end;) {
+                const uint32_t id = le16(e), sz = le16(e + 2);
+                const unsigned char *v = e + 4, *vend = v + sz > end ? end : v + sz;
+                if (id == 1) {
+                    if (usize == 0xffffffffu && v + 8 <= vend) usize = le64(v), v += 8;
+                    if (csize == 0xffffffffu && v + 8 <= vend) csize = le64(v), v += 8;
+                    if (local == 0xffffffffu && v + 8 <= vend) local = le64(v);
+                }
+                e += 4 + sz;
+            }
+            unsigned char lh[30];
+            if (le16(h + 10) != 0 || csize != usize) {
+                snprintf(why, cap, "member '%s' is compressed (np.savez_compressed): only stored members "
+                         "(np.savez) are read in place", name);
+                found = -1;
+            } else if (local > size || !read_at(fd, lh, sizeof lh, local) || le32(lh) != 0x04034b50u) {
+                snprintf(why, cap, "member '%s' has no local header where the directory says", name);
+                found = -1;
+            } else {
+                *at = local + 30 + le16(lh + 26) + le16(lh + 28);
+                *len = csize;
+                if (*at > size || *len > size - *at) {
+                    snprintf(why, cap, "member '%s' runs past the end of the file", name);
+                    found = -1;
+                } else {
+                    found = 0;
+                }
+            }
+        }
+        p += 46 + n + x + c;
+    }
+    free(cd);
+    if (found == 1) snprintf(why, cap, "no member '%s'", name);
+    return found;
+}
+
+ember_status npy_open_npz(ember_ctx *ctx, const char *path, const char *name, npy_array *a) {
+    memset(a, 0, sizeof *a);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot open: %s", path, strerror(errno));
+    struct stat st;
+    char member[64], label[600], why[400];
+    snprintf(member, sizeof member, "%s.npy", name);
+    uint64_t at = 0, len = 0;
+    ember_status s = EMBER_OK;
+    if (fstat(fd, &st) != 0) {
+        s = ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': cannot read: %s", path, strerror(errno));
+    } else if (find_member(fd, (uint64_t)st.st_size, member, &at, &len, why, sizeof why) != 0) {
+        s = ember_ctx_set_error(ctx, EMBER_ERR_FORMAT, "'%s': %s", path, why);
+    } else {
+        snprintf(label, sizeof label, "%s[%s]", path, name);
+        s = open_range(ctx, fd, label, at, len, a);
+    }
+    close(fd);
+    if (s != EMBER_OK) npy_close(a);
+    return s;
 }
 
 int npy_write_header(FILE *f, const char *descr, int64_t rows, int cols) {

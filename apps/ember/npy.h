@@ -1,4 +1,4 @@
-// npy.h — NumPy's .npy files, read in place: the header parsed and checked, the data mapped
+// npy.h — NumPy's .npy files (and .npz archives of them), read in place: the header parsed and checked, the data mapped
 // read-only (no load step; the page cache is the only copy).
 //
 // The format (numpy.lib.format): the magic "\x93NUMPY", a version byte pair (1.0, 2.0 or 3.0), the
@@ -34,6 +34,13 @@ typedef struct npy_array {
 // system's reason), EMBER_ERR_FORMAT (see above). On failure *a holds nothing to close.
 ember_status npy_open(ember_ctx *ctx, const char *path, npy_array *a);
 void npy_close(npy_array *a);
+
+// Opens array `name` of the .npz archive `path` (numpy.savez: a zip archive whose member NAME.npy
+// is that array's .npy file) and maps its data in place; a->path reads "PATH[NAME]". The member
+// must be stored (np.savez), not deflated (np.savez_compressed: EMBER_ERR_FORMAT saying so);
+// ZIP64 archives (members or archives of 4 GiB and more) are read. Local. Returns as npy_open,
+// plus EMBER_ERR_FORMAT for a file that is not a zip archive or lacks the member (named).
+ember_status npy_open_npz(ember_ctx *ctx, const char *path, const char *name, npy_array *a);
 
 // Parses the header of a .npy file held in buf[0, len) (len: at least the header's bytes): fills
 // a's kind, itemsize, descr, ndim, shape and sets *data_offset. Returns 0, or -1 with the reason

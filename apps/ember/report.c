@@ -182,8 +182,11 @@ void report_config(run *R) {
         fprintf(f, "  multi-hot   ids per sample ");
         if (same) fprintf(f, "%d for every feature", (int)o->multi_hot[0]);
         for (int t = 0; !same && t < DLRM_NUM_SPARSE; t++) fprintf(f, "%s%d", t ? "," : "", (int)o->multi_hot[t]);
-        fprintf(f, ": the data's id, then %s draws from a fixed per-row lookup (MLPerf's synthetic multi-hot)\n",
-                multihot_dist_name(o->multi_hot_dist));
+        if ((R->train.npy && criteo_npy_multi_hot(R->train.npy)) || (R->eval.npy && criteo_npy_multi_hot(R->eval.npy)))
+            fprintf(f, ": read from %s/day_*_sparse_multi_hot.npz (MLPerf's multi-hot archives)\n", o->data_dir);
+        else
+            fprintf(f, ": the data's id, then %s draws from a fixed per-row lookup (MLPerf's synthetic multi-hot)\n",
+                    multihot_dist_name(o->multi_hot_dist));
     }
     fprintf(f, "  optimizers  dense %s lr %g, embeddings %s lr %g\n", dense_optim_name(o->dense_optimizer),
             (double)o->learning_rate, ember_optim_name(o->embedding_optimizer),

@@ -243,7 +243,8 @@ ember_status run_open_data(run *R) {
                                 .num_days = days,
                                 .part = NPY_DAYS,
                                 .max_rows = 0,
-                                .raw_ids = o->collisionless};
+                                .raw_ids = o->collisionless,
+                                .hot = o->multi_hot};
         if (!R->eval_only) APP_TRY(criteo_npy_open(R->ctx, &nc, &R->train.npy));
         nc.first_day = days;
         nc.num_days = 1;
@@ -267,9 +268,17 @@ ember_status run_open_data(run *R) {
         ec.max_lines = eval_lines;
         APP_TRY(criteo_open(R->ctx, &ec, &R->eval.reader));
     }
+    // Multi-hot bags read from MLPerf's archives need room in the batches.
+    int32_t hot = 0;
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) hot += o->multi_hot[f];
+    const bool bags = (R->train.npy && criteo_npy_multi_hot(R->train.npy)) ||
+                      (R->eval.npy && criteo_npy_multi_hot(R->eval.npy));
     APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->batch));
-    if (o->overlap && !R->eval_only)
+    if (bags) APP_TRY(dlrm_batch_reserve_bags(R->ctx, &R->batch, hot));
+    if (o->overlap && !R->eval_only) {
         APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->ahead));
+        if (bags) APP_TRY(dlrm_batch_reserve_bags(R->ctx, &R->ahead, hot));
+    }
     R->sizes = app_alloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
     if (!R->sizes) return EMBER_ERR_NOMEM;
     return report_open_metrics(R);

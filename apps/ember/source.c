@@ -55,6 +55,7 @@ ember_status source_start_loader(ember_ctx *ctx, source *s, int32_t depth, const
                                .capacity = b->capacity,
                                .num_dense = b->num_dense,
                                .num_sparse = b->num_sparse,
+                               .bag_width = b->bag_width,
                                .cpus = cpus,
                                .produce = produce_on_loader,
                                .arg = s};

@@ -219,6 +219,7 @@ double synth_effect(const synth *s, int32_t feature, int64_t id) {
 }
 
 void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch *b) {
+    b->has_bags = false;
     APP_ASSERT(n >= 0 && n <= b->capacity && b->num_dense == s->cfg.num_dense &&
                  b->num_sparse == s->cfg.num_sparse);
     const int32_t nd = s->cfg.num_dense, nf = s->cfg.num_sparse;
