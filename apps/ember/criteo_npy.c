@@ -159,8 +159,8 @@ ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, crite
         if (st == EMBER_OK && r->npz) st = open_multi_hot(ctx, r, d);
         if (st != EMBER_OK) break;
         const int64_t N = d->a[DENSE].shape[0];
-        d->start = cfg->part == NPY_SECOND_HALF ? N / 2 : 0;
-        d->n = cfg->part == NPY_FIRST_HALF ? N / 2 : N - d->start;
+        d->start = cfg->part == NPY_SECOND_HALF ? (N + 1) / 2 : 0; // TorchRec: ceil(N/2) rows validate
+        d->n = cfg->part == NPY_FIRST_HALF ? (N + 1) / 2 : N - d->start;
         d->first = r->total;
         r->total += d->n;
     }

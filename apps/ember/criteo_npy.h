@@ -9,7 +9,7 @@
 //   day_{d}_labels.npy   an integer type [N] or [N, 1]   0 or 1.
 // The three of a day must agree on N. A split is a run of whole days (training: days
 // [first_day, first_day + num_days)) or a half of one day (TorchRec's validation and test sets:
-// the first floor(N/2) rows of the last day, and the rest). The split's rows, day after day, are
+// the first ceil(N/2) rows of the last day, and the rest). The split's rows, day after day, are
 // the data: global batch k is its rows [kG, (k+1)G) and rank r reads its contiguous share of each
 // (dlrm_share), as the Criteo TSV reader does, so every world size reads the same global batches.
 // (TorchRec's InMemoryBinaryCriteoIterDataPipe gives each rank a contiguous range of the whole

@@ -7,7 +7,7 @@
 // (N, 13) = (float)log1p(x) of integer counts x (the TSV reader's transform), sparse (N, 26)
 // 32-bit hashes h (int32 on days 0 and 2, where h >= 2^31 reads negative as in TorchRec's files;
 // int64 on day 1), labels int32 (N, 1) on day 0, int64 (N,) on day 1, uint8 (N,) on day 2; and
-// DIR/train.tsv (days 0 and 1), DIR/val.tsv (the first floor(N/2) rows of day 2) and DIR/test.tsv
+// DIR/train.tsv (days 0 and 1), DIR/val.tsv (the first ceil(N/2) rows of day 2) and DIR/test.tsv
 // (the rest), the categoricals in hex. With a table size dividing 2^32 both readers give the same
 // ids (the floored modulo of the int32 value). For `ember preprocess`: each day's TSV alone
 // (DIR/day{d}.tsv) and what TorchRec's tsv_to_npys makes of it (DIR/expect/day_{d}_*.npy: float32
@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
         npy_write_header(xs, "<i4", N, 26);
         npy_write_header(xl, "<i4", N, 1);
         for (long long i = 0; i < N; i++) {
-            FILE *t = day < 2 ? train : i < N / 2 ? val : test;
+            FILE *t = day < 2 ? train : i < (N + 1) / 2 ? val : test;
             const int y = next_u32() % 4 == 0;
             fprintf(t, "%d", y);
             fprintf(one, "%d", y);

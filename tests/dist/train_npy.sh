@@ -14,7 +14,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 mkdir -p days/expect
-"$gen" days 200 || exit 1
+"$gen" days 201 || exit 1
 common=(--batch_size 64 --limit_train_batches 0 --limit_val_batches 0 --eval_interval 3
         --num_embeddings 4096 --progress lines --digest) # 4096 divides 2^32: negative int32 hashes agree
 fails=0
@@ -99,12 +99,12 @@ files_equal "preprocess = tsv_to_npys's layout"
   { printf 'FAIL  preprocess again\n'; sed 's/^/  | /' prep2.txt; fails=$((fails + 1)); }
 rm pre/day_1_sparse.npy
 "$ember" preprocess --input days/day0.tsv,days/day1.tsv,days/day2.tsv --output_dir pre >prep3.txt 2>&1
-grep -q '^day 1: 200 rows from' prep3.txt && [ "$(grep -c ': kept$' prep3.txt)" -eq 2 ] && ! ls pre/*.partial 2>/dev/null &&
+grep -q '^day 1: 201 rows from' prep3.txt && [ "$(grep -c ': kept$' prep3.txt)" -eq 2 ] && ! ls pre/*.partial 2>/dev/null &&
   files_equal "preprocess redoes a day with a lost file" ||
   { printf 'FAIL  preprocess redo\n'; sed 's/^/  | /' prep3.txt; fails=$((fails + 1)); }
 printf '1\t2\n' >>days/day2.tsv
 "$ember" preprocess --input days/day2.tsv --output_dir pre_bad --first_day 5 >prep4.txt 2>&1
-grep -q '^day 5: 200 rows from .*; 1 malformed lines skipped, the first at line 201: 2 tab-separated fields' prep4.txt &&
+grep -q '^day 5: 201 rows from .*; 1 malformed lines skipped, the first at line 202: 2 tab-separated fields' prep4.txt &&
   printf 'ok    preprocess skips and counts a malformed line\n' ||
   { printf 'FAIL  preprocess malformed\n'; sed 's/^/  | /' prep4.txt; fails=$((fails + 1)); }
 
@@ -133,11 +133,11 @@ cp -r days bad
 printf 'not a numpy file at all, just text\n' >bad/day_1_sparse.npy
 expect "not an npy file" "${e}'bad/day_1_sparse.npy': not a .npy file" --dataset criteo_npy --data_dir bad
 cp days/day_0_dense.npy bad/day_1_sparse.npy
-expect "dense where sparse belongs" "${e}'bad/day_1_sparse.npy': <f4 of shape \\(200, 13\\): expected int32 or int64" \
+expect "dense where sparse belongs" "${e}'bad/day_1_sparse.npy': <f4 of shape \\(201, 13\\): expected int32 or int64" \
   --dataset criteo_npy --data_dir bad
 cp days/day_1_sparse.npy bad/day_1_sparse.npy
 head -c 1000 days/day_1_labels.npy >bad/day_1_labels.npy
-expect "truncated" "${e}'bad/day_1_labels.npy': [0-9]+ bytes of data after the header, its shape \\(200, 1\\) of <i8 needs 1600" \
+expect "truncated" "${e}'bad/day_1_labels.npy': [0-9]+ bytes of data after the header, its shape \\(201, 1\\) of <i8 needs 1608" \
   --dataset criteo_npy --data_dir bad
 expect "criteo option with criteo_npy" "^ember train: --data_path is an option of --dataset criteo, but the dataset is criteo_npy" \
   --dataset criteo_npy --data_dir days --data_path days/train.tsv
