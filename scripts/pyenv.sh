@@ -23,8 +23,9 @@
 #          built for fbgemm 1.9. torchrec's metadata requires "fbgemm-gpu", the CUDA build, which
 #          cannot load without NVIDIA's driver and would be a second download of the same package;
 #          so torchrec is installed with --no-deps and its other requirements (tensordict,
-#          torchmetrics 1.0.3, tqdm, pyre-extensions) by name. `pip check` therefore reports
-#          "torchrec requires fbgemm-gpu": expected, fbgemm-gpu-cpu provides the same fbgemm_gpu.
+#          torchmetrics 1.0.3, tqdm, pyre-extensions; iopath, which its datasets read files with)
+#          by name. `pip check` therefore reports "torchrec requires fbgemm-gpu": expected,
+#          fbgemm-gpu-cpu provides the same fbgemm_gpu.
 #          PyPI's Linux torch is the CUDA build: its nvidia-* and triton dependencies come along
 #          (about 5 GiB installed); the CUDA parts are unused on CPU.
 #
@@ -53,7 +54,7 @@ py=/usr/bin/python3
 
 base_pins=(numpy==2.4.6 pytest==9.2.0 scikit-build-core==1.1.2 mpi4py==4.1.2)
 torch_pins=(torch==2.14.1 fbgemm-gpu-cpu==1.9.0 tensordict==0.15.3 torchmetrics==1.0.3 tqdm==4.70.1
-            pyre-extensions==0.0.32)
+            pyre-extensions==0.0.32 iopath==0.1.10)
 torchrec_pin=torchrec==1.9.2
 base_line="base ${base_pins[*]}"
 torch_line="torch ${torch_pins[*]} $torchrec_pin"

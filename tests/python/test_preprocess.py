@@ -1,0 +1,79 @@
+"""`ember preprocess` against TorchRec: its day files read by TorchRec's own reader, and compared
+with what TorchRec's BinaryCriteoUtils.tsv_to_npys writes from the same TSV.
+
+ember preprocess writes the layout of the MLPerf-era TorchRec scripts that produced MLPerf's
+reference dataset: dense float32 log(x + 3), sparse int32 (the low 32 bits of each hexadecimal
+value), labels int32 (N, 1). TorchRec 1.9's tsv_to_npys shifts the dense values by the file's
+minimum instead (log(x - min + 2): the same as log(x + 3) when the minimum is -1, as in Criteo's
+logs and in the TSV written here) and keeps the whole hexadecimal value as int64. The comparison
+states exactly that: labels equal, dense within one ulp (numpy's float32 log against C's logf),
+sparse equal to TorchRec's reduced to their low 32 bits; and TorchRec's reader with `hashes` over
+ember's files yields the batches of those arrays with ids v mod rows, floored, as `ember train
+--dataset criteo_npy` computes them. The CLI is EMBER_CLI, else build/bin/ember (the test skips
+without it, or without torchrec).
+"""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_dcn import _cli
+
+DN, F, N = 13, 26, 301
+ROWS = [3, 7, 1000, 65536] + [97] * (F - 4)
+
+
+def _write_tsv(path, rng):
+    lines = []
+    for i in range(N):
+        dense = ["" if rng.random() < 0.1 else str(int(v)) for v in rng.integers(-1, 5000, size=DN)]
+        if i == 0:
+            dense[0] = "-1"  # the file's minimum: TorchRec's shift is then log(x + 3) as ember's
+        sparse = ["" if rng.random() < 0.05 else "%08x" % v for v in rng.integers(0, 2**32, size=F, dtype=np.uint64)]
+        lines.append("\t".join([str(int(rng.integers(0, 2)))] + dense + sparse))
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_preprocess_equals_torchrec_tsv_to_npys_and_reads_with_its_reader(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchrec")
+    from torchrec.datasets.criteo import BinaryCriteoUtils, InMemoryBinaryCriteoIterDataPipe
+
+    cli = _cli()
+    tsv = str(tmp_path / "day_0.tsv")
+    _write_tsv(tsv, rng)
+    out = tmp_path / "ember"
+    r = subprocess.run([cli, "preprocess", "--input", tsv, "--output_dir", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ref = {k: str(tmp_path / ("torchrec_%s.npy" % k)) for k in ("dense", "sparse", "labels")}
+    BinaryCriteoUtils.tsv_to_npys(tsv, ref["dense"], ref["sparse"], ref["labels"])
+    got = {k: np.load(str(out / ("day_0_%s.npy" % k))) for k in ("dense", "sparse", "labels")}
+    want = {k: np.load(v) for k, v in ref.items()}
+
+    assert got["labels"].dtype == np.int32 and np.array_equal(got["labels"], want["labels"])
+    assert got["dense"].dtype == np.float32 and got["dense"].shape == (N, DN)
+    np.testing.assert_array_max_ulp(got["dense"], want["dense"].astype(np.float32), maxulp=1)
+    assert got["sparse"].dtype == np.int32 and want["sparse"].min() >= 0 and want["sparse"].max() < 2**32
+    assert np.array_equal(got["sparse"], want["sparse"].astype(np.uint32).view(np.int32))
+    assert (got["sparse"] < 0).any(), "no hash of 2^31 or above: the test would not see the int32 wrap"
+
+    # TorchRec's reader over ember's files: the batches are the files' rows, the ids floored modulo.
+    B = 64
+    pipe = InMemoryBinaryCriteoIterDataPipe("train", [str(out / "day_0_dense.npy")], [str(out / "day_0_sparse.npy")],
+                                            [str(out / "day_0_labels.npy")], batch_size=B, rank=0, world_size=1,
+                                            hashes=ROWS)
+    ids = np.mod(got["sparse"].astype(np.int64), np.array(ROWS, dtype=np.int64))  # ember train's rule
+    seen = 0
+    for batch in pipe:
+        n = batch.labels.shape[0]
+        rows = slice(seen, seen + n)
+        assert np.array_equal(batch.dense_features.numpy(), got["dense"][rows])
+        assert np.array_equal(batch.labels.numpy().reshape(-1), got["labels"][rows, 0])
+        values = batch.sparse_features.values().numpy().reshape(F, n)  # feature-major, one id each
+        assert np.array_equal(values.T, ids[rows])
+        seen += n
+    assert seen == N
+    del torch
