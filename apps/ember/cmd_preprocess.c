@@ -27,6 +27,7 @@
 #include "appctx.h"
 #include "cli.h"
 #include "commands.h"
+#include "contig.h"
 #include "criteo.h"
 #include "npy.h"
 
@@ -44,18 +45,28 @@ static const char help[] =
     "  --input FILE[,FILE...]  the TSV days, in day order\n"
     "  --output_dir DIR        where the day files go (created if missing)\n"
     "  --first_day N           the number of the first input's day (default 0)\n"
+    "  --frequency_threshold T then make each feature's values contiguous over all the days given, as\n"
+    "                          TorchRec's sparse_to_contiguous: a value seen fewer than T times\n"
+    "                          becomes 1, the others 2, 3, ... in order of first occurrence (T = 1:\n"
+    "                          every value its own id); the days are remapped together, once\n"
+    "  --memory_mb M           the remap's tables, at most (default 4096): features are remapped in\n"
+    "                          groups that fit, two passes over the days per group\n"
     "  -h, --help              this text\n";
 
 typedef struct prep_opts {
     char *inputs; // the --input list, owned
     const char *dir;
     int first_day;
+    int64_t threshold; // --frequency_threshold (0: none)
+    int64_t memory_mb; // --memory_mb (0: not given)
 } prep_opts;
 
 static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
     static const struct option lo[] = {{"input", required_argument, NULL, 'i'},
                                        {"output_dir", required_argument, NULL, 'o'},
                                        {"first_day", required_argument, NULL, 'f'},
+                                       {"frequency_threshold", required_argument, NULL, 't'},
+                                       {"memory_mb", required_argument, NULL, 'm'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
@@ -77,12 +88,28 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
                 return 2;
             }
             o->first_day = (int)v;
+        } else if (c == 't' || c == 'm') {
+            char *end;
+            const long long v = strtoll(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > (c == 't' ? (1LL << 32) : (1LL << 30))) {
+                snprintf(err, cap, "ember preprocess: --%s '%s': expected %s", c == 't' ? "frequency_threshold" : "memory_mb",
+                         optarg, c == 't' ? "a count >= 1" : "megabytes >= 1");
+                return 2;
+            }
+            if (c == 't') o->threshold = v;
+            else o->memory_mb = v;
         } else {
             snprintf(err, cap, "ember preprocess: unknown option or missing value '%s' (try 'ember preprocess --help')",
                      argv[optind - 1]);
             return 2;
         }
     }
+    if (o->memory_mb && !o->threshold) {
+        snprintf(err, cap, "ember preprocess: --memory_mb bounds the remap of --frequency_threshold, which is not "
+                 "given (the conversion itself streams in fixed memory)");
+        return 2;
+    }
+    if (!o->memory_mb) o->memory_mb = 4096;
     if (optind != argc || !o->inputs || !o->inputs[0] || !o->dir) {
         snprintf(err, cap, "ember preprocess: %s (try 'ember preprocess --help')",
                  optind != argc ? "unexpected arguments" : !o->dir ? "--output_dir DIR is missing" : "--input FILE is missing");
@@ -92,16 +119,18 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
 }
 
 static const char *const KIND[3] = {"dense", "sparse", "labels"};
+#define RAW "sparse_raw" // the hashes' file name with --frequency_threshold, until the remap
 
-// Whether DIR/day_{d}_*.npy are three complete files of one day (a header that opens, N equal).
-static int64_t complete_day(const char *dir, int day) {
+// Whether DIR/day_{d}_*.npy are three complete files of one day (a header that opens, N equal);
+// `sparse`: the name of the sparse one ("sparse" or RAW).
+static int64_t complete_day(const char *dir, int day, const char *sparse) {
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
     ember_ctx *ctx = NULL;
     if (ember_ctx_create(&cc, &ctx) != EMBER_OK) return -1;
     int64_t n = -1;
     for (int k = 0; k < 3; k++) {
         char p[1024];
-        snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, day, KIND[k]);
+        snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, day, k == 1 ? sparse : KIND[k]);
         if (access(p, F_OK) != 0) {
             n = -1;
             break;
@@ -143,8 +172,9 @@ static void close_out(day_out *d, int remove_partial) {
 static const char *const DESCR[3] = {"<f4", "<i4", "<i4"};
 static const int COLS[3] = {DLRM_NUM_DENSE, DLRM_NUM_SPARSE, 1};
 
-// Converts one TSV into day `day`; 0 or 1 (the message printed). Prints the day's line.
-static int convert(const char *in, const char *dir, int day) {
+// Converts one TSV into day `day` (its sparse file named `sparse`); 0 or 1 (the message printed).
+// Prints the day's line.
+static int convert(const char *in, const char *dir, int day, const char *sparse_name) {
     FILE *src = fopen(in, "r");
     if (!src) {
         fprintf(stderr, "ember preprocess: error: '%s': cannot open: %s\n", in, strerror(errno));
@@ -153,7 +183,7 @@ static int convert(const char *in, const char *dir, int day) {
     day_out d;
     memset(&d, 0, sizeof d);
     for (int k = 0; k < 3; k++) {
-        snprintf(d.path[k], sizeof d.path[k], "%s/day_%d_%s.npy", dir, day, KIND[k]);
+        snprintf(d.path[k], sizeof d.path[k], "%s/day_%d_%s.npy", dir, day, k == 1 ? sparse_name : KIND[k]);
         char p[1100];
         snprintf(p, sizeof p, "%s.partial", d.path[k]);
         d.f[k] = fopen(p, "wb");
@@ -166,6 +196,11 @@ static int convert(const char *in, const char *dir, int day) {
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    // Progress on stderr: a line redrawn every second on a terminal, else a line every 30 s.
+    struct stat sst;
+    const double total_mb = fstat(fileno(src), &sst) == 0 ? (double)sst.st_size / 1e6 : 0.0;
+    const int tty = isatty(STDERR_FILENO);
+    double last = 0.0;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -175,6 +210,16 @@ static int convert(const char *in, const char *dir, int day) {
     while (!io && (len = getline(&line, &cap, src)) >= 0) {
         lineno++;
         bytes += len;
+        if ((lineno & 0xffff) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            if (s - last >= (tty ? 1.0 : 30.0)) {
+                last = s;
+                fprintf(stderr, "%sday %d: %.0f of %.0f MB (%.0f%%), %.0f MB/s%s", tty ? "\r" : "", day,
+                        (double)bytes / 1e6, total_mb, total_mb > 0 ? 100.0 * (double)bytes / 1e6 / total_mb : 0.0,
+                        (double)bytes / 1e6 / s, tty ? "\033[K" : "\n");
+            }
+        }
         if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
         if (len > 0 && line[len - 1] == '\r') line[--len] = 0;
         criteo_fields x;
@@ -232,6 +277,7 @@ static int convert(const char *in, const char *dir, int day) {
             return 1;
         }
     }
+    if (tty && last > 0.0) fprintf(stderr, "\r\033[K");
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     printf("day %d: %lld rows from '%s' (%.1f MB in %.2f s, %.0f MB/s)", day, (long long)rows, in, (double)bytes / 1e6,
@@ -243,21 +289,80 @@ static int convert(const char *in, const char *dir, int day) {
     return 0;
 }
 
+// DIR/contiguous.txt: what the last remap did ("frequency_threshold T first_day A days N"), so that
+// a later run knows the sparse files hold contiguous ids, not hashes. Returns 1 when present.
+static int read_state(const char *dir, long long *t, int *first, int *days) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/contiguous.txt", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    const int n = fscanf(f, "frequency_threshold %lld first_day %d days %d", t, first, days);
+    fclose(f);
+    if (n != 3) *t = -1;
+    return 1;
+}
+
+static int write_state(const char *dir, long long t, int first, int days) {
+    char p[1024], q[1100];
+    snprintf(p, sizeof p, "%s/contiguous.txt", dir);
+    snprintf(q, sizeof q, "%s.partial", p);
+    FILE *f = fopen(q, "w");
+    int bad = !f || fprintf(f, "frequency_threshold %lld first_day %d days %d\n", t, first, days) < 0 ||
+              fflush(f) != 0 || fsync(fileno(f)) != 0;
+    if (f) bad = fclose(f) != 0 || bad;
+    if (bad || rename(q, p) != 0) {
+        fprintf(stderr, "ember preprocess: error: '%s': cannot write: %s\n", p, strerror(errno));
+        unlink(q);
+        return 1;
+    }
+    return 0;
+}
+
 static int run(prep_opts *o) {
     if (mkdir(o->dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "ember preprocess: error: --output_dir '%s': cannot create: %s\n", o->dir, strerror(errno));
         return 1;
     }
+    int ndays = 1;
+    for (const char *c = o->inputs; *c; c++) ndays += *c == ',';
+    long long st = 0;
+    int st_first = 0, st_days = 0;
+    const int remapped = read_state(o->dir, &st, &st_first, &st_days);
+    if (remapped && (!o->threshold || st != o->threshold || st_first != o->first_day || st_days != ndays)) {
+        fprintf(stderr, "ember preprocess: error: --output_dir '%s' holds contiguous ids of days %d..%d (its "
+                "contiguous.txt: --frequency_threshold %lld), not this run's %s: use another --output_dir\n", o->dir,
+                st_first, st_first + st_days - 1, st, o->threshold ? "days and threshold" : "hashes");
+        return 1;
+    }
+    if (remapped) {
+        bool all = true;
+        for (int d = 0; d < ndays; d++) all = all && complete_day(o->dir, o->first_day + d, "sparse") >= 0;
+        if (all) {
+            printf("days %d..%d: complete in '%s' with contiguous ids (--frequency_threshold %lld): kept\n",
+                   o->first_day, o->first_day + ndays - 1, o->dir, st);
+            return 0;
+        }
+    }
+    const char *sparse = o->threshold ? RAW : "sparse";
     int day = o->first_day;
     for (char *save = NULL, *in = strtok_r(o->inputs, ",", &save); in; in = strtok_r(NULL, ",", &save), day++) {
-        const int64_t done = complete_day(o->dir, day);
+        int64_t done = complete_day(o->dir, day, sparse);
+        if (done < 0 && o->threshold && complete_day(o->dir, day, "sparse") >= 0) {
+            // Hashes an earlier run without --frequency_threshold left: the remap's input.
+            char a[1024], b[1024];
+            snprintf(a, sizeof a, "%s/day_%d_sparse.npy", o->dir, day);
+            snprintf(b, sizeof b, "%s/day_%d_%s.npy", o->dir, day, RAW);
+            if (rename(a, b) == 0) done = complete_day(o->dir, day, sparse);
+        }
         if (done >= 0) {
             printf("day %d: complete in '%s' (%lld rows): kept\n", day, o->dir, (long long)done);
             continue;
         }
-        if (convert(in, o->dir, day) != 0) return 1;
+        if (convert(in, o->dir, day, sparse) != 0) return 1;
     }
-    return 0;
+    if (!o->threshold) return 0;
+    if (contig_remap(o->dir, o->first_day, ndays, o->threshold, o->memory_mb, stdout) != 0) return 1;
+    return write_state(o->dir, o->threshold, o->first_day, ndays);
 }
 
 int cmd_preprocess(int argc, char **argv) {

@@ -77,3 +77,60 @@ def test_preprocess_equals_torchrec_tsv_to_npys_and_reads_with_its_reader(tmp_pa
         seen += n
     assert seen == N
     del torch
+
+
+def _write_pool_tsv(path, rng, rows):
+    """Features 0..12 draw from a pool of 40 values with a long tail (some seen once), 13..25 from all
+    of 2^32 (nearly every value new): tables large enough that --memory_mb 1 needs several groups."""
+    pool = rng.integers(0, 2**32, size=40, dtype=np.uint64)
+    p = 1.0 / np.arange(1, 41) ** 1.5
+    p /= p.sum()
+    with open(path, "w") as f:
+        for _ in range(rows):
+            dense = [str(int(v)) for v in rng.integers(-1, 100, size=DN)]
+            sparse = ["%08x" % v for v in rng.choice(pool, size=13, p=p)]
+            sparse += ["%08x" % v for v in rng.integers(0, 2**32, size=13, dtype=np.uint64)]
+            f.write("\t".join([str(int(rng.integers(0, 2)))] + dense + sparse) + "\n")
+
+
+@pytest.mark.parametrize("threshold,memory_mb", [(3, None), (1, None), (2, 1)])
+def test_frequency_threshold_equals_torchrec_sparse_to_contiguous(tmp_path, rng, threshold, memory_mb):
+    pytest.importorskip("torchrec")
+    pytest.importorskip("iopath")
+    from torchrec.datasets.criteo import BinaryCriteoUtils
+
+    cli = _cli()
+    tsvs = [str(tmp_path / ("day_%d.tsv" % d)) for d in range(2)]
+    for t in tsvs:
+        _write_pool_tsv(t, rng, 2000)
+    out = tmp_path / "ember"
+    cmd = [cli, "preprocess", "--input", ",".join(tsvs), "--output_dir", str(out), "--frequency_threshold",
+           str(threshold)] + (["--memory_mb", str(memory_mb)] if memory_mb else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    groups = int(r.stdout.split(" group")[0].rsplit(" ", 1)[1])
+    assert (groups > 1) == (memory_mb is not None), r.stdout
+    assert not list(out.glob("*raw*")) and not list(out.glob("*.partial")), list(out.iterdir())
+
+    ref = tmp_path / "torchrec"
+    ref.mkdir()
+    sparse = []
+    for d, t in enumerate(tsvs):
+        paths = [str(ref / ("day_%d_%s.npy" % (d, k))) for k in ("dense", "sparse", "labels")]
+        BinaryCriteoUtils.tsv_to_npys(t, *paths)
+        sparse.append(paths[1])
+    BinaryCriteoUtils.sparse_to_contiguous(sparse, str(ref), frequency_threshold=threshold)
+    for d in range(2):
+        got = np.load(str(out / ("day_%d_sparse.npy" % d)))
+        want = np.load(str(ref / ("day_%d_sparse_contig_freq.npy" % d)))
+        assert got.dtype == np.int32 and got.shape == (2000, F)
+        assert np.array_equal(got, want), "day %d: %d ids differ" % (d, int((got != want).sum()))
+    assert (got[:, :13] == 1).any() == (threshold > 1)
+
+    # Again: kept. Another threshold, or no remap, into the same directory: refused naming it.
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "with contiguous ids (--frequency_threshold %d): kept" % threshold in r.stdout
+    for other in (["--frequency_threshold", str(threshold + 1)], []):
+        r = subprocess.run([cli, "preprocess", "--input", ",".join(tsvs), "--output_dir", str(out)] + other,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1 and "holds contiguous ids of days 0..1" in r.stderr, r.stderr
