@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include "contig.h"
 #include "criteo.h"
 #include "npy.h"
+#include "shuffle.h"
 
 static const char help[] =
     "usage: ember preprocess --input FILE[,FILE...] --output_dir DIR [--first_day N]\n"
@@ -49,8 +51,10 @@ static const char help[] =
     "                          TorchRec's sparse_to_contiguous: a value seen fewer than T times\n"
     "                          becomes 1, the others 2, 3, ... in order of first occurrence (T = 1:\n"
     "                          every value its own id); the days are remapped together, once\n"
-    "  --memory_mb M           the remap's tables, at most (default 4096): features are remapped in\n"
-    "                          groups that fit, two passes over the days per group\n"
+    "  --shuffle_seed S        then shuffle the rows of every day given but the last (the eval day)\n"
+    "                          jointly, as TorchRec's shuffle, through bucket files on DIR's disk\n"
+    "  --memory_mb M           at most this for the remap's tables and the shuffle's buckets (default\n"
+    "                          4096): features are remapped in groups that fit, two passes per group\n"
     "  -h, --help              this text\n";
 
 typedef struct prep_opts {
@@ -59,6 +63,8 @@ typedef struct prep_opts {
     int first_day;
     int64_t threshold; // --frequency_threshold (0: none)
     int64_t memory_mb; // --memory_mb (0: not given)
+    bool shuffle;      // --shuffle_seed given
+    uint64_t seed;
 } prep_opts;
 
 static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
@@ -67,6 +73,7 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
                                        {"first_day", required_argument, NULL, 'f'},
                                        {"frequency_threshold", required_argument, NULL, 't'},
                                        {"memory_mb", required_argument, NULL, 'm'},
+                                       {"shuffle_seed", required_argument, NULL, 's'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
@@ -88,6 +95,16 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
                 return 2;
             }
             o->first_day = (int)v;
+        } else if (c == 's') {
+            char *end;
+            errno = 0;
+            const unsigned long long v = strtoull(optarg, &end, 10);
+            if (*end || end == optarg || optarg[0] == '-' || errno) {
+                snprintf(err, cap, "ember preprocess: --shuffle_seed '%s': expected a number >= 0", optarg);
+                return 2;
+            }
+            o->shuffle = true;
+            o->seed = v;
         } else if (c == 't' || c == 'm') {
             char *end;
             const long long v = strtoll(optarg, &end, 10);
@@ -104,9 +121,9 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
             return 2;
         }
     }
-    if (o->memory_mb && !o->threshold) {
-        snprintf(err, cap, "ember preprocess: --memory_mb bounds the remap of --frequency_threshold, which is not "
-                 "given (the conversion itself streams in fixed memory)");
+    if (o->memory_mb && !o->threshold && !o->shuffle) {
+        snprintf(err, cap, "ember preprocess: --memory_mb bounds the remap of --frequency_threshold and the buckets "
+                 "of --shuffle_seed, neither given (the conversion itself streams in fixed memory)");
         return 2;
     }
     if (!o->memory_mb) o->memory_mb = 4096;
@@ -116,6 +133,16 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
         return 2;
     }
     return 0;
+}
+
+int cmd_preprocess_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ember preprocess: error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
 }
 
 static const char *const KIND[3] = {"dense", "sparse", "labels"};
@@ -289,26 +316,27 @@ static int convert(const char *in, const char *dir, int day, const char *sparse_
     return 0;
 }
 
-// DIR/contiguous.txt: what the last remap did ("frequency_threshold T first_day A days N"), so that
-// a later run knows the sparse files hold contiguous ids, not hashes. Returns 1 when present.
-static int read_state(const char *dir, long long *t, int *first, int *days) {
-    char p[1024];
-    snprintf(p, sizeof p, "%s/contiguous.txt", dir);
+// DIR/contiguous.txt and DIR/shuffled.txt: what the last remap and shuffle did ("KEY V first_day A
+// days N"), so that a later run knows the day files hold contiguous ids or shuffled rows and does
+// not do it twice. Returns 1 when the file is there (*v = -1 when it does not read).
+static int read_state(const char *dir, const char *file, const char *key, long long *v, int *first, int *days) {
+    char p[1024], name[64];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
     FILE *f = fopen(p, "r");
     if (!f) return 0;
-    const int n = fscanf(f, "frequency_threshold %lld first_day %d days %d", t, first, days);
+    const int n = fscanf(f, "%63s %lld first_day %d days %d", name, v, first, days);
     fclose(f);
-    if (n != 3) *t = -1;
+    if (n != 4 || strcmp(name, key) != 0) *v = -1;
     return 1;
 }
 
-static int write_state(const char *dir, long long t, int first, int days) {
+static int write_state(const char *dir, const char *file, const char *key, long long v, int first, int days) {
     char p[1024], q[1100];
-    snprintf(p, sizeof p, "%s/contiguous.txt", dir);
+    snprintf(p, sizeof p, "%s/%s", dir, file);
     snprintf(q, sizeof q, "%s.partial", p);
     FILE *f = fopen(q, "w");
-    int bad = !f || fprintf(f, "frequency_threshold %lld first_day %d days %d\n", t, first, days) < 0 ||
-              fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int bad = !f || fprintf(f, "%s %lld first_day %d days %d\n", key, v, first, days) < 0 || fflush(f) != 0 ||
+              fsync(fileno(f)) != 0;
     if (f) bad = fclose(f) != 0 || bad;
     if (bad || rename(q, p) != 0) {
         fprintf(stderr, "ember preprocess: error: '%s': cannot write: %s\n", p, strerror(errno));
@@ -327,27 +355,44 @@ static int run(prep_opts *o) {
     for (const char *c = o->inputs; *c; c++) ndays += *c == ',';
     long long st = 0;
     int st_first = 0, st_days = 0;
-    const int remapped = read_state(o->dir, &st, &st_first, &st_days);
+    const int remapped = read_state(o->dir, "contiguous.txt", "frequency_threshold", &st, &st_first, &st_days);
     if (remapped && (!o->threshold || st != o->threshold || st_first != o->first_day || st_days != ndays)) {
         fprintf(stderr, "ember preprocess: error: --output_dir '%s' holds contiguous ids of days %d..%d (its "
                 "contiguous.txt: --frequency_threshold %lld), not this run's %s: use another --output_dir\n", o->dir,
                 st_first, st_first + st_days - 1, st, o->threshold ? "days and threshold" : "hashes");
         return 1;
     }
-    if (remapped) {
+    long long sh = 0;
+    int sh_first = 0, sh_days = 0;
+    const int shuffled = read_state(o->dir, "shuffled.txt", "shuffle_seed", &sh, &sh_first, &sh_days);
+    if (shuffled && (!o->shuffle || (unsigned long long)sh != o->seed || sh_first != o->first_day ||
+                     sh_days != ndays - 1)) {
+        fprintf(stderr, "ember preprocess: error: --output_dir '%s' holds days %d..%d shuffled with --shuffle_seed "
+                "%lld (its shuffled.txt), not this run's %s: use another --output_dir\n", o->dir, sh_first,
+                sh_first + sh_days - 1, sh, o->shuffle ? "seed and days" : "unshuffled days");
+        return 1;
+    }
+    if (o->shuffle && ndays < 2) {
+        fprintf(stderr, "ember preprocess: error: --shuffle_seed shuffles every day given but the last (the eval "
+                "day): give at least 2 days\n");
+        return 1;
+    }
+    if (remapped && (!o->shuffle || shuffled)) {
         bool all = true;
         for (int d = 0; d < ndays; d++) all = all && complete_day(o->dir, o->first_day + d, "sparse") >= 0;
         if (all) {
-            printf("days %d..%d: complete in '%s' with contiguous ids (--frequency_threshold %lld): kept\n",
-                   o->first_day, o->first_day + ndays - 1, o->dir, st);
+            printf("days %d..%d: complete in '%s' with contiguous ids (--frequency_threshold %lld)%s: kept\n",
+                   o->first_day, o->first_day + ndays - 1, o->dir, st, shuffled ? ", shuffled" : "");
             return 0;
         }
     }
-    const char *sparse = o->threshold ? RAW : "sparse";
+    // Before a remap the conversion's hashes go to the raw files; after one the days are final.
+    const bool to_remap = o->threshold && !remapped;
+    const char *sparse = to_remap ? RAW : "sparse";
     int day = o->first_day;
     for (char *save = NULL, *in = strtok_r(o->inputs, ",", &save); in; in = strtok_r(NULL, ",", &save), day++) {
         int64_t done = complete_day(o->dir, day, sparse);
-        if (done < 0 && o->threshold && complete_day(o->dir, day, "sparse") >= 0) {
+        if (done < 0 && to_remap && complete_day(o->dir, day, "sparse") >= 0) {
             // Hashes an earlier run without --frequency_threshold left: the remap's input.
             char a[1024], b[1024];
             snprintf(a, sizeof a, "%s/day_%d_sparse.npy", o->dir, day);
@@ -360,9 +405,19 @@ static int run(prep_opts *o) {
         }
         if (convert(in, o->dir, day, sparse) != 0) return 1;
     }
-    if (!o->threshold) return 0;
-    if (contig_remap(o->dir, o->first_day, ndays, o->threshold, o->memory_mb, stdout) != 0) return 1;
-    return write_state(o->dir, o->threshold, o->first_day, ndays);
+    if (to_remap) {
+        if (contig_remap(o->dir, o->first_day, ndays, o->threshold, o->memory_mb, stdout) != 0 ||
+            write_state(o->dir, "contiguous.txt", "frequency_threshold", o->threshold, o->first_day, ndays) != 0)
+            return 1;
+    }
+    if (!o->shuffle) return 0;
+    if (shuffled) {
+        printf("days %d..%d: shuffled in '%s' (--shuffle_seed %llu): kept\n", o->first_day, o->first_day + ndays - 2,
+               o->dir, (unsigned long long)o->seed);
+        return 0;
+    }
+    if (shuffle_days(o->dir, o->first_day, ndays - 1, o->seed, o->memory_mb, stdout) != 0) return 1;
+    return write_state(o->dir, "shuffled.txt", "shuffle_seed", (long long)o->seed, o->first_day, ndays - 1);
 }
 
 int cmd_preprocess(int argc, char **argv) {

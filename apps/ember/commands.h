@@ -30,6 +30,9 @@ int cmd_plan(int argc, char **argv);
 // `ember preprocess`: Criteo TSV days into TorchRec's day files (--dataset criteo_npy). Local: no
 // MPI. See docs/dlrm.md.
 int cmd_preprocess(int argc, char **argv);
+// Its error line, "ember preprocess: error: " and the message on stderr; returns 1. The passes it
+// runs (contig.h, shuffle.h) report with it too.
+int cmd_preprocess_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // The option parsing of each subcommand alone, for fuzz/fuzz_cli.c: no MPI, no output, nothing
 // read or written; argv as the subcommand's. Returns 0 (the command would run), 1 (--help) or 2

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "appctx.h"
 #include "batch.h"
+#include "commands.h"
 #include "ember/rng.h"
 #include "npy.h"
 
@@ -44,16 +45,6 @@ typedef struct day_io {
     size_t map_bytes;
     int32_t *out; // [rows, F]
 } day_io;
-
-__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "ember preprocess: error: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
 
 static uint64_t hash32(int32_t v) { return ember_splitmix64((uint64_t)(uint32_t)v); }
 
@@ -123,7 +114,7 @@ static void close_days(day_io *io, int days, bool remove_partial) {
 // Opens the raw days and creates their mapped outputs.
 static int open_days(const char *dir, int first_day, int days, day_io *io) {
     ember_ctx *ctx = NULL;
-    if (ember_ctx_create(NULL, &ctx) != EMBER_OK) return fail("cannot create a context");
+    if (ember_ctx_create(NULL, &ctx) != EMBER_OK) return cmd_preprocess_fail("cannot create a context");
     int rc = 0;
     for (int d = 0; d < days && rc == 0; d++) {
         day_io *x = &io[d];
@@ -132,11 +123,11 @@ static int open_days(const char *dir, int first_day, int days, day_io *io) {
         snprintf(x->final, sizeof x->final, "%s/day_%d_sparse.npy", dir, first_day + d);
         snprintf(x->partial, sizeof x->partial, "%s.partial", x->final);
         if (npy_open(ctx, raw, &x->raw) != EMBER_OK) {
-            rc = fail("%s", ember_ctx_errmsg(ctx));
+            rc = cmd_preprocess_fail("%s", ember_ctx_errmsg(ctx));
             break;
         }
         if (x->raw.kind != 'i' || x->raw.itemsize != 4 || x->raw.ndim != 2 || x->raw.shape[1] != F) {
-            rc = fail("'%s': %s: expected int32 of shape (N, 26), as ember preprocess writes it", raw, x->raw.descr);
+            rc = cmd_preprocess_fail("'%s': %s: expected int32 of shape (N, 26), as ember preprocess writes it", raw, x->raw.descr);
             break;
         }
         x->rows = x->raw.shape[0];
@@ -144,7 +135,7 @@ static int open_days(const char *dir, int first_day, int days, day_io *io) {
         const size_t bytes = NPY_HEADER_BYTES + (size_t)x->rows * F * sizeof(int32_t);
         if (!f || npy_write_header(f, "<i4", x->rows, F) != 0 || fflush(f) != 0 ||
             ftruncate(fileno(f), (off_t)bytes) != 0) {
-            rc = fail("'%s': cannot write: %s", x->partial, strerror(errno));
+            rc = cmd_preprocess_fail("'%s': cannot write: %s", x->partial, strerror(errno));
             if (f) fclose(f);
             break;
         }
@@ -154,7 +145,7 @@ static int open_days(const char *dir, int first_day, int days, day_io *io) {
         x->map = x->fd >= 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, x->fd, 0) : MAP_FAILED;
         if (x->map == MAP_FAILED) {
             x->map = NULL;
-            rc = fail("'%s': cannot map: %s", x->partial, strerror(errno));
+            rc = cmd_preprocess_fail("'%s': cannot map: %s", x->partial, strerror(errno));
             break;
         }
         x->out = (int32_t *)((char *)x->map + NPY_HEADER_BYTES);
@@ -167,20 +158,14 @@ static const int32_t *raw_row(const day_io *x, int64_t i) {
     return (const int32_t *)x->raw.data + (size_t)i * F;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 int contig_remap(const char *dir, int first_day, int days, int64_t threshold, int64_t memory_mb, FILE *out) {
-    const double t0 = now_s();
+    const double t0 = app_now_s();
     day_io *io = calloc((size_t)days, sizeof *io);
     uint8_t *hll = calloc((size_t)F * HLL_M, 1);
     if (!io || !hll) {
         free(io);
         free(hll);
-        return fail("out of memory");
+        return cmd_preprocess_fail("out of memory");
     }
     for (int d = 0; d < days; d++) io[d].fd = -1;
     int rc = open_days(dir, first_day, days, io);
@@ -207,7 +192,7 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
         const double est = hll_estimate(hll + (size_t)c * HLL_M);
         want[c] = pow2_at_least(est * 1.1 / MAX_LOAD) * sizeof(slot); // HLL's error is about 1.6%
         if (want[c] > budget) {
-            rc = fail("--frequency_threshold: feature cat_%d: about %.0f distinct values need %llu MB for their "
+            rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: about %.0f distinct values need %llu MB for their "
                       "table; --memory_mb is %lld", c, est, (unsigned long long)(want[c] >> 20) + 1,
                       (long long)memory_mb);
         }
@@ -224,7 +209,7 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
         for (int c = c0; c < c1 && rc == 0; c++) {
             t[c].cap = want[c] / sizeof(slot);
             t[c].s = calloc(t[c].cap, sizeof(slot));
-            if (!t[c].s) rc = fail("out of memory for the remap's tables");
+            if (!t[c].s) rc = cmd_preprocess_fail("out of memory for the remap's tables");
         }
         // Pass 1 (T > 1): every value's count; pass 2: ids in order of first occurrence.
         for (int pass = threshold > 1 ? 1 : 2; rc == 0 && pass <= 2; pass++) {
@@ -236,7 +221,7 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
                     for (int c = c0; c < c1; c++) {
                         slot *s = upsert(&t[c], r[c], &bytes, budget);
                         if (!s) {
-                            rc = fail("--frequency_threshold: feature cat_%d: more than %llu distinct values do not "
+                            rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: more than %llu distinct values do not "
                                       "fit --memory_mb %lld", c, (unsigned long long)t[c].n, (long long)memory_mb);
                             break;
                         }
@@ -248,7 +233,7 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
                             if (threshold > 1 && s->count < (uint64_t)threshold) {
                                 s->id = 1;
                             } else if (next[c] == INT32_MAX) {
-                                rc = fail("--frequency_threshold: feature cat_%d: more than 2^31 ids", c);
+                                rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: more than 2^31 ids", c);
                                 break;
                             } else {
                                 s->id = next[c]++;
@@ -275,10 +260,10 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
     // The outputs in place, then the raw files gone.
     for (int d = 0; rc == 0 && d < days; d++) {
         if (msync(io[d].map, io[d].map_bytes, MS_SYNC) != 0 || fsync(io[d].fd) != 0)
-            rc = fail("'%s': cannot write: %s", io[d].partial, strerror(errno));
+            rc = cmd_preprocess_fail("'%s': cannot write: %s", io[d].partial, strerror(errno));
     }
     for (int d = 0; rc == 0 && d < days; d++) {
-        if (rename(io[d].partial, io[d].final) != 0) rc = fail("'%s': cannot rename into place: %s", io[d].partial,
+        if (rename(io[d].partial, io[d].final) != 0) rc = cmd_preprocess_fail("'%s': cannot rename into place: %s", io[d].partial,
                                                                strerror(errno));
         else io[d].partial[0] = 0;
     }
@@ -291,7 +276,7 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
     if (rc == 0) {
         fprintf(out, "remap: %lld rows of %d days, frequency threshold %lld, largest id %lld, %d group%s in %.2f s\n",
                 (long long)total, days, (long long)threshold, (long long)max_id, groups, groups == 1 ? "" : "s",
-                now_s() - t0);
+                app_now_s() - t0);
         fflush(out);
     }
     free(io);

@@ -134,3 +134,43 @@ def test_frequency_threshold_equals_torchrec_sparse_to_contiguous(tmp_path, rng,
         r = subprocess.run([cli, "preprocess", "--input", ",".join(tsvs), "--output_dir", str(out)] + other,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 1 and "holds contiguous ids of days 0..1" in r.stderr, r.stderr
+
+
+def _rows(d, day):
+    """Day `day` of directory d as one structured view per row (dense, sparse, label bytes)."""
+    parts = [np.load(str(d / ("day_%d_%s.npy" % (day, k)))) for k in ("dense", "sparse", "labels")]
+    return np.concatenate([p.view(np.uint8).reshape(len(p), -1) for p in parts], axis=1)
+
+
+def test_shuffle_permutes_the_training_days_jointly(tmp_path, rng):
+    """--shuffle_seed: the rows of every day but the last permuted as one set (days keep their sizes,
+    the eval day its order); the same seed and budget give the same files (another --memory_mb,
+    more buckets, another permutation); a day's rows spread over both output days."""
+    cli = _cli()
+    tsvs = [str(tmp_path / ("day_%d.tsv" % d)) for d in range(3)]
+    for t, n in zip(tsvs, (3000, 2000, 500)):
+        _write_pool_tsv(t, rng, n)
+    plain = tmp_path / "plain"
+    subprocess.run([cli, "preprocess", "--input", ",".join(tsvs), "--output_dir", str(plain)], check=True,
+                   capture_output=True)
+    before = np.concatenate([_rows(plain, 0), _rows(plain, 1)])
+    runs = {}
+    for name, extra in (("a", []), ("b", []), ("buckets", ["--memory_mb", "1"])):
+        out = tmp_path / name
+        r = subprocess.run([cli, "preprocess", "--input", ",".join(tsvs), "--output_dir", str(out), "--shuffle_seed",
+                            "11"] + extra, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert ("1 bucket of" in r.stdout) == (name != "buckets"), r.stdout
+        d0, d1 = _rows(out, 0), _rows(out, 1)
+        assert len(d0) == 3000 and len(d1) == 2000
+        assert np.array_equal(_rows(out, 2), _rows(plain, 2)), "the eval day moved"
+        after = np.concatenate([d0, d1])
+        # A permutation of the same rows (sorted as byte strings, compared whole).
+        key = lambda a: a[np.lexsort(a.T[::-1])]
+        assert np.array_equal(key(after), key(before))
+        assert not np.array_equal(after, before)
+        # Day 0's rows (3/5 of the set) spread over both output days, about 3/5 of day 0 staying.
+        stay = np.isin(d0.view("V%d" % d0.shape[1]).ravel(), _rows(plain, 0).view("V%d" % d0.shape[1]).ravel())
+        assert 0.5 < stay.mean() < 0.7, stay.mean()
+        runs[name] = after
+    assert np.array_equal(runs["a"], runs["b"]), "the same seed gave another order"
