@@ -10,7 +10,10 @@
 // Malformed lines (criteo.h's rules, and an integer beyond int32) are skipped and counted. Each
 // file is written as FILE.partial and renamed over FILE when the day is complete, so a stopped run
 // leaves no half-written day file where a good one stood, and a second run skips the days whose
-// three files are already complete (resumable per day).
+// three files are already complete (resumable per day). Then, as TorchRec's Criteo 1TB pipeline
+// continues: --frequency_threshold makes the categorical values contiguous (contig.h) and
+// --shuffle_seed shuffles the training days jointly (shuffle.h), each recorded in DIR
+// (contiguous.txt, shuffled.txt) so that a rerun does neither twice.
 #define _GNU_SOURCE // getopt_long, getline
 
 #include <errno.h>
