@@ -23,6 +23,8 @@ int cmd_ckpt(int argc, char **argv);
 // `ember bench tbe`: the table-batched embedding kernels against the in-run gather limit, one
 // JSON object per case with --json. See docs/performance.md.
 int cmd_bench(int argc, char **argv);
+// `ember bench reader` (reader_bench.c): the criteo_npy day-file reader's rows/s.
+int reader_bench_main(int argc, char **argv);
 
 // `ember plan`: the library planner's placement of a set of tables. See docs/planner.md.
 int cmd_plan(int argc, char **argv);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "appctx.h"
+#include "floormod.h"
 #include "npy.h"
 
 enum { DENSE = 0, SPARSE = 1, LABELS = 2, NFILES = 3 };
@@ -26,6 +27,7 @@ struct criteo_npy {
     criteo_npy_config cfg;
     char dir[400];
     int64_t rows[DLRM_NUM_SPARSE];
+    floormod mod[DLRM_NUM_SPARSE]; // v mod rows[f] without a division, for 32-bit values
     int32_t hot[DLRM_NUM_SPARSE];
     int32_t hot_total;     // ids per sample
     bool npz;              // the categorical features come from the multi-hot archives
@@ -119,6 +121,7 @@ ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, crite
     snprintf(r->dir, sizeof r->dir, "%s", cfg->dir);
     r->cfg.dir = r->dir;
     memcpy(r->rows, cfg->rows, sizeof r->rows);
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) r->mod[f] = floormod_of(r->rows[f] >= 1 ? r->rows[f] : 1);
     r->cfg.rows = r->rows;
     r->cfg.hot = NULL;
     bool multi = false;
@@ -177,6 +180,18 @@ void criteo_npy_seek(criteo_npy *r, int64_t batch) { r->batch = batch; }
 
 int64_t criteo_npy_rows(const criteo_npy *r) { return r->total; }
 
+// Categorical value (i, j) of array a as feature f's id: v mod rows_f, floored (numpy's, TorchRec's
+// `hashes`: its int32 files hold hashes of 2^31 and above as negative numbers), or v with raw ids.
+static inline int64_t id_of(const criteo_npy *r, const npy_array *a, int64_t i, int64_t j, int f) {
+    if (a->kind == 'i' && a->itemsize == 4) { // TorchRec's and ember preprocess's int32 files
+        int32_t v;
+        memcpy(&v, a->data + ((size_t)i * (size_t)a->shape[1] + (size_t)j) * 4, sizeof v);
+        return r->cfg.raw_ids ? v : floormod32(v, &r->mod[f]);
+    }
+    const int64_t v = npy_get_i64(a, i, j), m = v % r->rows[f];
+    return r->cfg.raw_ids ? v : m < 0 ? m + r->rows[f] : m;
+}
+
 // The day holding split row `row` (days in order, their first rows ascending).
 static const npy_day *day_of(const criteo_npy *r, int64_t row) {
     int32_t lo = 0, hi = r->ndays - 1;
@@ -216,15 +231,19 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
         memcpy(x, d->a[DENSE].data + (size_t)i * DLRM_NUM_DENSE * sizeof(float), sizeof(float) * DLRM_NUM_DENSE);
         int64_t *ids = b->ids + (size_t)n * DLRM_NUM_SPARSE;
         int64_t *bag = r->npz ? b->bags + (size_t)n * (size_t)b->bag_width : NULL;
-        for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
-            // numpy's floored modulo, as TorchRec's `hashes`: its int32 files hold hashes of 2^31
-            // and above as negative numbers.
-            const int32_t k = r->npz ? r->hot[f] : 1;
-            for (int32_t j = 0; j < k; j++) {
-                const int64_t v = r->npz ? npy_get_i64(&d->hot[f], i, j) : npy_get_i64(&d->a[SPARSE], i, f);
-                const int64_t m = v % r->rows[f], id = c->raw_ids ? v : m < 0 ? m + r->rows[f] : m;
-                if (j == 0) ids[f] = id;
-                if (bag) *bag++ = id;
+        const npy_array *s = &d->a[SPARSE];
+        if (!r->npz && s->kind == 'i' && s->itemsize == 4 && !c->raw_ids) { // the common case, unrolled
+            const int32_t *v = (const int32_t *)(const void *)(s->data + (size_t)i * DLRM_NUM_SPARSE * 4);
+            for (int f = 0; f < DLRM_NUM_SPARSE; f++) ids[f] = floormod32(v[f], &r->mod[f]);
+        } else if (!r->npz) {
+            for (int f = 0; f < DLRM_NUM_SPARSE; f++) ids[f] = id_of(r, s, i, f, f);
+        } else {
+            for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
+                for (int32_t j = 0; j < r->hot[f]; j++) {
+                    const int64_t id = id_of(r, &d->hot[f], i, j, f);
+                    if (j == 0) ids[f] = id;
+                    *bag++ = id;
+                }
             }
         }
         const int64_t y = npy_get_i64(&d->a[LABELS], i, 0);

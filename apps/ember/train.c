@@ -261,7 +261,9 @@ static ember_status train_loop(run *R, train_result *res) {
     const double run_t0 = app_now_s();
     char v[64];
     snprintf(v, sizeof v, "%lld", (long long)o->batch_size);
-    report_mllog(R, "POINT_IN_TIME", "submission_benchmark", "\"dlrm\"", NULL);
+    // MLPerf's benchmark names: DLRM v1 (dot interaction) and DLRM-DCNv2.
+    report_mllog(R, "POINT_IN_TIME", "submission_benchmark",
+                 o->interaction == DLRM_INTERACTION_DCN ? "\"dlrm_dcnv2\"" : "\"dlrm\"", NULL);
     report_mllog(R, "POINT_IN_TIME", "global_batch_size", v, NULL);
     snprintf(v, sizeof v, "%.9g", (double)o->learning_rate);
     report_mllog(R, "POINT_IN_TIME", "opt_base_learning_rate", v, NULL);

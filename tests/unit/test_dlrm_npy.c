@@ -1,5 +1,6 @@
 // The .npy header parser of `--dataset criteo_npy` (apps/ember/npy.h): the versions and spellings
-// numpy writes are read, everything else is refused with a reason.
+// numpy writes are read, everything else is refused with a reason. The reader's floored modulo
+// (floormod.h) against the division.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "floormod.h"
 #include "npy.h"
 
 // A file's first bytes: magic, version major.0, the header's length, the header (padded, '\n').
@@ -80,10 +82,33 @@ static void refuses_the_rest(void **state) {
     assert_int_equal(npy_parse_header(buf, n - 20, &a, &off, why, sizeof why), -1); // cut inside the header
 }
 
+// floormod32 equals the floored remainder ((v % d) + d) % d for the edges of int32 and divisors
+// from 1 to beyond 2^32 (TorchRec's and MLPerf's row counts among them).
+static void floormod_equals_the_division(void **state) {
+    (void)state;
+    static const int64_t ds[] = {1, 2, 3, 7, 10, 36, 1543, 39060, 65536, 3067956, 40000000, 2147483647,
+                                 2147483648LL, 2147483649LL, 4294967295LL, 4294967296LL, 4294967297LL,
+                                 (int64_t)1 << 40, (int64_t)1 << 48};
+    static const int32_t edges[] = {0, 1, -1, 2, -2, INT32_MAX, INT32_MIN, INT32_MAX - 1, INT32_MIN + 1};
+    uint64_t x = 12345;
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        const floormod f = floormod_of(ds[k]);
+        for (int i = 0; i < 20000; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            const int32_t v = i < 9 ? edges[i] : (int32_t)(uint32_t)(x >> 32);
+            const int64_t want = (((int64_t)v % ds[k]) + ds[k]) % ds[k];
+            if (floormod32(v, &f) != want)
+                fail_msg("%d mod %lld: got %lld, want %lld", v, (long long)ds[k], (long long)floormod32(v, &f),
+                         (long long)want);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reads_what_numpy_writes),
         cmocka_unit_test(refuses_the_rest),
+        cmocka_unit_test(floormod_equals_the_division),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
