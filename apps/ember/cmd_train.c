@@ -526,33 +526,6 @@ static bool check_together(const train_options *o, const int *order, char *err, 
     return true;
 }
 
-// --preset mlperf_dcnv2: MLPerf Training's recommendation benchmark (DLRM-DCNv2 on the Criteo 1TB
-// multi-hot set), as its reference runs TorchRec's dlrm_main.
-static void preset_mlperf_dcnv2(train_options *o) {
-    static const int64_t rows[DLRM_NUM_SPARSE] = {40000000, 39060, 17295, 7424,     20265,    3,        7122,
-                                                  1543,     63,    40000000, 3067956, 405282,   10,       2209,
-                                                  11938,    155,   4,        976,     14,       40000000, 40000000,
-                                                  40000000, 590152, 12973,   108,     36};
-    static const int32_t hot[DLRM_NUM_SPARSE] = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1,
-                                                 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
-    static const int32_t bottom[] = {512, 256, 128}, top[] = {1024, 1024, 512, 256, 1};
-    o->embedding_dim = 128;
-    memcpy(o->rows, rows, sizeof rows);
-    memcpy(o->multi_hot, hot, sizeof hot);
-    o->multi_hot_dist = MULTIHOT_UNIFORM;
-    o->num_bottom = 3;
-    memcpy(o->bottom, bottom, sizeof bottom);
-    o->num_top = 5;
-    memcpy(o->top, top, sizeof top);
-    o->interaction = DLRM_INTERACTION_DCN;
-    o->dcn_num_layers = 3;
-    o->dcn_low_rank_dim = 512;
-    o->dense_optimizer = DENSE_OPT_ADAGRAD;
-    o->embedding_optimizer = EMBER_OPT_ROWWISE_ADAGRAD;
-    o->learning_rate = 0.004f;
-    o->batch_size = 65536;
-}
-
 // Parses the command line into c (defaults first, then a --preset's values, then the options
 // given, wherever --preset stands among them). Returns 0 (run), 1 (--help) or 2 (bad usage: err
 // says why).
@@ -562,7 +535,7 @@ static int parse(int argc, char **argv, train_cli *c, char *err, size_t cap) {
     for (int pass = 0; pass < 2; pass++) {
         memset(c, 0, sizeof *c);
         train_options_default(&c->o);
-        if (preset == PRESET_MLPERF_DCNV2) preset_mlperf_dcnv2(&c->o);
+        if (preset == PRESET_MLPERF_DCNV2) train_options_mlperf_dcnv2(&c->o);
         const int p = cli_parse_flags(argc, argv, flags, NUM_FLAGS, c, order, err, cap);
         if (p != 0) return p;
         if (c->preset == PRESET_NONE || preset != PRESET_NONE) break;

@@ -124,6 +124,10 @@ typedef struct train_options {
 
 // The defaults of `ember train` (the main job: see docs/dlrm.md for how they were chosen).
 void train_options_default(train_options *o);
+// `--preset mlperf_dcnv2` over them: MLPerf Training's recommendation benchmark (DLRM-DCNv2 on the
+// Criteo 1TB multi-hot set) as its reference runs TorchRec's dlrm_main: D 128, its row caps and
+// multi-hot sizes, the cross net, Adagrad at 0.004, batch 65536.
+void train_options_mlperf_dcnv2(train_options *o);
 
 typedef struct train_result {
     int64_t steps;
