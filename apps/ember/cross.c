@@ -76,12 +76,13 @@ void cross_init_params(cross *c, uint64_t seed, uint64_t stream) {
     }
 }
 
-ember_status cross_forward(cross *c, const float *x0, int32_t batch, const float **y) {
+float *cross_input(cross *c) { return x_at(c, 0); }
+
+ember_status cross_forward(cross *c, int32_t batch, const float **y) {
     APP_ASSERT(batch >= 0 && batch <= c->max_batch);
     const int32_t N = c->width, r = c->rank;
     const int64_t n = (int64_t)batch * N;
-    float *x0c = x_at(c, 0);
-    if (n > 0) memcpy(x0c, x0, sizeof(float) * (size_t)n);
+    const float *x0c = x_at(c, 0);
     for (int32_t l = 0; l < c->num_layers; l++) {
         const float *xl = x_at(c, l);
         float *u = u_at(c, l), *t = t_at(c, l), *next = x_at(c, l + 1);

@@ -30,7 +30,7 @@ typedef struct cross {
     int32_t width, num_layers, rank, max_batch;
     float *params;  // [cross_num_params] borrowed: V_0, W_0, b_0, V_1, ...
     float *grads;   // [cross_num_params] borrowed, same layout
-    float *x;       // [L+1, max_batch, N] x_0 (a copy of the input) .. x_L (the output)
+    float *x;       // [L+1, max_batch, N] x_0 (the input, cross_input) .. x_L (the output)
     float *u;       // [L, max_batch, r]
     float *t;       // [L, max_batch, N]
     float *g;       // [max_batch, N] backward: dL/dx_l
@@ -52,9 +52,13 @@ void cross_destroy(cross *c);
 // from (seed, stream, layer) so that every rank starts from the same values.
 void cross_init_params(cross *c, uint64_t seed, uint64_t stream);
 
-// x0 [B, N] -> *y = x_L [B, N] (owned by the cross net). B <= max_batch. Keeps what the
-// backward needs. Returns EMBER_OK or EMBER_ERR_NOMEM (the products' packing buffers).
-ember_status cross_forward(cross *c, const float *x0, int32_t batch, const float **y);
+// Where the caller writes x0 [max_batch, N] before cross_forward (the net keeps it for the
+// backward: no copy).
+float *cross_input(cross *c);
+
+// x0 (in cross_input, B rows) -> *y = x_L [B, N] (owned by the cross net). B <= max_batch. Keeps
+// what the backward needs. Returns EMBER_OK or EMBER_ERR_NOMEM (the products' packing buffers).
+ember_status cross_forward(cross *c, int32_t batch, const float **y);
 
 // The backward of the preceding forward (same batch): dy [B, N] = dL/dx_L -> every gradient of
 // the parameter slab overwritten, dx0 [B, N] = dL/dx0 (both through the layers' x_l and through

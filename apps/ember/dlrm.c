@@ -28,7 +28,7 @@ struct dlrm_model {
     dense_optim optim;
     const float *dense_out; // [B, D] bottom output of the last forward (owned by `bottom`)
     float *emb;            // [max_batch, F*D] pooled embeddings
-    float *inter;          // [max_batch, inter_width] dot: the interaction's output; DCN: [d, e]
+    float *inter;          // [max_batch, inter_width] dot: the interaction's output; DCN: dL/d[d, e]
     float *dlogit;         // [max_batch]
     float *dinter;         // [max_batch, inter_width]
     float *ddense;         // [max_batch, D]
@@ -245,18 +245,19 @@ static ember_status interact(dlrm_model *m, int32_t B) {
         m->top_in = m->inter;
         return interaction_forward(&m->ia, B, m->dense_out, m->emb, m->inter);
     }
-    // DCN: per sample [d, e] (TorchRec's InteractionDCNArch), then the cross net.
+    // DCN: per sample [d, e] (TorchRec's InteractionDCNArch) into the cross net's input, then the net.
     const size_t D = (size_t)m->dim, FD = (size_t)m->num_sparse * D, N = FD + D;
+    float *x0 = cross_input(&m->dcn);
 #pragma omp parallel for schedule(static) if (B >= 256)
     for (int32_t b = 0; b < B; b++) {
-        memcpy(m->inter + (size_t)b * N, m->dense_out + (size_t)b * D, sizeof(float) * D);
-        memcpy(m->inter + (size_t)b * N + D, m->emb + (size_t)b * FD, sizeof(float) * FD);
+        memcpy(x0 + (size_t)b * N, m->dense_out + (size_t)b * D, sizeof(float) * D);
+        memcpy(x0 + (size_t)b * N + D, m->emb + (size_t)b * FD, sizeof(float) * FD);
     }
-    return cross_forward(&m->dcn, m->inter, B, &m->top_in);
+    return cross_forward(&m->dcn, B, &m->top_in);
 }
 
-// The interaction's backward: dinter -> ddense, demb. DCN's dL/d[d, e] goes through `inter`,
-// which the cross net no longer needs (it keeps its own copy of its input).
+// The interaction's backward: dinter -> ddense, demb. DCN's dL/d[d, e] goes through `inter`
+// (unused by DCN's forward).
 static ember_status interact_backward(dlrm_model *m, int32_t B) {
     if (m->kind == DLRM_INTERACTION_DOT) return interaction_backward(&m->ia, B, m->dinter, m->ddense, m->demb);
     APP_TRY(cross_backward(&m->dcn, B, m->dinter, m->inter));
