@@ -220,6 +220,11 @@ static int32_t layer_count(const train_options *o, const trainstate_field *f) {
     return n;
 }
 
+// The int32 values of a list field: its layers, or one per feature.
+static int32_t int32_count(const train_options *o, const trainstate_field *f) {
+    return f->kind == TS_HOTS ? DLRM_NUM_SPARSE : layer_count(o, f);
+}
+
 void trainstate_apply(const trainstate *ts, train_options *o) {
     for (int i = 0; i < NUM_FIELDS; i++) {
         const trainstate_field *f = &fields[i];
@@ -271,16 +276,11 @@ static void encode_field(cJSON *obj, const trainstate_field *f, const train_opti
         for (int t = 0; a && t < DLRM_NUM_SPARSE; t++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)o->rows[t]));
         break;
     }
-    case TS_HOTS: {
-        cJSON *a = cJSON_AddArrayToObject(obj, f->key);
-        const int32_t *v = p;
-        for (int t = 0; a && t < DLRM_NUM_SPARSE; t++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[t]));
-        break;
-    }
+    case TS_HOTS:
     case TS_LAYERS: {
         cJSON *a = cJSON_AddArrayToObject(obj, f->key);
         const int32_t *v = p;
-        for (int32_t i = 0; a && i < layer_count(o, f); i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+        for (int32_t i = 0; a && i < int32_count(o, f); i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
         break;
     }
     case TS_TABLES: {
@@ -646,21 +646,12 @@ static void format_value(const trainstate_field *f, const train_options *o, char
         snprintf(out, cap, "%s", name ? name : "unknown");
         break;
     }
+    case TS_HOTS:
     case TS_LAYERS: {
         const int32_t *v = p;
         size_t used = 0;
-        for (int32_t i = 0; i < layer_count(o, f) && used < cap; i++) {
+        for (int32_t i = 0; i < int32_count(o, f) && used < cap; i++) {
             const int w = snprintf(out + used, cap - used, "%s%d", i ? "," : "", (int)v[i]);
-            if (w < 0) break;
-            used += (size_t)w;
-        }
-        break;
-    }
-    case TS_HOTS: {
-        const int32_t *v = p;
-        size_t used = 0;
-        for (int t = 0; t < DLRM_NUM_SPARSE && used < cap; t++) {
-            const int w = snprintf(out + used, cap - used, "%s%d", t ? "," : "", (int)v[t]);
             if (w < 0) break;
             used += (size_t)w;
         }
