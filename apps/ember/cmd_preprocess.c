@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "appctx.h"
@@ -33,6 +32,7 @@
 #include "commands.h"
 #include "contig.h"
 #include "criteo.h"
+#include "criteo_npy.h"
 #include "npy.h"
 #include "shuffle.h"
 
@@ -112,8 +112,9 @@ static int parse(int argc, char **argv, prep_opts *o, char *err, size_t cap) {
             char *end;
             const long long v = strtoll(optarg, &end, 10);
             if (*end || end == optarg || v < 1 || v > (c == 't' ? (1LL << 32) : (1LL << 30))) {
-                snprintf(err, cap, "ember preprocess: --%s '%s': expected %s", c == 't' ? "frequency_threshold" : "memory_mb",
-                         optarg, c == 't' ? "a count >= 1" : "megabytes >= 1");
+                snprintf(err, cap, "ember preprocess: --%s '%s': expected %s",
+                         c == 't' ? "frequency_threshold" : "memory_mb", optarg,
+                         c == 't' ? "a count >= 1" : "megabytes >= 1");
                 return 2;
             }
             if (c == 't') o->threshold = v;
@@ -148,19 +149,17 @@ int cmd_preprocess_fail(const char *fmt, ...) {
     return 1;
 }
 
-static const char *const KIND[3] = {"dense", "sparse", "labels"};
-#define RAW "sparse_raw" // the hashes' file name with --frequency_threshold, until the remap
 
 // Whether DIR/day_{d}_*.npy are three complete files of one day (a header that opens, N equal);
-// `sparse`: the name of the sparse one ("sparse" or RAW).
+// `sparse`: the name of the sparse one ("sparse" or CONTIG_RAW).
 static int64_t complete_day(const char *dir, int day, const char *sparse) {
     ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
     ember_ctx *ctx = NULL;
     if (ember_ctx_create(&cc, &ctx) != EMBER_OK) return -1;
     int64_t n = -1;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < CRITEO_NPY_FILES; k++) {
         char p[1024];
-        snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, day, k == 1 ? sparse : KIND[k]);
+        snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, day, k == CRITEO_NPY_SPARSE ? sparse : criteo_npy_file[k]);
         if (access(p, F_OK) != 0) {
             n = -1;
             break;
@@ -182,50 +181,19 @@ static int64_t complete_day(const char *dir, int day, const char *sparse) {
     return n;
 }
 
-typedef struct day_out {
-    FILE *f[3];
-    char path[3][1024];
-} day_out;
-
-static void close_out(day_out *d, int remove_partial) {
-    for (int k = 0; k < 3; k++) {
-        if (d->f[k]) fclose(d->f[k]);
-        d->f[k] = NULL;
-        if (remove_partial) {
-            char p[1100];
-            snprintf(p, sizeof p, "%s.partial", d->path[k]);
-            unlink(p);
-        }
-    }
-}
-
-static const char *const DESCR[3] = {"<f4", "<i4", "<i4"};
-static const int COLS[3] = {DLRM_NUM_DENSE, DLRM_NUM_SPARSE, 1};
-
-// Converts one TSV into day `day` (its sparse file named `sparse`); 0 or 1 (the message printed).
-// Prints the day's line.
+// Converts one TSV into day `day` (its sparse file named `sparse_name`); 0 or 1 (the message
+// printed). Prints the day's line.
 static int convert(const char *in, const char *dir, int day, const char *sparse_name) {
     FILE *src = fopen(in, "r");
-    if (!src) {
-        fprintf(stderr, "ember preprocess: error: '%s': cannot open: %s\n", in, strerror(errno));
+    if (!src) return cmd_preprocess_fail("'%s': cannot open: %s", in, strerror(errno));
+    criteo_npy_writer w;
+    if (criteo_npy_writer_open(&w, dir, day, sparse_name) != 0) {
+        cmd_preprocess_fail("%s", w.error);
+        criteo_npy_writer_abort(&w);
+        fclose(src);
         return 1;
     }
-    day_out d;
-    memset(&d, 0, sizeof d);
-    for (int k = 0; k < 3; k++) {
-        snprintf(d.path[k], sizeof d.path[k], "%s/day_%d_%s.npy", dir, day, k == 1 ? sparse_name : KIND[k]);
-        char p[1100];
-        snprintf(p, sizeof p, "%s.partial", d.path[k]);
-        d.f[k] = fopen(p, "wb");
-        if (!d.f[k] || npy_write_header(d.f[k], DESCR[k], 0, COLS[k]) != 0) {
-            fprintf(stderr, "ember preprocess: error: '%s': cannot write: %s\n", p, strerror(errno));
-            close_out(&d, 1);
-            fclose(src);
-            return 1;
-        }
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = app_now_s();
     // Progress on stderr: a line redrawn every second on a terminal, else a line every 30 s.
     struct stat sst;
     const double total_mb = fstat(fileno(src), &sst) == 0 ? (double)sst.st_size / 1e6 : 0.0;
@@ -234,15 +202,14 @@ static int convert(const char *in, const char *dir, int day, const char *sparse_
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int64_t rows = 0, lineno = 0, malformed = 0, first_bad = 0, bytes = 0;
+    int64_t lineno = 0, malformed = 0, first_bad = 0, bytes = 0;
     char why[200], first_why[200] = "";
     int io = 0;
     while (!io && (len = getline(&line, &cap, src)) >= 0) {
         lineno++;
         bytes += len;
         if ((lineno & 0xffff) == 0) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            const double s = app_now_s() - t0;
             if (s - last >= (tty ? 1.0 : 30.0)) {
                 last = s;
                 fprintf(stderr, "%sday %d: %.0f of %.0f MB (%.0f%%), %.0f MB/s%s", tty ? "\r" : "", day,
@@ -271,7 +238,7 @@ static int convert(const char *in, const char *dir, int day, const char *sparse_
             continue;
         }
         float dense[DLRM_NUM_DENSE];
-        int32_t sparse[DLRM_NUM_SPARSE], label = x.label;
+        int32_t sparse[DLRM_NUM_SPARSE];
         // numpy: int32 + 3 (wrapping), converted to float32, then float32's log.
         for (int j = 0; j < DLRM_NUM_DENSE; j++)
             dense[j] = logf((float)(int32_t)(uint32_t)((uint32_t)(int32_t)x.ints[j] + 3u));
@@ -279,39 +246,21 @@ static int convert(const char *in, const char *dir, int day, const char *sparse_
             const uint32_t low = (uint32_t)x.hashes[f];
             memcpy(&sparse[f], &low, 4);
         }
-        io = fwrite(dense, sizeof dense, 1, d.f[0]) != 1 || fwrite(sparse, sizeof sparse, 1, d.f[1]) != 1 ||
-             fwrite(&label, sizeof label, 1, d.f[2]) != 1;
-        rows++;
+        io = criteo_npy_writer_row(&w, dense, sparse, x.label) != 0;
     }
     free(line);
-    io = io || ferror(src);
+    const int read_error = ferror(src);
     fclose(src);
-    // The true headers over the placeholders, then the files in place.
-    for (int k = 0; k < 3 && !io; k++)
-        io = fflush(d.f[k]) != 0 || fseek(d.f[k], 0, SEEK_SET) != 0 || npy_write_header(d.f[k], DESCR[k], rows, COLS[k]) != 0 ||
-             fflush(d.f[k]) != 0 || fsync(fileno(d.f[k])) != 0;
-    if (io) {
-        fprintf(stderr, "ember preprocess: error: day %d from '%s': reading or writing failed: %s (no day file was "
-                "replaced)\n", day, in, strerror(errno));
-        close_out(&d, 1);
+    if (tty && last > 0.0) fprintf(stderr, "\r\033[K");
+    if (read_error || io || criteo_npy_writer_close(&w) != 0 || criteo_npy_writer_commit(&w) != 0) {
+        if (read_error) cmd_preprocess_fail("'%s': cannot read: %s (no day file was replaced)", in, strerror(errno));
+        else cmd_preprocess_fail("day %d from '%s': %s (no day file was replaced)", day, in, w.error);
+        criteo_npy_writer_abort(&w);
         return 1;
     }
-    for (int k = 0; k < 3; k++) {
-        fclose(d.f[k]);
-        d.f[k] = NULL;
-        char p[1100];
-        snprintf(p, sizeof p, "%s.partial", d.path[k]);
-        if (rename(p, d.path[k]) != 0) {
-            fprintf(stderr, "ember preprocess: error: '%s': cannot rename into place: %s\n", p, strerror(errno));
-            close_out(&d, 1);
-            return 1;
-        }
-    }
-    if (tty && last > 0.0) fprintf(stderr, "\r\033[K");
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("day %d: %lld rows from '%s' (%.1f MB in %.2f s, %.0f MB/s)", day, (long long)rows, in, (double)bytes / 1e6,
-           s, s > 0 ? (double)bytes / 1e6 / s : 0.0);
+    const double s = app_now_s() - t0;
+    printf("day %d: %lld rows from '%s' (%.1f MB in %.2f s, %.0f MB/s)", day, (long long)w.rows, in,
+           (double)bytes / 1e6, s, s > 0 ? (double)bytes / 1e6 / s : 0.0);
     if (malformed) printf("; %lld malformed lines skipped, the first at line %lld: %s", (long long)malformed,
                           (long long)first_bad, first_why);
     printf("\n");
@@ -342,7 +291,7 @@ static int write_state(const char *dir, const char *file, const char *key, long 
               fsync(fileno(f)) != 0;
     if (f) bad = fclose(f) != 0 || bad;
     if (bad || rename(q, p) != 0) {
-        fprintf(stderr, "ember preprocess: error: '%s': cannot write: %s\n", p, strerror(errno));
+        cmd_preprocess_fail("'%s': cannot write: %s", p, strerror(errno));
         unlink(q);
         return 1;
     }
@@ -350,36 +299,31 @@ static int write_state(const char *dir, const char *file, const char *key, long 
 }
 
 static int run(prep_opts *o) {
-    if (mkdir(o->dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "ember preprocess: error: --output_dir '%s': cannot create: %s\n", o->dir, strerror(errno));
-        return 1;
-    }
+    if (mkdir(o->dir, 0777) != 0 && errno != EEXIST)
+        return cmd_preprocess_fail("--output_dir '%s': cannot create: %s", o->dir, strerror(errno));
     int ndays = 1;
     for (const char *c = o->inputs; *c; c++) ndays += *c == ',';
     long long st = 0;
     int st_first = 0, st_days = 0;
     const int remapped = read_state(o->dir, "contiguous.txt", "frequency_threshold", &st, &st_first, &st_days);
     if (remapped && (!o->threshold || st != o->threshold || st_first != o->first_day || st_days != ndays)) {
-        fprintf(stderr, "ember preprocess: error: --output_dir '%s' holds contiguous ids of days %d..%d (its "
-                "contiguous.txt: --frequency_threshold %lld), not this run's %s: use another --output_dir\n", o->dir,
-                st_first, st_first + st_days - 1, st, o->threshold ? "days and threshold" : "hashes");
-        return 1;
+        return cmd_preprocess_fail("--output_dir '%s' holds contiguous ids of days %d..%d (its contiguous.txt: "
+                                   "--frequency_threshold %lld), not this run's %s: use another --output_dir",
+                                   o->dir, st_first, st_first + st_days - 1, st,
+                                   o->threshold ? "days and threshold" : "hashes");
     }
     long long sh = 0;
     int sh_first = 0, sh_days = 0;
     const int shuffled = read_state(o->dir, "shuffled.txt", "shuffle_seed", &sh, &sh_first, &sh_days);
     if (shuffled && (!o->shuffle || (unsigned long long)sh != o->seed || sh_first != o->first_day ||
                      sh_days != ndays - 1)) {
-        fprintf(stderr, "ember preprocess: error: --output_dir '%s' holds days %d..%d shuffled with --shuffle_seed "
-                "%lld (its shuffled.txt), not this run's %s: use another --output_dir\n", o->dir, sh_first,
-                sh_first + sh_days - 1, sh, o->shuffle ? "seed and days" : "unshuffled days");
-        return 1;
+        return cmd_preprocess_fail("--output_dir '%s' holds days %d..%d shuffled with --shuffle_seed %lld (its "
+                                   "shuffled.txt), not this run's %s: use another --output_dir", o->dir, sh_first,
+                                   sh_first + sh_days - 1, sh, o->shuffle ? "seed and days" : "unshuffled days");
     }
-    if (o->shuffle && ndays < 2) {
-        fprintf(stderr, "ember preprocess: error: --shuffle_seed shuffles every day given but the last (the eval "
-                "day): give at least 2 days\n");
-        return 1;
-    }
+    if (o->shuffle && ndays < 2)
+        return cmd_preprocess_fail("--shuffle_seed shuffles every day given but the last (the eval day): give at "
+                                   "least 2 days");
     if (remapped && (!o->shuffle || shuffled)) {
         bool all = true;
         for (int d = 0; d < ndays; d++) all = all && complete_day(o->dir, o->first_day + d, "sparse") >= 0;
@@ -391,7 +335,7 @@ static int run(prep_opts *o) {
     }
     // Before a remap the conversion's hashes go to the raw files; after one the days are final.
     const bool to_remap = o->threshold && !remapped;
-    const char *sparse = to_remap ? RAW : "sparse";
+    const char *sparse = to_remap ? CONTIG_RAW : "sparse";
     int day = o->first_day;
     for (char *save = NULL, *in = strtok_r(o->inputs, ",", &save); in; in = strtok_r(NULL, ",", &save), day++) {
         int64_t done = complete_day(o->dir, day, sparse);
@@ -399,7 +343,7 @@ static int run(prep_opts *o) {
             // Hashes an earlier run without --frequency_threshold left: the remap's input.
             char a[1024], b[1024];
             snprintf(a, sizeof a, "%s/day_%d_sparse.npy", o->dir, day);
-            snprintf(b, sizeof b, "%s/day_%d_%s.npy", o->dir, day, RAW);
+            snprintf(b, sizeof b, "%s/day_%d_%s.npy", o->dir, day, CONTIG_RAW);
             if (rename(a, b) == 0) done = complete_day(o->dir, day, sparse);
         }
         if (done >= 0) {

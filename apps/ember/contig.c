@@ -119,7 +119,7 @@ static int open_days(const char *dir, int first_day, int days, day_io *io) {
     for (int d = 0; d < days && rc == 0; d++) {
         day_io *x = &io[d];
         char raw[1024];
-        snprintf(raw, sizeof raw, "%s/day_%d_sparse_raw.npy", dir, first_day + d);
+        snprintf(raw, sizeof raw, "%s/day_%d_" CONTIG_RAW ".npy", dir, first_day + d);
         snprintf(x->final, sizeof x->final, "%s/day_%d_sparse.npy", dir, first_day + d);
         snprintf(x->partial, sizeof x->partial, "%s.partial", x->final);
         if (npy_open(ctx, raw, &x->raw) != EMBER_OK) {
@@ -127,7 +127,8 @@ static int open_days(const char *dir, int first_day, int days, day_io *io) {
             break;
         }
         if (x->raw.kind != 'i' || x->raw.itemsize != 4 || x->raw.ndim != 2 || x->raw.shape[1] != F) {
-            rc = cmd_preprocess_fail("'%s': %s: expected int32 of shape (N, 26), as ember preprocess writes it", raw, x->raw.descr);
+            rc = cmd_preprocess_fail("'%s': %s: expected int32 of shape (N, 26), as ember preprocess writes it", raw,
+                                     x->raw.descr);
             break;
         }
         x->rows = x->raw.shape[0];
@@ -192,9 +193,9 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
         const double est = hll_estimate(hll + (size_t)c * HLL_M);
         want[c] = pow2_at_least(est * 1.1 / MAX_LOAD) * sizeof(slot); // HLL's error is about 1.6%
         if (want[c] > budget) {
-            rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: about %.0f distinct values need %llu MB for their "
-                      "table; --memory_mb is %lld", c, est, (unsigned long long)(want[c] >> 20) + 1,
-                      (long long)memory_mb);
+            rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: about %.0f distinct values need %llu "
+                                     "MB for their table; --memory_mb is %lld",
+                                     c, est, (unsigned long long)(want[c] >> 20) + 1, (long long)memory_mb);
         }
     }
     int64_t max_id = 0;
@@ -221,8 +222,9 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
                     for (int c = c0; c < c1; c++) {
                         slot *s = upsert(&t[c], r[c], &bytes, budget);
                         if (!s) {
-                            rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: more than %llu distinct values do not "
-                                      "fit --memory_mb %lld", c, (unsigned long long)t[c].n, (long long)memory_mb);
+                            rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: more than %llu "
+                                                     "distinct values do not fit --memory_mb %lld",
+                                                     c, (unsigned long long)t[c].n, (long long)memory_mb);
                             break;
                         }
                         if (pass == 1) {
@@ -233,7 +235,8 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
                             if (threshold > 1 && s->count < (uint64_t)threshold) {
                                 s->id = 1;
                             } else if (next[c] == INT32_MAX) {
-                                rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: more than 2^31 ids", c);
+                                rc = cmd_preprocess_fail("--frequency_threshold: feature cat_%d: more than 2^31 "
+                                                         "ids", c);
                                 break;
                             } else {
                                 s->id = next[c]++;
@@ -263,14 +266,15 @@ int contig_remap(const char *dir, int first_day, int days, int64_t threshold, in
             rc = cmd_preprocess_fail("'%s': cannot write: %s", io[d].partial, strerror(errno));
     }
     for (int d = 0; rc == 0 && d < days; d++) {
-        if (rename(io[d].partial, io[d].final) != 0) rc = cmd_preprocess_fail("'%s': cannot rename into place: %s", io[d].partial,
-                                                               strerror(errno));
-        else io[d].partial[0] = 0;
+        if (rename(io[d].partial, io[d].final) != 0)
+            rc = cmd_preprocess_fail("'%s': cannot rename into place: %s", io[d].partial, strerror(errno));
+        else
+            io[d].partial[0] = 0;
     }
     close_days(io, days, rc != 0);
     for (int d = 0; rc == 0 && d < days; d++) {
         char raw[1024];
-        snprintf(raw, sizeof raw, "%s/day_%d_sparse_raw.npy", dir, first_day + d);
+        snprintf(raw, sizeof raw, "%s/day_%d_" CONTIG_RAW ".npy", dir, first_day + d);
         unlink(raw);
     }
     if (rc == 0) {

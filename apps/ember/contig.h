@@ -22,6 +22,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+// The raw hashes' sparse file name, DIR/day_{d}_" CONTIG_RAW ".npy, until the remap.
+#define CONTIG_RAW "sparse_raw"
+
 // Remaps the days as above, printing a line per group to `out`. Returns 0, or 1 with one
 // "ember preprocess: error: ..." line on stderr naming the file or feature.
 int contig_remap(const char *dir, int first_day, int days, int64_t threshold, int64_t memory_mb, FILE *out);

@@ -3,6 +3,7 @@
 
 #include "criteo_npy.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,8 +13,10 @@
 #include "floormod.h"
 #include "npy.h"
 
-enum { DENSE = 0, SPARSE = 1, LABELS = 2, NFILES = 3 };
-static const char *const FILE_KIND[NFILES] = {"dense", "sparse", "labels"};
+enum { DENSE = CRITEO_NPY_DENSE, SPARSE = CRITEO_NPY_SPARSE, LABELS = CRITEO_NPY_LABELS, NFILES = CRITEO_NPY_FILES };
+const char *const criteo_npy_file[CRITEO_NPY_FILES] = {"dense", "sparse", "labels"};
+const char *const criteo_npy_descr[CRITEO_NPY_FILES] = {"<f4", "<i4", "<i4"};
+const int criteo_npy_cols[CRITEO_NPY_FILES] = {DLRM_NUM_DENSE, DLRM_NUM_SPARSE, 1};
 
 typedef struct npy_day {
     npy_array a[NFILES];               // a[SPARSE] unused with multi-hot archives
@@ -38,7 +41,7 @@ struct criteo_npy {
 };
 
 static void day_path(char *buf, size_t cap, const char *dir, int32_t day, int kind) {
-    snprintf(buf, cap, "%s/day_%d_%s.npy", dir, (int)day, FILE_KIND[kind]);
+    snprintf(buf, cap, "%s/day_%d_%s.npy", dir, (int)day, criteo_npy_file[kind]);
 }
 
 static void npz_path(char *buf, size_t cap, const char *dir, int32_t day) {
@@ -259,4 +262,66 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
     b->size = n;
     r->batch++;
     return EMBER_OK;
+}
+
+// ---- Writing a day ---------------------------------------------------------------------------
+
+static int writer_fail(criteo_npy_writer *w, const char *what, int k) {
+    snprintf(w->error, sizeof w->error, "'%s.partial': cannot %s: %s", w->path[k], what, strerror(errno));
+    return -1;
+}
+
+int criteo_npy_writer_open(criteo_npy_writer *w, const char *dir, int day, const char *sparse_name) {
+    memset(w, 0, sizeof *w);
+    for (int k = 0; k < NFILES; k++) {
+        snprintf(w->path[k], sizeof w->path[k], "%s/day_%d_%s.npy", dir, day,
+                 k == SPARSE ? sparse_name : criteo_npy_file[k]);
+        char p[1100];
+        snprintf(p, sizeof p, "%s.partial", w->path[k]);
+        w->f[k] = fopen(p, "wb");
+        // A placeholder header of the final one's size: the row count is known at the end.
+        if (!w->f[k] || npy_write_header(w->f[k], criteo_npy_descr[k], 0, criteo_npy_cols[k]) != 0)
+            return writer_fail(w, "write", k);
+    }
+    return 0;
+}
+
+int criteo_npy_writer_row(criteo_npy_writer *w, const float *dense, const int32_t *sparse, int32_t label) {
+    if (fwrite(dense, sizeof(float) * DLRM_NUM_DENSE, 1, w->f[DENSE]) != 1) return writer_fail(w, "write", DENSE);
+    if (fwrite(sparse, sizeof(int32_t) * DLRM_NUM_SPARSE, 1, w->f[SPARSE]) != 1) return writer_fail(w, "write", SPARSE);
+    if (fwrite(&label, sizeof label, 1, w->f[LABELS]) != 1) return writer_fail(w, "write", LABELS);
+    w->rows++;
+    return 0;
+}
+
+int criteo_npy_writer_close(criteo_npy_writer *w) {
+    for (int k = 0; k < NFILES; k++) {
+        FILE *f = w->f[k];
+        if (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0 ||
+            npy_write_header(f, criteo_npy_descr[k], w->rows, criteo_npy_cols[k]) != 0 || fflush(f) != 0 ||
+            fsync(fileno(f)) != 0)
+            return writer_fail(w, "write", k);
+        w->f[k] = NULL;
+        if (fclose(f) != 0) return writer_fail(w, "write", k);
+    }
+    return 0;
+}
+
+int criteo_npy_writer_commit(criteo_npy_writer *w) {
+    for (int k = 0; k < NFILES; k++) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s.partial", w->path[k]);
+        if (rename(p, w->path[k]) != 0) return writer_fail(w, "rename into place", k);
+    }
+    return 0;
+}
+
+void criteo_npy_writer_abort(criteo_npy_writer *w) {
+    for (int k = 0; k < NFILES; k++) {
+        if (w->f[k]) fclose(w->f[k]);
+        w->f[k] = NULL;
+        char p[1100];
+        snprintf(p, sizeof p, "%s.partial", w->path[k]);
+        unlink(p);
+    }
 }

@@ -30,9 +30,17 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "batch.h"
 #include "ember/core.h"
+
+// The three files of a day, DIR/day_{d}_{name}.npy, and the layout ember preprocess writes them
+// in: float32 [N, 13], int32 [N, 26], int32 [N, 1].
+enum { CRITEO_NPY_DENSE = 0, CRITEO_NPY_SPARSE = 1, CRITEO_NPY_LABELS = 2, CRITEO_NPY_FILES = 3 };
+extern const char *const criteo_npy_file[CRITEO_NPY_FILES];  // "dense", "sparse", "labels"
+extern const char *const criteo_npy_descr[CRITEO_NPY_FILES]; // "<f4", "<i4", "<i4"
+extern const int criteo_npy_cols[CRITEO_NPY_FILES];          // 13, 26, 1
 
 typedef enum criteo_npy_part { NPY_DAYS = 0, NPY_FIRST_HALF = 1, NPY_SECOND_HALF = 2 } criteo_npy_part;
 
@@ -71,6 +79,28 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
 // ("DIR/day_3") and row in that day, for messages.
 int64_t criteo_npy_rows(const criteo_npy *r);
 void criteo_npy_where(const criteo_npy *r, int64_t row, char *buf, size_t cap);
+
+// Writing a day in that layout (ember preprocess): each file as FILE.partial, given its true
+// header by criteo_npy_writer_close and renamed over FILE by criteo_npy_writer_commit, so that a
+// stopped writer leaves no half-written day file where a good one stood. Each call returns 0, or
+// -1 with `error` naming the file and the system's reason; after a failure (and to give up)
+// criteo_npy_writer_abort closes the files and removes the .partial ones.
+typedef struct criteo_npy_writer {
+    FILE *f[CRITEO_NPY_FILES];
+    char path[CRITEO_NPY_FILES][1024]; // the final names
+    int64_t rows;                      // rows written
+    char error[1200];
+} criteo_npy_writer;
+
+// Day `day` of dir, the sparse file named DIR/day_{day}_{sparse_name}.npy ("sparse", or a stage's
+// intermediate name).
+int criteo_npy_writer_open(criteo_npy_writer *w, const char *dir, int day, const char *sparse_name);
+int criteo_npy_writer_row(criteo_npy_writer *w, const float *dense, const int32_t *sparse, int32_t label);
+// The headers with the row count over the placeholders, flushed, synced and closed.
+int criteo_npy_writer_close(criteo_npy_writer *w);
+// The closed files renamed into place.
+int criteo_npy_writer_commit(criteo_npy_writer *w);
+void criteo_npy_writer_abort(criteo_npy_writer *w);
 
 // The last day in dir (day_{d}_dense.npy for d = 0, 1, ... up to the first missing one), or -1.
 int32_t criteo_npy_last_day(const char *dir);

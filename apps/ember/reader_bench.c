@@ -89,7 +89,8 @@ int reader_bench_main(int argc, char **argv) {
     int hot_total = 0;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) hot_total += hot[f];
     ember_status st = last >= 1 ? criteo_npy_open(ctx, &c, &r)
-                                : ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': fewer than 2 days (day_0, day_1 ...)", dir);
+                                : ember_ctx_set_error(ctx, EMBER_ERR_IO, "'%s': fewer than 2 days (day_0, day_1 ...)",
+                                                      dir);
     if (st == EMBER_OK) st = dlrm_batch_create(ctx, (int32_t)batch, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &b);
     if (st == EMBER_OK && criteo_npy_multi_hot(r)) st = dlrm_batch_reserve_bags(ctx, &b, hot_total);
     for (int64_t round = 0; st == EMBER_OK && round <= rounds; round++) {

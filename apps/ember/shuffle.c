@@ -15,12 +15,10 @@
 #include "batch.h"
 #include "commands.h"
 #include "ember/rng.h"
+#include "criteo_npy.h"
 #include "npy.h"
 
-enum { DENSE = 0, SPARSE = 1, LABELS = 2 };
-static const char *const KIND[3] = {"dense", "sparse", "labels"};
-static const char *const DESCR[3] = {"<f4", "<i4", "<i4"};
-static const int COLS[3] = {DLRM_NUM_DENSE, DLRM_NUM_SPARSE, 1};
+enum { DENSE = CRITEO_NPY_DENSE, SPARSE = CRITEO_NPY_SPARSE, LABELS = CRITEO_NPY_LABELS, FILES = CRITEO_NPY_FILES };
 
 // One row as the bucket files hold it.
 typedef struct row {
@@ -29,52 +27,34 @@ typedef struct row {
     int32_t label;
 } row;
 
-typedef struct out_day {
-    FILE *f[3];
-    char path[3][1024];
-    int64_t rows, written;
-} out_day;
-
-static void close_outs(out_day *o, int days, bool remove_partial) {
-    for (int d = 0; d < days; d++) {
-        for (int k = 0; k < 3; k++) {
-            if (o[d].f[k]) fclose(o[d].f[k]);
-            o[d].f[k] = NULL;
-            if (remove_partial) {
-                char p[1100];
-                snprintf(p, sizeof p, "%s.partial", o[d].path[k]);
-                unlink(p);
-            }
-        }
-    }
-}
-
 int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_t memory_mb, FILE *out) {
     const double t0 = app_now_s();
     ember_ctx *ctx = NULL;
     if (ember_ctx_create(NULL, &ctx) != EMBER_OK) return cmd_preprocess_fail("cannot create a context");
-    npy_array (*in)[3] = calloc((size_t)days, sizeof *in);
-    out_day *o = calloc((size_t)days, sizeof *o);
+    npy_array (*in)[FILES] = calloc((size_t)days, sizeof *in);
+    criteo_npy_writer *o = calloc((size_t)days, sizeof *o);
+    int64_t *rows = calloc((size_t)days, sizeof *rows);
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s/shuffle.tmp", dir);
-    int rc = in && o ? 0 : cmd_preprocess_fail("out of memory");
+    int rc = in && o && rows ? 0 : cmd_preprocess_fail("out of memory");
     int64_t total = 0;
     for (int d = 0; rc == 0 && d < days; d++) {
-        for (int k = 0; k < 3 && rc == 0; k++) {
+        for (int k = 0; k < FILES && rc == 0; k++) {
             char p[1024];
-            snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, first_day + d, KIND[k]);
+            snprintf(p, sizeof p, "%s/day_%d_%s.npy", dir, first_day + d, criteo_npy_file[k]);
             if (npy_open(ctx, p, &in[d][k]) != EMBER_OK) {
                 rc = cmd_preprocess_fail("%s", ember_ctx_errmsg(ctx));
                 break;
             }
             const npy_array *a = &in[d][k];
-            if (strcmp(a->descr, DESCR[k]) != 0 || a->ndim != 2 || a->shape[1] != COLS[k] ||
+            if (strcmp(a->descr, criteo_npy_descr[k]) != 0 || a->ndim != 2 || a->shape[1] != criteo_npy_cols[k] ||
                 a->shape[0] != in[d][0].shape[0])
-                rc = cmd_preprocess_fail("'%s': %s of shape (%lld, %lld): expected %s of shape (%lld, %d), as ember preprocess "
-                          "writes it", p, a->descr, (long long)a->shape[0], (long long)a->shape[1], DESCR[k],
-                          (long long)in[d][0].shape[0], COLS[k]);
+                rc = cmd_preprocess_fail("'%s': %s of shape (%lld, %lld): expected %s of shape (%lld, %d), as ember "
+                                         "preprocess writes it", p, a->descr, (long long)a->shape[0],
+                                         (long long)a->shape[1], criteo_npy_descr[k], (long long)in[d][0].shape[0],
+                                         criteo_npy_cols[k]);
         }
-        if (rc == 0) total += o[d].rows = in[d][0].shape[0];
+        if (rc == 0) total += rows[d] = in[d][0].shape[0];
     }
     // Buckets: the expected bucket fits half the budget (the other half: slack for its variance).
     const int64_t budget = memory_mb << 20, per = (int64_t)sizeof(row);
@@ -82,7 +62,8 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
     if (buckets > 4096) buckets = 4096; // file handles; a bucket larger than the budget fails below
     FILE **bf = rc == 0 ? calloc((size_t)buckets, sizeof *bf) : NULL;
     if (rc == 0 && !bf) rc = cmd_preprocess_fail("out of memory");
-    if (rc == 0 && mkdir(tmp, 0777) != 0 && errno != EEXIST) rc = cmd_preprocess_fail("'%s': cannot create: %s", tmp, strerror(errno));
+    if (rc == 0 && mkdir(tmp, 0777) != 0 && errno != EEXIST)
+        rc = cmd_preprocess_fail("'%s': cannot create: %s", tmp, strerror(errno));
     for (int64_t b = 0; rc == 0 && b < buckets; b++) {
         char p[1100];
         snprintf(p, sizeof p, "%s/bucket_%lld", tmp, (long long)b);
@@ -92,7 +73,7 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
     // Pass 1: every row to its bucket.
     int64_t global = 0;
     for (int d = 0; rc == 0 && d < days; d++) {
-        for (int64_t i = 0; i < o[d].rows; i++, global++) {
+        for (int64_t i = 0; i < rows[d]; i++, global++) {
             row r;
             memcpy(r.dense, in[d][DENSE].data + (size_t)i * sizeof r.dense, sizeof r.dense);
             memcpy(r.sparse, in[d][SPARSE].data + (size_t)i * sizeof r.sparse, sizeof r.sparse);
@@ -105,17 +86,13 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
             }
         }
     }
-    for (int d = 0; d < days; d++)
-        for (int k = 0; k < 3; k++) npy_close(&in[d][k]);
+    for (int d = 0; in && d < days; d++)
+        for (int k = 0; k < FILES; k++) npy_close(&in[d][k]);
     // The outputs, then pass 2: bucket after bucket, shuffled, into the days in order.
-    for (int d = 0; rc == 0 && d < days; d++) {
-        for (int k = 0; k < 3 && rc == 0; k++) {
-            snprintf(o[d].path[k], sizeof o[d].path[k], "%s/day_%d_%s.npy", dir, first_day + d, KIND[k]);
-            char p[1100];
-            snprintf(p, sizeof p, "%s.partial", o[d].path[k]);
-            o[d].f[k] = fopen(p, "wb");
-            if (!o[d].f[k] || npy_write_header(o[d].f[k], DESCR[k], o[d].rows, COLS[k]) != 0)
-                rc = cmd_preprocess_fail("'%s': cannot write: %s", p, strerror(errno));
+    int opened = 0;
+    for (; rc == 0 && opened < days; opened++) {
+        if (criteo_npy_writer_open(&o[opened], dir, first_day + opened, criteo_npy_file[SPARSE]) != 0) {
+            rc = cmd_preprocess_fail("%s", o[opened].error); // the loop's step counts it: removed below
         }
     }
     row *mem = NULL;
@@ -129,8 +106,8 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
             break;
         }
         if (n * per > budget) {
-            rc = cmd_preprocess_fail("--shuffle_seed: a bucket of %lld rows (%lld MB) outgrew --memory_mb %lld: raise it",
-                      (long long)n, (long long)(n * per >> 20), (long long)memory_mb);
+            rc = cmd_preprocess_fail("--shuffle_seed: a bucket of %lld rows (%lld MB) outgrew --memory_mb %lld: "
+                                     "raise it", (long long)n, (long long)(n * per >> 20), (long long)memory_mb);
             break;
         }
         if (n > largest) {
@@ -154,13 +131,9 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
             mem[j] = t;
         }
         for (int64_t i = 0; i < n && rc == 0; i++) {
-            while (cur < days && o[cur].written == o[cur].rows) cur++;
-            out_day *x = &o[cur];
-            if (fwrite(mem[i].dense, sizeof mem[i].dense, 1, x->f[DENSE]) != 1 ||
-                fwrite(mem[i].sparse, sizeof mem[i].sparse, 1, x->f[SPARSE]) != 1 ||
-                fwrite(&mem[i].label, sizeof mem[i].label, 1, x->f[LABELS]) != 1)
-                rc = cmd_preprocess_fail("'%s.partial': cannot write: %s", x->path[DENSE], strerror(errno));
-            x->written++;
+            while (cur < days && o[cur].rows == rows[cur]) cur++;
+            if (criteo_npy_writer_row(&o[cur], mem[i].dense, mem[i].sparse, mem[i].label) != 0)
+                rc = cmd_preprocess_fail("%s", o[cur].error);
         }
     }
     free(mem);
@@ -168,21 +141,12 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
         if (bf[b]) fclose(bf[b]);
     free(bf);
     rmdir(tmp);
-    for (int d = 0; rc == 0 && d < days; d++) {
-        for (int k = 0; k < 3 && rc == 0; k++) {
-            if (fflush(o[d].f[k]) != 0 || fsync(fileno(o[d].f[k])) != 0 || fclose(o[d].f[k]) != 0)
-                rc = cmd_preprocess_fail("'%s.partial': cannot write: %s", o[d].path[k], strerror(errno));
-            o[d].f[k] = NULL;
-        }
-    }
-    for (int d = 0; rc == 0 && d < days; d++) {
-        for (int k = 0; k < 3 && rc == 0; k++) {
-            char p[1100];
-            snprintf(p, sizeof p, "%s.partial", o[d].path[k]);
-            if (rename(p, o[d].path[k]) != 0) rc = cmd_preprocess_fail("'%s': cannot rename into place: %s", p, strerror(errno));
-        }
-    }
-    if (o) close_outs(o, days, rc != 0);
+    // Every day complete before any replaces its input: a stop leaves the days as they were.
+    for (int d = 0; rc == 0 && d < days; d++)
+        if (criteo_npy_writer_close(&o[d]) != 0) rc = cmd_preprocess_fail("%s", o[d].error);
+    for (int d = 0; rc == 0 && d < days; d++)
+        if (criteo_npy_writer_commit(&o[d]) != 0) rc = cmd_preprocess_fail("%s", o[d].error);
+    for (int d = 0; rc != 0 && d < opened; d++) criteo_npy_writer_abort(&o[d]);
     if (rc == 0) {
         fprintf(out, "shuffle: %lld rows of days %d..%d, seed %llu, %lld bucket%s of at most %lld rows, in %.2f s\n",
                 (long long)total, first_day, first_day + days - 1, (unsigned long long)seed, (long long)buckets,
@@ -191,6 +155,7 @@ int shuffle_days(const char *dir, int first_day, int days, uint64_t seed, int64_
     }
     free(in);
     free(o);
+    free(rows);
     ember_ctx_destroy(ctx);
     return rc;
 }
