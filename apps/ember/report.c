@@ -182,7 +182,7 @@ void report_config(run *R) {
         fprintf(f, "  multi-hot   ids per sample ");
         if (same) fprintf(f, "%d for every feature", (int)o->multi_hot[0]);
         for (int t = 0; !same && t < DLRM_NUM_SPARSE; t++) fprintf(f, "%s%d", t ? "," : "", (int)o->multi_hot[t]);
-        if ((R->train.npy && criteo_npy_multi_hot(R->train.npy)) || (R->eval.npy && criteo_npy_multi_hot(R->eval.npy)))
+        if (run_data_has_bags(R))
             fprintf(f, ": read from %s/day_*_sparse_multi_hot.npz (MLPerf's multi-hot archives)\n", o->data_dir);
         else
             fprintf(f, ": the data's id, then %s draws from a fixed per-row lookup (MLPerf's synthetic multi-hot)\n",

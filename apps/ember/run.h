@@ -83,6 +83,8 @@ ember_status run_place_tables(run *R);
 ember_status run_check_memory(run *R);
 // The training and eval sources, the batch buffers and (rank 0) the metrics file. Local.
 ember_status run_open_data(run *R);
+// Whether the data sources read multi-hot bags (MLPerf's archives) rather than one id per feature.
+bool run_data_has_bags(const run *R);
 // Fails before training when a Criteo file has no usable sample in the lines it is read for,
 // naming the option, the file and what it held. Collective; every rank returns the same status.
 ember_status run_require_data(run *R);

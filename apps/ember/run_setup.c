@@ -271,8 +271,7 @@ ember_status run_open_data(run *R) {
     // Multi-hot bags read from MLPerf's archives need room in the batches.
     int32_t hot = 0;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) hot += o->multi_hot[f];
-    const bool bags = (R->train.npy && criteo_npy_multi_hot(R->train.npy)) ||
-                      (R->eval.npy && criteo_npy_multi_hot(R->eval.npy));
+    const bool bags = run_data_has_bags(R);
     APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->batch));
     if (bags) APP_TRY(dlrm_batch_reserve_bags(R->ctx, &R->batch, hot));
     if (o->overlap && !R->eval_only) {
@@ -282,6 +281,10 @@ ember_status run_open_data(run *R) {
     R->sizes = app_alloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
     if (!R->sizes) return EMBER_ERR_NOMEM;
     return report_open_metrics(R);
+}
+
+bool run_data_has_bags(const run *R) {
+    return (R->train.npy && criteo_npy_multi_hot(R->train.npy)) || (R->eval.npy && criteo_npy_multi_hot(R->eval.npy));
 }
 
 // Through source_scan_data. When both the eval head and the training lines of one file hold
