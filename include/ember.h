@@ -14,5 +14,6 @@
 #include "ember/lfq.h"
 #include "ember/rng.h"
 #include "ember/dense.h"
+#include "ember/quant.h"
 
 #endif

@@ -1,0 +1,39 @@
+// The quantized inference collection (include/ember/quant.h): the front end (quant.c: rows,
+// remaps, checks, threads) and the pooling kernel variants it calls (isa/: one file per
+// instruction set, the shared bag loop in isa/impl.h, the table picked in isa/dispatch.c).
+#ifndef EMBER_QUANT_INTERNAL_H
+#define EMBER_QUANT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "core/internal.h"
+#include "ember/quant.h"
+
+// One bag for a pooling kernel: the rows it reads, in id order (negative: pruned or skipped), and
+// where the sum goes.
+typedef struct ember__qbag {
+    const unsigned char *base; // the table's row 0
+    size_t rb;                 // bytes per row
+    int32_t D;
+    ember_qtype qtype;
+    int mean;
+    const int64_t *rows;       // [n] rows; < 0: the id contributes nothing and does not count
+    const float *weights;      // [n] or NULL
+    int64_t n;
+    float *out;                // [D]: the bag's pooled value in fp32
+} ember__qbag;
+
+typedef struct ember__quant_kernels {
+    ember_isa isa;
+    // Pools one bag into b->out (quant.h's order: per element, id after id; MEAN scaled once).
+    void (*pool_bag)(const ember__qbag *b);
+} ember__quant_kernels;
+
+// The table of a variant this build holds (GENERIC always exists); NULL otherwise.
+const ember__quant_kernels *ember__quant_kernels_for(ember_isa isa);
+
+extern const ember__quant_kernels ember__quant_kernels_generic;
+extern const ember__quant_kernels ember__quant_kernels_avx2;
+extern const ember__quant_kernels ember__quant_kernels_avx512;
+
+#endif
