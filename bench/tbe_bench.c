@@ -317,31 +317,6 @@ static double tolerance(ember_dtype dt, int train) {
 
 // ---- one case ------------------------------------------------------------------------------------------
 
-// Picks the limit loop's variant for this shape/dtype/dist/threads: the fastest of 12, each the
-// median of 3 runs. Rounds go over all candidates (not each candidate's runs back to back), so
-// that a change in the machine's load hits every candidate alike.
-static limit_cfg calibrate(gather_limit_fn gather, const gather_in *g, int threads) {
-    enum { NC = 12, ROUNDS = 3 };
-    static const int dist[] = {8, 16, 32};
-    limit_cfg c[NC];
-    double v[NC][ROUNDS];
-    for (int k = 0; k < NC; k++) {
-        c[k] = (limit_cfg){dist[k / 4], (k / 2) % 2, k % 2};
-        gather(g, c[k], threads);
-    }
-    for (int r = 0; r < ROUNDS; r++) {
-        for (int k = 0; k < NC; k++) {
-            const double t0 = bench_now_ms();
-            gather(g, c[k], threads);
-            v[k][r] = bench_now_ms() - t0;
-        }
-    }
-    int best = 0;
-    for (int k = 1; k < NC; k++)
-        if (bench_median(v[k], ROUNDS) < bench_median(v[best], ROUNDS)) best = k;
-    return c[best];
-}
-
 // The fields that name a case: the start of a JSON line (bench/README.md's fields, up to
 // "threads", then the host: kernel variant, CPU model, library build; j is left open) or of a
 // table row.
@@ -423,7 +398,7 @@ static void run_case(run *r, int si, const shape_in *in, ember_ebc *ebc, int op,
         g.base[t] = base;
     }
     limit_cfg *lc = &r->limit[si][dt][dist][ti];
-    if (lc->pd == 0) *lc = o->calibrate ? calibrate(r->gather, &g, threads) : (limit_cfg){16, 1, 1};
+    if (lc->pd == 0) *lc = o->calibrate ? bench_limit_calibrate(r->gather, &g, threads) : (limit_cfg){16, 1, 1};
 
     // First iteration: the residual against the naive reference.
     double residual = 0;

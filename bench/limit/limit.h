@@ -32,6 +32,9 @@ typedef struct limit_cfg {
 
 typedef void (*gather_limit_fn)(const gather_in *g, limit_cfg lc, int threads);
 
+// The fastest of the limit loop's 12 configurations on g at this thread count (bench/limit/dispatch.c).
+limit_cfg bench_limit_calibrate(gather_limit_fn gather, const gather_in *g, int threads);
+
 // The limit loop for a kernel variant (the generic one where the bench was built without it).
 gather_limit_fn bench_gather_limit(ember_isa isa);
 extern const gather_limit_fn bench_gather_limit_generic, bench_gather_limit_avx2, bench_gather_limit_avx512;

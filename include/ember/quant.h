@@ -12,8 +12,8 @@
 //   INT2  ceil(D/4) bytes, element d in byte d/4 at bit 2*(d%4), then fp16 scale, fp16 bias:
 //                                                                          ceil(D/4) + 4 bytes
 //   FP16  D fp16 values (2D bytes); FP32 D fp32 values (4D bytes).
-// Element d's value is scale * q_d + bias in fp32: the product rounded, then the sum rounded
-// (never a fused multiply-add); an fp16 scale or bias is widened to fp32 first (exactly).
+// Element d's value is fmaf(scale, q_d, bias) in fp32: one fused multiply-add, rounded once (C's
+// fmaf; the vector variants' vfmadd); an fp16 scale or bias is widened to fp32 first (exactly).
 //
 // Quantization (ember_quantize_rows) is FBGEMM's reference rule, so a row quantized here has the
 // bytes FBGEMM's reference functions give:
@@ -24,8 +24,8 @@
 //               whose reciprocal overflows, becomes 1; q_d = clamp(lrintf((x_d - lo') * (1 /
 //               scale)), 0, 2^b - 1).
 //   FP16        nearest even.
-// The error of a dequantized element is at most scale / 2 plus the roundings of the product and
-// the sum (and, for INT4/INT2, of lo to fp16: |lo - lo'| moves every element by the same amount).
+// The error of a dequantized element is at most scale / 2 plus the rounding of the fused
+// multiply-add (and, for INT4/INT2, of lo to fp16: |lo - lo'| moves every element by as much).
 //
 // Pooling, for bag I of feature f on sample b, per-id weights w_j (1 when absent), in id order:
 //   SUM   y_d = sum_j w_j * v_jd  (v_jd = element d of id j's row; w_j * v_jd rounded, then added)
@@ -140,6 +140,10 @@ EMBER_API ember_status ember_qebc_write_rows(ember_qebc *q, int32_t t, int64_t r
                                              const void *src);
 EMBER_API ember_status ember_qebc_read_rows(const ember_qebc *q, int32_t t, int64_t row_begin, int64_t row_end,
                                             void *dst);
+// A read-only view of table t's rows without a copy: row r at (const char *)*data + r * row bytes
+// (*row_bytes when not NULL). Valid until the collection is destroyed. For benchmarks and
+// zero-copy bindings. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (unknown table, data NULL).
+EMBER_API ember_status ember_qebc_rows_view(const ember_qebc *q, int32_t t, const void **data, size_t *row_bytes);
 // Quantizes fp32 rows src [row_end - row_begin][dim] into rows [row_begin, row_end) of table t.
 // Local. Returns as write, plus EMBER_ERR_NUMERIC (a NaN or infinity, named: nothing is written).
 EMBER_API ember_status ember_qebc_quantize_rows(ember_qebc *q, int32_t t, int64_t row_begin, int64_t row_end,

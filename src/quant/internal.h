@@ -20,6 +20,7 @@ typedef struct ember__qbag {
     const int64_t *rows;       // [n] rows; < 0: the id contributes nothing and does not count
     const float *weights;      // [n] or NULL
     int64_t n;
+    int64_t pf_n;              // rows[0 .. pf_n) may be read for prefetching (the table's next bags)
     float *out;                // [D]: the bag's pooled value in fp32
 } ember__qbag;
 

@@ -80,7 +80,7 @@ static void quantize_row(ember_qtype t, int32_t D, const float *x, unsigned char
     memcpy(dst + nb + 2, &bias16, 2);
 }
 
-// Element values of one row (the kernels' arithmetic: product rounded, then the sum).
+// Element values of one row (the kernels' arithmetic: one fused multiply-add).
 static void dequantize_row(ember_qtype t, int32_t D, const unsigned char *row, float *x) {
     float scale = 0.0f, bias = 0.0f;
     const int per = per_byte(t), bits = 8 / per;
@@ -106,8 +106,7 @@ static void dequantize_row(ember_qtype t, int32_t D, const unsigned char *row, f
         }
         default: {
             const unsigned q = (row[d / per] >> (bits * (d % per))) & ((1u << bits) - 1u);
-            const float p = scale * (float)q;
-            x[d] = p + bias;
+            x[d] = fmaf(scale, (float)q, bias);
         }
         }
     }
@@ -362,6 +361,15 @@ ember_status ember_qebc_read_rows(const ember_qebc *q, int32_t t, int64_t r0, in
     return EMBER_OK;
 }
 
+ember_status ember_qebc_rows_view(const ember_qebc *q, int32_t t, const void **data, size_t *row_bytes) {
+    if (!q) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_table(q, "ember_qebc_rows_view", t));
+    EMBER_CHECK(q->ctx, data != NULL, EMBER_ERR_INVALID_ARG, "ember_qebc_rows_view: data is NULL");
+    *data = q->tables[t].rows;
+    if (row_bytes) *row_bytes = q->tables[t].rb;
+    return EMBER_OK;
+}
+
 ember_status ember_qebc_quantize_rows(ember_qebc *q, int32_t t, int64_t r0, int64_t r1, const float *src) {
     static const char fn[] = "ember_qebc_quantize_rows";
     if (!q) return EMBER_ERR_INVALID_ARG;
@@ -529,23 +537,30 @@ ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void 
     if (off) ember__kjt_offsets(kjt, off);
     const int64_t *offs = kjt->offsets ? kjt->offsets : off;
     const int64_t *row_ids = rows ? rows : kjt->values;
-    // Threads: never more than the bags; a bag is one task (a bag's ids are resolved by its task).
+    // Threads: never more than the bags; a bag is one task. Ids are resolved first, all of them,
+    // so that a bag's kernel may prefetch the rows of the bags after it.
     int nt = nt0;
     if (nbags < nt) nt = (int)nbags;
+    if (rows) {
+#pragma omp parallel for schedule(dynamic, 64) num_threads(nt) if (nt > 1)
+        for (int64_t bag = 0; bag < nbags; bag++) {
+            const qtable *tb = &q->tables[q->feature_table[bag / B]];
+            for (int64_t j = offs[bag]; j < offs[bag + 1]; j++) rows[j] = resolve(tb, kjt->values[j], q->bounds);
+        }
+    }
     const int f16 = acc16 != NULL;
 #pragma omp parallel for schedule(dynamic, 64) num_threads(nt) if (nt > 1)
     for (int64_t bag = 0; bag < nbags; bag++) {
         const int32_t f = (int32_t)(bag / B);
         const int64_t b = bag % B;
         const qtable *tb = &q->tables[q->feature_table[f]];
-        const int64_t j0 = offs[bag], j1 = offs[bag + 1];
-        if (rows)
-            for (int64_t j = j0; j < j1; j++) rows[j] = resolve(tb, kjt->values[j], q->bounds);
+        const int64_t j0 = offs[bag], j1 = offs[bag + 1], jend = offs[(int64_t)(f + 1) * B];
         float *dst = f16 ? acc16 + (size_t)ember__thread_id() * (size_t)q->out_dim
                          : (float *)out + (size_t)b * (size_t)q->out_dim + (size_t)q->out_off[f];
         const ember__qbag qb = {.base = tb->rows, .rb = tb->rb, .D = tb->cfg.dim, .qtype = tb->cfg.qtype,
                                 .mean = tb->cfg.pooling == EMBER_POOL_MEAN, .rows = row_ids + j0,
-                                .weights = kjt->weights ? kjt->weights + j0 : NULL, .n = j1 - j0, .out = dst};
+                                .weights = kjt->weights ? kjt->weights + j0 : NULL, .n = j1 - j0,
+                                .pf_n = jend - j0, .out = dst};
         q->kern->pool_bag(&qb);
         if (f16) {
             uint16_t *o = (uint16_t *)out + (size_t)b * (size_t)q->out_dim + (size_t)q->out_off[f];

@@ -3,8 +3,8 @@
 #define VW 1
 #include "quant/isa/impl.h"
 
-static int pool_vectors(const ember__qbag *b, int32_t d0, int nv, float *acc) {
-    (void)b, (void)d0, (void)nv, (void)acc;
+static int pool_vectors(const ember__qbag *b, int32_t d0, int nv, float inv, float *out) {
+    (void)b, (void)d0, (void)nv, (void)inv, (void)out;
     return 0;
 }
 
