@@ -51,6 +51,7 @@
 #include "ember/dtype.h"
 #include "ember/ebc.h"
 #include "ember/kjt.h"
+#include "ember/state.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,6 +160,11 @@ EMBER_API ember_status ember_qebc_set_remap(ember_qebc *q, int32_t t, ember_qrem
                                             const int64_t *ids, const int64_t *rows);
 // The remap kind of table t (NONE for an unknown table). Local.
 EMBER_API ember_qremap_kind ember_qebc_remap_kind(const ember_qebc *q, int32_t t);
+// Table t's remap: its kind, the number of kept ids, and (ids and rows not NULL, room for cap)
+// the kept (id, row) pairs: ARRAY in id order, HASH in the table's slot order. Local. Returns
+// EMBER_OK, EMBER_ERR_INVALID_ARG (unknown table; cap below the count, or one of ids/rows NULL).
+EMBER_API ember_status ember_qebc_get_remap(const ember_qebc *q, int32_t t, ember_qremap_kind *kind, int64_t *n,
+                                            int64_t *ids, int64_t *rows, int64_t cap);
 
 // Pools every bag of kjt into out ([B][output_dim] in the output dtype: float or uint16_t fp16
 // bits). kjt is validated first (feature count, bags, ids against each feature's id space under
@@ -166,6 +172,38 @@ EMBER_API ember_qremap_kind ember_qebc_remap_kind(const ember_qebc *q, int32_t t
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NOMEM (scratch
 // for the resolved rows of remapped or clamped ids). On error out is unchanged.
 EMBER_API ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void *out);
+
+// ---- Bundles ---------------------------------------------------------------------------------
+// A collection saved with the caller's named blobs (a model's dense parameters and configuration:
+// opaque bytes here) into one directory, as checkpoints are saved (include/ember/state.h):
+//   bundle.json   the commit point: {"format": "ember-quant/1", "generation", "data": "q<G>.bin",
+//                 "bounds", "output_dtype", "tables": [{"name", "qtype", "rows", "dim",
+//                 "pooling", "num_embeddings", "remap", "kept", "rows_data": {"offset", "bytes",
+//                 "crc32"}, "remap_data": {...} (with a remap)}], "features": [{"name", "table"}],
+//                 "blobs": [{"name", "offset", "bytes", "crc32"}]}
+//   q<G>.bin      generation G's data: every table's rows (its layout above, row after row), its
+//                 remap's kept (id, row) pairs as int64 [kept][2], and the blobs, back to back
+// A save writes q<G+1>.bin, then bundle.json, each under a temporary name, fsync'd and renamed
+// (the manifest's rename is the commit), then removes the other generations' files: a save killed
+// or failing at any instant leaves the bundle that was there loadable (a failed save removes what
+// it wrote, and the directory when it made it). A load checks every part's CRC-32.
+
+// Saves q and blobs (names: 1..127 letters, digits and "._-", unique) into directory dir (created
+// when missing; its parent must exist). Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL or
+// long dir, bad blob names), EMBER_ERR_IO (the path and the OS reason), EMBER_ERR_NOMEM.
+EMBER_API ember_status ember_qebc_save(const ember_qebc *q, const char *dir, const ember_checkpoint_blob *blobs,
+                                       int32_t num_blobs);
+// Loads the collection of the bundle in dir into a new collection on ctx (its kernel variant and
+// threads). Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (missing or unreadable
+// file: path and reason), EMBER_ERR_FORMAT (no bundle.json; a field missing or out of range, named
+// with its table; a part failing its CRC-32 or past the end of the data file), EMBER_ERR_NOMEM.
+// On failure *out is NULL.
+EMBER_API ember_status ember_qebc_load(ember_ctx *ctx, const char *dir, ember_qebc **out);
+// Reads blob `name` of the bundle in dir into dst (cap bytes; dst NULL: only its size), checking
+// its CRC-32; *bytes (may be NULL) is its size. Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (no
+// such blob; cap below its size), EMBER_ERR_IO, EMBER_ERR_FORMAT.
+EMBER_API ember_status ember_qebc_read_blob(ember_ctx *ctx, const char *dir, const char *name, void *dst, size_t cap,
+                                            size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,8 @@
 #include "core/internal.h"
 #include "ember/quant.h"
 
+// ---- the kernels ------------------------------------------------------------------------------
+
 // One bag for a pooling kernel: the rows it reads, in id order (negative: pruned or skipped), and
 // where the sum goes.
 typedef struct ember__qbag {
@@ -36,5 +38,42 @@ const ember__quant_kernels *ember__quant_kernels_for(ember_isa isa);
 extern const ember__quant_kernels ember__quant_kernels_generic;
 extern const ember__quant_kernels ember__quant_kernels_avx2;
 extern const ember__quant_kernels ember__quant_kernels_avx512;
+
+
+// ---- the collection (quant.c; its bundles: bundle.c) -------------------------------------------
+
+// A table's remap: ARRAY row_of[num_embeddings] (-1: pruned); HASH slots of (id, row), row -1
+// empty, mask + 1 slots (a power of two, at most half full), linear probing from the id's hash.
+typedef struct ember__qremap {
+    ember_qremap_kind kind;
+    int32_t *row_of;
+    int64_t *slot_id, *slot_row;
+    uint64_t mask;
+    size_t bytes;
+} ember__qremap;
+
+typedef struct ember__qtable {
+    ember_qtable_config cfg; // name owned
+    size_t rb;               // bytes per row
+    unsigned char *rows;
+    ember__qremap map;
+} ember__qtable;
+
+struct ember_qebc {
+    ember_ctx *ctx;
+    const ember__quant_kernels *kern;
+    int32_t T, F;
+    ember__qtable *tables;
+    int32_t *feature_table;
+    char **feature_names;
+    int32_t *out_off; // [F]: feature f's columns in an output row
+    int32_t out_dim;
+    ember_bounds_mode bounds;
+    ember_dtype out_dtype;
+};
+
+// The kept (id, row) pairs of table t's ember__qremap, in id order for ARRAY and slot order for HASH;
+// returns their count (ids/rows may be NULL to count).
+int64_t ember__qebc_remap_pairs(const ember_qebc *q, int32_t t, int64_t *ids, int64_t *rows);
 
 #endif

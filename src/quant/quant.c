@@ -154,37 +154,7 @@ ember_status ember_dequantize_rows(ember_ctx *ctx, ember_qtype t, int32_t dim, i
 
 // ---- the collection --------------------------------------------------------------------------
 
-// A table's remap: ARRAY row_of[num_embeddings] (-1: pruned); HASH slots of (id, row), row -1
-// empty, mask + 1 slots (a power of two, at most half full), linear probing from the id's hash.
-typedef struct remap {
-    ember_qremap_kind kind;
-    int32_t *row_of;
-    int64_t *slot_id, *slot_row;
-    uint64_t mask;
-    size_t bytes;
-} remap;
-
-typedef struct qtable {
-    ember_qtable_config cfg; // name owned
-    size_t rb;               // bytes per row
-    unsigned char *rows;
-    remap map;
-} qtable;
-
-struct ember_qebc {
-    ember_ctx *ctx;
-    const ember__quant_kernels *kern;
-    int32_t T, F;
-    qtable *tables;
-    int32_t *feature_table;
-    char **feature_names;
-    int32_t *out_off; // [F]: feature f's columns in an output row
-    int32_t out_dim;
-    ember_bounds_mode bounds;
-    ember_dtype out_dtype;
-};
-
-static void remap_free(ember_ctx *ctx, remap *m) {
+static void remap_free(ember_ctx *ctx, ember__qremap *m) {
     ember__free(ctx, m->row_of);
     ember__free(ctx, m->slot_id);
     ember__free(ctx, m->slot_row);
@@ -265,7 +235,7 @@ ember_status ember_qebc_create(ember_ctx *ctx, const ember_qebc_config *cfg, emb
     EMBER_ASSERT(q->kern != NULL);
     q->bounds = cfg->bounds;
     q->out_dtype = cfg->output_dtype;
-    q->tables = ember__calloc(ctx, sizeof(qtable) * (size_t)cfg->num_tables);
+    q->tables = ember__calloc(ctx, sizeof(ember__qtable) * (size_t)cfg->num_tables);
     q->feature_table = ember__calloc(ctx, sizeof(int32_t) * (size_t)cfg->num_features);
     q->feature_names = ember__calloc(ctx, sizeof(char *) * (size_t)cfg->num_features);
     q->out_off = ember__calloc(ctx, sizeof(int32_t) * (size_t)cfg->num_features);
@@ -274,7 +244,7 @@ ember_status ember_qebc_create(ember_ctx *ctx, const ember_qebc_config *cfg, emb
     q->T = cfg->num_tables;
     q->F = cfg->num_features;
     for (int32_t t = 0; t < q->T; t++) {
-        qtable *tb = &q->tables[t];
+        ember__qtable *tb = &q->tables[t];
         tb->cfg = cfg->tables[t];
         tb->cfg.name = NULL;
         tb->rb = ember_qtype_row_bytes(tb->cfg.qtype, tb->cfg.dim);
@@ -336,7 +306,7 @@ ember_status ember_qebc_table_bytes(const ember_qebc *q, int32_t t, size_t *rows
 static ember_status check_range(const ember_qebc *q, const char *fn, int32_t t, int64_t r0, int64_t r1,
                                 const void *p) {
     EMBER_TRY(check_table(q, fn, t));
-    const qtable *tb = &q->tables[t];
+    const ember__qtable *tb = &q->tables[t];
     EMBER_CHECK(q->ctx, r0 >= 0 && r0 <= r1 && r1 <= tb->cfg.rows, EMBER_ERR_INVALID_ARG,
                 "%s: table '%s': rows [%lld, %lld) outside [0, %lld)", fn, tb->cfg.name, (long long)r0, (long long)r1,
                 (long long)tb->cfg.rows);
@@ -348,7 +318,7 @@ static ember_status check_range(const ember_qebc *q, const char *fn, int32_t t, 
 ember_status ember_qebc_write_rows(ember_qebc *q, int32_t t, int64_t r0, int64_t r1, const void *src) {
     if (!q) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_range(q, "ember_qebc_write_rows", t, r0, r1, src));
-    const qtable *tb = &q->tables[t];
+    const ember__qtable *tb = &q->tables[t];
     if (r1 > r0) memcpy(tb->rows + (size_t)r0 * tb->rb, src, (size_t)(r1 - r0) * tb->rb);
     return EMBER_OK;
 }
@@ -356,7 +326,7 @@ ember_status ember_qebc_write_rows(ember_qebc *q, int32_t t, int64_t r0, int64_t
 ember_status ember_qebc_read_rows(const ember_qebc *q, int32_t t, int64_t r0, int64_t r1, void *dst) {
     if (!q) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_range(q, "ember_qebc_read_rows", t, r0, r1, dst));
-    const qtable *tb = &q->tables[t];
+    const ember__qtable *tb = &q->tables[t];
     if (r1 > r0) memcpy(dst, tb->rows + (size_t)r0 * tb->rb, (size_t)(r1 - r0) * tb->rb);
     return EMBER_OK;
 }
@@ -374,7 +344,7 @@ ember_status ember_qebc_quantize_rows(ember_qebc *q, int32_t t, int64_t r0, int6
     static const char fn[] = "ember_qebc_quantize_rows";
     if (!q) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_range(q, fn, t, r0, r1, src));
-    const qtable *tb = &q->tables[t];
+    const ember__qtable *tb = &q->tables[t];
     char what[128];
     snprintf(what, sizeof what, "table '%s'", tb->cfg.name);
     EMBER_TRY(check_finite(q->ctx, fn, what, r0, tb->cfg.dim, r1 - r0, src));
@@ -388,7 +358,7 @@ ember_status ember_qebc_quantize_rows(ember_qebc *q, int32_t t, int64_t r0, int6
 static uint64_t hash_slot(int64_t id, uint64_t mask) { return ember_splitmix64((uint64_t)id) & mask; }
 
 // The row of id in a HASH remap, or -1.
-static int64_t hash_find(const remap *m, int64_t id) {
+static int64_t hash_find(const ember__qremap *m, int64_t id) {
     for (uint64_t s = hash_slot(id, m->mask);; s = (s + 1) & m->mask) {
         if (m->slot_row[s] < 0) return -1;
         if (m->slot_id[s] == id) return m->slot_row[s];
@@ -401,7 +371,7 @@ ember_status ember_qebc_set_remap(ember_qebc *q, int32_t t, ember_qremap_kind ki
     if (!q) return EMBER_ERR_INVALID_ARG;
     ember_ctx *ctx = q->ctx;
     EMBER_TRY(check_table(q, fn, t));
-    qtable *tb = &q->tables[t];
+    ember__qtable *tb = &q->tables[t];
     EMBER_CHECK(ctx, (unsigned)kind < EMBER_QREMAP_COUNT, EMBER_ERR_INVALID_ARG, "%s: table '%s': unknown remap kind %d",
                 fn, tb->cfg.name, (int)kind);
     EMBER_CHECK(ctx, n >= 0 && (kind != EMBER_QREMAP_NONE || n == 0), EMBER_ERR_INVALID_ARG,
@@ -415,7 +385,7 @@ ember_status ember_qebc_set_remap(ember_qebc *q, int32_t t, ember_qremap_kind ki
         EMBER_CHECK(ctx, rows[i] >= 0 && rows[i] < tb->cfg.rows, EMBER_ERR_INVALID_ARG,
                     "%s: table '%s': id %lld maps to row %lld, outside [0, %lld)", fn, tb->cfg.name, (long long)ids[i],
                     (long long)rows[i], (long long)tb->cfg.rows);
-    remap m = {.kind = kind};
+    ember__qremap m = {.kind = kind};
     if (kind == EMBER_QREMAP_ARRAY) {
         const int64_t E = tb->cfg.num_embeddings;
         EMBER_CHECK(ctx, tb->cfg.rows <= INT32_MAX, EMBER_ERR_INVALID_ARG,
@@ -467,6 +437,41 @@ ember_status ember_qebc_set_remap(ember_qebc *q, int32_t t, ember_qremap_kind ki
     return EMBER_OK;
 }
 
+int64_t ember__qebc_remap_pairs(const ember_qebc *q, int32_t t, int64_t *ids, int64_t *rows) {
+    const ember__qremap *m = &q->tables[t].map;
+    int64_t n = 0;
+    if (m->kind == EMBER_QREMAP_ARRAY) {
+        for (int64_t id = 0; id < q->tables[t].cfg.num_embeddings; id++)
+            if (m->row_of[id] >= 0) {
+                if (ids) ids[n] = id, rows[n] = m->row_of[id];
+                n++;
+            }
+    } else if (m->kind == EMBER_QREMAP_HASH) {
+        for (uint64_t s = 0; s <= m->mask; s++)
+            if (m->slot_row[s] >= 0) {
+                if (ids) ids[n] = m->slot_id[s], rows[n] = m->slot_row[s];
+                n++;
+            }
+    }
+    return n;
+}
+
+ember_status ember_qebc_get_remap(const ember_qebc *q, int32_t t, ember_qremap_kind *kind, int64_t *n, int64_t *ids,
+                                  int64_t *rows, int64_t cap) {
+    static const char fn[] = "ember_qebc_get_remap";
+    if (!q) return EMBER_ERR_INVALID_ARG;
+    EMBER_TRY(check_table(q, fn, t));
+    const int64_t kept = ember__qebc_remap_pairs(q, t, NULL, NULL);
+    if (kind) *kind = q->tables[t].map.kind;
+    if (n) *n = kept;
+    if (!ids && !rows) return EMBER_OK;
+    EMBER_CHECK(q->ctx, ids && rows && cap >= kept, EMBER_ERR_INVALID_ARG,
+                "%s: table '%s': %lld kept ids, room for %lld (or ids or rows NULL)", fn, q->tables[t].cfg.name,
+                (long long)kept, (long long)cap);
+    ember__qebc_remap_pairs(q, t, ids, rows);
+    return EMBER_OK;
+}
+
 ember_qremap_kind ember_qebc_remap_kind(const ember_qebc *q, int32_t t) {
     return q && t >= 0 && t < q->T ? q->tables[t].map.kind : EMBER_QREMAP_NONE;
 }
@@ -475,7 +480,7 @@ ember_qremap_kind ember_qebc_remap_kind(const ember_qebc *q, int32_t t) {
 
 // The ids of feature f a bounds mode applies to: [0, num_embeddings) with an array remap, [0,
 // rows) without one, none (-1: every id) with a hash remap.
-static int64_t id_space(const qtable *tb) {
+static int64_t id_space(const ember__qtable *tb) {
     switch (tb->map.kind) {
     case EMBER_QREMAP_ARRAY: return tb->cfg.num_embeddings;
     case EMBER_QREMAP_HASH: return -1;
@@ -484,7 +489,7 @@ static int64_t id_space(const qtable *tb) {
 }
 
 // The row of one id (validated under the bounds mode), or -1: pruned or skipped.
-static int64_t resolve(const qtable *tb, int64_t id, ember_bounds_mode bounds) {
+static int64_t resolve(const ember__qtable *tb, int64_t id, ember_bounds_mode bounds) {
     switch (tb->map.kind) {
     case EMBER_QREMAP_HASH: return hash_find(&tb->map, id);
     case EMBER_QREMAP_ARRAY: {
@@ -505,7 +510,7 @@ ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void 
         return EMBER_ERR_NOMEM;
     int resolve_all = 0; // some feature's ids are not rows as they stand
     for (int32_t f = 0; f < q->F; f++) {
-        const qtable *tb = &q->tables[q->feature_table[f]];
+        const ember__qtable *tb = &q->tables[q->feature_table[f]];
         spaces[f] = id_space(tb);
         resolve_all |= tb->map.kind != EMBER_QREMAP_NONE;
     }
@@ -544,7 +549,7 @@ ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void 
     if (rows) {
 #pragma omp parallel for schedule(dynamic, 64) num_threads(nt) if (nt > 1)
         for (int64_t bag = 0; bag < nbags; bag++) {
-            const qtable *tb = &q->tables[q->feature_table[bag / B]];
+            const ember__qtable *tb = &q->tables[q->feature_table[bag / B]];
             for (int64_t j = offs[bag]; j < offs[bag + 1]; j++) rows[j] = resolve(tb, kjt->values[j], q->bounds);
         }
     }
@@ -553,7 +558,7 @@ ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void 
     for (int64_t bag = 0; bag < nbags; bag++) {
         const int32_t f = (int32_t)(bag / B);
         const int64_t b = bag % B;
-        const qtable *tb = &q->tables[q->feature_table[f]];
+        const ember__qtable *tb = &q->tables[q->feature_table[f]];
         const int64_t j0 = offs[bag], j1 = offs[bag + 1], jend = offs[(int64_t)(f + 1) * B];
         float *dst = f16 ? acc16 + (size_t)ember__thread_id() * (size_t)q->out_dim
                          : (float *)out + (size_t)b * (size_t)q->out_dim + (size_t)q->out_off[f];

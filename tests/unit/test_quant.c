@@ -4,7 +4,9 @@
 // within the fp32 bound of the double oracle on the dequantized values (SUM/MEAN, weighted or
 // not, empty bags, duplicate ids, one-row tables, dims across every vector width and tail), bit
 // for bit equal under every kernel variant this host runs and 1 to 4 threads, fp16 output,
-// pruning by array and hash remaps, bounds modes, refusals named, allocation failures.
+// pruning by array and hash remaps, bounds modes, refusals named, allocation failures; bundles
+// saved and loaded bit for bit with their blobs, damage found by the CRC-32, a failed save
+// (full disk) leaving the bundle that was there.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,11 +17,16 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ember.h"
 #include "fail_alloc.h"
 #include "gen.h"
 #include "quant_oracle.h"
+#include "state/durable.h"
+#include "tmpdir.h"
 
 static ember_ctx *ctxs[EMBER_ISA_COUNT];
 static int nctx;
@@ -523,6 +530,117 @@ static void allocation_failures(void **state) {
     assert_int_equal(fa.outstanding, 0);
 }
 
+
+// A bundle round trip: the same tables, remaps and forward bits, the blobs back; a second save
+// replaces the first at its commit; a full disk leaves the last good bundle; damage is refused.
+static void bundles(void **state) {
+    (void)state;
+    test_rng r = {51};
+    const ember_qtype qt[3] = {EMBER_QTYPE_INT4, EMBER_QTYPE_INT8, EMBER_QTYPE_FP16};
+    const int32_t dim[3] = {24, 7, 16};
+    const int64_t rows[3] = {30, 5, 12};
+    const ember_pooling pool[3] = {EMBER_POOL_SUM, EMBER_POOL_MEAN, EMBER_POOL_SUM};
+    qcase c;
+    case_make(&c, &r, 3, qt, dim, rows, pool, 4);
+    c.tc[0].num_embeddings = 80;
+    make_remap(&c, &r, 0, EMBER_QREMAP_ARRAY, 80, 25);
+    make_remap(&c, &r, 2, EMBER_QREMAP_HASH, 60, 9);
+    c.bounds = EMBER_BOUNDS_SKIP;
+    ember_ctx *ctx = ctxs[0];
+    ember_qebc *q = case_create(&c, ctx, EMBER_DTYPE_F32);
+    gen_kjt g;
+    const int64_t frows[4] = {80, 5, 60, 80};
+    gen_kjt_make(&g, &r, 4, 7, frows, 6, 0.3, 1);
+    for (int64_t j = 0; j < g.kjt.nnz; j++)
+        if (rng_int(&r, 5) == 0) g.values[j] = 1000; // out of every id space: skipped (hash: absent)
+    const int32_t D = ember_qebc_output_dim(q);
+    float *want = malloc(sizeof(float) * 7 * (size_t)D), *got = malloc(sizeof(float) * 7 * (size_t)D);
+    assert_int_equal(ember_qebc_forward(q, &g.kjt, want), EMBER_OK);
+
+    char dir[128], path[192];
+    snprintf(dir, sizeof dir, "%s/bundle", test_tmpdir);
+    const char json[] = "{\"model\": 1}";
+    float dense[5] = {1, 2, 3, 4, 5};
+    ember_checkpoint_blob blobs[2] = {{"trainer.json", json, sizeof json - 1}, {"dense.params", dense, sizeof dense}};
+    assert_int_equal(ember_qebc_save(q, dir, blobs, 2), EMBER_OK);
+    ember_qebc *l = NULL;
+    assert_int_equal(ember_qebc_load(ctx, dir, &l), EMBER_OK);
+    assert_int_equal(ember_qebc_num_tables(l), 3);
+    assert_int_equal(ember_qebc_remap_kind(l, 0), EMBER_QREMAP_ARRAY);
+    assert_int_equal(ember_qebc_remap_kind(l, 2), EMBER_QREMAP_HASH);
+    assert_int_equal(ember_qebc_forward(l, &g.kjt, got), EMBER_OK);
+    assert_memory_equal(got, want, sizeof(float) * 7 * (size_t)D);
+    for (int32_t t = 0; t < 3; t++) {
+        const size_t rb = ember_qtype_row_bytes(qt[t], dim[t]);
+        unsigned char *a = malloc(rb * (size_t)rows[t]);
+        assert_int_equal(ember_qebc_read_rows(l, t, 0, rows[t], a), EMBER_OK);
+        assert_memory_equal(a, c.data[t], rb * (size_t)rows[t]);
+        free(a);
+    }
+    ember_qebc_destroy(l);
+    size_t n = 0;
+    char text[64] = {0};
+    assert_int_equal(ember_qebc_read_blob(ctx, dir, "trainer.json", text, sizeof text, &n), EMBER_OK);
+    assert_int_equal(n, sizeof json - 1);
+    assert_string_equal(text, json);
+    float back[5];
+    assert_int_equal(ember_qebc_read_blob(ctx, dir, "dense.params", back, sizeof back, NULL), EMBER_OK);
+    assert_memory_equal(back, dense, sizeof dense);
+    assert_int_equal(ember_qebc_read_blob(ctx, dir, "nope", NULL, 0, &n), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "has no blob 'nope'"));
+
+    // A second save: generation 2 replaces generation 1's data file.
+    assert_int_equal(ember_qebc_save(q, dir, blobs, 1), EMBER_OK);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/q1.bin", dir);
+    assert_int_not_equal(stat(path, &sb), 0);
+    snprintf(path, sizeof path, "%s/q2.bin", dir);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(ember_qebc_read_blob(ctx, dir, "dense.params", NULL, 0, &n), EMBER_ERR_INVALID_ARG);
+    // A full disk during the third: an I/O error naming the file, generation 2 loads as before.
+    ember__dfile_fail_after(100, ENOSPC);
+    assert_int_equal(ember_qebc_save(q, dir, blobs, 2), EMBER_ERR_IO);
+    ember__dfile_fail_after(-1, 0);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "q3.bin"));
+    snprintf(path, sizeof path, "%s/q3.bin", dir);
+    assert_int_not_equal(stat(path, &sb), 0);
+    assert_int_equal(ember_qebc_load(ctx, dir, &l), EMBER_OK);
+    assert_int_equal(ember_qebc_forward(l, &g.kjt, got), EMBER_OK);
+    assert_memory_equal(got, want, sizeof(float) * 7 * (size_t)D);
+    ember_qebc_destroy(l);
+    // A failed first save into a directory it made removes the directory.
+    snprintf(path, sizeof path, "%s/fresh", test_tmpdir);
+    ember__dfile_fail_after(10, ENOSPC);
+    assert_int_equal(ember_qebc_save(q, path, NULL, 0), EMBER_ERR_IO);
+    ember__dfile_fail_after(-1, 0);
+    assert_int_not_equal(stat(path, &sb), 0);
+    // A damaged byte in the rows: the CRC-32 names the table.
+    snprintf(path, sizeof path, "%s/q2.bin", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 3, SEEK_SET);
+    const int ch = fgetc(f);
+    fseek(f, 3, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+    l = (ember_qebc *)1;
+    assert_int_equal(ember_qebc_load(ctx, dir, &l), EMBER_ERR_FORMAT);
+    assert_null(l);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "table 't0' rows fails its CRC-32"));
+    // Not a bundle; no directory.
+    assert_int_equal(ember_qebc_load(ctx, test_tmpdir, &l), EMBER_ERR_FORMAT);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "no bundle.json"));
+    snprintf(path, sizeof path, "%s/none/deeper", test_tmpdir);
+    assert_int_equal(ember_qebc_save(q, path, NULL, 0), EMBER_ERR_IO);
+    const ember_checkpoint_blob bad[1] = {{"a b", json, 1}};
+    assert_int_equal(ember_qebc_save(q, dir, bad, 1), EMBER_ERR_INVALID_ARG);
+    ember_qebc_destroy(q);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    free(want), free(got);
+    gen_kjt_free(&g);
+    case_free(&c);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -534,6 +652,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(bounds_modes),
         cmocka_unit_test(refusals_named),
         cmocka_unit_test(allocation_failures),
+        cmocka_unit_test_setup_teardown(bundles, test_tmpdir_make, test_tmpdir_remove),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
