@@ -63,5 +63,10 @@ typedef ember_status (*dlrm_backend_factory)(ember_comm *comm, const ember_ebc_c
 // The sharded embedding collection of include/ember/shard.h with ember_comm_allreduce_grads.
 ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                       ember_grad_convention conv, dlrm_backend *out);
+// A serving bundle's quantized tables (include/ember/quant.h), forward and load only: every rank
+// loads the whole bundle and pools its own batch (`ember eval --load BUNDLE`). The table
+// configurations give the names and dims the bundle must hold; plan and conv are not used.
+ember_status dlrm_backend_quant_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
+                                       ember_grad_convention conv, dlrm_backend *out);
 
 #endif

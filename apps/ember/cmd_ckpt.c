@@ -102,7 +102,8 @@ static ember_status info(ember_ctx *ctx, const char *path, bool verify) {
     printf("checkpoint '%s': generation %lld, written by %d rank%s\n", path,
            (long long)ember_checkpoint_generation(c), (int)world, world > 1 ? "s" : "");
     trainstate ts;
-    ember_status st = trainstate_read(ctx, c, path, &ts);
+    const saved_model sm = {.ckpt = c};
+    ember_status st = trainstate_read(ctx, &sm, path, &ts);
     if (st == EMBER_OK) {
         print_trainer(f, &ts);
     } else if (st == EMBER_ERR_FORMAT) {

@@ -416,9 +416,14 @@ void report_eval_header(const run *R) {
     if (!out) return;
     const train_options *o = R->o;
     const train_position *p = &R->start;
-    fprintf(out, "ember eval: '%s': DLRM after %lld steps (epoch %d), written by %d rank%s; on %d rank%s\n",
-            R->ckpt_path, (long long)p->steps, (int)p->epoch, (int)R->ckpt_world, R->ckpt_world > 1 ? "s" : "",
-            (int)R->world, R->world > 1 ? "s" : "");
+    if (R->bundle)
+        fprintf(out, "ember eval: '%s': serving bundle (quantized tables) of DLRM after %lld steps (epoch %d); on %d "
+                     "rank%s\n",
+                R->ckpt_path, (long long)p->steps, (int)p->epoch, (int)R->world, R->world > 1 ? "s" : "");
+    else
+        fprintf(out, "ember eval: '%s': DLRM after %lld steps (epoch %d), written by %d rank%s; on %d rank%s\n",
+                R->ckpt_path, (long long)p->steps, (int)p->epoch, (int)R->ckpt_world, R->ckpt_world > 1 ? "s" : "",
+                (int)R->world, R->world > 1 ? "s" : "");
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(out, "  data        synthetic eval split, seed %llu, zipf alpha %g: %lld global batches of %lld\n",
                 (unsigned long long)o->seed, o->zipf_alpha, (long long)o->limit_val_batches, (long long)o->batch_size);

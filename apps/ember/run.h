@@ -26,6 +26,7 @@ struct run {
     const train_options *o; // &opts
     train_options opts;     // the run's options: as given, with the checkpoint's filled in
     bool eval_only;         // ember eval --load: one evaluation of a saved model
+    const export_options *export_to; // ember export: write a serving bundle instead of evaluating
     const char *eval_flag;  // the option that named the eval file, for messages (NULL: as train's)
     ember_comm *comm;
     ember_ctx *ctx;
@@ -54,6 +55,7 @@ struct run {
     uint64_t digest_losses;  // --digest: every step's global loss, in order
     // Checkpoints.
     bool resumed;                          // the model starts from ckpt_path
+    bool bundle;                           // ckpt_path is a serving bundle (ember eval --load)
     char ckpt_path[TRAINSTATE_PATH_MAX];   // the checkpoint resumed from (or loaded by ember eval)
     char ckpt_save_dir[TRAINSTATE_PATH_MAX]; // the save directory it lies in, or ""
     trainstate ckpt;                       // its trainer.json
@@ -63,6 +65,12 @@ struct run {
     train_position start;                  // where training starts: zero, or the checkpoint's position
 };
 
+
+// ---- run_export.c: ember export ------------------------------------------------------------------
+
+// Quantizes (and prunes) the restored model's tables and writes the serving bundle R->export_to
+// asks for. Collective.
+ember_status run_export(run *R);
 
 // The dense model's configuration for a local batch of at most max_local samples.
 dlrm_config run_model_config(const train_options *o, int64_t max_local);

@@ -73,15 +73,32 @@ ember_status run_open_checkpoint(run *R, const char *flag, const char *dir) {
     if (st == EMBER_OK) {
         memcpy(R->ckpt_path, where->path, sizeof R->ckpt_path);
         memcpy(R->ckpt_save_dir, where->save_dir, sizeof R->ckpt_save_dir);
-        ember_checkpoint *c = NULL;
-        st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
-        if (st == EMBER_OK) {
-            R->ckpt_generation = ember_checkpoint_generation(c);
-            R->ckpt_world = ember_checkpoint_world_size(c);
-            st = trainstate_read(R->ctx, c, R->ckpt_path, &R->ckpt);
+        // A serving bundle (ember export) holds the trainer's configuration too; only ember eval
+        // takes one (it has no optimizer state to resume from). Rank 0 looked: every rank agrees.
+        int bundle = R->rank == 0 && saved_is_bundle(R->ckpt_path);
+        st = ember_comm_bcast(R->comm, &bundle, sizeof bundle, 0);
+        R->bundle = bundle != 0;
+        if (st == EMBER_OK && R->bundle) {
+            if (!R->eval_only)
+                st = ember_ctx_set_error(R->ctx, EMBER_ERR_INVALID_ARG, "%s '%s' is a serving bundle (ember export): "
+                                         "it holds no optimizer state to train from; resume from the checkpoint it "
+                                         "was exported from", flag, R->ckpt_path);
+            const saved_model sm = {.bundle = R->ckpt_path};
+            if (st == EMBER_OK) st = trainstate_read(R->ctx, &sm, R->ckpt_path, &R->ckpt);
+            R->ckpt_world = 1;
+            st = ember_comm_agree(R->comm, st);
+        } else if (st == EMBER_OK) {
+            ember_checkpoint *c = NULL;
+            st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
+            if (st == EMBER_OK) {
+                R->ckpt_generation = ember_checkpoint_generation(c);
+                R->ckpt_world = ember_checkpoint_world_size(c);
+                const saved_model sm = {.ckpt = c};
+                st = trainstate_read(R->ctx, &sm, R->ckpt_path, &R->ckpt);
+            }
+            ember_checkpoint_close(c);
+            st = ember_comm_agree(R->comm, st);
         }
-        ember_checkpoint_close(c);
-        st = ember_comm_agree(R->comm, st);
     }
     ember_ctx_free(R->ctx, where);
     if (st == EMBER_OK) {
@@ -93,12 +110,18 @@ ember_status run_open_checkpoint(run *R, const char *flag, const char *dir) {
 
 ember_status run_restore(run *R) {
     APP_TRY(R->backend.load(R->backend.impl, R->ckpt_path));
-    ember_checkpoint *c = NULL;
-    ember_status st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
-    if (st == EMBER_OK)
-        st = trainstate_read_dense(R->ctx, c, R->eval_only ? "--load" : "--resume", R->ckpt_path, R->model,
-                                   R->ckpt.dense_step);
-    ember_checkpoint_close(c);
+    const char *flag = R->eval_only ? "--load" : "--resume";
+    ember_status st = EMBER_OK;
+    if (R->bundle) {
+        const saved_model sm = {.bundle = R->ckpt_path};
+        st = trainstate_read_dense(R->ctx, &sm, flag, R->ckpt_path, R->model, R->ckpt.dense_step);
+    } else {
+        ember_checkpoint *c = NULL;
+        st = ember_checkpoint_open(R->ctx, R->ckpt_path, &c);
+        const saved_model sm = {.ckpt = c};
+        if (st == EMBER_OK) st = trainstate_read_dense(R->ctx, &sm, flag, R->ckpt_path, R->model, R->ckpt.dense_step);
+        ember_checkpoint_close(c);
+    }
     APP_TRY(ember_comm_agree(R->comm, st));
     R->digest_losses = R->ckpt.digest_losses;
     if (!R->eval_only) R->ev.digest = R->ckpt.digest_outputs;

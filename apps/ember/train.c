@@ -501,10 +501,12 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
         st = run_place_tables(R);
     }
     if (st == EMBER_OK) st = run_check_memory(R);
-    if (st == EMBER_OK) st = ember_comm_agree(comm, run_open_data(R));
-    if (st == EMBER_OK) st = run_require_data(R);
+    // An export reads no data: the tables and dense parameters are all it writes.
+    if (st == EMBER_OK && !R->export_to) st = ember_comm_agree(comm, run_open_data(R));
+    if (st == EMBER_OK && !R->export_to) st = run_require_data(R);
     if (st == EMBER_OK) st = build_model(R, factory);
     if (st == EMBER_OK && R->resumed) st = run_restore(R);
+    if (R->export_to) return st == EMBER_OK ? run_export(R) : st;
     if (st == EMBER_OK) st = start_loaders(R);
     const char *eval_path = o->eval_data_path ? o->eval_data_path : o->data_path;
     if (st == EMBER_OK && R->eval_only) {
@@ -573,6 +575,8 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
     begin(&R, comm, &o, out, res);
     R.eval_only = true;
     ember_status st = run_open_checkpoint(&R, "--load", e->load);
+    // A serving bundle's tables are its quantized ones, whatever embedding backend was asked for.
+    if (st == EMBER_OK && R.bundle) factory = dlrm_backend_quant_create;
     if (st == EMBER_OK) {
         // The checkpoint's model and data (every option trainer.json records: its tables hashed or
         // on disk as they were); placed by the planner for this world; no output files.
@@ -590,6 +594,32 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
         }
         if (e->limit_val_batches >= 0) x->limit_val_batches = e->limit_val_batches;
         st = run_model(&R, factory, res);
+    }
+    cleanup(&R);
+    return st;
+}
+
+ember_status export_saved(ember_comm *comm, const export_options *x, dlrm_backend_factory factory, FILE *out) {
+    train_options o;
+    train_options_default(&o);
+    train_result res = {0};
+    run R;
+    begin(&R, comm, &o, out, &res);
+    R.eval_only = true;
+    R.export_to = x;
+    ember_status st = run_open_checkpoint(&R, "--load", x->load);
+    if (st == EMBER_OK && R.bundle)
+        st = ember_ctx_set_error(R.ctx, EMBER_ERR_INVALID_ARG, "--load '%s' is a serving bundle already: export "
+                                 "from the training checkpoint it came from", R.ckpt_path);
+    st = ember_comm_agree(comm, st);
+    if (st == EMBER_OK) {
+        train_options *t = &R.opts;
+        trainstate_apply(&R.ckpt, t);
+        t->checkpoint_interval = 0;
+        t->keep_checkpoints = 1;
+        t->threads_note = x->threads_note;
+        t->limit_val_batches = 1;
+        st = run_model(&R, factory, &res);
     }
     cleanup(&R);
     return st;

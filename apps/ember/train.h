@@ -176,6 +176,22 @@ typedef struct eval_options {
     bool loader_shares_cpu;    // as train_options'
 } eval_options;
 
+// What `ember export` is asked for (docs/serving.md).
+typedef struct export_options {
+    const char *load;      // a checkpoint directory, or a save directory (its latest checkpoint)
+    const char *output;    // the bundle directory to write
+    const char *quantize;  // "TYPE[,TABLE=TYPE...]": every table's storage, then exceptions
+    double prune_below;    // rows whose L2 norm is below this are pruned (0: none)
+    double timeout_s;      // every collective's deadline
+    const char *threads_note;
+} export_options;
+
+// Builds the checkpoint's model as eval_saved does, loads it, quantizes its tables and writes the
+// serving bundle (include/ember/quant.h) with trainer.json and dense.params: rank 0 writes, the
+// others take part in reading the tables. Rank 0 reports to `out`. Collective; every rank returns
+// the same status.
+ember_status export_saved(ember_comm *comm, const export_options *x, dlrm_backend_factory factory, FILE *out);
+
 // Builds the checkpoint's model (its configuration from trainer.json, placed by the planner for
 // this world size), loads it and evaluates it once: res gets eval_loss, eval_auc, planted_auc and
 // the digests. Rank 0 reports to `out`. Collective on comm; every rank returns the same status.

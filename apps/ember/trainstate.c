@@ -17,6 +17,7 @@
 
 #include "appctx.h"
 #include "cli.h"
+#include "ember/quant.h"
 #include "trainstate.h"
 
 #define BLOB_PARAMS "dense.params"
@@ -594,30 +595,40 @@ ember_status trainstate_decode(ember_ctx *ctx, const char *dir, const char *text
     return r.st;
 }
 
-// Index of blob `name` in c, its size in *bytes; -1 when absent.
-static int32_t find_blob(const ember_checkpoint *c, const char *name, size_t *bytes) {
-    const int32_t n = ember_checkpoint_num_blobs(c);
+// Whether blob `name` is in c, its size in *bytes.
+static bool find_blob(ember_ctx *ctx, const saved_model *c, const char *name, size_t *bytes) {
+    if (c->bundle) {
+        if (ember_qebc_read_blob(ctx, c->bundle, name, NULL, 0, bytes) == EMBER_OK) return true;
+        ember_ctx_clear_error(ctx);
+        return false;
+    }
+    const int32_t n = ember_checkpoint_num_blobs(c->ckpt);
     for (int32_t i = 0; i < n; i++) {
         const char *bn = NULL;
         size_t b = 0;
-        if (ember_checkpoint_blob_info(c, i, &bn, &b) == EMBER_OK && bn && strcmp(bn, name) == 0) {
+        if (ember_checkpoint_blob_info(c->ckpt, i, &bn, &b) == EMBER_OK && bn && strcmp(bn, name) == 0) {
             *bytes = b;
-            return i;
+            return true;
         }
     }
-    return -1;
+    return false;
 }
 
-ember_status trainstate_read(ember_ctx *ctx, ember_checkpoint *c, const char *dir, trainstate *ts) {
+static ember_status read_blob(ember_ctx *ctx, const saved_model *c, const char *name, void *dst, size_t bytes) {
+    return c->bundle ? ember_qebc_read_blob(ctx, c->bundle, name, dst, bytes, NULL)
+                     : ember_checkpoint_read_blob(c->ckpt, name, dst, bytes, NULL);
+}
+
+ember_status trainstate_read(ember_ctx *ctx, const saved_model *c, const char *dir, trainstate *ts) {
     memset(ts, 0, sizeof *ts);
     size_t bytes = 0;
-    APP_CHECK(ctx, find_blob(c, TRAINSTATE_BLOB, &bytes) >= 0, EMBER_ERR_FORMAT,
+    APP_CHECK(ctx, find_blob(ctx, c, TRAINSTATE_BLOB, &bytes), EMBER_ERR_FORMAT,
               "'%s' is not a checkpoint of ember train: it has no %s", dir, TRAINSTATE_BLOB);
     APP_CHECK(ctx, bytes <= ((size_t)1 << 24), EMBER_ERR_FORMAT, "'%s': %s is %zu bytes, more than a trainer writes",
               dir, TRAINSTATE_BLOB, bytes);
     char *text = app_alloc(ctx, bytes + 1, TRAINSTATE_BLOB);
     if (!text) return EMBER_ERR_NOMEM;
-    ember_status st = ember_checkpoint_read_blob(c, TRAINSTATE_BLOB, text, bytes, NULL);
+    ember_status st = read_blob(ctx, c, TRAINSTATE_BLOB, text, bytes);
     if (st == EMBER_OK) {
         text[bytes] = '\0';
         st = trainstate_decode(ctx, dir, text, ts);
@@ -773,23 +784,23 @@ ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpo
     return EMBER_OK;
 }
 
-ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *flag, const char *dir,
+ember_status trainstate_read_dense(ember_ctx *ctx, const saved_model *c, const char *flag, const char *dir,
                                    dlrm_model *m, int64_t dense_step) {
     dense_optim *opt = dlrm_dense_optim(m);
     const int64_t np = dlrm_num_dense_params(m);
     const size_t want = sizeof(float) * (size_t)np;
     float *dst[3] = {dlrm_dense_params(m), opt->m1, opt->m2};
     static const char *const names[3] = {BLOB_PARAMS, BLOB_M1, BLOB_M2};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (c->bundle ? 1 : 3); i++) {
         if (!dst[i]) continue;
         size_t bytes = 0;
-        APP_CHECK(ctx, find_blob(c, names[i], &bytes) >= 0, EMBER_ERR_FORMAT,
-                  "%s '%s': the checkpoint has no %s (the %s optimizer's state)", flag, dir, names[i],
-                  dense_optim_name(opt->cfg.kind));
+        APP_CHECK(ctx, find_blob(ctx, c, names[i], &bytes), EMBER_ERR_FORMAT,
+                  "%s '%s': the %s has no %s (the %s optimizer's state)", flag, dir, c->bundle ? "bundle" : "checkpoint",
+                  names[i], dense_optim_name(opt->cfg.kind));
         APP_CHECK(ctx, bytes == want, EMBER_ERR_FORMAT,
                   "%s '%s': %s holds %zu bytes, the model's %lld dense parameters need %zu", flag, dir, names[i],
                   bytes, (long long)np, want);
-        APP_TRY(ember_checkpoint_read_blob(c, names[i], dst[i], want, NULL));
+        APP_TRY(read_blob(ctx, c, names[i], dst[i], want));
         if (!host_little_endian()) swap32(dst[i], np);
     }
     opt->step = dense_step;
@@ -831,11 +842,15 @@ static bool join(char *out, size_t cap, const char *a, const char *b) {
     return n > 0 && (size_t)n < cap;
 }
 
-static bool has_manifest(const char *dir) {
+static bool has_file(const char *dir, const char *name) {
     char path[TRAINSTATE_PATH_MAX + 32];
     struct stat sb;
-    return join(path, sizeof path, dir, "manifest.json") && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    return join(path, sizeof path, dir, name) && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
+
+static bool has_manifest(const char *dir) { return has_file(dir, "manifest.json"); }
+
+bool saved_is_bundle(const char *dir) { return has_file(dir, "bundle.json"); }
 
 static int by_step_desc(const void *a, const void *b) {
     const int64_t x = ((const ckpt_entry *)a)->step, y = ((const ckpt_entry *)b)->step;
@@ -880,7 +895,7 @@ ember_status ckpt_resolve(ember_ctx *ctx, const char *flag, const char *dir, cha
     char clean[TRAINSTATE_PATH_MAX];
     memcpy(clean, dir, len + 1);
     for (size_t n = len; n > 1 && clean[n - 1] == '/'; n--) clean[n - 1] = '\0';
-    if (has_manifest(clean)) {
+    if (has_manifest(clean) || saved_is_bundle(clean)) {
         snprintf(path, TRAINSTATE_PATH_MAX, "%s", clean);
         save_dir[0] = '\0';
         const char *slash = strrchr(clean, '/');

@@ -123,11 +123,22 @@ void trainstate_apply(const trainstate *ts, train_options *o);
 ember_status trainstate_encode(ember_ctx *ctx, const trainstate *ts, char **text);
 void trainstate_text_free(char *text); // NULL accepted
 
-// Reads and parses trainer.json of an open checkpoint `dir` into *ts (trainstate_free it, also on
+// Where a saved model's blobs are: an open checkpoint of ember train (ckpt), or a serving bundle
+// of ember export in directory `bundle` (include/ember/quant.h), which holds trainer.json and
+// dense.params as a checkpoint does (no dense optimizer state).
+typedef struct saved_model {
+    ember_checkpoint *ckpt;
+    const char *bundle;
+} saved_model;
+
+// Whether directory dir holds a serving bundle (its bundle.json). Local.
+bool saved_is_bundle(const char *dir);
+
+// Reads and parses trainer.json of a saved model `dir` into *ts (trainstate_free it, also on
 // failure). Local. Returns EMBER_OK, EMBER_ERR_FORMAT ("'DIR' is not a checkpoint of ember train:
 // it has no trainer.json", or a field named as missing or malformed), EMBER_ERR_IO,
 // EMBER_ERR_NOMEM.
-ember_status trainstate_read(ember_ctx *ctx, ember_checkpoint *c, const char *dir, trainstate *ts);
+ember_status trainstate_read(ember_ctx *ctx, const saved_model *c, const char *dir, trainstate *ts);
 
 // Parses trainer.json `text` (NUL-terminated; `dir` names its checkpoint in messages) into *ts
 // (trainstate_free it, also on failure). Local. Returns EMBER_OK, EMBER_ERR_FORMAT (not JSON,
@@ -148,11 +159,12 @@ ember_status trainstate_check(ember_ctx *ctx, const trainstate *ts, const train_
 ember_status trainstate_dense_blobs(ember_ctx *ctx, dlrm_model *m, ember_checkpoint_blob *blobs, int32_t *n,
                                     void **scratch);
 
-// Reads the dense blobs of an open checkpoint into model m and sets its optimizer's step. flag:
-// the option that named the checkpoint (--resume, --load), for messages. Local. Returns EMBER_OK,
-// EMBER_ERR_FORMAT (a blob missing or of another size than the model's parameter count: named,
-// "--load 'DIR': the checkpoint has no dense.params (...)"), EMBER_ERR_IO, EMBER_ERR_NOMEM.
-ember_status trainstate_read_dense(ember_ctx *ctx, ember_checkpoint *c, const char *flag, const char *dir,
+// Reads the dense blobs of a saved model into model m and sets its optimizer's step (a bundle:
+// dense.params alone, the optimizer's state left as it is). flag: the option that named it
+// (--resume, --load), for messages. Local. Returns EMBER_OK, EMBER_ERR_FORMAT (a blob missing or
+// of another size than the model's parameter count: named, "--load 'DIR': the checkpoint has no
+// dense.params (...)"), EMBER_ERR_IO, EMBER_ERR_NOMEM.
+ember_status trainstate_read_dense(ember_ctx *ctx, const saved_model *c, const char *flag, const char *dir,
                                    dlrm_model *m, int64_t dense_step);
 
 // ---- Save directories ------------------------------------------------------------------------
