@@ -204,6 +204,17 @@ add_test(NAME dist.train.cli.save_disk_full.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.save_disk_full.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${EMBER_MPI_ENV}")
+# Serving bundles (dist/export.sh): `ember export` by 1 and 2 ranks gives the same bundle, `eval
+# --load BUNDLE` the same outputs at 1 and 2 ranks and the checkpoint's AUC within 0.005 (int8),
+# pruning and per-table types, and bad input refused in one line.
+add_test(NAME dist.train.cli.export.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/export.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.export.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+ember_cli_test(cli.export.help 0 0 "^  --quantize SPEC " 1 export --help)
+ember_cli_test(cli.export.no_output 0 2 "^ember export: --output DIR \\(where the bundle goes\\) is required" 1
+               export --load x)
 # trainer.json damaged (another format) or a dense blob missing, the CRC-32s recomputed so that
 # the checkpoint opens (dist/ckpt_blob.py): ckpt info, eval --load and train --resume each say so
 # in one line, quoting the format and naming their own flag.
