@@ -64,6 +64,7 @@ static const parser parsers[] = {
     {"train", cmd_train_parse_only}, {"eval", cmd_eval_parse_only}, {"plan", cmd_plan_parse_only},
     {"ckpt", cmd_ckpt_parse_only},   {"tbe", tbe_parse},            {"shard", shard_bench_parse_only},
     {"ckpt", ckpt_bench_parse_only}, {"preprocess", cmd_preprocess_parse_only}, {"export", cmd_export_parse_only},
+    {"serve", cmd_serve_parse_only},
 };
 #define NUM_PARSERS ((int)(sizeof parsers / sizeof parsers[0]))
 

@@ -215,6 +215,17 @@ set_tests_properties(dist.train.cli.export.np2 PROPERTIES TIMEOUT 300 LABELS "di
 ember_cli_test(cli.export.help 0 0 "^  --quantize SPEC " 1 export --help)
 ember_cli_test(cli.export.no_output 0 2 "^ember export: --output DIR \\(where the bundle goes\\) is required" 1
                export --load x)
+# `ember serve` (dist/serve.sh, dist/serve_load.py): a bundle served under 8 concurrent loopback
+# clients answers every eval sample with ember eval's probability to the bit; malformed,
+# oversized, out-of-range and abandoned requests are refused alone; SIGTERM under load ends it
+# cleanly; 2 ranks, a bad host and a busy port are refused in one line.
+add_test(NAME dist.serve.load
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/serve.sh $<TARGET_FILE:ember_cli> /usr/bin/python3
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.serve.load PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+ember_cli_test(cli.serve.help 0 0 "^  POST /predict " 1 serve --help)
+ember_cli_test(cli.serve.no_load 0 2 "^ember serve: --load DIR is required" 1 serve)
 # trainer.json damaged (another format) or a dense blob missing, the CRC-32s recomputed so that
 # the checkpoint opens (dist/ckpt_blob.py): ckpt info, eval --load and train --resume each say so
 # in one line, quoting the format and naming their own flag.

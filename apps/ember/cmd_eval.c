@@ -25,6 +25,9 @@ static const char help[] =
     "  --timeout_s S              deadline of every collective (as ember train; default 600)\n"
     "  --digest                   end with the hashes of the outputs and of the loaded state, as\n"
     "                             ember train --digest prints them\n"
+    "  --predictions PREFIX       one process: write every eval sample's inputs to PREFIX.inputs (a\n"
+    "                             binary POST /predict body of ember serve) and its click probability\n"
+    "                             to PREFIX.probs (float32 each): what ember serve must answer\n"
     "  -h, --help                 this text\n";
 
 // What the command line fills: the evaluation's options and --threads.
@@ -41,6 +44,7 @@ static const cli_flag flags[] = {
     {"threads", CLI_INT, F(threads), 0, 4096, NULL, NULL, 0},
     {"timeout_s", CLI_CALL, F(e.timeout_s), 0, 0, NULL, cli_call_timeout, 0},
     {"digest", CLI_SET, F(e.digest), 0, 0, NULL, NULL, 0},
+    {"predictions", CLI_TEXT, F(e.predictions), 0, 0, NULL, NULL, 0},
 };
 
 // Parses the command line into c (defaults first). Returns 0 (run), 1 (--help) or 2 (bad usage:

@@ -17,6 +17,7 @@ int cmd_train(int argc, char **argv);
 // under mpiexec. See docs/dlrm.md (Resume).
 int cmd_eval(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 // `ember ckpt info DIR [--verify]`: what a checkpoint holds. Local: no MPI. See docs/dlrm.md.
 int cmd_ckpt(int argc, char **argv);
@@ -43,6 +44,7 @@ int cmd_preprocess_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2
 int cmd_train_parse_only(int argc, char **argv);
 int cmd_eval_parse_only(int argc, char **argv);
 int cmd_export_parse_only(int argc, char **argv);
+int cmd_serve_parse_only(int argc, char **argv);
 int cmd_ckpt_parse_only(int argc, char **argv);
 int cmd_plan_parse_only(int argc, char **argv);
 int cmd_preprocess_parse_only(int argc, char **argv);

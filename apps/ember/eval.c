@@ -1,5 +1,7 @@
 // Evaluation of `ember train` (eval.h): the eval set's forward pass, loss and exact AUC.
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mpi.h>
@@ -93,6 +95,51 @@ static ember_status gather_auc(evaluator *E, double *auc) {
     return st;
 }
 
+ember_status eval_open_predictions(evaluator *E, const char *prefix) {
+    ember_ctx *ctx = ember_comm_ctx(E->comm);
+    char path[4096];
+    static const char *const ext[2] = {"inputs", "probs"};
+    FILE **f[2] = {&E->inputs, &E->probs};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s.%s", prefix, ext[i]);
+        if (!(*f[i] = fopen(path, "wb"))) {
+            const int err = errno;
+            eval_close_predictions(E);
+            return ember_ctx_set_error(ctx, EMBER_ERR_IO, "--predictions: cannot create '%s': %s", path, strerror(err));
+        }
+    }
+    const uint32_t zero = 0;
+    fwrite("EMB1", 1, 4, E->inputs);
+    fwrite(&zero, sizeof zero, 1, E->inputs); // the count, written at the end
+    E->dumped = 0;
+    return EMBER_OK;
+}
+
+ember_status eval_close_predictions(evaluator *E) {
+    bool ok = true;
+    if (E->inputs) {
+        const uint32_t n = (uint32_t)E->dumped;
+        ok = fseek(E->inputs, 4, SEEK_SET) == 0 && fwrite(&n, sizeof n, 1, E->inputs) == 1 && !ferror(E->inputs);
+        ok = fclose(E->inputs) == 0 && ok;
+    }
+    if (E->probs) ok = !ferror(E->probs) && fclose(E->probs) == 0 && ok;
+    const bool had = E->inputs || E->probs;
+    E->inputs = E->probs = NULL;
+    if (had && !ok) return ember_ctx_set_error(ember_comm_ctx(E->comm), EMBER_ERR_IO, "--predictions: a write failed");
+    return EMBER_OK;
+}
+
+// Batch b's samples and their probabilities into the --predictions files.
+static void dump_predictions(evaluator *E, const dlrm_batch *b, const float *logits) {
+    for (int32_t i = 0; i < b->size; i++) {
+        fwrite(b->dense + (size_t)i * (size_t)b->num_dense, sizeof(float), (size_t)b->num_dense, E->inputs);
+        fwrite(b->ids + (size_t)i * (size_t)b->num_sparse, sizeof(int64_t), (size_t)b->num_sparse, E->inputs);
+        const float p = (float)(1.0 / (1.0 + exp(-(double)logits[i])));
+        fwrite(&p, sizeof p, 1, E->probs);
+    }
+    E->dumped += b->size;
+}
+
 ember_status eval_run(evaluator *E, source *s, dlrm_model *m, dlrm_batch *b, int64_t *sizes, double *loss,
                       double *auc) {
     APP_TRY(ember_comm_agree(E->comm, source_rewind(s)));
@@ -106,6 +153,7 @@ ember_status eval_run(evaluator *E, source *s, dlrm_model *m, dlrm_batch *b, int
         if (what == FETCH_SKIP) continue;
         const float *logits;
         APP_TRY(dlrm_forward(m, b, &logits));
+        if (E->inputs) dump_predictions(E, b, logits);
         sums[0] += bce_with_logits(b->size, logits, b->labels, 0.0f, NULL);
         sums[1] += b->size;
         APP_TRY(ember_comm_agree(E->comm, append_outputs(E, logits, b)));

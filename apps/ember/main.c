@@ -21,6 +21,7 @@ static const subcommand subcommands[] = {
     {"train", cmd_train, "train DLRM on synthetic or Criteo click data (data-parallel dense, sharded embeddings)"},
     {"eval", cmd_eval, "evaluate a saved DLRM checkpoint (ember train --save_dir) on its eval set or a Criteo file"},
     {"export", cmd_export, "a saved DLRM checkpoint into a serving bundle: quantized (and pruned) tables, dense model"},
+    {"serve", cmd_serve, "serve a bundle of ember export over HTTP, batching requests (POST /predict)"},
     {"ckpt", cmd_ckpt, "inspect a checkpoint: ckpt info DIR [--verify] (tables, blobs, the trainer's position)"},
     {"plan", cmd_plan, "place tables on ranks with the planner (per-rank storage and bytes per step)"},
     {"preprocess", cmd_preprocess, "Criteo TSV days into TorchRec's day files (--dataset criteo_npy)"},

@@ -27,6 +27,8 @@ struct run {
     train_options opts;     // the run's options: as given, with the checkpoint's filled in
     bool eval_only;         // ember eval --load: one evaluation of a saved model
     const export_options *export_to; // ember export: write a serving bundle instead of evaluating
+    const serve_options *serve_to;   // ember serve: serve the model over HTTP instead of evaluating
+    const char *predictions;         // ember eval --predictions PREFIX (eval.h)
     const char *eval_flag;  // the option that named the eval file, for messages (NULL: as train's)
     ember_comm *comm;
     ember_ctx *ctx;
@@ -71,6 +73,11 @@ struct run {
 // Quantizes (and prunes) the restored model's tables and writes the serving bundle R->export_to
 // asks for. Collective.
 ember_status run_export(run *R);
+
+// ---- serve.c: ember serve -------------------------------------------------------------------------
+
+// Serves the restored model over HTTP as R->serve_to asks, until SIGINT or SIGTERM. One process.
+ember_status run_serve(run *R);
 
 // The dense model's configuration for a local batch of at most max_local samples.
 dlrm_config run_model_config(const train_options *o, int64_t max_local);

@@ -205,7 +205,15 @@ static ember_status mllog_eval(run *R, metrics_row *row, double epoch_num) {
 static ember_status evaluate_once(run *R, train_result *res) {
     report_eval_header(R);
     double loss = NAN, auc = NAN;
-    APP_TRY(eval_tables(R, &loss, &auc));
+    if (R->predictions) {
+        APP_CHECK(R->ctx, R->world == 1, EMBER_ERR_UNSUPPORTED,
+                  "--predictions writes from one process: run ember eval without mpiexec (%d ranks here)", (int)R->world);
+        APP_TRY(eval_open_predictions(&R->ev, R->predictions));
+    }
+    const ember_status st = eval_tables(R, &loss, &auc);
+    const ember_status closed = eval_close_predictions(&R->ev);
+    APP_TRY(st);
+    APP_TRY(closed);
     res->steps = R->start.steps;
     res->eval_loss = loss;
     res->eval_auc = auc;
@@ -501,12 +509,14 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
         st = run_place_tables(R);
     }
     if (st == EMBER_OK) st = run_check_memory(R);
-    // An export reads no data: the tables and dense parameters are all it writes.
-    if (st == EMBER_OK && !R->export_to) st = ember_comm_agree(comm, run_open_data(R));
-    if (st == EMBER_OK && !R->export_to) st = run_require_data(R);
+    // An export or a server reads no data set: the model is all they need.
+    const bool data = !R->export_to && !R->serve_to;
+    if (st == EMBER_OK && data) st = ember_comm_agree(comm, run_open_data(R));
+    if (st == EMBER_OK && data) st = run_require_data(R);
     if (st == EMBER_OK) st = build_model(R, factory);
     if (st == EMBER_OK && R->resumed) st = run_restore(R);
     if (R->export_to) return st == EMBER_OK ? run_export(R) : st;
+    if (R->serve_to) return st == EMBER_OK ? run_serve(R) : st;
     if (st == EMBER_OK) st = start_loaders(R);
     const char *eval_path = o->eval_data_path ? o->eval_data_path : o->data_path;
     if (st == EMBER_OK && R->eval_only) {
@@ -586,6 +596,7 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
         x->keep_checkpoints = 1;
         x->digest = e->digest;
         x->threads_note = e->threads_note;
+        R.predictions = e->predictions;
         if (e->data_path) {
             R.eval_flag = "--data_path";
             x->dataset = TRAIN_CRITEO;
@@ -619,6 +630,29 @@ ember_status export_saved(ember_comm *comm, const export_options *x, dlrm_backen
         t->keep_checkpoints = 1;
         t->threads_note = x->threads_note;
         t->limit_val_batches = 1;
+        st = run_model(&R, factory, &res);
+    }
+    cleanup(&R);
+    return st;
+}
+
+ember_status serve_saved(ember_comm *comm, const serve_options *x, dlrm_backend_factory factory, FILE *out) {
+    train_options o;
+    train_options_default(&o);
+    train_result res = {0};
+    run R;
+    begin(&R, comm, &o, out, &res);
+    R.eval_only = true;
+    R.serve_to = x;
+    ember_status st = run_open_checkpoint(&R, "--load", x->load);
+    if (st == EMBER_OK && R.bundle) factory = dlrm_backend_quant_create;
+    if (st == EMBER_OK) {
+        train_options *t = &R.opts;
+        trainstate_apply(&R.ckpt, t);
+        t->checkpoint_interval = 0;
+        t->keep_checkpoints = 1;
+        t->threads_note = x->threads_note;
+        t->batch_size = x->max_batch; // the model's workspace: one forward of at most max_batch samples
         st = run_model(&R, factory, &res);
     }
     cleanup(&R);

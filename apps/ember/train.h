@@ -170,6 +170,7 @@ typedef struct eval_options {
     int64_t limit_val_batches; // eval global batches; -1: the checkpoint's (with data_path: 0, the
                                // whole file)
     bool digest;               // print the digest line of the outputs and the loaded state
+    const char *predictions;   // PREFIX: write PREFIX.inputs and PREFIX.probs (eval.h); one process
     double timeout_s;          // every collective's deadline (ember_comm_set_timeout); 0: none
     const char *threads_note;
     const char *loader_cpus;   // as train_options'
@@ -185,6 +186,22 @@ typedef struct export_options {
     double timeout_s;      // every collective's deadline
     const char *threads_note;
 } export_options;
+
+// What `ember serve` is asked for (docs/serving.md).
+typedef struct serve_options {
+    const char *load;        // a serving bundle (or a checkpoint: its fp32 tables)
+    const char *host;        // IPv4 address to listen on
+    int64_t port;            // 0: any free port (printed)
+    int64_t max_batch;       // samples per forward of the model, at most
+    int64_t max_wait_us;     // how long the first queued request waits for others
+    int64_t max_body_bytes;  // a larger request body is refused (413)
+    int64_t max_connections; // connections at once
+    const char *threads_note;
+} serve_options;
+
+// Loads a bundle (as ember eval --load does) and serves it over HTTP until SIGINT or SIGTERM
+// (serve.c): one process. Reports to `out`. Returns the status the server ended with.
+ember_status serve_saved(ember_comm *comm, const serve_options *x, dlrm_backend_factory factory, FILE *out);
 
 // Builds the checkpoint's model as eval_saved does, loads it, quantizes its tables and writes the
 // serving bundle (include/ember/quant.h) with trainer.json and dense.params: rank 0 writes, the
