@@ -5,6 +5,8 @@ The objects, TorchRec's names where they exist:
 * ``TableConfig``, ``KJT`` (keyed jagged tensor), ``EmbeddingBagCollection`` (local);
 * ``Comm`` (an MPI communicator), ``ShardedEmbeddingBagCollection``, ``TablePlan``, ``plan()``,
   ``describe_plan()``, ``Checkpoint`` (inspection of a saved checkpoint);
+* ``QuantEmbeddingBagCollection`` (a serving bundle's quantized tables, ``ember export``) and the
+  row functions ``quantize_rows`` / ``dequantize_rows`` (FBGEMM's fused row-wise formats);
 * the exceptions of ``ember.errors``, one class per library status (re-exported here).
 
 Arrays: ids int64, lengths int32, offsets int64, weights and outputs float32; C-contiguous arrays
@@ -23,6 +25,7 @@ from ._comm import Comm
 from ._sharded import ShardedEmbeddingBagCollection, TablePlan, describe_plan, plan
 from ._checkpoint import Checkpoint
 from .lfq import LFQ
+from ._quant import QuantEmbeddingBagCollection, dequantize_rows, quantize_rows, row_bytes
 
 __version__: str = _ember.version()
 
@@ -54,5 +57,6 @@ __all__ = [
     "__version__", "build_info", "cpu", "isa_best", "bytes_outstanding", "errors",
     "TableConfig", "KJT", "EmbeddingBagCollection",
     "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "plan", "describe_plan", "Checkpoint", "LFQ",
+    "QuantEmbeddingBagCollection", "quantize_rows", "dequantize_rows", "row_bytes",
     *errors.__all__,
 ]

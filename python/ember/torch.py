@@ -41,7 +41,8 @@ except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
     _TorchRecKJT = None
     _TorchRecKT = None
 
-__all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "allreduce_dense_grads", "to_kjt"]
+__all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "QuantEmbeddingBagCollection",
+           "allreduce_dense_grads", "to_kjt"]
 
 
 def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
@@ -214,6 +215,29 @@ class ShardedEmbeddingBagCollection(_Base):
     def _write_weight(self, name: str, arr: Any) -> None:
         self.ebc.write(name, "weight", arr.astype(np.float32, copy=False), root=-1)
 
+
+
+class QuantEmbeddingBagCollection(torch.nn.Module):
+    """A serving bundle's quantized tables (``ember export``) as an inference module, TorchRec's
+    ``QuantEmbeddingBagCollection`` for ember's bundles: no parameters and no autograd (a served
+    model does not train). Inputs and outputs as the training modules (a KeyedJaggedTensor gives a
+    KeyedTensor). ``bundle``: the bundle directory; ``num_threads``: kernel threads (0: all)."""
+
+    def __init__(self, bundle: Any, num_threads: int = 0) -> None:
+        super().__init__()
+        self.qebc = ember.QuantEmbeddingBagCollection(bundle, num_threads=num_threads)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.qebc.feature_names)
+
+    def forward(self, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> Any:
+        kjt, _ = _convert(self.qebc, kjt_or_values, lengths, weights)
+        out = torch.from_numpy(self.qebc.forward(kjt))
+        if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
+            dims = [self.qebc.tables[t]["dim"] for t in self.qebc._feature_table]
+            return _TorchRecKT(keys=self.feature_names, length_per_key=dims, values=out)
+        return out
 
 def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember.Comm",
                           convention: str = "mean") -> None:

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ember/lfq.h"
+#include "ember/quant.h"
 
 PyObject *ember_py_version(PyObject *self, PyObject *args) {
     (void)self, (void)args;
@@ -79,6 +80,8 @@ EMBER_PY_ENUM_FNS_(isa, ember_isa, ember_isa)
 EMBER_PY_ENUM_FNS_(optim, ember_optim_kind, ember_optim)
 EMBER_PY_ENUM_FNS_(lfq_projection, ember_lfq_projection, ember_lfq_projection)
 EMBER_PY_ENUM_FNS_(lfq_dist_mean, ember_lfq_dist_mean, ember_lfq_dist_mean)
+EMBER_PY_ENUM_FNS_(qtype, ember_qtype, ember_qtype)
+EMBER_PY_ENUM_FNS_(qremap_kind, ember_qremap_kind, ember_qremap_kind)
 #undef EMBER_PY_ENUM_FNS_
 
 #define EMBER_PY_ENUM_(type, count) {#type, count, type##_name_of_int, type##_parse_to_int}
@@ -96,6 +99,8 @@ static const enum_entry ENUMS[] = {
     EMBER_PY_ENUM_(optim, EMBER_OPT_COUNT),
     EMBER_PY_ENUM_(lfq_projection, EMBER_LFQ_PROJ_COUNT),
     EMBER_PY_ENUM_(lfq_dist_mean, EMBER_LFQ_MEAN_COUNT),
+    EMBER_PY_ENUM_(qtype, EMBER_QTYPE_COUNT),
+    EMBER_PY_ENUM_(qremap_kind, EMBER_QREMAP_COUNT),
 };
 #undef EMBER_PY_ENUM_
 
