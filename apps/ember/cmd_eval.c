@@ -27,7 +27,8 @@ static const char help[] =
     "                             ember train --digest prints them\n"
     "  --predictions PREFIX       one process: write every eval sample's inputs to PREFIX.inputs (a\n"
     "                             binary POST /predict body of ember serve) and its click probability\n"
-    "                             to PREFIX.probs (float32 each): what ember serve must answer\n"
+    "                             to PREFIX.probs (float32 each): what ember serve must answer; its\n"
+    "                             label to PREFIX.labels (float32)\n"
     "  -h, --help                 this text\n";
 
 // What the command line fills: the evaluation's options and --threads.

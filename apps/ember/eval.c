@@ -98,9 +98,9 @@ static ember_status gather_auc(evaluator *E, double *auc) {
 ember_status eval_open_predictions(evaluator *E, const char *prefix) {
     ember_ctx *ctx = ember_comm_ctx(E->comm);
     char path[4096];
-    static const char *const ext[2] = {"inputs", "probs"};
-    FILE **f[2] = {&E->inputs, &E->probs};
-    for (int i = 0; i < 2; i++) {
+    static const char *const ext[3] = {"inputs", "probs", "labels"};
+    FILE **f[3] = {&E->inputs, &E->probs, &E->labels};
+    for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s.%s", prefix, ext[i]);
         if (!(*f[i] = fopen(path, "wb"))) {
             const int err = errno;
@@ -122,9 +122,11 @@ ember_status eval_close_predictions(evaluator *E) {
         ok = fseek(E->inputs, 4, SEEK_SET) == 0 && fwrite(&n, sizeof n, 1, E->inputs) == 1 && !ferror(E->inputs);
         ok = fclose(E->inputs) == 0 && ok;
     }
-    if (E->probs) ok = !ferror(E->probs) && fclose(E->probs) == 0 && ok;
-    const bool had = E->inputs || E->probs;
-    E->inputs = E->probs = NULL;
+    FILE *more[2] = {E->probs, E->labels};
+    for (int i = 0; i < 2; i++)
+        if (more[i]) ok = !ferror(more[i]) && fclose(more[i]) == 0 && ok;
+    const bool had = E->inputs || E->probs || E->labels;
+    E->inputs = E->probs = E->labels = NULL;
     if (had && !ok) return ember_ctx_set_error(ember_comm_ctx(E->comm), EMBER_ERR_IO, "--predictions: a write failed");
     return EMBER_OK;
 }
@@ -136,6 +138,7 @@ static void dump_predictions(evaluator *E, const dlrm_batch *b, const float *log
         fwrite(b->ids + (size_t)i * (size_t)b->num_sparse, sizeof(int64_t), (size_t)b->num_sparse, E->inputs);
         const float p = (float)(1.0 / (1.0 + exp(-(double)logits[i])));
         fwrite(&p, sizeof p, 1, E->probs);
+        fwrite(b->labels + i, sizeof(float), 1, E->labels);
     }
     E->dumped += b->size;
 }

@@ -27,8 +27,9 @@ typedef struct evaluator {
     // ember eval --predictions PREFIX (one process): every eval sample's model inputs as the body
     // of a binary POST /predict of ember serve ("EMB1", uint32 count, then per sample 13 float32
     // and 26 int64) into `inputs`, and its click probability (float32, the sigmoid of its logit in
-    // double, as ember serve answers) into `probs`. NULL: none.
-    FILE *inputs, *probs;
+    // double, as ember serve answers) into `probs`, its label (float32 0 or 1) into `labels`.
+    // NULL: none.
+    FILE *inputs, *probs, *labels;
     int64_t dumped;
 } evaluator;
 
@@ -40,9 +41,9 @@ void eval_init(evaluator *E, ember_comm *comm, bool with_planted, int64_t cap_hi
 ember_status eval_run(evaluator *E, source *s, dlrm_model *m, dlrm_batch *b, int64_t *sizes, double *loss,
                       double *auc);
 
-// Opens PREFIX.inputs and PREFIX.probs for the next eval_run, which writes them. Local. Returns
+// Opens PREFIX.inputs, PREFIX.probs and PREFIX.labels for the next eval_run, which writes them. Local. Returns
 // EMBER_OK or EMBER_ERR_IO (naming the file). eval_close_predictions completes the inputs'
-// header and closes both (EMBER_ERR_IO when a write failed).
+// header and closes them (EMBER_ERR_IO when a write failed).
 ember_status eval_open_predictions(evaluator *E, const char *prefix);
 ember_status eval_close_predictions(evaluator *E);
 
