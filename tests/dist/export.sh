@@ -5,6 +5,7 @@
 #     outputs (digest), an AUC within 0.005 of the checkpoint's own (int8), and with fp32 tables
 #     the checkpoint's AUC exactly;
 #   - --prune_below keeps fewer rows and still evaluates; per-table types are applied;
+#   - a collisionless (hashed) run exports its occupied rows behind hash remaps, same AUC;
 #   - bad input is refused in one line on every rank: an unknown type or table, a bundle given to
 #     export or to train --resume, a damaged bundle (its CRC-32 names the table).
 # Usage: export.sh EMBER LAUNCHER...   (LAUNCHER: e.g. mpiexec -n 2)
@@ -54,6 +55,18 @@ kept=$(sed -n 's/^done: 26 tables, \([0-9]*\) of \([0-9]*\) rows kept.*/\1 \2/p'
 read -r k n <<<"$kept"
 [ -n "$k" ] && [ "$k" -lt "$n" ] || fail "--prune_below 0.02 kept every row ($kept)"
 "$@" "$ember" eval --load "$dir/p" >"$dir/eval_p.txt" 2>&1 || fail "eval of the pruned bundle failed"
+
+"$ember" train --hash collisionless --batch_size 512 --limit_train_batches 20 --limit_val_batches 2 --eval_interval 0 \
+  --progress lines --save_dir "$dir/hrun" >"$dir/train_hashed.txt" 2>&1 || fail "the hashed run failed"
+"$ember" export --load "$dir/hrun" --output "$dir/hb" >"$dir/export_h.txt" 2>&1 || fail "hashed export failed"
+kept=$(sed -n 's/^done: 26 tables, \([0-9]*\) of \([0-9]*\) rows kept.*/\1 \2/p' "$dir/export_h.txt")
+read -r k n <<<"$kept"
+[ -n "$k" ] && [ "$k" -lt "$n" ] || fail "the hashed export kept every row ($kept): free rows should go"
+"$ember" eval --load "$dir/hrun" >"$dir/eval_hrun.txt" 2>&1 || fail "eval of the hashed checkpoint failed"
+"$ember" eval --load "$dir/hb" >"$dir/eval_hb.txt" 2>&1 || fail "eval of the hashed bundle failed"
+a=$(auc "$dir/eval_hrun.txt") b=$(auc "$dir/eval_hb.txt")
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a > 0.5 && (d < 0 ? -d : d) <= 0.005) }' ||
+  fail "hashed int8 AUC $b is not within 0.005 of the checkpoint's $a"
 
 "$@" "$ember" export --load "$dir/run" --output "$dir/x" --quantize int3 >"$dir/bad_type.txt" 2>&1 &&
   fail "export took --quantize int3"
