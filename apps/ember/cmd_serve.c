@@ -1,5 +1,7 @@
 // `ember serve --load DIR [--port P]`: a serving bundle (ember export) behind an HTTP server that
 // batches requests from many connections (docs/serving.md).
+#define _POSIX_C_SOURCE 200809L
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>

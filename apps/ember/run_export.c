@@ -6,6 +6,8 @@
 // rows whose L2 norm is below X: the table keeps its id space and an array remap sends each kept
 // id to its compacted row. A hashed table always gets a hash remap from its id map (rows no id
 // holds are dropped).
+#define _POSIX_C_SOURCE 200809L
+
 #include <math.h>
 #include <string.h>
 

@@ -82,6 +82,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, server *s, int code, co
 }
 
 // {"error": "..."} with the message escaped by cJSON.
+static enum MHD_Result respond_error(struct MHD_Connection *c, server *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static enum MHD_Result respond_error(struct MHD_Connection *c, server *s, int code, const char *fmt, ...) {
     char msg[512];
     va_list ap;
