@@ -575,6 +575,47 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
     return st;
 }
 
+// ember eval, export and serve: the saved model at `load` rebuilt from its trainer.json (every option
+// it records: its tables hashed or on disk as they were), placed by the planner for this world, no
+// output files; `setup` adds the command's own options; then run_model runs what R's mode says
+// (one evaluation, an export, a server). A serving bundle brings its quantized tables, whatever
+// backend the factory makes; `bundles` false refuses one. R is begun by the caller.
+typedef void (*saved_setup)(run *R, train_options *x, const void *arg);
+static ember_status run_saved(run *R, const char *load, const char *threads_note, bool bundles,
+                              dlrm_backend_factory factory, saved_setup setup, const void *arg, train_result *res) {
+    R->eval_only = true;
+    ember_status st = run_open_checkpoint(R, "--load", load);
+    if (st == EMBER_OK && R->bundle && !bundles)
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_INVALID_ARG, "--load '%s' is a serving bundle already: export "
+                                 "from the training checkpoint it came from", R->ckpt_path);
+    st = ember_comm_agree(R->comm, st);
+    if (st == EMBER_OK && R->bundle) factory = dlrm_backend_quant_create;
+    if (st == EMBER_OK) {
+        train_options *x = &R->opts;
+        trainstate_apply(&R->ckpt, x);
+        x->checkpoint_interval = 0;
+        x->keep_checkpoints = 1;
+        x->threads_note = threads_note;
+        if (setup) setup(R, x, arg);
+        st = run_model(R, factory, res);
+    }
+    cleanup(R);
+    return st;
+}
+
+static void eval_setup(run *R, train_options *x, const void *arg) {
+    const eval_options *e = arg;
+    x->digest = e->digest;
+    R->predictions = e->predictions;
+    if (e->data_path) {
+        R->eval_flag = "--data_path";
+        x->dataset = TRAIN_CRITEO;
+        x->data_path = x->eval_data_path = e->data_path;
+        x->limit_val_batches = 0;
+    }
+    if (e->limit_val_batches >= 0) x->limit_val_batches = e->limit_val_batches;
+}
+
 ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_factory factory, FILE *out,
                         train_result *res) {
     train_options o;
@@ -583,31 +624,7 @@ ember_status eval_saved(ember_comm *comm, const eval_options *e, dlrm_backend_fa
     o.loader_shares_cpu = e->loader_shares_cpu;
     run R;
     begin(&R, comm, &o, out, res);
-    R.eval_only = true;
-    ember_status st = run_open_checkpoint(&R, "--load", e->load);
-    // A serving bundle's tables are its quantized ones, whatever embedding backend was asked for.
-    if (st == EMBER_OK && R.bundle) factory = dlrm_backend_quant_create;
-    if (st == EMBER_OK) {
-        // The checkpoint's model and data (every option trainer.json records: its tables hashed or
-        // on disk as they were); placed by the planner for this world; no output files.
-        train_options *x = &R.opts;
-        trainstate_apply(&R.ckpt, x);
-        x->checkpoint_interval = 0;
-        x->keep_checkpoints = 1;
-        x->digest = e->digest;
-        x->threads_note = e->threads_note;
-        R.predictions = e->predictions;
-        if (e->data_path) {
-            R.eval_flag = "--data_path";
-            x->dataset = TRAIN_CRITEO;
-            x->data_path = x->eval_data_path = e->data_path;
-            x->limit_val_batches = 0;
-        }
-        if (e->limit_val_batches >= 0) x->limit_val_batches = e->limit_val_batches;
-        st = run_model(&R, factory, res);
-    }
-    cleanup(&R);
-    return st;
+    return run_saved(&R, e->load, e->threads_note, true, factory, eval_setup, e, res);
 }
 
 ember_status export_saved(ember_comm *comm, const export_options *x, dlrm_backend_factory factory, FILE *out) {
@@ -616,24 +633,14 @@ ember_status export_saved(ember_comm *comm, const export_options *x, dlrm_backen
     train_result res = {0};
     run R;
     begin(&R, comm, &o, out, &res);
-    R.eval_only = true;
     R.export_to = x;
-    ember_status st = run_open_checkpoint(&R, "--load", x->load);
-    if (st == EMBER_OK && R.bundle)
-        st = ember_ctx_set_error(R.ctx, EMBER_ERR_INVALID_ARG, "--load '%s' is a serving bundle already: export "
-                                 "from the training checkpoint it came from", R.ckpt_path);
-    st = ember_comm_agree(comm, st);
-    if (st == EMBER_OK) {
-        train_options *t = &R.opts;
-        trainstate_apply(&R.ckpt, t);
-        t->checkpoint_interval = 0;
-        t->keep_checkpoints = 1;
-        t->threads_note = x->threads_note;
-        t->limit_val_batches = 1;
-        st = run_model(&R, factory, &res);
-    }
-    cleanup(&R);
-    return st;
+    return run_saved(&R, x->load, x->threads_note, false, factory, NULL, NULL, &res);
+}
+
+// The model's workspace: one forward of at most max_batch samples.
+static void serve_setup(run *R, train_options *x, const void *arg) {
+    (void)R;
+    x->batch_size = ((const serve_options *)arg)->max_batch;
 }
 
 ember_status serve_saved(ember_comm *comm, const serve_options *x, dlrm_backend_factory factory, FILE *out) {
@@ -642,19 +649,6 @@ ember_status serve_saved(ember_comm *comm, const serve_options *x, dlrm_backend_
     train_result res = {0};
     run R;
     begin(&R, comm, &o, out, &res);
-    R.eval_only = true;
     R.serve_to = x;
-    ember_status st = run_open_checkpoint(&R, "--load", x->load);
-    if (st == EMBER_OK && R.bundle) factory = dlrm_backend_quant_create;
-    if (st == EMBER_OK) {
-        train_options *t = &R.opts;
-        trainstate_apply(&R.ckpt, t);
-        t->checkpoint_interval = 0;
-        t->keep_checkpoints = 1;
-        t->threads_note = x->threads_note;
-        t->batch_size = x->max_batch; // the model's workspace: one forward of at most max_batch samples
-        st = run_model(&R, factory, &res);
-    }
-    cleanup(&R);
-    return st;
+    return run_saved(&R, x->load, x->threads_note, true, factory, serve_setup, x, &res);
 }

@@ -79,7 +79,9 @@ one "$dir/bad_load.txt" "^ember export: error: --load '$dir/b2' is a serving bun
 "$@" "$ember" train --limit_train_batches 2 --resume "$dir/b2" >"$dir/bad_resume.txt" 2>&1 && fail "resumed a bundle"
 one "$dir/bad_resume.txt" "^ember train: error: --resume '$dir/b2' is a serving bundle"
 [ ! -e "$dir/x" ] || fail "a refused export left $dir/x"
-printf '\x55' | dd of="$dir/b1/q1.bin" bs=1 seek=100 conv=notrunc status=none
+# One bit of t_cat_0's rows flipped (byte 100 of the data file).
+byte=$(od -An -tu1 -j100 -N1 "$dir/b1/q1.bin" | tr -d ' ')
+printf "\\x$(printf %02x $((byte ^ 16)))" | dd of="$dir/b1/q1.bin" bs=1 seek=100 conv=notrunc status=none
 "$@" "$ember" eval --load "$dir/b1" >"$dir/damaged.txt" 2>&1 && fail "eval took a damaged bundle"
 one "$dir/damaged.txt" "^ember eval: error: bundle '$dir/b1': table 't_cat_0' rows fails its CRC-32"
 echo "export.sh: ok"
