@@ -1,13 +1,12 @@
 // What every quantized pooling variant shares, included by generic.c, avx2.c and avx512.c (so
-// compiled with each variant's target flags; everything here is static). The variant defines,
-// before including this file:
+// compiled with each variant's target flags; everything here is static). The variant defines
+// VW, its vector width in floats (1 for generic), before including this file, and after it
 //
-//   VW   its vector width in floats (1 for generic)
 //   static int pool_vectors(const ember__qbag *b, int32_t d0, int nv, float inv, float *out)
 //        pools elements [d0, d0 + nv*VW) of every id of the bag, times inv when inv is not 0
 //        (MEAN), into out[0 .. nv*VW), nv in [1, 8], returning 1, or 0 to leave those elements
-//        to the portable loop (a type it
-//        does not vectorise); prefetches ahead (prefetch_ahead) when d0 is 0
+//        to the portable loop; prefetches ahead (prefetch_ahead) when d0 is 0 (the vector
+//        variants take it from quant/isa/vector.h)
 //
 // and this file gives the element decoding, the portable loop and the bag loop (columns in
 // chunks of up to 8 vectors, the ids of the bag in order within each chunk), and defines the
