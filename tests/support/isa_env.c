@@ -21,3 +21,20 @@ int test_isa_env_check(const char *test) {
     printf("%s: kernel variant %s\n", test, env);
     return 0;
 }
+
+int test_isa_contexts(const char *test, ember_ctx **ctxs) {
+    int n = 0;
+    for (int i = EMBER_ISA_GENERIC; i < EMBER_ISA_COUNT; i++) {
+        char why[160];
+        if (!ember_isa_supported((ember_isa)i, why, sizeof why)) {
+            printf("%s: %s: skipped on this host: %s\n", test, ember_isa_name((ember_isa)i), why);
+            continue;
+        }
+        ember_ctx_config cfg = EMBER_CTX_CONFIG_DEFAULT;
+        cfg.isa = (ember_isa)i;
+        cfg.num_threads = 1;
+        if (ember_ctx_create(&cfg, &ctxs[n]) != EMBER_OK) return -1;
+        n++;
+    }
+    return n;
+}

@@ -22,6 +22,7 @@
 #include "ember.h"
 #include "fail_alloc.h"
 #include "gen.h"
+#include "isa_env.h"
 
 // The variants this host runs, one context each (threads set per run).
 static ember_ctx *ctxs[EMBER_ISA_COUNT];
@@ -29,20 +30,8 @@ static int nctx;
 
 static int setup(void **state) {
     (void)state;
-    nctx = 0;
-    for (int i = EMBER_ISA_GENERIC; i < EMBER_ISA_COUNT; i++) {
-        char why[160];
-        if (!ember_isa_supported((ember_isa)i, why, sizeof why)) {
-            printf("unit.dense: %s: skipped on this host: %s\n", ember_isa_name((ember_isa)i), why);
-            continue;
-        }
-        ember_ctx_config cfg = EMBER_CTX_CONFIG_DEFAULT;
-        cfg.isa = (ember_isa)i;
-        cfg.num_threads = 1;
-        if (ember_ctx_create(&cfg, &ctxs[nctx]) != EMBER_OK) return -1;
-        nctx++;
-    }
-    return 0;
+    nctx = test_isa_contexts("unit.dense", ctxs);
+    return nctx < 1 ? -1 : 0;
 }
 
 static int teardown(void **state) {

@@ -24,6 +24,7 @@
 #include "ember.h"
 #include "fail_alloc.h"
 #include "gen.h"
+#include "isa_env.h"
 #include "quant_oracle.h"
 #include "state/durable.h"
 #include "tmpdir.h"
@@ -33,20 +34,8 @@ static int nctx;
 
 static int setup(void **state) {
     (void)state;
-    nctx = 0;
-    for (int i = EMBER_ISA_GENERIC; i < EMBER_ISA_COUNT; i++) {
-        char why[160];
-        if (!ember_isa_supported((ember_isa)i, why, sizeof why)) {
-            printf("unit.quant: %s: skipped on this host: %s\n", ember_isa_name((ember_isa)i), why);
-            continue;
-        }
-        ember_ctx_config cfg = EMBER_CTX_CONFIG_DEFAULT;
-        cfg.isa = (ember_isa)i;
-        cfg.num_threads = 1;
-        if (ember_ctx_create(&cfg, &ctxs[nctx]) != EMBER_OK) return -1;
-        nctx++;
-    }
-    return 0;
+    nctx = test_isa_contexts("unit.quant", ctxs);
+    return nctx < 1 ? -1 : 0;
 }
 
 static int teardown(void **state) {
