@@ -1,15 +1,20 @@
 // `ember serve --load DIR [--port P]`: a serving bundle (ember export) behind an HTTP server that
 // batches requests from many connections (docs/serving.md).
+//
+// The server is a program of its own, ember-serve (serve_main.c, beside build/bin/ember): only it
+// links the HTTP library (GNU libmicrohttpd, which brings GnuTLS and p11-kit, whose exit-time
+// destructors are not every process's business). `ember serve` checks its options here, then
+// replaces itself with ember-serve, which takes the same arguments.
 #define _POSIX_C_SOURCE 200809L
 
-#include <pthread.h>
-#include <signal.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
-#include "threads.h"
 #include "train.h"
 
 static const char help[] =
@@ -63,35 +68,51 @@ static int parse(int argc, char **argv, serve_cli *c, char *err, size_t cap) {
     return p;
 }
 
-int cmd_serve(int argc, char **argv) {
+// Options into *c, help or the error printed by rank 0: 0 to serve, -1 after the help, else the
+// exit code.
+static int check(int argc, char **argv, serve_cli *c) {
     const bool speak = cli_launcher_rank() == 0;
-    serve_cli c;
     char err[512] = "";
-    const int p = parse(argc, argv, &c, err, sizeof err);
+    const int p = parse(argc, argv, c, err, sizeof err);
     if (p == 1) {
         if (speak) fputs(help, stdout);
-        return 0;
+        return -1;
     }
     if (p != 0) {
         if (speak) fprintf(stderr, "ember serve: %s (try 'ember serve --help')\n", err);
         return 2;
     }
-    // SIGINT and SIGTERM stop the server gracefully (serve.c waits for them on a thread of its
-    // own): blocked here, before MPI and OpenMP start threads that would inherit the default.
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    ember_ctx *ctx = NULL;
-    ember_comm *comm = NULL;
-    threads_report placement;
-    ember_status st = threads_start_mpi(argc, argv, c.threads, 0.0, &ctx, &comm, &placement);
-    if (st == EMBER_OK) {
-        c.x.threads_note = placement.text;
-        st = serve_saved(comm, &c.x, dlrm_backend_sebc_create, stdout);
+    return 0;
+}
+
+int cmd_serve_check(int argc, char **argv, serve_options *x, int32_t *threads) {
+    serve_cli c;
+    const int rc = check(argc, argv, &c);
+    *x = c.x;
+    *threads = c.threads;
+    return rc;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_cli c;
+    const int rc = check(argc, argv, &c);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    // ember-serve, in the directory of this program.
+    char self[4096], path[4200];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "ember serve: cannot find this program's directory: %s\n", strerror(errno));
+        return 1;
     }
-    return threads_finish_mpi("serve", st, ctx, comm);
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, sizeof path, "%s/ember-serve", slash ? self : ".");
+    argv[0] = path;
+    execv(path, argv);
+    fprintf(stderr, "ember serve: cannot start the server program '%s': %s (it is built beside ember)\n", path,
+            strerror(errno));
+    return 1;
 }
 
 // fuzz/fuzz_cli.c: the option parsing alone (no MPI, no output): 0 run, 1 --help, 2 bad usage.

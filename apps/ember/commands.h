@@ -9,6 +9,8 @@
 #ifndef EMBER_APP_COMMANDS_H
 #define EMBER_APP_COMMANDS_H
 
+#include <stdint.h>
+
 // `ember train`: trains DLRM (synthetic or Criteo data), data-parallel dense part and sharded
 // embeddings under mpiexec. See docs/dlrm.md.
 int cmd_train(int argc, char **argv);
@@ -17,7 +19,7 @@ int cmd_train(int argc, char **argv);
 // under mpiexec. See docs/dlrm.md (Resume).
 int cmd_eval(int argc, char **argv);
 int cmd_export(int argc, char **argv);
-int cmd_serve(int argc, char **argv);
+int cmd_serve(int argc, char **argv); // execs ember-serve (serve_main.c)
 
 // `ember ckpt info DIR [--verify]`: what a checkpoint holds. Local: no MPI. See docs/dlrm.md.
 int cmd_ckpt(int argc, char **argv);
@@ -45,6 +47,10 @@ int cmd_train_parse_only(int argc, char **argv);
 int cmd_eval_parse_only(int argc, char **argv);
 int cmd_export_parse_only(int argc, char **argv);
 int cmd_serve_parse_only(int argc, char **argv);
+// `ember serve`'s options into *x and *threads, the help or the error printed by rank 0: 0 to
+// serve, -1 after the help, else the exit code (ember-serve's main runs the server).
+struct serve_options;
+int cmd_serve_check(int argc, char **argv, struct serve_options *x, int32_t *threads);
 int cmd_ckpt_parse_only(int argc, char **argv);
 int cmd_plan_parse_only(int argc, char **argv);
 int cmd_preprocess_parse_only(int argc, char **argv);

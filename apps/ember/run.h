@@ -74,7 +74,7 @@ struct run {
 // asks for. Collective.
 ember_status run_export(run *R);
 
-// ---- serve.c: ember serve -------------------------------------------------------------------------
+// ---- serve.c: ember serve (linked into ember-serve alone) ---------------------------------------------
 
 // Serves the restored model over HTTP as R->serve_to asks, until SIGINT or SIGTERM. One process.
 ember_status run_serve(run *R);

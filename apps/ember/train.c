@@ -516,7 +516,7 @@ static ember_status run_model(run *R, dlrm_backend_factory factory, train_result
     if (st == EMBER_OK) st = build_model(R, factory);
     if (st == EMBER_OK && R->resumed) st = run_restore(R);
     if (R->export_to) return st == EMBER_OK ? run_export(R) : st;
-    if (R->serve_to) return st == EMBER_OK ? run_serve(R) : st;
+    if (R->serve_to) return st == EMBER_OK ? R->serve_to->serve(R) : st;
     if (st == EMBER_OK) st = start_loaders(R);
     const char *eval_path = o->eval_data_path ? o->eval_data_path : o->data_path;
     if (st == EMBER_OK && R->eval_only) {

@@ -188,6 +188,7 @@ typedef struct export_options {
 } export_options;
 
 // What `ember serve` is asked for (docs/serving.md).
+struct run;
 typedef struct serve_options {
     const char *load;        // a serving bundle (or a checkpoint: its fp32 tables)
     const char *host;        // IPv4 address to listen on
@@ -197,6 +198,9 @@ typedef struct serve_options {
     int64_t max_body_bytes;  // a larger request body is refused (413)
     int64_t max_connections; // connections at once
     const char *threads_note;
+    // The server (run_serve of serve.c, linked into ember-serve alone): run_model calls it with
+    // the model restored.
+    ember_status (*serve)(struct run *R);
 } serve_options;
 
 // Loads a bundle (as ember eval --load does) and serves it over HTTP until SIGINT or SIGTERM
