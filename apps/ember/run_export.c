@@ -1,8 +1,9 @@
 // `ember export` (run.h): the restored model's tables quantized (and pruned) into a serving
 // bundle (include/ember/quant.h) with the trainer's configuration and dense parameters.
 //
-// Every table is read whole onto rank 0 (ember_sebc_read_as through the backend), one at a time:
-// rank 0 needs the fp32 table and its quantized copy at once. Pruning (--prune_below X) drops the
+// Every table is read whole onto rank 0 (ember_sebc_read_as through the backend), one after the
+// other, and rank 0 keeps them all until the collection, sized by their kept rows, is filled: its
+// peak is the fp32 tables plus their quantized copies. Pruning (--prune_below X) drops the
 // rows whose L2 norm is below X: the table keeps its id space and an array remap sends each kept
 // id to its compacted row. A hashed table always gets a hash remap from its id map (rows no id
 // holds are dropped).
@@ -125,7 +126,6 @@ ember_status run_export(run *R) {
     ember_qebc *q = NULL;
     ember_status st = EMBER_OK;
     // Pass 1 (every rank): read each table; rank 0 keeps its kept-row map and the rows it needs.
-    // Tables are read twice (to size the collection, then to fill it) rather than held at once.
     float *tables[DLRM_NUM_SPARSE] = {0};
     int64_t *maps[DLRM_NUM_SPARSE] = {0}, *idmaps[DLRM_NUM_SPARSE] = {0};
     for (int32_t t = 0; t < DLRM_NUM_SPARSE && st == EMBER_OK; t++) {
