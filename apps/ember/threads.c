@@ -767,10 +767,14 @@ int threads_finish_mpi(const char *cmd, ember_status st, ember_ctx *ctx, ember_c
     if (st == EMBER_ERR_TIMEOUT) {
         // A rank missed a collective: the others cannot meet it to finalise, and MPI cannot
         // cancel what they started. Every rank that timed out says so (the first rank may be
-        // the one that stalled) and the job ends here.
+        // the one that stalled) and leaves without finalising, which makes the launcher end the
+        // job (the stalled rank included) and exit non-zero. Not MPI_Abort: it has the launcher
+        // kill every rank at once, and a message still in the launcher's pipe from this rank or
+        // another was lost with it (seen under MPICH); a rank that exits is only counted as gone
+        // once its output is read to the end (Open MPI and MPICH both), so every message arrives.
         fprintf(stderr, "ember %s: error: %s\n", cmd, ember_ctx_errmsg(ctx));
         fflush(NULL);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        _exit(1);
     }
     if (st != EMBER_OK && rank == 0)
         fprintf(stderr, "ember %s: error: %s\n", cmd, ctx ? ember_ctx_errmsg(ctx) : ember_status_str(st));

@@ -119,7 +119,7 @@ ember_status threads_start_mpi(int argc, char **argv, int32_t requested, double 
 // ctx; returns the exit code (0 or 1). main's exit path (cli_exit) then meets the other ranks and
 // finalises MPI, so rank 0's error is written before any rank exits. After EMBER_ERR_TIMEOUT (a
 // rank missed the collective watchdog's deadline) there is no meeting: every rank that timed out
-// prints its message and the job is aborted (MPI_Abort, exit status 1 from the launcher).
+// prints its message and exits 1 without finalising; the launcher then ends the job.
 int threads_finish_mpi(const char *cmd, ember_status st, ember_ctx *ctx, ember_comm *comm);
 
 #endif

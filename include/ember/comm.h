@@ -21,9 +21,11 @@
 // dead, stuck in a long computation or in another call). MPI cannot cancel a collective it has
 // started, so after a timeout the communicator refuses every further collective (EMBER_ERR_TIMEOUT
 // again), the buffers of the call that timed out may still be written by MPI, and the only sound
-// reaction is to report and end the job (MPI_Abort). A rank that has waited a tenth of the
-// deadline (at most 1 s) tells the others so on a private duplicate communicator; collectives that
-// complete sooner cost nothing extra. Every collective below returns EMBER_ERR_TIMEOUT in this way
+// reaction is to report and end the job: MPI_Abort, or exit without finalising, after which the
+// launcher ends the others once it has forwarded the exiting rank's output (ember's CLI does
+// that: under MPICH, MPI_Abort's immediate kill lost messages still in the launcher's pipes). A
+// rank that has waited a tenth of the deadline (at most 1 s) tells the others so on a private
+// duplicate communicator; collectives that complete sooner cost nothing extra. Every collective below returns EMBER_ERR_TIMEOUT in this way
 // besides the statuses it lists.
 #ifndef EMBER_COMM_H
 #define EMBER_COMM_H
