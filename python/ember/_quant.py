@@ -111,6 +111,10 @@ class QuantEmbeddingBagCollection:
     def bytes_outstanding(self) -> int:
         return self._c.bytes_outstanding
 
+    @property
+    def closed(self) -> bool:
+        return self._c.closed
+
     def close(self) -> None:
         self._c.close()
 

@@ -27,6 +27,9 @@ optimizer's step; the tables' gradients get the same convention inside ember.
 
 from __future__ import annotations
 
+import itertools
+import os
+import weakref
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
@@ -42,7 +45,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
     _TorchRecKT = None
 
 __all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "QuantEmbeddingBagCollection",
-           "allreduce_dense_grads", "to_kjt"]
+           "allreduce_dense_grads", "close_bundles", "to_kjt"]
 
 
 def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
@@ -53,15 +56,17 @@ def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def _convert(collection: Any, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> Any:
-    """(ember.KJT, the per-id weights tensor in the KJT's value order or None). A KeyedJaggedTensor
-    whose keys are the collection's features in another order is reordered here (its weights by
-    differentiable indexing, so that their gradient reaches the caller's tensor in its own order)."""
+def _split(kjt_or_values: Any, names: Sequence[str], lengths: Any = None,
+           weights: Any = None) -> tuple[Any, Any, Any, int]:
+    """(values, lengths, weights or None, batch size or -1) as the collection's features order them.
+    A KeyedJaggedTensor whose keys are the collection's features in another order is reordered here
+    (its weights by differentiable indexing, so that their gradient reaches the caller's tensor in
+    its own order)."""
     if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
         if lengths is not None or weights is not None:
             raise ember.InvalidArgumentError("a KeyedJaggedTensor carries its own lengths and weights")
         kjt = kjt_or_values
-        names = list(collection.feature_names)
+        names = list(names)
         keys = list(kjt.keys())
         values, lens, w = kjt.values(), kjt.lengths(), kjt.weights_or_none()
         B = kjt.stride()
@@ -79,52 +84,138 @@ def _convert(collection: Any, kjt_or_values: Any, lengths: Any = None, weights: 
             values = values[idx]
             w = None if w is None else w[idx]
             lens = lens[order].reshape(-1)
-        return (ember.KJT(_as_numpy(values, "values"), lengths=_as_numpy(lens, "lengths"),
-                          weights=None if w is None else _as_numpy(w, "weights"), keys=names, batch_size=B),
-                w if isinstance(w, torch.Tensor) else None)
+        return values, lens, w, B
     if lengths is None:
         raise ember.InvalidArgumentError("lengths: required with plain tensors (values, lengths[, weights])")
-    kjt = ember.KJT(_as_numpy(kjt_or_values, "values"), lengths=_as_numpy(lengths, "lengths"),
-                    weights=None if weights is None else _as_numpy(weights, "weights"))
-    return kjt, weights if isinstance(weights, torch.Tensor) else None
+    return (_as_tensor(kjt_or_values, "values"), _as_tensor(lengths, "lengths"),
+            None if weights is None else _as_tensor(weights, "weights"), -1)
+
+
+def _as_tensor(x: Any, what: str) -> Any:
+    """A tensor as it is; an array or a sequence as a tensor (sharing an array's memory)."""
+    if isinstance(x, torch.Tensor):
+        return x
+    try:
+        return torch.as_tensor(np.asarray(x))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ember.InvalidArgumentError(f"{what}: not a tensor, array or sequence of numbers ({e})") from None
+
+
+def _kjt(values: Any, lengths: Any, weights: Any, batch_size: int, names: Optional[Sequence[str]]) -> "ember.KJT":
+    return ember.KJT(_as_numpy(values, "values"), lengths=_as_numpy(lengths, "lengths"),
+                     weights=None if weights is None else _as_numpy(weights, "weights"),
+                     keys=names if batch_size >= 0 else None, batch_size=batch_size if batch_size >= 0 else None)
 
 
 def to_kjt(collection: Any, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> "ember.KJT":
     """An ember.KJT sharing the tensors' memory (CPU, contiguous, right dtype; converted otherwise)."""
-    return _convert(collection, kjt_or_values, lengths, weights)[0]
+    values, lens, w, B = _split(kjt_or_values, collection.feature_names, lengths, weights)
+    return _kjt(values, lens, w, B, list(collection.feature_names))
 
 
-class _Lookup(torch.autograd.Function):
-    """Pooled lookup whose backward is ember's fused update."""
+# ---- custom operators -------------------------------------------------------------------------
+#
+# The modules' lookups are torch operators (torch.library), so that torch.compile traces through
+# them without a graph break and torch.export captures them: ember::lookup (forward; its autograd
+# formula calls ember::lookup_backward, the fused update) and ember::quant_lookup (serving). An
+# operator takes tensors and plain values only, so a training module is named by a handle, its
+# number in this process (a graph holding one runs in this process only); a quantized one by its
+# bundle's directory, loaded on first use in any process that imported ember.torch (a program
+# saved with torch.export.save runs in another one). The fake kernels give the output's shape
+# from the inputs' (dynamic batch sizes included).
 
-    @staticmethod
-    def forward(ctx: Any, anchor: Any, weights: Any, module: Any, kjt: Any) -> Any:  # torch's signature
-        out = module.ebc.forward(kjt)
-        ctx.module, ctx.kjt = module, kjt
-        ctx.want_weight_grad = weights is not None and weights.requires_grad
-        return torch.from_numpy(out)
+_modules: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+# Every lookup's first input: no parameter, it only makes the output part of the autograd graph, so
+# that loss.backward() reaches the fused update (TorchRec's tables do it through their weights). One
+# for all modules, outside them; a captured program (torch.export, for serving) gets one that does
+# not require grad (torch.export warns of a constant that does).
+_ANCHOR = torch.empty(0, requires_grad=True)
+_NO_ANCHOR = torch.empty(0)
+_handles = itertools.count(1)
 
-    @staticmethod
-    def backward(ctx: Any, grad_out: Any) -> Any:
-        g = grad_out.detach()
-        if g.dtype != torch.float32:
-            g = g.float()
-        if ctx.want_weight_grad:
-            gw = torch.from_numpy(ctx.module.ebc.backward(ctx.kjt, g.contiguous().numpy(), grad_weights=True))
-        else:
-            ctx.module.ebc.backward(ctx.kjt, g.contiguous().numpy())
-            gw = None
-        ctx.kjt = None
-        return None, gw, None, None
+
+def _module(handle: int) -> Any:
+    m = _modules.get(handle)
+    if m is None:
+        raise ember.StateError(f"ember.torch: no module with handle {handle} in this process (closed, or the "
+                               f"graph was captured in another process)")
+    return m
+
+
+def _rows_out(ebc: Any, values: Any, lengths: Any, batch_size: int) -> Any:
+    """The pooled output's rows: the batch size (lengths / features when not given); for an
+    all-"none" collection one row per id."""
+    if ebc._all_none:
+        return values.shape[0]
+    if batch_size >= 0:
+        return batch_size
+    F = len(ebc._feature_names)
+    return lengths.shape[0] // F if F else 0
+
+
+@torch.library.custom_op("ember::lookup", mutates_args=())
+def _lookup(anchor: torch.Tensor, handle: int, values: torch.Tensor, lengths: torch.Tensor,
+            weights: Optional[torch.Tensor], batch_size: int, refuse_weight_grad: bool) -> torch.Tensor:
+    m = _module(handle)
+    kjt = _kjt(values, lengths, weights, batch_size, m.ebc._feature_names)
+    if refuse_weight_grad and kjt._error is None:
+        # Refused inside the collective forward (the KJT carries the refusal), so every rank raises.
+        kjt._error = ember.UnsupportedError(
+            f"per-id weights that require grad: the sharded collection does not compute dL/dw "
+            f"(detach them, or use the local collection) (rank {m.ebc.comm.rank})")
+    return torch.from_numpy(m.ebc.forward(kjt))
+
+
+@_lookup.register_fake
+def _lookup_fake(anchor: Any, handle: int, values: Any, lengths: Any, weights: Any, batch_size: int,
+                 refuse_weight_grad: bool) -> Any:
+    ebc = _module(handle).ebc
+    return values.new_empty((_rows_out(ebc, values, lengths, batch_size), ebc._output_dim), dtype=torch.float32)
+
+
+@torch.library.custom_op("ember::lookup_backward", mutates_args=())
+def _lookup_backward(handle: int, grad: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                     weights: Optional[torch.Tensor], batch_size: int,
+                     weight_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused update; returns (the anchor's gradient: empty, dL/dw or empty). Its first output
+    is the anchor's gradient, a graph output: a compiler never drops the call as unused."""
+    m = _module(handle)
+    kjt = _kjt(values, lengths, weights, batch_size, m.ebc._feature_names)
+    g = grad.detach().to(torch.float32).contiguous().numpy()
+    gw = m.ebc.backward(kjt, g, grad_weights=True) if weight_grad else m.ebc.backward(kjt, g)
+    return torch.zeros(0), torch.from_numpy(gw) if weight_grad else torch.zeros(0)
+
+
+@_lookup_backward.register_fake
+def _lookup_backward_fake(handle: int, grad: Any, values: Any, lengths: Any, weights: Any, batch_size: int,
+                          weight_grad: bool) -> Any:
+    return (grad.new_empty(0, dtype=torch.float32),
+            grad.new_empty(values.shape[0] if weight_grad else 0, dtype=torch.float32))
+
+
+def _lookup_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _, handle, values, lengths, weights, batch_size, _ = inputs
+    ctx.handle, ctx.batch_size = handle, batch_size
+    ctx.weight_grad = bool(ctx.needs_input_grad[4])
+    ctx.save_for_backward(values, lengths, weights)
+
+
+def _lookup_grad(ctx: Any, grad_out: Any) -> Any:
+    values, lengths, weights = ctx.saved_tensors
+    ga, gw = torch.ops.ember.lookup_backward(ctx.handle, grad_out, values, lengths, weights, ctx.batch_size,
+                                             ctx.weight_grad)
+    return ga, None, None, None, gw if ctx.weight_grad else None, None, None
+
+
+_lookup.register_autograd(_lookup_grad, setup_context=_lookup_setup)
 
 
 class _Base(torch.nn.Module):
     def __init__(self, ebc: Any) -> None:
         super().__init__()
         self.ebc = ebc
-        # Not a parameter: it only makes the output part of the autograd graph, so that
-        # loss.backward() reaches the fused update (TorchRec's tables do it through their weights).
-        self._anchor = torch.empty(0, requires_grad=True)
+        self._handle = next(_handles)
+        _modules[self._handle] = self
         self._register_state_dict_hook(_Base._add_tables)
         self._register_load_state_dict_pre_hook(self._take_tables)
 
@@ -139,17 +230,11 @@ class _Base(torch.nn.Module):
         return dims
 
     def forward(self, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> Any:
-        kjt, w = _convert(self.ebc, kjt_or_values, lengths, weights)
-        if (w is not None and w.requires_grad and torch.is_grad_enabled()
-                and isinstance(self.ebc, ember.ShardedEmbeddingBagCollection) and kjt._error is None):
-            # Refused inside the collective forward (the KJT carries the refusal), so every rank raises.
-            kjt._error = ember.UnsupportedError(
-                f"per-id weights that require grad: the sharded collection does not compute dL/dw "
-                f"(detach them, or use the local collection) (rank {self.ebc.comm.rank})")
-        if torch.is_grad_enabled():
-            out = _Lookup.apply(self._anchor, w, self, kjt)
-        else:
-            out = torch.from_numpy(self.ebc.forward(kjt))
+        values, lens, w, B = _split(kjt_or_values, self.ebc._feature_names, lengths, weights)
+        refuse = (isinstance(w, torch.Tensor) and w.requires_grad and torch.is_grad_enabled()
+                  and isinstance(self.ebc, ember.ShardedEmbeddingBagCollection))
+        anchor = _NO_ANCHOR if torch.compiler.is_exporting() else _ANCHOR
+        out = torch.ops.ember.lookup(anchor, self._handle, values, lens, w, B, refuse)
         if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
             return _TorchRecKT(keys=self.feature_names, length_per_key=self._dims(), values=out)
         return out
@@ -217,27 +302,72 @@ class ShardedEmbeddingBagCollection(_Base):
 
 
 
+# Quantized collections by (bundle directory, threads): the modules' own (held by the modules), and
+# those loaded for a program naming a bundle no module of this process has open (torch.export.load;
+# held until close_bundles()).
+_module_bundles: "weakref.WeakValueDictionary[tuple[str, int], Any]" = weakref.WeakValueDictionary()
+_loaded_bundles: dict[tuple[str, int], Any] = {}
+
+
+def _bundle(bundle: str, num_threads: int) -> Any:
+    key = (bundle, num_threads)
+    q = _module_bundles.get(key) or _loaded_bundles.get(key)
+    if q is None or q.closed:
+        q = _loaded_bundles[key] = ember.QuantEmbeddingBagCollection(bundle, num_threads=num_threads)
+    return q
+
+
+def close_bundles() -> None:
+    """Closes the bundles that ``ember::quant_lookup`` loaded for programs (not the modules')."""
+    while _loaded_bundles:
+        _loaded_bundles.popitem()[1].close()
+
+
+@torch.library.custom_op("ember::quant_lookup", mutates_args=())
+def _quant_lookup(bundle: str, num_threads: int, values: torch.Tensor, lengths: torch.Tensor,
+                  weights: Optional[torch.Tensor], batch_size: int) -> torch.Tensor:
+    q = _bundle(bundle, num_threads)
+    return torch.from_numpy(q.forward(_kjt(values, lengths, weights, batch_size, q.feature_names)))
+
+
+@_quant_lookup.register_fake
+def _quant_lookup_fake(bundle: str, num_threads: int, values: Any, lengths: Any, weights: Any,
+                       batch_size: int) -> Any:
+    q = _bundle(bundle, num_threads)
+    F = len(q.feature_names)
+    rows = batch_size if batch_size >= 0 else (lengths.shape[0] // F if F else 0)
+    return values.new_empty((rows, q.output_dim), dtype=torch.float32)
+
+
 class QuantEmbeddingBagCollection(torch.nn.Module):
     """A serving bundle's quantized tables (``ember export``) as an inference module, TorchRec's
     ``QuantEmbeddingBagCollection`` for ember's bundles: no parameters and no autograd (a served
     model does not train). Inputs and outputs as the training modules (a KeyedJaggedTensor gives a
-    KeyedTensor). ``bundle``: the bundle directory; ``num_threads``: kernel threads (0: all)."""
+    KeyedTensor). ``bundle``: the bundle directory; ``num_threads``: kernel threads (0: all).
+    Its lookup is the operator ``ember::quant_lookup``, which names the bundle by its absolute
+    path: ``torch.export`` captures a model using this module, and the saved program runs in any
+    process that imported ember.torch and can read the bundle there."""
 
     def __init__(self, bundle: Any, num_threads: int = 0) -> None:
         super().__init__()
-        self.qebc = ember.QuantEmbeddingBagCollection(bundle, num_threads=num_threads)
+        self._bundle = os.path.abspath(os.fsdecode(bundle)) if isinstance(bundle, (str, bytes, os.PathLike)) \
+            else bundle
+        self._threads = int(num_threads)
+        self.qebc = ember.QuantEmbeddingBagCollection(self._bundle, num_threads=self._threads)
+        _module_bundles[(self._bundle, self._threads)] = self.qebc
 
     @property
     def feature_names(self) -> list[str]:
         return list(self.qebc.feature_names)
 
     def forward(self, kjt_or_values: Any, lengths: Any = None, weights: Any = None) -> Any:
-        kjt, _ = _convert(self.qebc, kjt_or_values, lengths, weights)
-        out = torch.from_numpy(self.qebc.forward(kjt))
+        values, lens, w, B = _split(kjt_or_values, self.qebc.feature_names, lengths, weights)
+        out = torch.ops.ember.quant_lookup(self._bundle, self._threads, values, lens, w, B)
         if _TorchRecKJT is not None and isinstance(kjt_or_values, _TorchRecKJT):
             dims = [self.qebc.tables[t]["dim"] for t in self.qebc._feature_table]
             return _TorchRecKT(keys=self.feature_names, length_per_key=dims, values=out)
         return out
+
 
 def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember.Comm",
                           convention: str = "mean") -> None:

@@ -172,6 +172,14 @@ static PyObject *qebc_bytes(QEBCObject *self, void *closure) {
     return PyLong_FromSize_t(self->ctx ? ember_ctx_bytes_outstanding(self->ctx) : 0);
 }
 
+static PyObject *qebc_closed(QEBCObject *self, void *closure) {
+    (void)closure;
+    ember_py_lock(self->lock);
+    const int closed = self->q == NULL;
+    PyThread_release_lock(self->lock);
+    return PyBool_FromLong(closed);
+}
+
 static PyMethodDef qebc_methods[] = {
     {"forward", (PyCFunction)qebc_forward, METH_VARARGS, "forward(values, lengths, offsets, weights, F, B, out)"},
     {"tables", (PyCFunction)qebc_tables, METH_NOARGS,
@@ -184,6 +192,7 @@ static PyMethodDef qebc_methods[] = {
 static PyGetSetDef qebc_getset[] = {
     {"output_dim", (getter)qebc_output_dim, NULL, "sum of the features' dims", NULL},
     {"bytes_outstanding", (getter)qebc_bytes, NULL, "bytes its context holds", NULL},
+    {"closed", (getter)qebc_closed, NULL, "close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

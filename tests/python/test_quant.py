@@ -108,9 +108,9 @@ def bundle(tmp_path_factory):
     return str(d / "b")
 
 
-def _sample_kjt(q, seed, weighted=False):
+def _sample_kjt(q, seed, weighted=False, B=5):
     r = np.random.default_rng(seed)
-    B, F = 5, len(q.feature_names)
+    F = len(q.feature_names)
     lengths = r.integers(0, 4, F * B).astype(np.int32)
     ids = []
     for f in range(F):
@@ -193,3 +193,58 @@ def test_bundle_torch_module(bundle):
     kt = m(tkjt)
     assert kt.keys() == m.feature_names
     assert np.array_equal(kt.values().numpy(), out.numpy())
+    m.qebc.close()
+
+
+_SERVE_PROGRAM = """
+import sys
+import numpy as np
+import torch
+import ember.torch  # registers ember::quant_lookup
+ep = torch.export.load(sys.argv[1])
+inputs = np.load(sys.argv[2])
+with torch.no_grad():
+    out = ep.module()(*(torch.from_numpy(inputs[k]) for k in ("dense", "values", "lengths")))
+np.save(sys.argv[3], out.numpy())
+"""
+
+
+def test_bundle_model_exported_runs_in_another_process(bundle, tmp_path):
+    """A model around the bundle's tables (torch.export: dynamic batch size), saved with
+    torch.export.save and run by a fresh interpreter that only imports ember.torch: its scores
+    equal the module's here, bit for bit, on a batch of another size than the one traced."""
+    torch = pytest.importorskip("torch", reason="ember.torch needs torch")
+    import ember.torch as et
+
+    class Scorer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sparse = et.QuantEmbeddingBagCollection(bundle, num_threads=1)
+            torch.manual_seed(0)
+            self.top = torch.nn.Linear(self.sparse.qebc.output_dim + 13, 1)
+
+        def forward(self, dense, values, lengths):
+            return self.top(torch.cat([dense, self.sparse(values, lengths)], dim=1)).squeeze(1)
+
+    model = Scorer()
+    kjt = _sample_kjt(model.sparse.qebc, 4)
+    dense = torch.from_numpy(np.random.default_rng(4).standard_normal((5, 13)).astype(np.float32))
+    auto = torch.export.Dim.AUTO
+    ep = torch.export.export(model, (dense, torch.from_numpy(kjt.values), torch.from_numpy(kjt.lengths)),
+                             dynamic_shapes=({0: auto}, {0: auto}, {0: auto}))
+    assert any("ember.quant_lookup" in str(n.target) for n in ep.graph.nodes)
+    torch.export.save(ep, str(tmp_path / "scorer.pt2"))
+    other = _sample_kjt(model.sparse.qebc, 5, B=9)
+    other_dense = np.random.default_rng(5).standard_normal((9, 13)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", dense=other_dense, values=other.values, lengths=other.lengths)
+    (tmp_path / "serve.py").write_text(_SERVE_PROGRAM)
+    import sys
+    r = subprocess.run([sys.executable, str(tmp_path / "serve.py"), str(tmp_path / "scorer.pt2"),
+                        str(tmp_path / "in.npz"), str(tmp_path / "out.npy")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with torch.no_grad():
+        want = model(torch.from_numpy(other_dense), torch.from_numpy(other.values),
+                     torch.from_numpy(other.lengths)).numpy()
+    assert np.array_equal(np.load(tmp_path / "out.npy"), want)
+    model.sparse.qebc.close()

@@ -7,7 +7,9 @@ Each rank trains its share of the global batch: rank loss = mean over its B_r sa
 W * B_r / G, so that (1/W) sum_r L_r is the global mean (grad_convention "mean" on the tables,
 allreduce_dense_grads "mean" on the dense parameters). The "sum" variant reduces with "sum" and
 trains both the tables (all SGD then) and the dense model (SGD) with lr / W: the same steps. Every rank also
-trains the one-process reference itself (ember.torch.EmbeddingBagCollection, the same seeds).
+trains the one-process reference itself (ember.torch.EmbeddingBagCollection, the same seeds). One case
+runs the model under torch.compile (uneven shares, a rank with no samples at W = 3) and checks it
+against the eager sharded run too, bit for bit.
 
 Usage: dist case = python torch_cases.py [plans...]; exit 0 when every rank agrees on success.
 """
@@ -77,7 +79,9 @@ def make_optimizer(name, params, lr):
     return torch.optim.Adagrad(params, lr=lr)
 
 
-def train(model, optimizer, shares, rank, W, comm=None, convention="mean", no_grad_eval=False):
+def train(model, optimizer, shares, rank, W, comm=None, convention="mean", no_grad_eval=False, run=None):
+    """`run`: what computes the model's output (the model, or its compiled form)."""
+    run = model if run is None else run
     G = sum(shares)
     b0 = sum(shares[:rank])
     b1 = b0 + shares[rank]
@@ -87,9 +91,9 @@ def train(model, optimizer, shares, rank, W, comm=None, convention="mean", no_gr
         dense, values, lengths, labels = batch_slice(batch, b0, b1)
         if no_grad_eval:  # an evaluation forward without grad between steps changes nothing
             with torch.no_grad():
-                model(*batch_slice(global_batch(100 + step, G), b0, b1)[:3])
+                run(*batch_slice(global_batch(100 + step, G), b0, b1)[:3])
         optimizer.zero_grad()
-        loss = bce(model(dense, values, lengths), labels) * (W * (b1 - b0) / G)
+        loss = bce(run(dense, values, lengths), labels) * (W * (b1 - b0) / G)
         loss.backward()
         if comm is not None:
             ember.torch.allreduce_dense_grads(model.dense_parameters(), comm, convention)
@@ -104,12 +108,15 @@ def close(name, got, want, failures):
         failures.append("%s: max |diff| %.3g > %.1g x max |want| %.3g" % (name, err, RTOL, scale))
 
 
-def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=False):
+def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=False, compiled=False):
+    """compiled: the distributed model runs under torch.compile (backend aot_eager, dynamic shapes)
+    and must also equal the same model trained eagerly on the same ranks, bit for bit."""
     W, R = comm.size, comm.rank
     lr = 0.05
     emb_dim = sum(d * len(f) for _, _, d, f, _ in TABLES)
-    what = "W=%d plan=%s opt=%s shares=%s conv=%s%s" % (W, plan, opt_name, shares, convention,
-                                                        " no_grad eval" if no_grad_eval else "")
+    what = "W=%d plan=%s opt=%s shares=%s conv=%s%s%s" % (W, plan, opt_name, shares, convention,
+                                                          " no_grad eval" if no_grad_eval else "",
+                                                          " compiled" if compiled else "")
     # Reference: one process, the global batch, the mean loss.
     sgd_only = convention == "sum"
     ref = DLRM(ember.torch.EmbeddingBagCollection(tables(lr, sgd_only), seed=5), emb_dim)
@@ -119,8 +126,20 @@ def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=Fa
     sparse = ember.torch.ShardedEmbeddingBagCollection(tables(dlr, sgd_only), plan, comm=comm, seed=5,
                                                        grad_convention=convention)
     model = DLRM(sparse, emb_dim)
+    run = torch.compile(model, backend="aot_eager", dynamic=True) if compiled else model
     train(model, make_optimizer(opt_name, model.parameters(), dlr), shares, R, W, comm, convention,
-          no_grad_eval)
+          no_grad_eval, run)
+    if compiled:
+        eager = DLRM(ember.torch.ShardedEmbeddingBagCollection(tables(dlr, sgd_only), plan, comm=comm, seed=5,
+                                                               grad_convention=convention), emb_dim)
+        train(eager, make_optimizer(opt_name, eager.parameters(), dlr), shares, R, W, comm, convention, no_grad_eval)
+        for n, _, _, _, _ in TABLES:
+            if not np.array_equal(sparse.ebc.read(n, "weight", root=-1), eager.sparse.ebc.read(n, "weight", root=-1)):
+                failures.append("%s: table %s differs from the eager run's" % (what, n))
+        for (pn, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+            if not torch.equal(p, q):
+                failures.append("%s: dense %s differs from the eager run's" % (what, pn))
+        eager.sparse.ebc.close()
     for n, _, _, _, _ in TABLES:
         close("%s: table %s" % (what, n), sparse.ebc.read(n, "weight", root=-1), ref.sparse.ebc.read(n, "weight"),
               failures)
@@ -154,6 +173,9 @@ def main(argv):
                 if plan in ("twrw", "auto"):  # a rank with no samples, Adagrad on both sides
                     run_case(comm, plan, "adagrad", [5, 0, 2], "mean", failures)
         run_case(comm, plans[0], "sgd", equal, "mean", failures, no_grad_eval=True)
+        # torch.compile around the sharded module (uneven shares: each rank its own batch size).
+        run_case(comm, plans[-1], "adagrad", [1, 2] if W == 2 else [3, 0, 5] if W == 3 else equal, "mean",
+                 failures, compiled=True)
         # Per-id weights requiring grad on one rank: the sharded module has no dL/dw; every rank
         # raises UnsupportedError (agreed inside the collective forward), nothing hangs.
         m = ember.torch.ShardedEmbeddingBagCollection(tables(0.1), "rw", comm=comm, seed=1)
