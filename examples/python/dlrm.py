@@ -15,7 +15,12 @@ Data: the synthetic click logs of `ember train` (examples/python/synthetic_click
 generator as the TorchRec benchmark's), generated up front from --seed; global batch g is the same
 whatever the world size, and rank r trains on its contiguous share. Flag names follow
 `ember train` (and TorchRec's examples/dlrm/dlrm_main.py). Prints the training loss every --print_interval steps, the
-eval AUC at the end, and with --json one line: {"bench":"dlrm","impl":"ember-torch",...}.
+eval AUC at the end, and with --json one line: {"bench":"dlrm","impl":"ember-torch",...}
+("ember-torch-compile" with --compile).
+
+--compile BACKEND runs the model under torch.compile (inductor: torch's default; aot_eager: the
+eager kernels, the same bits as without it). ember's lookups are torch operators, so the graph
+does not break at the tables; the first steps compile (--warmup_batches keeps them out of samples/s).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup_batches", type=int, default=5, help="steps not counted in samples/s")
     p.add_argument("--print_interval", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print one JSON line with samples/s (rank 0)")
+    p.add_argument("--compile", choices=["off", "inductor", "aot_eager"], default="off",
+                   help="run the model under torch.compile with this backend")
     a = p.parse_args(argv)
     if len(a.num_embeddings_per_feature) == 1:
         a.num_embeddings_per_feature *= 26
@@ -137,6 +144,7 @@ def main(argv=None):
     comm = ember.Comm()
     W, r = comm.size, comm.rank
     model = DLRM(args, comm)
+    run = model if args.compile == "off" else torch.compile(model, backend=args.compile)
     dense_params = [p for n, p in model.named_parameters()]
     opt = torch.optim.Adagrad(dense_params, lr=args.learning_rate)
     data = SyntheticClicks(args.num_embeddings_per_feature, args.zipf_alpha, args.seed)
@@ -165,7 +173,7 @@ def main(argv=None):
         if step == args.warmup_batches:
             t0 = time.perf_counter()
         dense, values, lengths, labels = train[step % n_cycle]
-        loss = loss_fn(model(dense, values, lengths), labels) * scale
+        loss = loss_fn(run(dense, values, lengths), labels) * scale
         opt.zero_grad(set_to_none=False)
         loss.backward()  # the tables' fused update happens here
         ember.torch.allreduce_dense_grads(dense_params, comm, args.grad_convention)
@@ -188,7 +196,7 @@ def main(argv=None):
             part = np.zeros(args.batch_size, dtype=np.float64)
             d = torch.from_numpy(np.ascontiguousarray(dense[b0:b1]))
             v = torch.from_numpy(np.ascontiguousarray(ids[:, b0:b1]).reshape(-1))
-            part[b0:b1] = model(d, v, torch.ones(v.numel(), dtype=torch.int32)).double().numpy()
+            part[b0:b1] = run(d, v, torch.ones(v.numel(), dtype=torch.int32)).double().numpy()
             comm.allreduce_grads(part, "sum")
             scores.append(part)
             labels.append(lab)
@@ -198,7 +206,8 @@ def main(argv=None):
         print(f"done: {args.limit_train_batches} steps, {samples_per_s:.0f} samples/s; eval AUC "
               f"{auc(scores, labels):.4f} (planted {auc(planted, labels):.4f})", file=sys.stderr)
         if args.json:
-            print(json.dumps({"bench": "dlrm", "impl": "ember-torch", "W": W, "threads": args.threads,
+            impl = "ember-torch" if args.compile == "off" else "ember-torch-compile"
+            print(json.dumps({"bench": "dlrm", "impl": impl, "compile": args.compile, "W": W, "threads": args.threads,
                               "batch_size": args.batch_size, "steps": timed,
                               "samples_per_s": round(samples_per_s, 1),
                               "loss_first": loss_first, "loss_last": loss_last,

@@ -45,7 +45,8 @@ except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
     _TorchRecKT = None
 
 __all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "QuantEmbeddingBagCollection",
-           "allreduce_dense_grads", "close_bundles", "to_kjt"]
+           "allreduce_dense_grads", "close_bundles", "from_torchrec", "plan_from_torchrec", "to_kjt",
+           "to_torchrec_state_dict"]
 
 
 def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
@@ -392,3 +393,6 @@ def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember
         n = p.numel()
         p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
         offset += n
+
+
+from ember._torchrec_convert import from_torchrec, plan_from_torchrec, to_torchrec_state_dict  # noqa: E402

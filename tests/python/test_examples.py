@@ -1,8 +1,9 @@
-"""The README's Python example and examples/python/dlrm.py run as a user runs them (need torch).
+"""The README's Python example, docs/python.md's TorchRec and torch.compile examples and
+examples/python/dlrm.py run as a user runs them (need torch).
 
 The DLRM example on 1 and 2 ranks starts from the same model and trains the same global batches,
 so its first global loss agrees across world sizes; its JSON line is what bench/python/dlrm_ab.sh
-parses.
+parses. Under --compile aot_eager it trains the same losses, bit for bit.
 """
 
 import json
@@ -46,13 +47,14 @@ def test_readme_example(np_, tmp_path):
     assert sorted(re.sub(r"torch\.Size\(\[4, 16\]\)|\s", "", out)) == [str(r) for r in range(np_)], out
 
 
-def dlrm(np_):
+def dlrm(np_, *flags):
     p = run(np_, ["examples/python/dlrm.py", "--batch_size", "256", "--limit_train_batches", "8",
-                  "--warmup_batches", "2", "--limit_val_batches", "1", "--print_interval", "0", "--json"])
+                  "--warmup_batches", "2", "--limit_val_batches", "1", "--print_interval", "0", "--json", *flags])
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     assert len(lines) == 1, p.stdout
     rec = json.loads(lines[0])
-    assert rec["bench"] == "dlrm" and rec["impl"] == "ember-torch" and rec["W"] == np_
+    impl = "ember-torch-compile" if "--compile" in flags else "ember-torch"
+    assert rec["bench"] == "dlrm" and rec["impl"] == impl and rec["W"] == np_
     assert rec["samples_per_s"] > 0 and math.isfinite(rec["loss_last"])
     assert "eval AUC" in p.stderr
     return rec
@@ -66,6 +68,29 @@ def test_dlrm_example_world_sizes_agree():
     # only in order).
     assert abs(one["loss_first"] - two["loss_first"]) <= 1e-6, (one, two)
     assert abs(one["loss_last"] - two["loss_last"]) <= 1e-3, (one, two)
+
+
+def test_dlrm_example_compiled_trains_the_same_losses():
+    eager, compiled = dlrm(1), dlrm(1, "--compile", "aot_eager")
+    for k in ("loss_first", "loss_last", "eval_auc"):
+        assert eager[k] == compiled[k], (k, eager, compiled)
+
+
+def python_md_example(tmp_path, heading):
+    text = open(os.path.join(ROOT, "docs", "python.md")).read()
+    section = text[text.index(heading):]
+    script = tmp_path / "example.py"
+    script.write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    return run(1, [str(script)]).stdout.strip()
+
+
+def test_python_md_compile_example(tmp_path):
+    assert python_md_example(tmp_path, "## `torch.compile` and `torch.export`") == "0"
+
+
+def test_python_md_torchrec_example(tmp_path):
+    pytest.importorskip("torchrec", reason="torchrec not installed")
+    assert python_md_example(tmp_path, "## From TorchRec and back") == "True"
 
 
 def test_dlrm_example_refuses_bad_flags():

@@ -9,7 +9,8 @@ allreduce_dense_grads "mean" on the dense parameters). The "sum" variant reduces
 trains both the tables (all SGD then) and the dense model (SGD) with lr / W: the same steps. Every rank also
 trains the one-process reference itself (ember.torch.EmbeddingBagCollection, the same seeds). One case
 runs the model under torch.compile (uneven shares, a rank with no samples at W = 3) and checks it
-against the eager sharded run too, bit for bit.
+against the eager sharded run too, bit for bit. With torchrec installed, a TorchRec collection converted
+by ember.torch.from_torchrec with a TorchRec plan trains as its local conversion on the global batch.
 
 Usage: dist case = python torch_cases.py [plans...]; exit 0 when every rank agrees on success.
 """
@@ -156,6 +157,46 @@ def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=Fa
     sparse.ebc.close()
 
 
+def torchrec_case(comm, failures):
+    """ember.torch.from_torchrec with a TorchRec plan (column-wise and table-wise on the last ranks)
+    on W ranks: two steps of the sharded conversion equal the local conversion's on the global
+    batch (skipped without torchrec)."""
+    try:
+        from torchrec.distributed.types import ParameterSharding
+        from torchrec.modules.embedding_configs import EmbeddingBagConfig
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+        from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    except Exception:  # noqa: BLE001 - no torchrec here
+        return
+    W, R = comm.size, comm.rank
+
+    def torchrec_ebc():
+        torch.manual_seed(2)
+        ebc = EmbeddingBagCollection(tables=[
+            EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r, feature_names=f)
+            for n, r, d, f, _ in TABLES])
+        apply_optimizer_in_backward(torch.optim.Adagrad, ebc.parameters(), {"lr": 0.1, "eps": 1e-8})
+        return ebc
+
+    ps = {"t0": ParameterSharding("column_wise", "fused", ranks=[(W - 1 + k) % W for k in range(2)]),
+          "t1": ParameterSharding("table_wise", "fused", ranks=[W - 1]),
+          "t2": ParameterSharding("row_wise", "fused", ranks=list(range(W)))}
+    sharded = ember.torch.from_torchrec(torchrec_ebc(), ps, comm=comm, seed=1)
+    local = ember.torch.from_torchrec(torchrec_ebc(), seed=1)
+    G = 2 * W
+    for step in range(2):
+        batch = global_batch(200 + step, G)
+        _, values, lengths, _ = batch_slice(batch, 0, G)
+        _, v, ln, _ = batch_slice(batch, 2 * R, 2 * R + 2)
+        local(values, lengths).sum().backward()
+        (sharded(v, ln).sum() * W).backward()  # the rank's share of the global sum, convention "mean"
+    for n, _, _, _, _ in TABLES:
+        close("from_torchrec W=%d: table %s" % (W, n), sharded.ebc.read(n, "weight", root=-1), local.ebc.read(n),
+              failures)
+    sharded.ebc.close()
+    local.ebc.close()
+
+
 def main(argv):
     comm = ember.Comm(timeout_s=120.0)
     W, R = comm.size, comm.rank
@@ -190,6 +231,7 @@ def main(argv):
         m(v, ln, w.detach()).sum().backward()  # and the module still trains
         if m.ebc.step("t0") != 1:
             failures.append("weights requiring grad: step %d after recovery" % m.ebc.step("t0"))
+        torchrec_case(comm, failures)
     except Exception:
         sys.stderr.write("rank %d: unexpected exception:\n%s" % (R, traceback.format_exc()))
         sys.stderr.flush()
