@@ -1,16 +1,6 @@
-// interaction.h — DLRM's pairwise dot interaction (TorchRec's InteractionArch).
-//
-// For sample b, stack the bottom-MLP output and the F pooled embeddings as the rows of
-// T_b [F+1, D] (row 0 the dense vector, row 1+f feature f's embedding). The output is
-//   out[b] = [ dense[b] (D values), <T_i, T_j> for 0 <= i < j <= F in row-major order ]
-// i.e. the upper triangle of T_b T_b^T without its diagonal (torch.triu_indices(F+1, F+1, 1)),
-// concatenated after the dense vector: D + (F+1)F/2 values.
-//
-// Both directions are batched products of ember_gemm_batched (ember/dense.h), one per sample:
-// forward Z_b = T_b T_b^T ([F+1, D] x [D, F+1]) and the gather of its upper triangle; backward
-// dT_b = S_b T_b with S_b the symmetric [F+1, F+1] matrix of the triangle's gradients (zero
-// diagonal), i.e. dT_i = sum_j g_ij T_j over j in increasing order, one fused multiply-add chain
-// per element. The bits are the same under every kernel variant and thread count.
+// interaction.h — DLRM's pairwise dot interaction (TorchRec's InteractionArch) in the trainer:
+// the buffers of ember_dot_interaction_forward/backward (ember/dense.h: the layout, the order of
+// every sum, the bits) for batches up to max_batch, T kept from the forward for the backward.
 #ifndef EMBER_APP_INTERACTION_H
 #define EMBER_APP_INTERACTION_H
 

@@ -6,7 +6,8 @@
 
 Dense arch (bottom MLP, ReLU after every layer) over 13 dense features, 26 ember tables (one per
 sparse feature, SUM pooling, row-wise Adagrad fused into the backward, sharded by ember's planner),
-the dot interaction (the dense vector, then <T_i, T_j> for i < j over T = [dense; e_0 .. e_25]),
+the dot interaction (the dense vector, then <T_i, T_j> for i < j over T = [dense; e_0 .. e_25];
+ember.torch.InteractionArch, or with --interaction torch the same expression in torch's ops),
 the over arch (ReLU after every layer but the last) and BCE with logits. The dense part is data
 parallel: its gradients are reduced with ember.torch.allreduce_dense_grads under the same gradient
 convention as the tables, so W ranks train what one process trains on the global batch.
@@ -72,6 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--json", action="store_true", help="print one JSON line with samples/s (rank 0)")
     p.add_argument("--compile", choices=["off", "inductor", "aot_eager"], default="off",
                    help="run the model under torch.compile with this backend")
+    p.add_argument("--interaction", choices=["ember", "torch"], default="ember",
+                   help="the dot interaction: ember.torch.InteractionArch (forward and backward in ember's "
+                        "kernels) or the torch expression (bmm, index_select)")
     a = p.parse_args(argv)
     if len(a.num_embeddings_per_feature) == 1:
         a.num_embeddings_per_feature *= 26
@@ -115,13 +119,17 @@ class DLRM(torch.nn.Module):
         # (index_select's backward is an index_add: far cheaper than 2-d advanced indexing's).
         pairs = torch.triu_indices(F + 1, F + 1, offset=1)
         self.register_buffer("pairs", pairs[0] * (F + 1) + pairs[1], persistent=False)
+        self.interaction = ember.torch.InteractionArch(F, num_threads=args.threads) \
+            if args.interaction == "ember" else None
         self.over_arch = mlp(args.over_arch_layer_sizes, D + (F + 1) * F // 2, last_relu=False)
         self.D, self.F = D, F
 
     def forward(self, dense, values, lengths):
         d = self.dense_arch(dense)
-        e = self.sparse_arch(values, lengths).view(-1, self.F, self.D)
-        t = torch.cat([d.unsqueeze(1), e], dim=1)
+        e = self.sparse_arch(values, lengths)
+        if self.interaction is not None:  # ember's fused op: the same values, one fixed order
+            return self.over_arch(self.interaction(d, e)).squeeze(1)
+        t = torch.cat([d.unsqueeze(1), e.view(-1, self.F, self.D)], dim=1)
         z = torch.bmm(t, t.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
         return self.over_arch(torch.cat([d, z], dim=1)).squeeze(1)
 
@@ -207,7 +215,8 @@ def main(argv=None):
               f"{auc(scores, labels):.4f} (planted {auc(planted, labels):.4f})", file=sys.stderr)
         if args.json:
             impl = "ember-torch" if args.compile == "off" else "ember-torch-compile"
-            print(json.dumps({"bench": "dlrm", "impl": impl, "compile": args.compile, "W": W, "threads": args.threads,
+            print(json.dumps({"bench": "dlrm", "impl": impl, "compile": args.compile, "interaction": args.interaction,
+                              "W": W, "threads": args.threads,
                               "batch_size": args.batch_size, "steps": timed,
                               "samples_per_s": round(samples_per_s, 1),
                               "loss_first": loss_first, "loss_last": loss_last,

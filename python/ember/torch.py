@@ -19,6 +19,12 @@ UnsupportedError on every rank). ``load_state_dict`` checks every table's shape 
 one backward, with the same batch (ember refuses another). The sharded module's forward and
 backward are Collective: every rank must run them, in the same order.
 
+The lookups are torch operators (``ember::lookup``, ``ember::lookup_backward``,
+``ember::quant_lookup``) with fake kernels: ``torch.compile`` traces a model using these modules
+without a graph break and ``torch.export`` captures it (docs/python.md). ``from_torchrec`` converts
+TorchRec's EmbeddingBagCollection (configs, weights, in-backward optimizer, plan) and
+``to_torchrec_state_dict`` goes back.
+
 Training as one process on the global batch: with ``grad_convention="mean"`` (the default), give
 every rank an equal share of the global batch, make each rank's loss the mean over its share, and
 reduce the dense parameters' gradients with :func:`allreduce_dense_grads` before the dense
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import weakref
 from typing import Any, Iterable, Optional, Sequence
 
@@ -36,6 +43,7 @@ import numpy as np
 import torch
 
 import ember
+from ember import _ember
 
 try:  # TorchRec is optional: only its input/output types are used.
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as _TorchRecKJT
@@ -45,8 +53,8 @@ except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
     _TorchRecKT = None
 
 __all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "QuantEmbeddingBagCollection",
-           "allreduce_dense_grads", "close_bundles", "from_torchrec", "plan_from_torchrec", "to_kjt",
-           "to_torchrec_state_dict"]
+           "InteractionArch", "allreduce_dense_grads", "close_bundles", "dot_interaction", "from_torchrec",
+           "plan_from_torchrec", "to_kjt", "to_torchrec_state_dict"]
 
 
 def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
@@ -368,6 +376,108 @@ class QuantEmbeddingBagCollection(torch.nn.Module):
             dims = [self.qebc.tables[t]["dim"] for t in self.qebc._feature_table]
             return _TorchRecKT(keys=self.feature_names, length_per_key=dims, values=out)
         return out
+
+
+# ---- the dot interaction --------------------------------------------------------------------
+
+_scratch_of_thread = threading.local()
+
+
+def _scratch(n: int) -> np.ndarray:
+    """This thread's float32 scratch of at least n elements (the products' Gram matrices): reused
+    from call to call, so that a step does not fault in megabytes of fresh pages."""
+    buf = getattr(_scratch_of_thread, "buf", None)
+    if buf is None or buf.shape[0] < n:
+        buf = _scratch_of_thread.buf = np.empty(max(n, 1), np.float32)
+    return buf[:n]
+
+
+def _interaction_shapes(dense: Any, emb: Any) -> tuple[Any, Any, Any]:
+    B, D = dense.shape[0], dense.shape[1]
+    F = emb.shape[1] // D if emb.dim() == 2 else emb.shape[1]
+    return B, F, D
+
+
+@torch.library.custom_op("ember::dot_interaction", mutates_args=())
+def _dot_interaction(dense: torch.Tensor, emb: torch.Tensor, num_threads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B, D + (F+1)F/2], T [B, F+1, D] for the backward)."""
+    B, F, D = _interaction_shapes(dense, emb)
+    fits = emb.shape[2] == D if emb.dim() == 3 else emb.dim() == 2 and emb.shape[1] == F * D
+    if dense.dim() != 2 or not fits or emb.shape[0] != B or F < 1:
+        raise ember.InvalidArgumentError(f"dot interaction: dense {tuple(dense.shape)} and sparse "
+                                         f"{tuple(emb.shape)}: expected [B, D] and [B, F, D] (or [B, F*D]), F >= 1")
+    out = torch.empty(B, D + (F + 1) * F // 2)
+    t = torch.empty(B, F + 1, D)
+    _ember.dot_interaction(False, num_threads, B, F, D, _as_numpy(dense.to(torch.float32), "dense"),
+                           _as_numpy(emb.to(torch.float32), "sparse"), out.numpy(), t.numpy(), _scratch(B * (F + 1) ** 2))
+    return out, t
+
+
+@_dot_interaction.register_fake
+def _dot_interaction_fake(dense: Any, emb: Any, num_threads: int) -> Any:
+    B, F, D = _interaction_shapes(dense, emb)
+    return (dense.new_empty((B, D + (F + 1) * F // 2), dtype=torch.float32),
+            dense.new_empty((B, F + 1, D), dtype=torch.float32))
+
+
+@torch.library.custom_op("ember::dot_interaction_backward", mutates_args=())
+def _dot_interaction_backward(t: torch.Tensor, grad: torch.Tensor,
+                              num_threads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    B, R, D = t.shape
+    ddense, demb = torch.empty(B, D), torch.empty(B, (R - 1) * D)
+    _ember.dot_interaction(True, num_threads, B, R - 1, D, t.numpy(), _as_numpy(grad.to(torch.float32), "grad"),
+                           ddense.numpy(), demb.numpy(), _scratch(B * R * R))
+    return ddense, demb
+
+
+@_dot_interaction_backward.register_fake
+def _dot_interaction_backward_fake(t: Any, grad: Any, num_threads: int) -> Any:
+    B, R, D = t.shape
+    return t.new_empty((B, D)), t.new_empty((B, (R - 1) * D))
+
+
+def _dot_interaction_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    ctx.emb_shape, ctx.num_threads = inputs[1].shape, inputs[2]
+    ctx.dtypes = inputs[0].dtype, inputs[1].dtype
+    ctx.save_for_backward(output[1])
+
+
+def _dot_interaction_grad(ctx: Any, grad_out: Any, grad_t: Any) -> Any:
+    (t,) = ctx.saved_tensors
+    ddense, demb = torch.ops.ember.dot_interaction_backward(t, grad_out, ctx.num_threads)
+    return ddense.to(ctx.dtypes[0]), demb.reshape(ctx.emb_shape).to(ctx.dtypes[1]), None
+
+
+_dot_interaction.register_autograd(_dot_interaction_grad, setup_context=_dot_interaction_setup)
+
+
+def dot_interaction(dense: torch.Tensor, sparse: torch.Tensor, num_threads: int = 0) -> torch.Tensor:
+    """DLRM's dot interaction in ember's kernels: ``torch.cat([dense, Z[:, i, j] for i < j])`` with
+    ``Z = T T^T``, ``T = [dense; sparse]`` per sample (TorchRec's InteractionArch; pairs in
+    ``torch.triu_indices(F+1, F+1, 1)`` order). dense [B, D], sparse [B, F, D] or [B, F*D] (an
+    embedding collection's pooled output) -> float32 [B, D + (F+1)F/2]. Forward and backward are
+    ember_dot_interaction_forward/backward (ember/dense.h): each dot product and each gradient one
+    fused multiply-add chain in a fixed order, the same bits on every host and thread count, within
+    float rounding of torch's ``bmm`` expression. ``num_threads``: kernel threads (0: all OpenMP
+    threads). A torch operator (ember::dot_interaction): torch.compile and torch.export keep it."""
+    return torch.ops.ember.dot_interaction(dense, sparse, int(num_threads))[0]
+
+
+class InteractionArch(torch.nn.Module):
+    """TorchRec's ``InteractionArch`` (DLRM's dot interaction) with :func:`dot_interaction`:
+    forward(dense_features [B, D], sparse_features [B, F, D] or [B, F*D]) -> [B, D + (F+1)F/2]."""
+
+    def __init__(self, num_sparse_features: int, num_threads: int = 0) -> None:
+        super().__init__()
+        self.F, self.num_threads = int(num_sparse_features), int(num_threads)
+
+    def forward(self, dense_features: torch.Tensor, sparse_features: torch.Tensor) -> torch.Tensor:
+        D = dense_features.shape[-1]
+        F = sparse_features.shape[1] if sparse_features.dim() == 3 else sparse_features.shape[-1] // D
+        if F != self.F:
+            raise ember.InvalidArgumentError(f"InteractionArch: sparse features {tuple(sparse_features.shape)} hold "
+                                             f"{F} features of dim {D}, expected {self.F}")
+        return dot_interaction(dense_features, sparse_features, self.num_threads)
 
 
 def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember.Comm",

@@ -10,7 +10,7 @@
 //   context.c     every object's context (the counting allocator hooks) and its lock
 //   config.c      table configurations from the Python layer's tuples, and their tensors
 //   names.c       the library's name tables (statuses, enums) and facts (version, CPU) for Python
-//   kjt.c, ebc.c, comm.c, sebc.c, plan.c, checkpoint.c, lfq.c, quant.c: one concept each, exporting one
+//   kjt.c, ebc.c, comm.c, sebc.c, plan.c, checkpoint.c, lfq.c, quant.c, dense.c: one concept each, exporting one
 //                 `ember_py_<concept>_add(PyObject *module)` that the module init calls to
 //                 register its types and functions.
 #ifndef EMBER_PY_BINDING_H
@@ -189,5 +189,6 @@ int ember_py_plan_add(PyObject *module);       // plan.c: plan, describe_plan, s
 int ember_py_checkpoint_add(PyObject *module); // checkpoint.c: Checkpoint
 int ember_py_lfq_add(PyObject *module);        // lfq.c: LFQ
 int ember_py_quant_add(PyObject *module);      // quant.c: QEBC, the quantized row functions
+int ember_py_dense_add(PyObject *module);      // dense.c: the dot interaction
 
 #endif

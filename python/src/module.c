@@ -32,7 +32,7 @@ PyMODINIT_FUNC PyInit__ember(void) {
     if (!m) return NULL;
     if (ember_py_ebc_add(m) != 0 || ember_py_comm_add(m) != 0 || ember_py_sebc_add(m) != 0 ||
         ember_py_plan_add(m) != 0 || ember_py_checkpoint_add(m) != 0 || ember_py_lfq_add(m) != 0 ||
-        ember_py_quant_add(m) != 0) {
+        ember_py_quant_add(m) != 0 || ember_py_dense_add(m) != 0) {
         Py_DECREF(m);
         return NULL;
     }

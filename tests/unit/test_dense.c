@@ -315,6 +315,68 @@ static void batched_interaction_and_strides(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 3000000 + i, 0);
 }
 
+// The dot interaction (ember_dot_interaction_*) bit for bit against its definition composed from
+// the oracle's products: Z_b = T_b T_b^T, out = [dense, upper triangle of Z_b]; dT_b = S_b T_b
+// (S_b the symmetric triangle of dout, zero diagonal), ddense = dout's dense slice + row 0 of
+// it. Every variant and 1 to 3 threads; an empty batch, one feature of dim 1, the default model.
+static void dot_interaction_case(int64_t B, int32_t F, int32_t D, uint64_t seed) {
+    const int64_t R = F + 1, W = ember_dot_interaction_width(F, D);
+    assert_int_equal(W, D + R * F / 2);
+    test_rng r = {seed * 0x9E3779B97F4A7C15ull + 1};
+    float *dense = falloc(B * D), *emb = falloc(B * F * D), *dout = falloc(B * W);
+    fill(&r, dense, B * D);
+    fill(&r, emb, B * F * D);
+    fill(&r, dout, B * W);
+    // The definition, through the oracle.
+    float *t = falloc(B * R * D), *z = falloc(B * R * R), *want = falloc(B * W);
+    float *want_dd = falloc(B * D), *want_de = falloc(B * F * D);
+    for (int64_t b = 0; b < B; b++) {
+        float *tb = t + b * R * D, *zb = z + b * R * R;
+        memcpy(tb, dense + b * D, sizeof(float) * (size_t)D);
+        memcpy(tb + D, emb + b * F * D, sizeof(float) * (size_t)(F * D));
+        dense_oracle_gemm(0, 1, R, R, D, tb, D, tb, D, zb, R, NULL, 0, 0);
+        int64_t k = D;
+        memcpy(want + b * W, dense + b * D, sizeof(float) * (size_t)D);
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = i + 1; j < R; j++) want[b * W + k++] = zb[i * R + j];
+        k = D;
+        for (int64_t i = 0; i < R; i++) {
+            zb[i * R + i] = 0.0f;
+            for (int64_t j = i + 1; j < R; j++, k++) zb[i * R + j] = zb[j * R + i] = dout[b * W + k];
+        }
+        dense_oracle_gemm(0, 0, F, D, R, zb + R, R, tb, D, want_de + b * F * D, D, NULL, 0, 0);
+        memcpy(want_dd + b * D, dout + b * W, sizeof(float) * (size_t)D);
+        dense_oracle_gemm(0, 0, 1, D, R, zb, R, tb, D, want_dd + b * D, D, NULL, 0, 1);
+    }
+    float *out = falloc(B * W), *dd = falloc(B * D), *de = falloc(B * F * D);
+    float *tt = falloc(B * R * D), *zz = falloc(B * R * R);
+    for (int v = 0; v < nctx; v++) {
+        for (int threads = 1; threads <= 3; threads++) {
+            assert_int_equal(ember_ctx_set_num_threads(ctxs[v], threads), EMBER_OK);
+            assert_int_equal(ember_dot_interaction_forward(ctxs[v], B, F, D, dense, emb, out, tt, zz), EMBER_OK);
+            assert_int_equal(ember_dot_interaction_backward(ctxs[v], B, F, D, tt, dout, dd, de, zz), EMBER_OK);
+            for (int64_t i = 0; i < B * W; i++)
+                if (!same(out[i], want[i]))
+                    fail_msg("%s B %lld F %d D %d threads %d: out[%lld] %a, want %a", ember_isa_name(ember_ctx_isa(ctxs[v])),
+                             (long long)B, (int)F, (int)D, threads, (long long)i, (double)out[i], (double)want[i]);
+            for (int64_t i = 0; i < B * D; i++) assert_true(same(dd[i], want_dd[i]));
+            for (int64_t i = 0; i < B * F * D; i++) assert_true(same(de[i], want_de[i]));
+            assert_int_equal(ember_ctx_bytes_outstanding(ctxs[v]), 0);
+        }
+    }
+    free(dense), free(emb), free(dout), free(t), free(z), free(want), free(want_dd), free(want_de);
+    free(out), free(dd), free(de), free(tt), free(zz);
+}
+
+static void dot_interaction_matches_its_definition(void **state) {
+    (void)state;
+    dot_interaction_case(5, 3, 4, 41);
+    dot_interaction_case(0, 3, 4, 42);
+    dot_interaction_case(3, 1, 1, 43);
+    dot_interaction_case(300, 26, 16, 44);
+    assert_int_equal(ember_dot_interaction_width(-1, 4), -1);
+}
+
 // NaN and Inf in A, B, C and the bias reach the outputs of their rows and columns as the
 // oracle's chains carry them (NaN for NaN, whatever its payload); relu keeps NaN.
 static void nan_and_inf_propagate(void **state) {
@@ -462,6 +524,15 @@ static void bad_arguments_named(void **state) {
     assert_int_equal(ember_colsum(NULL, 1, 1, g_A, 1, g_out, 0), EMBER_ERR_INVALID_ARG);
     assert_int_equal(ember_colsum(ctx, 0, 3, NULL, 3, g_out, 0), EMBER_OK);
     for (int n = 0; n < 3; n++) assert_int_equal(bits(g_out[n]), 0u); // M = 0: +0
+    // The dot interaction.
+    assert_int_equal(ember_dot_interaction_forward(NULL, 1, 1, 1, g_A, g_A, g_B, g_B, g_B), EMBER_ERR_INVALID_ARG);
+    expect_refusal(ctx, ember_dot_interaction_forward(ctx, -1, 2, 2, g_A, g_A, g_B, g_B, g_B), "batch is -1", NULL);
+    expect_refusal(ctx, ember_dot_interaction_forward(ctx, 1, 0, 2, g_A, g_A, g_B, g_B, g_B), "num_sparse 0", NULL);
+    expect_refusal(ctx, ember_dot_interaction_forward(ctx, 1, 2, 2, g_A, NULL, g_B, g_B, g_B), "emb is NULL", NULL);
+    float *odd_out = (float *)((char *)g_B + 2);
+    expect_refusal(ctx, ember_dot_interaction_backward(ctx, 1, 2, 2, g_A, g_A, g_B, g_B, odd_out), "s (", "not aligned");
+    expect_refusal(ctx, ember_dot_interaction_backward(ctx, INT64_MAX / 4, 2, 2, g_A, g_A, g_B, g_B, g_B), "spans", NULL);
+    assert_int_equal(ember_dot_interaction_forward(ctx, 0, 2, 2, NULL, NULL, NULL, NULL, NULL), EMBER_OK);
 }
 
 // A failed allocation of the packing buffers: EMBER_ERR_NOMEM, C untouched, nothing leaked;
@@ -503,6 +574,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(gemv_and_few_rows),
         cmocka_unit_test(dlrm_and_dcn_layers),
         cmocka_unit_test(batched_interaction_and_strides),
+        cmocka_unit_test(dot_interaction_matches_its_definition),
         cmocka_unit_test(nan_and_inf_propagate),
         cmocka_unit_test(colsum_rows_in_order),
         cmocka_unit_test(inside_a_parallel_region),
