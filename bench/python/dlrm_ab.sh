@@ -11,9 +11,12 @@
 #                message while that file does not exist
 #   ember-torch-compile  the same under torch.compile (--compile inductor; its first steps
 #                compile, inside --warmup): {"impl":"ember-torch-compile",...}
+#   ember-torch-bmm  ember-torch with the interaction as torch's expression (--interaction torch)
+#                instead of ember.torch.InteractionArch: {"impl":"ember-torch-bmm",...}
 #
 # Usage: bench/python/dlrm_ab.sh [--rounds R] [--ranks 1,2] [--steps N] [--warmup N]
-#                                [--impls torchrec,cli,ember-torch,ember-torch-compile] [--out FILE]
+#                                [--impls torchrec,cli,ember-torch,ember-torch-compile,ember-torch-bmm]
+#                                [--out FILE]
 #                                [-- MODEL FLAGS]
 #   --rounds   rounds (default 3); each round runs every implementation at every W, the order
 #              of the implementations reversed every other round
@@ -37,7 +40,7 @@
 #   {"bench":"dlrm_ab","W":..,"rounds":..,"steps":..,"median_samples_per_s":{impl: ..},
 #    "runs":{impl: [.. per round, null when skipped]},"ember_torch_over_torchrec":..,
 #    "ember_torch_over_cli":..,"cli_over_torchrec":..,"compile_over_torchrec":..,
-#    "compile_over_ember_torch":.., and each ratio's "_paired" twin}
+#    "compile_over_ember_torch":..,"interaction_over_bmm":.., and each ratio's "_paired" twin}
 # A ratio is of the medians; its _paired twin is the median over rounds of the ratio within the
 # round (the two runs were neighbours in time, so it is less moved by the load drifting between
 # rounds). null when one of its sides has no run. A run that fails records
@@ -119,17 +122,21 @@ run_one() {  # impl W round
       # samples/s recomputed from samples and seconds would round to 0.1 s; the CLI's own figure is exact.
       printf '{"bench":"dlrm","impl":"cli","W":%d,"threads":1,"samples_per_s":%s,"steps":%s,"samples":%s,"seconds":%s}\n' \
         "$w" "$sps" "$n_steps" "$n_samples" "$secs" >>"$out" ;;
-    ember-torch|ember-torch-compile)
+    ember-torch|ember-torch-compile|ember-torch-bmm)
       [ -f "$example" ] || { skip "$impl" "$w" "examples/python/dlrm.py does not exist yet"; return; }
       local wu=()  # the example's own warm-up flag, when it has one
       grep -q -- '--warmup_batches' "$example" && wu=(--warmup_batches "$warmup")
       grep -q -- '"--json"' "$example" && wu+=(--json)
       [ "$impl" = ember-torch-compile ] && wu+=(--compile inductor)
+      [ "$impl" = ember-torch-bmm ] && wu+=(--interaction torch)
       "$mpiexec" -n "$w" "$py" "$example" "${common[@]}" --limit_train_batches "$steps" "${wu[@]}" >"$log" 2>&1
-      line="$(grep -E '^\{ *"bench" *: *"dlrm"' "$log" | tail -n 1)"
+      # The JSON line may share a line with rank 0's stderr (the launcher forwards the two streams apart).
+      line="$(grep -oE '\{ *"bench" *: *"dlrm".*\}' "$log" | tail -n 1)"
       [ -n "$line" ] || { skip "$impl" "$w" "no result line: $(tail -n 3 "$log")"; return; }
+      [ "$impl" = ember-torch-bmm ] && line="${line/\"ember-torch\"/\"ember-torch-bmm\"}"
       echo "$line" >>"$out" ;;
-    *) echo "dlrm_ab.sh: unknown implementation '$impl' (torchrec, cli, ember-torch, ember-torch-compile)" >&2; exit 2 ;;
+    *) echo "dlrm_ab.sh: unknown implementation '$impl' (torchrec, cli, ember-torch, ember-torch-compile," \
+            "ember-torch-bmm)" >&2; exit 2 ;;
   esac
   echo "dlrm_ab.sh:   $(grep -Eo '"samples_per_s": *[0-9.]*' <<<"$(tail -n 1 "$out")")" >&2
 }
@@ -171,7 +178,8 @@ for w in sorted(runs):
     for name, a, b in (("ember_torch_over_torchrec", "ember-torch", "torchrec"),
                        ("ember_torch_over_cli", "ember-torch", "cli"), ("cli_over_torchrec", "cli", "torchrec"),
                        ("compile_over_torchrec", "ember-torch-compile", "torchrec"),
-                       ("compile_over_ember_torch", "ember-torch-compile", "ember-torch")):
+                       ("compile_over_ember_torch", "ember-torch-compile", "ember-torch"),
+                       ("interaction_over_bmm", "ember-torch", "ember-torch-bmm")):
         out[name], out[name + "_paired"] = ratio(a, b)
     print(json.dumps(out, separators=(",", ":")))
 PY
