@@ -73,6 +73,8 @@ def parse_args(argv=None):
     p.add_argument("--json", action="store_true", help="print one JSON line with samples/s (rank 0)")
     p.add_argument("--compile", choices=["off", "inductor", "aot_eager"], default="off",
                    help="run the model under torch.compile with this backend")
+    p.add_argument("--pipeline", action="store_true",
+                   help="train through ember.torch.TrainPipeline (the same numbers, communication overlapped)")
     p.add_argument("--interaction", choices=["ember", "torch"], default="ember",
                    help="the dot interaction: ember.torch.InteractionArch (forward and backward in ember's "
                         "kernels) or the torch expression (bmm, index_select)")
@@ -175,18 +177,29 @@ def main(argv=None):
         comm.allreduce_grads(buf, "mean")
         return float(buf[0])
 
+    def rank_loss(m, batch):
+        dense, values, lengths, labels = batch
+        return loss_fn(m(dense, values, lengths), labels) * scale
+
+    # --pipeline: the same steps through ember.torch.TrainPipeline (the next batch's ids sent
+    # ahead, the tables' gradient exchange overlapping the rest of the backward): the same numbers.
+    pipe = ember.torch.TrainPipeline(run, opt, model.sparse_arch, lambda b: (b[1], b[2]), rank_loss, comm,
+                                     args.grad_convention, dense_params) if args.pipeline else None
+    batches = (train[step % n_cycle] for step in range(args.limit_train_batches))
     losses = []
     t0 = time.perf_counter()
     for step in range(args.limit_train_batches):
         if step == args.warmup_batches:
             t0 = time.perf_counter()
-        dense, values, lengths, labels = train[step % n_cycle]
-        loss = loss_fn(run(dense, values, lengths), labels) * scale
-        opt.zero_grad(set_to_none=False)
-        loss.backward()  # the tables' fused update happens here
-        ember.torch.allreduce_dense_grads(dense_params, comm, args.grad_convention)
-        opt.step()
-        losses.append(loss.detach())
+        if pipe is not None:
+            losses.append(pipe.progress(batches))
+        else:
+            loss = rank_loss(run, next(batches))
+            opt.zero_grad(set_to_none=False)
+            loss.backward()  # the tables' fused update happens here
+            ember.torch.allreduce_dense_grads(dense_params, comm, args.grad_convention)
+            opt.step()
+            losses.append(loss.detach())
         if args.print_interval and (step + 1) % args.print_interval == 0:
             global_loss = global_mean(losses[-1])
             if r == 0:
@@ -216,6 +229,7 @@ def main(argv=None):
         if args.json:
             impl = "ember-torch" if args.compile == "off" else "ember-torch-compile"
             print(json.dumps({"bench": "dlrm", "impl": impl, "compile": args.compile, "interaction": args.interaction,
+                              "pipeline": args.pipeline,
                               "W": W, "threads": args.threads,
                               "batch_size": args.batch_size, "steps": timed,
                               "samples_per_s": round(samples_per_s, 1),

@@ -261,6 +261,36 @@ class ShardedEmbeddingBagCollection(_Collection):
         (values, lengths, offsets, weights, F, B), g = self._collective(prepare)
         self._c.backward(values, lengths, offsets, weights, F, B, g)
 
+    # ---- the pipelined step (ember_sebc_prefetch / backward_start / backward_finish) -------------
+    #
+    # Bitwise the plain calls; only when data moves changes. In each step, on every rank:
+    #     forward(kjt[i]); prefetch(kjt[i+1]); ... dense forward and backward, where the pooled
+    #     gradient is ready: backward_start(kjt[i], grad); ... the rest of the dense backward and
+    #     its allreduce; backward_finish(); forward(kjt[i+1]) takes the prefetch.
+
+    def prefetch(self, kjt: KJT) -> None:
+        """Starts the NEXT batch's input dist (validated, routed, its exchange in flight); the next
+        forward with the same KJT contents on every rank completes it, any other drops it (never a
+        different result). Collective. Raises as forward (then nothing is in flight)."""
+        values, lengths, offsets, weights, F, B = self._collective(lambda: self._kjt_parts(kjt))
+        self._c.prefetch(values, lengths, offsets, weights, F, B, None)
+
+    def backward_start(self, kjt: KJT, grad_out: Any) -> None:
+        """The first half of backward: the checks, then the gradients' exchanges started. Until
+        backward_finish only prefetch may be called on the collection (others raise StateError).
+        Collective. Raises as backward."""
+        def prepare() -> tuple[Any, ...]:
+            parts = self._kjt_parts(kjt)
+            return parts, self._grad(grad_out, self._out_shape(parts[0].shape[0], parts[5]))
+        (values, lengths, offsets, weights, F, B), g = self._collective(prepare)
+        self._c.backward_start(values, lengths, offsets, weights, F, B, g)
+
+    def backward_finish(self) -> None:
+        """Waits for the started backward's exchanges and applies the fused updates. Collective.
+        Raises StateError (no backward started), CommunicationError, CollectiveTimeoutError; on
+        failure no table has changed."""
+        self._c.backward_finish()
+
     # ---- optimizer ---------------------------------------------------------------------------
 
     def set_lr(self, lr: float, table: Any = None) -> None:

@@ -53,8 +53,8 @@ except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
     _TorchRecKT = None
 
 __all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "QuantEmbeddingBagCollection",
-           "InteractionArch", "allreduce_dense_grads", "close_bundles", "dot_interaction", "from_torchrec",
-           "plan_from_torchrec", "to_kjt", "to_torchrec_state_dict"]
+           "InteractionArch", "TrainPipeline", "allreduce_dense_grads", "close_bundles", "dot_interaction",
+           "from_torchrec", "plan_from_torchrec", "to_kjt", "to_torchrec_state_dict"]
 
 
 def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
@@ -191,6 +191,10 @@ def _lookup_backward(handle: int, grad: torch.Tensor, values: torch.Tensor, leng
     m = _module(handle)
     kjt = _kjt(values, lengths, weights, batch_size, m.ebc._feature_names)
     g = grad.detach().to(torch.float32).contiguous().numpy()
+    if m._pipeline is not None:  # a TrainPipeline step: the exchange starts here, finishes after
+        m.ebc.backward_start(kjt, g)
+        m._pipeline._started.append(m)
+        return torch.zeros(0), torch.zeros(0)
     gw = m.ebc.backward(kjt, g, grad_weights=True) if weight_grad else m.ebc.backward(kjt, g)
     return torch.zeros(0), torch.from_numpy(gw) if weight_grad else torch.zeros(0)
 
@@ -224,6 +228,7 @@ class _Base(torch.nn.Module):
         super().__init__()
         self.ebc = ebc
         self._handle = next(_handles)
+        self._pipeline: Optional[TrainPipeline] = None  # set during a TrainPipeline step
         _modules[self._handle] = self
         self._register_state_dict_hook(_Base._add_tables)
         self._register_load_state_dict_pre_hook(self._take_tables)
@@ -376,6 +381,78 @@ class QuantEmbeddingBagCollection(torch.nn.Module):
             dims = [self.qebc.tables[t]["dim"] for t in self.qebc._feature_table]
             return _TorchRecKT(keys=self.feature_names, length_per_key=dims, values=out)
         return out
+
+
+# ---- the training pipeline ------------------------------------------------------------------
+
+class TrainPipeline:
+    """TorchRec's ``TrainPipelineSparseDist`` for ember's sharded modules: each step trains batch i
+    with batch i+1's input distribution in flight (started right after batch i's forward), and the
+    embedding gradients' exchange started inside the backward as soon as the pooled gradients exist
+    and finished after the rest of the dense backward and the dense gradients' allreduce. The
+    numbers are bitwise those of the plain loop::
+
+        loss = loss_fn(model, batch); optimizer.zero_grad(); loss.backward()
+        allreduce_dense_grads(dense_parameters, comm, grad_convention); optimizer.step()
+
+    ``sparse``: the ShardedEmbeddingBagCollection modules the model calls (one or a list);
+    ``sparse_input(batch)``: for each of them, the arguments its forward will get from ``batch``
+    (values, lengths[, weights], or a KeyedJaggedTensor; a list with one entry per module), so
+    the next batch's ids can be sent ahead: a prefetch that differs from what the forward then
+    gets is dropped, never a different result. ``loss_fn(model, batch)``: the rank's loss.
+    ``dense_parameters``: what allreduce_dense_grads reduces (default: the model's parameters).
+    ``progress(iterator)`` trains one batch and returns its loss (detached); StopIteration when
+    the iterator is exhausted. Collective: every rank runs the same steps."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: Any, sparse: Any, sparse_input: Any, loss_fn: Any,
+                 comm: "ember.Comm", grad_convention: str = "mean",
+                 dense_parameters: Optional[Iterable[torch.nn.Parameter]] = None) -> None:
+        self.model, self.optimizer, self.loss_fn, self.comm = model, optimizer, loss_fn, comm
+        self.sparse = list(sparse) if isinstance(sparse, (list, tuple)) else [sparse]
+        for m in self.sparse:
+            if not isinstance(m, ShardedEmbeddingBagCollection):
+                raise ember.InvalidArgumentError(f"TrainPipeline: sparse module {type(m).__name__} is not an "
+                                                 f"ember.torch.ShardedEmbeddingBagCollection")
+        self.sparse_input = sparse_input
+        self.grad_convention = grad_convention
+        self.dense_parameters = list(dense_parameters if dense_parameters is not None else model.parameters())
+        self._next: Any = None
+        self._have_next = False
+        self._started: list[Any] = []
+
+    def _prefetch(self, batch: Any) -> None:
+        inputs = self.sparse_input(batch)
+        if len(self.sparse) == 1:
+            inputs = [inputs]
+        for m, arg in zip(self.sparse, inputs):
+            parts = arg if isinstance(arg, (list, tuple)) else (arg,)
+            m.ebc.prefetch(to_kjt(m.ebc, *parts))
+
+    def progress(self, iterator: Any) -> torch.Tensor:
+        batch = self._next if self._have_next else next(iterator)
+        self._next, self._have_next = None, False
+        try:
+            self._next, self._have_next = next(iterator), True
+        except StopIteration:
+            pass
+        for m in self.sparse:
+            m._pipeline = self
+        self._started = []
+        try:
+            loss = self.loss_fn(self.model, batch)
+            if self._have_next:
+                self._prefetch(self._next)
+            self.optimizer.zero_grad()
+            loss.backward()
+            allreduce_dense_grads(self.dense_parameters, self.comm, self.grad_convention)
+        finally:
+            for m in self.sparse:
+                m._pipeline = None
+            started, self._started = self._started, []
+            for m in started:  # also after a failure: nothing is left in flight
+                m.ebc.backward_finish()
+        self.optimizer.step()
+        return loss.detach()
 
 
 # ---- the dot interaction --------------------------------------------------------------------

@@ -145,48 +145,75 @@ static int64_t output_size(const SEBCObject *self, const ember_kjt *k) {
     return self->all_none ? k->nnz * d : (int64_t)k->batch_size * d;
 }
 
-// forward(values, lengths, offsets, weights, F, B, out) and backward(..., grad_out): Collective.
-// One body: the KJT and the [output size] float buffer (written by forward, read by backward).
-static PyObject *sebc_pass(SEBCObject *self, PyObject *args, int backward) {
-    const char *what = backward ? "grad_out" : "out";
+// forward(values, lengths, offsets, weights, F, B, out), backward(..., grad_out),
+// backward_start(..., grad_out) and prefetch(..., None): Collective. One body: the KJT and the
+// [output size] float buffer (written by forward, read by the backwards, none for prefetch).
+enum pass { PASS_FORWARD, PASS_BACKWARD, PASS_BACKWARD_START, PASS_PREFETCH };
+
+static PyObject *sebc_pass(SEBCObject *self, PyObject *args, enum pass mode) {
+    static const char *const names[] = {"forward", "backward", "backward_start", "prefetch"};
+    const char *what = mode == PASS_FORWARD ? "out" : "grad_out";
     PyObject *values, *lengths, *offsets, *weights, *buf;
     long long F, B;
     if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &buf)) return NULL;
     ember_py_kjt k;
-    Py_buffer bv;
+    Py_buffer bv = {0};
     int held = 0;
+    const int has_buf = mode != PASS_PREFETCH;
     if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) == 0) {
-        if (ember_py_buffer(buf, what, "f", !backward, &bv) == 0) held = 1;
+        if (!has_buf || ember_py_buffer(buf, what, "f", mode == PASS_FORWARD, &bv) == 0) held = 1;
         else ember_py_kjt_release(&k);
     }
     if (sebc_enter(self) != 0) goto release;
     PyObject *ret = NULL;
-    if (held && bv.len / 4 != output_size(self, &k.kjt))
-        ember_py_invalid("%s: %s holds %lld floats, the output has %lld", backward ? "backward" : "forward", what,
-                         (long long)(bv.len / 4), (long long)output_size(self, &k.kjt));
+    if (held && has_buf && bv.len / 4 != output_size(self, &k.kjt))
+        ember_py_invalid("%s: %s holds %lld floats, the output has %lld", names[mode], what, (long long)(bv.len / 4),
+                         (long long)output_size(self, &k.kjt));
     AGREE_OR_OUT(self);
     ember_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = backward ? ember_sebc_backward(self->s, &k.kjt, bv.buf) : ember_sebc_forward(self->s, &k.kjt, bv.buf);
+    switch (mode) {
+    case PASS_FORWARD: st = ember_sebc_forward(self->s, &k.kjt, bv.buf); break;
+    case PASS_BACKWARD: st = ember_sebc_backward(self->s, &k.kjt, bv.buf); break;
+    case PASS_BACKWARD_START: st = ember_sebc_backward_start(self->s, &k.kjt, bv.buf); break;
+    default: st = ember_sebc_prefetch(self->s, &k.kjt); break;
+    }
     Py_END_ALLOW_THREADS
     ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
 out:
     sebc_leave(self);
     if (held) {
-        PyBuffer_Release(&bv);
+        if (has_buf) PyBuffer_Release(&bv);
         ember_py_kjt_release(&k);
     }
     return ret;
 release:
     if (held) {
-        PyBuffer_Release(&bv);
+        if (has_buf) PyBuffer_Release(&bv);
         ember_py_kjt_release(&k);
     }
     return NULL;
 }
 
-static PyObject *sebc_forward(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, 0); }
-static PyObject *sebc_backward(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, 1); }
+static PyObject *sebc_forward(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, PASS_FORWARD); }
+static PyObject *sebc_backward(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, PASS_BACKWARD); }
+static PyObject *sebc_backward_start(SEBCObject *self, PyObject *args) {
+    return sebc_pass(self, args, PASS_BACKWARD_START);
+}
+static PyObject *sebc_prefetch(SEBCObject *self, PyObject *args) { return sebc_pass(self, args, PASS_PREFETCH); }
+
+// backward_finish()   Collective.
+static PyObject *sebc_backward_finish(SEBCObject *self, PyObject *noargs) {
+    (void)noargs;
+    if (sebc_enter(self) != 0) return NULL;
+    ember_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ember_sebc_backward_finish(self->s);
+    Py_END_ALLOW_THREADS
+    PyObject *ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+    sebc_leave(self);
+    return ret;
+}
 
 // set_lr(t, lr)   Local.
 static PyObject *sebc_set_lr(SEBCObject *self, PyObject *args) {
@@ -516,6 +543,9 @@ static PyMethodDef sebc_methods[] = {
     {"agree", (PyCFunction)(void (*)(void))sebc_agree, METH_O, NULL},
     {"forward", (PyCFunction)(void (*)(void))sebc_forward, METH_VARARGS, NULL},
     {"backward", (PyCFunction)(void (*)(void))sebc_backward, METH_VARARGS, NULL},
+    {"backward_start", (PyCFunction)(void (*)(void))sebc_backward_start, METH_VARARGS, NULL},
+    {"backward_finish", (PyCFunction)(void (*)(void))sebc_backward_finish, METH_NOARGS, NULL},
+    {"prefetch", (PyCFunction)(void (*)(void))sebc_prefetch, METH_VARARGS, NULL},
     {"set_lr", (PyCFunction)(void (*)(void))sebc_set_lr, METH_VARARGS, NULL},
     {"step", (PyCFunction)(void (*)(void))sebc_step, METH_VARARGS, NULL},
     {"set_step", (PyCFunction)(void (*)(void))sebc_set_step, METH_VARARGS, NULL},

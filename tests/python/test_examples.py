@@ -1,9 +1,10 @@
-"""The README's Python example, docs/python.md's TorchRec and torch.compile examples and
+"""The README's Python example, docs/python.md's pipeline, TorchRec and torch.compile examples and
 examples/python/dlrm.py run as a user runs them (need torch).
 
 The DLRM example on 1 and 2 ranks starts from the same model and trains the same global batches,
 so its first global loss agrees across world sizes; its JSON line is what bench/python/dlrm_ab.sh
-parses. Under --compile aot_eager it trains the same losses, bit for bit.
+parses. Under --compile aot_eager, and at 2 ranks with --pipeline, it trains the same losses, bit
+for bit.
 """
 
 import json
@@ -68,6 +69,19 @@ def test_dlrm_example_world_sizes_agree():
     # only in order).
     assert abs(one["loss_first"] - two["loss_first"]) <= 1e-6, (one, two)
     assert abs(one["loss_last"] - two["loss_last"]) <= 1e-3, (one, two)
+
+
+def test_dlrm_example_pipelined_trains_the_same_losses():
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not found")
+    plain, piped = dlrm(2), dlrm(2, "--pipeline")
+    assert piped["pipeline"] is True
+    for k in ("loss_first", "loss_last", "eval_auc"):
+        assert plain[k] == piped[k], (k, plain, piped)
+
+
+def test_python_md_pipeline_example(tmp_path):
+    assert python_md_example(tmp_path, "## The training pipeline") == "True"
 
 
 def test_dlrm_example_compiled_trains_the_same_losses():

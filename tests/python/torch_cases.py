@@ -11,6 +11,7 @@ trains the one-process reference itself (ember.torch.EmbeddingBagCollection, the
 runs the model under torch.compile (uneven shares, a rank with no samples at W = 3) and checks it
 against the eager sharded run too, bit for bit. With torchrec installed, a TorchRec collection converted
 by ember.torch.from_torchrec with a TorchRec plan trains as its local conversion on the global batch.
+ember.torch.TrainPipeline trains bit for bit as the plain loop (plans auto and rw, uneven shares).
 
 Usage: dist case = python torch_cases.py [plans...]; exit 0 when every rank agrees on success.
 """
@@ -157,6 +158,68 @@ def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=Fa
     sparse.ebc.close()
 
 
+def pipeline_case(comm, plan, shares, failures):
+    """ember.torch.TrainPipeline against the plain loop on the same ranks: the same losses, tables
+    and dense parameters, bit for bit (Adagrad on both sides; shares possibly uneven)."""
+    W, R = comm.size, comm.rank
+    emb_dim = sum(d * len(f) for _, _, d, f, _ in TABLES)
+    G = sum(shares)
+    b0, b1 = sum(shares[:R]), sum(shares[:R + 1])
+    batches = [batch_slice(global_batch(300 + step, G), b0, b1) for step in range(STEPS)]
+    bce = torch.nn.BCEWithLogitsLoss()
+
+    def loss_fn(model, batch):
+        dense, values, lengths, labels = batch
+        return bce(model(dense, values, lengths), labels) * (W * (b1 - b0) / G)
+
+    def make():
+        sparse = ember.torch.ShardedEmbeddingBagCollection(tables(0.05), plan, comm=comm, seed=5)
+        model = DLRM(sparse, emb_dim)
+        return model, torch.optim.Adagrad(model.parameters(), lr=0.05)
+
+    plain, plain_opt = make()
+    plain_losses = []
+    for batch in batches:
+        loss = loss_fn(plain, batch)
+        plain_opt.zero_grad()
+        loss.backward()
+        ember.torch.allreduce_dense_grads(plain.parameters(), comm)
+        plain_opt.step()
+        plain_losses.append(loss.detach())
+    piped, piped_opt = make()
+    pipe = ember.torch.TrainPipeline(piped, piped_opt, piped.sparse, lambda b: (b[1], b[2]), loss_fn, comm)
+    calls = {"prefetch": 0, "backward_start": 0, "backward": 0}
+    for name in calls:  # count the collection's calls: the pipelined ones, not the plain backward
+        def counted(*args, _f=getattr(piped.sparse.ebc, name), _n=name):
+            calls[_n] += 1
+            return _f(*args)
+        setattr(piped.sparse.ebc, name, counted)
+    it = iter(batches)
+    piped_losses = []
+    while True:
+        try:
+            piped_losses.append(pipe.progress(it))
+        except StopIteration:
+            break
+    what = "TrainPipeline W=%d plan=%s shares=%s" % (W, plan, shares)
+    # (a rank without samples has a NaN loss, NaN on both sides)
+    if len(piped_losses) != STEPS or not all(np.array_equal(a.numpy(), b.numpy(), equal_nan=True)
+                                             for a, b in zip(plain_losses, piped_losses)):
+        failures.append("%s: losses %s, plain loop %s" % (what, piped_losses, plain_losses))
+    for n, _, _, _, _ in TABLES:
+        if not np.array_equal(piped.sparse.ebc.read(n, "weight", root=-1), plain.sparse.ebc.read(n, "weight", root=-1)):
+            failures.append("%s: table %s differs from the plain loop's" % (what, n))
+    for (pn, p), (_, q) in zip(piped.named_parameters(), plain.named_parameters()):
+        if not torch.equal(p, q):
+            failures.append("%s: dense %s differs from the plain loop's" % (what, pn))
+    if calls != {"prefetch": STEPS - 1, "backward_start": STEPS, "backward": 0}:
+        failures.append("%s: calls %s" % (what, calls))
+    if piped.sparse.ebc.step("t0") != STEPS:
+        failures.append("%s: %d steps taken" % (what, piped.sparse.ebc.step("t0")))
+    piped.sparse.ebc.close()
+    plain.sparse.ebc.close()
+
+
 def torchrec_case(comm, failures):
     """ember.torch.from_torchrec with a TorchRec plan (column-wise and table-wise on the last ranks)
     on W ranks: two steps of the sharded conversion equal the local conversion's on the global
@@ -232,6 +295,8 @@ def main(argv):
         if m.ebc.step("t0") != 1:
             failures.append("weights requiring grad: step %d after recovery" % m.ebc.step("t0"))
         torchrec_case(comm, failures)
+        for plan in ("auto", "rw"):
+            pipeline_case(comm, plan, [1, 2] if W == 2 else [3, 0, 5] if W == 3 else [4] * W, failures)
     except Exception:
         sys.stderr.write("rank %d: unexpected exception:\n%s" % (R, traceback.format_exc()))
         sys.stderr.flush()
