@@ -201,6 +201,12 @@ class TableConfig:
                     ssd_dir) behind a DRAM cache of this many rows; the numbers are bitwise those
                     of the table in RAM (docs/tiered.md). 0 (default): in RAM
     cache_policy    which cached rows leave first: "lru" | "lfu"
+    hashed          a collisionless hashed table (docs/hashed.md): ids are any int64 keys, each
+                    gets a row of its own among num_embeddings (the capacity), in buckets of
+                    hash_bucket_rows rows (0: 16); an id is admitted at its hash_min_count-th
+                    occurrence (<= 1: at once); a full bucket evicts by hash_policy ("lru" | "lfu"
+                    | "ttl": rows unused for hash_ttl_steps steps leave first). Its id map is the
+                    int64 tensor "ids" [rows, 3] of the state dict
 
     The library checks the values (sizes, hyper-parameters) when a collection is created; names
     are checked here (InvalidArgumentError).
@@ -226,6 +232,11 @@ class TableConfig:
     stochastic_rounding: bool = False
     cache_rows: int = 0
     cache_policy: str = "lru"
+    hashed: bool = False
+    hash_bucket_rows: int = 0
+    hash_min_count: int = 0
+    hash_policy: str = "lru"
+    hash_ttl_steps: int = 0
 
     _FLOATS = ("lr", "eps", "beta1", "beta2", "weight_decay", "initial_accumulator", "momentum", "eta")
 
@@ -270,9 +281,18 @@ class TableConfig:
         self.cache_rows = as_index(self.cache_rows, f"{what} cache_rows")
         policy = parse_name(self.cache_policy, CACHE_POLICIES, f"{what} cache_policy")
         kind, a, b, std = self._init_values()
-        return (self.name, self.num_embeddings, self.embedding_dim, pooling, dtype, kind, a, b, std, optimizer,
-                self.lr, self.eps, self.beta1, self.beta2, self.weight_decay, wd_mode, self.initial_accumulator,
-                self.momentum, self.eta, int(bool(self.stochastic_rounding)), self.cache_rows, policy)
+        if not isinstance(self.hashed, (bool, np.bool_, int, np.integer)):
+            raise invalid(f"{what} hashed: expected a bool, got {self.hashed!r}")
+        c = (self.name, self.num_embeddings, self.embedding_dim, pooling, dtype, kind, a, b, std, optimizer,
+             self.lr, self.eps, self.beta1, self.beta2, self.weight_decay, wd_mode, self.initial_accumulator,
+             self.momentum, self.eta, int(bool(self.stochastic_rounding)), self.cache_rows, policy)
+        if not self.hashed:
+            return c
+        self.hash_bucket_rows = as_index(self.hash_bucket_rows, f"{what} hash_bucket_rows", *I32)
+        self.hash_min_count = as_index(self.hash_min_count, f"{what} hash_min_count")
+        self.hash_ttl_steps = as_index(self.hash_ttl_steps, f"{what} hash_ttl_steps")
+        hpolicy = parse_name(self.hash_policy, EVICT_POLICIES, f"{what} hash_policy")
+        return c + ((self.hash_bucket_rows, self.hash_min_count, hpolicy, self.hash_ttl_steps),)
 
     def _init_values(self) -> tuple[int, float, float, float]:
         what = f"table '{self.name}' init"

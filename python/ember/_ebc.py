@@ -32,6 +32,8 @@ class _Collection:
         self._all_none = all(t.pooling.lower() == "none" for t in self._tables)
         # Tensors of each table: name -> (rows, cols), from the optimizer's descriptor.
         self._tensors = [{n: (r, c) for n, r, c, _ in _ember.table_tensors(ct)} for ct in ctab]
+        # The int64 tensors (a hashed table's "ids"): read and written as int64, never as floats.
+        self._int64 = [{n for n, _, _, dt in _ember.table_tensors(ct) if dt == "int64"} for ct in ctab]
         self._dtype_codes = [parse_dtype(t.dtype) for t in self._tables]
         return ctab, feats
 
@@ -110,13 +112,26 @@ class _Collection:
             return r0, r1
         raise invalid(f"rows: expected None, a slice or (begin, end), got {rows!r}", self._rank)
 
+    def _read_code(self, t: int, tensor: str, dtype: Any) -> int:
+        """The dtype code a read of table t's tensor returns: int64 for an int64 tensor (None or
+        "int64" given), else float32 (None) or the dtype given."""
+        if tensor in self._int64[t]:
+            if dtype not in (None, "int64"):
+                raise invalid(f"read: table '{self._table_names[t]}' tensor '{tensor}' is int64, not {dtype!r}",
+                              self._rank)
+            return DTYPES["int64"]
+        return parse_dtype("fp32" if dtype is None else dtype)
+
     def _state_array(self, t: int, tensor: str, array: Any, rows: int | None, what: str) -> tuple[np.ndarray, int]:
         """A state array for table t's tensor as (C-contiguous [n, cols] array, dtype code): the
-        weight of a 16-bit table may come in its own dtype (float16, or uint16 bits for bf16)."""
+        weight of a 16-bit table may come in its own dtype (float16, or uint16 bits for bf16); an
+        int64 tensor (a hashed table's "ids") is int64."""
         nrows, cols = self._tensor(t, tensor, what)
         code = DTYPES["fp32"]
         native = self._dtype_codes[t]
-        if (tensor == "weight" and native != code and isinstance(array, np.ndarray)
+        if tensor in self._int64[t]:
+            a, code = as_array(array, np.int64, what, ndim=2, rank=self._rank), DTYPES["int64"]
+        elif (tensor == "weight" and native != code and isinstance(array, np.ndarray)
                 and array.dtype == NP_OF_DTYPE[native]):
             a, code = contiguous(array), native
         else:
@@ -226,15 +241,16 @@ class EmbeddingBagCollection(_Collection):
 
     # ---- state -------------------------------------------------------------------------------
 
-    def read(self, table: Any, tensor: str = "weight", rows: Any = None, dtype: Any = "fp32") -> np.ndarray:
+    def read(self, table: Any, tensor: str = "weight", rows: Any = None, dtype: Any = None) -> np.ndarray:
         """A copy of rows (None: all; a slice or (begin, end)) of the table's tensor ("weight",
-        "momentum1", ...: tensor_names) as [n, cols] (per-row state: cols 1), in float32, or for the
-        weight of a 16-bit table in its own dtype ("fp16": float16, "bf16": uint16 raw bits).
-        Local. Raises InvalidArgumentError (unknown table/tensor, bad rows, dtype)."""
+        "momentum1", ...: tensor_names) as [n, cols] (per-row state: cols 1), in float32 (dtype
+        None), or for the weight of a 16-bit table in its own dtype ("fp16": float16, "bf16":
+        uint16 raw bits); a hashed table's "ids" as int64. Local. Raises InvalidArgumentError
+        (unknown table/tensor, bad rows, dtype)."""
         t = self._t(table)
         nrows, cols = self._tensor(t, tensor, "read")
         r0, r1 = self._rows(rows, nrows)
-        code = parse_dtype(dtype)
+        code = self._read_code(t, tensor, dtype)
         out = np.empty((r1 - r0, cols), NP_OF_DTYPE[code])
         self._c.read(t, tensor, r0, r1, code, out)
         return out

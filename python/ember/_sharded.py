@@ -318,15 +318,15 @@ class ShardedEmbeddingBagCollection(_Collection):
             raise invalid(f"root: {r} outside [-1, {self._comm.size})", self._rank)
         return r
 
-    def read(self, table: Any, tensor: str = "weight", root: int = -1, dtype: Any = "fp32") -> np.ndarray | None:
+    def read(self, table: Any, tensor: str = "weight", root: int = -1, dtype: Any = None) -> np.ndarray | None:
         """The table's whole tensor as one global [rows, cols] array (float32, or the weight of a
-        16-bit table in its own dtype: float16 / uint16 bits), gathered onto ``root`` (-1: every
-        rank). Returns None on the other ranks. Collective. The whole array passes through one
-        rank (checkpoints stream pieces instead: save/load)."""
+        16-bit table in its own dtype: float16 / uint16 bits; a hashed table's "ids" int64),
+        gathered onto ``root`` (-1: every rank). Returns None on the other ranks. Collective. The
+        whole array passes through one rank (checkpoints stream pieces instead: save/load)."""
         def prepare() -> tuple[Any, ...]:
             t = self._t(table)
             rows, cols = self._tensor(t, tensor, "read")
-            r, code = self._root(root), parse_dtype(dtype)
+            r, code = self._root(root), self._read_code(t, tensor, dtype)
             out = np.empty((rows, cols), NP_OF_DTYPE[code]) if r in (-1, self._rank) else None
             return t, r, code, out
         t, r, code, out = self._collective(prepare)

@@ -258,32 +258,40 @@ class _Base(torch.nn.Module):
         self.ebc.set_lr(lr, table)
 
     # state_dict()/load_state_dict() carry the tables as "embedding_bags.<table>.weight" (TorchRec's
-    # keys), fp32 copies; optimizer state stays in ember (its state_dict/checkpoints hold it).
+    # keys), fp32 copies, and a hashed table's id map as "embedding_bags.<table>.ids" (int64
+    # [rows, 3]); optimizer state stays in ember (its state_dict/checkpoints hold it).
+    def _carried(self) -> list[tuple[str, str, tuple[int, int]]]:
+        """(table, tensor, shape) of every tensor the module's state dict carries."""
+        out = []
+        for t in self.ebc.tables:
+            out.append((t.name, "weight", (t.num_embeddings, t.embedding_dim)))
+            if t.hashed:
+                out.append((t.name, "ids", (t.num_embeddings, 3)))
+        return out
+
     @staticmethod
     def _add_tables(module: Any, state_dict: Any, prefix: str, local_metadata: Any) -> Any:
-        for t in module.ebc.tables:
-            arr = module._read_weight(t.name)
-            state_dict[f"{prefix}embedding_bags.{t.name}.weight"] = (
-                torch.from_numpy(arr) if arr is not None else None)
+        for name, tensor, _ in module._carried():
+            arr = module._read(name, tensor)
+            state_dict[f"{prefix}embedding_bags.{name}.{tensor}"] = torch.from_numpy(arr) if arr is not None else None
         return state_dict
 
     def _take_tables(self, state_dict: Any, prefix: str, local_metadata: Any, strict: bool, missing: list[str],
                      unexpected: list[str], errors: list[str]) -> None:
-        # Every table present is checked (its whole [rows, dim] shape) before any is written.
+        # Every tensor present is checked (its whole shape) before any is written.
         arrays = []
-        for t in self.ebc.tables:
-            key = f"{prefix}embedding_bags.{t.name}.weight"
+        for name, tensor, want in self._carried():
+            key = f"{prefix}embedding_bags.{name}.{tensor}"
             if key in state_dict:
                 arr = _as_numpy(state_dict.pop(key), key)
-                want = (t.num_embeddings, t.embedding_dim)
                 if tuple(arr.shape) != want:
                     raise ember.InvalidArgumentError(
-                        f"{key}: shape {tuple(arr.shape)}, table '{t.name}' is {list(want)}")
-                arrays.append((t.name, arr))
+                        f"{key}: shape {tuple(arr.shape)}, table '{name}' {tensor} is {list(want)}")
+                arrays.append((name, tensor, arr.astype(np.int64 if tensor == "ids" else np.float32, copy=False)))
             elif strict:
                 missing.append(key)
-        for name, arr in arrays:
-            self._write_weight(name, arr)
+        for name, tensor, arr in arrays:
+            self._write(name, tensor, arr)
 
 
 class EmbeddingBagCollection(_Base):
@@ -292,11 +300,11 @@ class EmbeddingBagCollection(_Base):
     def __init__(self, tables: Sequence["ember.TableConfig"], **kwargs: Any) -> None:
         super().__init__(ember.EmbeddingBagCollection(tables, **kwargs))
 
-    def _read_weight(self, name: str) -> Any:
-        return self.ebc.read(name, "weight")
+    def _read(self, name: str, tensor: str) -> Any:
+        return self.ebc.read(name, tensor)
 
-    def _write_weight(self, name: str, arr: Any) -> None:
-        self.ebc.write(name, "weight", arr.astype(np.float32, copy=False))
+    def _write(self, name: str, tensor: str, arr: Any) -> None:
+        self.ebc.write(name, tensor, arr)
 
 
 class ShardedEmbeddingBagCollection(_Base):
@@ -308,11 +316,11 @@ class ShardedEmbeddingBagCollection(_Base):
     def __init__(self, tables: Sequence["ember.TableConfig"], plan: Any = "auto", **kwargs: Any) -> None:
         super().__init__(ember.ShardedEmbeddingBagCollection(tables, plan, **kwargs))
 
-    def _read_weight(self, name: str) -> Any:
-        return self.ebc.read(name, "weight", root=-1)
+    def _read(self, name: str, tensor: str) -> Any:
+        return self.ebc.read(name, tensor, root=-1)
 
-    def _write_weight(self, name: str, arr: Any) -> None:
-        self.ebc.write(name, "weight", arr.astype(np.float32, copy=False), root=-1)
+    def _write(self, name: str, tensor: str, arr: Any) -> None:
+        self.ebc.write(name, tensor, arr, root=-1)
 
 
 

@@ -366,6 +366,25 @@ def case_hashed(run):
             sebc.close()
             local.close()
             other.close()
+    # The package's objects: TableConfig(hashed=True), state dicts carrying the int64 map.
+    cfg = [ember.TableConfig("h", 32, 4, init=("uniform", -1.0, 1.0), hashed=True, hash_bucket_rows=4),
+           ember.TableConfig("r", 10, 3)]
+    for scheme in ("rw", "tw"):
+        sharded = ember.ShardedEmbeddingBagCollection(cfg, scheme, comm=run.comm, seed=17)
+        single = ember.EmbeddingBagCollection(cfg, seed=17)
+        values, lengths = np.ascontiguousarray(keys1[mine]), np.concatenate([np.ones(per, np.int32),
+                                                                             np.zeros(per, np.int32)])
+        sharded.forward(ember.KJT(values, lengths=lengths))
+        single.forward(ember.KJT(keys1, lengths=np.concatenate([np.ones(per * W, np.int32),
+                                                                 np.zeros(per * W, np.int32)])))
+        got, want = sharded.state_dict(), single.state_dict()
+        run.check(got["h.ids"].dtype == np.int64 and np.array_equal(got["h.ids"], want["h.ids"]),
+                  "hashed package %s: the state dict's ids differ from one process's" % scheme)
+        fresh = ember.ShardedEmbeddingBagCollection(cfg, scheme, comm=run.comm, seed=99)
+        fresh.load_state_dict(got)
+        run.check(np.array_equal(fresh.read("h", "ids"), want["h.ids"]), "hashed package %s: loaded ids" % scheme)
+        for c in (sharded, single, fresh):
+            c.close()
 
 
 def case_schemes(run):

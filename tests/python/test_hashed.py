@@ -1,8 +1,10 @@
-"""Hashed tables' int64 tensors through the extension (docs/hashed.md): the "ids" [rows, 3] map of
-a collisionless hashed table is read and written as int64 arrays (buffer format "q", 8-byte items),
-and a tensor read in a dtype it is not stored in is refused by name. The package's TableConfig does
-not make hashed tables yet (docs/python.md): these tests build them through the extension's table
-tuple. The sharded collection's int64 path is dist_cases.py's "hashed" case (test_dist.py)."""
+"""Hashed tables from the package (docs/hashed.md): TableConfig(hashed=True) makes a collisionless
+hashed table whose "ids" map [rows, 3] is read, written and carried in state dicts as int64; any
+int64 key is looked up; a state dict loaded into a fresh collection gives its outputs back; the
+ember.torch module over one trains as the numpy one (when torch imports). Through the extension:
+the int64 tensors' buffers (format "q", 8-byte items) and a tensor read in a dtype it is not
+stored in refused by name. The sharded collection's int64 path is dist_cases.py's "hashed" case
+(test_dist.py)."""
 
 import numpy as np
 import pytest
@@ -88,3 +90,73 @@ def test_local_int64_tensor_refuses_other_dtypes():
     with pytest.raises(ember.InvalidArgumentError, match="unknown dtype 99"):
         ebc.read(0, "ids", 0, ROWS, 99, np.zeros((ROWS, 3), np.int64))
     ebc.close()
+
+
+# ---- the package's TableConfig(hashed=True) --------------------------------------------------
+
+def package_tables(**kw):
+    return [ember.TableConfig("h", ROWS, DIM, init=("uniform", -1.0, 1.0), optimizer="adagrad", lr=0.1, hashed=True,
+                              hash_bucket_rows=BUCKET, **kw),
+            ember.TableConfig("r", 10, 3)]
+
+
+def package_kjt(keys):
+    values, lengths, B = batch(keys)
+    return ember.KJT(values, lengths=lengths, batch_size=B)
+
+
+def test_package_hashed_table_trains_and_its_state_dict_carries_int64_ids():
+    before = ember.bytes_outstanding()  # what other tests of this process still hold
+    ebc = ember.EmbeddingBagCollection(package_tables(), seed=7)
+    assert ebc.tensor_names("h")[-1] == "ids"
+    out = ebc.forward(package_kjt(KEYS))
+    ebc.backward(package_kjt(KEYS), np.ones_like(out))
+    sd = ebc.state_dict()
+    assert sd["h.ids"].dtype == np.int64 and sd["h.ids"].shape == (ROWS, 3)
+    used = sd["h.ids"][:, 2] > 0
+    assert sorted(sd["h.ids"][used, 0].tolist()) == sorted(set(KEYS))
+    assert ebc.read("h", "ids").dtype == np.int64 and ebc.read("h").dtype == np.float32
+    fresh = ember.EmbeddingBagCollection(package_tables(), seed=99)
+    fresh.load_state_dict(sd)
+    np.testing.assert_array_equal(fresh.read("h", "ids"), sd["h.ids"])
+    np.testing.assert_array_equal(fresh.forward(package_kjt(KEYS)), ebc.forward(package_kjt(KEYS)))
+    with pytest.raises(ember.InvalidArgumentError, match="tensor 'ids' is int64"):
+        ebc.read("h", "ids", dtype="fp32")
+    ebc.close()
+    fresh.close()
+    assert ember.bytes_outstanding() == before
+
+
+def test_package_hashed_config_refusals():
+    with pytest.raises(ember.InvalidArgumentError, match="hash_policy: unknown 'fifo'"):
+        ember.TableConfig("h", ROWS, DIM, hashed=True, hash_policy="fifo")
+    with pytest.raises(ember.InvalidArgumentError, match="hashed: expected a bool"):
+        ember.TableConfig("h", ROWS, DIM, hashed="yes")
+    with pytest.raises(ember.InvalidArgumentError, match="bucket"):
+        ember.EmbeddingBagCollection([ember.TableConfig("h", ROWS, DIM, hashed=True, hash_bucket_rows=5)])
+
+
+def test_torch_module_over_a_hashed_table():
+    torch = pytest.importorskip("torch", reason="ember.torch needs torch")
+    import ember.torch as et
+    m = et.EmbeddingBagCollection(package_tables(), seed=7)
+    ref = ember.EmbeddingBagCollection(package_tables(), seed=7)
+    values, lengths, _ = batch(KEYS)
+    out = m(torch.from_numpy(values), torch.from_numpy(lengths))
+    out.sum().backward()
+    want = ref.forward(package_kjt(KEYS))
+    ref.backward(package_kjt(KEYS), np.ones_like(want))
+    np.testing.assert_array_equal(out.detach().numpy(), want)
+    for tensor in ("weight", "ids"):
+        np.testing.assert_array_equal(m.ebc.read("h", tensor), ref.read("h", tensor))
+    sd = m.state_dict()
+    assert sd["embedding_bags.h.weight"].shape == (ROWS, DIM) and sd["embedding_bags.h.ids"].dtype == torch.int64
+    assert "embedding_bags.r.ids" not in sd
+    fresh = et.EmbeddingBagCollection(package_tables(), seed=99)
+    fresh.load_state_dict(sd)
+    with torch.no_grad():
+        np.testing.assert_array_equal(fresh(torch.from_numpy(values), torch.from_numpy(lengths)).numpy(),
+                                      ref.forward(package_kjt(KEYS)))
+    for x in (m, fresh):
+        x.ebc.close()
+    ref.close()
