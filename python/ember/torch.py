@@ -151,15 +151,14 @@ def _module(handle: int) -> Any:
     return m
 
 
-def _rows_out(ebc: Any, values: Any, lengths: Any, batch_size: int) -> Any:
-    """The pooled output's rows: the batch size (lengths / features when not given); for an
-    all-"none" collection one row per id."""
-    if ebc._all_none:
+def _rows_out(num_features: int, all_none: bool, values: Any, lengths: Any, batch_size: int) -> Any:
+    """The pooled output's rows (the fake kernels'): the batch size (lengths / features when not
+    given); for an all-"none" collection one row per id."""
+    if all_none:
         return values.shape[0]
     if batch_size >= 0:
         return batch_size
-    F = len(ebc._feature_names)
-    return lengths.shape[0] // F if F else 0
+    return lengths.shape[0] // num_features if num_features else 0
 
 
 @torch.library.custom_op("ember::lookup", mutates_args=())
@@ -179,7 +178,8 @@ def _lookup(anchor: torch.Tensor, handle: int, values: torch.Tensor, lengths: to
 def _lookup_fake(anchor: Any, handle: int, values: Any, lengths: Any, weights: Any, batch_size: int,
                  refuse_weight_grad: bool) -> Any:
     ebc = _module(handle).ebc
-    return values.new_empty((_rows_out(ebc, values, lengths, batch_size), ebc._output_dim), dtype=torch.float32)
+    rows = _rows_out(len(ebc._feature_names), ebc._all_none, values, lengths, batch_size)
+    return values.new_empty((rows, ebc._output_dim), dtype=torch.float32)
 
 
 @torch.library.custom_op("ember::lookup_backward", mutates_args=())
@@ -356,8 +356,7 @@ def _quant_lookup(bundle: str, num_threads: int, values: torch.Tensor, lengths: 
 def _quant_lookup_fake(bundle: str, num_threads: int, values: Any, lengths: Any, weights: Any,
                        batch_size: int) -> Any:
     q = _bundle(bundle, num_threads)
-    F = len(q.feature_names)
-    rows = batch_size if batch_size >= 0 else (lengths.shape[0] // F if F else 0)
+    rows = _rows_out(len(q.feature_names), False, values, lengths, batch_size)
     return values.new_empty((rows, q.output_dim), dtype=torch.float32)
 
 
