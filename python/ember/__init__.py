@@ -22,7 +22,8 @@ from ._config import TableConfig
 from ._kjt import KJT
 from ._ebc import EmbeddingBagCollection
 from ._comm import Comm
-from ._sharded import ShardedEmbeddingBagCollection, TablePlan, describe_plan, plan
+from ._sharded import (PlanStats, ShardedEmbeddingBagCollection, TablePlan, Topology, describe_plan, detect_topology,
+                       plan, predict_plan, probe_disk)
 from ._checkpoint import Checkpoint
 from .lfq import LFQ
 from ._quant import QuantEmbeddingBagCollection, dequantize_rows, quantize_rows, row_bytes
@@ -56,7 +57,8 @@ def isa_best() -> str:
 __all__ = [
     "__version__", "build_info", "cpu", "isa_best", "bytes_outstanding", "errors",
     "TableConfig", "KJT", "EmbeddingBagCollection",
-    "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "plan", "describe_plan", "Checkpoint", "LFQ",
+    "Comm", "ShardedEmbeddingBagCollection", "TablePlan", "Topology", "PlanStats", "plan", "predict_plan",
+    "describe_plan", "detect_topology", "probe_disk", "Checkpoint", "LFQ",
     "QuantEmbeddingBagCollection", "quantize_rows", "dequantize_rows", "row_bytes",
     *errors.__all__,
 ]

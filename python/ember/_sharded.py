@@ -17,7 +17,8 @@ from ._config import (BOUNDS, CONVENTIONS, DTYPES, I32, NP_OF_DTYPE, U64, TableC
 from ._ebc import _Collection
 from ._kjt import KJT
 
-__all__ = ["TablePlan", "ShardedEmbeddingBagCollection", "plan", "describe_plan"]
+__all__ = ["TablePlan", "ShardedEmbeddingBagCollection", "Topology", "PlanStats", "plan", "predict_plan",
+           "describe_plan", "detect_topology", "probe_disk"]
 
 _SCHEMES = _ember.schemes()  # [(short, long, fields)] by ember_shard_scheme
 _SCHEME_CODE = {**{s: k for k, (s, _, _) in enumerate(_SCHEMES)}, **{n: k for k, (_, n, _) in enumerate(_SCHEMES)}}
@@ -85,7 +86,8 @@ def _default_plan(scheme: str, t: int, dim: int, W: int) -> TablePlan:
     return TablePlan._from_c(_ember.plan_default(_scheme_code(scheme, "plan"), t, dim, W, 0))
 
 
-def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: int) -> list[TablePlan]:
+def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: int,
+                  topology: Topology | None = None) -> list[TablePlan]:
     """A plan argument -> one TablePlan per table ("auto", a scheme name, a list, a dict)."""
     names = [t.name for t in tables]
 
@@ -101,7 +103,7 @@ def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: 
 
     if isinstance(spec, str):
         if spec.lower() == "auto":
-            return plan(tables, W, batch_size=batch_size)
+            return plan(tables, W, batch_size=batch_size, topology=topology)
         return [one(spec, t) for t in range(len(tables))]
     if isinstance(spec, Mapping):
         unknown = [k for k in spec if k not in names]
@@ -122,9 +124,93 @@ def _resolve_plan(spec: Any, tables: Sequence[TableConfig], W: int, batch_size: 
     return [one(p, t) for t, p in enumerate(items)]
 
 
+@dataclasses.dataclass
+class Topology:
+    """The machine the planner plans for (ember_plan_config's topology fields; docs/planner.md).
+
+    host_of        every rank's host, hosts numbered 0..H-1 with no gap (None: ranks_per_host)
+    ranks_per_host when host_of is None: host h holds ranks [h*n, (h+1)*n) (0: one host)
+    intra_host_bw  bytes/s a rank sends to ranks of its host (0: plan on bytes)
+    inter_host_bw  bytes/s of one host's link to the others, each direction (needed, with
+                   intra_host_bw where a host holds 2 ranks or more, when there are several hosts)
+    mem_bw         bytes/s of embedding rows one rank pools and updates (0: 2e9)
+    round_s        seconds of one collective round over all ranks (0: none)
+    disk_bw        bytes/s a rank moves to and from a tiered table's file (0: 1e9; probe_disk)
+
+    detect_topology(comm) fills it for the ranks of a running job; the planner's messages name a
+    value it refuses (a gap in the host numbers, a negative bandwidth, ...).
+    """
+
+    host_of: tuple[int, ...] | None = None
+    ranks_per_host: int = 0
+    intra_host_bw: float = 0.0
+    inter_host_bw: float = 0.0
+    mem_bw: float = 0.0
+    round_s: float = 0.0
+    disk_bw: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.host_of is not None:
+            try:
+                hosts = tuple(self.host_of)
+            except TypeError:
+                raise invalid(f"Topology host_of: expected a sequence of hosts, got {self.host_of!r}") from None
+            self.host_of = tuple(as_index(h, "Topology host_of", *I32) for h in hosts)
+        self.ranks_per_host = as_index(self.ranks_per_host, "Topology ranks_per_host", *I32)
+        for f in ("intra_host_bw", "inter_host_bw", "mem_bw", "round_s", "disk_bw"):
+            setattr(self, f, as_float(getattr(self, f), f"Topology {f}"))
+
+    def _c_tuple(self) -> tuple[Any, ...]:
+        return (self.host_of, self.ranks_per_host, self.intra_host_bw, self.inter_host_bw, self.mem_bw,
+                self.round_s, self.disk_bw)
+
+
+@dataclasses.dataclass
+class PlanStats:
+    """The planner's estimate of a plan, per rank (ember_plan_stats): ``storage_bytes`` (weights +
+    optimizer state held), ``step_bytes`` (rows read + bytes sent per step), ``step_seconds``
+    (predicted seconds of the embedding part of a step; 0 without bandwidths in the topology)
+    and ``inter_bytes`` (of step_bytes, the bytes sent to other hosts)."""
+
+    storage_bytes: list[int]
+    step_bytes: list[float]
+    step_seconds: list[float]
+    inter_bytes: list[float]
+
+    @property
+    def step_s(self) -> float:
+        """The predicted step: the slowest rank's step_seconds."""
+        return max(self.step_seconds)
+
+
+def _pooling_factor(pooling_factor: Any, feats: Sequence[tuple[Any, ...]], what: str) -> np.ndarray | None:
+    """Mean ids per sample in feature order: a sequence, a dict {feature: value} (others 1) or None."""
+    if pooling_factor is None:
+        return None
+    fnames = [f for f, _ in feats]
+    if isinstance(pooling_factor, Mapping):
+        unknown = [k for k in pooling_factor if k not in fnames]
+        if unknown:
+            raise invalid(f"{what}: pooling_factor names unknown features {unknown} (features: {fnames})")
+        return np.array([as_float(pooling_factor.get(f, 1.0), f"{what}: pooling_factor of '{f}'")
+                         for f in fnames], np.float32)
+    pf = as_array(pooling_factor, np.float32, f"{what}: pooling_factor")
+    if pf.shape[0] != len(fnames):
+        raise invalid(f"{what}: pooling_factor has {pf.shape[0]} entries for {len(fnames)} features")
+    return pf
+
+
+def _topology(topology: Any, what: str) -> tuple[Any, ...] | None:
+    if topology is None:
+        return None
+    if not isinstance(topology, Topology):
+        raise invalid(f"{what}: topology: expected an ember.Topology, got {type(topology).__name__}")
+    return topology._c_tuple()
+
+
 def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 512, memory_per_rank: int = 0,
          pooling_factor: Any = None, allow: Sequence[str] | None = None,
-         dp_max_bytes: int = 0) -> list[TablePlan]:
+         dp_max_bytes: int = 0, topology: Topology | None = None) -> list[TablePlan]:
     """The planner (ember_plan_create): one TablePlan per table for ``world_size`` ranks.
 
     batch_size       local batch size per rank
@@ -133,25 +219,17 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
                      {feature: value} (others 1), or None (1 each)
     allow            scheme names the planner may use (None: all but grid)
     dp_max_bytes     data-parallel only for tables up to this size (0: 1 MiB)
+    topology         an ember.Topology (hosts and bandwidths: the planner then minimises the
+                     predicted time and offers twrw per host, and grid where allowed), or None
+                     (one host, plans on bytes)
 
-    Local and deterministic: every rank computes the same plan. Raises InvalidArgumentError, and
-    OutOfMemoryError when a table fits on no rank within memory_per_rank (the table is named).
+    Local and deterministic: every rank computes the same plan. predict_plan gives the plan's
+    estimates. Raises InvalidArgumentError, and OutOfMemoryError when a table fits on no rank
+    within memory_per_rank (the table is named).
     """
     ctab, feats, tables = c_config(tables)
     W = as_index(world_size, "plan: world_size", 1, I32[1])
-    pf = None
-    if pooling_factor is not None:
-        fnames = [f for f, _ in feats]
-        if isinstance(pooling_factor, Mapping):
-            unknown = [k for k in pooling_factor if k not in fnames]
-            if unknown:
-                raise invalid(f"plan: pooling_factor names unknown features {unknown} (features: {fnames})")
-            pf = np.array([as_float(pooling_factor.get(f, 1.0), f"plan: pooling_factor of '{f}'")
-                           for f in fnames], np.float32)
-        else:
-            pf = as_array(pooling_factor, np.float32, "plan: pooling_factor")
-            if pf.shape[0] != len(fnames):
-                raise invalid(f"plan: pooling_factor has {pf.shape[0]} entries for {len(fnames)} features")
+    pf = _pooling_factor(pooling_factor, feats, "plan")
     mask = 0
     if allow is not None:
         if isinstance(allow, str):
@@ -160,10 +238,58 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
             mask |= 1 << _scheme_code(name, "plan: allow")
         if not mask:
             raise invalid("plan: allow is empty")
-    result, _, _ = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size", *I32),
-                               as_index(memory_per_rank, "plan: memory_per_rank", *U64), pf, mask,
-                               as_index(dp_max_bytes, "plan: dp_max_bytes", *U64))
+    result, _ = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size", *I32),
+                            as_index(memory_per_rank, "plan: memory_per_rank", *U64), pf, mask,
+                            as_index(dp_max_bytes, "plan: dp_max_bytes", *U64), _topology(topology, "plan"))
     return [TablePlan._from_c(p) for p in result]
+
+
+def predict_plan(tables: Sequence[TableConfig], plan: Any, world_size: int, *, batch_size: int = 512,
+                 pooling_factor: Any = None, topology: Topology | None = None) -> PlanStats:
+    """The planner's estimate of ``plan`` (ember_plan_predict): any plan the sharded collection
+    takes (a scheme name, a list or dict of TablePlan, a collection's ``.plan``), for
+    ``world_size`` ranks of ``batch_size`` samples, the features' ``pooling_factor`` and a
+    ``topology`` as plan() takes them. storage_bytes are exact (ember_shard_rank_bytes). Local.
+    Raises InvalidArgumentError (a plan the collection would refuse: the table is named)."""
+    ctab, feats, tables = c_config(tables)
+    W = as_index(world_size, "predict_plan: world_size", 1, I32[1])
+    if isinstance(plan, str) and plan.lower() == "auto":
+        raise invalid("predict_plan: \"auto\" is not a plan (call ember.plan first)")
+    plans = _resolve_plan(plan, tables, W, 512)
+    stats = _ember.predict(ctab, feats, [p._c_tuple() for p in plans], W,
+                           as_index(batch_size, "predict_plan: batch_size", *I32),
+                           _pooling_factor(pooling_factor, feats, "predict_plan"),
+                           _topology(topology, "predict_plan"))
+    return PlanStats(*stats)
+
+
+def detect_topology(comm: Any = None, *, probe_bytes: int = 0, reps: int = 3) -> Topology:
+    """The hosts of ``comm``'s ranks (ranks that share memory are one host; host 0 holds rank 0)
+    and, with ``probe_bytes`` > 0, the measured intra- and inter-host bandwidths and the round
+    time of a collective (ember_plan_detect_topology: rank 0 exchanges ``probe_bytes`` with a rank
+    of its host and one of host 1, ``reps`` times; 0 where there is no such pair). Every rank gets
+    the same Topology, ready for plan(). ``comm``: an ember.Comm, an mpi4py communicator or None
+    (MPI_COMM_WORLD). Collective. Raises on every rank InvalidArgumentError (probe_bytes negative
+    or over 1 GiB), CommunicationError, CollectiveTimeoutError."""
+    c = comm if isinstance(comm, Comm) else Comm(comm)
+    try:
+        args = (as_index(probe_bytes, "detect_topology: probe_bytes", 0, 1 << 30, c.rank),
+                as_index(reps, "detect_topology: reps", *I32, rank=c.rank))
+    except Exception as e:
+        c._c.agree(e)
+        raise  # not reached
+    host_of, _, intra, inter, round_s = c._c.detect_topology(*args)
+    return Topology(tuple(host_of), 0, intra, inter, 0.0, round_s, 0.0)
+
+
+def probe_disk(dir: str | os.PathLike[str] | None = None, bytes: int = 64 << 20) -> float:
+    """The rate (bytes/s) at which a tiered table's file in ``dir`` (None: $TMPDIR, else /tmp)
+    moves records, for Topology.disk_bw (ember_plan_probe_disk: a scratch file of ``bytes``, 4 KiB
+    to 16 GiB, written, flushed and read back; where the kernel keeps it in the page cache, the
+    figure is the page cache's). Local. Raises InvalidArgumentError, EmberIOError (the directory
+    cannot hold the file)."""
+    d = None if dir is None else as_path(dir, "probe_disk: dir")
+    return float(_ember.probe_disk(d, as_index(bytes, "probe_disk: bytes", 4096, 16 << 30)))
 
 
 def describe_plan(tables: Sequence[TableConfig], plan: Any, *, world_size: int = 1) -> str:
@@ -194,6 +320,11 @@ class ShardedEmbeddingBagCollection(_Collection):
                      seed: the same initial values as the unsharded collection); a tiered table
                      (TableConfig.cache_rows) keeps a file and a cache per piece, and cannot be
                      data-parallel
+    topology         an ember.Topology for the planner when plan is "auto" (detect_topology(comm)
+                     measures one), or None
+    wire_precision   the pooled rows' and their gradients' precision between ranks (TorchRec's
+                     QCommsConfig): a dtype for both, or (forward, backward), each "fp32" (default,
+                     exact), "fp16" or "bf16"; see set_wire_precision
 
     Collective calls (every rank calls them, in the same order): creation, forward, backward,
     step, read, write, state_dict, load_state_dict, convert_dtype, save, load. Any refusal on one
@@ -207,13 +338,17 @@ class ShardedEmbeddingBagCollection(_Collection):
     def __init__(self, tables: Sequence[TableConfig], plan: Any = "auto", *, comm: Any = None,
                  grad_convention: str = "mean", bounds: str = "error", seed: int = 0, num_threads: int = 0,
                  max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512,
-                 ssd_dir: str | os.PathLike[str] | None = None) -> None:
+                 ssd_dir: str | os.PathLike[str] | None = None, topology: Topology | None = None,
+                 wire_precision: Any = None) -> None:
         self._comm = comm if isinstance(comm, Comm) else Comm(comm)
         self._rank = self._comm.rank
         try:
             ctab, feats = self._setup(tables)
+            if topology is not None and not isinstance(topology, Topology):
+                raise invalid(f"topology: expected an ember.Topology, got {type(topology).__name__}", self._rank)
             self._plan = _resolve_plan(plan, self._tables, self._comm.size,
-                                       as_index(batch_size_hint, "batch_size_hint", *I32, rank=self._rank))
+                                       as_index(batch_size_hint, "batch_size_hint", *I32, rank=self._rank), topology)
+            wire = None if wire_precision is None else self._wire_codes(wire_precision)
             self._conv = parse_name(grad_convention, CONVENTIONS, "grad_convention")
             args = (parse_name(bounds, BOUNDS, "bounds"), as_index(seed, "seed", *U64, rank=self._rank),
                     as_index(num_threads, "num_threads", 0, I32[1], rank=self._rank),
@@ -225,6 +360,12 @@ class ShardedEmbeddingBagCollection(_Collection):
             raise  # not reached: agree raises on every rank
         self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv, d)
         self._output_dim = self._c.output_dim
+        if wire is not None:
+            try:
+                self._c.set_wire_precision(*wire)
+            except BaseException:
+                self._c.close()
+                raise
 
     def _collective(self, prepare: Callable[[], R]) -> R:
         """Runs the Python-side checks of a collective call; a refusal is agreed on every rank."""
@@ -292,6 +433,32 @@ class ShardedEmbeddingBagCollection(_Collection):
         self._c.backward_finish()
 
     # ---- optimizer ---------------------------------------------------------------------------
+
+    def _wire_codes(self, spec: Any) -> tuple[int, int]:
+        pair = (spec, spec) if isinstance(spec, str) or not isinstance(spec, Sequence) else tuple(spec)
+        if len(pair) != 2:
+            raise invalid(f"wire_precision: expected a dtype or (forward, backward), got {spec!r}", self._rank)
+        return (parse_dtype(pair[0], "wire_precision forward"), parse_dtype(pair[1], "wire_precision backward"))
+
+    def set_wire_precision(self, forward: Any, backward: Any = None) -> None:
+        """The precision of the values that cross ranks (ember_sebc_set_wire_precision; TorchRec's
+        QCommsConfig forward_precision / backward_precision): the pooled rows of the output dist
+        travel as ``forward``, their gradients as ``backward`` (None: as forward). "fp32" sends
+        them exactly; "fp16" and "bf16" send 2 bytes a value, rounded once to nearest even
+        (|error| <= 2^-11 |x| in fp16's normal range, 2^-8 |x| in bf16; a row-block partial sum is
+        rounded per partial). A rank's own block stays fp32, as do the input dist and the
+        data-parallel gradients. A finite value that fp16 or bf16 cannot hold makes that forward
+        or backward raise NumericError on every rank before anything is sent (there is no loss
+        scale). Collective: every rank passes the same pair; ranks that differ all raise
+        InvalidArgumentError naming the values."""
+        codes = self._collective(lambda: self._wire_codes((forward, forward if backward is None else backward)))
+        self._c.set_wire_precision(*codes)
+
+    @property
+    def wire_precision(self) -> tuple[str, str]:
+        """(forward, backward) precision on the wire: "fp32", "fp16" or "bf16"."""
+        fwd, bwd = self._c.wire_precision()
+        return dtype_name(fwd), dtype_name(bwd)
 
     def set_lr(self, lr: float, table: Any = None) -> None:
         """Learning rate of ``table`` (None: every table). Local: call it alike on every rank."""

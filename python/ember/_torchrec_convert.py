@@ -135,13 +135,36 @@ def plan_from_torchrec(plan: Mapping[str, Any], tables: Any) -> dict[str, "ember
     return out
 
 
+def wire_precision_from_qcomms(qcomms: Any) -> tuple[str, str]:
+    """ember's wire precision for TorchRec's ``QCommsConfig`` (forward_precision,
+    backward_precision of CommType FP32, FP16 or BF16). FP8, INT8 and MX4, and loss scales, are
+    refused with UnsupportedError (ember sends fp32, fp16 or bf16, with no loss scale)."""
+    out = []
+    for side in ("forward", "backward"):
+        prec = getattr(qcomms, f"{side}_precision", None)
+        name = str(getattr(prec, "value", prec)).lower()
+        if name not in ("fp32", "fp16", "bf16"):
+            raise ember.UnsupportedError(f"from_torchrec: qcomms {side}_precision {name!r}: ember's wire carries "
+                                         f"fp32, fp16 or bf16")
+        if getattr(qcomms, f"{side}_loss_scale", None) is not None:
+            raise ember.UnsupportedError(f"from_torchrec: qcomms {side}_loss_scale "
+                                         f"{getattr(qcomms, f'{side}_loss_scale')!r}: ember's wire has no loss scale")
+        out.append(name)
+    return out[0], out[1]
+
+
 def _convert_one(ebc: Any, plan: Any, comm: Any, optimizer: Any, kwargs: dict[str, Any]) -> Any:
     import ember.torch as et
 
     tables = _tables(ebc, optimizer)
-    if plan is None and comm is None:
+    kwargs = dict(kwargs)
+    qcomms = kwargs.pop("qcomms", None)
+    wire = None if qcomms is None else wire_precision_from_qcomms(qcomms)  # checked local or not
+    if plan is None and comm is None:  # one process: nothing crosses a wire
         module = et.EmbeddingBagCollection(tables, **kwargs)
     else:
+        if wire is not None:
+            kwargs["wire_precision"] = wire
         ember_plan = "auto" if plan is None else plan if isinstance(plan, str) else plan_from_torchrec(plan, tables)
         module = et.ShardedEmbeddingBagCollection(tables, ember_plan, comm=comm, **kwargs)
     weights = {f"embedding_bags.{t.name}.weight": ebc.embedding_bags[t.name].weight for t in tables}
@@ -161,7 +184,9 @@ def from_torchrec(module: Any, plan: Any = None, *, comm: Any = None, optimizer:
     returns the model). ``plan``: None (no ``comm``: the local collection; with one: the
     planner), a scheme name or "auto", or TorchRec's plan (an EmbeddingModuleShardingPlan: table
     name -> ParameterSharding; for a model a ShardingPlan or a dict module path -> such a plan)
-    mapped by :func:`plan_from_torchrec`. Other keywords go to ember's collection (seed,
+    mapped by :func:`plan_from_torchrec`. ``qcomms``: TorchRec's ``QCommsConfig`` (the sharder's
+    quantized comms), mapped to the sharded collection's ``wire_precision``
+    (:func:`wire_precision_from_qcomms`). Other keywords go to ember's collection (seed,
     num_threads, grad_convention, ...). Sharded: Collective on ``comm``."""
     if _is_ebc(module):
         return _convert_one(module, plan, comm, optimizer, kwargs)

@@ -54,7 +54,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no torchrec here"
 
 __all__ = ["EmbeddingBagCollection", "ShardedEmbeddingBagCollection", "QuantEmbeddingBagCollection",
            "InteractionArch", "TrainPipeline", "allreduce_dense_grads", "close_bundles", "dot_interaction",
-           "from_torchrec", "plan_from_torchrec", "to_kjt", "to_torchrec_state_dict"]
+           "from_torchrec", "plan_from_torchrec", "to_kjt", "to_torchrec_state_dict", "wire_precision_from_qcomms"]
 
 
 def _as_numpy(t: torch.Tensor, what: str) -> np.ndarray:
@@ -589,4 +589,5 @@ def allreduce_dense_grads(parameters: Iterable[torch.nn.Parameter], comm: "ember
         offset += n
 
 
-from ember._torchrec_convert import from_torchrec, plan_from_torchrec, to_torchrec_state_dict  # noqa: E402
+from ember._torchrec_convert import (from_torchrec, plan_from_torchrec, to_torchrec_state_dict,  # noqa: E402
+                                     wire_precision_from_qcomms)

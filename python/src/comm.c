@@ -319,6 +319,41 @@ static PyObject *comm_allreduce_grads(CommObject *self, PyObject *args) {
     return ret;
 }
 
+// detect_topology(probe_bytes, reps) -> (host_of list, num_hosts, intra_bw, inter_bw, round_s)
+// (ember_plan_detect_topology; the bandwidths and round_s 0 unless probed). Collective.
+static PyObject *comm_detect_topology(CommObject *self, PyObject *args) {
+    long long probe;
+    int reps;
+    if (!PyArg_ParseTuple(args, "Li", &probe, &reps)) return NULL;
+    if (comm_enter(self) != 0) return NULL;
+    PyObject *ret = NULL;
+    int32_t *host_of = NULL;
+    if (ember_py_agree(self->comm, self->ctx) == 0) {
+        const int32_t W = ember_comm_size(self->comm);
+        host_of = PyMem_Calloc((size_t)W, sizeof *host_of);
+        if (!host_of) {
+            PyErr_NoMemory();
+        } else {
+            int32_t hosts = 0;
+            double intra = 0, inter = 0, round_s = 0;
+            ember_status st;
+            Py_BEGIN_ALLOW_THREADS
+            st = ember_plan_detect_topology(self->comm, host_of, &hosts, probe, reps, &intra, &inter, &round_s);
+            Py_END_ALLOW_THREADS
+            if (st != EMBER_OK) {
+                ember_py_raise(self->ctx, st);
+            } else {
+                PyObject *list = PyList_New(W);
+                for (int32_t r = 0; list && r < W; r++) PyList_SET_ITEM(list, r, PyLong_FromLong(host_of[r]));
+                if (list) ret = Py_BuildValue("(Nlddd)", list, (long)hosts, intra, inter, round_s);
+            }
+        }
+    }
+    PyMem_Free(host_of);
+    comm_leave(self);
+    return ret;
+}
+
 static PyObject *comm_close(CommObject *self, PyObject *args) {
     (void)args;
     ember_py_untrack((PyObject *)self);
@@ -393,6 +428,7 @@ static PyMethodDef comm_methods[] = {
     {"agree", (PyCFunction)(void (*)(void))comm_agree, METH_O, NULL},
     {"barrier", (PyCFunction)(void (*)(void))comm_barrier, METH_NOARGS, NULL},
     {"allreduce_grads", (PyCFunction)(void (*)(void))comm_allreduce_grads, METH_VARARGS, NULL},
+    {"detect_topology", (PyCFunction)(void (*)(void))comm_detect_topology, METH_VARARGS, NULL},
     {"close", (PyCFunction)(void (*)(void))comm_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -92,52 +92,152 @@ PyObject *ember_py_plan_list(const ember_table_plan *plan, int32_t num_tables) {
     return list;
 }
 
+// The planner's inputs shared by plan() and predict(): pooling factors (a float32 buffer or
+// None) and the topology (None, or (host_of sequence or None, ranks_per_host, intra_host_bw,
+// inter_host_bw, mem_bw, round_s, disk_bw)), into *pc (world_size and batch_size set by the
+// caller). Holds *pv (when *have_pf) and *host_of (PyMem) until plan_inputs_release. 0, or -1
+// with the exception set and nothing held.
+typedef struct {
+    Py_buffer pv;
+    int have_pf;
+    int32_t *host_of;
+} plan_inputs;
+
+static void plan_inputs_release(plan_inputs *in) {
+    if (in->have_pf) PyBuffer_Release(&in->pv);
+    in->have_pf = 0;
+    PyMem_Free(in->host_of);
+    in->host_of = NULL;
+}
+
+static int plan_inputs_parse(const char *what, PyObject *pf, PyObject *topo, int32_t num_features,
+                             ember_plan_config *pc, plan_inputs *in) {
+    memset(in, 0, sizeof *in);
+    if (pf != Py_None) {
+        if (ember_py_buffer(pf, "pooling_factor", "f", 0, &in->pv) != 0) return -1;
+        in->have_pf = 1;
+        if (in->pv.len / 4 != num_features) {
+            ember_py_invalid("%s: pooling_factor has %lld entries for %d features", what,
+                             (long long)(in->pv.len / 4), (int)num_features);
+            plan_inputs_release(in);
+            return -1;
+        }
+        pc->pooling_factor = in->pv.buf;
+    }
+    if (topo == Py_None) return 0;
+    PyObject *hosts;
+    int per_host;
+    if (!PyArg_ParseTuple(topo, "Oiddddd;a topology (host_of, ranks_per_host, intra_host_bw, inter_host_bw, mem_bw, "
+                                "round_s, disk_bw)",
+                          &hosts, &per_host, &pc->intra_host_bw, &pc->inter_host_bw, &pc->mem_bw, &pc->round_s,
+                          &pc->disk_bw)) {
+        plan_inputs_release(in);
+        return -1;
+    }
+    pc->ranks_per_host = per_host;
+    if (hosts == Py_None) return 0;
+    PyObject *seq = PySequence_Fast(hosts, "host_of: expected a sequence of ints");
+    if (!seq) {
+        plan_inputs_release(in);
+        return -1;
+    }
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n != pc->world_size) {
+        ember_py_invalid("%s: host_of has %zd entries for world_size %d", what, n, (int)pc->world_size);
+    } else if (!(in->host_of = PyMem_Calloc((size_t)n + 1, sizeof(int32_t)))) {
+        PyErr_NoMemory();
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const long h = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            if ((h == -1 && PyErr_Occurred()) || h < INT32_MIN || h > INT32_MAX) {
+                PyErr_Clear();
+                ember_py_invalid("%s: host_of[%zd] is not an int32", what, i);
+                break;
+            }
+            in->host_of[i] = (int32_t)h;
+        }
+    }
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) {
+        plan_inputs_release(in);
+        return -1;
+    }
+    pc->host_of = in->host_of;
+    return 0;
+}
+
+// (storage_bytes, step_bytes, step_seconds, inter_bytes) lists of world entries.
+static PyObject *stats_tuple(const ember_plan_stats *st, int world) {
+    PyObject *l[4] = {PyList_New(world), PyList_New(world), PyList_New(world), PyList_New(world)};
+    if (!l[0] || !l[1] || !l[2] || !l[3]) {
+        for (int i = 0; i < 4; i++) Py_XDECREF(l[i]);
+        return NULL;
+    }
+    for (int r = 0; r < world; r++) {
+        PyList_SET_ITEM(l[0], r, PyLong_FromSize_t(st->storage_bytes[r]));
+        PyList_SET_ITEM(l[1], r, PyFloat_FromDouble(st->step_bytes[r]));
+        PyList_SET_ITEM(l[2], r, PyFloat_FromDouble(st->step_seconds[r]));
+        PyList_SET_ITEM(l[3], r, PyFloat_FromDouble(st->inter_bytes[r]));
+    }
+    return Py_BuildValue("(NNNN)", l[0], l[1], l[2], l[3]);
+}
+
+typedef struct {
+    size_t *storage;
+    double *step, *seconds, *inter;
+} stats_arrays;
+
+static int stats_alloc(stats_arrays *a, int world, ember_plan_stats *st) {
+    a->storage = PyMem_Calloc((size_t)world, sizeof *a->storage);
+    a->step = PyMem_Calloc((size_t)world, sizeof *a->step);
+    a->seconds = PyMem_Calloc((size_t)world, sizeof *a->seconds);
+    a->inter = PyMem_Calloc((size_t)world, sizeof *a->inter);
+    *st = (ember_plan_stats){a->storage, a->step, a->seconds, a->inter};
+    if (a->storage && a->step && a->seconds && a->inter) return 0;
+    PyErr_NoMemory();
+    return -1;
+}
+
+static void stats_free(stats_arrays *a) {
+    PyMem_Free(a->storage);
+    PyMem_Free(a->step);
+    PyMem_Free(a->seconds);
+    PyMem_Free(a->inter);
+}
+
 // plan(tables, features, world_size, batch_size, memory_per_rank, pooling_factor or None, allow,
-//      dp_max_bytes) -> (plan list, storage_bytes list, step_bytes list). Local.
+//      dp_max_bytes, topology or None) -> (plan list, stats tuple). Local.
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *tables, *features, *pf;
+    PyObject *tables, *features, *pf, *topo;
     int world, batch, allow;
     unsigned long long memory, dp_max;
-    if (!PyArg_ParseTuple(args, "OOiiKOiK", &tables, &features, &world, &batch, &memory, &pf, &allow, &dp_max))
+    if (!PyArg_ParseTuple(args, "OOiiKOiKO", &tables, &features, &world, &batch, &memory, &pf, &allow, &dp_max, &topo))
         return NULL;
     if (world < 1) return ember_py_invalid("plan: world_size %d < 1", world);
     ember_py_config c;
     if (ember_py_config_parse(tables, features, &c) != 0) return NULL;
-    Py_buffer pv;
-    int have_pf = 0;
-    if (pf != Py_None) {
-        if (ember_py_buffer(pf, "plan: pooling_factor", "f", 0, &pv) != 0) {
-            ember_py_config_free(&c);
-            return NULL;
-        }
-        have_pf = 1;
-        if (pv.len / 4 != c.cfg.num_features) {
-            ember_py_invalid("plan: pooling_factor has %lld entries for %d features", (long long)(pv.len / 4),
-                             (int)c.cfg.num_features);
-            PyBuffer_Release(&pv);
-            ember_py_config_free(&c);
-            return NULL;
-        }
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = world;
+    pc.batch_size = batch;
+    pc.memory_per_rank = (size_t)memory;
+    pc.allow = allow;
+    pc.dp_max_bytes = (size_t)dp_max;
+    plan_inputs in;
+    if (plan_inputs_parse("plan", pf, topo, c.cfg.num_features, &pc, &in) != 0) {
+        ember_py_config_free(&c);
+        return NULL;
     }
     PyObject *ret = NULL;
     ember_ctx *ctx = NULL;
     const int32_t T = c.cfg.num_tables;
     ember_table_plan *plan = PyMem_Calloc((size_t)T + 1, sizeof *plan);
-    size_t *storage = PyMem_Calloc((size_t)world, sizeof *storage);
-    double *step = PyMem_Calloc((size_t)world, sizeof *step);
-    if (!plan || !storage || !step) {
-        PyErr_NoMemory();
+    stats_arrays a;
+    ember_plan_stats stats;
+    if (stats_alloc(&a, world, &stats) != 0 || !plan) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
     } else if (ember_py_ctx_create(1, &ctx) == 0) {
         ember_ctx_set_rank(ctx, ember_py_world_rank());
-        ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
-        pc.world_size = world;
-        pc.batch_size = batch;
-        pc.memory_per_rank = (size_t)memory;
-        pc.pooling_factor = have_pf ? pv.buf : NULL;
-        pc.allow = allow;
-        pc.dp_max_bytes = (size_t)dp_max;
-        ember_plan_stats stats = {.storage_bytes = storage, .step_bytes = step};
         ember_status st;
         Py_BEGIN_ALLOW_THREADS
         st = ember_plan_create(ctx, &c.cfg, &pc, plan, &stats);
@@ -146,26 +246,80 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
             ember_py_raise(ctx, st);
         } else {
             PyObject *pl = ember_py_plan_list(plan, T);
-            PyObject *sl = PyList_New(world), *bl = PyList_New(world);
-            if (pl && sl && bl) {
-                for (int r = 0; r < world; r++) {
-                    PyList_SET_ITEM(sl, r, PyLong_FromSize_t(storage[r]));
-                    PyList_SET_ITEM(bl, r, PyFloat_FromDouble(step[r]));
-                }
-                ret = PyTuple_Pack(3, pl, sl, bl);
-            }
+            PyObject *sl = pl ? stats_tuple(&stats, world) : NULL;
+            if (pl && sl) ret = PyTuple_Pack(2, pl, sl);
             Py_XDECREF(pl);
             Py_XDECREF(sl);
-            Py_XDECREF(bl);
             ember_plan_release(ctx, plan, T);
         }
         ember_ctx_destroy(ctx);
     }
     PyMem_Free(plan);
-    PyMem_Free(storage);
-    PyMem_Free(step);
-    if (have_pf) PyBuffer_Release(&pv);
+    stats_free(&a);
+    plan_inputs_release(&in);
     ember_py_config_free(&c);
+    return ret;
+}
+
+// predict(tables, features, plans, world_size, batch_size, pooling_factor or None, topology or
+// None) -> stats tuple (ember_plan_predict). Local.
+static PyObject *py_predict(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *tables, *features, *plans, *pf, *topo;
+    int world, batch;
+    if (!PyArg_ParseTuple(args, "OOOiiOO", &tables, &features, &plans, &world, &batch, &pf, &topo)) return NULL;
+    if (world < 1) return ember_py_invalid("predict_plan: world_size %d < 1", world);
+    ember_py_config c;
+    if (ember_py_config_parse(tables, features, &c) != 0) return NULL;
+    ember_table_plan *plan;
+    if (ember_py_plan_parse(plans, c.cfg.num_tables, &plan) != 0) {
+        ember_py_config_free(&c);
+        return NULL;
+    }
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = world;
+    pc.batch_size = batch;
+    plan_inputs in;
+    PyObject *ret = NULL;
+    if (plan_inputs_parse("predict_plan", pf, topo, c.cfg.num_features, &pc, &in) == 0) {
+        stats_arrays a;
+        ember_plan_stats stats;
+        ember_ctx *ctx = NULL;
+        if (stats_alloc(&a, world, &stats) == 0 && ember_py_ctx_create(1, &ctx) == 0) {
+            ember_ctx_set_rank(ctx, ember_py_world_rank());
+            ember_status st;
+            Py_BEGIN_ALLOW_THREADS
+            st = ember_plan_predict(ctx, &c.cfg, &pc, plan, &stats);
+            Py_END_ALLOW_THREADS
+            ret = st == EMBER_OK ? stats_tuple(&stats, world) : ember_py_raise(ctx, st);
+            ember_ctx_destroy(ctx);
+        }
+        stats_free(&a);
+        plan_inputs_release(&in);
+    }
+    ember_py_plan_free(plan, c.cfg.num_tables);
+    ember_py_config_free(&c);
+    return ret;
+}
+
+// probe_disk(dir: bytes or None, bytes) -> bytes/s (ember_plan_probe_disk). Local.
+static PyObject *py_probe_disk(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dir_obj;
+    long long bytes;
+    if (!PyArg_ParseTuple(args, "OL", &dir_obj, &bytes)) return NULL;
+    const char *dir = dir_obj == Py_None ? NULL : PyBytes_AsString(dir_obj);
+    if (dir_obj != Py_None && !dir) return NULL;
+    ember_ctx *ctx = NULL;
+    if (ember_py_ctx_create(1, &ctx) != 0) return NULL;
+    ember_ctx_set_rank(ctx, ember_py_world_rank());
+    double bw = 0;
+    ember_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ember_plan_probe_disk(ctx, dir, bytes, &bw);
+    Py_END_ALLOW_THREADS
+    PyObject *ret = st == EMBER_OK ? PyFloat_FromDouble(bw) : ember_py_raise(ctx, st);
+    ember_ctx_destroy(ctx);
     return ret;
 }
 
@@ -266,6 +420,8 @@ static PyObject *py_plan_default(PyObject *self, PyObject *args) {
 static PyMethodDef plan_methods[] = {
     {"plan_default", py_plan_default, METH_VARARGS, "ember_table_plan_default of one table; use ember.TablePlan."},
     {"plan", py_plan, METH_VARARGS, "The planner (ember_plan_create); use ember.plan."},
+    {"predict", py_predict, METH_VARARGS, "ember_plan_predict; use ember.predict_plan."},
+    {"probe_disk", py_probe_disk, METH_VARARGS, "ember_plan_probe_disk; use ember.probe_disk."},
     {"describe_plan", py_describe_plan, METH_VARARGS, "ember_plan_describe; use ember.describe_plan."},
     {"schemes", py_schemes, METH_NOARGS, "[(short name, long name, plan fields)] of every scheme."},
     {"rank_bytes", py_rank_bytes, METH_VARARGS, "ember_shard_rank_bytes of one table."},

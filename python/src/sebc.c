@@ -359,6 +359,34 @@ static PyObject *sebc_dtypes(SEBCObject *self, PyObject *args) {
     return list;
 }
 
+// set_wire_precision(forward, backward): ember_dtype codes. Collective (the library agrees on
+// the values: ranks that differ all raise).
+static PyObject *sebc_set_wire_precision(SEBCObject *self, PyObject *args) {
+    int fwd, bwd;
+    if (!PyArg_ParseTuple(args, "ii", &fwd, &bwd)) return NULL;
+    if (sebc_enter(self) != 0) return NULL;
+    PyObject *ret = NULL;
+    AGREE_OR_OUT(self);
+    ember_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ember_sebc_set_wire_precision(self->s, (ember_dtype)fwd, (ember_dtype)bwd);
+    Py_END_ALLOW_THREADS
+    ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+out:
+    sebc_leave(self);
+    return ret;
+}
+
+// wire_precision() -> (forward, backward) ember_dtype codes. Local.
+static PyObject *sebc_wire_precision(SEBCObject *self, PyObject *args) {
+    (void)args;
+    if (sebc_enter(self) != 0) return NULL;
+    ember_dtype fwd, bwd;
+    ember_sebc_wire_precision(self->s, &fwd, &bwd);
+    sebc_leave(self);
+    return Py_BuildValue("(ii)", (int)fwd, (int)bwd);
+}
+
 // save(dir: bytes, blobs: [(name, buffer)], chunk_bytes)   Collective.
 static PyObject *sebc_save(SEBCObject *self, PyObject *args) {
     const char *dir;
@@ -554,6 +582,8 @@ static PyMethodDef sebc_methods[] = {
     {"write", (PyCFunction)(void (*)(void))sebc_write, METH_VARARGS, NULL},
     {"convert_dtype", (PyCFunction)(void (*)(void))sebc_convert_dtype, METH_VARARGS, NULL},
     {"dtypes", (PyCFunction)(void (*)(void))sebc_dtypes, METH_NOARGS, NULL},
+    {"set_wire_precision", (PyCFunction)(void (*)(void))sebc_set_wire_precision, METH_VARARGS, NULL},
+    {"wire_precision", (PyCFunction)(void (*)(void))sebc_wire_precision, METH_NOARGS, NULL},
     {"save", (PyCFunction)(void (*)(void))sebc_save, METH_VARARGS, NULL},
     {"load", (PyCFunction)(void (*)(void))sebc_load, METH_VARARGS, NULL},
     {"bcast_i64", (PyCFunction)(void (*)(void))sebc_bcast_i64, METH_VARARGS, NULL},

@@ -18,7 +18,7 @@ rank failed, after printing its own failures. An unexpected exception prints its
 ends the job (os._exit), so nothing waits forever; every collective also has a 30 s deadline.
 
 Cases: schemes, conventions, seed_rw_grad, seed_mean, seed_dp_bf16, bad_input, tiered, hashed, mpi4py,
-ckpt_save DIR (W=2), ckpt_load DIR (W=3).
+wire, ckpt_save DIR (W=2), ckpt_load DIR (W=3).
 """
 import os
 import sys
@@ -1087,7 +1087,82 @@ def case_pipelined(run):
     plain.close()
 
 
+def case_wire(run):
+    """Wire precision (set_wire_precision, the wire_precision= argument) and the topology for the
+    planner (detect_topology, plan="auto" with a topology). fp16 and bf16 forwards within their
+    bound of the exact fp32 forward (2^-11 resp. 2^-8 of the pooled absolute values, a rounding per
+    partial), fewer bytes sent; the precision the same on every rank or refused on all (ranks
+    that differ, an unknown name), a gradient fp16 cannot hold refused on every rank with no
+    table changed; the topology the same on every rank, one host here."""
+    W, R = run.size, run.rank
+    tables = dist_tables()
+    rows = feature_rows(tables)
+    rng = np.random.default_rng(91)
+    shares = shares_for(W)[0]
+    batch = random_batch(rng, rows, sum(shares))
+    kjt = kjt_of(batch, range(sum(shares[:R]), sum(shares[:R + 1])))[0]
+    # The pooled absolute values: a local collection over |weights| (|bag weights|: none here).
+    absl = ember.EmbeddingBagCollection(tables, seed=3)
+    for t in tables:
+        absl.write(t.name, "weight", np.abs(absl.read(t.name, "weight")))
+    abs_out = absl.forward(kjt)
+    absl.close()
+    for plan in ("rw", "tw", "twrw"):
+        exact = ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=3)
+        want = exact.forward(kjt)
+        sent32 = exact.bytes_sent_last_step
+        run.check(exact.wire_precision == ("fp32", "fp32"), "%s: default wire %s" % (plan, exact.wire_precision))
+        for prec, ulp in (("fp16", 2.0 ** -11), ("bf16", 2.0 ** -8)):
+            coll = ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=3, wire_precision=prec)
+            run.check(coll.wire_precision == (prec, prec), "%s: wire %s, want %s" % (plan, coll.wire_precision, prec))
+            got = coll.forward(kjt)
+            bound = ulp * abs_out + 2.0 ** -20
+            err = np.abs(got.astype(np.float64) - want)
+            run.check(bool(np.all(err <= bound)), "%s %s: forward error over its bound by %g" % (
+                plan, prec, float(np.max(err - bound)) if err.size else 0.0))
+            if W > 1 and sent32:
+                run.check(coll.bytes_sent_last_step < sent32, "%s %s: %d bytes sent, fp32 %d" % (
+                    plan, prec, coll.bytes_sent_last_step, sent32))
+            coll.close()
+        # Mixed precisions after creation, then refusals: nothing changes.
+        exact.set_wire_precision("fp16", "bf16")
+        run.check(exact.wire_precision == ("fp16", "bf16"), "%s: set_wire_precision gave %s" % (
+            plan, exact.wire_precision))
+        if W > 1:
+            run.expect_error("%s: ranks that differ" % plan, ember.InvalidArgumentError, ["wire"],
+                             lambda: exact.set_wire_precision("fp16" if R == 0 else "bf16"))
+        run.expect_error("%s: an unknown precision" % plan, ember.InvalidArgumentError, ["int8"],
+                         lambda: exact.set_wire_precision("int8" if R == W - 1 else "fp16"))
+        run.check(exact.wire_precision == ("fp16", "bf16"), "%s: after refusals %s" % (plan, exact.wire_precision))
+        exact.set_wire_precision("fp16")
+        before = exact.state_dict(root=-1)
+        out = exact.forward(kjt)
+        g = np.full(out.shape, 1e6, np.float32)  # over fp16's largest value: refused before sending
+        if W > 1 and plan != "tw":
+            run.expect_error("%s: a gradient fp16 cannot hold" % plan, ember.NumericError, ["65"],
+                             lambda: exact.backward(kjt, g))
+            compare_states(run, exact.state_dict(root=-1), before, "%s after the refused backward" % plan,
+                           exact=True)
+        exact.close()
+    topo = ember.detect_topology(run.comm, probe_bytes=1 << 16, reps=2)
+    run.check(topo.host_of == (0,) * W, "detect_topology: host_of %s on one machine" % (topo.host_of,))
+    run.check((topo.intra_host_bw > 0) == (W > 1) and topo.inter_host_bw == 0,
+              "detect_topology: intra %g inter %g" % (topo.intra_host_bw, topo.inter_host_bw))
+    mine = np.array([topo.intra_host_bw, topo.round_s])
+    everyone = mine.copy()
+    run.comm.allreduce_grads(everyone, convention="mean")
+    run.check(np.allclose(mine, everyone, rtol=1e-12, atol=0),
+              "detect_topology: rank %d has %s, the mean %s" % (R, mine, everyone))
+    run.expect_error("detect_topology: probe_bytes", ember.InvalidArgumentError, ["probe_bytes"],
+                     lambda: ember.detect_topology(run.comm, probe_bytes=-1 if R == 0 else 0))
+    coll = ember.ShardedEmbeddingBagCollection(tables, "auto", comm=run.comm, seed=3, topology=topo,
+                                               batch_size_hint=64)
+    run.check(coll.plan == ember.plan(tables, W, batch_size=64, topology=topo), "auto plan with a topology")
+    coll.close()
+
+
 CASES = {
+    "wire": case_wire,
     "schemes": case_schemes,
     "conventions": case_conventions,
     "seed_rw_grad": case_seed_rw_grad,

@@ -1,4 +1,4 @@
-"""The README's Python example, docs/python.md's pipeline, TorchRec and torch.compile examples and
+"""The README's Python example, docs/python.md's pipeline, TorchRec, wire/topology and torch.compile examples and
 examples/python/dlrm.py run as a user runs them (need torch).
 
 The DLRM example on 1 and 2 ranks starts from the same model and trains the same global batches,
@@ -105,6 +105,14 @@ def test_python_md_compile_example(tmp_path):
 def test_python_md_torchrec_example(tmp_path):
     pytest.importorskip("torchrec", reason="torchrec not installed")
     assert python_md_example(tmp_path, "## From TorchRec and back") == "True"
+
+
+def test_python_md_wire_and_topology_example(tmp_path):
+    lines = python_md_example(tmp_path, "## Wire precision, the topology").splitlines()
+    assert [l.split(":")[0] for l in lines[:3]] == ["planned", "rw", "tw"], lines
+    ms = [float(l.split(": ")[1].split(" ms")[0]) for l in lines[:3]]
+    assert 0 < ms[0] <= min(ms[1:]), lines  # the planner's plan is predicted no slower
+    assert lines[-1] == "('fp16', 'bf16')", lines
 
 
 def test_dlrm_example_refuses_bad_flags():

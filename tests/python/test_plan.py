@@ -165,3 +165,81 @@ def test_one_process_comm_and_checkpoint(tmp_path):
                 call("no\0te")
             msg = ei.value.message
             assert "blob" in msg and repr("no\0te") in msg and msg.endswith("(rank 0)"), msg
+
+
+def small_tables():
+    T = ember.TableConfig
+    return [T("a", 1000, 16, feature_names=["a1", "a2"]), T("b", 20000, 64, optimizer="adam"),
+            T("c", 5000, 32, optimizer="rowwise_adagrad"), T("d", 300, 8, optimizer="sgd")]
+
+
+TWO_HOSTS = ember.Topology(host_of=(0, 0, 1, 1), intra_host_bw=10e9, inter_host_bw=125e6, round_s=20e-6)
+
+
+def test_predict_plan_storage_is_what_the_tables_hold():
+    """predict_plan's storage over the ranks adds up to the bytes a local collection allocates for
+    the same tables (weights + optimizer state), under every whole-table and split placement (a
+    column-wise table's row-wise optimizer state, one float per row, is held by every slice)."""
+    ts = small_tables()
+    local = ember.EmbeddingBagCollection(ts)
+    held = sum(sum(local.table_bytes(t.name)) for t in ts)
+    local.close()
+    for W in (1, 3, 4):
+        for plan in ("tw", "rw", "cw", "twrw"):
+            st = ember.predict_plan(ts, plan, W)
+            assert len(st.storage_bytes) == W and len(st.step_seconds) == W
+            extra = 5000 * 4 * (min(W, 32) - 1) if plan == "cw" else 0  # "c": rowwise_adagrad, dim 32
+            assert sum(st.storage_bytes) == held + extra, (W, plan, st.storage_bytes, held)
+            assert st.step_seconds == [0.0] * W and st.step_s == 0.0, "no bandwidths, no seconds"
+            assert all(b > 0 for b in st.step_bytes) or plan == "tw"
+    dp = ember.predict_plan(ts, "dp", 3)
+    assert dp.storage_bytes == [held] * 3, "data-parallel: every rank holds every table"
+
+
+def test_plan_with_a_topology():
+    """Two hosts joined by a slow link: the predictions are in seconds, the inter-host bytes are
+    what crosses the link, and the planner's plan is predicted no slower than the default
+    placements of any single scheme."""
+    ts = small_tables()
+    pf = {"a1": 4.0, "a2": 2.0, "b": 8.0}
+    planned = ember.plan(ts, 4, batch_size=256, pooling_factor=pf, topology=TWO_HOSTS)
+    assert planned == ember.plan(ts, 4, batch_size=256, pooling_factor=pf, topology=TWO_HOSTS)
+    best = ember.predict_plan(ts, planned, 4, batch_size=256, pooling_factor=pf, topology=TWO_HOSTS)
+    assert best.step_s > 0 and all(0 <= i <= b for i, b in zip(best.inter_bytes, best.step_bytes))
+    for scheme in ("tw", "rw", "cw", "twrw"):
+        other = ember.predict_plan(ts, scheme, 4, batch_size=256, pooling_factor=pf, topology=TWO_HOSTS)
+        assert best.step_s <= other.step_s * (1 + 1e-12), (scheme, best.step_s, other.step_s, planned)
+    # One host: nothing crosses a link. The same split by ranks_per_host as by host_of.
+    one = ember.predict_plan(ts, "rw", 4, topology=ember.Topology(intra_host_bw=10e9))
+    assert one.inter_bytes == [0.0] * 4 and one.step_s > 0
+    by_count = ember.Topology(ranks_per_host=2, intra_host_bw=10e9, inter_host_bw=125e6, round_s=20e-6)
+    assert ember.predict_plan(ts, "rw", 4, topology=by_count) == ember.predict_plan(ts, "rw", 4, topology=TWO_HOSTS)
+    # The collection's own plan is a plan predict_plan takes.
+    assert ember.predict_plan(ts, [ember.TablePlan("tw", ranks=(3,))] * 4, 4).storage_bytes[:3] == [0, 0, 0]
+
+
+def test_topology_refusals(tmp_path):
+    ts = small_tables()
+    for topo, fragment in ((ember.Topology(host_of=(0, 0, 2, 2), intra_host_bw=1e9, inter_host_bw=1e8), "host"),
+                           (ember.Topology(host_of=(0, 1)), "host_of"),
+                           (ember.Topology(host_of=(0, 0, 1, 1), intra_host_bw=1e9), "inter_host_bw"),
+                           (ember.Topology(ranks_per_host=3, intra_host_bw=1e9), "ranks_per_host"),
+                           (ember.Topology(intra_host_bw=-1.0), "-1")):
+        with pytest.raises(ember.InvalidArgumentError, match=fragment):
+            ember.plan(ts, 4, topology=topo)
+        with pytest.raises(ember.InvalidArgumentError, match=fragment):
+            ember.predict_plan(ts, "rw", 4, topology=topo)
+    with pytest.raises(ember.InvalidArgumentError, match="Topology"):
+        ember.plan(ts, 4, topology={"host_of": (0, 0, 1, 1)})
+    with pytest.raises(ember.InvalidArgumentError, match="host_of"):
+        ember.Topology(host_of="01")
+    with pytest.raises(ember.InvalidArgumentError, match="auto"):
+        ember.predict_plan(ts, "auto", 4)
+    with pytest.raises(ember.InvalidArgumentError, match="table"):
+        ember.predict_plan(ts, [ember.TablePlan("tw", ranks=(7,))] * 4, 4)  # rank 7 of 4
+    bw = ember.probe_disk(tmp_path, 1 << 20)
+    assert bw > 0
+    with pytest.raises(ember.InvalidArgumentError, match="bytes"):
+        ember.probe_disk(tmp_path, 100)
+    with pytest.raises(ember.EmberIOError, match="nowhere"):
+        ember.probe_disk(tmp_path / "nowhere", 1 << 20)

@@ -142,3 +142,19 @@ def test_refusals():
     assert [t.optimizer for t in conv.ebc.tables] == ["rowwise_adagrad"] * 2
     with pytest.raises(ember.InvalidArgumentError, match="holds no TorchRec"):
         et.from_torchrec(torch.nn.Linear(2, 2))
+
+
+def test_qcomms_map_to_wire_precision():
+    from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP16, CommType.BF16)) == ("fp16", "bf16")
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP32, CommType.FP32)) == ("fp32", "fp32")
+    for q, fragment in ((QCommsConfig(CommType.FP8, CommType.FP16), "forward_precision 'fp8'"),
+                        (QCommsConfig(CommType.FP16, CommType.INT8), "backward_precision 'int8'"),
+                        (QCommsConfig(CommType.FP16, CommType.FP16, backward_loss_scale=128.0), "loss_scale")):
+        with pytest.raises(ember.UnsupportedError, match=fragment):
+            et.wire_precision_from_qcomms(q)
+        with pytest.raises(ember.UnsupportedError, match=fragment):  # refused before any table is made
+            et.from_torchrec(_torchrec_ebc(), qcomms=q)
+    # One process: nothing crosses a wire, the local collection is made as without qcomms.
+    assert isinstance(et.from_torchrec(_torchrec_ebc(), qcomms=QCommsConfig(CommType.FP16, CommType.BF16)),
+                      et.EmbeddingBagCollection)

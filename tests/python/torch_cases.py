@@ -102,12 +102,12 @@ def train(model, optimizer, shares, rank, W, comm=None, convention="mean", no_gr
         optimizer.step()
 
 
-def close(name, got, want, failures):
+def close(name, got, want, failures, rtol=RTOL):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
     err = float(np.max(np.abs(got - want))) if want.size else 0.0
-    if got.shape != want.shape or err > RTOL * scale:
-        failures.append("%s: max |diff| %.3g > %.1g x max |want| %.3g" % (name, err, RTOL, scale))
+    if got.shape != want.shape or err > rtol * scale:
+        failures.append("%s: max |diff| %.3g > %.1g x max |want| %.3g" % (name, err, rtol, scale))
 
 
 def run_case(comm, plan, opt_name, shares, convention, failures, no_grad_eval=False, compiled=False):
@@ -244,19 +244,31 @@ def torchrec_case(comm, failures):
     ps = {"t0": ParameterSharding("column_wise", "fused", ranks=[(W - 1 + k) % W for k in range(2)]),
           "t1": ParameterSharding("table_wise", "fused", ranks=[W - 1]),
           "t2": ParameterSharding("row_wise", "fused", ranks=list(range(W)))}
+    from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig
     sharded = ember.torch.from_torchrec(torchrec_ebc(), ps, comm=comm, seed=1)
     local = ember.torch.from_torchrec(torchrec_ebc(), seed=1)
+    # TorchRec's quantized comms: fp16 forward, bf16 backward on the wire, within their bounds.
+    qsharded = ember.torch.from_torchrec(torchrec_ebc(), ps, comm=comm, seed=1,
+                                         qcomms=QCommsConfig(forward_precision=CommType.FP16,
+                                                             backward_precision=CommType.BF16))
+    if qsharded.ebc.wire_precision != ("fp16", "bf16"):
+        failures.append("from_torchrec qcomms: wire precision %s" % (qsharded.ebc.wire_precision,))
     G = 2 * W
     for step in range(2):
         batch = global_batch(200 + step, G)
         _, values, lengths, _ = batch_slice(batch, 0, G)
         _, v, ln, _ = batch_slice(batch, 2 * R, 2 * R + 2)
-        local(values, lengths).sum().backward()
-        (sharded(v, ln).sum() * W).backward()  # the rank's share of the global sum, convention "mean"
+        # The global loss sum(y^2) (its gradient depends on the forward values, which travel in fp16).
+        local(values, lengths).pow(2).sum().backward()
+        (sharded(v, ln).pow(2).sum() * W).backward()  # the rank's share, convention "mean"
+        (qsharded(v, ln).pow(2).sum() * W).backward()
     for n, _, _, _, _ in TABLES:
         close("from_torchrec W=%d: table %s" % (W, n), sharded.ebc.read(n, "weight", root=-1), local.ebc.read(n),
               failures)
+        close("from_torchrec qcomms W=%d: table %s" % (W, n), qsharded.ebc.read(n, "weight", root=-1),
+              local.ebc.read(n), failures, rtol=1e-2)  # two steps of 2-byte rounding (bf16: 2^-8)
     sharded.ebc.close()
+    qsharded.ebc.close()
     local.ebc.close()
 
 
