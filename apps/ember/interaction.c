@@ -20,8 +20,7 @@ ember_status interaction_create(ember_ctx *ctx, int32_t num_sparse, int32_t dim,
     ia->num_sparse = num_sparse;
     ia->dim = dim;
     ia->max_batch = max_batch;
-    if (!(ia->t = app_alloc(ctx, sizeof(float) * B * rows * (size_t)dim, "interaction input")) ||
-        !(ia->z = app_alloc(ctx, sizeof(float) * B * rows * rows, "interaction products"))) {
+    if (!(ia->t = app_alloc(ctx, sizeof(float) * B * rows * (size_t)dim, "interaction input"))) {
         interaction_destroy(ia);
         return EMBER_ERR_NOMEM;
     }
@@ -31,17 +30,16 @@ ember_status interaction_create(ember_ctx *ctx, int32_t num_sparse, int32_t dim,
 void interaction_destroy(interaction *ia) {
     if (ia->ctx) {
         ember_ctx_free(ia->ctx, ia->t);
-        ember_ctx_free(ia->ctx, ia->z);
     }
     memset(ia, 0, sizeof *ia);
 }
 
 ember_status interaction_forward(interaction *ia, int32_t batch, const float *dense, const float *emb, float *out) {
     APP_ASSERT(batch >= 0 && batch <= ia->max_batch);
-    return ember_dot_interaction_forward(ia->ctx, batch, ia->num_sparse, ia->dim, dense, emb, out, ia->t, ia->z);
+    return ember_dot_interaction_forward(ia->ctx, batch, ia->num_sparse, ia->dim, dense, emb, out, ia->t);
 }
 
 ember_status interaction_backward(interaction *ia, int32_t batch, const float *dout, float *ddense, float *demb) {
     APP_ASSERT(batch >= 0 && batch <= ia->max_batch);
-    return ember_dot_interaction_backward(ia->ctx, batch, ia->num_sparse, ia->dim, ia->t, dout, ddense, demb, ia->z);
+    return ember_dot_interaction_backward(ia->ctx, batch, ia->num_sparse, ia->dim, ia->t, dout, ddense, demb);
 }

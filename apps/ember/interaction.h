@@ -12,7 +12,6 @@ typedef struct interaction {
     ember_ctx *ctx; // borrowed
     int32_t num_sparse, dim, max_batch;
     float *t;       // [max_batch, F+1, D] the last forward's T (the backward's other operand)
-    float *z;       // [max_batch, F+1, F+1] Z (forward) or S (backward)
 } interaction;
 
 // D + (F+1)F/2.

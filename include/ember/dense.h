@@ -104,33 +104,32 @@ EMBER_API ember_status ember_colsum(ember_ctx *ctx, int64_t M, int64_t N, const 
 //   out[b] = [ dense[b] (D values), <T_i, T_j> for 0 <= i < j <= F in row-major order ]
 // i.e. the upper triangle of T_b T_b^T without its diagonal (torch.triu_indices(F+1, F+1, 1)),
 // after the dense vector: ember_dot_interaction_width(F, D) = D + (F+1)F/2 values.
-// Both directions are ember_gemm_batched products, one per sample, with its bits: forward
-// Z_b = T_b T_b^T, each <T_i, T_j> one fused multiply-add chain over d in increasing order;
-// backward dT_b = S_b T_b with S_b the symmetric [F+1][F+1] matrix of the triangle's gradients
-// (zero diagonal), dT_i = sum_j g_ij T_j over j in increasing order; the dense row's gradient is
-// dout's dense slice plus its row of S_b T_b. The same bits under every kernel variant and
-// thread count. Arrays are row-major, contiguous, float-aligned; the caller owns every buffer
-// (nothing is kept between calls but what `t` holds).
+// Each value is one fused multiply-add chain in a fixed order, from +0: forward <T_i, T_j> over d
+// in increasing order; backward dT_b = S_b T_b with S_b the symmetric [F+1][F+1] matrix of the
+// triangle's gradients (zero diagonal, which is in the chain), dT_i = sum_j g_ij T_j over j =
+// 0..F in increasing order; the dense row's gradient is dout's dense slice plus its row of S_b T_b.
+// (These are the chains of ember_gemm_batched's products Z_b = T_b T_b^T and S_b T_b, which the
+// kernels compute per sample without forming Z or S.) The same bits under every kernel variant
+// and thread count. Arrays are row-major, contiguous, float-aligned; the caller owns every
+// buffer (nothing is kept between calls but what `t` holds).
 
 // D + (F+1)F/2, or -1 for a negative argument.
 EMBER_API int64_t ember_dot_interaction_width(int32_t num_sparse, int32_t dim);
 
 // dense [batch][dim], emb [batch][num_sparse * dim] (features in order: a collection's pooled
 // output) -> out [batch][width]. Writes t [batch][num_sparse+1][dim] (T, which the backward
-// takes) and uses z [batch][num_sparse+1][num_sparse+1] as scratch. Local. Returns EMBER_OK,
-// EMBER_ERR_INVALID_ARG (ctx NULL: no message; batch < 0, num_sparse or dim < 1, a NULL or
-// misaligned array with batch > 0: named with its value), EMBER_ERR_NOMEM (the products'
-// packing buffers).
+// takes). Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (ctx NULL: no message; batch < 0,
+// num_sparse or dim < 1, a NULL or misaligned array with batch > 0: named with its value),
+// EMBER_ERR_NOMEM (the threads' scratch: dim x (num_sparse+1) floats each).
 EMBER_API ember_status ember_dot_interaction_forward(ember_ctx *ctx, int64_t batch, int32_t num_sparse, int32_t dim,
-                                                     const float *dense, const float *emb, float *out, float *t,
-                                                     float *z);
+                                                     const float *dense, const float *emb, float *out, float *t);
 
 // The backward: t as the forward wrote it, dout [batch][width] -> ddense [batch][dim],
-// demb [batch][num_sparse * dim] (both overwritten); s [batch][num_sparse+1][num_sparse+1]
-// scratch (the forward's z may serve). Local. Returns as the forward.
+// demb [batch][num_sparse * dim] (both overwritten). Local. Returns as the forward, and
+// EMBER_ERR_INVALID_ARG for more than 2^31 - 1 pairs (num_sparse over 65535); EMBER_ERR_NOMEM
+// also for the pairs' index ((num_sparse+1)^2 int32).
 EMBER_API ember_status ember_dot_interaction_backward(ember_ctx *ctx, int64_t batch, int32_t num_sparse, int32_t dim,
-                                                      const float *t, const float *dout, float *ddense, float *demb,
-                                                      float *s);
+                                                      const float *t, const float *dout, float *ddense, float *demb);
 
 // "no_trans", "trans" ("unknown" outside the enum), and the inverse (EMBER_ERR_INVALID_ARG for
 // anything else; "n"/"t" are not accepted).

@@ -464,18 +464,6 @@ class TrainPipeline:
 
 # ---- the dot interaction --------------------------------------------------------------------
 
-_scratch_of_thread = threading.local()
-
-
-def _scratch(n: int) -> np.ndarray:
-    """This thread's float32 scratch of at least n elements (the products' Gram matrices): reused
-    from call to call, so that a step does not fault in megabytes of fresh pages."""
-    buf = getattr(_scratch_of_thread, "buf", None)
-    if buf is None or buf.shape[0] < n:
-        buf = _scratch_of_thread.buf = np.empty(max(n, 1), np.float32)
-    return buf[:n]
-
-
 def _interaction_shapes(dense: Any, emb: Any) -> tuple[Any, Any, Any]:
     B, D = dense.shape[0], dense.shape[1]
     F = emb.shape[1] // D if emb.dim() == 2 else emb.shape[1]
@@ -493,7 +481,7 @@ def _dot_interaction(dense: torch.Tensor, emb: torch.Tensor, num_threads: int) -
     out = torch.empty(B, D + (F + 1) * F // 2)
     t = torch.empty(B, F + 1, D)
     _ember.dot_interaction(False, num_threads, B, F, D, _as_numpy(dense.to(torch.float32), "dense"),
-                           _as_numpy(emb.to(torch.float32), "sparse"), out.numpy(), t.numpy(), _scratch(B * (F + 1) ** 2))
+                           _as_numpy(emb.to(torch.float32), "sparse"), out.numpy(), t.numpy())
     return out, t
 
 
@@ -510,7 +498,7 @@ def _dot_interaction_backward(t: torch.Tensor, grad: torch.Tensor,
     B, R, D = t.shape
     ddense, demb = torch.empty(B, D), torch.empty(B, (R - 1) * D)
     _ember.dot_interaction(True, num_threads, B, R - 1, D, t.numpy(), _as_numpy(grad.to(torch.float32), "grad"),
-                           ddense.numpy(), demb.numpy(), _scratch(B * R * R))
+                           ddense.numpy(), demb.numpy())
     return ddense, demb
 
 
@@ -521,12 +509,17 @@ def _dot_interaction_backward_fake(t: Any, grad: Any, num_threads: int) -> Any:
 
 
 def _dot_interaction_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    # T (the second output) never gets a gradient: without this, autograd would fill a zero
+    # gradient of its [B, F+1, D] floats every step.
+    ctx.set_materialize_grads(False)
     ctx.emb_shape, ctx.num_threads = inputs[1].shape, inputs[2]
     ctx.dtypes = inputs[0].dtype, inputs[1].dtype
     ctx.save_for_backward(output[1])
 
 
 def _dot_interaction_grad(ctx: Any, grad_out: Any, grad_t: Any) -> Any:
+    if grad_out is None:  # only T reached the loss (it is not differentiable: nothing flows)
+        return None, None, None
     (t,) = ctx.saved_tensors
     ddense, demb = torch.ops.ember.dot_interaction_backward(t, grad_out, ctx.num_threads)
     return ddense.to(ctx.dtypes[0]), demb.reshape(ctx.emb_shape).to(ctx.dtypes[1]), None

@@ -67,7 +67,25 @@ typedef struct ember__dense_kernels {
     void (*gemv)(const ember__gemm_op *op, int64_t m0, int64_t mb);
     // out[n] for n in [n0, n1): the column sums of ember_colsum.
     void (*colsum)(int64_t M, int64_t n0, int64_t n1, const float *A, int64_t lda, float *out, int accumulate);
+    // The dot interaction of one sample (src/dense/interaction.c), T [R][D] row-major, R >= 1:
+    // dot_fwd writes z[p] = <T_i, T_j> for the pairs i < j in row-major order, each one fused
+    // multiply-add chain over d = 0..D-1 from +0; tt is scratch of D * ember__dot_padded(R)
+    // floats, 64-byte aligned. dot_bwd writes dT_i = sum_j S_ij T_j for every row i (row 0 to
+    // d0, rows 1..R-1 to rest [R-1][D]), each element one chain over j = 0..R-1 from +0 with
+    // S_ij = gz[idx[i*R + j]] (idx[i*R + i] pointing at a zero: the diagonal is in the chain,
+    // as in the product S T it replaces).
+    void (*dot_fwd)(int64_t R, int64_t D, const float *T, float *z, float *tt);
+    void (*dot_bwd)(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0,
+                    float *rest);
 } ember__dense_kernels;
+
+// R rounded up to 16: the row length of dot_fwd's transposed T (whole vectors for every variant).
+static inline int64_t ember__dot_padded(int64_t R) { return (R + 15) / 16 * 16; }
+
+// Index of the pair (i, j), i < j < R, in the row-major order of the upper triangle.
+static inline int64_t ember__dot_pair(int64_t R, int64_t i, int64_t j) {
+    return i * (R - 1) - i * (i - 1) / 2 + (j - i - 1);
+}
 
 // The table of a variant this build holds (GENERIC always exists); NULL otherwise.
 const ember__dense_kernels *ember__dense_kernels_for(ember_isa isa);

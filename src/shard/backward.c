@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "shard/overlap.h"
 
 
@@ -216,14 +217,11 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
     } else if (!grad_out && output_size(s, kjt) > 0) {
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
     } else {
-        const int64_t n = output_size(s, kjt);
-        int64_t i = n; // the first non-finite element, whatever the thread count
-#pragma omp parallel for schedule(static) reduction(min : i) num_threads(ember__threads(s->ctx))
-        for (int64_t j = 0; j < n; j++)
-            if (!isfinite(grad_out[j]) && j < i) i = j;
-        if (i < n)
+        float v = 0;
+        const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, output_size(s, kjt), &v);
+        if (i >= 0)
             st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
-                              (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)grad_out[i]);
+                              (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)v);
     }
     const int32_t B = s->in->batch, lod = s->local_out_dim[me];
     const float scale = ember__grad_scale(s);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "tbe/backend.h"
 #include "tbe/rowmap.h"
 
@@ -58,31 +59,13 @@ ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out)
     return forward_mapped(ebc, kjt, off, oor > 0, out);
 }
 
-// 1 when x[0..n) holds no NaN/Inf. The test is on the exponent bits with an OR reduction, which
-// vectorises (a float test or a float reduction would not without fast-math), and threads split
-// the array: dL/dy is B x sum_f D_f floats, 8 MB for the benchmark shape.
-static int all_finite(const ember_ebc *ebc, const float *x, int64_t n) {
-    uint32_t bad = 0;
-#pragma omp parallel for schedule(dynamic, 1 << 16) reduction(| : bad) num_threads(ember__threads(ebc->ctx))
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
 ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const float *grad_out) {
     int64_t oor;
     EMBER_TRY(ember__ebc_check_forward(ebc, fn, kjt, grad_out, "grad_out", &oor));
-    const int64_t n = ember_ebc_output_size(ebc, kjt);
-    if (all_finite(ebc, grad_out, n)) return EMBER_OK;
-    for (int64_t i = 0; i < n; i++) { // find the first one for the message
-        if (!isfinite(grad_out[i])) {
-            return ember__error(ebc->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
-                                (long long)(i / ebc->out_dim), (long long)(i % ebc->out_dim), (double)grad_out[i]);
-        }
-    }
+    float v = 0;
+    const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, ember_ebc_output_size(ebc, kjt), &v);
+    EMBER_CHECK(ebc->ctx, i < 0, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
+                (long long)(i / ebc->out_dim), (long long)(i % ebc->out_dim), (double)v);
     return EMBER_OK;
 }
 

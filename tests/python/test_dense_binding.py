@@ -23,10 +23,10 @@ def _oracle(dense, emb, grad, F, D):
 
 def _run(B, F, D, dense, emb, grad, threads):
     R, W = F + 1, D + (F + 1) * F // 2
-    out, t, z = np.empty((B, W), np.float32), np.empty((B, R, D), np.float32), np.empty((B, R, R), np.float32)
-    _ember.dot_interaction(False, threads, B, F, D, dense, emb, out, t, z)
+    out, t = np.empty((B, W), np.float32), np.empty((B, R, D), np.float32)
+    _ember.dot_interaction(False, threads, B, F, D, dense, emb, out, t)
     dd, de = np.empty((B, D), np.float32), np.empty((B, F * D), np.float32)
-    _ember.dot_interaction(True, threads, B, F, D, t, grad, dd, de, z)
+    _ember.dot_interaction(True, threads, B, F, D, t, grad, dd, de)
     return out, dd, de
 
 
@@ -47,9 +47,9 @@ def test_dot_interaction_refusals():
     before = ember.bytes_outstanding()  # what other tests of this process still hold
     z = np.zeros(64, np.float32)
     with pytest.raises(ember.InvalidArgumentError, match="out holds 64 floats, expected 20"):
-        _ember.dot_interaction(False, 1, 2, 3, 4, z[:8], z[:24], z, z, z)
+        _ember.dot_interaction(False, 1, 2, 3, 4, z[:8], z[:24], z, z[:32])
     with pytest.raises(ember.InvalidArgumentError, match="2 features of dim 0"):
-        _ember.dot_interaction(False, 1, 2, 2, 0, z, z, z, z, z)
+        _ember.dot_interaction(False, 1, 2, 2, 0, z, z, z, z)
     with pytest.raises(ember.InvalidArgumentError, match="ddense"):
-        _ember.dot_interaction(True, 1, 1, 1, 1, z[:2], z[:2], z[:2], z[:1], z[:4])
+        _ember.dot_interaction(True, 1, 1, 1, 1, z[:2], z[:2], z[:2], z[:1])
     assert ember.bytes_outstanding() == before

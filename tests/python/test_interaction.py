@@ -100,6 +100,6 @@ def test_refusals():
         et.InteractionArch(26)(torch.ones(4, 3), torch.ones(4, 2, 3))
     z = np.zeros(100, np.float32)
     with pytest.raises(ember.InvalidArgumentError, match="emb holds 100 floats, expected 24"):
-        _ember.dot_interaction(False, 1, 2, 3, 4, z[:8], z, z, z, z)
+        _ember.dot_interaction(False, 1, 2, 3, 4, z[:8], z, z, z)
     with pytest.raises(ember.InvalidArgumentError, match="batch -1"):
-        _ember.dot_interaction(True, 1, -1, 3, 4, z, z, z, z, z)
+        _ember.dot_interaction(True, 1, -1, 3, 4, z, z, z, z)

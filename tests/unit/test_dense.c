@@ -349,12 +349,12 @@ static void dot_interaction_case(int64_t B, int32_t F, int32_t D, uint64_t seed)
         dense_oracle_gemm(0, 0, 1, D, R, zb, R, tb, D, want_dd + b * D, D, NULL, 0, 1);
     }
     float *out = falloc(B * W), *dd = falloc(B * D), *de = falloc(B * F * D);
-    float *tt = falloc(B * R * D), *zz = falloc(B * R * R);
+    float *tt = falloc(B * R * D);
     for (int v = 0; v < nctx; v++) {
         for (int threads = 1; threads <= 3; threads++) {
             assert_int_equal(ember_ctx_set_num_threads(ctxs[v], threads), EMBER_OK);
-            assert_int_equal(ember_dot_interaction_forward(ctxs[v], B, F, D, dense, emb, out, tt, zz), EMBER_OK);
-            assert_int_equal(ember_dot_interaction_backward(ctxs[v], B, F, D, tt, dout, dd, de, zz), EMBER_OK);
+            assert_int_equal(ember_dot_interaction_forward(ctxs[v], B, F, D, dense, emb, out, tt), EMBER_OK);
+            assert_int_equal(ember_dot_interaction_backward(ctxs[v], B, F, D, tt, dout, dd, de), EMBER_OK);
             for (int64_t i = 0; i < B * W; i++)
                 if (!same(out[i], want[i]))
                     fail_msg("%s B %lld F %d D %d threads %d: out[%lld] %a, want %a", ember_isa_name(ember_ctx_isa(ctxs[v])),
@@ -365,7 +365,7 @@ static void dot_interaction_case(int64_t B, int32_t F, int32_t D, uint64_t seed)
         }
     }
     free(dense), free(emb), free(dout), free(t), free(z), free(want), free(want_dd), free(want_de);
-    free(out), free(dd), free(de), free(tt), free(zz);
+    free(out), free(dd), free(de), free(tt);
 }
 
 static void dot_interaction_matches_its_definition(void **state) {
@@ -374,6 +374,12 @@ static void dot_interaction_matches_its_definition(void **state) {
     dot_interaction_case(0, 3, 4, 42);
     dot_interaction_case(3, 1, 1, 43);
     dot_interaction_case(300, 26, 16, 44);
+    // The vector kernels' edges: column tails (D not a multiple of 8 or 16, D over 16), rows in
+    // groups of 8 with a remainder, the pairs of a row spanning two or three blocks of j.
+    dot_interaction_case(7, 40, 20, 45);
+    dot_interaction_case(4, 16, 9, 46);
+    dot_interaction_case(2, 8, 33, 47);
+    dot_interaction_case(3, 15, 1, 48);
     assert_int_equal(ember_dot_interaction_width(-1, 4), -1);
 }
 
@@ -525,14 +531,15 @@ static void bad_arguments_named(void **state) {
     assert_int_equal(ember_colsum(ctx, 0, 3, NULL, 3, g_out, 0), EMBER_OK);
     for (int n = 0; n < 3; n++) assert_int_equal(bits(g_out[n]), 0u); // M = 0: +0
     // The dot interaction.
-    assert_int_equal(ember_dot_interaction_forward(NULL, 1, 1, 1, g_A, g_A, g_B, g_B, g_B), EMBER_ERR_INVALID_ARG);
-    expect_refusal(ctx, ember_dot_interaction_forward(ctx, -1, 2, 2, g_A, g_A, g_B, g_B, g_B), "batch is -1", NULL);
-    expect_refusal(ctx, ember_dot_interaction_forward(ctx, 1, 0, 2, g_A, g_A, g_B, g_B, g_B), "num_sparse 0", NULL);
-    expect_refusal(ctx, ember_dot_interaction_forward(ctx, 1, 2, 2, g_A, NULL, g_B, g_B, g_B), "emb is NULL", NULL);
+    assert_int_equal(ember_dot_interaction_forward(NULL, 1, 1, 1, g_A, g_A, g_B, g_B), EMBER_ERR_INVALID_ARG);
+    expect_refusal(ctx, ember_dot_interaction_forward(ctx, -1, 2, 2, g_A, g_A, g_B, g_B), "batch is -1", NULL);
+    expect_refusal(ctx, ember_dot_interaction_forward(ctx, 1, 0, 2, g_A, g_A, g_B, g_B), "num_sparse 0", NULL);
+    expect_refusal(ctx, ember_dot_interaction_forward(ctx, 1, 2, 2, g_A, NULL, g_B, g_B), "emb is NULL", NULL);
     float *odd_out = (float *)((char *)g_B + 2);
-    expect_refusal(ctx, ember_dot_interaction_backward(ctx, 1, 2, 2, g_A, g_A, g_B, g_B, odd_out), "s (", "not aligned");
-    expect_refusal(ctx, ember_dot_interaction_backward(ctx, INT64_MAX / 4, 2, 2, g_A, g_A, g_B, g_B, g_B), "spans", NULL);
-    assert_int_equal(ember_dot_interaction_forward(ctx, 0, 2, 2, NULL, NULL, NULL, NULL, NULL), EMBER_OK);
+    expect_refusal(ctx, ember_dot_interaction_backward(ctx, 1, 2, 2, g_A, g_A, g_B, odd_out), "demb (", "not aligned");
+    expect_refusal(ctx, ember_dot_interaction_backward(ctx, INT64_MAX / 4, 2, 2, g_A, g_A, g_B, g_B), "spans", NULL);
+    expect_refusal(ctx, ember_dot_interaction_backward(ctx, 1, 70000, 1, g_A, g_A, g_B, g_B), "pairs", NULL);
+    assert_int_equal(ember_dot_interaction_forward(ctx, 0, 2, 2, NULL, NULL, NULL, NULL), EMBER_OK);
 }
 
 // A failed allocation of the packing buffers: EMBER_ERR_NOMEM, C untouched, nothing leaked;
@@ -560,9 +567,27 @@ static void packing_allocation_failure(void **state) {
     dense_oracle_gemm(0, 0, M, N, K, A, K, B, N, want, N, NULL, 0, 0);
     for (int64_t i = 0; i < M * N; i++) assert_true(same(C[i], want[i]));
     assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    // The dot interaction's scratch (forward) and its pairs' index and scratch (backward): each
+    // failure refused, the outputs untouched, nothing leaked.
+    const int64_t Bi = 300, Fi = 5, Di = 4, Wi = Di + (Fi + 1) * Fi / 2;
+    float *t = falloc(Bi * (Fi + 1) * Di), *out = falloc(Bi * Wi), *dd = falloc(Bi * Di);
+    for (int64_t i = 0; i < Bi * Wi; i++) out[i] = 3.0f;
+    for (int64_t i = 0; i < Bi * Di; i++) dd[i] = 3.0f;
+    fail_alloc_arm(&fa, 1);
+    assert_int_equal(ember_dot_interaction_forward(ctx, Bi, Fi, Di, A, A, out, t), EMBER_ERR_NOMEM);
+    for (int64_t i = 0; i < Bi * Wi; i++) assert_int_equal(bits(out[i]), bits(3.0f));
+    assert_int_equal(ember_dot_interaction_forward(ctx, Bi, Fi, Di, A, A, out, t), EMBER_OK);
+    for (int n = 1; n <= 2; n++) {
+        fail_alloc_arm(&fa, n);
+        assert_int_equal(ember_dot_interaction_backward(ctx, Bi, Fi, Di, t, out, dd, B), EMBER_ERR_NOMEM);
+        for (int64_t i = 0; i < Bi * Di; i++) assert_int_equal(bits(dd[i]), bits(3.0f));
+        assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    }
+    assert_int_equal(ember_dot_interaction_backward(ctx, Bi, Fi, Di, t, out, dd, B), EMBER_OK);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
     ember_ctx_destroy(ctx);
     assert_int_equal(fa.outstanding, 0);
-    free(A), free(B), free(C), free(want);
+    free(A), free(B), free(C), free(want), free(t), free(out), free(dd);
 }
 
 int main(int argc, char **argv) {

@@ -298,4 +298,52 @@ static void tile(const tile_args *t) {
     TILES[t->ta][nv - 1][t->mr - 1](t);
 }
 
+// The dot interaction (internal.h). Forward: T transposed once, then 8 rows i at a time against
+// 16 columns j of it, one chain per (i, j) lane over d; only the lanes j > i are stored
+// (compressed to the row's run of pairs). Backward: 8 rows i at a time over 16 columns d, the
+// chain over j with S_ij broadcast.
+static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
+    const int64_t RP = ember__dot_padded(R);
+    dot_transpose(R, D, T, tt);
+    for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
+        const float *row[8];
+        for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;
+        for (int64_t jb = (i0 + 1) / VW * VW; jb < R; jb += VW) {
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < D; k++) {
+                const __m512 b = _mm512_load_ps(tt + k * RP + jb);
+                for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(row[r][k]), b, acc[r]);
+            }
+            for (int r = 0; r < 8 && i0 + r + 1 < R; r++) {
+                const int64_t i = i0 + r, lo = jb > i + 1 ? jb : i + 1, hi = jb + VW < R ? jb + VW : R;
+                if (lo >= hi) continue;
+                const __mmask16 keep = (__mmask16)(tail_mask((int)(hi - jb)) & ~tail_mask((int)(lo - jb)));
+                _mm512_mask_storeu_ps(z + ember__dot_pair(R, i, lo), tail_mask((int)(hi - lo)),
+                                      _mm512_maskz_compress_ps(keep, acc[r]));
+            }
+        }
+    }
+}
+
+static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest) {
+    for (int64_t c = 0; c < D; c += VW) {
+        const __mmask16 m = tail_mask((int)(D - c));
+        for (int64_t i0 = 0; i0 < R; i0 += 8) {
+            const int32_t *ix[8];
+            for (int r = 0; r < 8; r++) ix[r] = idx + dot_row(R, i0, r) * R;
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < R; j++) {
+                const __m512 t = _mm512_maskz_loadu_ps(m, T + j * D + c);
+                for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(gz[ix[r][j]]), t, acc[r]);
+            }
+            for (int r = 0; r < 8 && i0 + r < R; r++) {
+                const int64_t i = i0 + r;
+                _mm512_mask_storeu_ps((i == 0 ? d0 : rest + (i - 1) * D) + c, m, acc[r]);
+            }
+        }
+    }
+}
+
 EMBER__DENSE_KERNELS(avx512, EMBER_ISA_AVX512)

@@ -23,6 +23,15 @@ static void pack_b(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, in
 
 static void gemv(const ember__gemm_op *op, int64_t m0, int64_t mb) { gemv_portable(op, m0, mb); }
 
+static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
+    (void)tt;
+    dot_fwd_portable(R, D, T, z);
+}
+
+static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest) {
+    dot_bwd_portable(R, D, T, gz, idx, d0, rest);
+}
+
 static void tile(const tile_args *t) {
     float acc[MR][NR];
     for (int r = 0; r < t->mr; r++)

@@ -3,7 +3,8 @@
 // including this file:
 //
 //   static void tile(const tile_args *t);   one register tile: t->mr x t->nr outputs, one k slice
-//   static void geom(...), pack_b(...), gemv(...)   the table's entries (src/dense/internal.h)
+//   static void geom(...), pack_b(...), gemv(...), dot_fwd(...), dot_bwd(...)   the table's entries
+//                                           (src/dense/internal.h)
 //   static inline void copy_short(float *d, const float *s, int n)   n <= mr floats (packing A)
 //   EMBER__DENSE_COLSUM_W                   the column chunk ember_colsum keeps in registers
 //
@@ -61,6 +62,8 @@ static void tile(const tile_args *t);
 static void geom(int64_t M, int64_t N, int64_t K, int ta, ember__gemm_geom *g);
 static void pack_b(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, int64_t nr, int64_t p, float *dst);
 static void gemv(const ember__gemm_op *op, int64_t m0, int64_t mb);
+static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt);
+static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest);
 
 // Rows [m0, m0 + mb) x k [pc, pc + kb) of A into ap, tile by tile (tile i/mr at ap + i*kb): rows
 // of kb (lda kb) for an untransposed A, [kb][mr] (lda mr) for a transposed one. Contiguous
@@ -189,7 +192,45 @@ static void colsum(int64_t M, int64_t n0, int64_t n1, const float *A, int64_t ld
     }
 }
 
+// The dot interaction's kernels in plain C (fmaf), the reference chains (internal.h).
+static inline void dot_fwd_portable(int64_t R, int64_t D, const float *T, float *z) {
+    int64_t p = 0;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = i + 1; j < R; j++) {
+            float s = 0.0f;
+            for (int64_t k = 0; k < D; k++) s = fmaf(T[i * D + k], T[j * D + k], s);
+            z[p++] = s;
+        }
+}
+
+static inline void dot_bwd_portable(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx,
+                                    float *d0, float *rest) {
+    for (int64_t i = 0; i < R; i++) {
+        float *dst = i == 0 ? d0 : rest + (i - 1) * D;
+        for (int64_t d = 0; d < D; d++) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < R; j++) s = fmaf(gz[idx[i * R + j]], T[j * D + d], s);
+            dst[d] = s;
+        }
+    }
+}
+
+// Row i of a group of 8 (rows past the last repeat it: computed, never stored), for the vector
+// variants' fixed 8-row register tiles.
+static inline int64_t dot_row(int64_t R, int64_t i0, int r) { return i0 + r < R ? i0 + r : R - 1; }
+
+// tt[k][j] = T[j][k] for j < ember__dot_padded(R), zero past R.
+static inline void dot_transpose(int64_t R, int64_t D, const float *T, float *tt) {
+    const int64_t RP = ember__dot_padded(R);
+    for (int64_t k = 0; k < D; k++) {
+        float *row = tt + k * RP;
+        for (int64_t j = 0; j < R; j++) row[j] = T[j * D + k];
+        for (int64_t j = R; j < RP; j++) row[j] = 0.0f;
+    }
+}
+
 #define EMBER__DENSE_KERNELS(suffix, isa_value) \
-    const ember__dense_kernels ember__dense_kernels_##suffix = {isa_value, geom, pack_b, block, gemv, colsum};
+    const ember__dense_kernels ember__dense_kernels_##suffix = {isa_value, geom,    pack_b, block, gemv, colsum, \
+                                                                dot_fwd,   dot_bwd};
 
 #endif
