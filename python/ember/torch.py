@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import weakref
 from typing import Any, Iterable, Optional, Sequence
 
