@@ -251,7 +251,7 @@ static void tile(const tile_args *t) {
 // columns d, the chain over j with S_ij broadcast.
 static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
     const int64_t RP = ember__dot_padded(R);
-    dot_transpose(R, D, T, tt);
+    pack_b(1, D, R, T, D, RP, 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
     for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
         const float *row[8];
         for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;

@@ -298,13 +298,13 @@ static void tile(const tile_args *t) {
     TILES[t->ta][nv - 1][t->mr - 1](t);
 }
 
-// The dot interaction (internal.h). Forward: T transposed once, then 8 rows i at a time against
+// The dot interaction (internal.h). Forward: T transposed once (packed as a transposed B), then 8 rows i at a time against
 // 16 columns j of it, one chain per (i, j) lane over d; only the lanes j > i are stored
 // (compressed to the row's run of pairs). Backward: 8 rows i at a time over 16 columns d, the
 // chain over j with S_ij broadcast.
 static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
     const int64_t RP = ember__dot_padded(R);
-    dot_transpose(R, D, T, tt);
+    pack_b(1, D, R, T, D, RP, 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
     for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
         const float *row[8];
         for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;

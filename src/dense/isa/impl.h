@@ -219,16 +219,6 @@ static inline void dot_bwd_portable(int64_t R, int64_t D, const float *T, const 
 // variants' fixed 8-row register tiles.
 static inline int64_t dot_row(int64_t R, int64_t i0, int r) { return i0 + r < R ? i0 + r : R - 1; }
 
-// tt[k][j] = T[j][k] for j < ember__dot_padded(R), zero past R.
-static inline void dot_transpose(int64_t R, int64_t D, const float *T, float *tt) {
-    const int64_t RP = ember__dot_padded(R);
-    for (int64_t k = 0; k < D; k++) {
-        float *row = tt + k * RP;
-        for (int64_t j = 0; j < R; j++) row[j] = T[j * D + k];
-        for (int64_t j = R; j < RP; j++) row[j] = 0.0f;
-    }
-}
-
 #define EMBER__DENSE_KERNELS(suffix, isa_value) \
     const ember__dense_kernels ember__dense_kernels_##suffix = {isa_value, geom,    pack_b, block, gemv, colsum, \
                                                                 dot_fwd,   dot_bwd};
