@@ -253,6 +253,17 @@ foreach(np 1 2)
   set_tests_properties(dist.train.cli.prefetch.np${np} PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS ${np}
                        ENVIRONMENT "${EMBER_MPI_ENV}")
 endforeach()
+# --num_generated_batches N: batches 0..N-1 generated before training and cycled (the digests of
+# the equivalent runs without it, resumed, with and without the loader), a resume with another N
+# refused (2 ranks).
+add_test(NAME dist.train.cli.generated.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_generated.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.generated.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+ember_cli_test(dist.train.cli.generated_criteo 0 2
+               "^ember train: --num_generated_batches is an option of --dataset synthetic" 1
+               train --dataset criteo --data_path x.tsv --num_generated_batches 3)
 ember_cli_test(dist.train.cli.resume_missing.np2 2 nonzero
                "^ember train: error: --resume 'nonexistent': cannot open it: No such file or directory" 1
                train --resume nonexistent)

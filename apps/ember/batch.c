@@ -64,6 +64,19 @@ void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b) {
     memset(b, 0, sizeof *b);
 }
 
+void dlrm_batch_copy(dlrm_batch *dst, const dlrm_batch *src) {
+    APP_ASSERT(src->size <= dst->capacity && src->num_dense == dst->num_dense && src->num_sparse == dst->num_sparse &&
+               !src->has_bags);
+    const size_t n = (size_t)src->size;
+    memcpy(dst->dense, src->dense, sizeof(float) * n * (size_t)src->num_dense);
+    memcpy(dst->ids, src->ids, sizeof(int64_t) * n * (size_t)src->num_sparse);
+    memcpy(dst->labels, src->labels, sizeof(float) * n);
+    memcpy(dst->planted, src->planted, sizeof(float) * n);
+    memcpy(dst->origin, src->origin, sizeof(int64_t) * n);
+    dst->size = src->size;
+    dst->has_bags = false;
+}
+
 int64_t dlrm_share(int64_t g, int32_t rank, int32_t world, int64_t *first) {
     int64_t base = g / world, extra = g % world;
     *first = rank * base + (rank < extra ? rank : extra);

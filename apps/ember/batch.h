@@ -38,6 +38,9 @@ typedef struct dlrm_batch {
 ember_status dlrm_batch_create(ember_ctx *ctx, int32_t capacity, int32_t num_dense, int32_t num_sparse,
                                dlrm_batch *b);
 void dlrm_batch_destroy(ember_ctx *ctx, dlrm_batch *b);
+// Copies src's samples (dense, ids, labels, planted values, origins; not bags: has_bags false) into
+// dst, whose capacity and shape must hold them. Local.
+void dlrm_batch_copy(dlrm_batch *dst, const dlrm_batch *src);
 // Gives b a bags buffer of `width` ids per sample (width >= 1). Returns EMBER_OK or EMBER_ERR_NOMEM
 // (b unchanged).
 ember_status dlrm_batch_reserve_bags(ember_ctx *ctx, dlrm_batch *b, int32_t width);

@@ -62,6 +62,10 @@ static const char help[] =
     "  --eval_data_path FILE             criteo: eval TSV (default: hold out the first\n"
     "                                    --limit_val_batches batches of --data_path)\n"
     "  --zipf_alpha X                    synthetic: Zipf exponent of the ids (default 1.2)\n"
+    "  --num_generated_batches N         synthetic: generate training batches 0..N-1 before training\n"
+    "                                    and cycle them (batch g is batch g mod N; TorchRec's\n"
+    "                                    RandomRecDataset); default: every batch new, generated\n"
+    "                                    as it is read\n"
     "  --malformed skip|fatal            criteo: skip and count malformed lines, or stop (default skip)\n"
     "  --data_dir DIR                    criteo_npy: TorchRec's preprocessed day files day_{d}_dense.npy,\n"
     "                                    day_{d}_sparse.npy, day_{d}_labels.npy, read in place\n"
@@ -402,6 +406,7 @@ static const cli_flag flags[] = {
     TEXT("data_path", o.data_path, CRITEO_ONLY),
     TEXT("eval_data_path", o.eval_data_path, CRITEO_ONLY),
     REAL("zipf_alpha", o.zipf_alpha, SYNTHETIC_ONLY),
+    {"num_generated_batches", CLI_INT, F(o.num_generated_batches), 1, 4096, NULL, NULL, SYNTHETIC_ONLY},
     NAME("malformed", o.malformed, cli_name_malformed, CRITEO_ONLY),
     TEXT("data_dir", o.data_dir, NPY_ONLY),
     {"train_days", CLI_INT, F(o.train_days), 1, 1 << 20, NULL, NULL, NPY_ONLY},

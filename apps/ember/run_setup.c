@@ -141,13 +141,14 @@ static double bytes_needed(const run *R, int32_t *largest) {
     double widths = inter * 2.0 + DLRM_NUM_SPARSE * (double)o->embedding_dim * 3.0;
     if (o->interaction == DLRM_INTERACTION_DCN) // the cross net's x_0..x_L, t_l, u_l and backward scratch
         widths += inter * (2.0 * o->dcn_num_layers + 3.0) + (o->dcn_num_layers + 1.0) * o->dcn_low_rank_dim;
-    else // the dot interaction's T and Z
-        widths += (DLRM_NUM_SPARSE + 1.0) * ((double)o->embedding_dim + DLRM_NUM_SPARSE + 1.0);
+    else // the dot interaction's T
+        widths += (DLRM_NUM_SPARSE + 1.0) * (double)o->embedding_dim;
     for (int l = 0; l < o->num_bottom; l++) widths += 2.0 * o->bottom[l];
     for (int l = 0; l < o->num_top; l++) widths += 2.0 * o->top[l];
-    // The batch buffers: the step's two, and each source loader's ring (--prefetch_batches).
+    // The batch buffers: the step's two, each source loader's ring (--prefetch_batches) and the
+    // generated batches (--num_generated_batches).
     const double sample = sizeof(float) * (DLRM_NUM_DENSE + 2.0) + sizeof(int64_t) * (DLRM_NUM_SPARSE + 1.0);
-    const double batches = 2.0 + 2.0 * (double)o->prefetch_batches;
+    const double batches = 2.0 + 2.0 * (double)o->prefetch_batches + (double)o->num_generated_batches;
     // The model's KJT values, this step's and the prefetched one's: every id of every bag.
     double hot = 0.0;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) hot += o->multi_hot[f];
@@ -278,6 +279,8 @@ ember_status run_open_data(run *R) {
         APP_TRY(dlrm_batch_create(R->ctx, (int32_t)R->max_local, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &R->ahead));
         if (bags) APP_TRY(dlrm_batch_reserve_bags(R->ctx, &R->ahead, hot));
     }
+    if (o->num_generated_batches > 0 && R->train.syn && !R->eval_only)
+        APP_TRY(source_generate(R->ctx, &R->train, o->num_generated_batches, (int32_t)R->max_local));
     R->sizes = app_alloc(R->ctx, sizeof(int64_t) * (size_t)R->world, "batch shares");
     if (!R->sizes) return EMBER_ERR_NOMEM;
     return report_open_metrics(R);

@@ -36,12 +36,39 @@ static ember_status produce(source *s, ember_ctx *ctx, dlrm_batch *b, bool *eof)
         APP_TRY(criteo_next(s->reader, b, eof));
     } else if (s->npy) {
         APP_TRY(criteo_npy_next(ctx, s->npy, b, eof));
+    } else if (s->pool) {
+        dlrm_batch_copy(b, &s->pool[s->cursor % s->pool_size]);
     } else {
         int64_t first, n = dlrm_share(s->global_batch, s->rank, s->world, &first);
         synth_fill(s->syn, s->split, s->cursor * s->global_batch + first, (int32_t)n, b);
     }
     if (!*eof) s->cursor++;
     return source_check_dense(ctx, s, b);
+}
+
+ember_status source_generate(ember_ctx *ctx, source *s, int64_t n, int32_t capacity) {
+    APP_ASSERT(s->syn && !s->pool && n >= 1);
+    dlrm_batch *pool = app_alloc(ctx, sizeof *pool * (size_t)n, "generated batches");
+    if (!pool) return EMBER_ERR_NOMEM;
+    memset(pool, 0, sizeof *pool * (size_t)n);
+    s->pool = pool;
+    s->pool_size = n;
+    int64_t first, share = dlrm_share(s->global_batch, s->rank, s->world, &first);
+    for (int64_t k = 0; k < n; k++) {
+        if (dlrm_batch_create(ctx, capacity, DLRM_NUM_DENSE, DLRM_NUM_SPARSE, &pool[k]) != EMBER_OK) {
+            source_free_pool(ctx, s);
+            return EMBER_ERR_NOMEM;
+        }
+        synth_fill(s->syn, s->split, k * s->global_batch + first, (int32_t)share, &pool[k]);
+    }
+    return EMBER_OK;
+}
+
+void source_free_pool(ember_ctx *ctx, source *s) {
+    for (int64_t k = 0; s->pool && k < s->pool_size; k++) dlrm_batch_destroy(ctx, &s->pool[k]);
+    ember_ctx_free(ctx, s->pool);
+    s->pool = NULL;
+    s->pool_size = 0;
 }
 
 static ember_status produce_on_loader(void *arg, ember_ctx *ctx, dlrm_batch *b, bool *eof) {

@@ -29,7 +29,18 @@ typedef struct source {
     int64_t cursor;        // next global batch to produce: next, or ahead of it on the loader
     double waited_s;       // seconds source_fetch waited for this rank's shares: producing them
                            // inline, or for the loader to have them ready
+    // Synthetic (--num_generated_batches N, TorchRec's RandomRecDataset num_generated_batches):
+    // this rank's shares of the split's batches 0..N-1, made by source_generate; global batch g
+    // is then a copy of batch g mod N. NULL: every batch generated when it is read.
+    dlrm_batch *pool;
+    int64_t pool_size;
 } source;
+
+// Generates this rank's shares of s's synthetic batches 0..n-1 now (s->syn set, n >= 1), in
+// buffers of `capacity` samples, so that reading the data later costs a copy. Local. Returns
+// EMBER_OK or EMBER_ERR_NOMEM (nothing kept). source_free_pool releases them (nothing when none).
+ember_status source_generate(ember_ctx *ctx, source *s, int64_t n, int32_t capacity);
+void source_free_pool(ember_ctx *ctx, source *s);
 
 // Starts a pass from the first batch. Local.
 ember_status source_rewind(source *s);

@@ -160,6 +160,7 @@ static void cleanup(run *R) {
     criteo_close(R->ctx, R->eval.reader);
     criteo_npy_close(R->ctx, R->train.npy);
     criteo_npy_close(R->ctx, R->eval.npy);
+    source_free_pool(R->ctx, &R->train);
     synth_destroy(R->ctx, R->syn);
     dlrm_batch_destroy(R->ctx, &R->batch);
     dlrm_batch_destroy(R->ctx, &R->ahead);

@@ -79,6 +79,9 @@ typedef struct train_options {
     bool overlap;                     // --overlap: prefetch the next batch's input dist and split the
                                       // embedding backward around the dense backward (bitwise the
                                       // same results; default on)
+    int64_t num_generated_batches;    // synthetic: training batches generated before training and
+                                      // cycled (global batch g is batch g mod N); 0: each one
+                                      // generated when read
     int32_t prefetch_batches;         // --prefetch_batches: batches a loader thread per source
                                       // produces ahead of the step (0: inline on the main thread;
                                       // default -1: 2 unless loader_shares_cpu, then 0); the same

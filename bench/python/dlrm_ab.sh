@@ -5,7 +5,11 @@
 #   torchrec     TorchRec's DLRM under DistributedModelParallel, gloo, CPU
 #                (torchrun --standalone --nproc_per_node W bench/python/torchrec_dlrm.py)
 #   cli          the C CLI (mpiexec -n W build/bin/ember train --threads 1): samples/s parsed from
-#                its closing line "done: N steps, S samples in T s of training (X samples/s)"
+#                its closing line "done: N steps, S samples in T s of training (X samples/s)";
+#                every batch generated as it is read (on the step's path where no CPU is free)
+#   cli-generated  the same with --num_generated_batches 64: 64 batches generated before training
+#                and cycled, as the Python scripts make theirs before timing (examples/python/dlrm.py
+#                cycles 64 too)
 #   ember-torch  ember's PyTorch binding (mpiexec -n W python examples/python/dlrm.py), which
 #                prints its own {"bench":"dlrm","impl":"ember-torch",...} line; skipped with a
 #                message while that file does not exist
@@ -15,7 +19,8 @@
 #                instead of ember.torch.InteractionArch: {"impl":"ember-torch-bmm",...}
 #
 # Usage: bench/python/dlrm_ab.sh [--rounds R] [--ranks 1,2] [--steps N] [--warmup N]
-#                                [--impls torchrec,cli,ember-torch,ember-torch-compile,ember-torch-bmm]
+#                                [--impls torchrec,cli,cli-generated,ember-torch,ember-torch-compile,
+#                                         ember-torch-bmm]
 #                                [--out FILE]
 #                                [-- MODEL FLAGS]
 #   --rounds   rounds (default 3); each round runs every implementation at every W, the order
@@ -40,7 +45,8 @@
 #   {"bench":"dlrm_ab","W":..,"rounds":..,"steps":..,"median_samples_per_s":{impl: ..},
 #    "runs":{impl: [.. per round, null when skipped]},"ember_torch_over_torchrec":..,
 #    "ember_torch_over_cli":..,"cli_over_torchrec":..,"compile_over_torchrec":..,
-#    "compile_over_ember_torch":..,"interaction_over_bmm":.., and each ratio's "_paired" twin}
+#    "compile_over_ember_torch":..,"interaction_over_bmm":..,"cli_generated_over_torchrec":..,
+#    "cli_generated_over_ember_torch":.., and each ratio's "_paired" twin}
 # A ratio is of the medians; its _paired twin is the median over rounds of the ratio within the
 # round (the two runs were neighbours in time, so it is less moved by the load drifting between
 # rounds). null when one of its sides has no run. A run that fails records
@@ -111,17 +117,19 @@ run_one() {  # impl W round
       line="$(grep -E '^\{ *"bench" *: *"dlrm"' "$log" | tail -n 1)"
       [ -n "$line" ] || { skip torchrec "$w" "no result line: $(tail -n 3 "$log")"; return; }
       echo "$line" >>"$out" ;;
-    cli)
-      [ -x "$ember" ] || { skip cli "$w" "$ember is not built (cmake --preset release && cmake --build --preset release)"; return; }
+    cli|cli-generated)
+      [ -x "$ember" ] || { skip "$impl" "$w" "$ember is not built (cmake --preset release && cmake --build --preset release)"; return; }
+      local gen=()
+      [ "$impl" = cli-generated ] && gen=(--num_generated_batches 64)
       "$mpiexec" -n "$w" "$ember" train "${common[@]}" --limit_train_batches $((steps + warmup)) \
-        --limit_val_batches 1 --eval_interval 0 --progress lines >"$log" 2>&1
+        --limit_val_batches 1 --eval_interval 0 --progress lines "${gen[@]}" >"$log" 2>&1
       # done: 105 steps, 215040 samples in 10.8 s of training (19912 samples/s)
       line="$(sed -n 's/^done: \([0-9]*\) steps, \([0-9]*\) samples in \([0-9.]*\) s of training (\([0-9.]*\) samples\/s)$/\1 \2 \3 \4/p' "$log" | tail -n 1)"
-      [ -n "$line" ] || { skip cli "$w" "no 'done:' line: $(tail -n 3 "$log")"; return; }
+      [ -n "$line" ] || { skip "$impl" "$w" "no 'done:' line: $(tail -n 3 "$log")"; return; }
       read -r n_steps n_samples secs sps <<<"$line"
       # samples/s recomputed from samples and seconds would round to 0.1 s; the CLI's own figure is exact.
-      printf '{"bench":"dlrm","impl":"cli","W":%d,"threads":1,"samples_per_s":%s,"steps":%s,"samples":%s,"seconds":%s}\n' \
-        "$w" "$sps" "$n_steps" "$n_samples" "$secs" >>"$out" ;;
+      printf '{"bench":"dlrm","impl":"%s","W":%d,"threads":1,"samples_per_s":%s,"steps":%s,"samples":%s,"seconds":%s}\n' \
+        "$impl" "$w" "$sps" "$n_steps" "$n_samples" "$secs" >>"$out" ;;
     ember-torch|ember-torch-compile|ember-torch-bmm)
       [ -f "$example" ] || { skip "$impl" "$w" "examples/python/dlrm.py does not exist yet"; return; }
       local wu=()  # the example's own warm-up flag, when it has one
@@ -135,7 +143,7 @@ run_one() {  # impl W round
       [ -n "$line" ] || { skip "$impl" "$w" "no result line: $(tail -n 3 "$log")"; return; }
       [ "$impl" = ember-torch-bmm ] && line="${line/\"ember-torch\"/\"ember-torch-bmm\"}"
       echo "$line" >>"$out" ;;
-    *) echo "dlrm_ab.sh: unknown implementation '$impl' (torchrec, cli, ember-torch, ember-torch-compile," \
+    *) echo "dlrm_ab.sh: unknown implementation '$impl' (torchrec, cli, cli-generated, ember-torch, ember-torch-compile," \
             "ember-torch-bmm)" >&2; exit 2 ;;
   esac
   echo "dlrm_ab.sh:   $(grep -Eo '"samples_per_s": *[0-9.]*' <<<"$(tail -n 1 "$out")")" >&2
@@ -179,7 +187,9 @@ for w in sorted(runs):
                        ("ember_torch_over_cli", "ember-torch", "cli"), ("cli_over_torchrec", "cli", "torchrec"),
                        ("compile_over_torchrec", "ember-torch-compile", "torchrec"),
                        ("compile_over_ember_torch", "ember-torch-compile", "ember-torch"),
-                       ("interaction_over_bmm", "ember-torch", "ember-torch-bmm")):
+                       ("interaction_over_bmm", "ember-torch", "ember-torch-bmm"),
+                       ("cli_generated_over_torchrec", "cli-generated", "torchrec"),
+                       ("cli_generated_over_ember_torch", "cli-generated", "ember-torch")):
         out[name], out[name + "_paired"] = ratio(a, b)
     print(json.dumps(out, separators=(",", ":")))
 PY
