@@ -246,52 +246,24 @@ static void tile(const tile_args *t) {
     TILES[t->ta][nv - 1][t->mr - 1](t);
 }
 
-// The dot interaction (internal.h), as the AVX-512 variant with 8 lanes: forward 8 rows i x 8
-// columns j of the transposed T, the lanes j > i stored one by one; backward 8 rows i x 8
-// columns d, the chain over j with S_ij broadcast.
-static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
-    const int64_t RP = ember__dot_padded(R);
-    pack_b(1, D, R, T, D, RP, 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
-    for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
-        const float *row[8];
-        for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;
-        for (int64_t jb = (i0 + 1) / VW * VW; jb < R; jb += VW) {
-            __m256 acc[8];
-            for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-            for (int64_t k = 0; k < D; k++) {
-                const __m256 b = _mm256_load_ps(tt + k * RP + jb);
-                for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(row[r] + k), b, acc[r]);
-            }
-            for (int r = 0; r < 8 && i0 + r + 1 < R; r++) {
-                const int64_t i = i0 + r, lo = jb > i + 1 ? jb : i + 1, hi = jb + VW < R ? jb + VW : R;
-                if (lo >= hi) continue;
-                float lanes[VW] __attribute__((aligned(32)));
-                _mm256_store_ps(lanes, acc[r]);
-                float *dst = z + ember__dot_pair(R, i, lo);
-                for (int64_t j = lo; j < hi; j++) dst[j - lo] = lanes[j - jb];
-            }
-        }
-    }
+// The dot interaction's vectors (dense/isa/dot.h): 8 lanes, tails under vmaskmovps, the stored
+// run of pairs one lane at a time.
+typedef __m256 dvec;
+static inline __attribute__((always_inline)) dvec dv_zero(void) { return _mm256_setzero_ps(); }
+static inline __attribute__((always_inline)) dvec dv_load(const float *p) { return _mm256_load_ps(p); }
+static inline __attribute__((always_inline)) dvec dv_bcast(float x) { return _mm256_set1_ps(x); }
+static inline __attribute__((always_inline)) dvec dv_fma(dvec a, dvec b, dvec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline __attribute__((always_inline)) dvec dv_load_n(const float *p, int n) {
+    return _mm256_maskload_ps(p, tail_mask(n));
 }
-
-static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest) {
-    for (int64_t c = 0; c < D; c += VW) {
-        const __m256i m = tail_mask((int)(D - c));
-        for (int64_t i0 = 0; i0 < R; i0 += 8) {
-            const int32_t *ix[8];
-            for (int r = 0; r < 8; r++) ix[r] = idx + dot_row(R, i0, r) * R;
-            __m256 acc[8];
-            for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-            for (int64_t j = 0; j < R; j++) {
-                const __m256 t = _mm256_maskload_ps(T + j * D + c, m);
-                for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(gz + ix[r][j]), t, acc[r]);
-            }
-            for (int r = 0; r < 8 && i0 + r < R; r++) {
-                const int64_t i = i0 + r;
-                _mm256_maskstore_ps((i == 0 ? d0 : rest + (i - 1) * D) + c, m, acc[r]);
-            }
-        }
-    }
+static inline __attribute__((always_inline)) void dv_store_n(float *p, int n, dvec v) {
+    _mm256_maskstore_ps(p, tail_mask(n), v);
 }
+static inline __attribute__((always_inline)) void dv_store_lanes(float *dst, dvec v, int lo, int hi) {
+    float lanes[VW] __attribute__((aligned(32)));
+    _mm256_store_ps(lanes, v);
+    for (int l = lo; l < hi; l++) dst[l - lo] = lanes[l];
+}
+#include "dense/isa/dot.h"
 
 EMBER__DENSE_KERNELS(avx2, EMBER_ISA_AVX2)

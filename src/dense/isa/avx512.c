@@ -298,52 +298,23 @@ static void tile(const tile_args *t) {
     TILES[t->ta][nv - 1][t->mr - 1](t);
 }
 
-// The dot interaction (internal.h). Forward: T transposed once (packed as a transposed B), then 8 rows i at a time against
-// 16 columns j of it, one chain per (i, j) lane over d; only the lanes j > i are stored
-// (compressed to the row's run of pairs). Backward: 8 rows i at a time over 16 columns d, the
-// chain over j with S_ij broadcast.
-static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
-    const int64_t RP = ember__dot_padded(R);
-    pack_b(1, D, R, T, D, RP, 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
-    for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
-        const float *row[8];
-        for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;
-        for (int64_t jb = (i0 + 1) / VW * VW; jb < R; jb += VW) {
-            __m512 acc[8];
-            for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
-            for (int64_t k = 0; k < D; k++) {
-                const __m512 b = _mm512_load_ps(tt + k * RP + jb);
-                for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(row[r][k]), b, acc[r]);
-            }
-            for (int r = 0; r < 8 && i0 + r + 1 < R; r++) {
-                const int64_t i = i0 + r, lo = jb > i + 1 ? jb : i + 1, hi = jb + VW < R ? jb + VW : R;
-                if (lo >= hi) continue;
-                const __mmask16 keep = (__mmask16)(tail_mask((int)(hi - jb)) & ~tail_mask((int)(lo - jb)));
-                _mm512_mask_storeu_ps(z + ember__dot_pair(R, i, lo), tail_mask((int)(hi - lo)),
-                                      _mm512_maskz_compress_ps(keep, acc[r]));
-            }
-        }
-    }
+// The dot interaction's vectors (dense/isa/dot.h): 16 lanes, tails under a mask, the stored run
+// of pairs compressed to the low lanes.
+typedef __m512 dvec;
+static inline __attribute__((always_inline)) dvec dv_zero(void) { return _mm512_setzero_ps(); }
+static inline __attribute__((always_inline)) dvec dv_load(const float *p) { return _mm512_load_ps(p); }
+static inline __attribute__((always_inline)) dvec dv_bcast(float x) { return _mm512_set1_ps(x); }
+static inline __attribute__((always_inline)) dvec dv_fma(dvec a, dvec b, dvec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline __attribute__((always_inline)) dvec dv_load_n(const float *p, int n) {
+    return _mm512_maskz_loadu_ps(tail_mask(n), p);
 }
-
-static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest) {
-    for (int64_t c = 0; c < D; c += VW) {
-        const __mmask16 m = tail_mask((int)(D - c));
-        for (int64_t i0 = 0; i0 < R; i0 += 8) {
-            const int32_t *ix[8];
-            for (int r = 0; r < 8; r++) ix[r] = idx + dot_row(R, i0, r) * R;
-            __m512 acc[8];
-            for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
-            for (int64_t j = 0; j < R; j++) {
-                const __m512 t = _mm512_maskz_loadu_ps(m, T + j * D + c);
-                for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(gz[ix[r][j]]), t, acc[r]);
-            }
-            for (int r = 0; r < 8 && i0 + r < R; r++) {
-                const int64_t i = i0 + r;
-                _mm512_mask_storeu_ps((i == 0 ? d0 : rest + (i - 1) * D) + c, m, acc[r]);
-            }
-        }
-    }
+static inline __attribute__((always_inline)) void dv_store_n(float *p, int n, dvec v) {
+    _mm512_mask_storeu_ps(p, tail_mask(n), v);
 }
+static inline __attribute__((always_inline)) void dv_store_lanes(float *dst, dvec v, int lo, int hi) {
+    const __mmask16 keep = (__mmask16)(tail_mask(hi) & ~tail_mask(lo));
+    _mm512_mask_storeu_ps(dst, tail_mask(hi - lo), _mm512_maskz_compress_ps(keep, v));
+}
+#include "dense/isa/dot.h"
 
 EMBER__DENSE_KERNELS(avx512, EMBER_ISA_AVX512)
