@@ -39,8 +39,9 @@ static int sample_threads(ember_ctx *ctx, int64_t batch) {
     return batch >= MIN_PARALLEL_SAMPLES ? ember__threads(ctx) : 1;
 }
 
-// Per-thread scratch of `floats` floats each, every slice 64-byte aligned: *base (to free) and
-// the first slice in *first, slices `*stride` floats apart. NULL with the message on failure.
+// Per-thread scratch of `floats` floats each, every slice 64-byte aligned: returns the first
+// slice (the others `*stride` floats apart) and in *base the block to free; NULL with the
+// message on failure.
 static float *thread_scratch(ember_ctx *ctx, const char *fn, int nt, int64_t floats, int64_t *stride, float **base) {
     const int64_t per = (floats + 15) / 16 * 16;
     size_t bytes = 0;
