@@ -273,12 +273,16 @@ def detect_topology(comm: Any = None, *, probe_bytes: int = 0, reps: int = 3) ->
     or over 1 GiB), CommunicationError, CollectiveTimeoutError."""
     c = comm if isinstance(comm, Comm) else Comm(comm)
     try:
-        args = (as_index(probe_bytes, "detect_topology: probe_bytes", 0, 1 << 30, c.rank),
-                as_index(reps, "detect_topology: reps", *I32, rank=c.rank))
-    except Exception as e:
-        c._c.agree(e)
-        raise  # not reached
-    host_of, _, intra, inter, round_s = c._c.detect_topology(*args)
+        try:
+            args = (as_index(probe_bytes, "detect_topology: probe_bytes", 0, 1 << 30, c.rank),
+                    as_index(reps, "detect_topology: reps", *I32, rank=c.rank))
+        except Exception as e:
+            c._c.agree(e)
+            raise  # not reached
+        host_of, _, intra, inter, round_s = c._c.detect_topology(*args)
+    finally:
+        if c is not comm:  # the duplicate made here for an mpi4py communicator or the world
+            c.close()
     return Topology(tuple(host_of), 0, intra, inter, 0.0, round_s, 0.0)
 
 

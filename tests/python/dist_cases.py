@@ -1153,6 +1153,8 @@ def case_wire(run):
     run.comm.allreduce_grads(everyone, convention="mean")
     run.check(np.allclose(mine, everyone, rtol=1e-12, atol=0),
               "detect_topology: rank %d has %s, the mean %s" % (R, mine, everyone))
+    world = ember.detect_topology()  # on a duplicate of the world it makes and frees itself
+    run.check(world.host_of == topo.host_of, "detect_topology on the world: %s" % (world.host_of,))
     run.expect_error("detect_topology: probe_bytes", ember.InvalidArgumentError, ["probe_bytes"],
                      lambda: ember.detect_topology(run.comm, probe_bytes=-1 if R == 0 else 0))
     coll = ember.ShardedEmbeddingBagCollection(tables, "auto", comm=run.comm, seed=3, topology=topo,
