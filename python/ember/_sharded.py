@@ -238,9 +238,9 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
             mask |= 1 << _scheme_code(name, "plan: allow")
         if not mask:
             raise invalid("plan: allow is empty")
-    result, _ = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size", *I32),
-                            as_index(memory_per_rank, "plan: memory_per_rank", *U64), pf, mask,
-                            as_index(dp_max_bytes, "plan: dp_max_bytes", *U64), _topology(topology, "plan"))
+    result = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size", *I32),
+                         as_index(memory_per_rank, "plan: memory_per_rank", *U64), pf, mask,
+                         as_index(dp_max_bytes, "plan: dp_max_bytes", *U64), _topology(topology, "plan"))
     return [TablePlan._from_c(p) for p in result]
 
 

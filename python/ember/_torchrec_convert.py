@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import torch
 
 import ember
+from ember._config import STORAGE_DTYPES  # the library's names of the dtypes its wire carries
 
 # TorchRec's fused optimizer classes (torchrec.optim and torch.optim, as apply_optimizer_in_backward
 # records them), by class name, with ember's optimizer: the same EmbOptimType pairs as TorchRec's
@@ -143,9 +144,9 @@ def wire_precision_from_qcomms(qcomms: Any) -> tuple[str, str]:
     for side in ("forward", "backward"):
         prec = getattr(qcomms, f"{side}_precision", None)
         name = str(getattr(prec, "value", prec)).lower()
-        if name not in ("fp32", "fp16", "bf16"):
+        if name not in STORAGE_DTYPES:
             raise ember.UnsupportedError(f"from_torchrec: qcomms {side}_precision {name!r}: ember's wire carries "
-                                         f"fp32, fp16 or bf16")
+                                         f"{', '.join(STORAGE_DTYPES)}")
         if getattr(qcomms, f"{side}_loss_scale", None) is not None:
             raise ember.UnsupportedError(f"from_torchrec: qcomms {side}_loss_scale "
                                          f"{getattr(qcomms, f'{side}_loss_scale')!r}: ember's wire has no loss scale")

@@ -206,7 +206,7 @@ static void stats_free(stats_arrays *a) {
 }
 
 // plan(tables, features, world_size, batch_size, memory_per_rank, pooling_factor or None, allow,
-//      dp_max_bytes, topology or None) -> (plan list, stats tuple). Local.
+//      dp_max_bytes, topology or None) -> plan list (predict() gives a plan's estimates). Local.
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *tables, *features, *pf, *topo;
@@ -232,30 +232,23 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
     ember_ctx *ctx = NULL;
     const int32_t T = c.cfg.num_tables;
     ember_table_plan *plan = PyMem_Calloc((size_t)T + 1, sizeof *plan);
-    stats_arrays a;
-    ember_plan_stats stats;
-    if (stats_alloc(&a, world, &stats) != 0 || !plan) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
+    if (!plan) {
+        PyErr_NoMemory();
     } else if (ember_py_ctx_create(1, &ctx) == 0) {
         ember_ctx_set_rank(ctx, ember_py_world_rank());
         ember_status st;
         Py_BEGIN_ALLOW_THREADS
-        st = ember_plan_create(ctx, &c.cfg, &pc, plan, &stats);
+        st = ember_plan_create(ctx, &c.cfg, &pc, plan, NULL);
         Py_END_ALLOW_THREADS
         if (st != EMBER_OK) {
             ember_py_raise(ctx, st);
         } else {
-            PyObject *pl = ember_py_plan_list(plan, T);
-            PyObject *sl = pl ? stats_tuple(&stats, world) : NULL;
-            if (pl && sl) ret = PyTuple_Pack(2, pl, sl);
-            Py_XDECREF(pl);
-            Py_XDECREF(sl);
+            ret = ember_py_plan_list(plan, T);
             ember_plan_release(ctx, plan, T);
         }
         ember_ctx_destroy(ctx);
     }
     PyMem_Free(plan);
-    stats_free(&a);
     plan_inputs_release(&in);
     ember_py_config_free(&c);
     return ret;

@@ -3,7 +3,6 @@
 // their per-row sums of squares within each row block), then the schemes that keep tables at
 // home sync theirs. Every allocation of the updates, on every rank, is made and agreed on before
 // the first table changes: a failed backward changes nothing and can be called again.
-#include <math.h>
 #include <string.h>
 
 #include "core/dtype.h"

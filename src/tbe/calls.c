@@ -1,7 +1,6 @@
 // The collection's entry points: validation of the KJT and the gradient, its offsets, the row
 // maps' translation of mapped tables' ids, then the backend's kernels (backend.h). Forward and the
 // fused backward, public and unchecked (the sharded layer validates once, at the home rank).
-#include <math.h>
 #include <string.h>
 
 #include "core/dtype.h"
