@@ -262,6 +262,23 @@ EMBER_API ember_status ember_sebc_piece_read(ember_sebc *s, int32_t t, int32_t i
 EMBER_API ember_status ember_sebc_piece_write(ember_sebc *s, int32_t t, int32_t i, const char *tensor,
                                               int64_t row_begin, int64_t row_end, ember_dtype dtype,
                                               const void *src);
+// Rows changed since a mark (what an incremental checkpoint saves: ember/state.h). Every piece
+// tracks the rows whose state changed since the last ember_sebc_mark: the rows a backward
+// updated (also with zero gradients: their optimizer state moves), a data-parallel table's rows
+// its summed update changed, a hashed table's rows whose id map a training forward changed
+// (admissions, evictions, uses, candidates), every row a write or a load wrote, every row of a
+// table whose dtype was converted. A superset: a marked row may be unchanged; a changed row is
+// always marked. A new collection starts with none marked and the tag 0.
+// The first run [*run_begin, *run_end) of changed rows of piece i of table t at or after global
+// row `from` (both the piece's row_end when there is none). Local. Returns EMBER_OK or
+// EMBER_ERR_INVALID_ARG (no such piece, `from` outside it, NULL outputs).
+EMBER_API ember_status ember_sebc_piece_dirty(const ember_sebc *s, int32_t t, int32_t i, int64_t from,
+                                              int64_t *run_begin, int64_t *run_end);
+// Forgets every piece's changed rows and remembers `tag` (the caller's name for the state marked;
+// checkpoints use the checkpoint a save wrote or a load read). Local: call it on every rank.
+EMBER_API void ember_sebc_mark(ember_sebc *s, uint64_t tag);
+// The tag of the last mark; 0 before the first.
+EMBER_API uint64_t ember_sebc_mark_tag(const ember_sebc *s);
 // Converts table t's storage dtype on every rank that holds a piece of it. Collective on comm.
 // Returns EMBER_OK, EMBER_ERR_INVALID_ARG (t outside [0, T), unknown dtype), EMBER_ERR_NOMEM
 // (no piece converted on any rank), EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same

@@ -9,18 +9,32 @@
 // only the stored records overlapping the pieces it holds (resharding: any W, any plan).
 //
 // Layout of DIR (documented for readers outside ember in docs/checkpoints.md):
-//   manifest.json           the commit point: format, generation, world size, tables (name,
-//                           rows, dim, optimizer, dtype, step, and per tensor its records: file,
-//                           byte offset, global rows [r0, r1) and columns [c0, c1), dtype,
-//                           CRC-32), blobs (name, file, offset, bytes, CRC-32)
+//   manifest.json           the commit point: format, generation, base generation and chain (of
+//                           deltas, below), world size, tables (name, rows, dim, optimizer,
+//                           dtype, step, and per tensor its records: file, byte offset, global
+//                           rows [r0, r1) and columns [c0, c1), dtype, CRC-32), blobs (name,
+//                           file, offset, bytes, CRC-32)
 //   g<G>-r<R>.bin           rank R's records of generation G: raw little-endian row-major
 //                           blocks [r1 - r0, c1 - c0], back to back
-// A record is at most the chunk size (one row when a row is larger).
+// A record is at most the chunk size (one row when a row is larger; whole buckets of a hashed
+// table).
+//
+// Incremental checkpoints (deltas): a save with options.delta = 1 writes only the rows changed
+// since the collection's mark (ember_sebc_piece_dirty: those a backward updated, a hashed table's
+// admissions, writes), with their optimizer state and id-map rows, as generation G + 1 on top of
+// generation G in the same directory, which must be the checkpoint this collection last saved
+// or loaded (full or delta: every save and load marks the collection with the checkpoint's chain
+// and generation). Its manifest names the base's records (older generations' files, kept) and
+// then the new ones, which overwrite theirs in that order: loading the chain is bitwise loading
+// the full checkpoint of the same state, at any world size and under any plan. A table whose
+// dtype changed since is written whole. The chain grows with every delta (a load reads every
+// record of it); a full save starts a new one and its commit removes the old files. Steps and
+// blobs are written whole each time.
 //
 // Commit protocol (crash safety): a save writes generation G = previous + 1. Every rank writes
 // its file under "<name>.partial", flushes, fsyncs and renames it; when every rank's file is
 // durable, rank 0 writes manifest.json the same way (temporary name, fsync, rename, directory
-// fsync): that rename is the commit. Until it, manifest.json names the previous generation's
+// fsync): that rename is the commit. Until it, manifest.json names the previous generations'
 // files, which no save touches; after it, rank 0 removes every g*-r*.bin file (and leftover
 // .partial) the new manifest does not name. A kill of any rank at any instant, a full disk or an
 // I/O error leaves the previous checkpoint loadable; a failed save removes what it wrote (the
@@ -55,16 +69,19 @@ typedef struct ember_checkpoint_options {
     size_t chunk_bytes;                 // record / staging size; 0: EMBER_CHECKPOINT_CHUNK_DEFAULT
     const ember_checkpoint_blob *blobs; // saved with the tables (save only)
     int32_t num_blobs;
+    int32_t delta;                      // save only: 1 writes an incremental checkpoint (below)
 } ember_checkpoint_options;
 #define EMBER_CHECKPOINT_CHUNK_DEFAULT ((size_t)8 << 20)
-#define EMBER_CHECKPOINT_OPTIONS_DEFAULT {.chunk_bytes = 0, .blobs = NULL, .num_blobs = 0}
+#define EMBER_CHECKPOINT_OPTIONS_DEFAULT {.chunk_bytes = 0, .blobs = NULL, .num_blobs = 0, .delta = 0}
 
 // Saves every table (and opts' blobs) into directory `dir` (created if missing; its parent must
 // exist), replacing the checkpoint there only at the commit. opts may be NULL (defaults).
 // Collective on the collection's communicator; every rank returns the same status.
-// Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL dir, bad blob name or size), EMBER_ERR_IO (the
-// message names the path and the OS reason; the previous checkpoint is kept), EMBER_ERR_NOMEM,
-// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
+// Returns EMBER_OK (the collection is then marked with the checkpoint written), EMBER_ERR_INVALID_ARG
+// (NULL dir, bad blob name or size; a delta where the collection has no mark, or dir holds
+// another checkpoint than the one it marks, or lacks a table of it), EMBER_ERR_IO (the message
+// names the path and the OS reason; the previous checkpoint is kept), EMBER_ERR_FORMAT (a delta
+// whose base manifest is unreadable), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 // What a failed save leaves: `dir` as it was before the call. The checkpoint there, if any, loads
 // as before; every file the save wrote is removed; `dir` itself is removed when this call created
 // it (and holds nothing else), never when it existed before. A save killed midway (or cut off by
@@ -74,7 +91,9 @@ typedef struct ember_checkpoint_options {
 EMBER_API ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_checkpoint_options *opts);
 
 // Loads every table of the collection from `dir` (converting a table's storage dtype to the
-// stored one, and setting its step counter). opts may be NULL; only chunk_bytes is read.
+// stored one, and setting its step counter; a delta's chain as the full checkpoint it amounts
+// to), then marks the collection with it (a delta may follow). opts may be NULL; only
+// chunk_bytes is read.
 // Collective. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_IO (missing directory or file:
 // path and OS reason), EMBER_ERR_FORMAT (no manifest, malformed manifest: the field is named; a
 // manifest ember_checkpoint_verify refuses, with the same message; a table missing or of another
@@ -97,8 +116,8 @@ typedef struct ember_checkpoint_table {
     ember_optim_kind optim;
     ember_dtype dtype;       // the weight's stored dtype
     int64_t step;
-    int32_t num_records;     // over all of its tensors
-    uint64_t bytes;          // stored bytes over all of its tensors
+    int32_t num_records;     // over all of its tensors (a delta's base's included)
+    uint64_t bytes;          // stored bytes over all of its tensors (a delta's base's included)
 } ember_checkpoint_table;
 
 // Reads dir/manifest.json and checks its structure: every field present and in range, table
@@ -112,6 +131,9 @@ EMBER_API ember_status ember_checkpoint_open(ember_ctx *ctx, const char *dir, em
 EMBER_API void ember_checkpoint_close(ember_checkpoint *c);
 // Generation (saves into this directory so far) and the world size that wrote it. Local.
 EMBER_API int64_t ember_checkpoint_generation(const ember_checkpoint *c);
+// The generation of the full save a chain of deltas starts from (the generation itself when the
+// checkpoint is full). Local.
+EMBER_API int64_t ember_checkpoint_base_generation(const ember_checkpoint *c);
 EMBER_API int32_t ember_checkpoint_world_size(const ember_checkpoint *c);
 EMBER_API int32_t ember_checkpoint_num_tables(const ember_checkpoint *c);
 // Table i (0 <= i < num_tables): EMBER_OK or EMBER_ERR_INVALID_ARG. Strings live as long as c.

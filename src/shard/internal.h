@@ -291,6 +291,7 @@ struct ember_sebc {
     void *home[EMBER_SHARD_COUNT];// each home scheme's state (its build_home; NULL: none)
     int32_t cw_rowwise;           // some column-sliced (CW, GRID) table has a row-wise optimizer
     int training;                 // ember_sebc_set_training (1 at creation)
+    uint64_t mark_tag;            // ember_sebc_mark's
     // The batch in flight, and what the last forward left for its backward.
     ember__batch *in;
     int has_forward;

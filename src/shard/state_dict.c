@@ -350,6 +350,37 @@ static ember_status piece_io(ember_sebc *s, const char *fn, int32_t t, int32_t i
     return ember_ebc_read(e, lt, tensor, row_begin - r0, row_end - r0, dtype, dst);
 }
 
+ember_status ember_sebc_piece_dirty(const ember_sebc *s, int32_t t, int32_t i, int64_t from, int64_t *run_begin,
+                                    int64_t *run_end) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_piece_dirty";
+    ember_ebc *e;
+    int32_t lt;
+    EMBER_TRY(check_piece(s, fn, t, i, &e, &lt));
+    EMBER_CHECK(s->ctx, run_begin && run_end, EMBER_ERR_INVALID_ARG, "%s: NULL output", fn);
+    const ember__shard *sh = piece_shard(s, t, i);
+    const int64_t r0 = sh ? sh->r0 : 0, r1 = sh ? sh->r1 : s->tables[t].rows;
+    EMBER_CHECK(s->ctx, from >= r0 && from <= r1, EMBER_ERR_INVALID_ARG,
+                "%s: table '%s' row %lld is not inside the piece's [%lld, %lld]", fn, s->tables[t].name,
+                (long long)from, (long long)r0, (long long)r1);
+    ember__dirty_next(&e->tables[lt], from - r0, run_begin, run_end);
+    *run_begin += r0;
+    *run_end += r0;
+    return EMBER_OK;
+}
+
+void ember_sebc_mark(ember_sebc *s, uint64_t tag) {
+    if (!s) return;
+    for (int32_t t = 0; t < s->T; t++) {
+        ember_ebc *e;
+        int32_t lt;
+        for (int32_t i = 0; ember__piece(s, t, i, &e, &lt); i++) ember__dirty_clear(&e->tables[lt]);
+    }
+    s->mark_tag = tag;
+}
+
+uint64_t ember_sebc_mark_tag(const ember_sebc *s) { return s ? s->mark_tag : 0; }
+
 ember_status ember_sebc_piece_read(ember_sebc *s, int32_t t, int32_t i, const char *tensor, int64_t row_begin,
                                    int64_t row_end, ember_dtype dtype, void *dst) {
     return piece_io(s, "ember_sebc_piece_read", t, i, tensor, row_begin, row_end, dtype, NULL, dst, 0);

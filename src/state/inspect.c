@@ -56,6 +56,7 @@ ember_status ember_checkpoint_open(ember_ctx *ctx, const char *dir, ember_checkp
 }
 
 int64_t ember_checkpoint_generation(const ember_checkpoint *c) { return c ? c->generation : 0; }
+int64_t ember_checkpoint_base_generation(const ember_checkpoint *c) { return c ? c->base_generation : 0; }
 int32_t ember_checkpoint_world_size(const ember_checkpoint *c) { return c ? c->world : 0; }
 int32_t ember_checkpoint_num_tables(const ember_checkpoint *c) { return c ? c->ntables : 0; }
 int32_t ember_checkpoint_num_blobs(const ember_checkpoint *c) { return c ? c->nblobs : 0; }
@@ -76,31 +77,33 @@ ember_status ember_checkpoint_blob_info(const ember_checkpoint *c, int32_t i, co
 
 // ---- Reading records and blobs ----------------------------------------------------------------
 
-uint64_t ember__ckpt_held_bytes(ember_checkpoint *c, int32_t file, int64_t offset, uint64_t bytes) {
-    if (c->size_rank != file) {
+uint64_t ember__ckpt_held_bytes(ember_checkpoint *c, int64_t gen, int32_t file, int64_t offset, uint64_t bytes) {
+    if (c->size_rank != file || c->size_gen != gen) {
         char name[64], path[EMBER__PATH_MAX];
         struct stat sb;
-        ember__ckpt_data_name(name, sizeof name, c->generation, file);
+        ember__ckpt_data_name(name, sizeof name, gen, file);
         ember__ckpt_join(path, sizeof path, c->dir, name);
         c->size = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         c->size_rank = file;
+        c->size_gen = gen;
     }
     if ((uint64_t)offset >= c->size) return 0;
     return bytes < c->size - (uint64_t)offset ? bytes : c->size - (uint64_t)offset;
 }
 
-ember_status ember__ckpt_read_at(ember_checkpoint *c, int32_t file, int64_t offset, uint64_t bytes, uint32_t crc,
-                                 void *dst, size_t cap, const char *what) {
+ember_status ember__ckpt_read_at(ember_checkpoint *c, int64_t gen, int32_t file, int64_t offset, uint64_t bytes,
+                                 uint32_t crc, void *dst, size_t cap, const char *what) {
     char name[64], path[EMBER__PATH_MAX];
-    ember__ckpt_data_name(name, sizeof name, c->generation, file);
+    ember__ckpt_data_name(name, sizeof name, gen, file);
     ember__ckpt_join(path, sizeof path, c->dir, name); // fits: ember__ckpt_new checked the length
-    if (c->f_rank != file) {
+    if (c->f_rank != file || c->f_gen != gen) {
         if (c->f) fclose(c->f);
         c->f_rank = -1;
         if (!(c->f = fopen(path, "rb")))
             return ember_ctx_set_error(c->ctx, EMBER_ERR_IO, "checkpoint '%s': cannot open '%s': %s", c->dir, path,
                                        strerror(errno));
         c->f_rank = file;
+        c->f_gen = gen;
     }
     struct stat sb;
     if (fstat(fileno(c->f), &sb) == 0 &&
@@ -148,7 +151,7 @@ ember_status ember_checkpoint_read_blob(ember_checkpoint *c, const char *name, v
                                    " bytes, more than the %zu given", c->dir, name, b->bytes, cap);
     char what[EMBER__CKPT_MAX_BLOB_NAME + 16];
     snprintf(what, sizeof what, "blob '%s'", b->name);
-    return b->bytes ? ember__ckpt_read_at(c, b->file, b->offset, b->bytes, b->crc, dst, cap, what) : EMBER_OK;
+    return b->bytes ? ember__ckpt_read_at(c, b->gen, b->file, b->offset, b->bytes, b->crc, dst, cap, what) : EMBER_OK;
 }
 
 ember_status ember_checkpoint_verify(ember_checkpoint *c) {
@@ -156,11 +159,11 @@ ember_status ember_checkpoint_verify(ember_checkpoint *c) {
     EMBER_TRY(ember__ckpt_check(c)); // the manifest as a load checks it, then every byte it names
     uint64_t most = 1; // the largest record or blob, as far as the files hold it
     for (int32_t i = 0; i < c->nrecords; i++) {
-        const uint64_t n = ember__ckpt_held_bytes(c, c->records[i].file, c->records[i].offset, c->records[i].bytes);
+        const uint64_t n = ember__ckpt_held_bytes(c, c->records[i].gen, c->records[i].file, c->records[i].offset, c->records[i].bytes);
         most = n > most ? n : most;
     }
     for (int32_t i = 0; i < c->nblobs; i++) {
-        const uint64_t n = ember__ckpt_held_bytes(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes);
+        const uint64_t n = ember__ckpt_held_bytes(c, c->blobs[i].gen, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes);
         most = n > most ? n : most;
     }
     void *buf = ember_ctx_alloc(c->ctx, (size_t)most);
@@ -175,7 +178,7 @@ ember_status ember_checkpoint_verify(ember_checkpoint *c) {
                 char what[EMBER__CKPT_MAX_NAME + 96];
                 snprintf(what, sizeof what, "table '%s' %s rows [%" PRId64 ", %" PRId64 ")", tb->name, x->name, r->r0,
                          r->r1);
-                st = ember__ckpt_read_at(c, r->file, r->offset, r->bytes, r->crc, buf, (size_t)most, what);
+                st = ember__ckpt_read_at(c, r->gen, r->file, r->offset, r->bytes, r->crc, buf, (size_t)most, what);
             }
         }
     }
@@ -183,7 +186,7 @@ ember_status ember_checkpoint_verify(ember_checkpoint *c) {
         char what[EMBER__CKPT_MAX_BLOB_NAME + 16];
         snprintf(what, sizeof what, "blob '%s'", c->blobs[i].name);
         if (c->blobs[i].bytes)
-            st = ember__ckpt_read_at(c, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes, c->blobs[i].crc, buf,
+            st = ember__ckpt_read_at(c, c->blobs[i].gen, c->blobs[i].file, c->blobs[i].offset, c->blobs[i].bytes, c->blobs[i].crc, buf,
                                      (size_t)most, what);
     }
     ember_ctx_free(c->ctx, buf);

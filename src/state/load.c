@@ -66,7 +66,7 @@ static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ember__
         if (a >= b || u >= v) continue;
         char what[EMBER__CKPT_MAX_NAME + 96];
         snprintf(what, sizeof what, "table '%s' %s rows [%" PRId64 ", %" PRId64 ")", x->name, kx->name, r->r0, r->r1);
-        EMBER_TRY(ember__ckpt_read_at(c, r->file, r->offset, r->bytes, r->crc, rec_buf, rec_cap, what));
+        EMBER_TRY(ember__ckpt_read_at(c, r->gen, r->file, r->offset, r->bytes, r->crc, rec_buf, rec_cap, what));
         const size_t src_row = (size_t)(r->c1 - r->c0) * es;
         const unsigned char *src = (const unsigned char *)rec_buf + (size_t)(a - r->r0) * src_row;
         if (r->c0 == d0 && r->c1 == d1) { // same columns: the record's rows go in as they are
@@ -124,7 +124,7 @@ static void buffer_sizes(ember_checkpoint *c, const int32_t *index, int32_t T, u
             *chunk = row > *chunk ? row : *chunk;
             for (int32_t j = x->first; j < x->first + x->count; j++) {
                 const ember__ckpt_record *r = &c->records[j];
-                const uint64_t held = ember__ckpt_held_bytes(c, r->file, r->offset, r->bytes);
+                const uint64_t held = ember__ckpt_held_bytes(c, r->gen, r->file, r->offset, r->bytes);
                 *most = held > *most ? held : *most;
             }
         }
@@ -171,6 +171,8 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
         if (st == EMBER_OK) st = ember_sebc_set_step(s, t, x->step);
         st = ember_comm_agree(comm, st);
     }
+    // The state loaded is the one the next delta goes on top of (in this directory).
+    if (st == EMBER_OK) ember_sebc_mark(s, ember__ckpt_tag(c->chain, c->generation));
     ember_ctx_free(ctx, rec_buf);
     ember_ctx_free(ctx, dst_buf);
     ember_ctx_free(ctx, dtypes);

@@ -96,15 +96,17 @@ static int get_range(parser *p, const cJSON *o, const char *where, const char *k
     return 1;
 }
 
-// "g<G>-r<R>.bin" of this generation: R, or -1.
-static int32_t file_rank(const char *name, int64_t generation, int32_t world) {
+// "g<G>-r<R>.bin" of a generation of c's chain (base_generation <= G <= generation) and a rank
+// of its world: R (and *gen = G), or -1.
+static int32_t file_rank(const ember_checkpoint *c, const char *name, int64_t *gen) {
     long long g = -1;
     int r = -1, end = 0;
-    if (sscanf(name, "g%lld-r%d.bin%n", &g, &r, &end) != 2 || name[end] != '\0' || g != generation || r < 0 ||
-        r >= world)
+    if (sscanf(name, "g%lld-r%d.bin%n", &g, &r, &end) != 2 || name[end] != '\0' || g < c->base_generation ||
+        g > c->generation || r < 0 || r >= c->world)
         return -1;
     char again[64];
-    ember__ckpt_data_name(again, sizeof again, generation, r); // canonical spelling only (no "+1", no leading zeros)
+    ember__ckpt_data_name(again, sizeof again, g, r); // canonical spelling only (no "+1", no leading zeros)
+    *gen = g;
     return strcmp(again, name) == 0 ? r : -1;
 }
 
@@ -117,11 +119,12 @@ static int parse_record(parser *p, ember_checkpoint *c, const cJSON *r, const ch
         !get_range(p, r, where, "rows", t->rows, &r0, &r1) || !get_range(p, r, where, "cols", k->cols, &c0, &c1) ||
         !get_int(p, r, where, "bytes", 0, INT64_MAX / 2, &bytes) || !get_int(p, r, where, "crc32", 0, UINT32_MAX, &crc))
         return 0;
-    out->file = file_rank(file, c->generation, c->world);
-    if (out->file < 0) return bad(p, where, "file", "is not a data file of this generation");
+    int64_t gen = 0;
+    const int32_t rank = file_rank(c, file, &gen);
+    if (rank < 0) return bad(p, where, "file", "is not a data file of this checkpoint's generations");
     if ((uint64_t)bytes != (uint64_t)(r1 - r0) * (uint64_t)(c1 - c0) * ember_dtype_size(k->dtype))
         return bad(p, where, "bytes", "does not match its rows, columns and dtype");
-    *out = (ember__ckpt_record){out->file, off, r0, r1, (int32_t)c0, (int32_t)c1, (uint64_t)bytes, (uint32_t)crc};
+    *out = (ember__ckpt_record){rank, gen, off, r0, r1, (int32_t)c0, (int32_t)c1, (uint64_t)bytes, (uint32_t)crc};
     return 1;
 }
 
@@ -211,19 +214,29 @@ static int records_disjoint(ember_checkpoint *c, const ember__ckpt_tensor *k) {
 
 // The top-level fields; *tables and *blobs are the two arrays. 1 when all are well.
 static int parse_header(parser *p, ember_checkpoint *c, const cJSON *root, const cJSON **tables, const cJSON **blobs) {
-    char fmt[32];
-    int64_t version = 0, gen = 0, world = 0;
+    char fmt[32], chain[24];
+    int64_t version = 0, gen = 0, world = 0, base = 0;
     *tables = cJSON_GetObjectItemCaseSensitive(root, "tables");
     *blobs = cJSON_GetObjectItemCaseSensitive(root, "blobs");
     if (get_str(p, root, "", "format", fmt, sizeof fmt) && strcmp(fmt, EMBER__CKPT_FORMAT) != 0)
         bad(p, "", "format", "is not \"" EMBER__CKPT_FORMAT "\"");
-    if (p->st == EMBER_OK && get_int(p, root, "", "version", 0, INT32_MAX, &version) && version != EMBER__CKPT_VERSION)
-        bad(p, "", "version", "is not 2 (written by another ember version)");
+    if (p->st == EMBER_OK && get_int(p, root, "", "version", 0, INT32_MAX, &version) && version != 2 &&
+        version != EMBER__CKPT_VERSION)
+        bad(p, "", "version", "is not 2 or 3 (written by another ember version)");
     if (p->st == EMBER_OK) get_int(p, root, "", "generation", 1, INT64_MAX / 2, &gen);
+    base = gen; // version 2: no deltas
+    c->chain = 0;
+    if (p->st == EMBER_OK && version >= 3 && get_int(p, root, "", "base_generation", 1, gen, &base) &&
+        get_str(p, root, "", "chain", chain, sizeof chain)) {
+        char *end = NULL;
+        c->chain = strtoull(chain, &end, 16);
+        if (strlen(chain) != 16 || *end != '\0') bad(p, "", "chain", "is not 16 hexadecimal digits");
+    }
     if (p->st == EMBER_OK) get_int(p, root, "", "world_size", 1, 1 << 24, &world);
     if (p->st == EMBER_OK && !cJSON_IsArray(*tables)) bad(p, "", "tables", "is missing or not an array");
     if (p->st == EMBER_OK && !cJSON_IsArray(*blobs)) bad(p, "", "blobs", "is missing or not an array");
     c->generation = gen;
+    c->base_generation = base;
     c->world = (int32_t)world;
     return p->st == EMBER_OK;
 }
@@ -266,19 +279,28 @@ static int parse_tensor(parser *p, ember_checkpoint *c, const cJSON *kj, ember__
     if (!cJSON_IsArray(recs)) return bad(p, where, "records", "is missing or not an array");
     k->first = c->nrecords;
     uint64_t area = 0;
+    ember__ckpt_tensor base = *k; // the records of its first generation
     cJSON_ArrayForEach(rj, recs) {
         ember__ckpt_record *r = &c->records[c->nrecords];
         if (!parse_record(p, c, rj, where, t, k, r)) break;
+        if (k->count > 0 && r->gen < r[-1].gen) {
+            bad(p, where, k->name, "records are not in the order of their generations");
+            break;
+        }
+        if (r->gen == c->records[k->first].gen) {
+            area += (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0);
+            base.count++;
+        }
         c->nrecords++;
         k->count++;
-        area += (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0);
         t->bytes += r->bytes;
         t->nrecords++;
     }
-    // Records tile the tensor: inside it (checked above), of its area, and disjoint.
+    // The first generation's records tile the tensor: inside it (checked above), of its area, and
+    // disjoint. A delta's, after them, lie inside it.
     if (p->st == EMBER_OK && area != (uint64_t)t->rows * (uint64_t)k->cols)
         bad(p, where, k->name, "records do not cover the tensor exactly once");
-    const int disjoint = p->st == EMBER_OK ? records_disjoint(c, k) : 1;
+    const int disjoint = p->st == EMBER_OK ? records_disjoint(c, &base) : 1;
     if (disjoint < 0)
         p->st = ember_ctx_set_error(c->ctx, EMBER_ERR_NOMEM, "checkpoint '%s': cannot allocate its manifest", c->dir);
     else if (!disjoint)
@@ -333,8 +355,8 @@ static int parse_blob(parser *p, ember_checkpoint *c, const cJSON *bj, int32_t b
         !get_int(p, bj, b->name, "bytes", 0, INT64_MAX / 2, &bytes) ||
         !get_int(p, bj, b->name, "crc32", 0, UINT32_MAX, &crc))
         return 0;
-    b->file = file_rank(file, c->generation, c->world);
-    if (b->file < 0) return bad(p, b->name, "file", "is not a data file of this generation");
+    b->file = file_rank(c, file, &b->gen);
+    if (b->file < 0) return bad(p, b->name, "file", "is not a data file of this checkpoint's generations");
     b->offset = off;
     b->bytes = (uint64_t)bytes;
     b->crc = (uint32_t)crc;
@@ -512,16 +534,42 @@ ember_status ember__ckpt_check(ember_checkpoint *c) {
 
 // ---- Writing ----------------------------------------------------------------------------------
 
-char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, const int64_t *steps,
-                                const ember__ckpt_wrote *all, int64_t n, const ember_checkpoint_options *o) {
+int32_t ember__ckpt_find_table(const ember_checkpoint *c, const char *name) {
+    for (int32_t i = 0; i < c->ntables; i++)
+        if (strcmp(c->tables[i].name, name) == 0) return i;
+    return -1;
+}
+
+// One record of a manifest's tensor.
+static void add_record(cJSON *recs, int64_t gen, int32_t rank, int64_t offset, int64_t r0, int64_t r1, int32_t c0,
+                       int32_t c1, uint64_t bytes, uint32_t crc) {
+    char file[64];
+    cJSON *rj = cJSON_CreateObject();
+    cJSON_AddItemToArray(recs, rj);
+    ember__ckpt_data_name(file, sizeof file, gen, rank);
+    cJSON_AddStringToObject(rj, "file", file);
+    cJSON_AddNumberToObject(rj, "offset", (double)offset);
+    const double rows[2] = {(double)r0, (double)r1}, cols[2] = {c0, c1};
+    cJSON_AddItemToObject(rj, "rows", cJSON_CreateDoubleArray(rows, 2));
+    cJSON_AddItemToObject(rj, "cols", cJSON_CreateDoubleArray(cols, 2));
+    cJSON_AddNumberToObject(rj, "bytes", (double)bytes);
+    cJSON_AddNumberToObject(rj, "crc32", crc);
+}
+
+char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, uint64_t chain, const ember__ckpt_base *base,
+                                const int64_t *steps, const ember__ckpt_wrote *all, int64_t n,
+                                const ember_checkpoint_options *o) {
     const int32_t T = ember_sebc_num_tables(s);
     cJSON *root = cJSON_CreateObject();
+    char file[64], hex[24];
+    snprintf(hex, sizeof hex, "%016" PRIx64, chain);
     cJSON_AddStringToObject(root, "format", EMBER__CKPT_FORMAT);
     cJSON_AddNumberToObject(root, "version", EMBER__CKPT_VERSION);
     cJSON_AddNumberToObject(root, "generation", (double)generation);
+    cJSON_AddNumberToObject(root, "base_generation", (double)(base ? base->c->base_generation : generation));
+    cJSON_AddStringToObject(root, "chain", hex);
     cJSON_AddNumberToObject(root, "world_size", ember_comm_size(ember_sebc_comm(s)));
     cJSON *tables = cJSON_AddArrayToObject(root, "tables");
-    char file[64];
     for (int32_t t = 0; t < T; t++) {
         const ember_table_config *tc = ember_sebc_table(s, t);
         cJSON *tj = cJSON_CreateObject();
@@ -535,6 +583,8 @@ char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, const int64_t
         cJSON *tensors = cJSON_AddArrayToObject(tj, "tensors");
         ember_tensor_info ti[EMBER_MAX_TENSORS];
         const int32_t nt = ember_table_tensors(tc, ti);
+        // A delta: the base's records first (a save checked that the table is there, of this shape).
+        const int32_t bt = base && !base->whole[t] ? ember__ckpt_find_table(base->c, tc->name) : -1;
         for (int32_t k = 0; k < nt; k++) {
             cJSON *kj = cJSON_CreateObject();
             cJSON_AddItemToArray(tensors, kj);
@@ -542,19 +592,17 @@ char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, const int64_t
             cJSON_AddNumberToObject(kj, "cols", ti[k].cols);
             cJSON_AddStringToObject(kj, "dtype", ember_dtype_name(ti[k].dtype));
             cJSON *recs = cJSON_AddArrayToObject(kj, "records");
+            if (bt >= 0) {
+                const ember__ckpt_tensor *bk = &base->c->tables[bt].tensors[k];
+                for (int32_t j = bk->first; j < bk->first + bk->count; j++) {
+                    const ember__ckpt_record *r = &base->c->records[j];
+                    add_record(recs, r->gen, r->file, r->offset, r->r0, r->r1, r->c0, r->c1, r->bytes, r->crc);
+                }
+            }
             for (int64_t j = 0; j < n; j++) {
                 const ember__ckpt_wrote *x = &all[j];
-                if (x->table != t || x->tensor != k) continue;
-                cJSON *rj = cJSON_CreateObject();
-                cJSON_AddItemToArray(recs, rj);
-                ember__ckpt_data_name(file, sizeof file, generation, x->file);
-                cJSON_AddStringToObject(rj, "file", file);
-                cJSON_AddNumberToObject(rj, "offset", (double)x->offset);
-                const double rows[2] = {(double)x->r0, (double)x->r1}, cols[2] = {x->c0, x->c1};
-                cJSON_AddItemToObject(rj, "rows", cJSON_CreateDoubleArray(rows, 2));
-                cJSON_AddItemToObject(rj, "cols", cJSON_CreateDoubleArray(cols, 2));
-                cJSON_AddNumberToObject(rj, "bytes", (double)x->bytes);
-                cJSON_AddNumberToObject(rj, "crc32", x->crc);
+                if (x->table == t && x->tensor == k)
+                    add_record(recs, generation, x->file, x->offset, x->r0, x->r1, x->c0, x->c1, x->bytes, x->crc);
             }
         }
     }

@@ -1,6 +1,7 @@
-// ember_checkpoint_save (include/ember/state.h): every rank streams the pieces it holds into its
-// own data file, record by record, and makes it durable; the records' list is gathered onto every
-// rank; rank 0 commits the manifest and then removes what older generations left.
+// ember_checkpoint_save (include/ember/state.h): every rank streams the pieces it holds (a delta:
+// their rows changed since the collection's mark) into its own data file, record by record, and
+// makes it durable; the records' list is gathered onto every rank; rank 0 commits the manifest
+// (a delta's names its base's records first) and then removes the files it no longer names.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -60,6 +61,11 @@ static ember_status check_args(ember_sebc *s, const char *dir, const ember_check
     }
     if (st == EMBER_OK && o && o->num_blobs < 0)
         st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: num_blobs %d < 0", fn, (int)o->num_blobs);
+    if (st == EMBER_OK && o && o->delta && !ember_sebc_mark_tag(s))
+        st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
+                                 "%s: a delta goes on top of the checkpoint this collection last saved or loaded, and "
+                                 "it has neither saved nor loaded one: save a full checkpoint first",
+                                 fn);
     for (int32_t t = 0; t < T && st == EMBER_OK; t++)
         if (strlen(ember_sebc_table(s, t)->name) >= EMBER__CKPT_MAX_NAME)
             st = ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG, "%s: table name '%.40s...' is longer than %d bytes",
@@ -67,12 +73,46 @@ static ember_status check_args(ember_sebc *s, const char *dir, const ember_check
     return st;
 }
 
+// Rank 0 of a delta: the checkpoint c in dir is the one s holds the mark of, with its tables;
+// whole[t]: table t is written whole (its dtype changed since).
+static ember_status check_base(ember_sebc *s, const char *dir, ember_checkpoint *c, unsigned char *whole) {
+    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
+    const char *fn = "ember_checkpoint_save";
+    if (ember__ckpt_tag(c->chain, c->generation) != ember_sebc_mark_tag(s))
+        return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
+                                   "%s: '%s' holds generation %" PRId64 ", not the checkpoint this collection last "
+                                   "saved or loaded: a delta goes only on top of that one (save a full checkpoint)",
+                                   fn, dir, c->generation);
+    for (int32_t t = 0; t < ember_sebc_num_tables(s); t++) {
+        const ember_table_config *tc = ember_sebc_table(s, t);
+        const int32_t i = ember__ckpt_find_table(c, tc->name);
+        const ember__ckpt_table *x = i >= 0 ? &c->tables[i] : NULL;
+        if (!x || x->rows != tc->rows || x->dim != tc->dim || x->optim != tc->optim.kind)
+            return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
+                                       "%s: table '%s' is not in '%s' with its rows, dim and optimizer: a delta needs "
+                                       "a full checkpoint of these tables",
+                                       fn, tc->name, dir);
+        whole[t] = x->dtype != tc->dtype;
+    }
+    return EMBER_OK;
+}
+
 // Rank 0: the generation of the checkpoint in dir now (0 if none), creating dir if missing
-// (*created: 1 when this call made it, also when it fails after).
-static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *generation, int *created) {
+// (*created: 1 when this call made it, also when it fails after). A delta (base non-NULL) needs
+// the checkpoint there: base->c keeps it open (close it) and base->whole is filled.
+static ember_status prepare_dir(ember_sebc *s, const char *dir, ember__ckpt_base *base, unsigned char *whole,
+                                int64_t *generation, int *created) {
+    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
     *generation = 0;
     *created = 0;
-    if (mkdir(dir, 0777) == 0) *created = 1;
+    if (base) {
+        ember_status st = ember_checkpoint_open(ctx, dir, &base->c);
+        if (st != EMBER_OK)
+            return ember_ctx_set_error(ctx, st, "ember_checkpoint_save: a delta goes on top of the checkpoint in "
+                                                "'%s': %s",
+                                       dir, ember_ctx_errmsg(ctx));
+        EMBER_TRY(check_base(s, dir, base->c, whole));
+    } else if (mkdir(dir, 0777) == 0) *created = 1;
     else if (errno != EEXIST)
         return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot create directory '%s': %s", dir,
                                    strerror(errno));
@@ -82,12 +122,15 @@ static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *genera
     // The highest generation named by the manifest or by any data file (a killed save's leftovers
     // included), so a new generation never reuses a name.
     // No readable manifest is no previous checkpoint; being out of memory fails the save.
-    ember_checkpoint *c = NULL;
-    const ember_status st = ember_checkpoint_open(ctx, dir, &c);
-    if (st == EMBER_ERR_NOMEM) return st;
-    if (st == EMBER_OK) *generation = c->generation;
-    else ember_ctx_clear_error(ctx);
-    ember_checkpoint_close(c);
+    if (base) *generation = base->c->generation;
+    else {
+        ember_checkpoint *c = NULL;
+        const ember_status st = ember_checkpoint_open(ctx, dir, &c);
+        if (st == EMBER_ERR_NOMEM) return st;
+        if (st == EMBER_OK) *generation = c->generation;
+        else ember_ctx_clear_error(ctx);
+        ember_checkpoint_close(c);
+    }
     DIR *d = opendir(dir);
     if (!d)
         return ember_ctx_set_error(ctx, EMBER_ERR_IO, "ember_checkpoint_save: cannot list '%s': %s", dir,
@@ -101,8 +144,23 @@ static ember_status prepare_dir(ember_ctx *ctx, const char *dir, int64_t *genera
     return EMBER_OK;
 }
 
-// Rank 0 after the commit: removes every data file (and temporary) of other generations.
-static void collect_garbage(const char *dir, int64_t generation) {
+// Whether a delta's manifest names a file of generation g through its base's records (those of
+// the tables not written whole).
+static int base_names(ember_sebc *s, const ember__ckpt_base *base, int64_t g) {
+    for (int32_t t = 0; base && t < ember_sebc_num_tables(s); t++) {
+        const int32_t i = base->whole[t] ? -1 : ember__ckpt_find_table(base->c, ember_sebc_table(s, t)->name);
+        if (i < 0) continue;
+        const ember__ckpt_table *x = &base->c->tables[i];
+        for (int32_t k = 0; k < x->ntensors; k++)
+            for (int32_t j = x->tensors[k].first; j < x->tensors[k].first + x->tensors[k].count; j++)
+                if (base->c->records[j].gen == g) return 1;
+    }
+    return 0;
+}
+
+// Rank 0 after the commit: removes every data file (and temporary) the new manifest does not
+// name: of other generations than `generation` and, after a delta, its base's that it keeps.
+static void collect_garbage(ember_sebc *s, const char *dir, int64_t generation, const ember__ckpt_base *base) {
     DIR *d = opendir(dir);
     if (!d) return;
     char path[EMBER__PATH_MAX];
@@ -114,7 +172,8 @@ static void collect_garbage(const char *dir, int64_t generation) {
         const int partial = len > 8 && strcmp(n + len - 8, ".partial") == 0;
         const int ours = sscanf(n, "g%lld-r%d.bin%n", &g, &r, &end) == 2 &&
                          (n[end] == '\0' || strcmp(n + end, ".partial") == 0);
-        if ((ours && (g != generation || partial)) || strcmp(n, EMBER__CKPT_MANIFEST ".partial") == 0) {
+        if ((ours && (partial || (g != generation && !base_names(s, base, g)))) ||
+            strcmp(n, EMBER__CKPT_MANIFEST ".partial") == 0) {
             if (ember__ckpt_join(path, sizeof path, dir, n) == 0) unlink(path);
         }
     }
@@ -151,10 +210,39 @@ static ember_status open_once(ember_ctx *ctx, ember__dfile *df, const char *path
     return EMBER_OK;
 }
 
+// Rows per bucket of a hashed table, 1 for any other. A hashed table's records hold whole buckets:
+// a load writes a record's "ids" rows at once, and an id map row is checked against the rest of
+// its bucket (an id twice in a bucket is refused), which the record then holds too.
+static int64_t record_align(const ember_table_config *tc) {
+    if (ember_table_id_space(tc) != EMBER_IDS_HASHED) return 1;
+    return tc->hash.bucket_rows > 0 ? tc->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
+}
+
+// A delta's next rows of piece i at or after `from`: a run of changed rows [*b, *e), joined with
+// the next runs while the clean rows between are at most `gap` (a record in the manifest costs
+// about as much as 256 bytes of rows), widened to whole buckets (`align` rows from the piece's
+// first row). *b = row_end when none is left.
+static ember_status next_rows(ember_sebc *s, int32_t t, int32_t i, const ember_piece *p, int64_t from, int64_t gap,
+                              int64_t align, int64_t *b, int64_t *e) {
+    EMBER_TRY(ember_sebc_piece_dirty(s, t, i, from, b, e));
+    if (*b >= p->row_end) return EMBER_OK;
+    *b = p->row_begin + (*b - p->row_begin) / align * align;
+    for (;;) {
+        int64_t x = (*e - p->row_begin + align - 1) / align * align + p->row_begin;
+        *e = x < p->row_end ? x : p->row_end;
+        int64_t nb, ne;
+        EMBER_TRY(ember_sebc_piece_dirty(s, t, i, *e, &nb, &ne));
+        if (nb >= p->row_end || nb - *e > gap) return EMBER_OK;
+        *e = ne;
+    }
+}
+
 // This rank's records: its pieces (the canonical copy of each value: per-row state from the
-// col_begin == 0 piece, a data-parallel table from rank t % W) and, on rank 0, the blobs.
+// col_begin == 0 piece, a data-parallel table from rank t % W) and, on rank 0, the blobs. A delta
+// (whole non-NULL) writes only the rows changed since the mark of the tables not written whole.
 static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *df, int *opened, int64_t generation,
-                                 size_t chunk, const ember_checkpoint_options *o, save_state *w) {
+                                 size_t chunk, const ember_checkpoint_options *o, const unsigned char *whole,
+                                 save_state *w) {
     ember_comm *comm = ember_sebc_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t rank = ember_comm_rank(comm), W = ember_comm_size(comm), T = ember_sebc_num_tables(s);
@@ -179,7 +267,8 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
                 if (c1 - c0 == ti[k].cols && p.col_begin != 0) continue; // per-row state, ids: one copy
                 const ember_dtype dt = ti[k].dtype;
                 const size_t row_bytes = (size_t)(c1 - c0) * ember_dtype_size(dt);
-                const int64_t per = chunk / row_bytes > 0 ? (int64_t)(chunk / row_bytes) : 1;
+                const int64_t align = record_align(tc), fit = (int64_t)(chunk / row_bytes) / align * align;
+                const int64_t per = fit > 0 ? fit : align;
                 const size_t need = row_bytes * (size_t)per; // the chunk, or one row larger than it
                 if (need > cap) {
                     ember_ctx_free(ctx, buf);
@@ -190,18 +279,27 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
                         break;
                     }
                 }
-                if (st == EMBER_OK) st = open_once(ctx, df, path, opened);
-                for (int64_t r = p.row_begin; r < p.row_end && st == EMBER_OK; r += per) {
-                    const int64_t e = r + per < p.row_end ? r + per : p.row_end;
-                    st = ember_sebc_piece_read(s, t, i, ti[k].name, r, e, dt, buf);
-                    if (st != EMBER_OK) break;
-                    const uint64_t bytes = (uint64_t)(e - r) * row_bytes;
-                    const uint32_t crc = (uint32_t)crc32_z(0, buf, (z_size_t)bytes);
-                    const ember__ckpt_wrote x = {t, k, rank, c0, c1, 0, offset, r, e, bytes, crc, 0};
-                    ember__dfile_write(df, buf, (size_t)bytes);
-                    offset += (int64_t)bytes;
-                    if (!add_wrote(w, &x))
-                        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate");
+                // The rows: all of them, or a delta's runs.
+                const int delta = whole && !whole[t];
+                const int64_t gap = (int64_t)(256 / row_bytes);
+                for (int64_t from = p.row_begin; from < p.row_end && st == EMBER_OK;) {
+                    int64_t a = from, b = p.row_end;
+                    if (delta && (st = next_rows(s, t, i, &p, from, gap, align, &a, &b)) != EMBER_OK) break;
+                    if (a >= p.row_end) break;
+                    st = open_once(ctx, df, path, opened);
+                    for (int64_t r = a; r < b && st == EMBER_OK; r += per) {
+                        const int64_t e = r + per < b ? r + per : b;
+                        st = ember_sebc_piece_read(s, t, i, ti[k].name, r, e, dt, buf);
+                        if (st != EMBER_OK) break;
+                        const uint64_t bytes = (uint64_t)(e - r) * row_bytes;
+                        const uint32_t crc = (uint32_t)crc32_z(0, buf, (z_size_t)bytes);
+                        const ember__ckpt_wrote x = {t, k, rank, c0, c1, 0, offset, r, e, bytes, crc, 0};
+                        ember__dfile_write(df, buf, (size_t)bytes);
+                        offset += (int64_t)bytes;
+                        if (!add_wrote(w, &x))
+                            st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate");
+                    }
+                    from = b;
                 }
             }
         }
@@ -251,12 +349,12 @@ static ember_status gather_records(ember_comm *comm, const save_state *w, ember_
 
 // Step 3 of a save, on rank 0: the commit, manifest.json replaced by the manifest of `generation`.
 // *committed: 1 once manifest.json is replaced (whatever the ranks agree on afterwards).
-static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t generation, const int64_t *steps,
-                                    const ember__ckpt_wrote *all, int64_t n, const ember_checkpoint_options *o,
-                                    int *committed) {
+static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t generation, uint64_t chain,
+                                    const ember__ckpt_base *base, const int64_t *steps, const ember__ckpt_wrote *all,
+                                    int64_t n, const ember_checkpoint_options *o, int *committed) {
     ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
     const char *fn = "ember_checkpoint_save";
-    char *text = ember__ckpt_manifest_text(s, generation, steps, all, n, o);
+    char *text = ember__ckpt_manifest_text(s, generation, chain, base, steps, all, n, o);
     char path[EMBER__PATH_MAX];
     ember__ckpt_join(path, sizeof path, dir, EMBER__CKPT_MANIFEST);
     ember__dfile m;
@@ -275,11 +373,13 @@ static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t gene
     return st;
 }
 
-// Generation `generation` of a checkpoint in dir (prepared: it exists, no file of this generation
-// is named by its manifest): steps 1 to 3 and, after the commit, the clean-up. Collective.
-// *committed as commit_manifest's (rank 0).
-static ember_status save_generation(ember_sebc *s, const char *dir, int64_t generation,
-                                    const ember_checkpoint_options *o, int *committed) {
+// Generation `generation` in dir (prepared: it exists, no file of this generation is named by its
+// manifest; a delta's base: whole on every rank, its checkpoint on rank 0, its chain in *chain):
+// steps 1 to 3, after the commit the collection's mark and the clean-up. A full save names its
+// chain after the records it wrote (the same content, the same name: a rerun writes the same
+// manifest) into *chain. Collective. *committed as commit_manifest's (rank 0).
+static ember_status save_generation(ember_sebc *s, const char *dir, int64_t generation, uint64_t *chain,
+                                    const ember__ckpt_base *base, const ember_checkpoint_options *o, int *committed) {
     ember_comm *comm = ember_sebc_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t rank = ember_comm_rank(comm), T = ember_sebc_num_tables(s);
@@ -299,7 +399,7 @@ static ember_status save_generation(ember_sebc *s, const char *dir, int64_t gene
     memset(&df, 0, sizeof df);
     int opened = 0;
     save_state w = {ctx, NULL, 0, 0};
-    if (st == EMBER_OK) st = write_pieces(s, dir, &df, &opened, generation, chunk, o, &w);
+    if (st == EMBER_OK) st = write_pieces(s, dir, &df, &opened, generation, chunk, o, base ? base->whole : NULL, &w);
     if (opened) {
         if (st != EMBER_OK) ember__dfile_abort(&df);
         else if (ember__dfile_commit(&df) != 0)
@@ -312,12 +412,19 @@ static ember_status save_generation(ember_sebc *s, const char *dir, int64_t gene
     ember__ckpt_wrote *all = NULL;
     int64_t n = 0;
     if (st == EMBER_OK) st = gather_records(comm, &w, &all, &n);
+    if (st == EMBER_OK && !base) {
+        const uint64_t x[2] = {ember_digest(all, sizeof(ember__ckpt_wrote) * (size_t)n), (uint64_t)generation};
+        *chain = ember_digest(x, sizeof x);
+    }
 
     // 3. The commit: rank 0 replaces manifest.json.
-    if (st == EMBER_OK && rank == 0) st = commit_manifest(s, dir, generation, steps, all, n, o, committed);
+    if (st == EMBER_OK && rank == 0)
+        st = commit_manifest(s, dir, generation, *chain, base, steps, all, n, o, committed);
     st = ember_comm_agree(comm, st);
     if (st != EMBER_OK && opened && df.err == 0) unlink(df.path); // this generation never committed
-    if (st == EMBER_OK && rank == 0) collect_garbage(dir, generation);
+    // The state saved is the one the next delta goes on top of.
+    if (st == EMBER_OK) ember_sebc_mark(s, ember__ckpt_tag(*chain, generation));
+    if (st == EMBER_OK && rank == 0) collect_garbage(s, dir, generation, base);
     ember_ctx_free(ctx, steps);
     ember_ctx_free(ctx, all);
     ember_ctx_free(ctx, w.list);
@@ -337,21 +444,43 @@ ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_c
                                ember_digest(o->blobs[b].data, o->blobs[b].bytes)};
         blobs = ember_digest(x, sizeof x);
     }
+    const int delta = o && o->delta;
     const ember_arg args[] = {
         {.name = "directory", .text = dir ? dir : "(null)"},
         {.name = "chunk_bytes", .value = (int64_t)(o && o->chunk_bytes ? o->chunk_bytes : EMBER_CHECKPOINT_CHUNK_DEFAULT)},
         {.name = "num_blobs", .value = o ? o->num_blobs : 0},
-        {.name = "blobs", .value = (int64_t)blobs, .digest = 1}};
-    st = ember_comm_agree_args(comm, st, "ember_checkpoint_save", args, 4);
+        {.name = "blobs", .value = (int64_t)blobs, .digest = 1},
+        {.name = "delta", .value = delta}};
+    st = ember_comm_agree_args(comm, st, "ember_checkpoint_save", args, 5);
     if (st != EMBER_OK) return st;
-    int64_t generation = 0;
+    const int32_t T = ember_sebc_num_tables(s);
+    unsigned char *whole = ember_ctx_alloc(ctx, (size_t)T + 1);
+    st = ember_comm_agree(comm, whole ? EMBER_OK
+                                      : ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate"));
+    if (st != EMBER_OK) {
+        ember_ctx_free(ctx, whole);
+        return st;
+    }
+    memset(whole, 0, (size_t)T + 1);
+    ember__ckpt_base base = {NULL, whole};
+    // Rank 0 finds the generation (and a delta's base, whose chain it continues).
+    int64_t head[2] = {0, 0}; // generation, chain
     int created = 0, committed = 0; // rank 0: this call made dir; manifest.json was replaced
-    if (ember_comm_rank(comm) == 0) st = prepare_dir(ctx, dir, &generation, &created);
+    if (ember_comm_rank(comm) == 0) {
+        st = prepare_dir(s, dir, delta ? &base : NULL, whole, &head[0], &created);
+        const uint64_t chain = base.c ? base.c->chain : 0; // a full save's is named after what it wrote
+        memcpy(&head[1], &chain, sizeof chain);
+    }
     st = ember_comm_agree(comm, st);
-    if (st == EMBER_OK) st = ember_comm_bcast(comm, &generation, sizeof generation, 0);
-    if (st == EMBER_OK) st = save_generation(s, dir, generation + 1, o, &committed);
+    if (st == EMBER_OK) st = ember_comm_bcast(comm, head, sizeof head, 0);
+    if (st == EMBER_OK && delta) st = ember_comm_bcast(comm, whole, (size_t)T, 0);
+    uint64_t chain;
+    memcpy(&chain, &head[1], sizeof chain);
+    if (st == EMBER_OK) st = save_generation(s, dir, head[0] + 1, &chain, delta ? &base : NULL, o, &committed);
     // A failed save leaves no directory of its own behind: every rank has removed its file (or is
     // past writing it: the statuses were agreed), so rank 0 removes the rest and the directory.
-    if (st != EMBER_OK && created && !committed) remove_created_dir(dir, generation + 1, ember_comm_size(comm));
+    if (st != EMBER_OK && created && !committed) remove_created_dir(dir, head[0] + 1, ember_comm_size(comm));
+    ember_checkpoint_close(base.c);
+    ember_ctx_free(ctx, whole);
     return st;
 }

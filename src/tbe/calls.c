@@ -103,7 +103,9 @@ ember_status ember_ebc_forward_device(ember_ebc *ebc, const ember_kjt *kjt, floa
 ember_status ember_ebc_backward_device(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_device_call(ebc, "ember_ebc_backward_device", kjt, grad_out, "grad_out"));
-    return ebc->be->backward_device(ebc, kjt, grad_out);
+    EMBER_TRY(ebc->be->backward_device(ebc, kjt, grad_out));
+    for (int32_t t = 0; t < ebc->T; t++) ember__dirty_mark_range(&ebc->tables[t], 0, ebc->tables[t].cfg.rows);
+    return EMBER_OK;
 }
 
 ember_status ember__ebc_backward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
@@ -121,9 +123,24 @@ ember_status ember__ebc_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, e
     return ebc->be->backward_prepare(ebc, rows, off, s);
 }
 
+// The rows an update changed, marked (tbe/internal.h, dirty). A tiered table's are marked by id
+// when its backward translates them (rowmap.c), never by cache slot here; segments without host
+// arrays (a device backend's) mark every row.
+static void mark_segments(ember_ebc *ebc, const ember__segments *s) {
+    for (int32_t t = 0; t < ebc->T; t++) {
+        ember__table *tb = &ebc->tables[t];
+        if (ember__table_cached(tb)) continue;
+        if (!s->row || !s->tseg) ember__dirty_mark_range(tb, 0, tb->cfg.rows);
+        else
+            for (int64_t k = s->tseg[t]; k < s->tseg[t + 1]; k++) ember__dirty_mark(tb, s->row[s->seg[k]]);
+    }
+}
+
 ember_status ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s, const float *grad_out,
                                        float *grad_weights) {
-    return ebc->be->backward_apply(ebc, s, grad_out, grad_weights);
+    EMBER_TRY(ebc->be->backward_apply(ebc, s, grad_out, grad_weights));
+    mark_segments(ebc, s);
+    return EMBER_OK;
 }
 
 ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,
@@ -137,7 +154,12 @@ ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const flo
 
 ember_status ember__ebc_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff, const float *grad, int64_t n,
                               const float *row_sumsq) {
-    return ebc->be->apply(ebc, key, goff, grad, n, row_sumsq);
+    EMBER_TRY(ebc->be->apply(ebc, key, goff, grad, n, row_sumsq));
+    for (int64_t j = 0; j < n; j++) {
+        ember__table *tb = &ebc->tables[ember__ebc_key_table(ebc, key[j])];
+        if (!ember__table_cached(tb)) ember__dirty_mark(tb, key[j] - tb->key_base);
+    }
+    return EMBER_OK;
 }
 
 ember_status ember__ebc_row_sumsq(ember_ebc *ebc, const ember__sparse_grad *g, float *out) {

@@ -15,6 +15,7 @@ void ember_ebc_destroy(ember_ebc *ebc) {
             if (ebc->tables[t].map) ebc->tables[t].map->ops->destroy(ctx, ebc->tables[t].map);
             if (ebc->tables[t].label != ebc->tables[t].name) ember__free(ctx, ebc->tables[t].label);
             ember__free(ctx, ebc->tables[t].name);
+            ember__free(ctx, ebc->tables[t].dirty);
         }
     if (ebc->feature_names)
         for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
@@ -61,6 +62,7 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
         if (!tb->name) goto nomem;
         tb->cfg.name = tb->name;
         tb->label = tb->name;
+        if (!(tb->dirty = ember__calloc(ctx, sizeof(uint64_t) * (size_t)((tb->cfg.rows + 63) / 64)))) goto nomem;
         tb->name_hash = ember_hash_str(tb->name);
         if (origins) {
             tb->origin = origins[t];
@@ -266,14 +268,19 @@ static ember_status write_tensor(ember_ebc *ebc, int32_t table, const char *tens
     EMBER_CHECK(ebc->ctx, src != NULL || row_end == row_begin, EMBER_ERR_INVALID_ARG, "%s: src is NULL", fn);
     EMBER_CHECK(ebc->ctx, tensor_dtype_ok(which, &info, dtype), EMBER_ERR_INVALID_ARG,
                 "%s: table '%s' tensor '%s' cannot be written from %s", fn, tb->name, tensor, ember_dtype_name(dtype));
-    if (which >= nstates) return tb->map->ops->write_extra(ebc, tb, which - nstates, row_begin, row_end, src);
+    if (which >= nstates) {
+        EMBER_TRY(tb->map->ops->write_extra(ebc, tb, which - nstates, row_begin, row_end, src));
+        ember__dirty_mark_range(tb, row_begin, row_end);
+        return EMBER_OK;
+    }
     float v = 0;
     const int64_t bad = finite_only ? ember__first_nonfinite(dtype, src, (row_end - row_begin) * info.cols, &v) : -1;
     EMBER_CHECK(ebc->ctx, bad < 0, EMBER_ERR_NUMERIC, "%s: table '%s' tensor '%s' row %lld column %d: %g", fn, tb->name,
                 tensor, (long long)(row_begin + bad / info.cols), (int)(bad % info.cols), (double)v);
-    if (tb->map && tb->map->ops->write) return tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src);
-    if (row_end == row_begin) return EMBER_OK;
-    return ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src);
+    if (tb->map && tb->map->ops->write) EMBER_TRY(tb->map->ops->write(ebc, tb, which, row_begin, row_end, dtype, src));
+    else if (row_end > row_begin) EMBER_TRY(ebc->be->write_rows(ebc, tb, which, row_begin, row_end - row_begin, dtype, src));
+    ember__dirty_mark_range(tb, row_begin, row_end);
+    return EMBER_OK;
 }
 
 ember_status ember_ebc_write(ember_ebc *ebc, int32_t table, const char *tensor, int64_t row_begin, int64_t row_end,
@@ -296,7 +303,12 @@ ember_status ember__ebc_convert_prepare(ember_ebc *ebc, ember__dtype_change *c) 
     return ebc->be->convert_prepare(ebc, c);
 }
 
-void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) { ebc->be->convert_commit(ebc, c); }
+void ember__ebc_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
+    for (int32_t t = 0; t < ebc->T; t++) // every stored bit of a converted table changes
+        if (ember__dtype_change_new(ebc, c, t) != ebc->tables[t].cfg.dtype)
+            ember__dirty_mark_range(&ebc->tables[t], 0, ebc->tables[t].cfg.rows);
+    ebc->be->convert_commit(ebc, c);
+}
 void ember__ebc_convert_abort(ember_ebc *ebc, ember__dtype_change *c) { ebc->be->convert_abort(ebc, c); }
 
 ember_status ember_ebc_convert_dtype(ember_ebc *ebc, int32_t table, ember_dtype dtype) {

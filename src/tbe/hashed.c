@@ -77,7 +77,7 @@ static inline int worse(const hashed *m, int64_t a, int64_t b) { // a is a bette
 }
 
 // Counts an occurrence of candidate x in bucket b; 1 when it reaches min_count.
-static int admit_count(hashed *m, int64_t b, int64_t x) {
+static int admit_count(hashed *m, ember__table *tb, int64_t b, int64_t x) {
     if (m->min_count <= 1) return 1;
     int64_t *id = m->cand_id + b * m->br, *cnt = m->cand_cnt + b * m->br, *last = m->cand_last + b * m->br;
     int64_t k = -1, victim = 0;
@@ -91,18 +91,20 @@ static int admit_count(hashed *m, int64_t b, int64_t x) {
     }
     cnt[k]++;
     last[k] = m->now;
+    ember__dirty_mark(tb, b * m->br + k);
     if (cnt[k] < m->min_count) return 0;
     cnt[k] = 0; // admitted: no longer a candidate
     return 1;
 }
 
-static int64_t admit(ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t b, int64_t x) {
+static int64_t admit(ember_ebc *ebc, hashed *m, ember__table *tb, int64_t b, int64_t x) {
     int64_t v = -1;
     for (int64_t r = b * m->br; r < (b + 1) * m->br; r++) {
         if (m->pin[r] != m->call && expired(m, r)) { // TTL: drop what has expired
             m->occ[r] = 0;
             m->stats.evicted++;
             m->stats.occupied--;
+            ember__dirty_mark(tb, r);
         }
         if (!m->occ[r]) {
             if (v < 0 || m->occ[v]) v = r; // the lowest free slot
@@ -121,6 +123,7 @@ static int64_t admit(ember_ebc *ebc, hashed *m, const ember__table *tb, int64_t 
     m->uses[v] = 0;
     m->last[v] = m->now;
     fresh_row(ebc, m, tb, v, x);
+    ember__dirty_mark(tb, v);
     m->stats.admitted++;
     return v;
 }
@@ -137,7 +140,7 @@ static ember_status hashed_map(ember_ebc *ebc, ember__table *tb, const int64_t *
     for (int64_t j = 0; j < n; j++) {
         int64_t b, r = find(m, ids[j], &b);
         if (r >= 0 && expired(m, r) && m->pin[r] != m->call) r = -1; // TTL: gone, even if not yet dropped
-        if (r < 0 && train && b >= 0 && admit_count(m, b, ids[j])) r = admit(ebc, m, tb, b, ids[j]);
+        if (r < 0 && train && b >= 0 && admit_count(m, tb, b, ids[j])) r = admit(ebc, m, tb, b, ids[j]);
         if (r >= 0 && train) m->pin[r] = m->call;
         rows[j] = r;
     }
@@ -150,6 +153,7 @@ static ember_status hashed_map(ember_ebc *ebc, ember__table *tb, const int64_t *
         } else if (train) {
             m->uses[r]++;
             m->last[r] = m->now;
+            ember__dirty_mark(tb, r);
         }
         rows[j] = r;
     }

@@ -69,7 +69,22 @@ typedef struct ember__table {
     struct ember__rowmap *map; // tiered or hashed: translates the KJT's ids to slab rows (rowmap.h)
     const struct ember__rowmap_kind *kind; // the map's kind (NULL: none), from the configuration
     ember_id_space ids;      // what the KJT's ids of this table are: the kind's, else EMBER_IDS_ROWS
+    // Rows changed since the last ember__dirty_clear (a bit per row of cfg.rows, in the rows a
+    // state dict names: a tiered table's logical rows, not its cache slots): a superset of the
+    // rows whose weights, optimizer state or row-map entries changed. Set by the updates of
+    // backward and apply, a training forward's admissions (hashed), the writes and a dtype
+    // change; read by the sharded layer's incremental checkpoints (ember_sebc_piece_dirty).
+    uint64_t *dirty;
 } ember__table;
+
+static inline void ember__dirty_mark(ember__table *tb, int64_t r) { tb->dirty[r >> 6] |= (uint64_t)1 << (r & 63); }
+void ember__dirty_mark_range(ember__table *tb, int64_t r0, int64_t r1);
+void ember__dirty_clear(ember__table *tb);
+// The first run [*b, *e) of changed rows at or after row `from` (both cfg.rows when none).
+void ember__dirty_next(const ember__table *tb, int64_t from, int64_t *b, int64_t *e);
+// Whether tb's state dict rows are not its slab rows (a tiered table: rowmap.h's read): its
+// updates are marked by id when its backward translates them, not by slot.
+int ember__table_cached(const ember__table *tb);
 
 // The bound the KJT validator checks an id space's ids against: the table's rows, or -1 (any
 // int64: a hashed table's ids are keys).

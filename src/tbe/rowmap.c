@@ -53,6 +53,9 @@ ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t 
             }
         }
         EMBER_TRY(tb->map->ops->map(ebc, tb, ids, n, rows, phase));
+        if (phase == EMBER__MAP_BACKWARD && ember__table_cached(tb)) // the rows its update changes, by id
+            for (int64_t j = 0; j < n; j++)
+                if (ids[j] >= 0) ember__dirty_mark(tb, ids[j]);
         n = 0;
         for (int32_t f = 0; f < ebc->F; f++) {
             if (ebc->feature_table[f] != t) continue;

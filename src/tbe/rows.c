@@ -1,12 +1,14 @@
 // The bottom of the collection layer: what every file of src/tbe asks of a collection and none
 // of them implements for the others: a row's initial values (a function of the seed, the table
 // and the global coordinates, so every sharding starts from the same weights), the workspace,
-// the offsets of a KJT, the table of a sort key, and the slab layout every backend uses. Calls
-// nothing of src/tbe: the layer has no call circle.
+// the offsets of a KJT, the table of a sort key, the slab layout every backend uses, and the
+// bitmap of changed rows. Calls nothing of src/tbe: the layer has no call circle.
 #include <math.h>
+#include <string.h>
 
 #include "core/dtype.h"
 #include "tbe/backend.h"
+#include "tbe/rowmap.h"
 
 // Initial value of global element (R, C) of a table: a function of (seed, table name, R, C).
 static float init_value(const ember__table *t, uint64_t seed, int64_t R, int32_t C) {
@@ -33,6 +35,42 @@ void ember__init_global(const ember_ebc *ebc, const ember__table *t, int64_t R, 
 void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, float *dst) {
     ember__init_global(ebc, t, t->origin.row_offset + r, dst);
 }
+
+void ember__dirty_mark_range(ember__table *tb, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        if ((r & 63) == 0 && r + 64 <= r1) {
+            tb->dirty[r >> 6] = ~(uint64_t)0;
+            r += 63;
+        } else {
+            ember__dirty_mark(tb, r);
+        }
+    }
+}
+
+void ember__dirty_clear(ember__table *tb) { memset(tb->dirty, 0, sizeof(uint64_t) * (size_t)((tb->cfg.rows + 63) / 64)); }
+
+// The first row at or after `r` whose bit is `want`, or rows.
+static int64_t dirty_find(const ember__table *tb, int64_t r, int want) {
+    const int64_t rows = tb->cfg.rows;
+    while (r < rows) {
+        uint64_t w = tb->dirty[r >> 6];
+        if (!want) w = ~w;
+        w &= ~(uint64_t)0 << (r & 63);
+        if (w) {
+            const int64_t x = (r & ~(int64_t)63) + __builtin_ctzll(w);
+            return x < rows ? x : rows;
+        }
+        r = (r & ~(int64_t)63) + 64;
+    }
+    return rows;
+}
+
+void ember__dirty_next(const ember__table *tb, int64_t from, int64_t *b, int64_t *e) {
+    *b = dirty_find(tb, from, 1);
+    *e = dirty_find(tb, *b, 0);
+}
+
+int ember__table_cached(const ember__table *tb) { return tb->map && tb->map->ops->read; }
 
 const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt) {
     if (kjt->offsets) return kjt->offsets;

@@ -9,7 +9,10 @@ optimizer's "momentum1"/"momentum2", [rows, dim] or [rows, 1]); every tensor is 
 each a raw little-endian row-major block of global rows [r0, r1) and columns [c0, c1) at a byte
 offset of a data file g<G>-r<R>.bin, with its CRC-32 as zlib computes it. Weights are fp32, fp16
 or bf16 (numpy has no bf16: read as uint16, the float's upper 16 bits); optimizer state is fp32.
-Blobs (a trainer's opaque bytes) are stored the same way, whole.
+Blobs (a trainer's opaque bytes) are stored the same way, whole. Version 3 adds incremental
+checkpoints: a delta of generation G names the records of its base generations (files g<B>-r<R>.bin,
+base_generation <= B <= G) and then its own; in each tensor the records come in the order of their
+generations, the first generation's cover it exactly once and the later ones overwrite parts of it.
 
 What it checks: the manifest's structure; every record's size and CRC-32; that the records of a
 tensor cover each of its elements exactly once; and, given REF_DIR (written by
@@ -81,12 +84,13 @@ def read_checkpoint(root, bad):
     """Returns (manifest, {table: {tensor: global array}}, {blob: bytes}, records read, file names)."""
     with open(os.path.join(root, "manifest.json"), "rb") as f:
         m = json.loads(f.read().decode("utf-8"))
-    if m.get("format") != "ember-checkpoint" or m.get("version") != 2:
-        bad("manifest: format %r version %r, expected 'ember-checkpoint' 2" % (m.get("format"), m.get("version")))
+    if m.get("format") != "ember-checkpoint" or m.get("version") not in (2, 3):
+        bad("manifest: format %r version %r, expected 'ember-checkpoint' 2 or 3" % (m.get("format"), m.get("version")))
         return m, {}, {}, 0, set()
     gen = as_int(m["generation"], "generation", bad)
+    base = as_int(m.get("base_generation", gen), "base_generation", bad)
     world = as_int(m["world_size"], "world_size", bad)
-    names = {"g%d-r%d.bin" % (gen, r) for r in range(world)}
+    names = {"g%d-r%d.bin" % (g, r): g for g in range(base, gen + 1) for r in range(world)}
     files, tables, blobs, nrec, used = Files(root), {}, {}, 0, set()
     try:
         for t in m["tables"]:
@@ -101,6 +105,7 @@ def read_checkpoint(root, bad):
                     bad("%s: %d columns, not 1 or dim %d" % (where, cols, dim))
                 arr = np.zeros((rows, cols), dtype=dt)
                 cover = np.zeros((rows, cols), dtype=np.uint8)
+                first = last = None  # the generation of the tensor's first record, and of the last one
                 for r in k["records"]:
                     nrec += 1
                     r0, r1 = (as_int(x, where + " rows", bad) for x in r["rows"])
@@ -108,8 +113,13 @@ def read_checkpoint(root, bad):
                     off, nbytes = as_int(r["offset"], where + " offset", bad), as_int(r["bytes"], where + " bytes", bad)
                     rec = "%s record rows [%d, %d) cols [%d, %d) in %s" % (where, r0, r1, c0, c1, r["file"])
                     if r["file"] not in names:
-                        bad("%s: not a data file of generation %d, world size %d" % (rec, gen, world))
+                        bad("%s: not a data file of generations %d..%d, world size %d" % (rec, base, gen, world))
                         continue
+                    g = names[r["file"]]
+                    first = g if first is None else first
+                    if last is not None and g < last:
+                        bad("%s: after a record of generation %d" % (rec, last))
+                    last = g
                     if not (0 <= r0 < r1 <= rows and 0 <= c0 < c1 <= cols):
                         bad("%s: outside the tensor [%d, %d]" % (rec, rows, cols))
                         continue
@@ -124,9 +134,10 @@ def read_checkpoint(root, bad):
                     crc = zlib.crc32(buf) & 0xFFFFFFFF
                     if crc != r["crc32"]:
                         bad("%s: CRC-32 %08x, the manifest says %08x" % (rec, crc, r["crc32"]))
-                    if cover[r0:r1, c0:c1].any():
-                        bad("%s: overlaps an earlier record" % rec)
-                    cover[r0:r1, c0:c1] += 1
+                    if g == first:  # a delta's records (later generations) overwrite these
+                        if cover[r0:r1, c0:c1].any():
+                            bad("%s: overlaps an earlier record" % rec)
+                        cover[r0:r1, c0:c1] += 1
                     arr[r0:r1, c0:c1] = np.frombuffer(buf, dtype=dt).reshape(r1 - r0, c1 - c0)
                 if not cover.all():
                     missing = np.argwhere(cover == 0)[0]
@@ -135,7 +146,7 @@ def read_checkpoint(root, bad):
                 got[k["name"]] = arr
         for b in m["blobs"]:
             if b["file"] not in names:
-                bad("blob %r: %s is not a data file of generation %d" % (b["name"], b["file"], gen))
+                bad("blob %r: %s is not a data file of generations %d..%d" % (b["name"], b["file"], base, gen))
                 continue
             used.add(b["file"])
             buf = files.read(b["file"], as_int(b["offset"], "blob offset", bad), as_int(b["bytes"], "blob bytes", bad))
