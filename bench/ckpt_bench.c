@@ -12,15 +12,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "ember.h"
 #include "ember/rng.h"
 #include "report.h"
+#include "tbe_bench.h"
 
 enum { SAMPLES = 64, PATH_CAP = 4096 };
 
 typedef struct opts {
-    int32_t T, D, rounds;
-    int64_t E;
+    int32_t T, D, rounds, delta_batch;
+    int64_t E, delta_steps;
     ember_optim_kind optim;
     ember_dtype dtype;
     ember_shard_scheme scheme, reshard;
@@ -43,22 +46,26 @@ static void usage(FILE *f) {
             "  --chunk_mb C       record size in MiB (default 8, the library's; fractions allowed)\n"
             "  --dir DIR          where the benchmark makes its fresh folder, removed at the end (default /tmp)\n"
             "  --rounds K         rounds of save, load, cold load, resharding load (default 3)\n"
+            "  --delta_steps S    then S training steps of Zipf(1.05) ids (rows scattered over the table),\n"
+            "                     and a delta save against a full save of the same state (default 100, 0: none)\n"
+            "  --delta_batch B    ids per table and rank in each of those steps (default 1024)\n"
             "  --quick            tiny sizes, 2 rounds, 4 KiB records (smoke test)\n"
             "One JSON line per case from rank 0: save (fsync'd: the disk), load (files in the page cache),\n"
             "load_cold (files evicted from the page cache first), load_<reshard> (into the other plan):\n"
             "seconds (median, min over rounds; slowest rank, between barriers), MB/s (10^6 bytes of the\n"
             "checkpoint per second) per rank and in all, the bytes each rank wrote or read and the bytes\n"
-            "the disk served (/proc/self/io), and the residual of sampled rows and steps after each load.\n");
+            "the disk served (/proc/self/io), and the residual of sampled rows and steps after each load;\n"
+            "delta: the delta's bytes and seconds against the full save's, and the rows changed.\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){4, 128, 3, 524288, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_DTYPE_F32, EMBER_SHARD_ROW_WISE,
+    *o = (opts){4, 128, 3, 1024, 524288, 100, EMBER_OPT_ROWWISE_ADAGRAD, EMBER_DTYPE_F32, EMBER_SHARD_ROW_WISE,
                 EMBER_SHARD_COLUMN_WISE, 0, 0, 8.0, "/tmp"};
     static const struct option lo[] = {{"tables", 1, 0, 'T'}, {"rows", 1, 0, 'E'},     {"dim", 1, 0, 'D'},
                                        {"optimizer", 1, 0, 'o'}, {"dtype", 1, 0, 't'},  {"scheme", 1, 0, 's'},
                                        {"reshard", 1, 0, 'r'},  {"chunk_mb", 1, 0, 'c'}, {"dir", 1, 0, 'p'},
                                        {"rounds", 1, 0, 'k'},   {"quick", 0, 0, 'q'},    {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+                                       {"delta_steps", 1, 0, 'S'}, {"delta_batch", 1, 0, 'B'}, {0, 0, 0, 0}};
     int c, bad = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -77,15 +84,18 @@ static int parse(int argc, char **argv, opts *o) {
         case 'p': o->dir = optarg; break;
         case 'k': o->rounds = atoi(optarg); break;
         case 'q': o->quick = 1; break;
+        case 'S': o->delta_steps = atoll(optarg); break;
+        case 'B': o->delta_batch = atoi(optarg); break;
         case 'h': return 1;
         default: return 2;
         }
     }
     if (o->quick) {
-        o->T = 2, o->E = 3000, o->D = 16, o->rounds = 2;
+        o->T = 2, o->E = 3000, o->D = 16, o->rounds = 2, o->delta_steps = 10, o->delta_batch = 16;
         o->chunk_mb = 4096.0 / (1 << 20);
     }
-    if (bad || optind < argc || o->T < 1 || o->E < 1 || o->D < 1 || o->rounds < 1 || !(o->chunk_mb * (1 << 20) >= 1))
+    if (bad || optind < argc || o->T < 1 || o->E < 1 || o->D < 1 || o->rounds < 1 || o->delta_steps < 0 ||
+        o->delta_batch < 1 || !(o->chunk_mb * (1 << 20) >= 1))
         return 2;
     return 0;
 }
@@ -355,6 +365,178 @@ static ember_status make(ember_comm *comm, const opts *o, ember_shard_scheme sch
     return st;
 }
 
+// ---- The delta case ------------------------------------------------------------------------------
+
+// The sampled rows of every tensor this rank holds (pass_over's rows, plus the 64 first), in a
+// fixed order, appended to *v (n values, cap allocated). Local.
+static ember_status sample(ember_sebc *s, float **v, size_t *n, size_t *cap) {
+    ember_status st = EMBER_OK;
+    for (int32_t t = 0; t < ember_sebc_num_tables(s) && st == EMBER_OK; t++) {
+        const ember_table_config *tc = ember_sebc_table(s, t);
+        ember_tensor_info ti[EMBER_MAX_TENSORS];
+        const int32_t nt = ember_table_tensors(tc, ti);
+        const int64_t m = tc->rows < SAMPLES ? tc->rows : SAMPLES;
+        for (int32_t i = 0; i < ember_sebc_num_pieces(s, t) && st == EMBER_OK; i++) {
+            ember_piece p;
+            st = ember_sebc_piece(s, t, i, &p);
+            for (int32_t k = 0; k < nt && st == EMBER_OK; k++) {
+                int32_t c0, c1;
+                piece_cols(tc, &ti[k], &p, &c0, &c1);
+                for (int64_t j = 0; j < 2 * m && st == EMBER_OK; j++) {
+                    const int64_t row = j < m ? j : m < 2 ? 0 : (j - m) * (tc->rows - 1) / (m - 1);
+                    if (row < p.row_begin || row >= p.row_end) continue;
+                    if (*n + (size_t)(c1 - c0) > *cap) {
+                        *cap = 2 * (*n + (size_t)(c1 - c0));
+                        float *x = realloc(*v, sizeof(float) * *cap);
+                        if (!x) return EMBER_ERR_NOMEM;
+                        *v = x;
+                    }
+                    st = ember_sebc_piece_read(s, t, i, ti[k].name, row, row + 1, EMBER_DTYPE_F32, *v + *n);
+                    *n += (size_t)(c1 - c0);
+                }
+            }
+        }
+    }
+    return st;
+}
+
+// Rows changed since the mark, over every rank's pieces (a data-parallel table counted once).
+static double changed_rows(ember_sebc *s) {
+    double n = 0, all = 0;
+    const int W = ember_comm_size(ember_sebc_comm(s)), R = ember_comm_rank(ember_sebc_comm(s));
+    for (int32_t t = 0; t < ember_sebc_num_tables(s); t++)
+        for (int32_t i = 0; i < ember_sebc_num_pieces(s, t); i++) {
+            ember_piece p;
+            if (ember_sebc_piece(s, t, i, &p) != EMBER_OK || p.col_begin != 0 || (p.replicated && t % W != R)) continue;
+            for (int64_t r = p.row_begin, b, e; ember_sebc_piece_dirty(s, t, i, r, &b, &e) == EMBER_OK && b < p.row_end; r = e)
+                n += (double)(e - b);
+        }
+    MPI_Allreduce(&n, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return all;
+}
+
+// Bytes of the files of directory dir whose names start with `prefix` (rank 0; broadcast).
+static double dir_bytes(const char *dir, const char *prefix) {
+    double n = 0;
+    int R = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    if (R == 0) {
+        DIR *d = opendir(dir);
+        char path[PATH_CAP + 300];
+        struct stat sb;
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (stat(path, &sb) == 0) n += (double)sb.st_size;
+        }
+        if (d) closedir(d);
+    }
+    MPI_Bcast(&n, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return n;
+}
+
+// The delta case: a full save into DIR-chain, delta_steps training steps of Zipf ids, then a delta
+// save into DIR-chain and a full save of the same state into DIR-full (one of each); the residual
+// is 1 when a sampled row differs, bitwise, after loading the chain back from what it was before.
+static ember_status delta_case(ember_comm *comm, const opts *o, ember_sebc *s, const char *dir, double total) {
+    ember_ctx *ctx = ember_comm_ctx(comm);
+    const int W = ember_comm_size(comm), R = ember_comm_rank(comm);
+    char chain[PATH_CAP + 16], full[PATH_CAP + 16];
+    snprintf(chain, sizeof chain, "%s-chain", dir);
+    snprintf(full, sizeof full, "%s-full", dir);
+    const ember_checkpoint_options co = {.chunk_bytes = (size_t)(o->chunk_mb * (1 << 20))};
+    ember_checkpoint_options dco = co;
+    dco.delta = 1;
+    const tbe_bench_shape sh = {o->T, o->E, o->D, o->delta_batch, 1};
+    double *cdf = tbe_bench_zipf_cdf(o->E);
+    const int64_t n = (int64_t)o->T * o->delta_batch;
+    int64_t *ranks = malloc(sizeof(int64_t) * (size_t)n);
+    int32_t *lengths = malloc(sizeof(int32_t) * (size_t)n);
+    const size_t nout = (size_t)o->delta_batch * (size_t)ember_sebc_output_dim(s);
+    float *out = malloc(sizeof(float) * nout), *grad = malloc(sizeof(float) * nout), *before = NULL, *after = NULL;
+    ember_status st = cdf && ranks && lengths && out && grad ? EMBER_OK : EMBER_ERR_NOMEM;
+    int ok = st == EMBER_OK, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) st = EMBER_ERR_NOMEM;
+    series fs = {"full", s, 1, NULL, 0, 0, 0, 0, 0}, ds = {"delta", s, 1, NULL, 0, 0, 0, 0, 0};
+    double sec[2] = {0, 0};
+    fs.sec = &sec[0], ds.sec = &sec[1];
+    if (st == EMBER_OK) st = ember_checkpoint_save(s, chain, &co);
+    // A multiplier coprime to E scatters the Zipf ranks over the table (hot rows are not adjacent).
+    uint64_t mul = 1000003;
+    while (o->E > 1 && (uint64_t)o->E % mul == 0) mul += 2;
+    for (int64_t i = 0; i < n; i++) lengths[i] = 1;
+    for (size_t i = 0; i < nout; i++) grad[i] = 1e-3f * (float)((i % 7) + 1);
+    ember_sebc_set_training(s, 1);
+    const double t0 = bench_now_ms();
+    for (int64_t step = 0; step < o->delta_steps && st == EMBER_OK; step++) {
+        tbe_bench_make_ids(&sh, 1, cdf, (uint64_t)(step * W + R) * 7919u + 17u, ranks);
+        for (int64_t i = 0; i < n; i++) ranks[i] = (int64_t)(((uint64_t)ranks[i] * mul) % (uint64_t)o->E);
+        const ember_kjt kjt = {.num_features = o->T, .batch_size = o->delta_batch, .lengths = lengths,
+                               .values = ranks, .nnz = n};
+        st = ember_sebc_forward(s, &kjt, out);
+        if (st == EMBER_OK) st = ember_sebc_backward(s, &kjt, grad);
+    }
+    const double train_s = (bench_now_ms() - t0) * 1e-3, rows = st == EMBER_OK ? changed_rows(s) : 0;
+    if (st == EMBER_OK) st = timed(&ds, chain, &dco);
+    if (st == EMBER_OK) st = timed(&fs, full, &co);
+    // The chain loads back as the state it saved (sampled rows, hot and spread).
+    size_t nb = 0, na = 0, cb = 0, ca = 0;
+    if (st == EMBER_OK) st = sample(s, &before, &nb, &cb);
+    if (st == EMBER_OK) st = pass_over(s, CLOBBER, 0, NULL);
+    if (st == EMBER_OK) st = ember_checkpoint_load(s, chain, &co);
+    if (st == EMBER_OK) st = sample(s, &after, &na, &ca);
+    double res = 0, worst = 0;
+    for (size_t i = 0; st == EMBER_OK && i < nb; i++) {
+        // Bitwise: the filled optimizer state may be negative, and row-wise Adagrad's updates of
+        // it NaN; a load restores those bits too.
+        const double d = na != nb || memcmp(&before[i], &after[i], sizeof(float)) ? 1 : 0;
+        res = d > res ? d : res;
+    }
+    MPI_Allreduce(&res, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (st == EMBER_OK) {
+        const double gen1 = dir_bytes(chain, "g1-"), gen2 = dir_bytes(chain, "g2-"), fullb = dir_bytes(full, "g");
+        const double mchain = dir_bytes(chain, "manifest.json"), mfull = dir_bytes(full, "manifest.json");
+        if (R == 0) {
+            bench_json j;
+            bench_json_begin(&j, stdout, "ckpt");
+            bench_json_str(&j, "case", "delta");
+            bench_json_str(&j, "scheme", ember_shard_scheme_short_name(o->scheme));
+            bench_json_int(&j, "W", W);
+            bench_json_int(&j, "T", o->T);
+            bench_json_int(&j, "E", o->E);
+            bench_json_int(&j, "D", o->D);
+            bench_json_str(&j, "optimizer", ember_optim_name(o->optim));
+            bench_json_int(&j, "steps", o->delta_steps);
+            bench_json_int(&j, "ids_per_step", (long long)n * W);
+            bench_json_str(&j, "ids", "zipf 1.05, scattered");
+            bench_json_fixed(&j, "train_s", train_s, 3);
+            bench_json_fixed(&j, "rows_changed", rows, 0);
+            bench_json_fixed(&j, "rows_changed_fraction", rows / ((double)o->T * (double)o->E), 4);
+            bench_json_fixed(&j, "total_bytes", total, 0);
+            bench_json_fixed(&j, "full_bytes", fullb + mfull, 0);
+            bench_json_fixed(&j, "delta_bytes", gen2 + mchain, 0);
+            bench_json_fixed(&j, "delta_manifest_bytes", mchain, 0);
+            bench_json_fixed(&j, "delta_to_full_bytes", (gen2 + mchain) / (fullb + mfull), 4);
+            bench_json_fixed(&j, "base_bytes_kept", gen1, 0);
+            bench_json_fixed(&j, "full_s", sec[0], 3);
+            bench_json_fixed(&j, "delta_s", sec[1], 3);
+            bench_json_fixed(&j, "delta_to_full_s", sec[1] / sec[0], 4);
+            bench_json_sig(&j, "residual", worst);
+            bench_json_host(&j, ctx);
+            bench_json_end(&j);
+        }
+        if (!(worst == 0)) st = ember_ctx_set_error(ctx, EMBER_ERR_NUMERIC, "the chain loaded back differs by %g", worst);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (R == 0) {
+        remove_dir(chain);
+        remove_dir(full);
+    }
+    free(cdf), free(ranks), free(lengths), free(out), free(grad), free(before), free(after);
+    return st;
+}
+
 static int run(ember_comm *comm, const opts *o) {
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int W = ember_comm_size(comm), R = ember_comm_rank(comm);
@@ -429,14 +611,16 @@ static int run(ember_comm *comm, const opts *o) {
             fprintf(stderr, "\n");
         }
     }
+    if (st == EMBER_OK) {
+        for (int c = 0; c < ncases; c++)
+            if (R == 0) report(&cases[c], o, ember_shard_scheme_short_name(c == 3 ? o->reshard : o->scheme), W, total, dir, ctx);
+    }
+    if (st == EMBER_OK && o->delta_steps > 0) st = delta_case(comm, o, s, dir, total);
     if (st != EMBER_OK) {
         if (R == 0) fprintf(stderr, "ember bench ckpt: %s\n", ember_ctx_errmsg(ctx));
     } else {
         rc = 0;
-        for (int c = 0; c < ncases; c++) {
-            if (R == 0) report(&cases[c], o, ember_shard_scheme_short_name(c == 3 ? o->reshard : o->scheme), W, total, dir, ctx);
-            rc |= !(cases[c].residual == 0);
-        }
+        for (int c = 0; c < ncases; c++) rc |= !(cases[c].residual == 0);
     }
     ember_sebc_destroy(s);
     ember_sebc_destroy(s2);

@@ -196,6 +196,14 @@ add_test(NAME dist.train.cli.resume_kill.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.resume_kill.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# Incremental checkpoints from the command line (dist/train_delta.sh): deltas every N steps go
+# into the newest full checkpoint of the run, the chain verifies and `ckpt info` names it, a run
+# resumed from a chain ends with the uninterrupted run's digest.
+add_test(NAME dist.train.cli.delta.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_delta.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.delta.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
 # A real full disk under `train --save_dir` (a 22 MiB tmpfs; skipped with the reason where
 # mounting one is not allowed): a failed save leaves no step directory it made, keeps the
 # committed one it would have replaced, and the save directory verifies and resumes.

@@ -88,7 +88,10 @@ static void print_trainer(FILE *f, const trainstate *ts) {
     fprintf(f, " batches\n");
     fprintf(f, "  saving      ");
     if (o->checkpoint_interval > 0) fprintf(f, "every %lld steps and ", (long long)o->checkpoint_interval);
-    fprintf(f, "at the end, keeping the newest %d\n", (int)o->keep_checkpoints);
+    fprintf(f, "at the end, keeping the newest %d", (int)o->keep_checkpoints);
+    if (o->checkpoint_delta_interval > 0)
+        fprintf(f, "; deltas every %lld steps", (long long)o->checkpoint_delta_interval);
+    fputc('\n', f);
     fprintf(f, "  digest      losses %016llx outputs %016llx (so far)\n", (unsigned long long)ts->digest_losses,
             (unsigned long long)ts->digest_outputs);
 }
@@ -99,8 +102,10 @@ static ember_status info(ember_ctx *ctx, const char *path, bool verify) {
     APP_TRY(ember_checkpoint_open(ctx, path, &c));
     FILE *f = stdout;
     const int32_t world = ember_checkpoint_world_size(c);
-    printf("checkpoint '%s': generation %lld, written by %d rank%s\n", path,
-           (long long)ember_checkpoint_generation(c), (int)world, world > 1 ? "s" : "");
+    const int64_t gen = ember_checkpoint_generation(c), base = ember_checkpoint_base_generation(c);
+    printf("checkpoint '%s': generation %lld", path, (long long)gen);
+    if (base != gen) printf(" (deltas on generation %lld)", (long long)base);
+    printf(", written by %d rank%s\n", (int)world, world > 1 ? "s" : "");
     trainstate ts;
     const saved_model sm = {.ckpt = c};
     ember_status st = trainstate_read(ctx, &sm, path, &ts);

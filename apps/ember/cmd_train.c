@@ -130,6 +130,10 @@ static const char help[] =
     "                                    steps and at the end\n"
     "  --checkpoint_interval N           steps between checkpoints (default 0: only at the end)\n"
     "  --keep_checkpoints K              keep the newest K checkpoints in DIR (default 3)\n"
+    "  --checkpoint_delta_interval N     every N steps between full checkpoints, save only the rows\n"
+    "                                    changed since into the newest full checkpoint this run saved\n"
+    "                                    (a full one when there is none yet); its directory keeps the\n"
+    "                                    name of the full save's step (default 0: no deltas)\n"
     "  --resume DIR                      go on from the latest committed checkpoint of save directory\n"
     "                                    DIR (or from checkpoint directory DIR) to the configured end;\n"
     "                                    the model must be the same, the batch limits and epochs may\n"
@@ -442,6 +446,7 @@ static const cli_flag flags[] = {
     TEXT("save_dir", o.save_dir, ANY_DATA),
     INT("checkpoint_interval", o.checkpoint_interval, 0, MAX_COUNT),
     INT("keep_checkpoints", o.keep_checkpoints, 1, MAX_INT32),
+    INT("checkpoint_delta_interval", o.checkpoint_delta_interval, 1, MAX_COUNT),
     TEXT("resume", o.resume, ANY_DATA),
     // output
     TEXT("metrics", o.metrics_path, ANY_DATA),
@@ -507,9 +512,12 @@ static bool check_together(const train_options *o, const int *order, char *err, 
                  order[row("hash_policy")] ? "" : " (the default)");
         return false;
     }
-    if ((o->checkpoint_interval >= 0 || o->keep_checkpoints > 0) && !o->save_dir && !o->resume) {
+    if ((o->checkpoint_interval >= 0 || o->keep_checkpoints > 0 || o->checkpoint_delta_interval >= 0) &&
+        !o->save_dir && !o->resume) {
         snprintf(err, cap, "%s saves checkpoints: give --save_dir DIR (or --resume DIR)",
-                 o->checkpoint_interval >= 0 ? "--checkpoint_interval" : "--keep_checkpoints");
+                 o->checkpoint_interval >= 0 ? "--checkpoint_interval"
+                 : o->keep_checkpoints > 0   ? "--keep_checkpoints"
+                                             : "--checkpoint_delta_interval");
         return false;
     }
     // An option the chosen data set ignores is a mistake, not a detail: `--data_path F` alone

@@ -114,7 +114,10 @@ static void print_checkpoints(const run *R, FILE *f) {
     if (R->save_dir[0]) {
         fprintf(f, "  checkpoints ");
         if (o->checkpoint_interval > 0) fprintf(f, "every %lld steps and ", (long long)o->checkpoint_interval);
-        fprintf(f, "at the end into '%s/step-*', keeping the newest %d\n", R->save_dir, (int)o->keep_checkpoints);
+        fprintf(f, "at the end into '%s/step-*', keeping the newest %d", R->save_dir, (int)o->keep_checkpoints);
+        if (o->checkpoint_delta_interval > 0)
+            fprintf(f, "; deltas every %lld steps into the newest", (long long)o->checkpoint_delta_interval);
+        fputc('\n', f);
     } else if (R->resumed) {
         fprintf(f, "  checkpoints none (the checkpoint is not in a save directory: --save_dir DIR saves)\n");
     }
@@ -269,11 +272,11 @@ ember_status report_eval(run *R, const metrics_row *row) {
     return ember_comm_agree(R->comm, st);
 }
 
-void report_checkpoint(run *R, const char *path, double seconds, int32_t removed) {
+void report_checkpoint(run *R, const char *path, bool delta, double seconds, int32_t removed) {
     report *p = &R->rep;
     if (!p->out) return;
     clear_bar(p);
-    fprintf(p->out, "checkpoint '%s' saved in %.2f s", path, seconds);
+    fprintf(p->out, "checkpoint '%s' %s in %.2f s", path, delta ? "delta saved" : "saved", seconds);
     if (removed) fprintf(p->out, "; removed %d older", (int)removed);
     fputc('\n', p->out);
     fflush(p->out);

@@ -56,8 +56,9 @@ void report_progress(run *R, int64_t step, int32_t epoch, double loss, double sp
 // One evaluation: written to the metrics file, kept for the plot and printed. Collective (the
 // metrics file's status is agreed).
 ember_status report_eval(run *R, const metrics_row *row);
-// A committed checkpoint: its path, the time the save took and the older ones removed.
-void report_checkpoint(run *R, const char *path, double seconds, int32_t removed);
+// A committed checkpoint (or a delta into one): its path, the time the save took and the older
+// ones removed.
+void report_checkpoint(run *R, const char *path, bool delta, double seconds, int32_t removed);
 // The tiered tables' caches over the run, summed over ranks. Collective.
 ember_status report_tier_stats(run *R);
 // The end of training: steps and samples (since the resume), throughput, measured step time

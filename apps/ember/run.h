@@ -64,6 +64,8 @@ struct run {
     int64_t ckpt_generation;
     int32_t ckpt_world;
     char save_dir[TRAINSTATE_PATH_MAX];    // where this run saves, or "" for nowhere
+    char delta_dir[TRAINSTATE_PATH_MAX + 32]; // the newest checkpoint this run saved in full: where a
+                                           // delta goes (--checkpoint_delta_interval), or ""
     train_position start;                  // where training starts: zero, or the checkpoint's position
 };
 
@@ -113,7 +115,10 @@ ember_status run_open_checkpoint(run *R, const char *flag, const char *dir);
 // parameters and optimizer state, the digests' running values. Collective.
 ember_status run_restore(run *R);
 // Saves the run after `step` into save_dir/step-<step>/ and prunes the save directory to
-// --keep_checkpoints. next_batch: the data position after `step`. Collective.
-ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples, int64_t next_batch);
+// --keep_checkpoints; or with `delta`, the rows changed since into delta_dir (in full as above when
+// this run has saved no full checkpoint yet). next_batch: the data position after `step`.
+// Collective.
+ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples, int64_t next_batch,
+                                 bool delta);
 
 #endif

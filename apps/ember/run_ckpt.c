@@ -6,13 +6,19 @@
 #include "run.h"
 
 // The tables go through the backend (include/ember/state.h) with trainer.json and the dense blobs
-// (trainstate.h) beside them; then the checkpoints beyond --keep_checkpoints are removed.
+// (trainstate.h) beside them; then the checkpoints beyond --keep_checkpoints are removed. A delta
+// goes into the newest full checkpoint of this run (its directory keeps its name; trainer.json in
+// it says the step it now holds) and prunes nothing.
 // next_batch: the data position after `step` (the source's own may be one batch ahead).
-ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples, int64_t next_batch) {
+ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t samples, int64_t next_batch,
+                                 bool delta) {
     const double t0 = app_now_s();
     char path[TRAINSTATE_PATH_MAX + 32];
     ember_status st = EMBER_OK;
-    if (!ckpt_step_path(R->save_dir, step, path, sizeof path)) {
+    delta = delta && R->delta_dir[0];
+    if (delta) {
+        snprintf(path, sizeof path, "%s", R->delta_dir);
+    } else if (!ckpt_step_path(R->save_dir, step, path, sizeof path)) {
         st = ember_ctx_set_error(R->ctx, EMBER_ERR_INVALID_ARG, "--save_dir '%s': path too long", R->save_dir);
     }
     // The blobs must be the same on every rank: rank 0's eval digest goes to all.
@@ -39,12 +45,13 @@ ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t sa
     // Rank 0 makes the step directory, so that a failed save removes what it made and never a
     // directory that was there (a checkpoint of this step, committed by an earlier run).
     bool made = false;
-    if (st == EMBER_OK)
+    if (st == EMBER_OK && !delta)
         st = ember_comm_agree(R->comm, R->rank == 0 ? ckpt_make_step_dir(R->ctx, path, &made) : EMBER_OK);
     if (st == EMBER_OK) {
         ember_checkpoint_options opts = EMBER_CHECKPOINT_OPTIONS_DEFAULT;
         opts.blobs = blobs;
         opts.num_blobs = 1 + n;
+        opts.delta = delta;
         st = R->backend.save(R->backend.impl, path, &opts);
         // The save returns the same status on every rank, each having removed its own unfinished
         // file; rank 0 removes the rest (a file another rank is still removing is no matter).
@@ -53,12 +60,13 @@ ember_status run_save_checkpoint(run *R, int32_t epoch, int64_t step, int64_t sa
     trainstate_text_free(json);
     ember_ctx_free(R->ctx, scratch);
     int32_t removed = 0;
-    if (st == EMBER_OK) {
+    if (st == EMBER_OK && !delta) {
+        snprintf(R->delta_dir, sizeof R->delta_dir, "%s", path);
         ember_status pruned = R->rank == 0 ? ckpt_prune(R->ctx, R->save_dir, step, R->o->keep_checkpoints, &removed)
                                            : EMBER_OK;
         st = ember_comm_agree(R->comm, pruned);
     }
-    if (st == EMBER_OK) report_checkpoint(R, path, app_now_s() - t0, removed);
+    if (st == EMBER_OK) report_checkpoint(R, path, delta, app_now_s() - t0, removed);
     return st;
 }
 

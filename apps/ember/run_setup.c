@@ -77,6 +77,8 @@ ember_status run_validate_options(ember_ctx *ctx, const train_options *o, int32_
               (long long)o->checkpoint_interval);
     APP_CHECK(ctx, o->keep_checkpoints >= 1, EMBER_ERR_INVALID_ARG, "--keep_checkpoints %d: expected >= 1",
               (int)o->keep_checkpoints);
+    APP_CHECK(ctx, o->checkpoint_delta_interval >= 0, EMBER_ERR_INVALID_ARG,
+              "--checkpoint_delta_interval %lld: expected >= 0", (long long)o->checkpoint_delta_interval);
     bool multi_hot = false;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) multi_hot = multi_hot || o->multi_hot[f] != 1;
     APP_CHECK(ctx, !(multi_hot && o->collisionless), EMBER_ERR_INVALID_ARG,

@@ -54,6 +54,7 @@ void train_options_default(train_options *o) {
     o->seed = 1;
     o->checkpoint_interval = -1; // the resumed checkpoint's, else 0: only at the end
     o->keep_checkpoints = 0;     // the resumed checkpoint's, else 3
+    o->checkpoint_delta_interval = -1; // the resumed checkpoint's, else 0: none
     o->timeout_s = EMBER_COMM_DEFAULT_TIMEOUT_S;
     o->overlap = true;
     o->prefetch_batches = -1; // by placement (resolve_prefetch)
@@ -361,7 +362,10 @@ static ember_status train_loop(run *R, train_result *res) {
                 win_steps = 0;
             }
             if (R->save_dir[0] && o->checkpoint_interval > 0 && step % o->checkpoint_interval == 0) {
-                APP_TRY(run_save_checkpoint(R, epoch, step, samples, next));
+                APP_TRY(run_save_checkpoint(R, epoch, step, samples, next, false));
+                last_save = step;
+            } else if (R->save_dir[0] && o->checkpoint_delta_interval > 0 && step % o->checkpoint_delta_interval == 0) {
+                APP_TRY(run_save_checkpoint(R, epoch, step, samples, next, true));
                 last_save = step;
             }
             if (reached) break;
@@ -384,7 +388,7 @@ static ember_status train_loop(run *R, train_result *res) {
                  o->target_auc > 0.0 && !reached ? "\"status\": \"aborted\"" : "\"status\": \"success\"");
     // Stopped at the target, the batch fetched ahead (--overlap) was not trained: resume before it.
     if (R->save_dir[0] && step != last_save)
-        APP_TRY(run_save_checkpoint(R, last_epoch, step, samples, reached ? after : R->train.next));
+        APP_TRY(run_save_checkpoint(R, last_epoch, step, samples, reached ? after : R->train.next, false));
     res->steps = step;
     res->seconds = train_time;
     double final[2] = {last.eval_auc, last.eval_loss};
@@ -569,6 +573,8 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
         if (e->checkpoint_interval < 0) e->checkpoint_interval = R.resumed ? R.ckpt.cfg.checkpoint_interval : 0;
         if (e->keep_checkpoints == 0) e->keep_checkpoints = R.resumed ? R.ckpt.cfg.keep_checkpoints
                                                                       : DEFAULT_KEEP_CHECKPOINTS;
+        if (e->checkpoint_delta_interval < 0)
+            e->checkpoint_delta_interval = R.resumed ? R.ckpt.cfg.checkpoint_delta_interval : 0;
         st = ember_comm_agree(comm, st);
     }
     if (st == EMBER_OK) st = run_model(&R, factory, res);
@@ -595,6 +601,7 @@ static ember_status run_saved(run *R, const char *load, const char *threads_note
         train_options *x = &R->opts;
         trainstate_apply(&R->ckpt, x);
         x->checkpoint_interval = 0;
+        x->checkpoint_delta_interval = 0;
         x->keep_checkpoints = 1;
         x->threads_note = threads_note;
         if (setup) setup(R, x, arg);

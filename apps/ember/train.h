@@ -109,6 +109,10 @@ typedef struct train_options {
                                       // resumed checkpoint's, else 0
     int32_t keep_checkpoints;         // committed checkpoints kept in save_dir, >= 1; 0 (default): the
                                       // resumed checkpoint's, else 3
+    int64_t checkpoint_delta_interval;// steps between incremental saves (ember/state.h deltas: the rows
+                                      // changed since) into the newest checkpoint this run saved in
+                                      // full (a full one when there is none yet), 0: none; -1
+                                      // (default): the resumed checkpoint's, else 0
     const char *resume;               // resume from this checkpoint directory, or from the latest
                                       // committed one of this save directory; NULL: start afresh.
                                       // Without save_dir, saving goes on into the save directory it

@@ -127,6 +127,8 @@ static const trainstate_field fields[] = {
      FIELD(checkpoint_interval), .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE},
     {.flag = "keep_checkpoints", .section = "training", .key = "keep_checkpoints", .kind = TS_INT,
      FIELD(keep_checkpoints), .lo = 1, .hi = INT32_MAX, .rule = TS_MAY_CHANGE},
+    {.flag = "checkpoint_delta_interval", .section = "training", .key = "checkpoint_delta_interval", .kind = TS_INT,
+     FIELD(checkpoint_delta_interval), .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE, .added = true},
     // Where the tables live: the same numbers in RAM or on disk (docs/tiered.md), so a resume may
     // move them; eval --load keeps them where the run had them.
     {.flag = "ssd_tables", .section = "storage", .key = "ssd_tables", .kind = TS_TABLES, FIELD(ssd_tables),

@@ -18,6 +18,7 @@ class Checkpoint:
     data files). Local: any process may open one, no MPI needed.
 
     generation   saves into this directory so far
+    base_generation  the full save a chain of deltas starts from (= generation for a full one)
     world_size   the world size that wrote it
     tables       [{"name", "rows", "dim", "optimizer", "dtype", "step", "num_records", "bytes"}]
     blob_names   the caller's blobs saved with it
@@ -30,8 +31,9 @@ class Checkpoint:
     def __init__(self, dir: str | os.PathLike[str]) -> None:
         self._c = _ember.Checkpoint(as_path(dir, "Checkpoint: dir"))
         self._path = os.fsdecode(dir)
-        generation, world, tables, blobs = self._c.info()
+        generation, world, tables, blobs, base = self._c.info()
         self._generation: int = generation
+        self._base_generation: int = base
         self._world_size: int = world
         self._tables = [dict(zip(_TABLE_KEYS, t)) for t in tables]
         self._blobs: dict[str, int] = dict(blobs)
@@ -39,6 +41,10 @@ class Checkpoint:
     @property
     def generation(self) -> int:
         return self._generation
+
+    @property
+    def base_generation(self) -> int:
+        return self._base_generation
 
     @property
     def world_size(self) -> int:

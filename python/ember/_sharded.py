@@ -601,11 +601,15 @@ class ShardedEmbeddingBagCollection(_Collection):
 
     # ---- checkpoints -------------------------------------------------------------------------
 
-    def save(self, dir: str | os.PathLike[str], blobs: Mapping[str, Any] | None = None, chunk_bytes: int = 0) -> None:
+    def save(self, dir: str | os.PathLike[str], blobs: Mapping[str, Any] | None = None, chunk_bytes: int = 0,
+             delta: bool = False) -> None:
         """Saves every table (and ``blobs``: {name: bytes-like}, identical on every rank) into the
         directory ``dir`` (created if missing, seen by every rank), committed atomically by its
-        manifest: a failure or a kill leaves the previous checkpoint loadable. Collective. Raises
-        EmberIOError (path and OS reason), InvalidArgumentError (bad blob name), ..."""
+        manifest: a failure or a kill leaves the previous checkpoint loadable. ``delta=True``
+        writes only the rows changed since the checkpoint this collection last saved or loaded,
+        on top of it (it must be the one in ``dir``): loading the chain is loading the full state.
+        Collective. Raises EmberIOError (path and OS reason), InvalidArgumentError (bad blob name;
+        a delta with no such checkpoint), ..."""
         def prepare() -> tuple[Any, ...]:
             path = as_path(dir, "save: dir", self._rank)
             items = []
@@ -616,9 +620,9 @@ class ShardedEmbeddingBagCollection(_Collection):
                     raise invalid(f"save: blob name {name!r}: expected 1 to 127 letters, digits, '.', '_' or '-' "
                                   f"(a NUL byte in it)", self._rank)
                 items.append((name, data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")))
-            return path, items, as_index(chunk_bytes, "save: chunk_bytes", *U64, rank=self._rank)
-        path, items, chunk = self._collective(prepare)
-        self._c.save(path, items, chunk)
+            return path, items, as_index(chunk_bytes, "save: chunk_bytes", *U64, rank=self._rank), bool(delta)
+        path, items, chunk, incremental = self._collective(prepare)
+        self._c.save(path, items, chunk, incremental)
 
     def load(self, dir: str | os.PathLike[str], chunk_bytes: int = 0) -> None:
         """Loads every table from a checkpoint saved under any world size and plan (tables matched

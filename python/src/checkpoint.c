@@ -71,7 +71,7 @@ static int ckpt_enter(CheckpointObject *self) {
 static void ckpt_leave(CheckpointObject *self) { PyThread_release_lock(self->lock); }
 
 // info() -> (generation, world_size, [(name, rows, dim, optimizer, dtype, step, num_records, bytes)],
-//            [(blob name, bytes)])
+//            [(blob name, bytes)], base_generation)
 static PyObject *ckpt_info(CheckpointObject *self, PyObject *args) {
     (void)args;
     if (ckpt_enter(self) != 0) return NULL;
@@ -105,8 +105,9 @@ static PyObject *ckpt_info(CheckpointObject *self, PyObject *args) {
     }
     if (st != EMBER_OK) ember_py_raise(self->ctx, st);
     else if (tables && blobs)
-        ret = Py_BuildValue("(LiOO)", (long long)ember_checkpoint_generation(self->c),
-                            (int)ember_checkpoint_world_size(self->c), tables, blobs);
+        ret = Py_BuildValue("(LiOOL)", (long long)ember_checkpoint_generation(self->c),
+                            (int)ember_checkpoint_world_size(self->c), tables, blobs,
+                            (long long)ember_checkpoint_base_generation(self->c));
 done:
     ckpt_leave(self);
     Py_XDECREF(tables);

@@ -392,7 +392,8 @@ static PyObject *sebc_save(SEBCObject *self, PyObject *args) {
     const char *dir;
     PyObject *blobs;
     unsigned long long chunk;
-    if (!PyArg_ParseTuple(args, "yOK", &dir, &blobs, &chunk)) return NULL;
+    int delta = 0;
+    if (!PyArg_ParseTuple(args, "yOKp", &dir, &blobs, &chunk, &delta)) return NULL;
     PyObject *seq = PySequence_Fast(blobs, "save: blobs must be a sequence of (name, bytes)");
     if (!seq) return NULL;
     const Py_ssize_t nb = PySequence_Fast_GET_SIZE(seq);
@@ -416,6 +417,7 @@ static PyObject *sebc_save(SEBCObject *self, PyObject *args) {
     opts.chunk_bytes = (size_t)chunk;
     opts.blobs = cb;
     opts.num_blobs = (int32_t)nb;
+    opts.delta = delta;
     ember_status st;
     Py_BEGIN_ALLOW_THREADS
     st = ember_checkpoint_save(self->s, dir, &opts);

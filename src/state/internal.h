@@ -32,6 +32,8 @@ typedef struct ember__ckpt_record {
     int32_t c0, c1;       // global columns ([0, 1) for per-row tensors)
     uint64_t bytes;
     uint32_t crc;
+    int64_t count;        // 0: rows [r0, r1) back to back; else a delta's row list: count int64 row
+                          // numbers (ascending, in [r0, r1)), then those rows back to back
 } ember__ckpt_record;
 
 typedef struct ember__ckpt_tensor {
@@ -86,6 +88,7 @@ typedef struct ember__ckpt_wrote {
     int64_t offset, r0, r1;
     uint64_t bytes;
     uint32_t crc, pad2;
+    int64_t count; // as ember__ckpt_record's
 } ember__ckpt_wrote;
 
 // ---- manifest.c -------------------------------------------------------------------------------

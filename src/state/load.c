@@ -48,6 +48,29 @@ static ember_status match_tables(ember_sebc *s, const ember_checkpoint *c, int32
     return EMBER_OK;
 }
 
+// Rows [a, b) of piece i's tensor kx from src (rows src_row bytes apart, starting at column sc):
+// as they are when the columns are the piece's [d0, d1), else (resharding between column
+// slicings) the overlap [u, v) patched into the piece's rows, read and written back a chunk at a
+// time through dst_buf.
+static ember_status put_rows(ember_sebc *s, int32_t t, int32_t i, const ember__ckpt_tensor *kx, int64_t a, int64_t b,
+                             const unsigned char *src, size_t src_row, int32_t sc, int32_t d0, int32_t d1, int32_t u,
+                             int32_t v, void *dst_buf, size_t chunk) {
+    if (sc == d0 && (size_t)(d1 - d0) * ember_dtype_size(kx->dtype) == src_row)
+        return ember_sebc_piece_write(s, t, i, kx->name, a, b, kx->dtype, src);
+    const size_t es = ember_dtype_size(kx->dtype), dst_row = (size_t)(d1 - d0) * es;
+    const int64_t per = chunk / dst_row > 0 ? (int64_t)(chunk / dst_row) : 1;
+    for (int64_t r0 = a; r0 < b; r0 += per) {
+        const int64_t r1 = r0 + per < b ? r0 + per : b;
+        unsigned char *d = dst_buf;
+        EMBER_TRY(ember_sebc_piece_read(s, t, i, kx->name, r0, r1, kx->dtype, d));
+        for (int64_t row = r0; row < r1; row++)
+            memcpy(d + (size_t)(row - r0) * dst_row + (size_t)(u - d0) * es,
+                   src + (size_t)(row - a) * src_row + (size_t)(u - sc) * es, (size_t)(v - u) * es);
+        EMBER_TRY(ember_sebc_piece_write(s, t, i, kx->name, r0, r1, kx->dtype, d));
+    }
+    return EMBER_OK;
+}
+
 // Loads piece i of table t, tensor k, from the records overlapping it.
 static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ember__ckpt_table *x, int32_t t, int32_t i,
                                int32_t k, const ember_tensor_info *ti, void *rec_buf, size_t rec_cap, void *dst_buf,
@@ -58,7 +81,7 @@ static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ember__
     int32_t d0, d1;
     ember__ckpt_piece_cols(tc, ti, &p, &d0, &d1);
     const ember__ckpt_tensor *kx = &x->tensors[k];
-    const size_t es = ember_dtype_size(kx->dtype), dst_row = (size_t)(d1 - d0) * es;
+    const size_t es = ember_dtype_size(kx->dtype);
     for (int32_t j = kx->first; j < kx->first + kx->count; j++) {
         const ember__ckpt_record *r = &c->records[j];
         const int64_t a = r->r0 > p.row_begin ? r->r0 : p.row_begin, b = r->r1 < p.row_end ? r->r1 : p.row_end;
@@ -68,22 +91,26 @@ static ember_status load_piece(ember_sebc *s, ember_checkpoint *c, const ember__
         snprintf(what, sizeof what, "table '%s' %s rows [%" PRId64 ", %" PRId64 ")", x->name, kx->name, r->r0, r->r1);
         EMBER_TRY(ember__ckpt_read_at(c, r->gen, r->file, r->offset, r->bytes, r->crc, rec_buf, rec_cap, what));
         const size_t src_row = (size_t)(r->c1 - r->c0) * es;
-        const unsigned char *src = (const unsigned char *)rec_buf + (size_t)(a - r->r0) * src_row;
-        if (r->c0 == d0 && r->c1 == d1) { // same columns: the record's rows go in as they are
-            EMBER_TRY(ember_sebc_piece_write(s, t, i, kx->name, a, b, kx->dtype, src));
+        if (!r->count) { // rows [r0, r1): those inside the piece, one run
+            const unsigned char *src = (const unsigned char *)rec_buf + (size_t)(a - r->r0) * src_row;
+            EMBER_TRY(put_rows(s, t, i, kx, a, b, src, src_row, r->c0, d0, d1, u, v, dst_buf, chunk));
             continue;
         }
-        // Other columns (resharding between column slicings): read, patch and write back the
-        // piece's rows, a chunk at a time.
-        const int64_t per = chunk / dst_row > 0 ? (int64_t)(chunk / dst_row) : 1;
-        for (int64_t r0 = a; r0 < b; r0 += per) {
-            const int64_t r1 = r0 + per < b ? r0 + per : b;
-            unsigned char *d = dst_buf;
-            EMBER_TRY(ember_sebc_piece_read(s, t, i, kx->name, r0, r1, kx->dtype, d));
-            for (int64_t row = r0; row < r1; row++)
-                memcpy(d + (size_t)(row - r0) * dst_row + (size_t)(u - d0) * es,
-                       src + (size_t)(row - a) * src_row + (size_t)(u - r->c0) * es, (size_t)(v - u) * es);
-            EMBER_TRY(ember_sebc_piece_write(s, t, i, kx->name, r0, r1, kx->dtype, d));
+        // A row list: its runs of consecutive rows inside the piece, each at once.
+        const int64_t *idx = rec_buf;
+        const unsigned char *rows = (const unsigned char *)rec_buf + sizeof(int64_t) * (size_t)r->count;
+        for (int64_t q = 0; q < r->count; q++)
+            if (idx[q] < r->r0 || idx[q] >= r->r1 || (q > 0 && idx[q] <= idx[q - 1]))
+                return ember_ctx_set_error(c->ctx, EMBER_ERR_FORMAT,
+                                           "checkpoint '%s': %s: its row list is not ascending inside the record's "
+                                           "rows (entry %" PRId64 ": row %" PRId64 ")",
+                                           c->dir, what, q, idx[q]);
+        for (int64_t q = 0, e; q < r->count; q = e) {
+            for (e = q + 1; e < r->count && idx[e] == idx[e - 1] + 1;) e++;
+            const int64_t lo = idx[q] > a ? idx[q] : a, hi = idx[e - 1] + 1 < b ? idx[e - 1] + 1 : b;
+            if (lo < hi)
+                EMBER_TRY(put_rows(s, t, i, kx, lo, hi, rows + (size_t)(q + lo - idx[q]) * src_row, src_row, r->c0,
+                                   d0, d1, u, v, dst_buf, chunk));
         }
     }
     return EMBER_OK;

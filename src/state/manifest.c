@@ -113,18 +113,21 @@ static int32_t file_rank(const ember_checkpoint *c, const char *name, int64_t *g
 static int parse_record(parser *p, ember_checkpoint *c, const cJSON *r, const char *where,
                         const ember__ckpt_table *t, const ember__ckpt_tensor *k, ember__ckpt_record *out) {
     char file[64];
-    int64_t off = 0, r0 = 0, r1 = 0, c0 = 0, c1 = 0, bytes = 0, crc = 0;
+    int64_t off = 0, r0 = 0, r1 = 0, c0 = 0, c1 = 0, bytes = 0, crc = 0, count = 0;
     if (!cJSON_IsObject(r)) return bad(p, where, "records", "holds a non-object");
     if (!get_str(p, r, where, "file", file, sizeof file) || !get_int(p, r, where, "offset", 0, INT64_MAX / 2, &off) ||
         !get_range(p, r, where, "rows", t->rows, &r0, &r1) || !get_range(p, r, where, "cols", k->cols, &c0, &c1) ||
         !get_int(p, r, where, "bytes", 0, INT64_MAX / 2, &bytes) || !get_int(p, r, where, "crc32", 0, UINT32_MAX, &crc))
         return 0;
+    if (cJSON_GetObjectItemCaseSensitive(r, "count") && !get_int(p, r, where, "count", 1, r1 - r0, &count)) return 0;
     int64_t gen = 0;
     const int32_t rank = file_rank(c, file, &gen);
     if (rank < 0) return bad(p, where, "file", "is not a data file of this checkpoint's generations");
-    if ((uint64_t)bytes != (uint64_t)(r1 - r0) * (uint64_t)(c1 - c0) * ember_dtype_size(k->dtype))
+    // A row list: count row numbers, then count rows; else rows [r0, r1).
+    const uint64_t nrows = (uint64_t)(count ? count : r1 - r0);
+    if ((uint64_t)bytes != nrows * (uint64_t)(c1 - c0) * ember_dtype_size(k->dtype) + (count ? 8 * nrows : 0))
         return bad(p, where, "bytes", "does not match its rows, columns and dtype");
-    *out = (ember__ckpt_record){rank, gen, off, r0, r1, (int32_t)c0, (int32_t)c1, (uint64_t)bytes, (uint32_t)crc};
+    *out = (ember__ckpt_record){rank, gen, off, r0, r1, (int32_t)c0, (int32_t)c1, (uint64_t)bytes, (uint32_t)crc, count};
     return 1;
 }
 
@@ -288,6 +291,10 @@ static int parse_tensor(parser *p, ember_checkpoint *c, const cJSON *kj, ember__
             break;
         }
         if (r->gen == c->records[k->first].gen) {
+            if (r->count) {
+                bad(p, where, k->name, "records of its first generation hold a row list (only a delta's may)");
+                break;
+            }
             area += (uint64_t)(r->r1 - r->r0) * (uint64_t)(r->c1 - r->c0);
             base.count++;
         }
@@ -542,7 +549,7 @@ int32_t ember__ckpt_find_table(const ember_checkpoint *c, const char *name) {
 
 // One record of a manifest's tensor.
 static void add_record(cJSON *recs, int64_t gen, int32_t rank, int64_t offset, int64_t r0, int64_t r1, int32_t c0,
-                       int32_t c1, uint64_t bytes, uint32_t crc) {
+                       int32_t c1, uint64_t bytes, uint32_t crc, int64_t count) {
     char file[64];
     cJSON *rj = cJSON_CreateObject();
     cJSON_AddItemToArray(recs, rj);
@@ -552,6 +559,7 @@ static void add_record(cJSON *recs, int64_t gen, int32_t rank, int64_t offset, i
     const double rows[2] = {(double)r0, (double)r1}, cols[2] = {c0, c1};
     cJSON_AddItemToObject(rj, "rows", cJSON_CreateDoubleArray(rows, 2));
     cJSON_AddItemToObject(rj, "cols", cJSON_CreateDoubleArray(cols, 2));
+    if (count) cJSON_AddNumberToObject(rj, "count", (double)count);
     cJSON_AddNumberToObject(rj, "bytes", (double)bytes);
     cJSON_AddNumberToObject(rj, "crc32", crc);
 }
@@ -596,13 +604,15 @@ char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, uint64_t chai
                 const ember__ckpt_tensor *bk = &base->c->tables[bt].tensors[k];
                 for (int32_t j = bk->first; j < bk->first + bk->count; j++) {
                     const ember__ckpt_record *r = &base->c->records[j];
-                    add_record(recs, r->gen, r->file, r->offset, r->r0, r->r1, r->c0, r->c1, r->bytes, r->crc);
+                    add_record(recs, r->gen, r->file, r->offset, r->r0, r->r1, r->c0, r->c1, r->bytes, r->crc,
+                               r->count);
                 }
             }
             for (int64_t j = 0; j < n; j++) {
                 const ember__ckpt_wrote *x = &all[j];
                 if (x->table == t && x->tensor == k)
-                    add_record(recs, generation, x->file, x->offset, x->r0, x->r1, x->c0, x->c1, x->bytes, x->crc);
+                    add_record(recs, generation, x->file, x->offset, x->r0, x->r1, x->c0, x->c1, x->bytes, x->crc,
+                               x->count);
             }
         }
     }

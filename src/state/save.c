@@ -218,23 +218,93 @@ static int64_t record_align(const ember_table_config *tc) {
     return tc->hash.bucket_rows > 0 ? tc->hash.bucket_rows : EMBER_HASH_BUCKET_ROWS;
 }
 
-// A delta's next rows of piece i at or after `from`: a run of changed rows [*b, *e), joined with
-// the next runs while the clean rows between are at most `gap` (a record in the manifest costs
-// about as much as 256 bytes of rows), widened to whole buckets (`align` rows from the piece's
-// first row). *b = row_end when none is left.
-static ember_status next_rows(ember_sebc *s, int32_t t, int32_t i, const ember_piece *p, int64_t from, int64_t gap,
-                              int64_t align, int64_t *b, int64_t *e) {
+// A delta's next rows of piece i at or after `from`: a run of changed rows [*b, *e), widened to
+// whole buckets (`align` rows from the piece's first row) and joined with the runs that then
+// touch it. *b = row_end when none is left.
+static ember_status next_rows(ember_sebc *s, int32_t t, int32_t i, const ember_piece *p, int64_t from, int64_t align,
+                              int64_t *b, int64_t *e) {
     EMBER_TRY(ember_sebc_piece_dirty(s, t, i, from, b, e));
     if (*b >= p->row_end) return EMBER_OK;
     *b = p->row_begin + (*b - p->row_begin) / align * align;
     for (;;) {
         int64_t x = (*e - p->row_begin + align - 1) / align * align + p->row_begin;
         *e = x < p->row_end ? x : p->row_end;
+        if (*e >= p->row_end) return EMBER_OK;
         int64_t nb, ne;
         EMBER_TRY(ember_sebc_piece_dirty(s, t, i, *e, &nb, &ne));
-        if (nb >= p->row_end || nb - *e > gap) return EMBER_OK;
+        if (nb != *e) return EMBER_OK;
         *e = ne;
     }
+}
+
+// Where this rank's records go: its data file (opened at the first record), the offset reached
+// and the list of what it wrote; a staging buffer of `cap` bytes.
+typedef struct writer {
+    ember_ctx *ctx;
+    ember__dfile *df;
+    const char *path;
+    int *opened;
+    int64_t offset;
+    save_state *w;
+    unsigned char *buf;
+    size_t cap;
+} writer;
+
+// Appends record x (its offset and bytes set here) of the `nparts` byte ranges given. EMBER_OK,
+// EMBER_ERR_IO (opening the file), EMBER_ERR_NOMEM.
+static ember_status emit(writer *v, ember__ckpt_wrote x, const void *a, uint64_t na, const void *b, uint64_t nb) {
+    EMBER_TRY(open_once(v->ctx, v->df, v->path, v->opened));
+    uint32_t crc = (uint32_t)crc32_z(0, a, (z_size_t)na);
+    if (nb) crc = (uint32_t)crc32_z(crc, b, (z_size_t)nb);
+    x.offset = v->offset;
+    x.bytes = na + nb;
+    x.crc = crc;
+    ember__dfile_write(v->df, a, (size_t)na);
+    if (nb) ember__dfile_write(v->df, b, (size_t)nb);
+    v->offset += (int64_t)(na + nb);
+    if (!add_wrote(v->w, &x)) return ember_ctx_set_error(v->ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate");
+    return EMBER_OK;
+}
+
+// A delta's record of the n rows gathered: plain when they are contiguous, else a row list.
+static ember_status emit_rows(writer *v, ember__ckpt_wrote x, const int64_t *idx, const unsigned char *rows, int64_t n,
+                              size_t row_bytes) {
+    x.r0 = idx[0], x.r1 = idx[n - 1] + 1;
+    x.count = x.r1 - x.r0 == n ? 0 : n;
+    const uint64_t data = (uint64_t)n * row_bytes;
+    return x.count ? emit(v, x, idx, sizeof(int64_t) * (uint64_t)n, rows, data) : emit(v, x, rows, data, NULL, 0);
+}
+
+// Tensor k of piece i, all of its rows in records of `per` rows; or a delta's changed rows, in
+// records of up to `per` rows each: contiguous ones plain, others as a row list (the rows'
+// numbers first). x: the records' table, tensor, file and columns.
+static ember_status write_tensor(ember_sebc *s, writer *v, int32_t t, int32_t i, const ember_piece *p,
+                                 const ember_tensor_info *ti, ember__ckpt_wrote x, size_t row_bytes, int64_t per,
+                                 int64_t align, int delta) {
+    int64_t *idx = (int64_t *)v->buf, n = 0;
+    unsigned char *rows = v->buf + (delta ? sizeof(int64_t) * (size_t)per : 0);
+    if (!delta) {
+        for (int64_t r = p->row_begin; r < p->row_end; r += per) {
+            const int64_t e = r + per < p->row_end ? r + per : p->row_end;
+            EMBER_TRY(ember_sebc_piece_read(s, t, i, ti->name, r, e, ti->dtype, rows));
+            x.r0 = r, x.r1 = e, x.count = 0;
+            EMBER_TRY(emit(v, x, rows, (uint64_t)(e - r) * row_bytes, NULL, 0));
+        }
+        return EMBER_OK;
+    }
+    for (int64_t from = p->row_begin, a, b; from < p->row_end; from = b) {
+        EMBER_TRY(next_rows(s, t, i, p, from, align, &a, &b));
+        for (int64_t r = a; r < b;) { // into the buffer, a record whenever it is full
+            const int64_t take = b - r < per - n ? b - r : per - n;
+            EMBER_TRY(ember_sebc_piece_read(s, t, i, ti->name, r, r + take, ti->dtype, rows + (size_t)n * row_bytes));
+            for (int64_t j = 0; j < take; j++) idx[n + j] = r + j;
+            n += take;
+            r += take;
+            if (n == per) EMBER_TRY(emit_rows(v, x, idx, rows, n, row_bytes));
+            if (n == per) n = 0;
+        }
+    }
+    return n ? emit_rows(v, x, idx, rows, n, row_bytes) : EMBER_OK;
 }
 
 // This rank's records: its pieces (the canonical copy of each value: per-row state from the
@@ -249,9 +319,7 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
     char name[64], path[EMBER__PATH_MAX];
     ember__ckpt_data_name(name, sizeof name, generation, rank);
     ember__ckpt_join(path, sizeof path, dir, name);
-    int64_t offset = 0;
-    void *buf = NULL;
-    size_t cap = 0;
+    writer v = {ctx, df, path, opened, 0, w, NULL, 0};
     ember_status st = EMBER_OK;
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
         const ember_table_config *tc = ember_sebc_table(s, t);
@@ -265,56 +333,32 @@ static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *d
                 int32_t c0, c1;
                 ember__ckpt_piece_cols(tc, &ti[k], &p, &c0, &c1);
                 if (c1 - c0 == ti[k].cols && p.col_begin != 0) continue; // per-row state, ids: one copy
-                const ember_dtype dt = ti[k].dtype;
-                const size_t row_bytes = (size_t)(c1 - c0) * ember_dtype_size(dt);
-                const int64_t align = record_align(tc), fit = (int64_t)(chunk / row_bytes) / align * align;
+                // Records of a chunk (or one row larger than it), a delta's row numbers included.
+                const int delta = whole && !whole[t];
+                const size_t row_bytes = (size_t)(c1 - c0) * ember_dtype_size(ti[k].dtype);
+                const size_t unit = row_bytes + (delta ? sizeof(int64_t) : 0);
+                const int64_t align = record_align(tc), fit = (int64_t)(chunk / unit) / align * align;
                 const int64_t per = fit > 0 ? fit : align;
-                const size_t need = row_bytes * (size_t)per; // the chunk, or one row larger than it
-                if (need > cap) {
-                    ember_ctx_free(ctx, buf);
-                    cap = (buf = ember_ctx_alloc(ctx, need)) ? need : 0;
-                    if (!buf) {
+                const size_t need = unit * (size_t)per;
+                if (need > v.cap) {
+                    ember_ctx_free(ctx, v.buf);
+                    v.cap = (v.buf = ember_ctx_alloc(ctx, need)) ? need : 0;
+                    if (!v.buf) {
                         st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM,
                                                  "ember_checkpoint_save: cannot allocate %zu bytes", need);
                         break;
                     }
                 }
-                // The rows: all of them, or a delta's runs.
-                const int delta = whole && !whole[t];
-                const int64_t gap = (int64_t)(256 / row_bytes);
-                for (int64_t from = p.row_begin; from < p.row_end && st == EMBER_OK;) {
-                    int64_t a = from, b = p.row_end;
-                    if (delta && (st = next_rows(s, t, i, &p, from, gap, align, &a, &b)) != EMBER_OK) break;
-                    if (a >= p.row_end) break;
-                    st = open_once(ctx, df, path, opened);
-                    for (int64_t r = a; r < b && st == EMBER_OK; r += per) {
-                        const int64_t e = r + per < b ? r + per : b;
-                        st = ember_sebc_piece_read(s, t, i, ti[k].name, r, e, dt, buf);
-                        if (st != EMBER_OK) break;
-                        const uint64_t bytes = (uint64_t)(e - r) * row_bytes;
-                        const uint32_t crc = (uint32_t)crc32_z(0, buf, (z_size_t)bytes);
-                        const ember__ckpt_wrote x = {t, k, rank, c0, c1, 0, offset, r, e, bytes, crc, 0};
-                        ember__dfile_write(df, buf, (size_t)bytes);
-                        offset += (int64_t)bytes;
-                        if (!add_wrote(w, &x))
-                            st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate");
-                    }
-                    from = b;
-                }
+                const ember__ckpt_wrote x = {.table = t, .tensor = k, .file = rank, .c0 = c0, .c1 = c1};
+                st = write_tensor(s, &v, t, i, &p, &ti[k], x, row_bytes, per, align, delta);
             }
         }
     }
     for (int32_t b = 0; rank == 0 && o && b < o->num_blobs && st == EMBER_OK; b++) {
-        st = open_once(ctx, df, path, opened);
-        if (st != EMBER_OK) break;
-        const ember_checkpoint_blob *x = &o->blobs[b];
-        const uint32_t crc = (uint32_t)crc32_z(0, x->data, (z_size_t)x->bytes);
-        const ember__ckpt_wrote y = {-1, b, rank, 0, 0, 0, offset, 0, 0, x->bytes, crc, 0};
-        ember__dfile_write(df, x->data, x->bytes);
-        offset += (int64_t)x->bytes;
-        if (!add_wrote(w, &y)) st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "ember_checkpoint_save: cannot allocate");
+        const ember__ckpt_wrote y = {.table = -1, .tensor = b, .file = rank};
+        st = emit(&v, y, o->blobs[b].data, o->blobs[b].bytes, NULL, 0);
     }
-    ember_ctx_free(ctx, buf);
+    ember_ctx_free(ctx, v.buf);
     if (st == EMBER_OK && *opened && df->err)
         st = ember_ctx_set_error(
             ctx, EMBER_ERR_IO,

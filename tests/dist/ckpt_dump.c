@@ -6,12 +6,13 @@
 // column_wise, grid, row_wise, data_parallel, table_wise, table_row_wise; a one-row table; rows
 // wider than a record), fills every tensor with seeded random values (a few -0.0 and 16-bit
 // subnormals among them), sets step counters (one above 2^32), and saves it into CKPT_DIR twice
-// (the second save, of other values, is the one to read: generation 2, the first one's files
-// removed) with records of at most 64 bytes, plus two blobs. Then rank 0 writes into REF_DIR each
+// (the second save, of other values: generation 2, the first one's files removed) with records of
+// at most 64 bytes, plus two blobs; then rewrites every fifth row of every tensor and saves a
+// delta on top (the checkpoint to read: generation 3, a chain of two). Then rank 0 writes into REF_DIR each
 // tensor's global state dict as gathered by ember_sebc_read_as, in its stored dtype (the weight's
 // own fp32/fp16/bf16 bits, fp32 optimizer state), as raw little-endian row-major files
 // "<table>.<tensor>.bin", each blob as "blob.<name>.bin", and reference.json listing them:
-//   {"world_size": W, "generation": 2,
+//   {"world_size": W, "generation": 3,
 //    "tables": [{"name", "rows", "dim", "optimizer", "dtype", "step",
 //                "tensors": [{"name", "rows", "cols", "dtype", "file"}]}],
 //    "blobs": [{"name", "bytes", "file"}]}
@@ -95,6 +96,33 @@ static ember_status fill(ember_sebc *s, uint64_t seed) {
 
 
 
+// Rows 2, 7, 12, ... of every tensor rewritten through this rank's pieces, each value a function of
+// its table, tensor, global row and column (a row's per-row state alike in every column slice).
+static ember_status touch_rows(ember_sebc *s, uint64_t seed) {
+    ember_status st = EMBER_OK;
+    for (int t = 0; t < T && st == EMBER_OK; t++) {
+        ember_tensor_info ti[EMBER_MAX_TENSORS];
+        const int32_t n = ember_table_tensors(ember_sebc_table(s, t), ti);
+        for (int32_t i = 0; i < ember_sebc_num_pieces(s, t) && st == EMBER_OK; i++) {
+            ember_piece p;
+            st = ember_sebc_piece(s, t, i, &p);
+            for (int k = 0; k < n && st == EMBER_OK; k++) {
+                const int sliced = ti[k].cols == DIMS[t];
+                const int32_t c0 = sliced ? p.col_begin : 0, c1 = sliced ? p.col_end : ti[k].cols;
+                float v[64];
+                for (int64_t r = p.row_begin + (7 - p.row_begin % 5) % 5; r < p.row_end && st == EMBER_OK; r += 5) {
+                    for (int32_t c = c0; c < c1; c++) {
+                        test_rng rng = {seed ^ ((uint64_t)t << 56) ^ ((uint64_t)k << 48) ^ ((uint64_t)r << 16) ^ (uint64_t)c};
+                        v[c - c0] = (float)rng_uniform(&rng);
+                    }
+                    st = ember_sebc_piece_write(s, t, i, ti[k].name, r, r + 1, EMBER_DTYPE_F32, v);
+                }
+            }
+        }
+    }
+    return st;
+}
+
 static int write_file(const char *dir, const char *name, const void *p, size_t n) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -151,6 +179,9 @@ int main(int argc, char **argv) {
     if (st == EMBER_OK) st = ember_checkpoint_save(s, ck, &opts);
     if (st == EMBER_OK) st = fill(s, 42);
     if (st == EMBER_OK) st = ember_checkpoint_save(s, ck, &opts);
+    const ember_checkpoint_options delta = {.chunk_bytes = CHUNK, .blobs = blobs, .num_blobs = 2, .delta = 1};
+    if (st == EMBER_OK) st = touch_rows(s, 43);
+    if (st == EMBER_OK) st = ember_checkpoint_save(s, ck, &delta);
     if (st != EMBER_OK) {
         fprintf(stderr, "ckpt_dump: rank %d: %s\n", R, ctx ? ember_ctx_errmsg(ctx) : "cannot create a context");
         ok = 0;
@@ -164,7 +195,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ckpt_dump: cannot write '%s'\n", path);
             ok = 0;
         } else {
-            fprintf(js, "{\"world_size\": %d, \"generation\": 2, \"tables\": [", W);
+            fprintf(js, "{\"world_size\": %d, \"generation\": 3, \"tables\": [", W);
         }
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD); // every rank runs the same collectives below

@@ -921,8 +921,9 @@ def ckpt_tables(load_side):
 
 
 def case_ckpt_save(run, d):
-    """W = 2: train 3 steps under a mixed plan, save twice (generation 2) with a blob; rank 0
-    writes the expected global state dict beside the checkpoint."""
+    """W = 2: train 3 steps under a mixed plan, save twice (generation 2) with a blob, train a
+    step more and save a delta on top (generation 3); rank 0 writes the expected global state
+    dict beside the checkpoint."""
     W, R = run.size, run.rank
     tables = ckpt_tables(False)
     plan = {"t0": "rw", "t1": "dp", "t2": "cw", "t3": ember.TablePlan("tw", ranks=(W - 1,)), "t4": "twrw"}
@@ -936,19 +937,28 @@ def case_ckpt_save(run, d):
             s.backward(kjt, rng.standard_normal(out.shape).astype(np.float32))
         s.save(d, blobs={"meta": b"first"})
         s.save(d, blobs={"meta": b"hello \x00 world", "empty": b""}, chunk_bytes=64)  # many small records
+        before = s.state_dict(root=-1)
+        batch = random_batch(rng, feature_rows(tables), W)  # one sample per rank: few rows change
+        kjt, _ = kjt_of(batch, range(R, R + 1))
+        out = s.forward(kjt)
+        s.backward(kjt, rng.standard_normal(out.shape).astype(np.float32))
+        s.save(d, blobs={"meta": b"hello \x00 world", "empty": b""}, chunk_bytes=64, delta=True)
         sd = s.state_dict(root=-1)
+        run.check(any(not np.array_equal(np.asarray(sd[k]), np.asarray(before[k])) for k in sd),
+                  "the step before the delta changed nothing")
         if R == 0:
             np.savez(d.rstrip("/") + ".expected.npz", **{k: np.asarray(v) for k, v in sd.items()})
             with ember.Checkpoint(d) as c:
                 run.check(c.world_size == W, "checkpoint world size %s" % c.world_size)
-                run.check(c.generation == 2, "generation %s" % c.generation)
+                run.check(c.generation == 3 and c.base_generation == 2,
+                          "generation %s on %s" % (c.generation, c.base_generation))
                 run.check(sorted(c.blob_names) == ["empty", "meta"], "blobs %s" % (c.blob_names,))
                 run.check(c.read_blob("meta") == b"hello \x00 world", "blob bytes")
                 run.check(c.read_blob("empty") == b"", "empty blob")
                 names = [t["name"] for t in c.tables]
                 run.check(names == ["t0", "t1", "t2", "t3", "t4"], "checkpoint tables %s" % names)
                 t2 = [t for t in c.tables if t["name"] == "t2"][0]
-                run.check(t2["dtype"] == "bf16" and t2["rows"] == 10 and t2["dim"] == 6 and t2["step"] == 3,
+                run.check(t2["dtype"] == "bf16" and t2["rows"] == 10 and t2["dim"] == 6 and t2["step"] == 4,
                           "t2 in the manifest: %s" % t2)
                 t0 = [t for t in c.tables if t["name"] == "t0"][0]
                 # 13 x 8 fp32 weight + two Adam moments in records of at most 64 bytes (2 rows).

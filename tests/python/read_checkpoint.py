@@ -13,6 +13,8 @@ Blobs (a trainer's opaque bytes) are stored the same way, whole. Version 3 adds 
 checkpoints: a delta of generation G names the records of its base generations (files g<B>-r<R>.bin,
 base_generation <= B <= G) and then its own; in each tensor the records come in the order of their
 generations, the first generation's cover it exactly once and the later ones overwrite parts of it.
+A delta's record may be a row list ("count": n): n int64 row numbers, ascending inside its rows
+[r0, r1), then those n rows.
 
 What it checks: the manifest's structure; every record's size and CRC-32; that the records of a
 tensor cover each of its elements exactly once; and, given REF_DIR (written by
@@ -111,6 +113,7 @@ def read_checkpoint(root, bad):
                     r0, r1 = (as_int(x, where + " rows", bad) for x in r["rows"])
                     c0, c1 = (as_int(x, where + " cols", bad) for x in r["cols"])
                     off, nbytes = as_int(r["offset"], where + " offset", bad), as_int(r["bytes"], where + " bytes", bad)
+                    count = as_int(r.get("count", 0), where + " count", bad)
                     rec = "%s record rows [%d, %d) cols [%d, %d) in %s" % (where, r0, r1, c0, c1, r["file"])
                     if r["file"] not in names:
                         bad("%s: not a data file of generations %d..%d, world size %d" % (rec, base, gen, world))
@@ -123,8 +126,9 @@ def read_checkpoint(root, bad):
                     if not (0 <= r0 < r1 <= rows and 0 <= c0 < c1 <= cols):
                         bad("%s: outside the tensor [%d, %d]" % (rec, rows, cols))
                         continue
-                    if nbytes != (r1 - r0) * (c1 - c0) * dt.itemsize:
-                        bad("%s: %d bytes for a %s block of %d x %d" % (rec, nbytes, k["dtype"], r1 - r0, c1 - c0))
+                    nrows = count or r1 - r0
+                    if nbytes != nrows * (c1 - c0) * dt.itemsize + 8 * count:
+                        bad("%s: %d bytes for a %s block of %d x %d" % (rec, nbytes, k["dtype"], nrows, c1 - c0))
                         continue
                     used.add(r["file"])
                     buf = files.read(r["file"], off, nbytes)
@@ -135,10 +139,19 @@ def read_checkpoint(root, bad):
                     if crc != r["crc32"]:
                         bad("%s: CRC-32 %08x, the manifest says %08x" % (rec, crc, r["crc32"]))
                     if g == first:  # a delta's records (later generations) overwrite these
+                        if count:
+                            bad("%s: a row list in the tensor's first generation" % rec)
                         if cover[r0:r1, c0:c1].any():
                             bad("%s: overlaps an earlier record" % rec)
                         cover[r0:r1, c0:c1] += 1
-                    arr[r0:r1, c0:c1] = np.frombuffer(buf, dtype=dt).reshape(r1 - r0, c1 - c0)
+                    if count:
+                        which = np.frombuffer(buf[:8 * count], dtype="<i8")
+                        if not (np.all(np.diff(which) > 0) and which[0] >= r0 and which[-1] < r1):
+                            bad("%s: its row list is not ascending inside its rows" % rec)
+                            continue
+                        arr[which, c0:c1] = np.frombuffer(buf[8 * count:], dtype=dt).reshape(count, c1 - c0)
+                    else:
+                        arr[r0:r1, c0:c1] = np.frombuffer(buf, dtype=dt).reshape(r1 - r0, c1 - c0)
                 if not cover.all():
                     missing = np.argwhere(cover == 0)[0]
                     bad("%s: %d of %d elements in no record (first: row %d, column %d)"
