@@ -15,7 +15,8 @@
 //                           rows [r0, r1) and columns [c0, c1), dtype, CRC-32), blobs (name,
 //                           file, offset, bytes, CRC-32)
 //   g<G>-r<R>.bin           rank R's records of generation G: raw little-endian row-major
-//                           blocks [r1 - r0, c1 - c0], back to back
+//                           blocks [r1 - r0, c1 - c0], back to back; a delta's row list
+//                           ("count": n) is n int64 row numbers, then those n rows
 // A record is at most the chunk size (one row when a row is larger; whole buckets of a hashed
 // table).
 //

@@ -658,182 +658,6 @@ static void commit_protocol(void **state) {
     coll_close(&a);
 }
 
-// ---- Incremental checkpoints -----------------------------------------------------------------------
-
-// Five tables of every kind a delta must follow: row-wise Adagrad, fp16 Adam (converted to bf16
-// between the deltas), hashed (admission after 2 sightings: candidates change), tiered (a cache of
-// a quarter of its rows), one row. All SUM; table t under scheme (shift + t), a tiered table
-// table-wise where that would make it data-parallel.
-enum { DT = 5 };
-static const int64_t DROWS[DT] = {4000, 97, 64, 160, 1};
-static const int32_t DDIMS[DT] = {8, 6, 4, 4, 3};
-
-static ember_status delta_open(coll *c, MPI_Comm comm, int shift, const char *ssd) {
-    memset(c, 0, sizeof *c);
-    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
-    if (ember_ctx_create(&cc, &c->ctx) != EMBER_OK || ember_comm_create(c->ctx, comm, &c->comm) != EMBER_OK)
-        return EMBER_ERR_INVALID_ARG;
-    int w = 0;
-    MPI_Comm_size(comm, &w);
-    static const char *const names[DT] = {"plain", "half", "hashed", "tiered", "one"};
-    static const ember_optim_kind opts[DT] = {EMBER_OPT_ROWWISE_ADAGRAD, EMBER_OPT_ADAM, EMBER_OPT_ADAGRAD,
-                                              EMBER_OPT_SGD, EMBER_OPT_SGD};
-    ember_table_config tc[DT];
-    ember_feature_config fc[DT];
-    ember_table_plan plan[DT];
-    int32_t ranks[DT][16];
-    for (int t = 0; t < DT; t++) {
-        ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
-        o.kind = opts[t];
-        o.lr = 0.05f;
-        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
-        tc[t].name = names[t], tc[t].rows = DROWS[t], tc[t].dim = DDIMS[t], tc[t].pooling = EMBER_POOL_SUM;
-        tc[t].dtype = t == 1 ? EMBER_DTYPE_F16 : EMBER_DTYPE_F32;
-        tc[t].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, tc[t].optim = o;
-        if (t == 2) tc[t].hash = (ember_hash_config){.enabled = 1, .bucket_rows = 8, .min_count = 2};
-        if (t == 3) tc[t].cache_rows = DROWS[t] / 4;
-        fc[t] = (ember_feature_config){.name = names[t], .table = t};
-        int scheme = shift + t;
-        if (t == 3 && scheme % SCHEMES == 0) scheme++; // a tiered table is not data-parallel
-        plan[t] = plan_of(scheme, t, w, DDIMS[t], ranks[t]);
-    }
-    ember_ebc_config cfg = {.tables = tc, .num_tables = DT, .features = fc, .num_features = DT,
-                            .bounds = EMBER_BOUNDS_ERROR, .seed = 3, .ssd_dir = ssd};
-    return ember_sebc_create(c->comm, &cfg, plan, EMBER_GRAD_SUM, &c->s);
-}
-
-// `steps` training steps of this rank's seeded batches (duplicate ids, empty bags; the hashed
-// table's ids from a space of 200 keys).
-static ember_status delta_train(ember_sebc *s, uint64_t seed, int steps) {
-    const int64_t ids[DT] = {DROWS[0], DROWS[1], 200, DROWS[3], DROWS[4]};
-    enum { B = 6 };
-    const int32_t D = ember_sebc_output_dim(s);
-    float *out = malloc(sizeof(float) * B * (size_t)D), *grad = malloc(sizeof(float) * B * (size_t)D);
-    ember_status st = EMBER_OK;
-    for (int i = 0; i < steps && st == EMBER_OK; i++) {
-        test_rng rng = {seed * 1000003u + (uint64_t)R * 7919u + (uint64_t)i};
-        gen_kjt g;
-        gen_kjt_make(&g, &rng, DT, B, ids, 4, 0.3, 0);
-        for (int j = 0; j < B * D; j++) grad[j] = (float)(rng_uniform(&rng) - 0.5);
-        st = ember_sebc_forward(s, &g.kjt, out);
-        if (st == EMBER_OK) st = ember_sebc_backward(s, &g.kjt, grad);
-        gen_kjt_free(&g);
-    }
-    free(out);
-    free(grad);
-    return st;
-}
-
-// Bytes of the files of generation g in dir (rank 0 counts; every rank gets it).
-static long generation_bytes(const char *dir, int g) {
-    long n = 0;
-    char name[64];
-    for (int r = 0; r < W; r++) {
-        snprintf(name, sizeof name, "g%d-r%d.bin", g, r);
-        const long b = R == 0 ? file_size(dir, name) : 0;
-        n += b > 0 ? b : 0;
-    }
-    MPI_Bcast(&n, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    return n;
-}
-
-static void deltas(void **state) {
-    (void)state;
-    char dir[128], full[128], ssd[128];
-    shared_dir(dir, sizeof dir, "delta");
-    shared_dir(full, sizeof full, "delta_full");
-    shared_dir(ssd, sizeof ssd, "");
-    coll a;
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_open(&a, MPI_COMM_WORLD, 0, ssd) == EMBER_OK);
-    ember_ctx *ctx = a.ctx;
-    const ember_checkpoint_options small = {.chunk_bytes = 64}, delta = {.chunk_bytes = 64, .delta = 1};
-
-    // No mark yet: refused on every rank, nothing written.
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_ERR_INVALID_ARG &&
-                                        has(ctx, "save a full checkpoint first") && !dir_exists(dir));
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 1, 3) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &small) == EMBER_OK);
-    const long g1 = generation_bytes(dir, 1);
-
-    // Two deltas: after training, and after more training, a write and a dtype change.
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 2, 2) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_OK);
-    const long g2 = generation_bytes(dir, 2);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 3, 2) == EMBER_OK);
-    const float row[8] = {0.5f, -0.25f, 1, 2, 3, 4, 5, 6}; // row 123 of "plain", through the pieces holding it
-    bool wrote = true;
-    for (int32_t i = 0; i < ember_sebc_num_pieces(a.s, 0); i++) {
-        ember_piece p;
-        wrote = wrote && ember_sebc_piece(a.s, 0, i, &p) == EMBER_OK;
-        if (wrote && p.row_begin <= 123 && 123 < p.row_end)
-            wrote = ember_sebc_piece_write(a.s, 0, i, "weight", 123, 124, EMBER_DTYPE_F32, row + p.col_begin) == EMBER_OK;
-    }
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, wrote);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_convert_dtype(a.s, 1, EMBER_DTYPE_BF16) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_OK);
-    const long g3 = generation_bytes(dir, 3);
-    if (R == 0) printf("deltas: W %d, full save %ld bytes, deltas %ld and %ld bytes\n", W, g1, g2, g3);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, g2 > 0 && g2 < g1 / 2);
-    // The base's files stay (the chain names them).
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 1) == g1 && generation_bytes(dir, 2) == g2);
-    ember_checkpoint *c = NULL;
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_OK &&
-                                        ember_checkpoint_generation(c) == 3 &&
-                                        ember_checkpoint_base_generation(c) == 1 && ember_checkpoint_verify(c) == EMBER_OK);
-    ember_checkpoint_close(c);
-
-    // The same state saved whole, elsewhere; then a delta into the chain is refused (the
-    // collection's mark is now the full checkpoint's), and so is one into a directory without one.
-    snapshot ref;
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, full, NULL) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_ERR_INVALID_ARG &&
-                                        has(ctx, "holds generation 3, not the checkpoint this collection last saved"));
-    char none[140];
-    snprintf(none, sizeof none, "%s_none", dir);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, none, &delta) != EMBER_OK && !dir_exists(none));
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 4) == 0);
-
-    // The chain loads as the full checkpoint does, bitwise, into every world size under other plans.
-    for (int w = 1; w <= W; w++) {
-        for (int shift = 0; shift < SCHEMES; shift += 2) {
-            MPI_Comm sub;
-            MPI_Comm_split(MPI_COMM_WORLD, R < w ? 0 : MPI_UNDEFINED, R, &sub);
-            bool ok = true;
-            if (sub != MPI_COMM_NULL) {
-                for (int which = 0; which < 2 && ok; which++) {
-                    coll b;
-                    ok = delta_open(&b, sub, shift + w, ssd) == EMBER_OK && delta_train(b.s, 9, 1) == EMBER_OK;
-                    const ember_status st = ok ? ember_checkpoint_load(b.s, which ? full : dir, NULL) : EMBER_ERR_INVALID_ARG;
-                    if (st != EMBER_OK) fprintf(stderr, "rank %d (w %d): %s\n", R, w, ember_ctx_errmsg(b.ctx));
-                    snapshot z;
-                    ok = ok && st == EMBER_OK && snap(b.s, &z) == EMBER_OK;
-                    if (ok && !snap_equal(&ref, &z)) {
-                        fprintf(stderr, "rank %d: %s loaded under w %d, shift %d: not bitwise the saved state\n", R,
-                                which ? "the full checkpoint" : "the chain", w, shift);
-                        ok = false;
-                    }
-                    if (ok) snap_free(&z);
-                    coll_close(&b);
-                }
-                MPI_Comm_free(&sub);
-            }
-            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
-        }
-    }
-    snap_free(&ref);
-
-    // A load marks the collection: a delta onto the loaded chain goes on; a full save removes
-    // the chain's files.
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 4, 1) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 1) == g1 && generation_bytes(dir, 4) > 0);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, NULL) == EMBER_OK);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, count_names(dir, "g", ".bin") == count_names(dir, "g5-", ".bin"));
-    coll_close(&a);
-}
-
 // ---- Verify checks what a load checks -------------------------------------------------------------
 
 // Table `name` of a manifest, its tensor k, blob i.
@@ -1011,6 +835,207 @@ static void verify_checks_what_load_checks(void **state) {
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(h.s, wrap, NULL) == EMBER_ERR_FORMAT &&
                                         has(h.ctx, "'weight' is larger than 2^60 bytes"));
     coll_close(&h);
+}
+
+// ---- Incremental checkpoints -----------------------------------------------------------------------
+
+// Five tables of every kind a delta must follow: row-wise Adagrad, fp16 Adam (converted to bf16
+// between the deltas), hashed (admission after 2 sightings: candidates change), tiered (a cache of
+// a quarter of its rows), one row. All SUM; table t under scheme (shift + t), a tiered table
+// table-wise where that would make it data-parallel.
+enum { DT = 5 };
+static const int64_t DROWS[DT] = {4000, 97, 64, 160, 1};
+static const int32_t DDIMS[DT] = {8, 6, 4, 4, 3};
+
+static ember_status delta_open(coll *c, MPI_Comm comm, int shift, const char *ssd) {
+    memset(c, 0, sizeof *c);
+    ember_ctx_config cc = EMBER_CTX_CONFIG_DEFAULT;
+    if (ember_ctx_create(&cc, &c->ctx) != EMBER_OK || ember_comm_create(c->ctx, comm, &c->comm) != EMBER_OK)
+        return EMBER_ERR_INVALID_ARG;
+    int w = 0;
+    MPI_Comm_size(comm, &w);
+    static const char *const names[DT] = {"plain", "half", "hashed", "tiered", "one"};
+    static const ember_optim_kind opts[DT] = {EMBER_OPT_ROWWISE_ADAGRAD, EMBER_OPT_ADAM, EMBER_OPT_ADAGRAD,
+                                              EMBER_OPT_SGD, EMBER_OPT_SGD};
+    ember_table_config tc[DT];
+    ember_feature_config fc[DT];
+    ember_table_plan plan[DT];
+    int32_t ranks[DT][16];
+    for (int t = 0; t < DT; t++) {
+        ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+        o.kind = opts[t];
+        o.lr = 0.05f;
+        tc[t] = (ember_table_config)EMBER_TABLE_CONFIG_DEFAULT;
+        tc[t].name = names[t], tc[t].rows = DROWS[t], tc[t].dim = DDIMS[t], tc[t].pooling = EMBER_POOL_SUM;
+        tc[t].dtype = t == 1 ? EMBER_DTYPE_F16 : EMBER_DTYPE_F32;
+        tc[t].init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1}, tc[t].optim = o;
+        if (t == 2) tc[t].hash = (ember_hash_config){.enabled = 1, .bucket_rows = 8, .min_count = 2};
+        if (t == 3) tc[t].cache_rows = DROWS[t] / 4;
+        fc[t] = (ember_feature_config){.name = names[t], .table = t};
+        int scheme = shift + t;
+        if (t == 3 && scheme % SCHEMES == 0) scheme++; // a tiered table is not data-parallel
+        plan[t] = plan_of(scheme, t, w, DDIMS[t], ranks[t]);
+    }
+    ember_ebc_config cfg = {.tables = tc, .num_tables = DT, .features = fc, .num_features = DT,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 3, .ssd_dir = ssd};
+    return ember_sebc_create(c->comm, &cfg, plan, EMBER_GRAD_SUM, &c->s);
+}
+
+// `steps` training steps of this rank's seeded batches (duplicate ids, empty bags; the hashed
+// table's ids from a space of 200 keys).
+static ember_status delta_train(ember_sebc *s, uint64_t seed, int steps) {
+    const int64_t ids[DT] = {DROWS[0], DROWS[1], 200, DROWS[3], DROWS[4]};
+    enum { B = 6 };
+    const int32_t D = ember_sebc_output_dim(s);
+    float *out = malloc(sizeof(float) * B * (size_t)D), *grad = malloc(sizeof(float) * B * (size_t)D);
+    ember_status st = EMBER_OK;
+    for (int i = 0; i < steps && st == EMBER_OK; i++) {
+        test_rng rng = {seed * 1000003u + (uint64_t)R * 7919u + (uint64_t)i};
+        gen_kjt g;
+        gen_kjt_make(&g, &rng, DT, B, ids, 4, 0.3, 0);
+        for (int j = 0; j < B * D; j++) grad[j] = (float)(rng_uniform(&rng) - 0.5);
+        st = ember_sebc_forward(s, &g.kjt, out);
+        if (st == EMBER_OK) st = ember_sebc_backward(s, &g.kjt, grad);
+        gen_kjt_free(&g);
+    }
+    free(out);
+    free(grad);
+    return st;
+}
+
+// Bytes of the files of generation g in dir (rank 0 counts; every rank gets it).
+static long generation_bytes(const char *dir, int g) {
+    long n = 0;
+    char name[64];
+    for (int r = 0; r < W; r++) {
+        snprintf(name, sizeof name, "g%d-r%d.bin", g, r);
+        const long b = R == 0 ? file_size(dir, name) : 0;
+        n += b > 0 ? b : 0;
+    }
+    MPI_Bcast(&n, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    return n;
+}
+
+// The first record of "plain"'s weight (the base's) made a row list of one row.
+static void base_row_list(cJSON *r) {
+    cJSON *rec = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m_tensor(r, "plain", 0), "records"), 0);
+    const int cols = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rec, "cols"), 1)->valueint -
+                     cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(rec, "cols"), 0)->valueint;
+    cJSON_AddNumberToObject(rec, "count", 1);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(rec, "bytes"), 8 + 4 * cols);
+}
+// The last record of "plain"'s weight (a delta's) in a file of generation 0.
+static void before_chain(cJSON *r) {
+    cJSON *recs = cJSON_GetObjectItemCaseSensitive(m_tensor(r, "plain", 0), "records");
+    m_set(cJSON_GetArrayItem(recs, cJSON_GetArraySize(recs) - 1), "file", "g0-r0.bin");
+}
+
+static void deltas(void **state) {
+    (void)state;
+    char dir[128], full[128], ssd[128];
+    shared_dir(dir, sizeof dir, "delta");
+    shared_dir(full, sizeof full, "delta_full");
+    shared_dir(ssd, sizeof ssd, "");
+    coll a;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_open(&a, MPI_COMM_WORLD, 0, ssd) == EMBER_OK);
+    ember_ctx *ctx = a.ctx;
+    const ember_checkpoint_options small = {.chunk_bytes = 64}, delta = {.chunk_bytes = 64, .delta = 1};
+
+    // No mark yet: refused on every rank, nothing written.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_ERR_INVALID_ARG &&
+                                        has(ctx, "save a full checkpoint first") && !dir_exists(dir));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 1, 3) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &small) == EMBER_OK);
+    const long g1 = generation_bytes(dir, 1);
+
+    // Two deltas: after training, and after more training, a write and a dtype change.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 2, 2) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_OK);
+    const long g2 = generation_bytes(dir, 2);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 3, 2) == EMBER_OK);
+    const float row[8] = {0.5f, -0.25f, 1, 2, 3, 4, 5, 6}; // row 123 of "plain", through the pieces holding it
+    bool wrote = true;
+    for (int32_t i = 0; i < ember_sebc_num_pieces(a.s, 0); i++) {
+        ember_piece p;
+        wrote = wrote && ember_sebc_piece(a.s, 0, i, &p) == EMBER_OK;
+        if (wrote && p.row_begin <= 123 && 123 < p.row_end)
+            wrote = ember_sebc_piece_write(a.s, 0, i, "weight", 123, 124, EMBER_DTYPE_F32, row + p.col_begin) == EMBER_OK;
+    }
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, wrote);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_convert_dtype(a.s, 1, EMBER_DTYPE_BF16) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_OK);
+    const long g3 = generation_bytes(dir, 3);
+    if (R == 0) printf("deltas: W %d, full save %ld bytes, deltas %ld and %ld bytes\n", W, g1, g2, g3);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, g2 > 0 && g2 < g1 / 2);
+    // The base's files stay (the chain names them).
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 1) == g1 && generation_bytes(dir, 2) == g2);
+    ember_checkpoint *c = NULL;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_OK &&
+                                        ember_checkpoint_generation(c) == 3 &&
+                                        ember_checkpoint_base_generation(c) == 1 && ember_checkpoint_verify(c) == EMBER_OK);
+    ember_checkpoint_close(c);
+    // The chain's structure as open checks it: a row list where the tensor's first generation
+    // tiles it, a record in a file older than the chain.
+    char *saved = get_manifest(dir);
+    put_manifest(dir, saved, base_row_list);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_ERR_FORMAT &&
+                                        has(ctx, "records of its first generation hold a row list"));
+    put_manifest(dir, saved, before_chain);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_open(ctx, dir, &c) == EMBER_ERR_FORMAT &&
+                                        has(ctx, "is not a data file of this checkpoint's generations"));
+    put_manifest(dir, saved, NULL);
+    free(saved);
+
+    // The same state saved whole, elsewhere; then a delta into the chain is refused (the
+    // collection's mark is now the full checkpoint's), and so is one into a directory without one.
+    snapshot ref;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, snap(a.s, &ref) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, full, NULL) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_ERR_INVALID_ARG &&
+                                        has(ctx, "holds generation 3, not the checkpoint this collection last saved"));
+    char none[140];
+    snprintf(none, sizeof none, "%s_none", dir);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, none, &delta) != EMBER_OK && !dir_exists(none));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 4) == 0);
+
+    // The chain loads as the full checkpoint does, bitwise, into every world size under other plans.
+    for (int w = 1; w <= W; w++) {
+        for (int shift = 0; shift < SCHEMES; shift += 2) {
+            MPI_Comm sub;
+            MPI_Comm_split(MPI_COMM_WORLD, R < w ? 0 : MPI_UNDEFINED, R, &sub);
+            bool ok = true;
+            if (sub != MPI_COMM_NULL) {
+                for (int which = 0; which < 2 && ok; which++) {
+                    coll b;
+                    ok = delta_open(&b, sub, shift + w, ssd) == EMBER_OK && delta_train(b.s, 9, 1) == EMBER_OK;
+                    const ember_status st = ok ? ember_checkpoint_load(b.s, which ? full : dir, NULL) : EMBER_ERR_INVALID_ARG;
+                    if (st != EMBER_OK) fprintf(stderr, "rank %d (w %d): %s\n", R, w, ember_ctx_errmsg(b.ctx));
+                    snapshot z;
+                    ok = ok && st == EMBER_OK && snap(b.s, &z) == EMBER_OK;
+                    if (ok && !snap_equal(&ref, &z)) {
+                        fprintf(stderr, "rank %d: %s loaded under w %d, shift %d: not bitwise the saved state\n", R,
+                                which ? "the full checkpoint" : "the chain", w, shift);
+                        ok = false;
+                    }
+                    if (ok) snap_free(&z);
+                    coll_close(&b);
+                }
+                MPI_Comm_free(&sub);
+            }
+            MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+        }
+    }
+    snap_free(&ref);
+
+    // A load marks the collection: a delta onto the loaded chain goes on; a full save removes
+    // the chain's files.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_load(a.s, dir, NULL) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, delta_train(a.s, 4, 1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, &delta) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 1) == g1 && generation_bytes(dir, 4) > 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, dir, NULL) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, count_names(dir, "g", ".bin") == count_names(dir, "g5-", ".bin"));
+    coll_close(&a);
 }
 
 int main(int argc, char **argv) {
