@@ -575,6 +575,9 @@ ember_status trainstate_decode(ember_ctx *ctx, const char *dir, const char *text
         if (v) decode_field(&r, f, v, ts);
         else if (!f->added) bad_field(&r, sec ? f->section : "", sec ? f->key : f->section, "is missing");
     }
+    // Absent (an older ember's checkpoint): no deltas. train_options_default's -1 means "the
+    // resumed checkpoint's", which a checkpoint itself never records.
+    if (o->checkpoint_delta_interval < 0) o->checkpoint_delta_interval = 0;
     ts->num_dense_params = get_int(&r, cJSON_GetObjectItemCaseSensitive(root, "model"), "model", "dense_parameters", 0,
                                    (int64_t)1 << 52);
 
