@@ -575,6 +575,7 @@ ember_status train_run(ember_comm *comm, const train_options *o, dlrm_backend_fa
                                                                       : DEFAULT_KEEP_CHECKPOINTS;
         if (e->checkpoint_delta_interval < 0)
             e->checkpoint_delta_interval = R.resumed ? R.ckpt.cfg.checkpoint_delta_interval : 0;
+        if (e->checkpoint_delta_interval < 0) e->checkpoint_delta_interval = 0; // an older checkpoint's: none
         st = ember_comm_agree(comm, st);
     }
     if (st == EMBER_OK) st = run_model(&R, factory, res);

@@ -128,7 +128,9 @@ static const trainstate_field fields[] = {
     {.flag = "keep_checkpoints", .section = "training", .key = "keep_checkpoints", .kind = TS_INT,
      FIELD(keep_checkpoints), .lo = 1, .hi = INT32_MAX, .rule = TS_MAY_CHANGE},
     {.flag = "checkpoint_delta_interval", .section = "training", .key = "checkpoint_delta_interval", .kind = TS_INT,
-     FIELD(checkpoint_delta_interval), .lo = 0, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE, .added = true},
+     FIELD(checkpoint_delta_interval), .lo = -1, .hi = MAX_COUNT, .rule = TS_MAY_CHANGE, .added = true},
+    // (-1: absent, an older ember's checkpoint: train_options_default's value; a resume of it
+    // saves no deltas unless asked.)
     // Where the tables live: the same numbers in RAM or on disk (docs/tiered.md), so a resume may
     // move them; eval --load keeps them where the run had them.
     {.flag = "ssd_tables", .section = "storage", .key = "ssd_tables", .kind = TS_TABLES, FIELD(ssd_tables),
@@ -575,9 +577,6 @@ ember_status trainstate_decode(ember_ctx *ctx, const char *dir, const char *text
         if (v) decode_field(&r, f, v, ts);
         else if (!f->added) bad_field(&r, sec ? f->section : "", sec ? f->key : f->section, "is missing");
     }
-    // Absent (an older ember's checkpoint): no deltas. train_options_default's -1 means "the
-    // resumed checkpoint's", which a checkpoint itself never records.
-    if (o->checkpoint_delta_interval < 0) o->checkpoint_delta_interval = 0;
     ts->num_dense_params = get_int(&r, cJSON_GetObjectItemCaseSensitive(root, "model"), "model", "dense_parameters", 0,
                                    (int64_t)1 << 52);
 
