@@ -106,11 +106,15 @@ static ember_status prepare_dir(ember_sebc *s, const char *dir, ember__ckpt_base
     *generation = 0;
     *created = 0;
     if (base) {
-        ember_status st = ember_checkpoint_open(ctx, dir, &base->c);
-        if (st != EMBER_OK)
-            return ember_ctx_set_error(ctx, st, "ember_checkpoint_save: a delta goes on top of the checkpoint in "
-                                                "'%s': %s",
-                                       dir, ember_ctx_errmsg(ctx));
+        const ember_status st = ember_checkpoint_open(ctx, dir, &base->c);
+        if (st != EMBER_OK) { // open's reason, without its rank tag, after what the delta needs
+            char why[EMBER_ERRMSG_CAP];
+            snprintf(why, sizeof why, "%s", ember_ctx_errmsg(ctx));
+            char *tag = strstr(why, " (rank ");
+            if (tag) *tag = '\0';
+            return ember_ctx_set_error(ctx, st, "ember_checkpoint_save: a delta goes on top of the checkpoint in '%s': %s",
+                                       dir, why);
+        }
         EMBER_TRY(check_base(s, dir, base->c, whole));
     } else if (mkdir(dir, 0777) == 0) *created = 1;
     else if (errno != EEXIST)
@@ -250,8 +254,8 @@ typedef struct writer {
     size_t cap;
 } writer;
 
-// Appends record x (its offset and bytes set here) of the `nparts` byte ranges given. EMBER_OK,
-// EMBER_ERR_IO (opening the file), EMBER_ERR_NOMEM.
+// Appends record x (its offset, bytes and CRC-32 set here): the na bytes at a, then the nb at b
+// (nb may be 0). EMBER_OK, EMBER_ERR_IO (opening the file), EMBER_ERR_NOMEM.
 static ember_status emit(writer *v, ember__ckpt_wrote x, const void *a, uint64_t na, const void *b, uint64_t nb) {
     EMBER_TRY(open_once(v->ctx, v->df, v->path, v->opened));
     uint32_t crc = (uint32_t)crc32_z(0, a, (z_size_t)na);

@@ -995,7 +995,9 @@ static void deltas(void **state) {
                                         has(ctx, "holds generation 3, not the checkpoint this collection last saved"));
     char none[140];
     snprintf(none, sizeof none, "%s_none", dir);
-    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, none, &delta) != EMBER_OK && !dir_exists(none));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_checkpoint_save(a.s, none, &delta) == EMBER_ERR_IO && !dir_exists(none) &&
+                                        has(ctx, "a delta goes on top of the checkpoint in") &&
+                                        has(ctx, "_none': cannot open: No such file or directory (rank"));
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, generation_bytes(dir, 4) == 0);
 
     // The chain loads as the full checkpoint does, bitwise, into every world size under other plans.
