@@ -1,6 +1,6 @@
-# Wire precision (tests/dist/test_wire.c): fp16/bf16 pooled outputs and gradients within their
-# bounds of the fp32 path for every scheme (row-block partial sums included), explicit fp32
-# bitwise the default, a short training run, ranks that disagree, overflow.
+# Wire precision (tests/dist/test_wire.c): fp16/bf16/fp8/int8 pooled outputs and gradients within
+# their bounds of the fp32 path for every scheme (row-block partial sums included), with loss
+# scales, explicit fp32 bitwise the default, a short training run, ranks that disagree, overflow.
 ember_test_exe(test_wire ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_wire.c)
 foreach(np 2 3 4)
   foreach(scheme tw cw rw twrw grid dp)
@@ -22,6 +22,7 @@ ember_mpi_test(dist.wire.train.rw.sum.np4 4 test_wire train --scheme rw --pool s
 foreach(np 2 3)
   ember_mpi_test(dist.wire.disagree.np${np} ${np} test_wire disagree)
   ember_mpi_test(dist.wire.overflow.np${np} ${np} test_wire overflow)
+  ember_mpi_test(dist.wire.overflow8.np${np} ${np} test_wire overflow8)
 endforeach()
 # `ember bench shard --wire_precision`: every scheme runs a step with 16-bit pooled outputs and
 # gradients, its forward within the rounding's bound of the unsharded collection (exit status).

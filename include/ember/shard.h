@@ -302,24 +302,46 @@ EMBER_API ember_status ember_shard_rank_bytes(ember_ctx *ctx, const ember_table_
 // Wire precision (as TorchRec's quantized comms, QCommsConfig's forward_precision and
 // backward_precision): the pooled rows of the output dist (owner -> home) travel as `forward`, their
 // gradients of the gradient dist (home -> owner, after the convention's scale and the row-wise MEAN
-// divisor) as `backward`. EMBER_DTYPE_F32 (the default) sends them exactly; EMBER_DTYPE_F16 and
-// EMBER_DTYPE_BF16 send 2 bytes a value (ember_comm_bytes_sent and the bytes of the last step count
-// them), rounded once to nearest even: |error| <= 2^-11 |x| in fp16's normal range (|x| >= 2^-14;
-// below it, steps of 2^-24), <= 2^-8 |x| in bf16. Row-block partial sums (rw, twrw, grid) are
-// rounded per partial, so a pooled value's error is bounded by the same factor times the sum of
-// its partials' magnitudes. Only values that cross ranks are encoded: a rank's own block (and
-// everything at W = 1) stays fp32, as do the input dist, the data-parallel gradient exchange and
-// the row-wise optimizers' sums of squares. Values that are not finite pass as they are. A finite
-// value that would round to infinity (fp16: |x| >= 65520; bf16: beyond 3.39e38) is refused: the
-// forward or backward returns EMBER_ERR_NUMERIC on every rank, naming the feature, table, sample
-// and value, before anything is sent (a failed backward changes no table); there is no loss scale.
-// Collective on comm: every rank passes the same values; ranks that differ all return
-// EMBER_ERR_INVALID_ARG with one message naming the values and ranks. Returns EMBER_OK,
-// EMBER_ERR_INVALID_ARG (a value other than the three above, or ranks that differ), EMBER_ERR_NOMEM,
-// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; on failure the precision is unchanged. wire_precision reads
-// the current pair (Local; NULL pointers are skipped).
+// divisor) as `backward`. Bytes a value on the wire and bound on a value's error:
+//   EMBER_DTYPE_F32       4  exact (the default)
+//   EMBER_DTYPE_F16       2  rounded to nearest even: <= 2^-11 |x| for |x| >= 2^-14, else steps of 2^-24
+//   EMBER_DTYPE_BF16      2  <= 2^-8 |x|
+//   EMBER_DTYPE_FP8_E4M3  1  <= 2^-4 |x| for |x| >= 2^-6, else steps of 2^-9 (largest finite 448)
+//   EMBER_DTYPE_FP8_E5M2  1  <= 2^-3 |x| for |x| >= 2^-14, else steps of 2^-16 (largest 57344)
+//   EMBER_DTYPE_I8        1  + 8 per row piece: each piece (the columns of one table's piece for
+//                            one sample, or one sequence row) quantized row-wise as ember/quant.h's
+//                            INT8 rows (FBGEMM's fused 8-bit rows: uint8 values, fp32 scale and
+//                            bias), |error| <= (hi - lo) / 510 + 1e-8 plus the fp32 rounding of
+//                            the dequantizing fma, lo and hi the piece's least and greatest value
+// The float formats see x times the direction's loss scale (ember_sebc_set_wire_loss_scale; 1 by
+// default), divided by it again on arrival: the bounds above hold for x times the scale (a
+// power of two scales exactly), so a scale lifts small gradients out of fp8's subnormal steps.
+// int8 scales each piece itself and ignores the loss scale. At D = 64, int8 sends 72 bytes for
+// fp32's 256. Row-block partial sums (rw, twrw, grid) are encoded per partial, so a pooled
+// value's error is bounded by the sum of its partials' bounds. Only values that cross ranks are
+// encoded: a rank's own block (and everything at W = 1) stays fp32, as do the input dist, the
+// data-parallel gradient exchange and the row-wise optimizers' sums of squares. Non-finite values
+// pass the float formats as they are (E4M3 has no infinity: one arrives as NaN); int8 refuses
+// them. A finite value that would round beyond the format's largest finite (fp16: |x| >= 65520;
+// bf16: beyond 3.39e38; fp8: beyond 448 or 57344, after the loss scale) is refused, and so is a
+// non-finite value under int8: the forward or backward returns EMBER_ERR_NUMERIC on every rank,
+// naming the feature, table, sample and value, before anything is sent (a failed backward changes
+// no table); nothing saturates (TorchRec's fp8 clamps). Collective on comm: every rank passes the
+// same values; ranks that differ all return EMBER_ERR_INVALID_ARG with one message naming the
+// values and ranks. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (a value other than the six above, or
+// ranks that differ), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; on failure the precision
+// is unchanged. wire_precision reads the current pair (Local; NULL pointers are skipped).
 EMBER_API ember_status ember_sebc_set_wire_precision(ember_sebc *s, ember_dtype forward, ember_dtype backward);
 EMBER_API void ember_sebc_wire_precision(const ember_sebc *s, ember_dtype *forward, ember_dtype *backward);
+// The loss scales of the float wire formats (QCommsConfig's forward_loss_scale and
+// backward_loss_scale): each value is multiplied by the direction's scale before it is encoded and
+// divided by it after it is decoded. Each must be finite and > 0; 1 (the default) changes nothing.
+// Collective on comm, as set_wire_precision: every rank passes the same pair (compared exactly).
+// Returns EMBER_OK, EMBER_ERR_INVALID_ARG (a scale not finite and positive, or ranks that differ),
+// EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; on failure the scales are unchanged.
+// wire_loss_scale reads them (Local; NULL pointers are skipped; 1 for a NULL s).
+EMBER_API ember_status ember_sebc_set_wire_loss_scale(ember_sebc *s, float forward, float backward);
+EMBER_API void ember_sebc_wire_loss_scale(const ember_sebc *s, float *forward, float *backward);
 
 // Bytes this rank sent in the last forward + backward (all schemes), and the analytic count for
 // one table (see docs/sharding.md). Local.

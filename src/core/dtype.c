@@ -15,6 +15,9 @@ static const struct {
     [EMBER_DTYPE_BF16] = {"bf16", 2, 1, 1},
     [EMBER_DTYPE_I64] = {"int64", 8, 0, 0},
     [EMBER_DTYPE_F64] = {"fp64", 8, 0, 0},
+    [EMBER_DTYPE_I8] = {"int8", 1, 0, 0},
+    [EMBER_DTYPE_FP8_E4M3] = {"fp8_e4m3", 1, 0, 0},
+    [EMBER_DTYPE_FP8_E5M2] = {"fp8_e5m2", 1, 0, 0},
 };
 
 static int known(ember_dtype dt) { return (int)dt >= 0 && (int)dt < EMBER_DTYPE_COUNT; }

@@ -46,6 +46,48 @@ static inline EMBER_HD uint16_t ember__f32_to_bf16_sr(float f, uint32_t rnd) {
     return (uint16_t)(r >> 16);
 }
 
+// OCP fp8 (the wire's fp8_e4m3 and fp8_e5m2), e5m2 = 0 for E4M3 (bias 7, 3 mantissa bits, largest
+// finite 448, no infinity: S.1111.111 is NaN) and 1 for E5M2 (bias 15, 2 mantissa bits, largest
+// finite 57344, infinities and NaNs as fp16's). Round to nearest even, subnormals kept (E4M3's
+// step 2^-9, E5M2's 2^-16). A finite value that rounds beyond the largest finite becomes the
+// format's NaN (E4M3) or infinity (E5M2): ember__fp8_overflowed tells it from a non-finite input.
+// NaN gives the format's NaN; an infinity gives E5M2's infinity, E4M3's NaN.
+static inline EMBER_HD float ember__pow2f(int k) { return ember__bits_f32((uint32_t)(127 + k) << 23); } // normal k only
+
+static inline EMBER_HD uint8_t ember__f32_to_fp8(float f, int e5m2) {
+    const uint32_t u = ember__f32_bits(f), a = u & 0x7fffffffu;
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    const int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    if (a >= 0x7f800000u) return (uint8_t)(sign | (a > 0x7f800000u || !e5m2 ? (e5m2 ? 0x7eu : 0x7fu) : 0x7cu));
+    int e = (int)(a >> 23) - 127;   // an fp32 subnormal reads -127: far below either format
+    if (e < 1 - bias) e = 1 - bias; // the subnormal range's step
+    if (e > 2 * bias + 1) return (uint8_t)(sign | (e5m2 ? 0x7cu : 0x7fu)); // far beyond either's range
+    // The value in units of its step 2^(e - mb): an exact scaling, then one rounding.
+    unsigned m = (unsigned)nearbyintf(ember__bits_f32(a) * ember__pow2f(mb - e));
+    if (m >= 2u << mb) m >>= 1, e++; // rounded up into the next binade (m was 2^(mb+1): exact)
+    const unsigned field = m < 1u << mb ? 0u : (unsigned)(e + bias), mant = m & ((1u << mb) - 1u);
+    if (e5m2 ? field > 30u : field > 15u || (field == 15u && mant == 7u))
+        return (uint8_t)(sign | (e5m2 ? 0x7cu : 0x7fu));
+    return (uint8_t)(sign | field << mb | mant);
+}
+
+static inline EMBER_HD float ember__fp8_to_f32(uint8_t h, int e5m2) {
+    const int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    const unsigned field = (h & 0x7fu) >> mb, mant = h & ((1u << mb) - 1u);
+    float v;
+    if (e5m2 && field == 31u) v = mant ? NAN : INFINITY;
+    else if (!e5m2 && field == 15u && mant == 7u) v = NAN;
+    else if (field == 0u) v = (float)mant * ember__pow2f(1 - bias - mb);
+    else v = (float)(mant | 1u << mb) * ember__pow2f((int)field - bias - mb);
+    return h & 0x80u ? -v : v;
+}
+
+// 1 when finite f became a non-finite code h (it overflowed the format).
+static inline EMBER_HD int ember__fp8_overflowed(float f, uint8_t h, int e5m2) {
+    const unsigned c = h & 0x7fu;
+    return (ember__f32_bits(f) & 0x7f800000u) != 0x7f800000u && (e5m2 ? c >= 0x7cu : c == 0x7fu);
+}
+
 static inline EMBER_HD float ember__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;

@@ -9,6 +9,14 @@
 #include "core/internal.h"
 #include "ember/quant.h"
 
+// ---- rows ---------------------------------------------------------------------------------------
+
+// One finite fp32 row of D elements into dst, in type t's layout by quant.h's rule (FBGEMM's), and
+// back: the element values (the kernels' arithmetic: one fused multiply-add). Local; no checks.
+// The sharded collection's int8 wire precision sends its row pieces this way (src/shard/wire.c).
+void ember__quantize_row(ember_qtype t, int32_t D, const float *x, unsigned char *dst);
+void ember__dequantize_row(ember_qtype t, int32_t D, const unsigned char *row, float *x);
+
 // ---- the kernels ------------------------------------------------------------------------------
 
 // One bag for a pooling kernel: the rows it reads, in id order (negative: pruned or skipped), and

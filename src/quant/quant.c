@@ -38,8 +38,7 @@ static unsigned quant_level(float x, int qmax) {
     return (unsigned)(q < 0 ? 0 : q > qmax ? qmax : q);
 }
 
-// One fp32 row into dst (quant.h's rule; the row is finite).
-static void quantize_row(ember_qtype t, int32_t D, const float *x, unsigned char *dst) {
+void ember__quantize_row(ember_qtype t, int32_t D, const float *x, unsigned char *dst) {
     if (t == EMBER_QTYPE_FP32) {
         memcpy(dst, x, 4 * (size_t)D);
         return;
@@ -80,8 +79,7 @@ static void quantize_row(ember_qtype t, int32_t D, const float *x, unsigned char
     memcpy(dst + nb + 2, &bias16, 2);
 }
 
-// Element values of one row (the kernels' arithmetic: one fused multiply-add).
-static void dequantize_row(ember_qtype t, int32_t D, const unsigned char *row, float *x) {
+void ember__dequantize_row(ember_qtype t, int32_t D, const unsigned char *row, float *x) {
     float scale = 0.0f, bias = 0.0f;
     const int per = per_byte(t), bits = 8 / per;
     const size_t nb = ((size_t)D + (size_t)per - 1) / (size_t)per;
@@ -139,7 +137,7 @@ ember_status ember_quantize_rows(ember_ctx *ctx, ember_qtype t, int32_t dim, int
     EMBER_TRY(check_rows_args(ctx, fn, t, dim, n, src, dst));
     EMBER_TRY(check_finite(ctx, fn, "src", 0, dim, n, src));
     const size_t rb = ember_qtype_row_bytes(t, dim);
-    for (int64_t r = 0; r < n; r++) quantize_row(t, dim, src + r * dim, (unsigned char *)dst + (size_t)r * rb);
+    for (int64_t r = 0; r < n; r++) ember__quantize_row(t, dim, src + r * dim, (unsigned char *)dst + (size_t)r * rb);
     return EMBER_OK;
 }
 
@@ -148,7 +146,7 @@ ember_status ember_dequantize_rows(ember_ctx *ctx, ember_qtype t, int32_t dim, i
     if (!ctx) return EMBER_ERR_INVALID_ARG;
     EMBER_TRY(check_rows_args(ctx, "ember_dequantize_rows", t, dim, n, src, dst));
     const size_t rb = ember_qtype_row_bytes(t, dim);
-    for (int64_t r = 0; r < n; r++) dequantize_row(t, dim, (const unsigned char *)src + (size_t)r * rb, dst + r * dim);
+    for (int64_t r = 0; r < n; r++) ember__dequantize_row(t, dim, (const unsigned char *)src + (size_t)r * rb, dst + r * dim);
     return EMBER_OK;
 }
 
@@ -349,7 +347,7 @@ ember_status ember_qebc_quantize_rows(ember_qebc *q, int32_t t, int64_t r0, int6
     snprintf(what, sizeof what, "table '%s'", tb->cfg.name);
     EMBER_TRY(check_finite(q->ctx, fn, what, r0, tb->cfg.dim, r1 - r0, src));
     for (int64_t r = r0; r < r1; r++)
-        quantize_row(tb->cfg.qtype, tb->cfg.dim, src + (r - r0) * tb->cfg.dim, tb->rows + (size_t)r * tb->rb);
+        ember__quantize_row(tb->cfg.qtype, tb->cfg.dim, src + (r - r0) * tb->cfg.dim, tb->rows + (size_t)r * tb->rb);
     return EMBER_OK;
 }
 

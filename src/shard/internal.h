@@ -305,7 +305,8 @@ struct ember_sebc {
     uint64_t bytes_last_step, bytes_at_forward;
     int legacy_bucketize;         // measurement only: the O(W * nnz) path
     ember_dtype wire_fwd, wire_bwd; // wire precision of the output and gradient dists (wire.c)
-    ember__buf wire_snd, wire_rcv;  // their 16-bit messages
+    float wire_scale_fwd, wire_scale_bwd; // their loss scales (1 unless set)
+    ember__buf wire_snd, wire_rcv;  // their encoded messages
     struct ember__overlap *ov;    // prefetch and split backward (shard/overlap.h)
 };
 
@@ -342,7 +343,7 @@ ember_status ember__bucketize(ember_sebc *s, int32_t B);
 // rows for rank q's samples in block q) or of the gradient dist (EMBER__WIRE_BWD: home -> owner,
 // rank q's routes' rows for this rank's samples), as ember_comm_alltoallv with float elements, in
 // the wire precision set for that direction (wire.c). s->cnt[2W, 4W) is used as scratch.
-// Collective. Returns EMBER_OK, EMBER_ERR_NUMERIC (a value overflows the 16-bit format, on any
+// Collective. Returns EMBER_OK, EMBER_ERR_NUMERIC (a value the encoding cannot carry, on any
 // rank), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
 enum { EMBER__WIRE_FWD = 0, EMBER__WIRE_BWD = 1 };
 ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,

@@ -357,6 +357,7 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
         s->W = comm->size;
         s->rank = comm->rank;
         s->conv = conv;
+        s->wire_scale_fwd = s->wire_scale_bwd = 1.0f;
         s->training = 1;
         s->T = cfg->num_tables;
         s->F = cfg->num_features;

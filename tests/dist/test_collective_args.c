@@ -255,6 +255,16 @@ static bool wire_args(env *e) {
     return ok;
 }
 
+static bool wire_scale_args(env *e) {
+    bool ok = refused_naming(e, ember_sebc_set_wire_loss_scale(e->s, ODD(1.0f, 2.0f), 1.0f), "forward loss scale");
+    ok &= refused_naming(e, ember_sebc_set_wire_loss_scale(e->s, 1.0f, ODD(1024.0f, 1024.0001f)), "backward loss scale");
+    float f, b;
+    ember_sebc_wire_loss_scale(e->s, &f, &b);
+    ok &= ember_test_all_ok(MPI_COMM_WORLD, f == 1.0f && b == 1.0f, "unchanged", __FILE__, __LINE__);
+    ok &= all_ok(ember_sebc_set_wire_loss_scale(e->s, 0.5f, 1024.0f), "scale after");
+    return ok;
+}
+
 // A fresh directory every rank sees (rank 0 makes it) in base[cap].
 static void shared_dir(char *base, size_t cap) {
     if (R == 0) {
@@ -354,6 +364,8 @@ static const row CASES[] = {
     {"ember_sebc_convert_dtypes", convert_args, NULL},
     {"ember_sebc_set_wire_precision", wire_args, NULL},
     {"ember_sebc_wire_precision", NULL, "Local"},
+    {"ember_sebc_set_wire_loss_scale", wire_scale_args, NULL},
+    {"ember_sebc_wire_loss_scale", NULL, "Local"},
     {"ember_checkpoint_save", checkpoint_args, NULL},
     {"ember_checkpoint_load", checkpoint_args, NULL},
 };
