@@ -18,9 +18,11 @@ typedef struct opts {
     int quick;
     ember_dtype wire_fwd, wire_bwd; // --wire_precision
     double dense_ms; // simulated dense work per step (0: none)
+    float scale_fwd, scale_bwd; // --wire_loss_scale
 } opts;
 
 static int shard_bench_parse_wire(const char *arg, ember_dtype *fwd, ember_dtype *bwd);
+static double wire_bound(const opts *o, int W);
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -35,9 +37,10 @@ static void usage(FILE *f) {
             "                    rank's core in two halves (before the backward, and between its start\n"
             "                    and finish), calling ember_comm_progress every ~50 us\n"
             "  --quick           tiny sizes, 2 steps (smoke test)\n"
-            "  --wire_precision P[,Q]  fp32 (default), fp16 or bf16: pooled outputs (P) and their gradients\n"
-            "                    (Q, default P) between ranks; the residual is then checked against the\n"
-            "                    rounding's bound (ember_sebc_set_wire_precision)\n"
+            "  --wire_precision P[,Q]  fp32 (default), fp16, bf16, fp8_e4m3, fp8_e5m2 or int8: pooled\n"
+            "                    outputs (P) and their gradients (Q, default P) between ranks; the residual\n"
+            "                    is then checked against the encoding's bound (ember_sebc_set_wire_precision)\n"
+            "  --wire_loss_scale S[,T]  the float formats' loss scales (default 1)\n"
             "One JSON line per scheme (dp, tw, cw, rw, twrw, grid) from rank 0: bytes sent per rank per step\n"
             "(max and mean over ranks), ms per step (median over steps of the slowest rank), and the\n"
             "forward's residual against an unsharded collection with the same weights. Steps alternate\n"
@@ -54,11 +57,11 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    *o = (opts){8, 64, 512, 20, 10, 50000, 0, EMBER_DTYPE_F32, EMBER_DTYPE_F32, 0.0};
+    *o = (opts){8, 64, 512, 20, 10, 50000, 0, EMBER_DTYPE_F32, EMBER_DTYPE_F32, 0.0, 1.0f, 1.0f};
     static const struct option lo[] = {{"tables", 1, 0, 'T'},     {"rows", 1, 0, 'E'},       {"dim", 1, 0, 'D'},
                                        {"batch_size", 1, 0, 'B'}, {"pooling", 1, 0, 'L'},    {"iters", 1, 0, 'i'},
                                        {"quick", 0, 0, 'q'},      {"help", 0, 0, 'h'},       {"wire_precision", 1, 0, 'w'},
-                                       {"dense_ms", 1, 0, 'x'},
+                                       {"dense_ms", 1, 0, 'x'},   {"wire_loss_scale", 1, 0, 's'},
                                        {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -75,11 +78,18 @@ static int parse(int argc, char **argv, opts *o) {
             if (shard_bench_parse_wire(optarg, &o->wire_fwd, &o->wire_bwd) != 0) return 2;
             break;
         case 'x': o->dense_ms = atof(optarg); break;
+        case 's': {
+            char *end = NULL;
+            o->scale_fwd = o->scale_bwd = strtof(optarg, &end);
+            if (*end == ',') o->scale_bwd = strtof(end + 1, &end);
+            if (*end != '\0') return 2;
+            break;
+        }
         case 'h': return 1;
         default: return 2;
         }
     }
-    if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1, o->wire_fwd, o->wire_bwd, o->dense_ms};
+    if (o->quick) *o = (opts){3, 8, 16, 4, 2, 100, 1, o->wire_fwd, o->wire_bwd, o->dense_ms, o->scale_fwd, o->scale_bwd};
     if (o->T < 1 || o->E < 1 || o->D < 1 || o->B < 1 || o->L < 0 || o->iters < 1 || !(o->dense_ms >= 0) ||
         o->dense_ms > 1e4)
         return 2;
@@ -144,6 +154,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
     int64_t examined[2] = {0, 0}; // new, legacy: max over ranks
     ember_status st = ember_sebc_create(comm, &cfg, plan, EMBER_GRAD_MEAN, &s);
     if (st == EMBER_OK) st = ember_sebc_set_wire_precision(s, o->wire_fwd, o->wire_bwd);
+    if (st == EMBER_OK) st = ember_sebc_set_wire_loss_scale(s, o->scale_fwd, o->scale_bwd);
     if (st != EMBER_OK) {
         if (R == 0) fprintf(stderr, "ember bench shard: %s: %s\n", name, ember_ctx_errmsg(ctx));
         goto done;
@@ -230,6 +241,8 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         bench_json_str(&j, "optimizer", "rowwise_adagrad");
         bench_json_str(&j, "wire_forward", ember_dtype_name(o->wire_fwd));
         bench_json_str(&j, "wire_backward", ember_dtype_name(o->wire_bwd));
+        bench_json_sig(&j, "wire_loss_scale_forward", o->scale_fwd);
+        bench_json_sig(&j, "wire_loss_scale_backward", o->scale_bwd);
         bench_json_host(&j, ctx);
         bench_json_int(&j, "bytes_per_rank_max", (long long)bytes_max);
         bench_json_fixed(&j, "bytes_per_rank_mean", bytes_sum / W, 0);
@@ -252,10 +265,7 @@ static int run_scheme(ember_comm *comm, const opts *o, ember_shard_scheme scheme
         bench_json_sig(&j, "residual", worst);
         bench_json_end(&j);
     }
-    // fp16/bf16 on the wire round each value (or row-block partial) once: |err| <= u * the sum of
-    // the partials' magnitudes <= u * L * 0.01 (the initial weights' bound) at the first forward.
-    const double u = o->wire_fwd == EMBER_DTYPE_F16 ? 0x1p-11 : o->wire_fwd == EMBER_DTYPE_BF16 ? 0x1p-8 : 0;
-    rc = !(worst <= 1e-5 + u * o->L * 0.01) && !isnan(worst);
+    rc = !(worst <= 1e-5 + wire_bound(o, W)) && !isnan(worst);
 done:
     ember_sebc_destroy(s);
     free(tc);
@@ -274,6 +284,22 @@ done:
     free(comm_off);
     free(comm_on);
     return rc;
+}
+
+// The forward's error bound of the wire precision at the first forward (ember/shard.h): each value
+// (or row-block partial, at most W of them) is encoded once, and the partials' magnitudes sum to at
+// most L * 0.01 (the initial weights' bound). The fp8s add their subnormal half-step per partial
+// (over the loss scale); int8 a piece's range (<= 2 L 0.01) / 510 + 1e-8 per partial.
+static double wire_bound(const opts *o, int W) {
+    const double mag = o->L * 0.01, sc = o->scale_fwd;
+    switch (o->wire_fwd) {
+    case EMBER_DTYPE_F16: return 0x1p-11 * mag + W * 0x1p-25 / sc;
+    case EMBER_DTYPE_BF16: return 0x1p-8 * mag;
+    case EMBER_DTYPE_FP8_E4M3: return 0x1p-4 * mag + W * 0x1p-10 / sc;
+    case EMBER_DTYPE_FP8_E5M2: return 0x1p-3 * mag + W * 0x1p-17 / sc;
+    case EMBER_DTYPE_I8: return W * (2 * mag / 510 + 1e-8);
+    default: return 0;
+    }
 }
 
 // Every scheme in turn.

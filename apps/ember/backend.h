@@ -32,10 +32,11 @@ typedef struct dlrm_backend {
     // refuses --save_dir and --resume, and ember eval --load, with a message saying so.
     ember_status (*save)(void *impl, const char *dir, const ember_checkpoint_options *opts);
     ember_status (*load)(void *impl, const char *dir);
-    // Wire precision of the pooled outputs and their gradients between ranks
-    // (ember_sebc_set_wire_precision). Collective. NULL when the backend has none: ember train then
-    // refuses --wire_precision other than fp32.
-    ember_status (*set_wire_precision)(void *impl, ember_dtype forward, ember_dtype backward);
+    // Wire precision of the pooled outputs and their gradients between ranks, and its loss scales
+    // (ember_sebc_set_wire_precision, ember_sebc_set_wire_loss_scale). Collective. NULL when the
+    // backend has none: ember train then refuses --wire_precision other than fp32.
+    ember_status (*set_wire)(void *impl, ember_dtype forward, ember_dtype backward, float forward_scale,
+                             float backward_scale);
     // Training (1) or evaluation (0): an evaluation forward changes no table (a hashed table
     // admits no id). Local, the same on every rank. NULL when the backend's forwards never change
     // a table.

@@ -55,8 +55,11 @@ static ember_status set_training(void *impl, int training) {
     return ember_sebc_set_training(((sebc_backend *)impl)->sebc, training);
 }
 
-static ember_status set_wire_precision(void *impl, ember_dtype forward, ember_dtype backward) {
-    return ember_sebc_set_wire_precision(((sebc_backend *)impl)->sebc, forward, backward);
+static ember_status set_wire(void *impl, ember_dtype forward, ember_dtype backward, float forward_scale,
+                             float backward_scale) {
+    ember_sebc *s = ((sebc_backend *)impl)->sebc;
+    const ember_status st = ember_sebc_set_wire_precision(s, forward, backward);
+    return st != EMBER_OK ? st : ember_sebc_set_wire_loss_scale(s, forward_scale, backward_scale);
 }
 
 static void destroy(void *impl) {
@@ -90,7 +93,7 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->read = read;
     out->save = save;
     out->load = load;
-    out->set_wire_precision = set_wire_precision;
+    out->set_wire = set_wire;
     out->set_training = set_training;
     out->destroy = destroy;
     out->prefetch = prefetch;

@@ -1,5 +1,7 @@
 // `ember train`: command line -> train_options -> train_run on the sharded embedding collection.
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -52,9 +54,12 @@ static const char help[] =
     "                                    (default: probed at start in --ssd_dir, with a file of\n"
     "                                    at most the size of the run's files, 1 to 64 MiB)\n"
     "  --grad_convention mean|sum        objective over ranks: mean (default) or sum of rank losses\n"
-    "  --wire_precision P[,Q]            fp32 (default, exact), fp16 or bf16: pooled embeddings (P)\n"
-    "                                    and their gradients (Q, default P) between ranks, rounded\n"
-    "                                    to nearest even; an fp16 overflow stops the step (docs/sharding.md)\n"
+    "  --wire_precision P[,Q]            fp32 (default, exact), fp16, bf16, fp8_e4m3, fp8_e5m2 or\n"
+    "                                    int8 (row-wise): pooled embeddings (P) and their gradients\n"
+    "                                    (Q, default P) between ranks; a value the format cannot\n"
+    "                                    hold stops the step (docs/sharding.md)\n"
+    "  --wire_loss_scale S[,T]           the float formats' loss scales: values times S (pooled)\n"
+    "                                    or T (gradients, default S) on the wire (default 1)\n"
     "\n"
     "data:\n"
     "  --dataset synthetic|criteo|criteo_npy  (default synthetic)\n"
@@ -287,30 +292,55 @@ static bool set_gbps(void *base, void *field, const char *flag, const char *text
     return false;
 }
 
-// A dtype the wire carries: fp32, fp16 or bf16.
+// A dtype the wire carries (ember_dtype_is_wire).
 static bool wire_dtype(const char *name, ember_dtype *dt) {
     ember_dtype d;
-    if (ember_dtype_parse(name, &d) != EMBER_OK || !(d == EMBER_DTYPE_F32 || ember_dtype_is_16bit(d))) return false;
+    if (ember_dtype_parse(name, &d) != EMBER_OK || !ember_dtype_is_wire(d)) return false;
     *dt = d;
     return true;
 }
 
-// --wire_precision P or P,Q: fp32, fp16 or bf16 each.
+// --wire_precision P or P,Q: a wire dtype each.
 static bool set_wire_precision(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
     train_options *o = &((train_cli *)base)->o;
     (void)field, (void)flag;
-    char a[8] = "", b[8] = "";
+    char a[16] = "", b[16] = "";
     const char *comma = strchr(text, ',');
     const size_t n = comma ? (size_t)(comma - text) : strlen(text);
     if (n < sizeof a) memcpy(a, text, n), a[n] = '\0';
     if (comma && strlen(comma + 1) < sizeof b) strcpy(b, comma + 1);
     ember_dtype fwd, bwd;
     if (n >= sizeof a || !wire_dtype(a, &fwd) || (comma ? !wire_dtype(b, &bwd) : (bwd = fwd, false))) {
-        snprintf(err, cap, "--wire_precision '%s': expected fp32, fp16 or bf16, or two of them comma-separated", text);
+        snprintf(err, cap,
+                 "--wire_precision '%s': expected fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 or int8, or two of them "
+                 "comma-separated",
+                 text);
         return false;
     }
     o->wire_forward = fwd;
     o->wire_backward = bwd;
+    return true;
+}
+
+// --wire_loss_scale S or S,T: finite and > 0 each.
+static bool set_wire_loss_scale(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    train_options *o = &((train_cli *)base)->o;
+    (void)field, (void)flag;
+    char *end = NULL;
+    const float s = strtof(text, &end);
+    float t = s;
+    bool ok = end != text && isfinite(s) && s > 0;
+    if (ok && *end == ',') {
+        const char *u = end + 1;
+        t = strtof(u, &end);
+        ok = end != u && isfinite(t) && t > 0;
+    }
+    if (!ok || *end != '\0') {
+        snprintf(err, cap, "--wire_loss_scale '%.64s': expected a number > 0, or two comma-separated", text);
+        return false;
+    }
+    o->wire_scale_forward = s;
+    o->wire_scale_backward = t;
     return true;
 }
 
@@ -405,6 +435,7 @@ static const cli_flag flags[] = {
     CALL("disk_gbps", o.disk_gbps, set_gbps),
     NAME("grad_convention", o.grad_convention, cli_name_grad_convention, ANY_DATA),
     CALL("wire_precision", o.wire_forward, set_wire_precision),
+    CALL("wire_loss_scale", o.wire_scale_forward, set_wire_loss_scale),
     // data
     NAME("dataset", o.dataset, cli_name_dataset, ANY_DATA),
     TEXT("data_path", o.data_path, CRITEO_ONLY),

@@ -132,9 +132,13 @@ void report_config(run *R) {
             R->world > 1 ? "s" : "", (int)ember_ctx_num_threads(R->ctx),
             ember_ctx_num_threads(R->ctx) > 1 ? "s" : "", ember_grad_convention_name(o->grad_convention));
     if (o->threads_note) fprintf(f, "  threads     %s\n", o->threads_note);
-    if (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32)
-        fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks\n",
+    if (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32) {
+        fprintf(f, "  wire        pooled outputs %s, their gradients %s between ranks",
                 ember_dtype_name(o->wire_forward), ember_dtype_name(o->wire_backward));
+        if (o->wire_scale_forward != 1.0f || o->wire_scale_backward != 1.0f)
+            fprintf(f, " (loss scales %g, %g)", (double)o->wire_scale_forward, (double)o->wire_scale_backward);
+        fputc('\n', f);
+    }
     if (o->dataset == TRAIN_SYNTHETIC) {
         fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
                 (unsigned long long)o->seed, o->zipf_alpha);

@@ -40,6 +40,7 @@ void train_options_default(train_options *o) {
     o->multi_hot_dist = MULTIHOT_UNIFORM;
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) o->sharding[f] = SHARDING_AUTO;
     o->grad_convention = EMBER_GRAD_MEAN;
+    o->wire_scale_forward = o->wire_scale_backward = 1.0f;
     o->dataset = TRAIN_SYNTHETIC;
     o->zipf_alpha = 1.2;
     o->malformed = CRITEO_SKIP;
@@ -472,11 +473,12 @@ static ember_status build_model(run *R, dlrm_backend_factory factory) {
     ec.num_features = DLRM_NUM_SPARSE, ec.seed = o->seed, ec.max_batch_size = (int32_t)R->max_local;
     ec.max_nnz = DLRM_NUM_SPARSE * R->max_local, ec.ssd_dir = o->ssd_dir;
     ember_status st = factory(comm, &ec, R->plan, o->grad_convention, &R->backend);
-    if (st == EMBER_OK && (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32))
-        st = R->backend.set_wire_precision
-                 ? R->backend.set_wire_precision(R->backend.impl, o->wire_forward, o->wire_backward)
-                 : ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED,
-                                       "--wire_precision: this embedding backend sends fp32 only");
+    if (st == EMBER_OK && (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32 ||
+                           o->wire_scale_forward != 1.0f || o->wire_scale_backward != 1.0f))
+        st = R->backend.set_wire ? R->backend.set_wire(R->backend.impl, o->wire_forward, o->wire_backward,
+                                                       o->wire_scale_forward, o->wire_scale_backward)
+                                 : ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED,
+                                                       "--wire_precision: this embedding backend sends fp32 only");
     // The backend is the same on every rank: these verdicts are too.
     if (st == EMBER_OK && R->resumed && !R->backend.load) {
         st = ember_ctx_set_error(R->ctx, EMBER_ERR_UNSUPPORTED, "%s: this embedding backend cannot load checkpoints",

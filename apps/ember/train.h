@@ -54,6 +54,7 @@ typedef struct train_options {
     const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;
     ember_dtype wire_forward, wire_backward; // --wire_precision (default fp32: exact)
+    float wire_scale_forward, wire_scale_backward; // --wire_loss_scale (default 1)
     // Data.
     train_dataset dataset;
     const char *data_path;            // criteo: training file

@@ -151,6 +151,7 @@ static const char *const free_flags[] = {
     "inter_gbps: the planner's figure for this machine",
     "disk_gbps: the planner's figure for this machine",
     "wire_precision: not recorded; a resumed run rounds the exchanges as it is told from then on",
+    "wire_loss_scale: not recorded, as wire_precision",
     "threads: the same numbers with any count",
     "timeout_s: the collectives' deadline",
     "overlap: the same numbers either way",

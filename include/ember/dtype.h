@@ -41,6 +41,9 @@ EMBER_API ember_status ember_dtype_parse(const char *name, ember_dtype *out);
 EMBER_API int ember_dtype_is_16bit(ember_dtype dt);
 // 1 for the dtypes a table's weights can be stored in (fp32, fp16, bf16), 0 otherwise. Local.
 EMBER_API int ember_dtype_is_storage(ember_dtype dt);
+// 1 for the wire precisions of the sharded collection (fp32, fp16, bf16, int8, fp8_e4m3,
+// fp8_e5m2: ember_sebc_set_wire_precision), 0 otherwise. Local.
+EMBER_API int ember_dtype_is_wire(ember_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,8 @@ ENUMS: dict[str, dict[str, int]] = {t: enum_values(t) for t in (
 POOLING = ENUMS["pooling"]
 DTYPES = ENUMS["dtype"]
 STORAGE_DTYPES = {k: DTYPES[k] for k in ("fp32", "fp16", "bf16")}  # what a table's weights are stored in
+# What the sharded collection's wire carries (ember_sebc_set_wire_precision): the library says.
+WIRE_DTYPES = {k: v for k, v in DTYPES.items() if _ember.dtype_is_wire(v)}
 DTYPE_ALIASES = {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
                  "bfloat16": "bf16", "float64": "fp64", "f64": "fp64"}
 INIT_KINDS = ENUMS["init_kind"]
@@ -75,6 +77,12 @@ def parse_dtype(value: Any, what: str = "dtype") -> int:
         except TypeError:
             pass
     return parse_name(value, STORAGE_DTYPES, what, DTYPE_ALIASES)
+
+
+def parse_wire_dtype(value: Any, what: str = "wire_precision") -> int:
+    """A wire precision: "fp32" | "fp16" | "bf16" | "fp8_e4m3" | "fp8_e5m2" | "int8" (and the
+    storage dtypes' aliases)."""
+    return parse_name(value, WIRE_DTYPES, what, DTYPE_ALIASES)
 
 
 def enum_name(table: dict[str, int], code: int) -> str:

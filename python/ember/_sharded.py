@@ -13,7 +13,7 @@ import numpy as np
 from . import _ember
 from ._comm import Comm
 from ._config import (BOUNDS, CONVENTIONS, DTYPES, I32, NP_OF_DTYPE, U64, TableConfig, as_array, as_float, as_index,
-                      as_path, c_config, dtype_name, enum_name, invalid, parse_dtype, parse_name)
+                      as_path, c_config, dtype_name, enum_name, invalid, parse_dtype, parse_name, parse_wire_dtype)
 from ._ebc import _Collection
 from ._kjt import KJT
 
@@ -328,7 +328,9 @@ class ShardedEmbeddingBagCollection(_Collection):
                      measures one), or None
     wire_precision   the pooled rows' and their gradients' precision between ranks (TorchRec's
                      QCommsConfig): a dtype for both, or (forward, backward), each "fp32" (default,
-                     exact), "fp16" or "bf16"; see set_wire_precision
+                     exact), "fp16", "bf16", "fp8_e4m3", "fp8_e5m2" or "int8"; see set_wire_precision
+    wire_loss_scale  the float formats' loss scales: a number for both, or (forward, backward);
+                     see set_wire_loss_scale
 
     Collective calls (every rank calls them, in the same order): creation, forward, backward,
     step, read, write, state_dict, load_state_dict, convert_dtype, save, load. Any refusal on one
@@ -343,7 +345,7 @@ class ShardedEmbeddingBagCollection(_Collection):
                  grad_convention: str = "mean", bounds: str = "error", seed: int = 0, num_threads: int = 0,
                  max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512,
                  ssd_dir: str | os.PathLike[str] | None = None, topology: Topology | None = None,
-                 wire_precision: Any = None) -> None:
+                 wire_precision: Any = None, wire_loss_scale: Any = None) -> None:
         self._comm = comm if isinstance(comm, Comm) else Comm(comm)
         self._rank = self._comm.rank
         try:
@@ -353,6 +355,7 @@ class ShardedEmbeddingBagCollection(_Collection):
             self._plan = _resolve_plan(plan, self._tables, self._comm.size,
                                        as_index(batch_size_hint, "batch_size_hint", *I32, rank=self._rank), topology)
             wire = None if wire_precision is None else self._wire_codes(wire_precision)
+            scales = None if wire_loss_scale is None else self._wire_scales(wire_loss_scale)
             self._conv = parse_name(grad_convention, CONVENTIONS, "grad_convention")
             args = (parse_name(bounds, BOUNDS, "bounds"), as_index(seed, "seed", *U64, rank=self._rank),
                     as_index(num_threads, "num_threads", 0, I32[1], rank=self._rank),
@@ -364,12 +367,14 @@ class ShardedEmbeddingBagCollection(_Collection):
             raise  # not reached: agree raises on every rank
         self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv, d)
         self._output_dim = self._c.output_dim
-        if wire is not None:
-            try:
+        try:
+            if wire is not None:
                 self._c.set_wire_precision(*wire)
-            except BaseException:
-                self._c.close()
-                raise
+            if scales is not None:
+                self._c.set_wire_loss_scale(*scales)
+        except BaseException:
+            self._c.close()
+            raise
 
     def _collective(self, prepare: Callable[[], R]) -> R:
         """Runs the Python-side checks of a collective call; a refusal is agreed on every rank."""
@@ -442,27 +447,58 @@ class ShardedEmbeddingBagCollection(_Collection):
         pair = (spec, spec) if isinstance(spec, str) or not isinstance(spec, Sequence) else tuple(spec)
         if len(pair) != 2:
             raise invalid(f"wire_precision: expected a dtype or (forward, backward), got {spec!r}", self._rank)
-        return (parse_dtype(pair[0], "wire_precision forward"), parse_dtype(pair[1], "wire_precision backward"))
+        return (parse_wire_dtype(pair[0], "wire_precision forward"),
+                parse_wire_dtype(pair[1], "wire_precision backward"))
+
+    def _wire_scales(self, spec: Any) -> tuple[float, float]:
+        pair = (spec, spec) if not isinstance(spec, Sequence) or isinstance(spec, str) else tuple(spec)
+        if len(pair) != 2:
+            raise invalid(f"wire_loss_scale: expected a number or (forward, backward), got {spec!r}", self._rank)
+        out = []
+        for side, v in zip(("forward", "backward"), pair):
+            x = as_float(v, f"wire_loss_scale {side}", self._rank)
+            if not (np.isfinite(x) and x > 0):
+                raise invalid(f"wire_loss_scale {side}: {v!r} is not a positive finite number", self._rank)
+            out.append(x)
+        return out[0], out[1]
 
     def set_wire_precision(self, forward: Any, backward: Any = None) -> None:
         """The precision of the values that cross ranks (ember_sebc_set_wire_precision; TorchRec's
         QCommsConfig forward_precision / backward_precision): the pooled rows of the output dist
         travel as ``forward``, their gradients as ``backward`` (None: as forward). "fp32" sends
         them exactly; "fp16" and "bf16" send 2 bytes a value, rounded once to nearest even
-        (|error| <= 2^-11 |x| in fp16's normal range, 2^-8 |x| in bf16; a row-block partial sum is
-        rounded per partial). A rank's own block stays fp32, as do the input dist and the
-        data-parallel gradients. A finite value that fp16 or bf16 cannot hold makes that forward
-        or backward raise NumericError on every rank before anything is sent (there is no loss
-        scale). Collective: every rank passes the same pair; ranks that differ all raise
-        InvalidArgumentError naming the values."""
+        (|error| <= 2^-11 |x| in fp16's normal range, 2^-8 |x| in bf16); "fp8_e4m3" and
+        "fp8_e5m2" 1 byte (<= 2^-4 |x| and 2^-3 |x| in their normal ranges, after the loss scale:
+        set_wire_loss_scale); "int8" 1 byte plus 8 per row piece (one table piece of one sample),
+        quantized row-wise as FBGEMM's fused 8-bit rows (|error| <= the piece's range / 510 +
+        1e-8). A row-block partial sum is encoded per partial. A rank's own block stays fp32, as do
+        the input dist and the data-parallel gradients. A finite value a float format cannot hold
+        (after the loss scale), or a non-finite one under int8, makes that forward or backward
+        raise NumericError on every rank before anything is sent. Collective: every rank passes
+        the same pair; ranks that differ all raise InvalidArgumentError naming the values."""
         codes = self._collective(lambda: self._wire_codes((forward, forward if backward is None else backward)))
         self._c.set_wire_precision(*codes)
 
     @property
     def wire_precision(self) -> tuple[str, str]:
-        """(forward, backward) precision on the wire: "fp32", "fp16" or "bf16"."""
+        """(forward, backward) precision on the wire, by name ("fp32", "fp16", ...)."""
         fwd, bwd = self._c.wire_precision()
         return dtype_name(fwd), dtype_name(bwd)
+
+    def set_wire_loss_scale(self, forward: Any, backward: Any = None) -> None:
+        """The loss scales of the float wire formats (ember_sebc_set_wire_loss_scale; TorchRec's
+        QCommsConfig forward_loss_scale / backward_loss_scale): values are multiplied by the
+        direction's scale before they are encoded and divided by it after; each finite and > 0
+        (None for backward: as forward); 1 changes nothing; int8 ignores them. A power of two
+        scales exactly. Collective: every rank passes the same pair (compared exactly)."""
+        scales = self._collective(lambda: self._wire_scales((forward, forward if backward is None else backward)))
+        self._c.set_wire_loss_scale(*scales)
+
+    @property
+    def wire_loss_scale(self) -> tuple[float, float]:
+        """(forward, backward) loss scales of the float wire formats (1.0 unless set)."""
+        fwd, bwd = self._c.wire_loss_scale()
+        return float(fwd), float(bwd)
 
     def set_lr(self, lr: float, table: Any = None) -> None:
         """Learning rate of ``table`` (None: every table). Local: call it alike on every rank."""

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import torch
 
 import ember
-from ember._config import STORAGE_DTYPES  # the library's names of the dtypes its wire carries
+from ember._config import WIRE_DTYPES  # the library's names of the dtypes its wire carries
 
 # TorchRec's fused optimizer classes (torchrec.optim and torch.optim, as apply_optimizer_in_backward
 # records them), by class name, with ember's optimizer: the same EmbOptimType pairs as TorchRec's
@@ -136,22 +136,27 @@ def plan_from_torchrec(plan: Mapping[str, Any], tables: Any) -> dict[str, "ember
     return out
 
 
-def wire_precision_from_qcomms(qcomms: Any) -> tuple[str, str]:
-    """ember's wire precision for TorchRec's ``QCommsConfig`` (forward_precision,
-    backward_precision of CommType FP32, FP16 or BF16). FP8, INT8 and MX4, and loss scales, are
-    refused with UnsupportedError (ember sends fp32, fp16 or bf16, with no loss scale)."""
+def wire_precision_from_qcomms(qcomms: Any) -> tuple[tuple[str, str], tuple[float, float]]:
+    """ember's wire precision and loss scales for TorchRec's ``QCommsConfig``:
+    ((forward, backward), (forward_loss_scale, backward_loss_scale)). CommType FP32, FP16, BF16
+    and INT8 map to the dtypes of those names; FP8 to "fp8_e4m3" forward and, backward,
+    "fp8_e5m2" (or "fp8_e4m3" with fp8_bwd_uses_143, as TorchRec); an unset loss scale is 1.
+    MX4, and row-wise fp8 (fp8_quantize_dim), are refused with UnsupportedError."""
     out = []
     for side in ("forward", "backward"):
         prec = getattr(qcomms, f"{side}_precision", None)
         name = str(getattr(prec, "value", prec)).lower()
-        if name not in STORAGE_DTYPES:
+        if name == "fp8":
+            if getattr(qcomms, "fp8_quantize_dim" if side == "forward" else "fp8_quantize_dim_bwd", None) is not None:
+                raise ember.UnsupportedError(f"from_torchrec: qcomms {side}: row-wise fp8 (fp8_quantize_dim) is not "
+                                             "ember's fp8, which is scaled by the loss scale")
+            name = "fp8_e4m3" if side == "forward" or getattr(qcomms, "fp8_bwd_uses_143", False) else "fp8_e5m2"
+        if name not in WIRE_DTYPES:
             raise ember.UnsupportedError(f"from_torchrec: qcomms {side}_precision {name!r}: ember's wire carries "
-                                         f"{', '.join(STORAGE_DTYPES)}")
-        if getattr(qcomms, f"{side}_loss_scale", None) is not None:
-            raise ember.UnsupportedError(f"from_torchrec: qcomms {side}_loss_scale "
-                                         f"{getattr(qcomms, f'{side}_loss_scale')!r}: ember's wire has no loss scale")
+                                         f"{', '.join(WIRE_DTYPES)}")
         out.append(name)
-    return out[0], out[1]
+    scales = tuple(float(getattr(qcomms, f"{side}_loss_scale", None) or 1.0) for side in ("forward", "backward"))
+    return (out[0], out[1]), (scales[0], scales[1])
 
 
 def _convert_one(ebc: Any, plan: Any, comm: Any, optimizer: Any, kwargs: dict[str, Any]) -> Any:
@@ -165,7 +170,7 @@ def _convert_one(ebc: Any, plan: Any, comm: Any, optimizer: Any, kwargs: dict[st
         module = et.EmbeddingBagCollection(tables, **kwargs)
     else:
         if wire is not None:
-            kwargs["wire_precision"] = wire
+            kwargs["wire_precision"], kwargs["wire_loss_scale"] = wire
         ember_plan = "auto" if plan is None else plan if isinstance(plan, str) else plan_from_torchrec(plan, tables)
         module = et.ShardedEmbeddingBagCollection(tables, ember_plan, comm=comm, **kwargs)
     weights = {f"embedding_bags.{t.name}.weight": ebc.embedding_bags[t.name].weight for t in tables}

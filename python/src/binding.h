@@ -175,6 +175,7 @@ PyObject *ember_py_cpu(PyObject *self, PyObject *args);            // names.c
 PyObject *ember_py_isa_best(PyObject *self, PyObject *args);       // names.c
 PyObject *ember_py_statuses(PyObject *self, PyObject *args);       // names.c
 PyObject *ember_py_enum_names(PyObject *self, PyObject *type);     // names.c
+PyObject *ember_py_dtype_is_wire(PyObject *self, PyObject *code);  // names.c
 PyObject *ember_py_enum_parse(PyObject *self, PyObject *args);     // names.c
 PyObject *ember_py_world_rank_fn(PyObject *self, PyObject *args);  // errors.c
 PyObject *ember_py_bytes_outstanding_fn(PyObject *self, PyObject *args); // context.c

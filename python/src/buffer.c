@@ -74,6 +74,6 @@ const char *ember_py_dtype_format(ember_dtype dt) {
     case EMBER_DTYPE_BF16: return "H"; // numpy has no bfloat16: its raw bits
     case EMBER_DTYPE_I64: return "q";
     case EMBER_DTYPE_F64: return "d";
+    default: return NULL; // the wire-only dtypes (int8, fp8) are no array's
     }
-    return NULL;
 }

@@ -13,6 +13,7 @@ static PyMethodDef module_methods[] = {
      "Bytes the contexts of every ember object of this process hold through the library (0: all closed)."},
     {"statuses", ember_py_statuses, METH_NOARGS, "[(name, code, description)] of every ember_status."},
     {"enum_names", ember_py_enum_names, METH_O, "enum_names(type) -> the library's names of ember_<type>, by value."},
+    {"dtype_is_wire", ember_py_dtype_is_wire, METH_O, "dtype_is_wire(code) -> ember_dtype_is_wire."},
     {"enum_parse", ember_py_enum_parse, METH_VARARGS,
      "enum_parse(type, name) -> the value ember_<type>_parse gives the name, or None when it refuses it."},
     {"table_tensors", ember_py_table_tensors, METH_O, "table_tensors(table_tuple) -> [(name, rows, cols, dtype)]."},

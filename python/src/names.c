@@ -114,6 +114,14 @@ static const enum_entry *enum_of(PyObject *type) {
     return NULL;
 }
 
+// dtype_is_wire(code) -> ember_dtype_is_wire.
+PyObject *ember_py_dtype_is_wire(PyObject *self, PyObject *code) {
+    (void)self;
+    const long v = PyLong_AsLong(code);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(v >= 0 && v < EMBER_DTYPE_COUNT && ember_dtype_is_wire((ember_dtype)v));
+}
+
 // enum_names(type) -> [name of value 0, 1, ...].
 PyObject *ember_py_enum_names(PyObject *self, PyObject *type) {
     (void)self;

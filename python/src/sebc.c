@@ -387,6 +387,33 @@ static PyObject *sebc_wire_precision(SEBCObject *self, PyObject *args) {
     return Py_BuildValue("(ii)", (int)fwd, (int)bwd);
 }
 
+// set_wire_loss_scale(forward, backward): floats. Collective, as set_wire_precision.
+static PyObject *sebc_set_wire_loss_scale(SEBCObject *self, PyObject *args) {
+    float fwd, bwd;
+    if (!PyArg_ParseTuple(args, "ff", &fwd, &bwd)) return NULL;
+    if (sebc_enter(self) != 0) return NULL;
+    PyObject *ret = NULL;
+    AGREE_OR_OUT(self);
+    ember_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ember_sebc_set_wire_loss_scale(self->s, fwd, bwd);
+    Py_END_ALLOW_THREADS
+    ret = st == EMBER_OK ? Py_NewRef(Py_None) : ember_py_raise(self->ctx, st);
+out:
+    sebc_leave(self);
+    return ret;
+}
+
+// wire_loss_scale() -> (forward, backward) floats. Local.
+static PyObject *sebc_wire_loss_scale(SEBCObject *self, PyObject *args) {
+    (void)args;
+    if (sebc_enter(self) != 0) return NULL;
+    float fwd, bwd;
+    ember_sebc_wire_loss_scale(self->s, &fwd, &bwd);
+    sebc_leave(self);
+    return Py_BuildValue("(dd)", (double)fwd, (double)bwd);
+}
+
 // save(dir: bytes, blobs: [(name, buffer)], chunk_bytes)   Collective.
 static PyObject *sebc_save(SEBCObject *self, PyObject *args) {
     const char *dir;
@@ -586,6 +613,8 @@ static PyMethodDef sebc_methods[] = {
     {"dtypes", (PyCFunction)(void (*)(void))sebc_dtypes, METH_NOARGS, NULL},
     {"set_wire_precision", (PyCFunction)(void (*)(void))sebc_set_wire_precision, METH_VARARGS, NULL},
     {"wire_precision", (PyCFunction)(void (*)(void))sebc_wire_precision, METH_NOARGS, NULL},
+    {"set_wire_loss_scale", (PyCFunction)(void (*)(void))sebc_set_wire_loss_scale, METH_VARARGS, NULL},
+    {"wire_loss_scale", (PyCFunction)(void (*)(void))sebc_wire_loss_scale, METH_NOARGS, NULL},
     {"save", (PyCFunction)(void (*)(void))sebc_save, METH_VARARGS, NULL},
     {"load", (PyCFunction)(void (*)(void))sebc_load, METH_VARARGS, NULL},
     {"bcast_i64", (PyCFunction)(void (*)(void))sebc_bcast_i64, METH_VARARGS, NULL},

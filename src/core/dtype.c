@@ -8,16 +8,16 @@
 static const struct {
     const char *name;
     size_t size;
-    int is_16bit, storage;
+    int is_16bit, storage, wire;
 } TRAITS[EMBER_DTYPE_COUNT] = {
-    [EMBER_DTYPE_F32] = {"fp32", 4, 0, 1},
-    [EMBER_DTYPE_F16] = {"fp16", 2, 1, 1},
-    [EMBER_DTYPE_BF16] = {"bf16", 2, 1, 1},
-    [EMBER_DTYPE_I64] = {"int64", 8, 0, 0},
-    [EMBER_DTYPE_F64] = {"fp64", 8, 0, 0},
-    [EMBER_DTYPE_I8] = {"int8", 1, 0, 0},
-    [EMBER_DTYPE_FP8_E4M3] = {"fp8_e4m3", 1, 0, 0},
-    [EMBER_DTYPE_FP8_E5M2] = {"fp8_e5m2", 1, 0, 0},
+    [EMBER_DTYPE_F32] = {"fp32", 4, 0, 1, 1},
+    [EMBER_DTYPE_F16] = {"fp16", 2, 1, 1, 1},
+    [EMBER_DTYPE_BF16] = {"bf16", 2, 1, 1, 1},
+    [EMBER_DTYPE_I64] = {"int64", 8, 0, 0, 0},
+    [EMBER_DTYPE_F64] = {"fp64", 8, 0, 0, 0},
+    [EMBER_DTYPE_I8] = {"int8", 1, 0, 0, 1},
+    [EMBER_DTYPE_FP8_E4M3] = {"fp8_e4m3", 1, 0, 0, 1},
+    [EMBER_DTYPE_FP8_E5M2] = {"fp8_e5m2", 1, 0, 0, 1},
 };
 
 static int known(ember_dtype dt) { return (int)dt >= 0 && (int)dt < EMBER_DTYPE_COUNT; }
@@ -26,6 +26,7 @@ size_t ember_dtype_size(ember_dtype dt) { return known(dt) ? TRAITS[dt].size : 0
 const char *ember_dtype_name(ember_dtype dt) { return known(dt) ? TRAITS[dt].name : "unknown"; }
 int ember_dtype_is_16bit(ember_dtype dt) { return known(dt) && TRAITS[dt].is_16bit; }
 int ember_dtype_is_storage(ember_dtype dt) { return known(dt) && TRAITS[dt].storage; }
+int ember_dtype_is_wire(ember_dtype dt) { return known(dt) && TRAITS[dt].wire; }
 
 ember_status ember_dtype_parse(const char *name, ember_dtype *out) {
     for (int d = 0; name && out && d < EMBER_DTYPE_COUNT; d++)

@@ -57,18 +57,18 @@ static inline EMBER_HD float ember__pow2f(int k) { return ember__bits_f32((uint3
 static inline EMBER_HD uint8_t ember__f32_to_fp8(float f, int e5m2) {
     const uint32_t u = ember__f32_bits(f), a = u & 0x7fffffffu;
     const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
-    const int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
-    if (a >= 0x7f800000u) return (uint8_t)(sign | (a > 0x7f800000u || !e5m2 ? (e5m2 ? 0x7eu : 0x7fu) : 0x7cu));
-    int e = (int)(a >> 23) - 127;   // an fp32 subnormal reads -127: far below either format
-    if (e < 1 - bias) e = 1 - bias; // the subnormal range's step
-    if (e > 2 * bias + 1) return (uint8_t)(sign | (e5m2 ? 0x7cu : 0x7fu)); // far beyond either's range
-    // The value in units of its step 2^(e - mb): an exact scaling, then one rounding.
-    unsigned m = (unsigned)nearbyintf(ember__bits_f32(a) * ember__pow2f(mb - e));
-    if (m >= 2u << mb) m >>= 1, e++; // rounded up into the next binade (m was 2^(mb+1): exact)
-    const unsigned field = m < 1u << mb ? 0u : (unsigned)(e + bias), mant = m & ((1u << mb) - 1u);
-    if (e5m2 ? field > 30u : field > 15u || (field == 15u && mant == 7u))
-        return (uint8_t)(sign | (e5m2 ? 0x7cu : 0x7fu));
-    return (uint8_t)(sign | field << mb | mant);
+    const int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, shift = 23 - mb;
+    const uint32_t over = e5m2 ? 0x7cu : 0x7fu; // infinity, or E4M3's NaN
+    if (a >= 0x7f800000u) return (uint8_t)(sign | (a > 0x7f800000u ? (e5m2 ? 0x7eu : 0x7fu) : over));
+    if (a < (uint32_t)(128 - bias) << 23) {
+        // Below the smallest normal 2^(1 - bias): adding 2^(1 - bias - mb + 23), whose ulp is the
+        // subnormal step, rounds a to a whole number of steps (to nearest even, in hardware).
+        const float magic = ember__pow2f(24 - bias - mb);
+        return (uint8_t)(sign | (ember__f32_bits(ember__bits_f32(a) + magic) - ember__f32_bits(magic)));
+    }
+    const uint32_t r = a + (1u << (shift - 1)) - 1u + ((a >> shift) & 1u); // nearest even at bit `shift`
+    const uint32_t code = (r >> shift) - ((uint32_t)(127 - bias) << mb);   // rebiased exponent, mantissa
+    return (uint8_t)(sign | (code >= over ? over : code));
 }
 
 static inline EMBER_HD float ember__fp8_to_f32(uint8_t h, int e5m2) {

@@ -275,13 +275,8 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
     }
     float *recv = s->sequence ? s->snd_out.p : s->loc_out.p;
     ember__overlap *ov = s->ov;
-    if (s->wire_bwd != EMBER_DTYPE_F32 && s->W > 1) {
-        // 16-bit gradients on the wire: encoded, exchanged and decoded here (blocking; nothing is
-        // left in flight for the finish to wait for).
-        EMBER_TRY(ember__wire_exchange(s, EMBER__WIRE_BWD, send, sc, recv, rc));
-    } else {
-        EMBER_TRY(ember__comm_ialltoallv(c, send, sc, recv, rc, sizeof(float), &ov->grad));
-    }
+    // Encoded in the wire precision now, decoded by the finish.
+    EMBER_TRY(ember__wire_start(s, EMBER__WIRE_BWD, send, sc, recv, rc, &ov->grad));
     (void)ember_comm_progress(c);
     // The schemes kept at home prepare now, from grad_out (every allocation of their update, agreed
     // on; data-parallel then starts its gathers), while the routed gradients travel.
@@ -305,7 +300,7 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     EMBER_CHECK(s->ctx, ov->bwd_started, EMBER_ERR_STATE, "ember_sebc_backward_finish: no backward was started");
     ov->bwd_started = 0;
     const int32_t nr = s->nroutes[s->rank];
-    ember_status st = ember__comm_wait(c, &ov->grad);
+    ember_status st = ember__wire_finish(s, s->sequence ? s->snd_out.p : s->loc_out.p, &ov->grad);
     ember__prefetch_rows(s); // before the updates: the rows are read while they run
     if (st != EMBER_OK) {
         drain_home(s);

@@ -307,6 +307,10 @@ struct ember_sebc {
     ember_dtype wire_fwd, wire_bwd; // wire precision of the output and gradient dists (wire.c)
     float wire_scale_fwd, wire_scale_bwd; // their loss scales (1 unless set)
     ember__buf wire_snd, wire_rcv;  // their encoded messages
+    ember__buf wire_cnt;            // [3W] the exchange in flight's float counts received, bytes received, sent
+    ember_dtype wire_inflight;      // the exchange in flight: its encoding (F32: none), scale, direction
+    float wire_inflight_scale;
+    int wire_inflight_dir;
     struct ember__overlap *ov;    // prefetch and split backward (shard/overlap.h)
 };
 
@@ -342,12 +346,20 @@ ember_status ember__bucketize(ember_sebc *s, int32_t B);
 // The float exchange of the output dist (dir EMBER__WIRE_FWD: owner -> home, this rank's routes'
 // rows for rank q's samples in block q) or of the gradient dist (EMBER__WIRE_BWD: home -> owner,
 // rank q's routes' rows for this rank's samples), as ember_comm_alltoallv with float elements, in
-// the wire precision set for that direction (wire.c). s->cnt[2W, 4W) is used as scratch.
-// Collective. Returns EMBER_OK, EMBER_ERR_NUMERIC (a value the encoding cannot carry, on any
-// rank), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
+// the wire precision set for that direction (wire.c). Collective. Returns EMBER_OK,
+// EMBER_ERR_NUMERIC (a value the encoding cannot carry, on any rank), EMBER_ERR_NOMEM,
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT; every rank returns the same status.
 enum { EMBER__WIRE_FWD = 0, EMBER__WIRE_BWD = 1 };
 ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,
                                   const int64_t *rc);
+// The same in two halves, for the split backward: the start encodes (refusals agreed on every
+// rank before anything is sent, as above), copies the self block and leaves the messages in
+// flight on req; the finish waits for them and decodes into recv (the start's). One exchange in
+// flight per collection; send may be reused after the start, recv not before the finish.
+// Statuses as ember__wire_exchange: a failed start has nothing in flight.
+ember_status ember__wire_start(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,
+                               const int64_t *rc, ember__req *req);
+ember_status ember__wire_finish(ember_sebc *s, float *recv, ember__req *req);
 void ember__wire_free(ember_sebc *s);
 
 #endif

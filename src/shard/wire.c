@@ -17,20 +17,15 @@
 #include "core/dtype.h"
 #include "quant/internal.h"
 
-static int wire_dtype_ok(ember_dtype dt) {
-    return dt == EMBER_DTYPE_F32 || dt == EMBER_DTYPE_F16 || dt == EMBER_DTYPE_BF16 || dt == EMBER_DTYPE_I8 ||
-           dt == EMBER_DTYPE_FP8_E4M3 || dt == EMBER_DTYPE_FP8_E5M2;
-}
-
 ember_status ember_sebc_set_wire_precision(ember_sebc *s, ember_dtype forward, ember_dtype backward) {
     if (!s) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_sebc_set_wire_precision";
     ember_status st = EMBER_OK;
-    if (!wire_dtype_ok(forward) || !wire_dtype_ok(backward))
+    if (!ember_dtype_is_wire(forward) || !ember_dtype_is_wire(backward))
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
                           "%s: %s precision %d is not fp32, fp16, bf16, int8, fp8_e4m3 or fp8_e5m2", fn,
-                          wire_dtype_ok(forward) ? "backward" : "forward",
-                          (int)(wire_dtype_ok(forward) ? backward : forward));
+                          ember_dtype_is_wire(forward) ? "backward" : "forward",
+                          (int)(ember_dtype_is_wire(forward) ? backward : forward));
     const ember_arg args[] = {EMBER__ARG_STR("forward precision", ember_dtype_name(forward)),
                               EMBER__ARG_STR("backward precision", ember_dtype_name(backward))};
     EMBER_TRY(ember_comm_agree_args(s->comm, st, fn, args, 2));
@@ -71,6 +66,7 @@ void ember_sebc_wire_loss_scale(const ember_sebc *s, float *forward, float *back
 void ember__wire_free(ember_sebc *s) {
     ember__buf_free(s->ctx, &s->wire_snd);
     ember__buf_free(s->ctx, &s->wire_rcv);
+    ember__buf_free(s->ctx, &s->wire_cnt);
 }
 
 // ---- the layout of a block: rows of owner o's pieces -------------------------------------------
@@ -239,44 +235,70 @@ static ember_status refusal(ember_sebc *s, int dir, ember_dtype dt, float scale,
                         (int)(r->shard->c0 + col - r->local_col), why);
 }
 
-ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,
-                                  const int64_t *rc) {
+ember_status ember__wire_start(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,
+                               const int64_t *rc, ember__req *req) {
     ember_comm *c = s->comm;
     const ember_dtype dt = dir == EMBER__WIRE_FWD ? s->wire_fwd : s->wire_bwd;
-    if (dt == EMBER_DTYPE_F32 || s->W == 1) return ember__comm_alltoallv(c, send, sc, recv, rc, sizeof(float));
-    const float scale = dt == EMBER_DTYPE_I8 ? 1.0f : dir == EMBER__WIRE_FWD ? s->wire_scale_fwd : s->wire_scale_bwd;
     const int32_t W = s->W, me = s->rank;
-    // The encoded exchange's byte counts (s->cnt[2W, 4W) is free while the callers exchange): the
-    // self block stays out of it. A block is laid out by its owner's routes: forward, the sender's
-    // for what this rank sends and rank q's for what it receives; backward, the other way round.
-    int64_t *sb = s->cnt + 2 * W, *rb = s->cnt + 3 * W;
+    s->wire_inflight = W == 1 ? EMBER_DTYPE_F32 : dt;
+    if (s->wire_inflight == EMBER_DTYPE_F32) return ember__comm_ialltoallv(c, send, sc, recv, rc, sizeof(float), req);
+    const float scale = dt == EMBER_DTYPE_I8 ? 1.0f : dir == EMBER__WIRE_FWD ? s->wire_scale_fwd : s->wire_scale_bwd;
+    s->wire_inflight_scale = scale;
+    s->wire_inflight_dir = dir;
+    // The encoded exchange's byte counts, and what the finish decodes (the float counts it
+    // receives, then the bytes): the self block stays out of it. A block is laid out by its
+    // owner's routes: forward, the sender's for what this rank sends and rank q's for what it
+    // receives; backward, the other way round.
+    int64_t *cnt = ember__buf_reserve(s->ctx, &s->wire_cnt, sizeof(int64_t) * 3 * (size_t)W);
+    ember_status st = cnt ? EMBER_OK : EMBER_ERR_NOMEM;
     int64_t ns = 0, nr = 0;
-    for (int32_t q = 0; q < W; q++) {
-        sb[q] = q == me ? 0 : wire_bytes(s, dt, dir == EMBER__WIRE_FWD ? me : q, sc[q]);
-        rb[q] = q == me ? 0 : wire_bytes(s, dt, dir == EMBER__WIRE_FWD ? q : me, rc[q]);
-        ns += sb[q];
-        nr += rb[q];
+    for (int32_t q = 0; cnt && q < W; q++) {
+        cnt[q] = rc[q];
+        cnt[W + q] = q == me ? 0 : wire_bytes(s, dt, dir == EMBER__WIRE_FWD ? q : me, rc[q]);
+        cnt[2 * W + q] = q == me ? 0 : wire_bytes(s, dt, dir == EMBER__WIRE_FWD ? me : q, sc[q]);
+        nr += cnt[W + q];
+        ns += cnt[2 * W + q];
     }
-    unsigned char *snd = ember__buf_reserve(s->ctx, &s->wire_snd, (size_t)(ns > 0 ? ns : 1));
-    unsigned char *rcv = ember__buf_reserve(s->ctx, &s->wire_rcv, (size_t)(nr > 0 ? nr : 1));
-    ember_status st = snd && rcv ? EMBER_OK : EMBER_ERR_NOMEM;
+    unsigned char *snd = cnt ? ember__buf_reserve(s->ctx, &s->wire_snd, (size_t)(ns > 0 ? ns : 1)) : NULL;
+    unsigned char *rcv = cnt ? ember__buf_reserve(s->ctx, &s->wire_rcv, (size_t)(nr > 0 ? nr : 1)) : NULL;
+    if (!snd || !rcv) st = EMBER_ERR_NOMEM;
     for (int64_t q = 0, in = 0, out = 0; st == EMBER_OK && q < W; in += sc[q], q++) {
         if (q == me) continue;
         const int64_t bad = encode_block(s, dt, scale, dir == EMBER__WIRE_FWD ? me : (int32_t)q, send + in, sc[q], snd + out);
         if (bad >= 0) st = refusal(s, dir, dt, scale, (int32_t)q, bad, send[in + bad]);
-        out += sb[q];
+        out += cnt[2 * W + q];
     }
     // Every rank learns of a refusal (or a failed allocation) before anything is sent.
     EMBER_TRY(ember_comm_agree(c, st));
-    EMBER_TRY(ember__comm_alltoallv(c, snd, sb, rcv, rb, 1));
-    int64_t in = 0, self = 0, at = 0;
-    for (int32_t q = 0; q < me; q++) self += sc[q];
+    int64_t self = 0, at = 0;
+    for (int32_t q = 0; q < me; q++) self += sc[q], at += rc[q];
+    memcpy(recv + at, send + self, sizeof(float) * (size_t)rc[me]);
+    return ember__comm_ialltoallv(c, snd, cnt + 2 * W, rcv, cnt + W, 1, req);
+}
+
+ember_status ember__wire_finish(ember_sebc *s, float *recv, ember__req *req) {
+    EMBER_TRY(ember__comm_wait(s->comm, req));
+    if (s->wire_inflight == EMBER_DTYPE_F32) return EMBER_OK;
+    const int32_t W = s->W, me = s->rank, dir = s->wire_inflight_dir;
+    const int64_t *rc = s->wire_cnt.p, *rb = rc + W;
+    int64_t in = 0, at = 0;
     for (int32_t q = 0; q < W; q++) {
-        const int64_t n = rc[q];
-        if (q == me) memcpy(recv + at, send + self, sizeof(float) * (size_t)n);
-        else decode_block(s, dt, scale, dir == EMBER__WIRE_FWD ? q : me, rcv + in, n, recv + at);
+        if (q != me)
+            decode_block(s, s->wire_inflight, s->wire_inflight_scale, dir == EMBER__WIRE_FWD ? q : me,
+                         (const unsigned char *)s->wire_rcv.p + in, rc[q], recv + at);
         in += rb[q];
-        at += n;
+        at += rc[q];
     }
     return EMBER_OK;
+}
+
+ember_status ember__wire_exchange(ember_sebc *s, int dir, const float *send, const int64_t *sc, float *recv,
+                                  const int64_t *rc) {
+    const ember_dtype dt = dir == EMBER__WIRE_FWD ? s->wire_fwd : s->wire_bwd;
+    if (dt == EMBER_DTYPE_F32 || s->W == 1) return ember__comm_alltoallv(s->comm, send, sc, recv, rc, sizeof(float));
+    ember__req req = {0};
+    ember_status st = ember__wire_start(s, dir, send, sc, recv, rc, &req);
+    if (st == EMBER_OK) st = ember__wire_finish(s, recv, &req);
+    ember__comm_req_free(s->comm, &req);
+    return st;
 }

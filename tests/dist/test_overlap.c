@@ -1,6 +1,6 @@
 // The pipelined step (ember_sebc_prefetch of the next batch, ember_sebc_backward_start/finish
 // around the caller's work) gives bitwise the outputs, weights and optimizer state of the plain
-// step, over several steps, on every scheme (mixed plans too), with seeded random KJTs (empty
+// step, over several steps, on every scheme (mixed plans too; encoded wire precisions too), with seeded random KJTs (empty
 // bags, duplicate ids, a one-row table, a rank with an empty batch now and then); a prefetch that
 // one rank's forward does not repeat, and a bad KJT after a prefetch, are agreed on by every rank
 // without a hang and change nothing.
@@ -145,8 +145,8 @@ static bool tables_equal(ember_ctx *ctx, const setup *su, ember_sebc *a, ember_s
 
 // The plain loop on A and the pipelined loop on P over the same K steps: outputs bitwise equal
 // every step, tables at the end.
-static void run_pair(int scheme, ember_pooling pool, ember_optim_kind opt, int weighted, ember_grad_convention conv,
-                     uint64_t seed) {
+static void run_pair_wire(int scheme, ember_pooling pool, ember_optim_kind opt, int weighted,
+                          ember_grad_convention conv, uint64_t seed, ember_dtype wire_fwd, ember_dtype wire_bwd) {
     ember_ctx *ctx = NULL;
     ember_comm *comm = NULL;
     assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
@@ -156,6 +156,8 @@ static void run_pair(int scheme, ember_pooling pool, ember_optim_kind opt, int w
     ember_sebc *A = NULL, *P = NULL;
     check_ok(ctx, ember_sebc_create(comm, &su.cfg, su.plan, conv, &A), "create");
     check_ok(ctx, ember_sebc_create(comm, &su.cfg, su.plan, conv, &P), "create");
+    check_ok(ctx, ember_sebc_set_wire_precision(A, wire_fwd, wire_bwd), "wire");
+    check_ok(ctx, ember_sebc_set_wire_precision(P, wire_fwd, wire_bwd), "wire");
     const int D = ember_sebc_output_dim(A), seq = pool == EMBER_POOL_NONE;
     step_data sd[K];
     make_steps(sd, K, D, seq, weighted, seed);
@@ -191,8 +193,8 @@ static void run_pair(int scheme, ember_pooling pool, ember_optim_kind opt, int w
     ok = ok && P->ov->taken == K - 1 && P->ov->dropped == 0;
     ok = ok && tables_equal(ctx, &su, A, P);
     if (!ok)
-        fprintf(stderr, "rank %d: FAILED scheme %d pool %d opt %d weighted %d conv %d\n", R, scheme, (int)pool,
-                (int)opt, weighted, (int)conv);
+        fprintf(stderr, "rank %d: FAILED scheme %d pool %d opt %d weighted %d conv %d wire %s,%s\n", R, scheme,
+                (int)pool, (int)opt, weighted, (int)conv, ember_dtype_name(wire_fwd), ember_dtype_name(wire_bwd));
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
     free_steps(sd, K);
     ember_sebc_destroy(A);
@@ -200,6 +202,11 @@ static void run_pair(int scheme, ember_pooling pool, ember_optim_kind opt, int w
     ember_comm_destroy(comm);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(ctx) == 0);
     ember_ctx_destroy(ctx);
+}
+
+static void run_pair(int scheme, ember_pooling pool, ember_optim_kind opt, int weighted, ember_grad_convention conv,
+                     uint64_t seed) {
+    run_pair_wire(scheme, pool, opt, weighted, conv, seed, EMBER_DTYPE_F32, EMBER_DTYPE_F32);
 }
 
 static void pipelined_equals_plain(void **state) {
@@ -216,6 +223,16 @@ static void pipelined_equals_plain(void **state) {
             if (schemes[s] != EMBER_SHARD_COLUMN_WISE && schemes[s] != EMBER_SHARD_GRID && schemes[s] != MIXED)
                 run_pair(schemes[s], EMBER_POOL_NONE, opts[o], (o + 1) % 2, EMBER_GRAD_MEAN, seed++);
         }
+    }
+    // Encoded exchanges (the gradients' encoded at the start, decoded at the finish): the
+    // pipelined step equals the plain step under the same wire precision, bit for bit.
+    static const ember_dtype wires[][2] = {{EMBER_DTYPE_F16, EMBER_DTYPE_BF16},
+                                           {EMBER_DTYPE_I8, EMBER_DTYPE_FP8_E5M2},
+                                           {EMBER_DTYPE_FP8_E4M3, EMBER_DTYPE_I8}};
+    for (int i = 0; i < 3; i++) {
+        run_pair_wire(MIXED, EMBER_POOL_SUM, opts[i], i % 2, EMBER_GRAD_MEAN, seed++, wires[i][0], wires[i][1]);
+        run_pair_wire(EMBER_SHARD_ROW_WISE, EMBER_POOL_NONE, opts[i], 0, EMBER_GRAD_SUM, seed++, wires[i][0],
+                      wires[i][1]);
     }
 }
 

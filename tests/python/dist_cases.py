@@ -1099,11 +1099,14 @@ def case_pipelined(run):
 
 def case_wire(run):
     """Wire precision (set_wire_precision, the wire_precision= argument) and the topology for the
-    planner (detect_topology, plan="auto" with a topology). fp16 and bf16 forwards within their
-    bound of the exact fp32 forward (2^-11 resp. 2^-8 of the pooled absolute values, a rounding per
-    partial), fewer bytes sent; the precision the same on every rank or refused on all (ranks
-    that differ, an unknown name), a gradient fp16 cannot hold refused on every rank with no
-    table changed; the topology the same on every rank, one host here."""
+    planner (detect_topology, plan="auto" with a topology). fp16, bf16 and fp8 forwards within
+    their bound of the exact fp32 forward (2^-11, 2^-8, 2^-4 of the pooled absolute values, a
+    rounding per partial, plus fp8's subnormal half-step over its loss scale per partial), int8
+    within W (2 x the sample's largest pooled absolute value / 510 + 1e-8) (a piece's range
+    bounds its error), fewer bytes sent; the precision and loss scales the same on every rank or
+    refused on all (ranks that differ, an unknown name, a scale that is not a positive number), a
+    gradient fp16 cannot hold refused on every rank with no table changed; the topology the same
+    on every rank, one host here."""
     W, R = run.size, run.rank
     tables = dist_tables()
     rows = feature_rows(tables)
@@ -1122,11 +1125,17 @@ def case_wire(run):
         want = exact.forward(kjt)
         sent32 = exact.bytes_sent_last_step
         run.check(exact.wire_precision == ("fp32", "fp32"), "%s: default wire %s" % (plan, exact.wire_precision))
-        for prec, ulp in (("fp16", 2.0 ** -11), ("bf16", 2.0 ** -8)):
-            coll = ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=3, wire_precision=prec)
+        rowmax = np.max(abs_out, axis=1, keepdims=True) if abs_out.size else abs_out
+        for prec, ulp, scale, floor in (("fp16", 2.0 ** -11, 1.0, 0.0), ("bf16", 2.0 ** -8, 1.0, 0.0),
+                                        ("fp8_e4m3", 2.0 ** -4, 64.0, W * 2.0 ** -10 / 64), ("int8", 0.0, 1.0, 0.0)):
+            coll = ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=3, wire_precision=prec,
+                                                       wire_loss_scale=(scale, 1.0))
             run.check(coll.wire_precision == (prec, prec), "%s: wire %s, want %s" % (plan, coll.wire_precision, prec))
+            run.check(coll.wire_loss_scale == (scale, 1.0), "%s: loss scale %s" % (plan, coll.wire_loss_scale))
             got = coll.forward(kjt)
-            bound = ulp * abs_out + 2.0 ** -20
+            bound = ulp * abs_out + floor + 2.0 ** -20
+            if prec == "int8":
+                bound = W * (2 * rowmax / 510 + 1e-8) + 2.0 ** -20
             err = np.abs(got.astype(np.float64) - want)
             run.check(bool(np.all(err <= bound)), "%s %s: forward error over its bound by %g" % (
                 plan, prec, float(np.max(err - bound)) if err.size else 0.0))
@@ -1141,9 +1150,15 @@ def case_wire(run):
         if W > 1:
             run.expect_error("%s: ranks that differ" % plan, ember.InvalidArgumentError, ["wire"],
                              lambda: exact.set_wire_precision("fp16" if R == 0 else "bf16"))
-        run.expect_error("%s: an unknown precision" % plan, ember.InvalidArgumentError, ["int8"],
-                         lambda: exact.set_wire_precision("int8" if R == W - 1 else "fp16"))
+        run.expect_error("%s: an unknown precision" % plan, ember.InvalidArgumentError, ["int4"],
+                         lambda: exact.set_wire_precision("int4" if R == W - 1 else "fp16"))
         run.check(exact.wire_precision == ("fp16", "bf16"), "%s: after refusals %s" % (plan, exact.wire_precision))
+        if W > 1:
+            run.expect_error("%s: loss scales that differ" % plan, ember.InvalidArgumentError, ["loss scale"],
+                             lambda: exact.set_wire_loss_scale(2.0 if R == 0 else 4.0))
+        run.expect_error("%s: a loss scale that is not positive" % plan, ember.InvalidArgumentError,
+                         ["not a positive finite number"], lambda: exact.set_wire_loss_scale(1.0, 0.0 if R == 0 else 1.0))
+        run.check(exact.wire_loss_scale == (1.0, 1.0), "%s: loss scale after refusals %s" % (plan, exact.wire_loss_scale))
         exact.set_wire_precision("fp16")
         before = exact.state_dict(root=-1)
         out = exact.forward(kjt)

@@ -37,9 +37,13 @@ def test_named_tables_are_those_of_enums():
 
 def test_derived_tables_keep_the_librarys_values():
     # Subsets keep the values of their enum; tables keyed by name cover exactly the enum's names.
-    for sub, full in ((_config.STORAGE_DTYPES, _config.DTYPES), (_config.CACHE_POLICIES, _config.EVICT_POLICIES)):
+    for sub, full in ((_config.STORAGE_DTYPES, _config.DTYPES), (_config.WIRE_DTYPES, _config.DTYPES),
+                      (_config.CACHE_POLICIES, _config.EVICT_POLICIES)):
         assert all(full[k] == v for k, v in sub.items())
-    assert set(_config.NP_DTYPE_OF_NAME) == set(_config.DTYPES)
+    # Every dtype a tensor can have; the wire-only ones (int8, fp8) are no array's.
+    wire_only = set(_config.WIRE_DTYPES) - set(_config.STORAGE_DTYPES)
+    assert wire_only == {"int8", "fp8_e4m3", "fp8_e5m2"}
+    assert set(_config.NP_DTYPE_OF_NAME) == set(_config.DTYPES) - wire_only
     assert {_config.DTYPES[k]: v for k, v in _config.NP_DTYPE_OF_NAME.items()} == _config.NP_OF_DTYPE
     assert set(_config.INIT_PARAMS) == set(_config.INIT_KINDS)
     assert set(_config.DTYPE_ALIASES.values()) <= set(_config.DTYPES)

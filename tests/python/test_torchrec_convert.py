@@ -146,11 +146,19 @@ def test_refusals():
 
 def test_qcomms_map_to_wire_precision():
     from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig
-    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP16, CommType.BF16)) == ("fp16", "bf16")
-    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP32, CommType.FP32)) == ("fp32", "fp32")
-    for q, fragment in ((QCommsConfig(CommType.FP8, CommType.FP16), "forward_precision 'fp8'"),
-                        (QCommsConfig(CommType.FP16, CommType.INT8), "backward_precision 'int8'"),
-                        (QCommsConfig(CommType.FP16, CommType.FP16, backward_loss_scale=128.0), "loss_scale")):
+    one = (1.0, 1.0)
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP16, CommType.BF16)) == (("fp16", "bf16"), one)
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP32, CommType.FP32)) == (("fp32", "fp32"), one)
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.INT8, CommType.INT8)) == (("int8", "int8"), one)
+    # TorchRec's FP8: E4M3 forward, E5M2 backward unless fp8_bwd_uses_143; its loss scales.
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP8, CommType.FP8, backward_loss_scale=128.0)) == (
+        ("fp8_e4m3", "fp8_e5m2"), (1.0, 128.0))
+    assert et.wire_precision_from_qcomms(QCommsConfig(CommType.FP8, CommType.FP8, fp8_bwd_uses_143=True,
+                                                      forward_loss_scale=4.0)) == (("fp8_e4m3", "fp8_e4m3"), (4.0, 1.0))
+    refusals = [(QCommsConfig(CommType.FP8, CommType.FP16, fp8_quantize_dim=64), "row-wise fp8")]
+    if hasattr(CommType, "MX4"):
+        refusals.append((QCommsConfig(CommType.FP16, CommType.MX4), "backward_precision 'mx4'"))
+    for q, fragment in refusals:
         with pytest.raises(ember.UnsupportedError, match=fragment):
             et.wire_precision_from_qcomms(q)
         with pytest.raises(ember.UnsupportedError, match=fragment):  # refused before any table is made

@@ -253,6 +253,13 @@ def torchrec_case(comm, failures):
                                                              backward_precision=CommType.BF16))
     if qsharded.ebc.wire_precision != ("fp16", "bf16"):
         failures.append("from_torchrec qcomms: wire precision %s" % (qsharded.ebc.wire_precision,))
+    # TorchRec's FP8 with a backward loss scale: E4M3 forward, E5M2 backward, the scale carried.
+    q8 = ember.torch.from_torchrec(torchrec_ebc(), ps, comm=comm, seed=1,
+                                   qcomms=QCommsConfig(forward_precision=CommType.FP8, backward_precision=CommType.FP8,
+                                                       backward_loss_scale=1024.0))
+    if (q8.ebc.wire_precision, q8.ebc.wire_loss_scale) != (("fp8_e4m3", "fp8_e5m2"), (1.0, 1024.0)):
+        failures.append("from_torchrec qcomms fp8: wire %s, loss scales %s" % (q8.ebc.wire_precision,
+                                                                               q8.ebc.wire_loss_scale))
     G = 2 * W
     for step in range(2):
         batch = global_batch(200 + step, G)
@@ -269,6 +276,7 @@ def torchrec_case(comm, failures):
               local.ebc.read(n), failures, rtol=1e-2)  # two steps of 2-byte rounding (bf16: 2^-8)
     sharded.ebc.close()
     qsharded.ebc.close()
+    q8.ebc.close()
     local.ebc.close()
 
 
