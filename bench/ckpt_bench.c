@@ -55,7 +55,9 @@ static void usage(FILE *f) {
             "seconds (median, min over rounds; slowest rank, between barriers), MB/s (10^6 bytes of the\n"
             "checkpoint per second) per rank and in all, the bytes each rank wrote or read and the bytes\n"
             "the disk served (/proc/self/io), and the residual of sampled rows and steps after each load;\n"
-            "delta: the delta's bytes and seconds against the full save's, and the rows changed.\n");
+            "delta: the delta's bytes and seconds against the full save's, and the rows changed;\n"
+            "reshard_<a>_to_<b>: ember_sebc_reshard of the running collection to the other plan and back\n"
+            "(seconds, bytes moved between ranks, the rate against the memory-copy rate of all ranks).\n");
 }
 
 static int parse(int argc, char **argv, opts *o) {
@@ -365,6 +367,94 @@ static ember_status make(ember_comm *comm, const opts *o, ember_shard_scheme sch
     return st;
 }
 
+// ---- The live reshard case ---------------------------------------------------------------------
+
+// Bytes per second one rank copies with memcpy while every rank copies at once (best of 5 passes
+// over 256 MiB), summed over the ranks: the machine's memory-copy rate.
+static double memcpy_rate(void) {
+    const size_t n = (size_t)256 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, n), memset(b, 2, n);
+        for (int k = 0; k < 5; k++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = bench_now_ms();
+            memcpy(b, a, n);
+            const double r = (double)n / ((bench_now_ms() - t0) * 1e-3);
+            best = r > best ? r : best;
+            a[k] = b[n - 1 - (size_t)k]; // keep the copies
+        }
+    }
+    free(a), free(b);
+    double all = 0;
+    MPI_Allreduce(&best, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return all;
+}
+
+// ember_sebc_reshard of the running collection to the other plan and back, K rounds, each timed
+// between barriers and checked (every sampled row and step as before): seconds, the bytes moved
+// between ranks, and the rate (the collection's bytes per second) against the memory-copy rate.
+static ember_status live_case(ember_comm *comm, const opts *o, ember_sebc *s, double total) {
+    const int W = ember_comm_size(comm), R = ember_comm_rank(comm);
+    ember_table_plan *plan[2] = {calloc((size_t)o->T, sizeof(ember_table_plan)), calloc((size_t)o->T, sizeof(ember_table_plan))};
+    int32_t *ranks = calloc((size_t)o->T * 2 * (size_t)(W + 4), sizeof *ranks);
+    double *sec[2] = {calloc((size_t)o->rounds, sizeof(double)), calloc((size_t)o->rounds, sizeof(double))};
+    double moved[2] = {0, 0}, residual = 0;
+    ember_status st = plan[0] && plan[1] && ranks && sec[0] && sec[1] ? EMBER_OK : EMBER_ERR_NOMEM;
+    for (int t = 0; t < o->T && st == EMBER_OK; t++)
+        for (int d = 0; d < 2; d++)
+            plan[d][t] = plan_of(d ? o->scheme : o->reshard, t, W, o->D, ranks + ((size_t)t * 2 + (size_t)d) * (size_t)(W + 4));
+    const double rate = memcpy_rate();
+    for (int r = 0; r < o->rounds && st == EMBER_OK; r++)
+        for (int d = 0; d < 2 && st == EMBER_OK; d++) {
+            st = pass_over(s, FILL, 7000 + r, NULL);
+            if (st == EMBER_OK) st = set_steps(s, 7000 + r);
+            ember_reshard_stats rs = {0};
+            MPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = bench_now_ms();
+            if (st == EMBER_OK) st = ember_sebc_reshard(s, plan[d], 0, &rs);
+            MPI_Barrier(MPI_COMM_WORLD);
+            double dt = (bench_now_ms() - t0) * 1e-3, b = (double)rs.bytes_sent;
+            MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &b, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            sec[d][r] = dt, moved[d] = b;
+            double res = 0;
+            if (st == EMBER_OK) st = pass_over(s, CHECK, 7000 + r, &res);
+            residual = res > residual || isnan(res) ? res : residual;
+        }
+    for (int d = 0; d < 2 && st == EMBER_OK && R == 0; d++) {
+        const double smed = bench_median(sec[d], o->rounds);
+        char name[48];
+        snprintf(name, sizeof name, "reshard_%s_to_%s", ember_shard_scheme_short_name(d ? o->reshard : o->scheme),
+                 ember_shard_scheme_short_name(d ? o->scheme : o->reshard));
+        bench_json j;
+        bench_json_begin(&j, stdout, "ckpt");
+        bench_json_str(&j, "case", name);
+        bench_json_int(&j, "W", W);
+        bench_json_int(&j, "T", o->T);
+        bench_json_int(&j, "E", o->E);
+        bench_json_int(&j, "D", o->D);
+        bench_json_str(&j, "dtype", ember_dtype_name(o->dtype));
+        bench_json_str(&j, "optimizer", ember_optim_name(o->optim));
+        bench_json_int(&j, "rounds", o->rounds);
+        bench_json_fixed(&j, "total_bytes", total, 0);
+        bench_json_fixed(&j, "total_gib", total / (1 << 30), 3);
+        bench_json_fixed(&j, "bytes_moved", moved[d], 0);
+        bench_json_fixed(&j, "s_med", smed, 3);
+        bench_json_fixed(&j, "s_min", bench_min(sec[d], o->rounds), 3);
+        bench_json_fixed(&j, "mbps", total / smed * 1e-6, 1);
+        bench_json_fixed(&j, "memcpy_mbps", rate * 1e-6, 1);
+        bench_json_fixed(&j, "rate_vs_memcpy", total / smed / rate, 3);
+        bench_json_sig(&j, "residual", residual);
+        bench_json_host(&j, ember_comm_ctx(comm));
+        bench_json_end(&j);
+    }
+    free(plan[0]), free(plan[1]), free(ranks), free(sec[0]), free(sec[1]);
+    if (st == EMBER_OK && !(residual == 0)) st = EMBER_ERR_NUMERIC;
+    return st;
+}
+
 // ---- The delta case ------------------------------------------------------------------------------
 
 // The sampled rows of every tensor this rank holds (pass_over's rows, plus the 64 first), in a
@@ -616,6 +706,11 @@ static int run(ember_comm *comm, const opts *o) {
             if (R == 0) report(&cases[c], o, ember_shard_scheme_short_name(c == 3 ? o->reshard : o->scheme), W, total, dir, ctx);
     }
     if (st == EMBER_OK && o->delta_steps > 0) st = delta_case(comm, o, s, dir, total);
+    if (st == EMBER_OK && !o->no_reshard) {
+        ember_sebc_destroy(s2); // the live reshard needs room for both placements of s
+        s2 = NULL;
+        st = live_case(comm, o, s, total);
+    }
     if (st != EMBER_OK) {
         if (R == 0) fprintf(stderr, "ember bench ckpt: %s\n", ember_ctx_errmsg(ctx));
     } else {

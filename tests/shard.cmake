@@ -125,3 +125,11 @@ ember_test_exe(test_overlap ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_overlap.c)
 foreach(np 1 2 3 4)
   ember_mpi_test(dist.overlap.np${np} ${np} test_overlap)
 endforeach()
+
+# Resharding a running collection (ember_sebc_reshard): every tensor, then the next step, bitwise
+# a collection created with the new plan and loaded from a checkpoint of the old; refusals
+# change nothing.
+ember_test_exe(test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_reshard.c)
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.reshard.np${np} ${np} test_reshard)
+endforeach()

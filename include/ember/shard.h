@@ -290,6 +290,31 @@ EMBER_API ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, em
 // EMBER_ERR_INVALID_ARG).
 EMBER_API ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes);
 
+// Resharding a running collection: moves every table to the placement plan [T] gives (another
+// scheme, other ranks, another column split, to or from data-parallel) with its weights,
+// optimizer state, hashed id maps and tiered rows, its step counter, learning rate and dtype, and
+// keeps the collection's wire precision and loss scales, training flag and mark tag; the next
+// step gives bit for bit what a collection created with plan and loaded from this one's state
+// (a checkpoint) gives. The rows move directly between the ranks that hold them (one alltoallv a
+// round): each round sends at most about chunk_bytes from a rank (0: 64 MiB), so beyond the two
+// placements' pieces, which coexist during the move (the new ones are made first), a rank holds
+// one round's messages. Every row written counts as changed since the mark (an incremental
+// checkpoint after a reshard saves the tables again). A pending prefetch is dropped. stats (NULL
+// to skip) receives the bytes this rank sent to and received from other ranks and the seconds
+// the reshard took. Collective on comm: every rank passes the same plan (agreed on as
+// ember_sebc_create does). Returns EMBER_OK, EMBER_ERR_INVALID_ARG (plan NULL, or one
+// ember_sebc_create refuses; ranks that differ), EMBER_ERR_UNSUPPORTED (as ember_sebc_create),
+// EMBER_ERR_STATE (between ember_sebc_backward_start and _finish), EMBER_ERR_NOMEM (the new
+// placement or a round does not fit), EMBER_ERR_IO (a tiered table's file), EMBER_ERR_COMM,
+// EMBER_ERR_TIMEOUT; every rank returns the same status, and on failure the collection is as it
+// was (placement, tables, settings).
+typedef struct ember_reshard_stats {
+    uint64_t bytes_sent, bytes_received; // this rank's, to and from other ranks
+    double seconds;
+} ember_reshard_stats;
+EMBER_API ember_status ember_sebc_reshard(ember_sebc *s, const ember_table_plan *plan, size_t chunk_bytes,
+                                          ember_reshard_stats *stats);
+
 // Bytes rank `rank` of W holds for table t under plan p: its pieces' weights in the table's dtype
 // and their optimizer state (ember_table_config_bytes of each piece; a data-parallel table is a
 // full replica on every rank). The CLI's memory check uses it. Local. Returns EMBER_OK,

@@ -279,6 +279,12 @@ struct ember_sebc {
     int32_t out_dim;
     bool sequence;
     ember_bounds_mode bounds;
+    // The rest of the creating configuration (ember_sebc_reshard makes its successor from it).
+    uint64_t seed;
+    int32_t max_batch_size;
+    int64_t max_nnz;
+    char *ssd_dir;                // owned; NULL: the default
+    ember_backend backend;
     ember__table_shards *ts;      // [T]
     // Routes per owner rank, in the order their data is laid out in every message.
     int32_t *nroutes;             // [W]

@@ -65,7 +65,7 @@ void ember_sebc_destroy(ember_sebc *s) {
     ember__wire_free(s);
     void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,
                       s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
-                      s->route_base, s->froute_off,    s->froute,        s->cnt};
+                      s->route_base, s->froute_off,    s->froute,        s->cnt,          s->ssd_dir};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
     ember__free(ctx, s);
 }
@@ -362,8 +362,14 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
         s->T = cfg->num_tables;
         s->F = cfg->num_features;
         s->bounds = cfg->bounds;
+        s->seed = cfg->seed;
+        s->max_batch_size = cfg->max_batch_size;
+        s->max_nnz = cfg->max_nnz;
+        s->backend = cfg->backend;
+        if (cfg->ssd_dir && !(s->ssd_dir = ember__strdup(ctx, cfg->ssd_dir)))
+            st = ember__error(ctx, EMBER_ERR_NOMEM, "ember_sebc_create: out of memory");
         s->sequence = cfg->tables[0].pooling == EMBER_POOL_NONE;
-        st = build(s, cfg, plan);
+        if (st == EMBER_OK) st = build(s, cfg, plan);
         if (st != EMBER_OK && ember_ctx_last_status(ctx) != st)
             ember__error(ctx, st, "ember_sebc_create: cannot build the local shards");
     }

@@ -255,6 +255,17 @@ static bool wire_args(env *e) {
     return ok;
 }
 
+// Ranks that give different plans: refused as ember_sebc_create refuses them (naming the plan),
+// the collection as it was and usable; then the same plan on every rank moves it.
+static bool reshard_args(env *e) {
+    ember_table_plan p[2] = {{.scheme = EMBER_SHARD_TABLE_WISE, .num_ranks = 1, .ranks = e->ranks},
+                             {.scheme = ODD(EMBER_SHARD_ROW_WISE, EMBER_SHARD_DATA_PARALLEL)}};
+    bool ok = refused_naming(e, ember_sebc_reshard(e->s, p, 0, NULL), "table 'b' plan");
+    p[1].scheme = EMBER_SHARD_ROW_WISE;
+    ok &= all_ok(ember_sebc_reshard(e->s, p, 0, NULL), "reshard after");
+    return ok;
+}
+
 static bool wire_scale_args(env *e) {
     bool ok = refused_naming(e, ember_sebc_set_wire_loss_scale(e->s, ODD(1.0f, 2.0f), 1.0f), "forward loss scale");
     ok &= refused_naming(e, ember_sebc_set_wire_loss_scale(e->s, 1.0f, ODD(1024.0f, 1024.0001f)), "backward loss scale");
@@ -365,6 +376,7 @@ static const row CASES[] = {
     {"ember_sebc_set_wire_precision", wire_args, NULL},
     {"ember_sebc_wire_precision", NULL, "Local"},
     {"ember_sebc_set_wire_loss_scale", wire_scale_args, NULL},
+    {"ember_sebc_reshard", reshard_args, NULL},
     {"ember_sebc_wire_loss_scale", NULL, "Local"},
     {"ember_checkpoint_save", checkpoint_args, NULL},
     {"ember_checkpoint_load", checkpoint_args, NULL},
