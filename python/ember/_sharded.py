@@ -680,6 +680,28 @@ class ShardedEmbeddingBagCollection(_Collection):
         """The TablePlan of each table."""
         return [dataclasses.replace(p) for p in self._plan]
 
+    def reshard(self, plan: Any, *, chunk_bytes: int = 0, batch_size_hint: int = 512,
+                topology: Topology | None = None) -> dict[str, float]:
+        """Moves every table to another placement while the job runs (ember_sebc_reshard): plan as
+        the constructor's ("auto", a scheme name, a list or a dict of TablePlans or names). The
+        tables (weights, optimizer state, hashed id maps, tiered rows), step counters, learning
+        rates, wire precision and loss scales carry over; the next step is bit for bit that of a
+        collection made with the new plan and loaded from a checkpoint of this one. Rows go
+        directly between the ranks holding them, at most about chunk_bytes (0: 64 MiB) from a rank
+        a round; both placements exist during the move. Returns this rank's bytes_sent and
+        bytes_received (to and from other ranks) and the seconds it took. Collective: every rank
+        passes the same plan. Raises InvalidArgumentError (a plan the constructor would refuse, or
+        ranks that differ), StateError (between backward_start and backward_finish),
+        UnsupportedError, OutOfMemoryError, CommunicationError, CollectiveTimeoutError; on failure
+        nothing changed."""
+        new = self._collective(lambda: _resolve_plan(plan, self._tables, self._comm.size,
+                                                     as_index(batch_size_hint, "batch_size_hint", *I32,
+                                                              rank=self._rank), topology))
+        chunk = self._collective(lambda: as_index(chunk_bytes, "chunk_bytes", 0, rank=self._rank))
+        sent, received, seconds = self._c.reshard([p._c_tuple() for p in new], chunk)
+        self._plan = new
+        return {"bytes_sent": sent, "bytes_received": received, "seconds": seconds}
+
     def describe_plan(self) -> str:
         return _ember.describe_plan([t._c_tuple() for t in self._tables],
                                     [(f, i) for i, t in enumerate(self._tables) for f in t.feature_names or []],

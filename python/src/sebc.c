@@ -387,6 +387,32 @@ static PyObject *sebc_wire_precision(SEBCObject *self, PyObject *args) {
     return Py_BuildValue("(ii)", (int)fwd, (int)bwd);
 }
 
+// reshard(plans, chunk_bytes) -> (bytes_sent, bytes_received, seconds). Collective: the plans are
+// parsed (a refusal agreed on), then ember_sebc_reshard agrees on them as create does.
+static PyObject *sebc_reshard(SEBCObject *self, PyObject *args) {
+    PyObject *plans;
+    unsigned long long chunk;
+    if (!PyArg_ParseTuple(args, "OK", &plans, &chunk)) return NULL;
+    if (sebc_enter(self) != 0) return NULL;
+    PyObject *ret = NULL;
+    ember_table_plan *plan = NULL;
+    const int32_t T = ember_sebc_num_tables(self->s);
+    (void)ember_py_plan_parse(plans, T, &plan); // a failure stays pending for the agreement
+    AGREE_OR_OUT(self);
+    ember_status st;
+    ember_reshard_stats rs = {0};
+    Py_BEGIN_ALLOW_THREADS
+    st = ember_sebc_reshard(self->s, plan, (size_t)chunk, &rs);
+    Py_END_ALLOW_THREADS
+    ret = st == EMBER_OK ? Py_BuildValue("(KKd)", (unsigned long long)rs.bytes_sent,
+                                         (unsigned long long)rs.bytes_received, rs.seconds)
+                         : ember_py_raise(self->ctx, st);
+out:
+    ember_py_plan_free(plan, T);
+    sebc_leave(self);
+    return ret;
+}
+
 // set_wire_loss_scale(forward, backward): floats. Collective, as set_wire_precision.
 static PyObject *sebc_set_wire_loss_scale(SEBCObject *self, PyObject *args) {
     float fwd, bwd;
@@ -614,6 +640,7 @@ static PyMethodDef sebc_methods[] = {
     {"set_wire_precision", (PyCFunction)(void (*)(void))sebc_set_wire_precision, METH_VARARGS, NULL},
     {"wire_precision", (PyCFunction)(void (*)(void))sebc_wire_precision, METH_NOARGS, NULL},
     {"set_wire_loss_scale", (PyCFunction)(void (*)(void))sebc_set_wire_loss_scale, METH_VARARGS, NULL},
+    {"reshard", (PyCFunction)(void (*)(void))sebc_reshard, METH_VARARGS, NULL},
     {"wire_loss_scale", (PyCFunction)(void (*)(void))sebc_wire_loss_scale, METH_NOARGS, NULL},
     {"save", (PyCFunction)(void (*)(void))sebc_save, METH_VARARGS, NULL},
     {"load", (PyCFunction)(void (*)(void))sebc_load, METH_VARARGS, NULL},

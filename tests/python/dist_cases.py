@@ -1097,6 +1097,51 @@ def case_pipelined(run):
     plain.close()
 
 
+def case_reshard(run):
+    """reshard: two steps under "auto", then the same collection moved to row-wise, then to
+    table-wise in rounds of 64 bytes, each time equal bitwise to a collection made with that plan
+    and given the state before the move (load_state_dict); the step after equal too, the plan
+    property following. Ranks that give different plans, and a plan naming a rank outside the
+    communicator, raise InvalidArgumentError on every rank and change nothing."""
+    W, R = run.size, run.rank
+    tables = dist_tables()
+    rows = feature_rows(tables)
+    rng = np.random.default_rng(31)
+    steps = shares_for(W) * 2
+    batches = [random_batch(rng, rows, sum(s)) for s in steps]
+    kjts = [kjt_of(b, range(sum(s[:R]), sum(s[:R + 1])))[0] for b, s in zip(batches, steps)]
+    moving = ember.ShardedEmbeddingBagCollection(tables, "auto", comm=run.comm, seed=3)
+
+    def step(coll, i):
+        out = coll.forward(kjts[i])
+        coll.backward(kjts[i], np.random.default_rng(200 + i).standard_normal(out.shape).astype(np.float32))
+        return out
+
+    step(moving, 0)
+    step(moving, 1)
+    for i, (plan, chunk) in enumerate((("rw", 0), ("tw", 64))):
+        before = moving.state_dict(root=-1)
+        stats = moving.reshard(plan, chunk_bytes=chunk)
+        run.check(all(p.scheme == plan for p in moving.plan), "reshard %s: plan %s" % (plan, moving.plan))
+        run.check(stats["seconds"] >= 0 and (W > 1 or stats["bytes_sent"] == 0), "reshard %s: %s" % (plan, stats))
+        fresh = ember.ShardedEmbeddingBagCollection(tables, plan, comm=run.comm, seed=9)
+        fresh.load_state_dict(before)
+        compare_states(run, read_all(moving, tables), read_all(fresh, tables), "reshard to %s" % plan, exact=True)
+        a, b = step(moving, 2 + i), step(fresh, 2 + i)
+        run.check(np.array_equal(a, b), "reshard to %s: the next forward differs" % plan)
+        compare_states(run, read_all(moving, tables), read_all(fresh, tables), "reshard to %s, a step on" % plan,
+                       exact=True)
+        fresh.close()
+    if W > 1:
+        run.expect_error("reshard with plans that differ", ember.InvalidArgumentError, ["plan"],
+                         lambda: moving.reshard("rw" if R == 0 else "dp"))
+    bad = [ember.TablePlan("tw", [W]) for _ in tables]
+    run.expect_error("reshard to a rank outside", ember.InvalidArgumentError, [], lambda: moving.reshard(bad))
+    run.check(all(p.scheme == "tw" for p in moving.plan), "after refusals: plan %s" % moving.plan)
+    step(moving, 0)
+    moving.close()
+
+
 def case_wire(run):
     """Wire precision (set_wire_precision, the wire_precision= argument) and the topology for the
     planner (detect_topology, plan="auto" with a topology). fp16, bf16 and fp8 forwards within
@@ -1204,6 +1249,7 @@ CASES = {
     "tiered": case_tiered,
     "hashed": case_hashed,
     "pipelined": case_pipelined,
+    "reshard": case_reshard,
 }
 
 
