@@ -248,8 +248,8 @@ static void refusals_change_nothing(void **state) {
     test_rng rng = {99u + (uint64_t)R};
     gen_kjt g;
     gen_kjt_make(&g, &rng, NF, 2, rows, 3, 0.2, 0);
-    float grad[2 * 32];
-    for (int i = 0; i < 2 * 32; i++) grad[i] = 0.25f;
+    float grad[2 * 64];
+    for (int i = 0; i < 2 * 64; i++) grad[i] = 0.25f;
     check_ok(ctx, ember_sebc_forward(A, &g.kjt, out), "forward");
     check_ok(ctx, ember_sebc_forward(B, &g.kjt, out), "forward");
     check_ok(ctx, ember_sebc_backward_start(A, &g.kjt, grad), "backward_start");
