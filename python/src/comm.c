@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 static int mpi_initialised_here; // this module called MPI_Init_thread
 
@@ -95,12 +96,16 @@ static PyObject *py_finalize(PyObject *self, PyObject *args) {
             Py_XDECREF(r);
             PyErr_Clear();
         }
+        // Not MPI_Abort: its launcher kills every rank at once, and a line still in the launcher's
+        // pipe (this rank's or another's) can be lost with it (seen under MPICH). A rank that
+        // exits without finalising is counted gone once its output is read to the end, and the
+        // launcher then ends the job with a non-zero status (Open MPI and MPICH), as ember's CLI.
         fprintf(stderr,
                 "ember (rank %d): a collective missed its deadline earlier in this process; MPI cannot finalise "
-                "with it in flight: ending the job with MPI_Abort\n",
+                "with it in flight: exiting without finalising (the launcher ends the job)\n",
                 ember_py_world_rank());
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        fflush(NULL);
+        _exit(1);
     }
     while (registry_len > 0) {
         tracked t = registry[registry_len - 1];

@@ -12,6 +12,7 @@
 // starting at 0). A data-parallel source is read on the destination's own rank. Every rank walks
 // the pairs in the same order (tensor, destination piece, source piece), so a receiver finds each
 // pair's rows in its source's block without any header.
+#define _POSIX_C_SOURCE 200809L // clock_gettime
 #include <string.h>
 #include <time.h>
 

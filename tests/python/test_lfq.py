@@ -651,7 +651,8 @@ def _mpi_main():
 def _mpi_timeout_main():
     """Rank 1 never joins rank 0's training forward: rank 0 gets CollectiveTimeoutError naming
     rank 1, closing the module afterwards frees nothing MPI may still write, and interpreter exit
-    ends the job with MPI_Abort (ember/comm.h) instead of hanging or crashing."""
+    exits without finalising MPI (ember/comm.h), so the launcher ends the job, instead of hanging
+    or crashing."""
     import time
 
     comm = ember.Comm(timeout_s=0.5)
@@ -684,7 +685,7 @@ def test_two_ranks_equal_one_process():
 def test_two_ranks_timeout_ends_the_job():
     r = _mpiexec("--mpi-timeout")
     assert "rank 0 timed out" in r.stdout and "rank 1 did not arrive" in r.stdout, r.stdout + r.stderr
-    assert r.returncode != 0 and "MPI_Abort" in r.stderr, r.stdout + r.stderr
+    assert r.returncode != 0 and "exiting without finalising" in r.stderr, r.stdout + r.stderr
     assert "Segmentation" not in r.stderr and "signal" not in r.stderr, r.stderr
 
 
