@@ -303,6 +303,19 @@ static ember_status timed(series *c, const char *dir, const ember_checkpoint_opt
     return st;
 }
 
+// Begins case `name`'s JSON line with the collection it ran on (scheme: its plan).
+static void json_case(bench_json *j, const opts *o, const char *name, const char *scheme, int W) {
+    bench_json_begin(j, stdout, "ckpt");
+    bench_json_str(j, "case", name);
+    bench_json_str(j, "scheme", scheme);
+    bench_json_int(j, "W", W);
+    bench_json_int(j, "T", o->T);
+    bench_json_int(j, "E", o->E);
+    bench_json_int(j, "D", o->D);
+    bench_json_str(j, "dtype", ember_dtype_name(o->dtype));
+    bench_json_str(j, "optimizer", ember_optim_name(o->optim));
+}
+
 static void report(const series *c, const opts *o, const char *scheme, int W, double total, const char *dir,
                    ember_ctx *ctx) {
     double *v = malloc(sizeof(double) * (size_t)c->n);
@@ -312,15 +325,7 @@ static void report(const series *c, const opts *o, const char *scheme, int W, do
     free(v);
     const double io_rank = c->io_rank / c->n, disk = c->disk / c->n;
     bench_json j;
-    bench_json_begin(&j, stdout, "ckpt");
-    bench_json_str(&j, "case", c->name);
-    bench_json_str(&j, "scheme", scheme);
-    bench_json_int(&j, "W", W);
-    bench_json_int(&j, "T", o->T);
-    bench_json_int(&j, "E", o->E);
-    bench_json_int(&j, "D", o->D);
-    bench_json_str(&j, "dtype", ember_dtype_name(o->dtype));
-    bench_json_str(&j, "optimizer", ember_optim_name(o->optim));
+    json_case(&j, o, c->name, scheme, W);
     bench_json_int(&j, "chunk_bytes", (long long)(o->chunk_mb * (1 << 20)));
     bench_json_int(&j, "rounds", c->n);
     bench_json_fixed(&j, "total_bytes", total, 0);
@@ -429,14 +434,7 @@ static ember_status live_case(ember_comm *comm, const opts *o, ember_sebc *s, do
         snprintf(name, sizeof name, "reshard_%s_to_%s", ember_shard_scheme_short_name(d ? o->reshard : o->scheme),
                  ember_shard_scheme_short_name(d ? o->scheme : o->reshard));
         bench_json j;
-        bench_json_begin(&j, stdout, "ckpt");
-        bench_json_str(&j, "case", name);
-        bench_json_int(&j, "W", W);
-        bench_json_int(&j, "T", o->T);
-        bench_json_int(&j, "E", o->E);
-        bench_json_int(&j, "D", o->D);
-        bench_json_str(&j, "dtype", ember_dtype_name(o->dtype));
-        bench_json_str(&j, "optimizer", ember_optim_name(o->optim));
+        json_case(&j, o, name, ember_shard_scheme_short_name(d ? o->reshard : o->scheme), W);
         bench_json_int(&j, "rounds", o->rounds);
         bench_json_fixed(&j, "total_bytes", total, 0);
         bench_json_fixed(&j, "total_gib", total / (1 << 30), 3);
@@ -589,14 +587,7 @@ static ember_status delta_case(ember_comm *comm, const opts *o, ember_sebc *s, c
         const double mchain = dir_bytes(chain, "manifest.json"), mfull = dir_bytes(full, "manifest.json");
         if (R == 0) {
             bench_json j;
-            bench_json_begin(&j, stdout, "ckpt");
-            bench_json_str(&j, "case", "delta");
-            bench_json_str(&j, "scheme", ember_shard_scheme_short_name(o->scheme));
-            bench_json_int(&j, "W", W);
-            bench_json_int(&j, "T", o->T);
-            bench_json_int(&j, "E", o->E);
-            bench_json_int(&j, "D", o->D);
-            bench_json_str(&j, "optimizer", ember_optim_name(o->optim));
+            json_case(&j, o, "delta", ember_shard_scheme_short_name(o->scheme), W);
             bench_json_int(&j, "steps", o->delta_steps);
             bench_json_int(&j, "ids_per_step", (long long)n * W);
             bench_json_str(&j, "ids", "zipf 1.05, scattered");
