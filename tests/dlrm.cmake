@@ -287,6 +287,13 @@ set(_plans ${CMAKE_CURRENT_SOURCE_DIR}/data/plans)
 set(_short --batch_size 512 --limit_train_batches 2 --limit_val_batches 1 --eval_interval 0 --progress lines)
 ember_cli_test(dist.train.cli.plan_file.np2 2 0 "^    t_cat_[0-9]+ +[0-9]+ rows  tw   rank 1$" 26
                train ${_short} --plan ${_plans}/all_tw_rank1.json)
+# --rebalance_every from a plan that puts every table on rank 1: the first re-plan moves the tables
+# (the planner's plan for the measured speeds halves the slowest rank's load), later ones may keep
+# them; the run trains on to its evaluation.
+ember_cli_test(dist.train.cli.rebalance.np2 2 0
+               "^(rebalance   step 10: rank speeds [0-9.]+ [0-9.]+. slowest rank's predicted load .*: moved the tables \\([0-9.]+ MB between ranks, [0-9.]+ s\\)|eval AUC [0-9.]+ +planted)" 2
+               train --batch_size 512 --limit_train_batches 20 --limit_val_batches 2 --eval_interval 0
+               --plan ${_plans}/all_tw_rank1.json --rebalance_every 10)
 ember_cli_test(dist.train.cli.plan_and_sharding.np2 2 nonzero "^ember train: --sharding and --plan both place" 1
                train --sharding rw --plan ${_plans}/all_tw_rank1.json)
 ember_cli_test(dist.train.cli.plan_missing.np2 2 nonzero "^ember train: error: --plan: cannot open 'nonexistent.json'" 1

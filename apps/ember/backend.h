@@ -53,6 +53,13 @@ typedef struct dlrm_backend {
     // Cache counters of tiered table t on this rank's pieces (ember_sebc_tier_stats). Local. NULL
     // when the backend has no tiered tables' counters: ember train then prints none.
     ember_status (*tier_stats)(void *impl, int32_t table, ember_tier_stats *out);
+    // Rebalancing (ember train --rebalance_every; NULL when the backend cannot): busy_seconds is
+    // this rank's time inside the embedding calls (forward, backward and their halves, prefetch)
+    // less the time they waited for other ranks, since the last call that reset it (Local);
+    // reshard moves every table to `plan` while the run goes on (ember_sebc_reshard: the next
+    // step is bitwise that of a collection created with plan and loaded from this one). Collective.
+    double (*busy_seconds)(void *impl, int reset);
+    ember_status (*reshard)(void *impl, const ember_table_plan *plan, ember_reshard_stats *stats);
 } dlrm_backend;
 
 // Creates a backend: the same arguments as ember_sebc_create. Collective on comm; every rank

@@ -8,25 +8,59 @@ typedef struct sebc_backend {
     ember_comm *comm; // borrowed
     ember_sebc *sebc;
     ember_grad_convention conv;
+    double busy_s;    // busy_seconds: time in the embedding calls less their waits
 } sebc_backend;
 
+// Brackets an embedding call for busy_seconds: the clock and the communicator's wait before it.
+typedef struct busy_mark {
+    double t, w;
+} busy_mark;
+static busy_mark busy_begin(const sebc_backend *b) { return (busy_mark){app_now_s(), ember_comm_wait_seconds(b->comm)}; }
+static ember_status busy_end(sebc_backend *b, busy_mark m, ember_status st) {
+    b->busy_s += (app_now_s() - m.t) - (ember_comm_wait_seconds(b->comm) - m.w);
+    return st;
+}
+
 static ember_status forward(void *impl, const ember_kjt *kjt, float *out) {
-    return ember_sebc_forward(((sebc_backend *)impl)->sebc, kjt, out);
+    sebc_backend *b = impl;
+    const busy_mark m = busy_begin(b);
+    return busy_end(b, m, ember_sebc_forward(b->sebc, kjt, out));
 }
 
 static ember_status backward(void *impl, const ember_kjt *kjt, const float *grad_out) {
-    return ember_sebc_backward(((sebc_backend *)impl)->sebc, kjt, grad_out);
+    sebc_backend *b = impl;
+    const busy_mark m = busy_begin(b);
+    return busy_end(b, m, ember_sebc_backward(b->sebc, kjt, grad_out));
 }
 
 static ember_status prefetch(void *impl, const ember_kjt *next_kjt) {
-    return ember_sebc_prefetch(((sebc_backend *)impl)->sebc, next_kjt);
+    sebc_backend *b = impl;
+    const busy_mark m = busy_begin(b);
+    return busy_end(b, m, ember_sebc_prefetch(b->sebc, next_kjt));
 }
 
 static ember_status backward_start(void *impl, const ember_kjt *kjt, const float *grad_out) {
-    return ember_sebc_backward_start(((sebc_backend *)impl)->sebc, kjt, grad_out);
+    sebc_backend *b = impl;
+    const busy_mark m = busy_begin(b);
+    return busy_end(b, m, ember_sebc_backward_start(b->sebc, kjt, grad_out));
 }
 
-static ember_status backward_finish(void *impl) { return ember_sebc_backward_finish(((sebc_backend *)impl)->sebc); }
+static ember_status backward_finish(void *impl) {
+    sebc_backend *b = impl;
+    const busy_mark m = busy_begin(b);
+    return busy_end(b, m, ember_sebc_backward_finish(b->sebc));
+}
+
+static double busy_seconds(void *impl, int reset) {
+    sebc_backend *b = impl;
+    const double s = b->busy_s;
+    if (reset) b->busy_s = 0;
+    return s;
+}
+
+static ember_status reshard(void *impl, const ember_table_plan *plan, ember_reshard_stats *stats) {
+    return ember_sebc_reshard(((sebc_backend *)impl)->sebc, plan, 0, stats);
+}
 
 static void progress(void *impl) { (void)ember_comm_progress(((sebc_backend *)impl)->comm); }
 
@@ -101,5 +135,7 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     out->backward_finish = backward_finish;
     out->progress = progress;
     out->tier_stats = tier_stats;
+    out->busy_seconds = busy_seconds;
+    out->reshard = reshard;
     return EMBER_OK;
 }

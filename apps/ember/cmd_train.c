@@ -50,6 +50,9 @@ static const char help[] =
     "                                    are the ranks sharing memory. auto plans on one host as\n"
     "                                    always, across hosts on the predicted step time; every plan's\n"
     "                                    predicted embedding step is printed with the measured one\n"
+    "  --rebalance_every N               every N steps, re-plan from each rank's measured embedding\n"
+    "                                    time and move the tables when the new plan predicts a step\n"
+    "                                    at least 10%% faster (default 0: never; docs/dlrm.md)\n"
     "  --disk_gbps G                     Gbit/s to and from tiered tables' files, for the planner\n"
     "                                    (default: probed at start in --ssd_dir, with a file of\n"
     "                                    at most the size of the run's files, 1 to 64 MiB)\n"
@@ -433,6 +436,7 @@ static const cli_flag flags[] = {
     CALL("intra_gbps", o.intra_gbps, set_gbps),
     CALL("inter_gbps", o.inter_gbps, set_gbps),
     CALL("disk_gbps", o.disk_gbps, set_gbps),
+    INT("rebalance_every", o.rebalance_every, 0, MAX_COUNT),
     NAME("grad_convention", o.grad_convention, cli_name_grad_convention, ANY_DATA),
     CALL("wire_precision", o.wire_forward, set_wire_precision),
     CALL("wire_loss_scale", o.wire_scale_forward, set_wire_loss_scale),

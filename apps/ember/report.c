@@ -286,6 +286,22 @@ void report_checkpoint(run *R, const char *path, bool delta, double seconds, int
     fflush(p->out);
 }
 
+void report_rebalance(run *R, int64_t step, const double *speed, bool timed, double cur, double next, bool moved,
+                      double bytes, double seconds) {
+    report *p = &R->rep;
+    if (!p->out) return;
+    clear_bar(p);
+    fprintf(p->out, "rebalance   step %lld: rank speeds", (long long)step);
+    for (int32_t q = 0; q < R->world && q < 16; q++) fprintf(p->out, " %.2f", speed[q]);
+    if (R->world > 16) fprintf(p->out, " ...");
+    const double u = timed ? 1e3 : 1e-6;
+    const char *unit = timed ? "ms" : "MB";
+    fprintf(p->out, "; slowest rank's predicted load %.3g %s, %.3g %s with a new plan", cur * u, unit, next * u, unit);
+    if (moved) fprintf(p->out, ": moved the tables (%.1f MB between ranks, %.3f s)\n", bytes * 1e-6, seconds);
+    else fprintf(p->out, ": kept the plan (under 10%% better)\n");
+    fflush(p->out);
+}
+
 // ---- After training ----------------------------------------------------------------------------
 
 // Tiered tables' caches over the run (training and evaluation forwards), summed over ranks:

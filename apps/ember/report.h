@@ -59,6 +59,11 @@ ember_status report_eval(run *R, const metrics_row *row);
 // A committed checkpoint (or a delta into one): its path, the time the save took and the older
 // ones removed.
 void report_checkpoint(run *R, const char *path, bool delta, double seconds, int32_t removed);
+// --rebalance_every: the ranks' measured speeds, the slowest rank's predicted load under the plan
+// and the one proposed (ms when time is modelled, else MB), and whether the tables moved (bytes
+// moved between ranks, all ranks, and the slowest rank's seconds). Rank 0 prints.
+void report_rebalance(run *R, int64_t step, const double *speed, bool timed, double cur, double next, bool moved,
+                      double bytes, double seconds);
 // The tiered tables' caches over the run, summed over ranks. Collective.
 ember_status report_tier_stats(run *R);
 // The end of training: steps and samples (since the resume), throughput, measured step time

@@ -47,6 +47,7 @@ struct run {
     ember_feature_config features[DLRM_NUM_SPARSE];
     ember_table_plan plan[DLRM_NUM_SPARSE];
     train_topology topo;    // hosts, bandwidths and the plan's predicted embedding step
+    double *rank_speed;     // [W] --rebalance_every: each rank's measured speed so far (0: none yet)
     char table_names[DLRM_NUM_SPARSE][16];
     char feature_names[DLRM_NUM_SPARSE][16];
     int64_t *sizes;         // [W] shares of the current global batch

@@ -170,6 +170,7 @@ static void cleanup(run *R) {
     ember_ctx_free(R->ctx, R->sizes);
     eval_free(&R->ev);
     ember_plan_release(R->ctx, R->plan, DLRM_NUM_SPARSE);
+    ember_ctx_free(R->ctx, R->rank_speed);
     if (R->node != MPI_COMM_NULL) MPI_Comm_free(&R->node);
     trainstate_free(&R->ckpt);
 }
@@ -274,6 +275,66 @@ static ember_status train_step(run *R, const lookahead *a, int64_t global, doubl
     return EMBER_OK;
 }
 
+// --rebalance_every: every rank's embedding time over the window, a plan for the speeds they
+// show (train_topology_rebalance), and, when it predicts the slowest rank at least 10% faster,
+// the tables moved there (the backend's reshard: the numbers go on as from a checkpoint loaded
+// into the new plan). Collective: every rank decides alike from the same gathered times.
+static ember_status rebalance(run *R, int64_t step) {
+    ember_ctx *ctx = R->ctx;
+    const int32_t W = R->world;
+    ember_status st = R->backend.busy_seconds && R->backend.reshard
+                          ? EMBER_OK
+                          : ember_ctx_set_error(ctx, EMBER_ERR_UNSUPPORTED,
+                                                "--rebalance_every: this embedding backend cannot move its tables");
+    double *busy = ember_ctx_alloc(ctx, sizeof(double) * (size_t)W);
+    int32_t *host_of = ember_ctx_alloc(ctx, sizeof(int32_t) * (size_t)W);
+    if (!R->rank_speed && (R->rank_speed = ember_ctx_alloc(ctx, sizeof(double) * (size_t)W)))
+        memset(R->rank_speed, 0, sizeof(double) * (size_t)W);
+    if (st == EMBER_OK && (!busy || !host_of || !R->rank_speed))
+        st = ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "--rebalance_every: out of memory for %d ranks", (int)W);
+    st = ember_comm_agree(R->comm, st);
+    double *speed = R->rank_speed;
+    if (st == EMBER_OK) {
+        memset(busy, 0, sizeof(double) * (size_t)W);
+        busy[R->rank] = R->backend.busy_seconds(R->backend.impl, 1);
+        st = ember_comm_allreduce_sum_f64(R->comm, busy, (size_t)W);
+    }
+    int32_t hosts = 1;
+    if (st == EMBER_OK) st = ember_plan_detect_topology(R->comm, host_of, &hosts, 0, 0, NULL, NULL, NULL);
+    ember_table_plan next[DLRM_NUM_SPARSE];
+    double cur = 0, proposed = 0;
+    if (st == EMBER_OK) {
+        const train_options *o = R->o;
+        ember_ebc_config pe = EMBER_EBC_CONFIG_DEFAULT;
+        pe.tables = R->tables, pe.num_tables = DLRM_NUM_SPARSE, pe.features = R->features;
+        pe.num_features = DLRM_NUM_SPARSE, pe.ssd_dir = o->ssd_dir;
+        const int32_t local_batch = o->batch_size / W > 0 ? (int32_t)(o->batch_size / W) : 1;
+        float pooling[DLRM_NUM_SPARSE];
+        for (int f = 0; f < DLRM_NUM_SPARSE; f++) pooling[f] = (float)o->multi_hot[f];
+        st = ember_comm_agree(R->comm, train_topology_rebalance(ctx, &pe, local_batch, pooling, &R->topo, host_of, W,
+                                                                 R->plan, busy, speed, next, &cur, &proposed));
+    }
+    if (st == EMBER_OK) {
+        const bool move = proposed < 0.9 * cur;
+        ember_reshard_stats rs = {0};
+        if (move) st = R->backend.reshard(R->backend.impl, next, &rs);
+        double bytes = (double)rs.bytes_sent;
+        int64_t us = (int64_t)(rs.seconds * 1e6); // the slowest rank's
+        if (st == EMBER_OK) st = ember_comm_allreduce_sum_f64(R->comm, &bytes, 1);
+        if (st == EMBER_OK) st = ember_comm_allreduce_max_i64(R->comm, &us, 1);
+        if (st == EMBER_OK && move) {
+            ember_plan_release(ctx, R->plan, DLRM_NUM_SPARSE); // the new placement is the run's now
+            memcpy(R->plan, next, sizeof next);
+        } else {
+            ember_plan_release(ctx, next, DLRM_NUM_SPARSE);
+        }
+        if (st == EMBER_OK) report_rebalance(R, step, speed, R->topo.hosts > 1, cur, proposed, move, bytes, (double)us * 1e-6);
+    }
+    ember_ctx_free(ctx, busy);
+    ember_ctx_free(ctx, host_of);
+    return st;
+}
+
 // MLPerf's epoch_num of an evaluation after `step` steps: the fraction of the epochs' steps done
 // when their count is known, else the epochs begun.
 static double mllog_epoch(const run *R, int64_t step, int32_t epoch) {
@@ -370,6 +431,9 @@ static ember_status train_loop(run *R, train_result *res) {
                 last_save = step;
             }
             if (reached) break;
+            // Not after the last step: nothing would use the new placement.
+            if (o->rebalance_every > 0 && step % o->rebalance_every == 0 && step != R->total_steps)
+                APP_TRY(rebalance(R, step));
         }
         snprintf(v, sizeof v, "\"epoch_num\": %d", (int)epoch + 1);
         report_mllog(R, "INTERVAL_END", "epoch_stop", NULL, v);

@@ -98,3 +98,55 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
     ember_ctx_free(ctx, host_of);
     return st;
 }
+
+// The slowest rank's load over its speed: load[q] / speed[q], largest.
+static double slowest(const double *load, const double *speed, int32_t W) {
+    double m = 0;
+    for (int32_t q = 0; q < W; q++) m = load[q] / speed[q] > m ? load[q] / speed[q] : m;
+    return m;
+}
+
+ember_status train_topology_rebalance(ember_ctx *ctx, const ember_ebc_config *ec, int32_t batch, const float *pooling,
+                                      const train_topology *tt, const int32_t *host_of, int32_t W,
+                                      const ember_table_plan *cur, const double *busy, double *speed,
+                                      ember_table_plan *next, double *cur_load, double *next_load) {
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = W;
+    pc.batch_size = batch;
+    pc.pooling_factor = pooling;
+    pc.disk_bw = tt->disk_bw;
+    const int timed = tt->hosts > 1; // as train_topology_plan planned: time across hosts, bytes on one
+    if (timed) {
+        pc.host_of = host_of;
+        pc.intra_host_bw = tt->intra_bw;
+        pc.inter_host_bw = tt->inter_bw;
+        pc.round_s = tt->round_s;
+    }
+    double *load = ember_ctx_alloc(ctx, sizeof(double) * 2 * (size_t)W);
+    if (!load) return ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "--rebalance_every: out of memory for %d ranks", (int)W);
+    double *nload = load + W;
+    ember_plan_stats ps = timed ? (ember_plan_stats){.step_seconds = load} : (ember_plan_stats){.step_bytes = load};
+    ember_status st = ember_plan_predict(ctx, ec, &pc, cur, &ps);
+    if (st == EMBER_OK) {
+        double sum = 0;
+        int32_t n = 0;
+        for (int32_t q = 0; q < W; q++)
+            if (load[q] > 0 && busy[q] > 0) sum += load[q] / busy[q], n++;
+        for (int32_t q = 0; q < W; q++) {
+            double v = load[q] > 0 && busy[q] > 0 ? load[q] / busy[q] / (sum / n) : 1.0;
+            if (speed[q] > 0) v = 0.5 * (v + speed[q]); // with the last window's, against noise
+            speed[q] = v < 0.05 ? 0.05 : v > 20 ? 20 : v;
+        }
+        *cur_load = slowest(load, speed, W);
+        pc.rank_speed = speed;
+        st = ember_plan_create(ctx, ec, &pc, next, NULL);
+    }
+    if (st == EMBER_OK) {
+        ps = timed ? (ember_plan_stats){.step_seconds = nload} : (ember_plan_stats){.step_bytes = nload};
+        st = ember_plan_predict(ctx, ec, &pc, next, &ps);
+        if (st != EMBER_OK) ember_plan_release(ctx, next, ec->num_tables);
+        else *next_load = slowest(nload, speed, W);
+    }
+    ember_ctx_free(ctx, load);
+    return st;
+}

@@ -38,4 +38,19 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
                                  double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto,
                                  ember_table_plan *plan, train_topology *tt);
 
+// ember train --rebalance_every: a placement for the ranks' measured speeds. busy[W]: each rank's
+// seconds in the embedding calls over the last window, less their waits for other ranks. The
+// model's load of the current plan cur on each rank (as the first plan was made: predicted
+// seconds across hosts, bytes read and sent on one host) over its busy seconds is its speed,
+// normalised to a mean of 1 over the ranks that have both (1 for the others), averaged with the
+// speed[W] given (the last window's; 0: none) and clamped to [1/20, 20], into speed[W] (in/out); the planner places the tables for those speeds into next (release it with
+// ember_plan_release). *cur_load and *next_load: the slowest rank's load over its speed under
+// each plan (the model's unit). host_of[W]: the ranks' hosts (ember_plan_detect_topology). Local
+// and pure: every rank given the same busy gets the same plan. Returns what ember_plan_predict
+// and ember_plan_create return.
+ember_status train_topology_rebalance(ember_ctx *ctx, const ember_ebc_config *ec, int32_t batch, const float *pooling,
+                                      const train_topology *tt, const int32_t *host_of, int32_t W,
+                                      const ember_table_plan *cur, const double *busy, double *speed,
+                                      ember_table_plan *next, double *cur_load, double *next_load);
+
 #endif

@@ -152,6 +152,7 @@ static const char *const free_flags[] = {
     "disk_gbps: the planner's figure for this machine",
     "wire_precision: not recorded; a resumed run rounds the exchanges as it is told from then on",
     "wire_loss_scale: not recorded, as wire_precision",
+    "rebalance_every: the placement, as sharding",
     "threads: the same numbers with any count",
     "timeout_s: the collectives' deadline",
     "overlap: the same numbers either way",

@@ -57,11 +57,15 @@ typedef struct ember_plan_config {
     double disk_bw;              // bytes/s a rank moves to and from a tiered table's file (0: 1e9);
                                  // each step's expected misses (uniform ids: 1 - cache/rows of the
                                  // rows it touches) read a record and write one back at this rate
+    const double *rank_speed;    // [world_size] each rank's speed relative to the model (> 0; e.g.
+                                 // modelled over measured seconds), or NULL (all 1): placing a
+                                 // table, a rank's load counts divided by its speed, so a slow rank
+                                 // gets less. The figures of ember_plan_stats stay as modelled.
 } ember_plan_config;
 #define EMBER_PLAN_CONFIG_DEFAULT                                                                     \
     {.world_size = 1, .batch_size = 512, .memory_per_rank = 0, .pooling_factor = NULL, .allow = 0,       \
      .dp_max_bytes = 0, .host_of = NULL, .ranks_per_host = 0, .intra_host_bw = 0, .inter_host_bw = 0,    \
-     .mem_bw = 0, .round_s = 0, .disk_bw = 0}
+     .mem_bw = 0, .round_s = 0, .disk_bw = 0, .rank_speed = NULL}
 
 // Per-rank totals of a plan, as the planner estimates them: arrays of world_size entries the
 // caller provides (either may be NULL).
@@ -80,7 +84,7 @@ typedef struct ember_plan_stats {
 // about a second.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (bad sizes, world size < 1, a host_of entry
 // outside [0, world_size) or hosts numbered with a gap, ranks_per_host < 0 or not dividing the
-// world size, a negative or non-finite bandwidth, more than one host without inter_host_bw or,
+// world size, a negative or non-finite bandwidth, a rank_speed not positive and finite, more than one host without inter_host_bw or,
 // where a host holds 2 ranks or more, intra_host_bw:
 // the message names the value),
 // EMBER_ERR_NOMEM (a table fits on no rank within memory_per_rank: the message names it; or an

@@ -40,7 +40,11 @@ typedef struct model {
     double round_s;             // seconds of one collective round
     double *host_out, *host_in; // [H] scratch
     double *before;             // [W] scratch of table_traffic
+    const double *speed;        // [W] ember_plan_config.rank_speed, or NULL (all 1)
 } model;
+
+// Rank q's modelled load (bytes or seconds) as the placement weighs it: over its speed.
+static double weighed(const model *m, int q, double load) { return m->speed ? load / m->speed[q] : load; }
 
 // Bytes of one stored row of tc (its weights in its dtype), wherever the rows are kept.
 static double row_bytes(const ember_table_config *tc) {
@@ -185,6 +189,10 @@ static ember_status model_init(ember_ctx *ctx, const char *fn, const ember_plan_
     m->mem_bw = pc->mem_bw > 0 ? pc->mem_bw : 2e9;
     m->disk_bw = pc->disk_bw > 0 ? pc->disk_bw : 1e9;
     m->round_s = pc->round_s;
+    m->speed = pc->rank_speed;
+    for (int q = 0; pc->rank_speed && q < W; q++)
+        EMBER_CHECK(ctx, pc->rank_speed[q] > 0 && isfinite(pc->rank_speed[q]), EMBER_ERR_INVALID_ARG,
+                    "%s: rank_speed[%d] %g is not a positive finite number", fn, q, pc->rank_speed[q]);
     // One rank per host (a rank per node with many threads): nothing travels inside a host, and
     // no probe can measure it; its bandwidth only has to be positive for the time model.
     bool shared = m->H == 1;
@@ -246,7 +254,8 @@ static void consider(void *arg, const ember_table_plan *p) {
     if (pl->timed) host_sums(pl->m, pl->acc, &cand->tr);
     for (int q = 0; q < W; q++) {
         if (pl->pc->memory_per_rank && pl->acc_storage[q] + cand->storage[q] > pl->pc->memory_per_rank) fits = 0;
-        const double s = pl->timed ? rank_seconds(pl->m, pl->acc, &cand->tr, q) : rank_bytes(pl->acc, &cand->tr, q);
+        const double s = weighed(pl->m, q, pl->timed ? rank_seconds(pl->m, pl->acc, &cand->tr, q)
+                                                     : rank_bytes(pl->acc, &cand->tr, q));
         if (s > score) score = s;
         total += pl->timed ? s : rank_bytes(&cand->tr, NULL, q);
     }
@@ -302,7 +311,7 @@ static int by_key(const void *a, const void *b) {
 static void sort_by_load(model *m, const ember__traffic *acc, int timed, load_key *keys, int32_t *by_load) {
     host_sums(m, acc, NULL);
     for (int q = 0; q < m->W; q++)
-        keys[q] = (load_key){timed ? rank_seconds(m, acc, NULL, q) : rank_bytes(acc, NULL, q), q};
+        keys[q] = (load_key){weighed(m, q, timed ? rank_seconds(m, acc, NULL, q) : rank_bytes(acc, NULL, q)), q};
     qsort(keys, (size_t)m->W, sizeof *keys, by_key);
     for (int q = 0; q < m->W; q++) by_load[q] = keys[q].rank;
 }

@@ -158,6 +158,57 @@ static void tiered_tables_count_their_cache_and_disk(void **state) {
     ember_ctx_destroy(ctx);
 }
 
+// rank_speed: with rank 1 four times slower than rank 0, the planner gives it less; its modelled
+// load (ember_plan_predict's bytes, as modelled) is lower than with equal speeds, and its load
+// over its speed no larger than rank 0's would be with one more table. Speeds that are not
+// positive and finite are refused, naming the rank.
+static void slow_ranks_get_less(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    enum { T = 8 };
+    ember_table_config t[T];
+    ember_feature_config f[T];
+    char names[T][2][8];
+    for (int i = 0; i < T; i++) {
+        snprintf(names[i][0], 8, "t%d", i);
+        snprintf(names[i][1], 8, "f%d", i);
+        t[i] = table(names[i][0], 200000 + 10000 * i, 32);
+        f[i] = (ember_feature_config){.name = names[i][1], .table = i};
+    }
+    ember_ebc_config ec = {.tables = t, .num_tables = T, .features = f, .num_features = T, .bounds = EMBER_BOUNDS_ERROR,
+                           .seed = 1};
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = 2;
+    pc.batch_size = 512;
+    pc.allow = (1 << EMBER_SHARD_TABLE_WISE); // whole tables: the split is the placement's
+    ember_table_plan even[T], slow[T];
+    double be[2], bs[2];
+    ember_plan_stats pe = {.step_bytes = be}, ps = {.step_bytes = bs};
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, even, NULL), EMBER_OK);
+    assert_int_equal(ember_plan_predict(ctx, &ec, &pc, even, &pe), EMBER_OK);
+    const double speed[2] = {1.0, 0.25};
+    pc.rank_speed = speed;
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, slow, NULL), EMBER_OK);
+    assert_int_equal(ember_plan_predict(ctx, &ec, &pc, slow, &ps), EMBER_OK);
+    int on1[2] = {0, 0};
+    for (int i = 0; i < T; i++) on1[0] += even[i].ranks[0] == 1, on1[1] += slow[i].ranks[0] == 1;
+    assert_true(on1[1] < on1[0]);
+    assert_true(bs[1] < be[1]);
+    // Weighed by speed, the slowest rank's load is lower than the equal-speed plan's.
+    const double worst_even = fmax(be[0] / speed[0], be[1] / speed[1]), worst_slow = fmax(bs[0] / speed[0], bs[1] / speed[1]);
+    assert_true(worst_slow < worst_even);
+    const double bad[2] = {1.0, 0.0};
+    pc.rank_speed = bad;
+    ember_table_plan p[T];
+    assert_int_equal(ember_plan_create(ctx, &ec, &pc, p, NULL), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_ctx_errmsg(ctx), "rank_speed[1] 0"));
+    ember_plan_release(ctx, even, T);
+    ember_plan_release(ctx, slow, T);
+    assert_int_equal(ember_ctx_bytes_outstanding(ctx), 0);
+    ember_ctx_destroy(ctx);
+}
+
 static void allowed_schemes_and_bad_inputs(void **state) {
     (void)state;
     ember_ctx *ctx = NULL;
@@ -666,6 +717,7 @@ int main(void) {
         cmocka_unit_test(predictions_are_monotone_in_bandwidth),
         cmocka_unit_test(one_rank_per_host_needs_no_intra_bandwidth),
         cmocka_unit_test(bad_topologies_are_refused),
+        cmocka_unit_test(slow_ranks_get_less),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
