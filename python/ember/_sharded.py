@@ -210,7 +210,8 @@ def _topology(topology: Any, what: str) -> tuple[Any, ...] | None:
 
 def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 512, memory_per_rank: int = 0,
          pooling_factor: Any = None, allow: Sequence[str] | None = None,
-         dp_max_bytes: int = 0, topology: Topology | None = None) -> list[TablePlan]:
+         dp_max_bytes: int = 0, topology: Topology | None = None,
+         rank_speed: Sequence[float] | None = None) -> list[TablePlan]:
     """The planner (ember_plan_create): one TablePlan per table for ``world_size`` ranks.
 
     batch_size       local batch size per rank
@@ -222,6 +223,9 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
     topology         an ember.Topology (hosts and bandwidths: the planner then minimises the
                      predicted time and offers twrw per host, and grid where allowed), or None
                      (one host, plans on bytes)
+    rank_speed       each rank's speed relative to the model (world_size numbers > 0; e.g. modelled
+                     over measured seconds), or None (all 1): a slow rank's load weighs more, so it
+                     gets less (predict_plan's figures stay as modelled)
 
     Local and deterministic: every rank computes the same plan. predict_plan gives the plan's
     estimates. Raises InvalidArgumentError, and OutOfMemoryError when a table fits on no rank
@@ -240,7 +244,8 @@ def plan(tables: Sequence[TableConfig], world_size: int, *, batch_size: int = 51
             raise invalid("plan: allow is empty")
     result = _ember.plan(ctab, feats, W, as_index(batch_size, "plan: batch_size", *I32),
                          as_index(memory_per_rank, "plan: memory_per_rank", *U64), pf, mask,
-                         as_index(dp_max_bytes, "plan: dp_max_bytes", *U64), _topology(topology, "plan"))
+                         as_index(dp_max_bytes, "plan: dp_max_bytes", *U64), _topology(topology, "plan"),
+                         None if rank_speed is None else [as_float(v, "plan: rank_speed") for v in rank_speed])
     return [TablePlan._from_c(p) for p in result]
 
 

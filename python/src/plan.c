@@ -206,15 +206,37 @@ static void stats_free(stats_arrays *a) {
 }
 
 // plan(tables, features, world_size, batch_size, memory_per_rank, pooling_factor or None, allow,
-//      dp_max_bytes, topology or None) -> plan list (predict() gives a plan's estimates). Local.
+//      dp_max_bytes, topology or None[, rank_speed: floats or None]) -> plan list (predict()
+//      gives a plan's estimates). Local.
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *tables, *features, *pf, *topo;
+    PyObject *tables, *features, *pf, *topo, *speeds = Py_None;
     int world, batch, allow;
     unsigned long long memory, dp_max;
-    if (!PyArg_ParseTuple(args, "OOiiKOiKO", &tables, &features, &world, &batch, &memory, &pf, &allow, &dp_max, &topo))
+    if (!PyArg_ParseTuple(args, "OOiiKOiKO|O", &tables, &features, &world, &batch, &memory, &pf, &allow, &dp_max, &topo,
+                          &speeds))
         return NULL;
     if (world < 1) return ember_py_invalid("plan: world_size %d < 1", world);
+    double *speed = NULL;
+    if (speeds != Py_None) {
+        PyObject *seq = PySequence_Fast(speeds, "plan: rank_speed must be a sequence of numbers");
+        if (!seq) return NULL;
+        if (PySequence_Fast_GET_SIZE(seq) != world) {
+            Py_DECREF(seq);
+            return ember_py_invalid("plan: rank_speed has %zd entries, world_size is %d",
+                                    PySequence_Fast_GET_SIZE(seq), world);
+        }
+        if (!(speed = PyMem_Calloc((size_t)world, sizeof(double)))) {
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        for (int q = 0; q < world && !PyErr_Occurred(); q++) speed[q] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, q));
+        Py_DECREF(seq);
+        if (PyErr_Occurred()) {
+            PyMem_Free(speed);
+            return NULL;
+        }
+    }
     ember_py_config c;
     if (ember_py_config_parse(tables, features, &c) != 0) return NULL;
     ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
@@ -223,9 +245,11 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
     pc.memory_per_rank = (size_t)memory;
     pc.allow = allow;
     pc.dp_max_bytes = (size_t)dp_max;
+    pc.rank_speed = speed;
     plan_inputs in;
     if (plan_inputs_parse("plan", pf, topo, c.cfg.num_features, &pc, &in) != 0) {
         ember_py_config_free(&c);
+        PyMem_Free(speed);
         return NULL;
     }
     PyObject *ret = NULL;
@@ -249,6 +273,7 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
         ember_ctx_destroy(ctx);
     }
     PyMem_Free(plan);
+    PyMem_Free(speed);
     plan_inputs_release(&in);
     ember_py_config_free(&c);
     return ret;
