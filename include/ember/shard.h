@@ -299,7 +299,9 @@ EMBER_API ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtyp
 // round): each round sends at most about chunk_bytes from a rank (0: 64 MiB), so beyond the two
 // placements' pieces, which coexist during the move (the new ones are made first), a rank holds
 // one round's messages. Every row written counts as changed since the mark (an incremental
-// checkpoint after a reshard saves the tables again). A pending prefetch is dropped. stats (NULL
+// checkpoint after a reshard saves the tables again). A pending prefetch is dropped, and a
+// forward not yet followed by its backward is forgotten (that backward is then refused with
+// EMBER_ERR_STATE: back-propagate before resharding). stats (NULL
 // to skip) receives the bytes this rank sent to and received from other ranks and the seconds
 // the reshard took. Collective on comm: every rank passes the same plan (agreed on as
 // ember_sebc_create does). Returns EMBER_OK, EMBER_ERR_INVALID_ARG (plan NULL, or one

@@ -30,18 +30,18 @@ typedef struct gpiece {
     int32_t local;
 } gpiece;
 
-// The pieces of table t in s, in shard order; their count. out holds at least max(nshards, 1).
-static int32_t global_pieces(const ember_sebc *s, int32_t t, gpiece *out) {
+// The pieces of table t in s, in shard order; their count. out holds at least max(nshards, 1);
+// seen: [W] scratch (each owner's pieces so far).
+static int32_t global_pieces(const ember_sebc *s, int32_t t, gpiece *out, int32_t *seen) {
     const ember__table_shards *ts = &s->ts[t];
     if (ts->ops->build_home) {
         out[0] = (gpiece){-1, 0, ts->rows, 0, s->tables[t].dim, 0};
         return 1;
     }
+    memset(seen, 0, sizeof(int32_t) * (size_t)s->W);
     for (int32_t k = 0; k < ts->nshards; k++) {
         const ember__shard *sh = &ts->shards[k];
-        int32_t local = 0;
-        for (int32_t j = 0; j < k; j++) local += ts->shards[j].owner == sh->owner;
-        out[k] = (gpiece){sh->owner, sh->r0, sh->r1, sh->c0, sh->c1, local};
+        out[k] = (gpiece){sh->owner, sh->r0, sh->r1, sh->c0, sh->c1, seen[sh->owner]++};
     }
     return ts->nshards;
 }
@@ -79,6 +79,7 @@ typedef struct mover {
     const gpiece *pa, *pb; // source and destination pieces
     int32_t na, nb;
     int64_t *cnt;          // [2W] bytes sent to, received from each rank this round
+    int32_t *seen;         // [W] scratch of global_pieces
     ember__buf snd, rcv, tmp, tmp2, own;
     uint64_t sent, received;
 } mover;
@@ -191,8 +192,8 @@ static ember_status move_table(mover *m, int32_t t, size_t chunk, gpiece *pa, gp
     ember_comm *c = m->src->comm;
     m->t = t;
     m->pa = pa, m->pb = pb;
-    m->na = global_pieces(m->src, t, pa);
-    m->nb = global_pieces(m->dst, t, pb);
+    m->na = global_pieces(m->src, t, pa, m->seen);
+    m->nb = global_pieces(m->dst, t, pb, m->seen);
     ember_tensor_info ti[EMBER_MAX_TENSORS];
     m->nti = ember_table_tensors(&m->src->tables[t], ti);
     m->ti = ti;
@@ -275,7 +276,8 @@ ember_status ember_sebc_reshard(ember_sebc *s, const ember_table_plan *plan, siz
     mover m = {.src = s, .dst = n, .W = s->W, .me = s->rank};
     gpiece *pa = ember__calloc(ctx, sizeof(gpiece) * (size_t)most), *pb = ember__calloc(ctx, sizeof(gpiece) * (size_t)most);
     m.cnt = ember__calloc(ctx, sizeof(int64_t) * 2 * (size_t)s->W);
-    st = pa && pb && m.cnt ? EMBER_OK : ember__error(ctx, EMBER_ERR_NOMEM, "%s: out of memory", fn);
+    m.seen = ember__calloc(ctx, sizeof(int32_t) * (size_t)s->W);
+    st = pa && pb && m.cnt && m.seen ? EMBER_OK : ember__error(ctx, EMBER_ERR_NOMEM, "%s: out of memory", fn);
     st = ember_comm_agree(c, st);
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) {
         st = move_table(&m, t, chunk_bytes ? chunk_bytes : DEFAULT_CHUNK, pa, pb);
@@ -286,6 +288,7 @@ ember_status ember_sebc_reshard(ember_sebc *s, const ember_table_plan *plan, siz
     ember__free(ctx, pa);
     ember__free(ctx, pb);
     ember__free(ctx, m.cnt);
+    ember__free(ctx, m.seen);
     ember__buf_free(ctx, &m.snd);
     ember__buf_free(ctx, &m.rcv);
     ember__buf_free(ctx, &m.tmp);
@@ -297,7 +300,6 @@ ember_status ember_sebc_reshard(ember_sebc *s, const ember_table_plan *plan, siz
     }
     // The collection's own settings. The rows written are all marked changed (a superset of what
     // changed since the mark, which an incremental checkpoint may save again); the mark's tag stays.
-    n->training = s->training;
     ember_sebc_set_training(n, s->training);
     n->wire_fwd = s->wire_fwd, n->wire_bwd = s->wire_bwd;
     n->wire_scale_fwd = s->wire_scale_fwd, n->wire_scale_bwd = s->wire_scale_bwd;

@@ -4,9 +4,8 @@
 // (outputs, tables, step counters) is bitwise that collection's step, for pairs of plans covering
 // every scheme (mixed plans, to and from data-parallel, other column splits), with per-row and
 // element-wise optimizer state, an fp16 table, a one-row table, a hashed and a tiered table and
-// rounds of a few bytes. A reshard
-// between backward_start and finish, and a plan create refuses, fail on every rank and change
-// nothing.
+// rounds of a few bytes. A reshard between backward_start and finish, and a plan create refuses,
+// fail on every rank and change nothing; a forward's backward after a reshard is refused.
 #define _POSIX_C_SOURCE 200809L // mkdtemp
 #include <setjmp.h>
 #include <stdarg.h>
@@ -274,6 +273,15 @@ static void refusals_change_nothing(void **state) {
     train_step(ctx, B, 3, ob, &nb);
     ok = ok && na == nb && memcmp(oa, ob, sizeof(float) * (size_t)na) == 0 && tables_equal(ctx, &su, A, B);
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
+    // A forward, then a reshard: that forward's backward is refused (the reshard forgot it), and
+    // the next step works.
+    gen_kjt_make(&g, &rng, NF, 2, rows, 3, 0.2, 0);
+    check_ok(ctx, ember_sebc_forward(A, &g.kjt, out), "forward");
+    check_ok(ctx, ember_sebc_reshard(A, p2, 0, NULL), "reshard after a forward");
+    st = ember_sebc_backward(A, &g.kjt, grad);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_ERR_STATE);
+    gen_kjt_free(&g);
+    train_step(ctx, A, 4, oa, &na);
     ember_sebc_destroy(A);
     ember_sebc_destroy(B);
     ember_comm_destroy(comm);
