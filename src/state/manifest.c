@@ -274,7 +274,7 @@ static int parse_tensor(parser *p, ember_checkpoint *c, const cJSON *kj, ember__
         !get_str(p, kj, where, "dtype", kdt, sizeof kdt))
         return 0;
     k->cols = (int32_t)cols;
-    if (ember_dtype_parse(kdt, &k->dtype) != 0 || !(ember_dtype_is_storage(k->dtype) || k->dtype == EMBER_DTYPE_I64))
+    if (ember_dtype_parse(kdt, &k->dtype) != 0)
         return bad(p, where, "dtype", "of a tensor is not fp32, fp16, bf16 or int64");
     if ((uint64_t)t->rows > MAX_TENSOR_BYTES / ember_dtype_size(k->dtype) / (uint64_t)k->cols)
         return bad(p, where, k->name, "is larger than 2^60 bytes (rows x cols x its dtype's size)");
