@@ -22,6 +22,24 @@ int64_t train_topology_disk_probe_bytes(const ember_ebc_config *ec) {
     return (int64_t)(files < lo ? lo : files > hi ? hi : files);
 }
 
+// The planner's configuration for a plan made as ember train makes them: on more than one host
+// from the predicted time (tt's bandwidths and round), on one host on bytes.
+static ember_plan_config planning_config(const train_topology *tt, const int32_t *host_of, int32_t W, int32_t batch,
+                                         const float *pooling) {
+    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
+    pc.world_size = W;
+    pc.batch_size = batch;
+    pc.pooling_factor = pooling;
+    pc.disk_bw = tt->disk_bw;
+    if (tt->hosts > 1) {
+        pc.host_of = host_of;
+        pc.intra_host_bw = tt->intra_bw;
+        pc.inter_host_bw = tt->inter_bw;
+        pc.round_s = tt->round_s;
+    }
+    return pc;
+}
+
 ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, const float *pooling,
                                  double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto,
                                  ember_table_plan *plan, train_topology *tt) {
@@ -47,10 +65,6 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
         tt->intra_bw = intra;
         tt->inter_bw = inter;
         tt->round_s = round;
-        ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
-        pc.world_size = W;
-        pc.batch_size = batch;
-        pc.pooling_factor = pooling;
         // Tables on disk: the rate given, or rank 0 measures the disk (a file of at most the
         // tables' files written, flushed and read back) and every rank plans with its figure.
         const int64_t probe = train_topology_disk_probe_bytes(ec);
@@ -63,17 +77,8 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
             st = ember_comm_agree(comm, st);
             if (st == EMBER_OK) st = ember_comm_bcast(comm, &tt->disk_bw, sizeof tt->disk_bw, 0);
         }
-        pc.disk_bw = tt->disk_bw;
-        if (plan_auto) {
-            // One host plans on bytes as before; several on the predicted time.
-            if (tt->hosts > 1) {
-                pc.host_of = host_of;
-                pc.intra_host_bw = intra;
-                pc.inter_host_bw = inter;
-                pc.round_s = round;
-            }
-            if (st == EMBER_OK) st = ember_plan_create(ctx, ec, &pc, plan, NULL);
-        }
+        ember_plan_config pc = planning_config(tt, host_of, W, batch, pooling);
+        if (plan_auto && st == EMBER_OK) st = ember_plan_create(ctx, ec, &pc, plan, NULL);
         if (st == EMBER_OK) {
             pc.host_of = host_of;
             // One rank sends nothing to others: any intra bandwidth predicts the same. With one
@@ -110,18 +115,8 @@ ember_status train_topology_rebalance(ember_ctx *ctx, const ember_ebc_config *ec
                                       const train_topology *tt, const int32_t *host_of, int32_t W,
                                       const ember_table_plan *cur, const double *busy, double *speed,
                                       ember_table_plan *next, double *cur_load, double *next_load) {
-    ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
-    pc.world_size = W;
-    pc.batch_size = batch;
-    pc.pooling_factor = pooling;
-    pc.disk_bw = tt->disk_bw;
-    const int timed = tt->hosts > 1; // as train_topology_plan planned: time across hosts, bytes on one
-    if (timed) {
-        pc.host_of = host_of;
-        pc.intra_host_bw = tt->intra_bw;
-        pc.inter_host_bw = tt->inter_bw;
-        pc.round_s = tt->round_s;
-    }
+    ember_plan_config pc = planning_config(tt, host_of, W, batch, pooling); // as the first plan was made
+    const int timed = tt->hosts > 1;
     double *load = ember_ctx_alloc(ctx, sizeof(double) * 2 * (size_t)W);
     if (!load) return ember_ctx_set_error(ctx, EMBER_ERR_NOMEM, "--rebalance_every: out of memory for %d ranks", (int)W);
     double *nload = load + W;

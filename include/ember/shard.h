@@ -247,6 +247,10 @@ typedef struct ember_piece {
     int32_t replicated;         // 1: every rank holds this same, whole-table piece (data parallel)
 } ember_piece;
 
+// 1 when a piece holds its own column slice [col_begin, col_end) of tensor ti of table t (the
+// [rows, dim] tensors: weights, element-wise state), 0 when it holds every column (per-row state,
+// a hashed table's int64 id map: never sliced). Local.
+EMBER_API int ember_tensor_is_sliced(const ember_table_config *t, const ember_tensor_info *ti);
 // Number of pieces of table t on this rank (0 for t outside [0, T)). Local.
 EMBER_API int32_t ember_sebc_num_pieces(const ember_sebc *s, int32_t t);
 // Piece i of table t. Local. Returns EMBER_OK or EMBER_ERR_INVALID_ARG (no such piece, out NULL).

@@ -75,6 +75,7 @@ typedef struct mover {
     ember_sebc *src, *dst;
     int32_t t, W, me;
     const ember_tensor_info *ti;
+    int sliced[EMBER_MAX_TENSORS]; // ember_tensor_is_sliced of each
     int32_t nti;
     const gpiece *pa, *pb; // source and destination pieces
     int32_t na, nb;
@@ -87,15 +88,13 @@ typedef struct mover {
 // Calls fn on every pair of rows [w0, w1) in the order every rank walks them; stops at a failure.
 typedef ember_status (*pair_fn)(mover *m, int32_t k, const pair *p, void *arg);
 static ember_status walk(mover *m, int64_t w0, int64_t w1, pair_fn fn, void *arg) {
-    const ember_table_config *tc = &m->src->tables[m->t];
     for (int32_t k = 0; k < m->nti; k++) {
-        const int sliced = m->ti[k].cols == tc->dim && m->ti[k].dtype != EMBER_DTYPE_I64;
         for (int32_t j = 0; j < m->nb; j++) {
             const gpiece *b = &m->pb[j];
             for (int32_t to = b->owner < 0 ? 0 : b->owner; to < (b->owner < 0 ? m->W : b->owner + 1); to++)
                 for (int32_t i = 0; i < m->na; i++) {
                     pair p;
-                    if (make_pair(&m->pa[i], b, to, w0, w1, sliced, m->ti[k].cols, &p)) EMBER_TRY(fn(m, k, &p, arg));
+                    if (make_pair(&m->pa[i], b, to, w0, w1, m->sliced[k], m->ti[k].cols, &p)) EMBER_TRY(fn(m, k, &p, arg));
                 }
         }
     }
@@ -116,14 +115,8 @@ static ember_status count_pair(mover *m, int32_t k, const pair *p, void *arg) {
 }
 
 // The columns a piece holds of tensor k: its slice, or the whole row of a per-row tensor.
-static int32_t piece_width(const mover *m, int32_t k, const gpiece *g) {
-    const ember_table_config *tc = &m->src->tables[m->t];
-    return m->ti[k].cols == tc->dim && m->ti[k].dtype != EMBER_DTYPE_I64 ? g->c1 - g->c0 : m->ti[k].cols;
-}
-static int32_t piece_first_col(const mover *m, int32_t k, const gpiece *g) {
-    const ember_table_config *tc = &m->src->tables[m->t];
-    return m->ti[k].cols == tc->dim && m->ti[k].dtype != EMBER_DTYPE_I64 ? g->c0 : 0;
-}
+static int32_t piece_width(const mover *m, int32_t k, const gpiece *g) { return m->sliced[k] ? g->c1 - g->c0 : m->ti[k].cols; }
+static int32_t piece_first_col(const mover *m, int32_t k, const gpiece *g) { return m->sliced[k] ? g->c0 : 0; }
 
 // The pair's rows and columns of its source piece into dst (rows of its columns): read there
 // directly when they are the piece's whole rows, else through m->tmp.
@@ -197,6 +190,7 @@ static ember_status move_table(mover *m, int32_t t, size_t chunk, gpiece *pa, gp
     ember_tensor_info ti[EMBER_MAX_TENSORS];
     m->nti = ember_table_tensors(&m->src->tables[t], ti);
     m->ti = ti;
+    for (int32_t k = 0; k < m->nti; k++) m->sliced[k] = ember_tensor_is_sliced(&m->src->tables[t], &ti[k]);
     // Rows a round: every tensor's whole row to every rank bounds a row's bytes; whole buckets
     // of a hashed table (both placements cut at them).
     size_t row_bytes = 0;

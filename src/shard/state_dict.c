@@ -350,6 +350,10 @@ static ember_status piece_io(ember_sebc *s, const char *fn, int32_t t, int32_t i
     return ember_ebc_read(e, lt, tensor, row_begin - r0, row_end - r0, dtype, dst);
 }
 
+int ember_tensor_is_sliced(const ember_table_config *t, const ember_tensor_info *ti) {
+    return t && ti && ti->cols == t->dim && ti->dtype != EMBER_DTYPE_I64;
+}
+
 ember_status ember_sebc_piece_dirty(const ember_sebc *s, int32_t t, int32_t i, int64_t from, int64_t *run_begin,
                                     int64_t *run_end) {
     if (!s) return EMBER_ERR_INVALID_ARG;

@@ -146,7 +146,7 @@ int32_t ember__ckpt_find_table(const ember_checkpoint *c, const char *name);
 // per-row ones (and a hashed table's "ids", never sliced).
 static inline void ember__ckpt_piece_cols(const ember_table_config *tc, const ember_tensor_info *ti,
                                           const ember_piece *p, int32_t *c0, int32_t *c1) {
-    if (ti->cols == tc->dim && ti->dtype != EMBER_DTYPE_I64) {
+    if (ember_tensor_is_sliced(tc, ti)) {
         *c0 = p->col_begin;
         *c1 = p->col_end;
     } else {
