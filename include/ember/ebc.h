@@ -238,21 +238,24 @@ EMBER_API int32_t ember_ebc_num_tables(const ember_ebc *ebc);
 EMBER_API int32_t ember_ebc_num_features(const ember_ebc *ebc);
 // sum_f D_f for pooled collections, D for all-NONE collections.
 EMBER_API int32_t ember_ebc_output_dim(const ember_ebc *ebc);
-// Floats forward writes for this KJT: B * sum_f D_f (pooled) or nnz * D (NONE).
+// Floats forward writes for this KJT: B * sum_f D_f (pooled) or nnz * D (NONE); a VBE KJT's
+// (kjt.h): B * sum_f D_f with inverse indices, else sum_f B_f D_f (0 for NONE, which refuses it).
 EMBER_API int64_t ember_ebc_output_size(const ember_ebc *ebc, const ember_kjt *kjt);
 EMBER_API const ember_table_config *ember_ebc_table(const ember_ebc *ebc, int32_t t);
 EMBER_API int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name); // -1 if absent
 
-// Pools every bag of `kjt` into `out` (see the layout above). kjt is validated first against
+// Pools every bag of `kjt` into `out` (see the layout above; a VBE KJT's layout is in kjt.h: each
+// bag is pooled once, then placed for every sample reading it). kjt is validated first against
 // the feature count and table sizes with the collection's bounds mode.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NOMEM
 // (workspace growth), EMBER_ERR_UNSUPPORTED (a tiered table's batch has more distinct rows than
-// its cache). On error `out` and the tables are unchanged (a tiered table's cache may hold other
+// its cache; a VBE KJT for a sequence collection). On error `out` and the tables are unchanged (a tiered table's cache may hold other
 // rows, never other values). A hashed table admits the batch's new ids (docs/hashed.md).
 EMBER_API ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out);
 
 // Backward with the fused optimizer. grad_out has forward's output layout and is dL/d(out)
-// exactly as given (no rescaling). Every row touched by `kjt` receives one update with the
+// exactly as given (no rescaling); a VBE bag's gradient is the sum of its samples' rows, in
+// sample order. Every row touched by `kjt` receives one update with the
 // coalesced gradient sum_j dL/dE[row]. grad_weights, when not NULL, receives [nnz] dL/dw_j
 // computed with the weights before the update (KJT must carry weights). Increments each
 // table's step counter (Adam/LAMB bias correction, see ember_ebc_step).
@@ -270,8 +273,8 @@ EMBER_API ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, 
 // under EMBER_BOUNDS_ERROR (CLAMP and SKIP resolve ids as usual, without the once-per-call
 // warning) and, for backward, a non-finite dL/dy. Both return when the work is done.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL pointers, shapes, offsets),
-// EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NUMERIC, EMBER_ERR_UNSUPPORTED (not the cuda backend),
-// EMBER_ERR_NOMEM (device workspace), EMBER_ERR_DEVICE. On error the tables are unchanged (a
+// EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NUMERIC, EMBER_ERR_UNSUPPORTED (not the cuda backend; a
+// VBE KJT), EMBER_ERR_NOMEM (device workspace), EMBER_ERR_DEVICE. On error the tables are unchanged (a
 // forward's out may hold partial results).
 EMBER_API ember_status ember_ebc_forward_device(ember_ebc *ebc, const ember_kjt *kjt, float *out);
 EMBER_API ember_status ember_ebc_backward_device(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out);

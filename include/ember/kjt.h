@@ -7,6 +7,23 @@
 //   values   int64 [nnz]   row ids of the feature's table, bag after bag
 //   weights  float [nnz]   per-id weights, or NULL (every weight is 1)
 // Exactly one of lengths/offsets may be NULL; when both are given they must agree.
+//
+// Variable batch size per feature (VBE; TorchRec's stride_per_key and inverse_indices): when
+// feature_batch_sizes is given, feature f has its own number of bags B_f, still feature-major
+// (feature f's bags are numbers S_f .. S_f + B_f - 1, S_f = B_0 + ... + B_{f-1}), and lengths
+// [sum B_f], offsets [sum B_f + 1]. A batch that repeats a bag across samples (a user's features
+// across the candidates of one request) then carries it once:
+//   inverse_indices  int32 [F*B]  sample b of feature f reads bag inverse_indices[f*B + b] of f,
+//                                 in [0, B_f), each bag read by some sample (an unread bag
+//                                 would still touch its rows); the batch has B = batch_size
+//                                 samples. Outputs are
+//                                 those of the expanded KJT (every sample's bag written out):
+//                                 [B, sum_f D_f], and its gradients are taken in that layout.
+//   NULL                          no samples: the output holds each feature's own bags, feature
+//                                 f's block [B_f, D_f] row-major after the blocks of features
+//                                 0..f-1 (sum_f B_f D_f floats; batch_size is not read).
+// Pooled collections only (a sequence collection refuses a VBE KJT: EMBER_ERR_UNSUPPORTED).
+// Both fields NULL (as a KJT initialised with named fields leaves them): every feature has B bags.
 #ifndef EMBER_KJT_H
 #define EMBER_KJT_H
 
@@ -24,6 +41,8 @@ typedef struct ember_kjt {
     const int64_t *values;  // [nnz]
     const float *weights;   // [nnz] or NULL
     int64_t nnz;
+    const int32_t *feature_batch_sizes; // [F] B_f, or NULL (every feature has batch_size bags)
+    const int32_t *inverse_indices;     // [F*B] or NULL; only with feature_batch_sizes
 } ember_kjt;
 
 // What to do with an id outside [0, rows) (FBGEMM's bounds-check modes).
@@ -43,13 +62,15 @@ EMBER_API ember_status ember_bounds_mode_parse(const char *name, ember_bounds_mo
 // report how many ids were out of range in *num_out_of_range when that is not NULL). A negative
 // size accepts every id (a hashed table's ids are arbitrary 64-bit keys).
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL arrays, F mismatch, negative B or length,
-// offsets not starting at 0 or decreasing, sum(lengths) != nnz, lengths and offsets disagreeing),
-// EMBER_ERR_OUT_OF_RANGE (mode ERROR: id < 0 or >= rows). The message names feature, bag and value.
+// offsets not starting at 0 or decreasing, sum(lengths) != nnz, lengths and offsets disagreeing;
+// VBE: a negative B_f, inverse indices without feature_batch_sizes or outside [0, B_f), a bag
+// no sample reads),
+// EMBER_ERR_NOMEM (VBE: its workspace), EMBER_ERR_OUT_OF_RANGE (mode ERROR: id < 0 or >= rows). The message names feature, bag and value.
 EMBER_API ember_status ember_kjt_validate(ember_ctx *ctx, const ember_kjt *kjt, int32_t expected_features,
                                           const int64_t *rows_per_feature, ember_bounds_mode mode,
                                           int64_t *num_out_of_range);
 
-// Start of bag `bag` (= f*B + b) in values, whichever of lengths/offsets the KJT carries.
+// Start of bag `bag` (= f*B + b; VBE: S_f + b) in values, whichever of lengths/offsets the KJT carries.
 // Only for validated KJTs; O(1) with offsets, O(bag) with lengths (the layers build offsets once).
 EMBER_API int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag);
 

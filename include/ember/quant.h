@@ -170,7 +170,8 @@ EMBER_API ember_status ember_qebc_get_remap(const ember_qebc *q, int32_t t, embe
 // bits). kjt is validated first (feature count, bags, ids against each feature's id space under
 // the bounds mode). Threads over bags (the context's threads).
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NOMEM (scratch
-// for the resolved rows of remapped or clamped ids). On error out is unchanged.
+// for the resolved rows of remapped or clamped ids), EMBER_ERR_UNSUPPORTED (a VBE KJT). On error
+// out is unchanged.
 EMBER_API ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void *out);
 
 // ---- Bundles ---------------------------------------------------------------------------------

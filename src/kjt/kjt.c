@@ -36,6 +36,10 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
                 (int)expected_features);
     EMBER_CHECK(ctx, kjt->batch_size >= 0, EMBER_ERR_INVALID_ARG, "%s: negative batch size %d", caller,
                 (int)kjt->batch_size);
+    EMBER_CHECK(ctx, !kjt->inverse_indices && !kjt->feature_batch_sizes, EMBER_ERR_INVALID_ARG,
+                "%s: %s", caller,
+                kjt->feature_batch_sizes ? "a KJT with feature_batch_sizes (VBE) goes through its padded KJT"
+                                         : "inverse_indices without feature_batch_sizes");
     EMBER_CHECK(ctx, kjt->nnz >= 0, EMBER_ERR_INVALID_ARG, "%s: negative nnz %lld", caller, (long long)kjt->nnz);
     EMBER_CHECK(ctx, kjt->lengths || kjt->offsets, EMBER_ERR_INVALID_ARG, "%s: kjt has neither lengths nor offsets",
                 caller);
@@ -123,10 +127,18 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
 ember_status ember_kjt_validate(ember_ctx *ctx, const ember_kjt *kjt, int32_t expected_features,
                                 const int64_t *rows_per_feature, ember_bounds_mode mode, int64_t *num_out_of_range) {
     if (!ctx) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_kjt_validate";
     EMBER_CHECK(ctx, mode >= EMBER_BOUNDS_ERROR && mode <= EMBER_BOUNDS_SKIP, EMBER_ERR_INVALID_ARG,
-                "ember_kjt_validate: unknown bounds mode %d", (int)mode);
-    return ember__kjt_validate(ctx, "ember_kjt_validate", kjt, expected_features, rows_per_feature, NULL, mode,
-                               num_out_of_range);
+                "%s: unknown bounds mode %d", fn, (int)mode);
+    if (!ember__kjt_is_vbe(kjt))
+        return ember__kjt_validate(ctx, fn, kjt, expected_features, rows_per_feature, NULL, mode, num_out_of_range);
+    ember__buf lengths = {0};
+    ember_kjt padded;
+    ember_status st = ember__vbe_pad(ctx, fn, kjt, expected_features, NULL, &lengths, &padded);
+    if (st == EMBER_OK)
+        st = ember__kjt_validate(ctx, fn, &padded, expected_features, rows_per_feature, NULL, mode, num_out_of_range);
+    ember__buf_free(ctx, &lengths);
+    return st;
 }
 
 // Four independent lanes of multiply-xorshift mixing, so the digest runs at memory speed.
@@ -142,7 +154,18 @@ uint64_t ember__kjt_digest(const ember_kjt *kjt) {
     uint64_t h[4] = {1, 2, 3, 4};
     const uint64_t head[3] = {(uint64_t)kjt->num_features, (uint64_t)kjt->batch_size, (uint64_t)kjt->nnz};
     mix(h, head, 3);
-    const int64_t nbags = (int64_t)kjt->num_features * kjt->batch_size;
+    int64_t nbags = (int64_t)kjt->num_features * kjt->batch_size;
+    if (ember__kjt_is_vbe(kjt)) {
+        nbags = 0;
+        for (int32_t f = 0; f < kjt->num_features; f++) {
+            nbags += kjt->feature_batch_sizes[f];
+            h[f & 3] = (h[f & 3] ^ ((uint64_t)kjt->feature_batch_sizes[f] | (1ull << 41))) * DIGEST_K;
+        }
+        const int32_t *inv = kjt->inverse_indices;
+        const int64_t ninv = inv ? (int64_t)kjt->num_features * kjt->batch_size : 0;
+        h[0] = (h[0] ^ (inv ? 3u : 5u)) * DIGEST_K;
+        for (int64_t i = 0; i < ninv; i++) h[i & 3] = (h[i & 3] ^ ((uint64_t)inv[i] | (1ull << 42))) * DIGEST_K;
+    }
     for (int64_t i = 0; i < nbags; i++) {
         uint64_t len = kjt->lengths ? (uint64_t)kjt->lengths[i] : (uint64_t)(kjt->offsets[i + 1] - kjt->offsets[i]);
         h[i & 3] = (h[i & 3] ^ len) * DIGEST_K;

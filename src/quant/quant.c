@@ -503,6 +503,8 @@ ember_status ember_qebc_forward(const ember_qebc *q, const ember_kjt *kjt, void 
     if (!q) return EMBER_ERR_INVALID_ARG;
     ember_ctx *ctx = q->ctx;
     EMBER_CHECK(ctx, kjt != NULL, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
+    EMBER_CHECK(ctx, !kjt->feature_batch_sizes && !kjt->inverse_indices, EMBER_ERR_UNSUPPORTED,
+                "%s: per-feature batch sizes (VBE) are not served: expand the KJT", fn);
     int64_t space[256] = {0}, *spaces = space;
     if (q->F > 256 && !(spaces = ember__xalloc(ctx, sizeof(int64_t) * (size_t)q->F, "feature id spaces")))
         return EMBER_ERR_NOMEM;

@@ -188,40 +188,47 @@ static void drain_home(ember_sebc *s) {
         if (s->home[k]) ember__schemes[k]->backward_drain(s, s->home[k]);
 }
 
-ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
-    if (!s) return EMBER_ERR_INVALID_ARG;
-    const char *fn = "ember_sebc_backward";
-    ember_comm *c = s->comm;
-    const int32_t W = s->W, me = s->rank;
-    ember_status st = EMBER_OK;
-    if (s->ov->bwd_started) {
-        st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
-    } else if (!s->has_forward) {
-        st = ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", fn);
-    } else if (!kjt || kjt->batch_size != s->in->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
-               (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
-               ember__kjt_digest(kjt) != s->fwd_digest) {
+static const char *const FN = "ember_sebc_backward";
+
+// Whether a backward may start now: EMBER_OK or EMBER_ERR_STATE with its message.
+static ember_status may_start(ember_sebc *s) {
+    if (s->ov->bwd_started) return ember__error(s->ctx, EMBER_ERR_STATE, "%s: a backward was started and not finished", FN);
+    if (!s->has_forward) return ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", FN);
+    return EMBER_OK;
+}
+
+// The checks of a backward's KJT (never VBE) and gradient, before anything is agreed on.
+static ember_status check_plain(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+    const char *fn = FN;
+    EMBER_TRY(may_start(s));
+    if (!kjt || kjt->batch_size != s->in->batch || kjt->num_features != s->F || kjt->nnz != s->fwd_nnz ||
+        (!kjt->lengths && !kjt->offsets) || (kjt->nnz > 0 && !kjt->values) ||
+        ember__input_digest(s, kjt) != s->fwd_digest) {
         const int same_shape =
             kjt && kjt->batch_size == s->in->batch && kjt->num_features == s->F && kjt->nnz == s->fwd_nnz;
-        if (!kjt) st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
-        else if (same_shape)
-            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
-                              "%s: the kjt is not the preceding forward's: its lengths, ids or weights differ", fn);
-        else
-            st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
-                              "%s: the kjt (batch %d, %d features, nnz %lld) is not the preceding forward's (batch %d, "
-                              "%d features, nnz %lld)",
-                              fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->in->batch,
-                              (int)s->F, (long long)s->fwd_nnz);
-    } else if (!grad_out && output_size(s, kjt) > 0) {
-        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
-    } else {
-        float v = 0;
-        const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, output_size(s, kjt), &v);
-        if (i >= 0)
-            st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
-                              (long long)(i / s->out_dim), (long long)(i % s->out_dim), (double)v);
+        if (!kjt) return ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
+        if (same_shape)
+            return ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
+                                "%s: the kjt is not the preceding forward's: its lengths, ids or weights differ", fn);
+        return ember__error(s->ctx, EMBER_ERR_INVALID_ARG,
+                            "%s: the kjt (batch %d, %d features, nnz %lld) is not the preceding forward's (batch %d, "
+                            "%d features, nnz %lld)",
+                            fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->in->batch,
+                            (int)s->F, (long long)s->fwd_nnz);
     }
+    EMBER_CHECK(s->ctx, grad_out || output_size(s, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
+    float v = 0;
+    const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, output_size(s, kjt), &v);
+    EMBER_CHECK(s->ctx, i < 0, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn, (long long)(i / s->out_dim),
+                (long long)(i % s->out_dim), (double)v);
+    return EMBER_OK;
+}
+
+// The backward of kjt (never VBE) whose caller's checks gave st0 (collective from here).
+static ember_status backward_checked(ember_sebc *s, const ember_kjt *kjt, const float *grad_out, ember_status st0) {
+    ember_comm *c = s->comm;
+    const int32_t W = s->W, me = s->rank;
+    ember_status st = st0 != EMBER_OK ? st0 : check_plain(s, kjt, grad_out);
     const int32_t B = s->in->batch, lod = s->local_out_dim[me];
     const float scale = ember__grad_scale(s);
     int64_t nsend = 0;
@@ -291,6 +298,45 @@ ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, cons
     ov->bwd_started = 1;
     ember__prefetch_rows(s); // the next batch's rows of tiered tables, if its ids are here
     return EMBER_OK;
+}
+
+// The checks of a VBE backward (the caller's KJT must be the forward's: its batch sizes are
+// compared before its digest is taken, which reads as many bags as they say), then its padded
+// KJT and the bags' gradients, each summed over its samples (kjt/vbe.c) into s->vbe_io.
+static ember_status check_vbe(ember_sebc *s, const ember_kjt *kjt, const float *grad_out, ember_kjt *padded) {
+    EMBER_TRY(may_start(s));
+    EMBER_CHECK(s->ctx, ember__kjt_is_vbe(kjt) && s->vbe_fwd != 0, EMBER_ERR_INVALID_ARG,
+                "%s: the kjt is not the preceding forward's: one has per-feature batch sizes (VBE), the other not", FN);
+    EMBER_CHECK(s->ctx,
+                kjt->num_features == s->F && (kjt->inverse_indices != NULL) == (s->vbe_fwd == 2) &&
+                    !memcmp(kjt->feature_batch_sizes, s->vbe_fbs.p, sizeof(int32_t) * (size_t)s->F),
+                EMBER_ERR_INVALID_ARG,
+                "%s: the kjt is not the preceding forward's: its features, batch sizes or inverse indices differ", FN);
+    EMBER_CHECK(s->ctx, ember__kjt_digest(kjt) == s->fwd_digest, EMBER_ERR_INVALID_ARG,
+                "%s: the kjt is not the preceding forward's: its lengths, ids, weights or inverse indices differ", FN);
+    EMBER_CHECK(s->ctx, grad_out || ember__vbe_output_size(kjt, s->feature_col, s->out_dim) == 0,
+                EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", FN);
+    EMBER_TRY(ember__vbe_check_grad(s->ctx, FN, kjt, s->feature_col, s->out_dim, (const char *const *)s->feature_names,
+                                    grad_out));
+    EMBER_TRY(ember__vbe_pad(s->ctx, FN, kjt, s->F, NULL, &s->vbe_len, padded));
+    float *pad = EMBER__RESERVE(s, s->vbe_io, float, (int64_t)padded->batch_size * s->out_dim);
+    if (!pad) return EMBER_ERR_NOMEM;
+    ember__vbe_reduce(s->ctx, kjt, padded->batch_size, s->feature_col, s->out_dim, grad_out, pad);
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    if (!ember__kjt_is_vbe(kjt) && s->vbe_fwd == 0) return backward_checked(s, kjt, grad_out, EMBER_OK);
+    // VBE: the padded KJT's backward (an empty batch stands in when the checks failed: the
+    // agreement fails every rank).
+    ember_kjt padded = {.num_features = s->F};
+    ember_status st = check_vbe(s, kjt, grad_out, &padded);
+    if (st != EMBER_OK) padded = (ember_kjt){.num_features = s->F};
+    s->vbe_user = st == EMBER_OK ? kjt : NULL;
+    st = backward_checked(s, &padded, st == EMBER_OK ? s->vbe_io.p : NULL, st);
+    s->vbe_user = NULL;
+    return st;
 }
 
 ember_status ember_sebc_backward_finish(ember_sebc *s) {

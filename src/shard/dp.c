@@ -172,7 +172,7 @@ static ember_status home_route(ember_sebc *s, void *home, ember__batch *b, int32
     }
     if (h->nf == 0)
         for (int32_t x = 0; x < B; x++) doff[x + 1] = 0;
-    part->kjt = (ember_kjt){nf, B, NULL, doff, dval, dw, m};
+    part->kjt = (ember_kjt){.num_features = nf, .batch_size = B, .offsets = doff, .values = dval, .weights = dw, .nnz = m};
     return EMBER_OK;
 }
 
@@ -225,7 +225,7 @@ static ember_status admit_global(ember_sebc *s, dp_home *h) {
             vbase += cnt[W + q];
         }
     }
-    const ember_kjt global = {nf, (int32_t)G, NULL, off, val, NULL, n};
+    const ember_kjt global = {.num_features = nf, .batch_size = (int32_t)G, .offsets = off, .values = val, .nnz = n};
     return ember__ebc_admit(h->ebc, &global);
 }
 

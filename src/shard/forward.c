@@ -56,7 +56,8 @@ ember_status ember__build_local(ember_sebc *s, ember__buf *obuf, ember__buf *vbu
             n += m;
         }
     }
-    *out = (ember_kjt){nr, (int32_t)Btot, NULL, off, val, weighted ? w : NULL, nnz};
+    *out = (ember_kjt){.num_features = nr, .batch_size = (int32_t)Btot, .offsets = off, .values = val,
+                       .weights = weighted ? w : NULL, .nnz = nnz};
     return EMBER_OK;
 }
 
@@ -89,7 +90,7 @@ static ember_status route_input(ember_sebc *s, const ember_kjt *kjt, ember_statu
     if (st == EMBER_OK) st = ember__sanitise(s, kjt);
     if (st == EMBER_OK) st = ember__bucketize(s, kjt->batch_size);
     if (st == EMBER_OK) {
-        s->fwd_digest = ember__kjt_digest(kjt);
+        s->fwd_digest = ember__input_digest(s, kjt);
         s->fwd_nnz = kjt->nnz;
     }
     EMBER_TRY(ember_comm_agree(c, st));
@@ -105,15 +106,24 @@ static ember_status route_input(ember_sebc *s, const ember_kjt *kjt, ember_statu
     return ember_comm_alltoall_i64(c, s->in->send_ids, s->in->recv_ids);
 }
 
+// kjt (never VBE) validated; buf NULL only when nothing is written (size: the caller's output's).
 static ember_status check_inputs(ember_sebc *s, const char *fn, const ember_kjt *kjt, const void *buf,
-                                 const char *bufname) {
+                                 const char *bufname, int64_t size) {
     int64_t oor = 0;
     EMBER_TRY(ember__kjt_validate(s->ctx, fn, kjt, s->F, s->feature_rows, (const char *const *)s->feature_names,
                                   s->bounds, &oor));
-    EMBER_CHECK(s->ctx, buf != NULL || output_size(s, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: %s is NULL", fn, bufname);
+    EMBER_CHECK(s->ctx, buf != NULL || size == 0, EMBER_ERR_INVALID_ARG, "%s: %s is NULL", fn, bufname);
     if (oor > 0 && s->bounds == EMBER_BOUNDS_CLAMP)
         ember__log(s->ctx, EMBER_LOG_WARN, "%s: %lld ids outside their tables were clamped", fn, (long long)oor);
     return EMBER_OK;
+}
+
+ember_status ember__sebc_vbe_input(ember_sebc *s, const char *fn, const ember_kjt *kjt, const void *out,
+                                   ember_kjt *padded) {
+    EMBER_CHECK(s->ctx, !s->sequence, EMBER_ERR_UNSUPPORTED,
+                "%s: a KJT with per-feature batch sizes (VBE) for a sequence collection, whose outputs are per id", fn);
+    EMBER_TRY(ember__vbe_pad(s->ctx, fn, kjt, s->F, (const char *const *)s->feature_names, &s->vbe_len, padded));
+    return check_inputs(s, fn, padded, out, "out", ember__vbe_output_size(kjt, s->feature_col, s->out_dim));
 }
 
 // This rank's output from the owners' pooled rows (rcv_out): sequence rows placed at their
@@ -168,15 +178,10 @@ static void assemble_output(ember_sebc *s, float *out) {
     }
 }
 
-ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
-    if (!s) return EMBER_ERR_INVALID_ARG;
-    const char *fn = "ember_sebc_forward";
+// The forward of kjt (never VBE) whose checks gave st (collective from here).
+static ember_status forward_checked(ember_sebc *s, const ember_kjt *kjt, float *out, ember_status st) {
     ember_comm *c = s->comm;
     const int32_t W = s->W, me = s->rank;
-    EMBER_CHECK(s->ctx, !s->ov->bwd_started, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
-    s->bytes_at_forward = ember_comm_bytes_sent(c);
-    s->has_forward = 0;
-    ember_status st = check_inputs(s, fn, kjt, out, "out");
     // A prefetch of this batch (every rank's KJT the one it prefetched) did everything up to
     // and including the input dist (overlap.c).
     int taken = 0;
@@ -257,6 +262,34 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
 
     assemble_output(s, out);
     s->has_forward = 1;
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_forward";
+    EMBER_CHECK(s->ctx, !s->ov->bwd_started, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
+    s->bytes_at_forward = ember_comm_bytes_sent(s->comm);
+    s->has_forward = 0;
+    s->vbe_fwd = 0;
+    if (!ember__kjt_is_vbe(kjt)) return forward_checked(s, kjt, out, check_inputs(s, fn, kjt, out, "out", output_size(s, kjt)));
+    // VBE: the padded KJT's forward (an empty batch stands in when the checks failed: the
+    // agreement fails every rank), then each sample's rows placed from its bags' (kjt/vbe.c).
+    ember_kjt padded = {.num_features = s->F};
+    ember_status st = ember__sebc_vbe_input(s, fn, kjt, out, &padded);
+    float *pad = NULL;
+    if (st == EMBER_OK &&
+        (!(pad = EMBER__RESERVE(s, s->vbe_io, float, (int64_t)padded.batch_size * s->out_dim)) ||
+         !EMBER__RESERVE(s, s->vbe_fbs, int32_t, s->F)))
+        st = EMBER_ERR_NOMEM;
+    if (st != EMBER_OK) padded = (ember_kjt){.num_features = s->F};
+    s->vbe_user = st == EMBER_OK ? kjt : NULL;
+    st = forward_checked(s, &padded, pad, st);
+    s->vbe_user = NULL;
+    if (st != EMBER_OK) return st;
+    ember__vbe_expand(s->ctx, kjt, s->feature_col, s->out_dim, pad, out);
+    memcpy(s->vbe_fbs.p, kjt->feature_batch_sizes, sizeof(int32_t) * (size_t)s->F);
+    s->vbe_fwd = kjt->inverse_indices ? 2 : 1;
     return EMBER_OK;
 }
 

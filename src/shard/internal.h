@@ -318,7 +318,24 @@ struct ember_sebc {
     float wire_inflight_scale;
     int wire_inflight_dir;
     struct ember__overlap *ov;    // prefetch and split backward (shard/overlap.h)
+    // Variable batch sizes per feature (kjt.h): a VBE call computes on the padded KJT (kjt/vbe.c);
+    // vbe_user is the caller's KJT meanwhile (its digest is the batch's: ember__input_digest).
+    const ember_kjt *vbe_user;
+    ember__buf vbe_len, vbe_io;   // the padded lengths; the padded output or gradient
+    ember__buf vbe_fbs;           // the last forward's B_f [F] (a VBE forward's), for its backward
+    int vbe_fwd;                  // the last forward was VBE: 1 without inverse indices, 2 with
 };
+
+// The digest a batch is known by (prefetch, forward, backward compare it): the caller's KJT's,
+// the VBE one when the call computes on its padded KJT.
+static inline uint64_t ember__input_digest(const ember_sebc *s, const ember_kjt *kjt) {
+    return ember__kjt_digest(s->vbe_user ? s->vbe_user : kjt);
+}
+
+// A VBE KJT (kjt.h) checked as ember_sebc_forward checks a KJT (a sequence collection refuses
+// it) and padded into s->vbe_len: *padded. Local; EMBER_OK or the status with its message.
+ember_status ember__sebc_vbe_input(ember_sebc *s, const char *fn, const ember_kjt *kjt, const void *out,
+                                   ember_kjt *padded);
 
 // The i-th piece of table t this rank holds (its shards in shard order, or its replica) as a
 // local table of a collection; 0 when there is no such piece.

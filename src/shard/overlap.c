@@ -62,15 +62,10 @@ ember_status ember__prefetch_drain(ember_sebc *s) {
     return wait_input(s);
 }
 
-ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
-    if (!s) return EMBER_ERR_INVALID_ARG;
-    const char *fn = "ember_sebc_prefetch";
+// The prefetch of kjt (never VBE) whose checks gave st (collective from here).
+static ember_status prefetch_checked(ember_sebc *s, const char *fn, const ember_kjt *kjt, ember_status st) {
     ember__overlap *ov = s->ov;
     ember_comm *c = s->comm;
-    EMBER_TRY(ember__prefetch_drain(s)); // an earlier prefetch whose batch was never forwarded
-    int64_t oor = 0;
-    ember_status st = ember__kjt_validate(s->ctx, fn, kjt, s->F, s->feature_rows,
-                                          (const char *const *)s->feature_names, s->bounds, &oor);
     // The next batch goes into the spare fields; the current batch's (its backward reads them)
     // are swapped back before returning.
     swap_input(s, ov);
@@ -130,11 +125,33 @@ ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
     if (st != EMBER_OK) return st;
     ov->pending = 1;
     ov->rows_started = 0;
-    ov->digest = ember__kjt_digest(kjt);
+    ov->digest = ember__input_digest(s, kjt);
     ov->nnz = kjt->nnz;
     (void)ember_comm_progress(c); // hand MPI the first chunks before the caller computes
     ember__prefetch_rows(s);
     return EMBER_OK;
+}
+
+ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_prefetch";
+    EMBER_TRY(ember__prefetch_drain(s)); // an earlier prefetch whose batch was never forwarded
+    if (!ember__kjt_is_vbe(kjt)) {
+        int64_t oor = 0;
+        return prefetch_checked(s, fn, kjt,
+                                ember__kjt_validate(s->ctx, fn, kjt, s->F, s->feature_rows,
+                                                    (const char *const *)s->feature_names, s->bounds, &oor));
+    }
+    // VBE: the padded KJT travels (its lengths are copied into the routed input), known by the
+    // caller's digest; an empty batch stands in when the checks failed.
+    ember_kjt padded = {.num_features = s->F};
+    const float none = 0; // no output: only the KJT is checked
+    ember_status st = ember__sebc_vbe_input(s, fn, kjt, &none, &padded);
+    if (st != EMBER_OK) padded = (ember_kjt){.num_features = s->F};
+    s->vbe_user = st == EMBER_OK ? kjt : NULL;
+    st = prefetch_checked(s, fn, &padded, st);
+    s->vbe_user = NULL;
+    return st;
 }
 
 void ember__prefetch_rows(ember_sebc *s) {
@@ -160,7 +177,7 @@ ember_status ember__prefetch_take(ember_sebc *s, const ember_kjt *kjt, ember_sta
     // One small all-reduce when every rank's batch is valid and the prefetched one: (failed,
     // differs), maxima over ranks; the failing rank's message is agreed on only when one failed.
     int64_t v[2] = {st != EMBER_OK, !(st == EMBER_OK && kjt->nnz == ov->nnz && kjt->batch_size == ov->spare->batch &&
-                                      ember__kjt_digest(kjt) == ov->digest)};
+                                      ember__input_digest(s, kjt) == ov->digest)};
     ember_status agreed = ember__comm_allreduce_max_i64(c, v, 2);
     if (agreed == EMBER_OK && v[0]) agreed = ember_comm_agree(c, st);
     st = agreed;

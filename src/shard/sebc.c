@@ -60,7 +60,8 @@ void ember_sebc_destroy(ember_sebc *s) {
     if (s->table_names)
         for (int32_t t = 0; t < s->T; t++) ember__free(ctx, s->table_names[t]);
     ember__buf *bufs[] = {&s->loc_off, &s->loc_val, &s->loc_w,   &s->loc_out, &s->snd_out,
-                          &s->rcv_out, &s->ss_mine, &s->ss_send, &s->ss_recv};
+                          &s->rcv_out, &s->ss_mine, &s->ss_send, &s->ss_recv,
+                          &s->vbe_len, &s->vbe_io,  &s->vbe_fbs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(ctx, bufs[i]);
     ember__wire_free(s);
     void *arrays[] = {s->tables,     s->feature_table, s->feature_col,   s->feature_rows, s->feature_names,

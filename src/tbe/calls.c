@@ -8,10 +8,18 @@
 #include "tbe/rowmap.h"
 
 ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
-                                      const char *bufname, int64_t *oor) {
+                                      const char *bufname, int64_t *oor, const ember_kjt **use) {
     *oor = 0;
-    EMBER_TRY(ember__kjt_validate(ebc->ctx, fn, kjt, ebc->F, ebc->feature_rows, (const char *const *)ebc->feature_names,
-                                  ebc->bounds, oor));
+    *use = kjt;
+    const char *const *names = (const char *const *)ebc->feature_names;
+    if (ember__kjt_is_vbe(kjt)) {
+        EMBER_CHECK(ebc->ctx, !ebc->sequence, EMBER_ERR_UNSUPPORTED,
+                    "%s: a KJT with per-feature batch sizes (VBE) for a sequence collection, whose outputs are per id",
+                    fn);
+        EMBER_TRY(ember__vbe_pad(ebc->ctx, fn, kjt, ebc->F, names, &ebc->vbe_len, &ebc->vbe_kjt));
+        *use = &ebc->vbe_kjt;
+    }
+    EMBER_TRY(ember__kjt_validate(ebc->ctx, fn, *use, ebc->F, ebc->feature_rows, names, ebc->bounds, oor));
     EMBER_CHECK(ebc->ctx, buf != NULL || ember_ebc_output_size(ebc, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: %s is NULL",
                 fn, bufname);
     if (*oor > 0 && ebc->bounds == EMBER_BOUNDS_CLAMP)
@@ -44,23 +52,38 @@ ember_status ember__ebc_forward_unchecked(ember_ebc *ebc, const ember_kjt *kjt, 
 ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     int64_t oor;
+    const ember_kjt *use;
     const float dummy = 0; // no output: only the KJT is checked
-    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_prefetch", kjt, &dummy, "out", &oor));
-    return ember__ebc_prefetch_unchecked(ebc, kjt);
+    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_prefetch", kjt, &dummy, "out", &oor, &use));
+    return ember__ebc_prefetch_unchecked(ebc, use);
+}
+
+// A VBE call's padded output or gradient: [max B_f, out_dim] floats.
+static float *vbe_io(ember_ebc *ebc) {
+    const int64_t n = (int64_t)ebc->vbe_kjt.batch_size * ebc->out_dim;
+    return ember__buf_reserve(ebc->ctx, &ebc->vbe_io, sizeof(float) * (size_t)(n > 0 ? n : 1));
 }
 
 ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     int64_t oor;
-    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor));
-    const int64_t *off = ember__ebc_offsets(ebc, kjt);
-    if (!off) return EMBER_ERR_NOMEM;
-    return forward_mapped(ebc, kjt, off, oor > 0, out);
+    const ember_kjt *use;
+    EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor, &use));
+    const int64_t *off = ember__ebc_offsets(ebc, use);
+    float *pad = use == kjt ? out : vbe_io(ebc);
+    if (!off || !pad) return EMBER_ERR_NOMEM;
+    EMBER_TRY(forward_mapped(ebc, use, off, oor > 0, pad));
+    if (use != kjt) ember__vbe_expand(ebc->ctx, kjt, ebc->feature_col, ebc->out_dim, pad, out);
+    return EMBER_OK;
 }
 
-ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const float *grad_out) {
+ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const float *grad_out,
+                                       const ember_kjt **use) {
     int64_t oor;
-    EMBER_TRY(ember__ebc_check_forward(ebc, fn, kjt, grad_out, "grad_out", &oor));
+    EMBER_TRY(ember__ebc_check_forward(ebc, fn, kjt, grad_out, "grad_out", &oor, use));
+    if (*use != kjt)
+        return ember__vbe_check_grad(ebc->ctx, fn, kjt, ebc->feature_col, ebc->out_dim,
+                                     (const char *const *)ebc->feature_names, grad_out);
     float v = 0;
     const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, ember_ebc_output_size(ebc, kjt), &v);
     EMBER_CHECK(ebc->ctx, i < 0, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn,
@@ -71,10 +94,18 @@ ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *fn, const emb
 ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out, float *grad_weights) {
     if (!ebc) return EMBER_ERR_INVALID_ARG;
     const char *fn = "ember_ebc_backward";
-    EMBER_TRY(ember__ebc_check_backward(ebc, fn, kjt, grad_out));
+    const ember_kjt *use;
+    EMBER_TRY(ember__ebc_check_backward(ebc, fn, kjt, grad_out, &use));
     EMBER_CHECK(ebc->ctx, !grad_weights || kjt->weights, EMBER_ERR_INVALID_ARG,
                 "%s: grad_weights requested but the kjt has no weights", fn);
-    return ember__ebc_backward_unchecked(ebc, kjt, grad_out, grad_weights);
+    if (use != kjt) {
+        // The bags' gradients, summed over the samples that read them (kjt/vbe.c).
+        float *pad = vbe_io(ebc);
+        if (!pad) return EMBER_ERR_NOMEM;
+        ember__vbe_reduce(ebc->ctx, kjt, use->batch_size, ebc->feature_col, ebc->out_dim, grad_out, pad);
+        grad_out = pad;
+    }
+    return ember__ebc_backward_unchecked(ebc, use, grad_out, grad_weights);
 }
 
 // What the host can check of a device-memory call.
@@ -90,6 +121,8 @@ static ember_status check_device_call(ember_ebc *ebc, const char *fn, const embe
                 (int)kjt->batch_size, (long long)kjt->nnz);
     EMBER_CHECK(ebc->ctx, kjt->offsets && (kjt->values || kjt->nnz == 0), EMBER_ERR_INVALID_ARG,
                 "%s: a device KJT needs offsets and values", fn);
+    EMBER_CHECK(ebc->ctx, !ember__kjt_is_vbe(kjt) && !kjt->inverse_indices, EMBER_ERR_UNSUPPORTED,
+                "%s: per-feature batch sizes (VBE) are host calls only", fn);
     EMBER_CHECK(ebc->ctx, !ebc->mapped, EMBER_ERR_UNSUPPORTED, "%s: tables with row maps are cpu-only", fn);
     return EMBER_OK;
 }

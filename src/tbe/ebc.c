@@ -20,6 +20,8 @@ void ember_ebc_destroy(ember_ebc *ebc) {
     if (ebc->feature_names)
         for (int32_t f = 0; f < ebc->F; f++) ember__free(ctx, ebc->feature_names[f]);
     for (int i = 0; i < EMBER__WS_SLOTS; i++) ember__buf_free(ctx, &ebc->ws[i]);
+    ember__buf_free(ctx, &ebc->vbe_len);
+    ember__buf_free(ctx, &ebc->vbe_io);
     if (ebc->be) ebc->be->free(ebc);
     ember__free(ctx, ebc->tables);
     ember__free(ctx, ebc->feature_table);
@@ -145,6 +147,7 @@ int32_t ember_ebc_output_dim(const ember_ebc *ebc) { return ebc ? ebc->out_dim :
 
 int64_t ember_ebc_output_size(const ember_ebc *ebc, const ember_kjt *kjt) {
     if (!ebc || !kjt) return 0;
+    if (ember__kjt_is_vbe(kjt)) return ebc->sequence ? 0 : ember__vbe_output_size(kjt, ebc->feature_col, ebc->out_dim);
     return ebc->sequence ? kjt->nnz * ebc->out_dim : (int64_t)kjt->batch_size * ebc->out_dim;
 }
 

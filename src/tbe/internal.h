@@ -116,6 +116,8 @@ struct ember_ebc {
     uint64_t seed;
     int64_t total_keys;      // sum_t rows_t
     ember__buf ws[EMBER__WS_SLOTS]; // grow-on-demand scratch of the calls (ember__ws_get)
+    ember__buf vbe_len, vbe_io;     // a VBE call's padded lengths, and its padded output or gradient
+    ember_kjt vbe_kjt;              // and its padded KJT
 };
 
 // Creates a collection whose table t is the piece origins[t] of a larger global table (NULL:
@@ -128,9 +130,10 @@ ember_status ember__ebc_create_ex(ember_ctx *ctx, const ember_ebc_config *cfg, c
 ember_status ember__ebc_check_config(ember_ctx *ctx, const char *fn, const ember_ebc_config *cfg);
 
 // Validates kjt (and that buf is given); *oor receives the number of ids outside their tables
-// (accepted under CLAMP/SKIP). 0 means every id can be used as a row index as is.
+// (accepted under CLAMP/SKIP). 0 means every id can be used as a row index as is. *use is the
+// KJT the kernels compute on: kjt, or a VBE KJT's padded KJT (ebc->vbe_kjt, kjt/internal.h).
 ember_status ember__ebc_check_forward(ember_ebc *ebc, const char *fn, const ember_kjt *kjt, const void *buf,
-                                      const char *bufname, int64_t *oor);
+                                      const char *bufname, int64_t *oor, const ember_kjt **use);
 // Offsets of a validated KJT: its own, or computed into workspace slot 0. NULL on NOMEM.
 const int64_t *ember__ebc_offsets(ember_ebc *ebc, const ember_kjt *kjt);
 
@@ -208,7 +211,7 @@ ember_status ember__ebc_backward_apply(ember_ebc *ebc, const ember__segments *s,
 
 // Validates kjt and grad_out (finite) the way backward does, without changing anything.
 ember_status ember__ebc_check_backward(ember_ebc *ebc, const char *caller, const ember_kjt *kjt,
-                                       const float *grad_out);
+                                       const float *grad_out, const ember_kjt **use);
 // The coalesced gradient of a validated KJT (duplicates summed in value order). It also
 // reserves the workspace ember__ebc_apply needs: an apply after it allocates nothing.
 ember_status ember__ebc_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out,

@@ -64,6 +64,7 @@ ember_status ember__ebc_map(ember_ebc *ebc, const ember_kjt *kjt, const int64_t 
             n += j1 - j0;
         }
     }
-    ebc->mkjt = (ember_kjt){kjt->num_features, B, NULL, off, vals, kjt->weights, kjt->nnz};
+    ebc->mkjt = (ember_kjt){.num_features = kjt->num_features, .batch_size = B, .offsets = off, .values = vals,
+                            .weights = kjt->weights, .nnz = kjt->nnz};
     return EMBER_OK;
 }

@@ -26,6 +26,29 @@ void gen_kjt_make(gen_kjt *g, test_rng *r, int32_t F, int32_t B, const int64_t *
                   int weighted);
 void gen_kjt_free(gen_kjt *g);
 
+// A KJT with variable batch size per feature (VBE, ember/kjt.h) and its equivalents written out
+// by the test's own loops. F features, B samples; feature f has bsz[f] bags (lengths uniform in
+// [0, max_len], about one in five empty, ids in [0, rows[f]) repeating earlier ids of the feature
+// with probability dup_p, weights when asked); sample b of feature f reads bag inv[f*B + b]
+// (every bag read by some sample, the rest uniform: 0 < bsz[f] <= B when B > 0).
+//   kjt       VBE with inverse indices: its output is expanded's, [B, sum D]
+//   kjt_bags  VBE without: its output is each feature's bags, [bsz[f], D_f] after one another
+//   expanded  the ordinary KJT of B samples, each sample's bag copied; src[j] is the VBE position of
+//             its id j (a VBE id's dL/dw is the sum over its copies)
+//   padded    the ordinary KJT of max bsz samples: feature f's bags, then empty ones
+typedef struct gen_vbe {
+    int32_t F, B, Bp;        // Bp = max bsz
+    int32_t *bsz, *inv, *lengths;
+    int64_t *values;
+    float *weights;
+    ember_kjt kjt, kjt_bags;
+    gen_kjt expanded, padded;
+    int64_t *src;
+} gen_vbe;
+void gen_vbe_make(gen_vbe *v, test_rng *r, int32_t F, int32_t B, const int32_t *bsz, const int64_t *rows, int max_len,
+                  double dup_p, int weighted);
+void gen_vbe_free(gen_vbe *v);
+
 // The global batch one process trains on, from W ranks' local batches: rank q has B[q] samples,
 // bag lengths len[q] ([NF * B[q]], feature-major) and ids ids[q] in bag order. Writes the
 // concatenation feature-major, each feature's bags in rank order: glen [NF * sum B], gids; returns

@@ -435,7 +435,7 @@ static void backend_choice(void **state) {
     assert_int_equal(ember_ebc_create(ctx, &fx.cfg, &ebc), EMBER_OK);
     const int64_t offsets[NF * 2 + 1] = {0};
     const int64_t values[1] = {0};
-    const ember_kjt kjt = {NF, 2, NULL, offsets, values, NULL, 0};
+    const ember_kjt kjt = {.num_features = NF, .batch_size = 2, .offsets = offsets, .values = values};
     float out[1];
     assert_int_equal(ember_ebc_forward_device(ebc, &kjt, out), EMBER_ERR_UNSUPPORTED);
     assert_int_equal(ember_ebc_backward_device(ebc, &kjt, out), EMBER_ERR_UNSUPPORTED);
