@@ -442,3 +442,12 @@ add_test(NAME dist.train.cli.digests
                  ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.digests PROPERTIES TIMEOUT 600 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# --dedup_features on requests of candidates sharing a user's features: the run reports its
+# deduplication and ends where the run without it does, up to summation order (one-hot and
+# multi-hot, overlapped or not); bad lists are refused.
+add_test(NAME dist.train.cli.dedup.np2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_dedup.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.dedup.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
+add_dependencies(ember_mpi_tests ember_cli)

@@ -39,6 +39,10 @@ static const char help[] =
     "                                    one for all (default 1): the data's id, then ids drawn from a\n"
     "                                    fixed per-row lookup, as MLPerf's synthetic multi-hot inputs\n"
     "  --multi_hot_distribution_type uniform|pareto  how those ids are drawn (default uniform)\n"
+    "  --dedup_features all|LIST         these features (indices or names cat_N, comma-separated) are\n"
+    "                                    looked up once per distinct bag of each rank's batch, each\n"
+    "                                    sample then reading its bag's row (TorchRec's variable batch\n"
+    "                                    per feature); the same numbers up to summation order\n"
     "  --sharding S|L                    auto (the default; plan is a synonym): the library's planner\n"
     "                                    places every table; or dp, tw, cw, rw, twrw or grid for\n"
     "                                    every table, or 26 of them comma-separated (grid: 2\n"
@@ -70,6 +74,10 @@ static const char help[] =
     "  --eval_data_path FILE             criteo: eval TSV (default: hold out the first\n"
     "                                    --limit_val_batches batches of --data_path)\n"
     "  --zipf_alpha X                    synthetic: Zipf exponent of the ids (default 1.2)\n"
+    "  --candidates_per_request N        synthetic: samples come in requests of N candidates, which\n"
+    "                                    share the ids of the --user_features\n"
+    "  --user_features all|LIST          synthetic: features (indices or names cat_N) holding a user's\n"
+    "                                    ids, the same over a request's candidates\n"
     "  --num_generated_batches N         synthetic: generate training batches 0..N-1 before training\n"
     "                                    and cycle them (batch g is batch g mod N; TorchRec's\n"
     "                                    RandomRecDataset); default: every batch new, generated\n"
@@ -347,10 +355,8 @@ static bool set_wire_loss_scale(void *base, void *field, const char *flag, const
     return true;
 }
 
-// --ssd_tables all, or table indices / names (t_cat_3) comma-separated: a bit per table.
-static bool set_tables(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
-    (void)base;
-    uint32_t *mask = field;
+// A list of tables (t_cat_3) or features (cat_3), by index or name, comma-separated, or all: a bit each.
+static bool parse_mask(const char *flag, const char *text, bool features, uint32_t *mask, char *err, size_t cap) {
     *mask = 0;
     if (strcmp(text, "all") == 0) {
         *mask = (1u << DLRM_NUM_SPARSE) - 1;
@@ -363,21 +369,35 @@ static bool set_tables(void *base, void *field, const char *flag, const char *te
         char name[16];
         for (int t = 0; t < DLRM_NUM_SPARSE && f < 0; t++) {
             sharding_table_name(t, name, sizeof name);
+            const char *nm = features ? name + 2 : name; // t_cat_N names table N, cat_N its feature
             char num[8];
             snprintf(num, sizeof num, "%d", t);
-            if (((int)strlen(name) == len && !strncmp(p, name, (size_t)len)) ||
+            if (((int)strlen(nm) == len && !strncmp(p, nm, (size_t)len)) ||
                 ((int)strlen(num) == len && !strncmp(p, num, (size_t)len)))
                 f = t;
         }
         if (f < 0) {
-            snprintf(err, cap, "%s '%.*s': not a table (all, 0..%d or t_cat_0..t_cat_%d)", flag, len, p,
-                     DLRM_NUM_SPARSE - 1, DLRM_NUM_SPARSE - 1);
+            snprintf(err, cap, "%s '%.*s': not a %s (all, 0..%d or %scat_0..%scat_%d)", flag, len, p,
+                     features ? "feature" : "table", DLRM_NUM_SPARSE - 1, features ? "" : "t_", features ? "" : "t_",
+                     DLRM_NUM_SPARSE - 1);
             return false;
         }
         *mask |= 1u << f;
         if (!comma) return true;
         p = comma + 1;
     }
+}
+
+// --ssd_tables all, or table indices / names (t_cat_3) comma-separated: a bit per table.
+static bool set_tables(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    return parse_mask(flag, text, false, field, err, cap);
+}
+
+// --dedup_features, --user_features: feature indices / names (cat_3), or all.
+static bool set_features(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    return parse_mask(flag, text, true, field, err, cap);
 }
 
 // --adagrad: TorchRec's flag, Adagrad for the dense part and row-wise Adagrad for the tables.
@@ -430,6 +450,7 @@ static const cli_flag flags[] = {
     INT("dcn_num_layers", o.dcn_num_layers, 1, 64),
     INT("dcn_low_rank_dim", o.dcn_low_rank_dim, 1, 65536),
     CALL("multi_hot_sizes", o.multi_hot, set_multi_hot),
+    CALL("dedup_features", o.dedup_features, set_features),
     NAME("multi_hot_distribution_type", o.multi_hot_dist, multihot_dist_name, ANY_DATA),
     CALL("sharding", o.sharding, set_sharding),
     TEXT("plan", o.plan_path, ANY_DATA),
@@ -446,6 +467,8 @@ static const cli_flag flags[] = {
     TEXT("eval_data_path", o.eval_data_path, CRITEO_ONLY),
     REAL("zipf_alpha", o.zipf_alpha, SYNTHETIC_ONLY),
     {"num_generated_batches", CLI_INT, F(o.num_generated_batches), 1, 4096, NULL, NULL, SYNTHETIC_ONLY},
+    {"candidates_per_request", CLI_INT, F(o.request_size), 1, 1 << 20, NULL, NULL, SYNTHETIC_ONLY},
+    {"user_features", CLI_CALL, F(o.user_features), 0, 0, NULL, set_features, SYNTHETIC_ONLY},
     NAME("malformed", o.malformed, cli_name_malformed, CRITEO_ONLY),
     TEXT("data_dir", o.data_dir, NPY_ONLY),
     {"train_days", CLI_INT, F(o.train_days), 1, 1 << 20, NULL, NULL, NPY_ONLY},
@@ -518,6 +541,13 @@ static bool check_together(const train_options *o, const int *order, char *err, 
     const char *criteo_only = first_of(order, CRITEO_ONLY, criteo, sizeof criteo);
     const char *synthetic_only = first_of(order, SYNTHETIC_ONLY, synthetic, sizeof synthetic);
     const char *npy_only = first_of(order, NPY_ONLY, npy, sizeof npy);
+    if ((o->request_size > 1) != (o->user_features != 0)) {
+        snprintf(err, cap, "%s", o->user_features ? "--user_features repeat over the candidates of a request: give "
+                                                    "--candidates_per_request N (N >= 2)"
+                                                  : "--candidates_per_request N repeats the --user_features over N "
+                                                    "samples: name them");
+        return false;
+    }
     if (o->ssd_tables && o->cache_rows == 0) {
         snprintf(err, cap, "--ssd_tables puts tables on disk behind a DRAM cache: give its size with --cache_rows N");
         return false;

@@ -5,6 +5,7 @@
 #include "appctx.h"
 #include "cross.h"
 #include "dlrm.h"
+#include "ember/rng.h"
 #include "interaction.h"
 #include "loss.h"
 
@@ -45,6 +46,14 @@ struct dlrm_model {
     int64_t *next_offsets;
     int64_t *next_values;
     ember_kjt kjt;         // the last forward's input
+    // Deduplicated features (dlrm_config.dedup): the batch's distinct bags of each, the bag each
+    // sample reads (the KJT's feature_batch_sizes and inverse_indices), for this batch and the next.
+    uint32_t dedup;
+    int32_t *fbs, *inverse, *next_fbs, *next_inverse; // [F], [F*max_batch]
+    int32_t *rep;          // [F*max_batch] the first sample of each distinct bag
+    int32_t *slots;        // [F*cap] open-addressing tables, one per feature (bag + 1; 0 empty)
+    int32_t cap;           // a power of two >= 2 max_batch
+    int64_t bags_all, bags_kept; // of the deduplicated features, over every batch so far
 };
 
 static ember_status check_sizes(ember_ctx *ctx, const char *flag, const int32_t *sizes, int32_t n) {
@@ -111,7 +120,8 @@ void dlrm_destroy(dlrm_model *m) {
     dense_optim_destroy(ctx, &m->optim);
     void *bufs[] = {m->params, m->grads,   m->emb,     m->inter,        m->dlogit,       m->dinter,
                     m->ddense, m->demb,    m->hot,     m->rows,         m->lengths,      m->offsets,
-                    m->values, m->next_lengths, m->next_offsets, m->next_values};
+                    m->values, m->next_lengths, m->next_offsets, m->next_values, m->fbs, m->inverse,
+                    m->next_fbs, m->next_inverse, m->rep, m->slots};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember_ctx_free(ctx, bufs[i]);
     ember_ctx_free(ctx, m);
 }
@@ -161,6 +171,16 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
         !(m->next_values = app_alloc(ctx, sizeof(int64_t) * nids, "next kjt values"))) {
         goto fail;
     }
+    m->dedup = cfg->dedup;
+    for (m->cap = 2; m->dedup && (size_t)m->cap < 2 * B; m->cap *= 2) {}
+    if (m->dedup && (!(m->fbs = app_alloc(ctx, sizeof(int32_t) * F, "kjt batch sizes")) ||
+                     !(m->next_fbs = app_alloc(ctx, sizeof(int32_t) * F, "next kjt batch sizes")) ||
+                     !(m->inverse = app_alloc(ctx, sizeof(int32_t) * nbags, "kjt inverse indices")) ||
+                     !(m->next_inverse = app_alloc(ctx, sizeof(int32_t) * nbags, "next kjt inverse indices")) ||
+                     !(m->rep = app_alloc(ctx, sizeof(int32_t) * nbags, "distinct bags")) ||
+                     !(m->slots = app_alloc(ctx, sizeof(int32_t) * F * (size_t)m->cap, "dedup tables")))) {
+        goto fail;
+    }
     if ((st = mlp_create(ctx, cfg->num_dense, cfg->bottom_sizes, cfg->num_bottom, true, cfg->max_batch, m->params,
                          m->grads, &m->bottom)) != EMBER_OK ||
         (st = mlp_create(ctx, m->inter_width, cfg->top_sizes, cfg->num_top, false, cfg->max_batch,
@@ -193,6 +213,91 @@ int64_t dlrm_num_dense_params(const dlrm_model *m) { return m->num_params; }
 float *dlrm_dense_params(dlrm_model *m) { return m->params; }
 const float *dlrm_dense_grads(const dlrm_model *m) { return m->grads; }
 dense_optim *dlrm_dense_optim(dlrm_model *m) { return &m->optim; }
+
+void dlrm_dedup_counts(const dlrm_model *m, int64_t *bags_all, int64_t *bags_kept) {
+    *bags_all = m->bags_all;
+    *bags_kept = m->bags_kept;
+}
+
+// Sample i's bag of feature f: the data's (MLPerf's archives), or drawn from its id (multihot.h).
+static void sample_bag(const dlrm_model *m, const dlrm_batch *b, int32_t i, int32_t f, int64_t at, int64_t *out) {
+    const int32_t F = m->num_sparse;
+    if (b->has_bags) memcpy(out, b->bags + (size_t)i * (size_t)b->bag_width + at, sizeof(int64_t) * (size_t)m->hot[f]);
+    else multihot_bag(m->hot_dist, f, m->rows[f], b->ids[(size_t)i * (size_t)F + (size_t)f], m->hot[f], out);
+}
+
+// Whether samples i and j have the same bag of feature f (at: its first id in a data bag). Drawn
+// bags are functions of the sample's id; the data's are compared id by id.
+static bool same_bag(const dlrm_model *m, const dlrm_batch *b, int32_t f, int64_t at, int32_t i, int32_t j) {
+    const int32_t F = m->num_sparse;
+    if (!b->has_bags) return b->ids[(size_t)i * (size_t)F + (size_t)f] == b->ids[(size_t)j * (size_t)F + (size_t)f];
+    const int64_t *x = b->bags + (size_t)i * (size_t)b->bag_width + at, *y = b->bags + (size_t)j * (size_t)b->bag_width + at;
+    return !memcmp(x, y, sizeof(int64_t) * (size_t)m->hot[f]);
+}
+
+static uint64_t bag_hash(const dlrm_model *m, const dlrm_batch *b, int32_t f, int64_t at, int32_t i) {
+    const int32_t F = m->num_sparse;
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    if (!b->has_bags) return ember_splitmix64(h ^ (uint64_t)b->ids[(size_t)i * (size_t)F + (size_t)f]);
+    const int64_t *x = b->bags + (size_t)i * (size_t)b->bag_width + at;
+    for (int32_t k = 0; k < m->hot[f]; k++) h = ember_splitmix64(h ^ (uint64_t)x[k]);
+    return h;
+}
+
+// The KJT of batch b with deduplicated features: feature f's bags are its distinct bags in the
+// order first seen (every sample's own for the others), fbs[f] of them; sample i reads bag
+// inverse[f*B + i]. lengths and offsets as batch_kjt's.
+static ember_kjt dedup_kjt(dlrm_model *m, const dlrm_batch *b, int64_t *values, int32_t *lengths, int64_t *offsets,
+                           int32_t *fbs, int32_t *inverse) {
+    const int32_t B = b->size, F = m->num_sparse;
+    APP_ASSERT(!b->has_bags || b->bag_width == m->total_hot);
+    // Distinct bags per feature, each in its own open-addressing table (features run in parallel).
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int32_t f = 0; f < F; f++) {
+        int32_t *inv = inverse + (size_t)f * (size_t)B, *rep = m->rep + (size_t)f * (size_t)B;
+        if (!((m->dedup >> f) & 1)) {
+            for (int32_t i = 0; i < B; i++) inv[i] = rep[i] = i;
+            fbs[f] = B;
+            continue;
+        }
+        int64_t at = 0; // feature f's first id in a data bag
+        for (int32_t g = 0; g < f; g++) at += m->hot[g];
+        int32_t *slot = m->slots + (size_t)f * (size_t)m->cap, n = 0;
+        const uint32_t mask = (uint32_t)m->cap - 1;
+        memset(slot, 0, sizeof(int32_t) * (size_t)m->cap);
+        for (int32_t i = 0; i < B; i++) {
+            uint32_t h = (uint32_t)bag_hash(m, b, f, at, i) & mask;
+            while (slot[h] && !same_bag(m, b, f, at, rep[slot[h] - 1], i)) h = (h + 1) & mask;
+            if (!slot[h]) {
+                rep[n] = i;
+                slot[h] = ++n;
+            }
+            inv[i] = slot[h] - 1;
+        }
+        fbs[f] = n;
+    }
+    // Bags feature after feature; each one's ids (in parallel over a feature's bags).
+    int64_t bag = 0, at = 0;
+    for (int32_t f = 0; f < F; f++) {
+        for (int32_t k = 0; k < fbs[f]; k++, bag++) {
+            lengths[bag] = m->hot[f];
+            offsets[bag] = at + (int64_t)k * m->hot[f];
+        }
+        int64_t data_at = 0;
+        for (int32_t g = 0; g < f; g++) data_at += m->hot[g];
+        const int32_t *rep = m->rep + (size_t)f * (size_t)B;
+#pragma omp parallel for schedule(static)
+        for (int32_t k = 0; k < fbs[f]; k++) {
+            int64_t *out = values + at + (int64_t)k * m->hot[f];
+            if (m->one_hot && !b->has_bags) *out = b->ids[(size_t)rep[k] * (size_t)F + (size_t)f];
+            else sample_bag(m, b, rep[k], f, data_at, out);
+        }
+        at += (int64_t)fbs[f] * m->hot[f];
+    }
+    offsets[bag] = at;
+    return (ember_kjt){.num_features = F, .batch_size = B, .lengths = lengths, .offsets = offsets, .values = values,
+                       .nnz = at, .feature_batch_sizes = fbs, .inverse_indices = inverse};
+}
 
 // The KJT of batch b in `values` (lengths, offsets): feature-major, bag (f, i) is number f*B + i,
 // holding sample i's id of feature f, or its multi-hot bag of hot[f] ids (multihot.h).
@@ -275,12 +380,23 @@ static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch
                             const float **logits) {
     const int32_t B = b->size, F = m->num_sparse;
     APP_ASSERT(B >= 0 && B <= m->max_batch && b->num_sparse == F);
-    m->kjt = batch_kjt(m, b, m->values, m->lengths, m->offsets);
+    if (m->dedup) {
+        m->kjt = dedup_kjt(m, b, m->values, m->lengths, m->offsets, m->fbs, m->inverse);
+        for (int32_t f = 0; f < F; f++)
+            if ((m->dedup >> f) & 1) {
+                m->bags_all += B;
+                m->bags_kept += m->fbs[f];
+            }
+    } else {
+        m->kjt = batch_kjt(m, b, m->values, m->lengths, m->offsets);
+    }
     APP_TRY(mlp_forward(&m->bottom, b->dense, B, &m->dense_out));
     APP_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
     if (overlap && next && m->backend->prefetch) {
         APP_ASSERT(next->size >= 0 && next->size <= m->max_batch && next->num_sparse == F);
-        const ember_kjt nk = batch_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets);
+        const ember_kjt nk =
+            m->dedup ? dedup_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets, m->next_fbs, m->next_inverse)
+                     : batch_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets);
         APP_TRY(m->backend->prefetch(m->backend->impl, &nk));
     }
     APP_TRY(interact(m, B));

@@ -46,6 +46,8 @@ typedef struct dlrm_config {
     const int32_t *hot_sizes;    // [F] ids per bag of each feature (multihot.h), or NULL: one each
     const int64_t *rows;         // [F] rows of each table (where an id of hot_sizes > 1 is materialised)
     multihot_dist hot_dist;      // how the extra ids are drawn
+    uint32_t dedup;              // bit f: feature f's equal bags in a batch are looked up once
+                                 // (its KJT then has a batch size per feature: include/ember/kjt.h)
     int32_t max_batch;           // largest local batch
     uint64_t seed;
     dense_optim_config optim;
@@ -67,6 +69,9 @@ void dlrm_destroy(dlrm_model *m);
 // Forward of a local batch: *logits [B] stays valid until the next call. Collective (the
 // embedding lookup), so every rank calls it, each with its own batch.
 ember_status dlrm_forward(dlrm_model *m, const dlrm_batch *b, const float **logits);
+// The deduplicated features' bags (dlrm_config.dedup) over every forward so far: one per sample
+// (*bags_all) and the distinct ones looked up (*bags_kept). Local.
+void dlrm_dedup_counts(const dlrm_model *m, int64_t *bags_all, int64_t *bags_kept);
 
 // One training step on the local batch: forward, BCE, backward, dense gradient allreduce and
 // optimizer step, embedding backward with its fused optimizer. `loss_scale` multiplies dl_i/dz_i,

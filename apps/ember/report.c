@@ -123,6 +123,16 @@ static void print_checkpoints(const run *R, FILE *f) {
     }
 }
 
+// The features of a mask, "cat_0,cat_3" (all: "all 26").
+static void print_features(FILE *f, uint32_t mask) {
+    if (mask == (1u << DLRM_NUM_SPARSE) - 1) {
+        fprintf(f, "all %d", DLRM_NUM_SPARSE);
+        return;
+    }
+    for (int t = 0, k = 0; t < DLRM_NUM_SPARSE; t++)
+        if (mask & (1u << t)) fprintf(f, "%scat_%d", k++ ? "," : "", t);
+}
+
 void report_config(run *R) {
     R->rep.last_line = app_now_s();
     FILE *f = R->rep.out;
@@ -139,9 +149,19 @@ void report_config(run *R) {
             fprintf(f, " (loss scales %g, %g)", (double)o->wire_scale_forward, (double)o->wire_scale_backward);
         fputc('\n', f);
     }
+    if (o->dedup_features) {
+        fprintf(f, "  dedup       features ");
+        print_features(f, o->dedup_features);
+        fprintf(f, " looked up once per distinct bag of a rank's batch (variable batch per feature)\n");
+    }
     if (o->dataset == TRAIN_SYNTHETIC) {
-        fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g\n",
+        fprintf(f, "  data        synthetic (13 dense, 26 sparse features), seed %llu, zipf alpha %g",
                 (unsigned long long)o->seed, o->zipf_alpha);
+        if (o->request_size > 1) {
+            fprintf(f, "; requests of %d candidates sharing features ", (int)o->request_size);
+            print_features(f, o->user_features);
+        }
+        fputc('\n', f);
     } else if (o->dataset == TRAIN_CRITEO_NPY) {
         fprintf(f, "  data        criteo day files in '%s': train %lld rows, eval %lld rows (%s split)\n", o->data_dir,
                 R->train.npy ? (long long)criteo_npy_rows(R->train.npy) : 0LL,
@@ -355,6 +375,13 @@ void report_done(const run *R, int64_t step, int64_t samples, double train_time,
         fprintf(out, "; waiting for data %.3f ms of it (%.1f%%)", wait_time * 1e3 / (double)(step - p->steps),
                 train_time > 0.0 ? 100.0 * wait_time / train_time : 0.0);
         fputc('\n', out);
+    }
+    if (R->o->dedup_features && R->model) {
+        int64_t all, kept;
+        dlrm_dedup_counts(R->model, &all, &kept);
+        if (kept > 0)
+            fprintf(out, "dedup: %lld of %lld bags of the deduplicated features looked up on rank 0 (1 in %.1f)\n",
+                    (long long)kept, (long long)all, (double)all / (double)kept);
     }
     fprintf(out, "eval AUC %.4f", res->eval_auc);
     if (!isnan(res->planted_auc)) {

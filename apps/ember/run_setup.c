@@ -27,6 +27,7 @@ dlrm_config run_model_config(const train_options *o, int64_t max_local) {
         .hot_sizes = o->multi_hot,
         .rows = o->rows,
         .hot_dist = o->multi_hot_dist,
+        .dedup = o->dedup_features,
         .max_batch = max_local > INT32_MAX ? INT32_MAX : (int32_t)max_local,
         .seed = o->seed,
         .optim = {.kind = o->dense_optimizer, .lr = o->learning_rate},
@@ -224,7 +225,9 @@ ember_status run_open_data(run *R) {
                            .zipf_alpha = o->zipf_alpha,
                            .dense_scale = SYNTH_DENSE_SCALE,
                            .sparse_scale = SYNTH_SPARSE_SCALE,
-                           .bias = SYNTH_BIAS};
+                           .bias = SYNTH_BIAS,
+                           .request_size = o->request_size,
+                           .user_features = o->user_features};
         APP_TRY(synth_create(R->ctx, &sc, &R->syn));
         R->train.syn = R->eval.syn = R->syn;
     } else if (o->dataset == TRAIN_CRITEO_NPY) {

@@ -48,7 +48,7 @@ int64_t zipf_draw(const zipf *z, ember_rng *r) {
 
 // ---- The planted model -------------------------------------------------------------------------
 
-enum { STREAM_MODEL = 1, STREAM_EFFECT = 2, STREAM_CALIBRATE = 3, STREAM_SAMPLES = 16 }; // split s: 16 + s
+enum { STREAM_MODEL = 1, STREAM_EFFECT = 2, STREAM_CALIBRATE = 3, STREAM_SAMPLES = 16, STREAM_REQUESTS = 32 }; // split s: 16 + s, 32 + s
 
 // Draws per feature to calibrate its effects (see synth_create).
 #define CALIBRATION_DRAWS 4096
@@ -235,8 +235,13 @@ void synth_fill(const synth *s, int split, int64_t first, int32_t n, dlrm_batch 
             z += s->w[j] * u;
         }
         int64_t *ids = b->ids + (size_t)i * (size_t)nf;
+        // A user's features: drawn from their request's stream, the same for its candidates.
+        const uint64_t users = s->cfg.request_size > 1 ? s->cfg.user_features : 0;
+        ember_rng u = users ? ember_rng_at(s->cfg.seed, STREAM_REQUESTS + (uint64_t)split,
+                                           (uint64_t)((first + i) / s->cfg.request_size))
+                            : r;
         for (int32_t f = 0; f < nf; f++) {
-            const int64_t item = draw_id(s, f, &r);
+            const int64_t item = draw_id(s, f, (users >> f) & 1 ? &u : &r);
             z += synth_effect(s, f, item);
             ids[f] = item;
             if (s->table_rows) {

@@ -55,6 +55,10 @@ typedef struct synth_config {
     double dense_scale;  // standard deviation of the dense part of the planted logit
     double sparse_scale; // standard deviation of its per-id part (all features together)
     double bias;         // planted intercept
+    // Requests: samples [k N, (k + 1) N) of a split are the N candidates of request k, which share
+    // the ids of the features in user_features (bit f), drawn once per request; 0 or 1: none.
+    int32_t request_size;
+    uint64_t user_features;
 } synth_config;
 // Defaults: planted AUC about 0.8 and a click rate about 0.3 (see docs/dlrm.md).
 #define SYNTH_DENSE_SCALE 1.0

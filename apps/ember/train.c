@@ -63,6 +63,7 @@ void train_options_default(train_options *o) {
     o->hash = (ember_hash_config){
         .enabled = 1, .bucket_rows = EMBER_HASH_BUCKET_ROWS, .min_count = 1, .policy = EMBER_EVICT_LRU};
     o->synth_items = 1;
+    o->request_size = 1;
 }
 
 void train_options_mlperf_dcnv2(train_options *o) {

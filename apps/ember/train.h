@@ -50,6 +50,7 @@ typedef struct train_options {
     int32_t multi_hot[DLRM_NUM_SPARSE]; // ids per sample of each feature (--multi_hot_sizes, multihot.h;
                                       // default 1: the data's one id)
     multihot_dist multi_hot_dist;     // --multi_hot_distribution_type (default uniform)
+    uint32_t dedup_features;          // bit f: feature f deduplicated per batch (--dedup_features, VBE)
     int sharding[DLRM_NUM_SPARSE];    // SHARDING_AUTO (all tables) or an ember_shard_scheme per table
     const char *plan_path;            // a plan file (planfile.h) instead of --sharding, or NULL
     ember_grad_convention grad_convention;
@@ -61,6 +62,8 @@ typedef struct train_options {
     const char *data_path;            // criteo: training file
     const char *eval_data_path;       // criteo: eval file; NULL: hold out the head of data_path
     double zipf_alpha;                // synthetic
+    int32_t request_size;             // synthetic: samples per request (--candidates_per_request; 1: none)
+    uint32_t user_features;           // synthetic: bit f: feature f is the same over a request's samples
     criteo_malformed_mode malformed;
     const char *data_dir;             // criteo_npy: the day files' directory
     int32_t train_days;               // criteo_npy: days [0, train_days) train, day train_days

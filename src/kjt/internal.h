@@ -31,9 +31,16 @@ ember_status ember__vbe_pad(ember_ctx *ctx, const char *fn, const ember_kjt *kjt
 // Floats of the caller's output (and gradient) of a valid VBE KJT, whose features' columns
 // in an [.., out_dim] row start at fcol[f] (configuration order, contiguous).
 int64_t ember__vbe_output_size(const ember_kjt *kjt, const int32_t *fcol, int32_t out_dim);
-// The caller's output from the padded KJT's [max B_f, out_dim] rows.
+// The caller's output from the padded KJT's [max B_f, out_dim] rows. With inverse indices and
+// max B_f <= B the padded rows may be computed in `out` itself (padded == out): then `scratch`
+// holds ember__vbe_scratch floats (the largest [B_f, D_f] of a feature whose samples do not
+// simply read their own bags), and only those features' columns move.
+static inline int ember__vbe_in_place(const ember_kjt *kjt, int32_t padded_batch) {
+    return kjt->inverse_indices && padded_batch <= kjt->batch_size;
+}
+int64_t ember__vbe_scratch(const ember_kjt *kjt, const int32_t *fcol, int32_t out_dim);
 void ember__vbe_expand(ember_ctx *ctx, const ember_kjt *kjt, const int32_t *fcol, int32_t out_dim, const float *padded,
-                       float *out);
+                       float *out, float *scratch);
 // The padded KJT's gradient [padded_batch, out_dim] from the caller's: each bag's the sum of its
 // samples' rows, in sample order.
 void ember__vbe_reduce(ember_ctx *ctx, const ember_kjt *kjt, int32_t padded_batch, const int32_t *fcol, int32_t out_dim,

@@ -93,9 +93,44 @@ int64_t ember__vbe_output_size(const ember_kjt *kjt, const int32_t *fcol, int32_
     return n;
 }
 
+// Whether sample b of feature f reads bag b (every sample its own bag, in order): that feature's
+// columns of the padded rows are already the caller's.
+static int identity(const ember_kjt *kjt, int32_t f) {
+    const int32_t B = kjt->batch_size;
+    if (kjt->feature_batch_sizes[f] != B) return 0;
+    const int32_t *inv = kjt->inverse_indices + (int64_t)f * B;
+    for (int32_t b = 0; b < B; b++)
+        if (inv[b] != b) return 0;
+    return 1;
+}
+
+int64_t ember__vbe_scratch(const ember_kjt *kjt, const int32_t *fcol, int32_t out_dim) {
+    int64_t n = 0;
+    for (int32_t f = 0; kjt->inverse_indices && f < kjt->num_features; f++)
+        if (!identity(kjt, f)) {
+            const int64_t m = (int64_t)kjt->feature_batch_sizes[f] * width(fcol, kjt->num_features, out_dim, f);
+            if (m > n) n = m;
+        }
+    return n;
+}
+
 void ember__vbe_expand(ember_ctx *ctx, const ember_kjt *kjt, const int32_t *fcol, int32_t out_dim, const float *padded,
-                       float *out) {
+                       float *out, float *scratch) {
     const int32_t F = kjt->num_features, B = kjt->batch_size;
+    if (kjt->inverse_indices && padded == out) {
+        // In place: a feature whose samples read their own bags is done; another's bags go to
+        // the scratch first, then every sample's row is read from there.
+        for (int32_t f = 0; f < F; f++) {
+            if (identity(kjt, f)) continue;
+            const int32_t D = width(fcol, F, out_dim, f), *inv = kjt->inverse_indices + (int64_t)f * B;
+            for (int32_t k = 0; k < kjt->feature_batch_sizes[f]; k++)
+                memcpy(scratch + (int64_t)k * D, out + (int64_t)k * out_dim + fcol[f], sizeof(float) * (size_t)D);
+#pragma omp parallel for schedule(static) num_threads(ember__threads(ctx))
+            for (int32_t b = 0; b < B; b++)
+                memcpy(out + (int64_t)b * out_dim + fcol[f], scratch + (int64_t)inv[b] * D, sizeof(float) * (size_t)D);
+        }
+        return;
+    }
     if (kjt->inverse_indices) {
 #pragma omp parallel for schedule(static) num_threads(ember__threads(ctx))
         for (int32_t b = 0; b < B; b++)
@@ -118,26 +153,37 @@ void ember__vbe_expand(ember_ctx *ctx, const ember_kjt *kjt, const int32_t *fcol
 void ember__vbe_reduce(ember_ctx *ctx, const ember_kjt *kjt, int32_t padded_batch, const int32_t *fcol, int32_t out_dim,
                        const float *grad, float *padded) {
     const int32_t F = kjt->num_features, B = kjt->batch_size;
-    memset(padded, 0, sizeof(float) * (size_t)((int64_t)padded_batch * out_dim));
-    if (kjt->inverse_indices) {
-        // Features own disjoint columns: one per thread, each summing its samples in order.
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ember__threads(ctx))
+    const int64_t n = (int64_t)padded_batch * out_dim;
+    if (!kjt->inverse_indices) {
+        memset(padded, 0, sizeof(float) * (size_t)n);
+        int64_t base = 0;
         for (int32_t f = 0; f < F; f++) {
             const int32_t D = width(fcol, F, out_dim, f);
-            for (int32_t b = 0; b < B; b++) {
-                float *dst = padded + (int64_t)kjt->inverse_indices[(int64_t)f * B + b] * out_dim + fcol[f];
-                const float *src = grad + (int64_t)b * out_dim + fcol[f];
-                for (int32_t d = 0; d < D; d++) dst[d] += src[d];
-            }
+            for (int32_t b = 0; b < kjt->feature_batch_sizes[f]; b++)
+                memcpy(padded + (int64_t)b * out_dim + fcol[f], grad + base + (int64_t)b * D, sizeof(float) * (size_t)D);
+            base += (int64_t)kjt->feature_batch_sizes[f] * D;
         }
         return;
     }
-    int64_t base = 0;
+    // Features whose samples read their own bags take the caller's rows as they are (then the
+    // padded batch is the caller's: one copy of every row); the others' bags are sums.
+    int some_identity = 0;
+    for (int32_t f = 0; f < F && !some_identity; f++) some_identity = identity(kjt, f);
+    if (some_identity) memcpy(padded, grad, sizeof(float) * (size_t)n);
+    else memset(padded, 0, sizeof(float) * (size_t)n);
+    // Features own disjoint columns: one per thread, each summing its samples in order.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ember__threads(ctx))
     for (int32_t f = 0; f < F; f++) {
+        if (some_identity && identity(kjt, f)) continue;
         const int32_t D = width(fcol, F, out_dim, f);
-        for (int32_t b = 0; b < kjt->feature_batch_sizes[f]; b++)
-            memcpy(padded + (int64_t)b * out_dim + fcol[f], grad + base + (int64_t)b * D, sizeof(float) * (size_t)D);
-        base += (int64_t)kjt->feature_batch_sizes[f] * D;
+        if (some_identity)
+            for (int32_t k = 0; k < padded_batch; k++)
+                memset(padded + (int64_t)k * out_dim + fcol[f], 0, sizeof(float) * (size_t)D);
+        for (int32_t b = 0; b < B; b++) {
+            float *dst = padded + (int64_t)kjt->inverse_indices[(int64_t)f * B + b] * out_dim + fcol[f];
+            const float *src = grad + (int64_t)b * out_dim + fcol[f];
+            for (int32_t d = 0; d < D; d++) dst[d] += src[d];
+        }
     }
 }
 

@@ -224,11 +224,11 @@ static ember_status check_plain(ember_sebc *s, const ember_kjt *kjt, const float
     return EMBER_OK;
 }
 
-// The backward of kjt (never VBE) whose caller's checks gave st0 (collective from here).
-static ember_status backward_checked(ember_sebc *s, const ember_kjt *kjt, const float *grad_out, ember_status st0) {
+// The backward of the forward's batch (its KJT checked, never VBE) whose checks gave st
+// (collective from here).
+static ember_status backward_checked(ember_sebc *s, const float *grad_out, ember_status st) {
     ember_comm *c = s->comm;
     const int32_t W = s->W, me = s->rank;
-    ember_status st = st0 != EMBER_OK ? st0 : check_plain(s, kjt, grad_out);
     const int32_t B = s->in->batch, lod = s->local_out_dim[me];
     const float scale = ember__grad_scale(s);
     int64_t nsend = 0;
@@ -327,16 +327,12 @@ static ember_status check_vbe(ember_sebc *s, const ember_kjt *kjt, const float *
 
 ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
     if (!s) return EMBER_ERR_INVALID_ARG;
-    if (!ember__kjt_is_vbe(kjt) && s->vbe_fwd == 0) return backward_checked(s, kjt, grad_out, EMBER_OK);
-    // VBE: the padded KJT's backward (an empty batch stands in when the checks failed: the
-    // agreement fails every rank).
-    ember_kjt padded = {.num_features = s->F};
-    ember_status st = check_vbe(s, kjt, grad_out, &padded);
-    if (st != EMBER_OK) padded = (ember_kjt){.num_features = s->F};
-    s->vbe_user = st == EMBER_OK ? kjt : NULL;
-    st = backward_checked(s, &padded, st == EMBER_OK ? s->vbe_io.p : NULL, st);
-    s->vbe_user = NULL;
-    return st;
+    if (!ember__kjt_is_vbe(kjt) && s->vbe_fwd == 0)
+        return backward_checked(s, grad_out, check_plain(s, kjt, grad_out));
+    // VBE: the padded KJT's backward (the forward's batch), its gradient summed per bag.
+    ember_kjt padded;
+    const ember_status st = check_vbe(s, kjt, grad_out, &padded);
+    return backward_checked(s, st == EMBER_OK ? s->vbe_io.p : NULL, st);
 }
 
 ember_status ember_sebc_backward_finish(ember_sebc *s) {

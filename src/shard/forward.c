@@ -275,19 +275,25 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     if (!ember__kjt_is_vbe(kjt)) return forward_checked(s, kjt, out, check_inputs(s, fn, kjt, out, "out", output_size(s, kjt)));
     // VBE: the padded KJT's forward (an empty batch stands in when the checks failed: the
     // agreement fails every rank), then each sample's rows placed from its bags' (kjt/vbe.c).
+    // The padded rows go to out itself when they fit (then only the deduplicated features'
+    // columns move), else to the workspace.
     ember_kjt padded = {.num_features = s->F};
     ember_status st = ember__sebc_vbe_input(s, fn, kjt, out, &padded);
-    float *pad = NULL;
-    if (st == EMBER_OK &&
-        (!(pad = EMBER__RESERVE(s, s->vbe_io, float, (int64_t)padded.batch_size * s->out_dim)) ||
-         !EMBER__RESERVE(s, s->vbe_fbs, int32_t, s->F)))
-        st = EMBER_ERR_NOMEM;
+    float *ws = NULL, *pad = NULL;
+    if (st == EMBER_OK) {
+        const int in_place = ember__vbe_in_place(kjt, padded.batch_size);
+        ws = EMBER__RESERVE(s, s->vbe_io, float,
+                            in_place ? ember__vbe_scratch(kjt, s->feature_col, s->out_dim)
+                                     : (int64_t)padded.batch_size * s->out_dim);
+        pad = in_place ? out : ws;
+        if (!ws || !EMBER__RESERVE(s, s->vbe_fbs, int32_t, s->F)) st = EMBER_ERR_NOMEM;
+    }
     if (st != EMBER_OK) padded = (ember_kjt){.num_features = s->F};
     s->vbe_user = st == EMBER_OK ? kjt : NULL;
     st = forward_checked(s, &padded, pad, st);
     s->vbe_user = NULL;
     if (st != EMBER_OK) return st;
-    ember__vbe_expand(s->ctx, kjt, s->feature_col, s->out_dim, pad, out);
+    ember__vbe_expand(s->ctx, kjt, s->feature_col, s->out_dim, pad, out, ws);
     memcpy(s->vbe_fbs.p, kjt->feature_batch_sizes, sizeof(int32_t) * (size_t)s->F);
     s->vbe_fwd = kjt->inverse_indices ? 2 : 1;
     return EMBER_OK;

@@ -319,7 +319,8 @@ struct ember_sebc {
     int wire_inflight_dir;
     struct ember__overlap *ov;    // prefetch and split backward (shard/overlap.h)
     // Variable batch sizes per feature (kjt.h): a VBE call computes on the padded KJT (kjt/vbe.c);
-    // vbe_user is the caller's KJT meanwhile (its digest is the batch's: ember__input_digest).
+    // in a forward or prefetch, vbe_user is the caller's KJT meanwhile (its digest is the batch's:
+    // ember__input_digest; the backward compares it before padding).
     const ember_kjt *vbe_user;
     ember__buf vbe_len, vbe_io;   // the padded lengths; the padded output or gradient
     ember__buf vbe_fbs;           // the last forward's B_f [F] (a VBE forward's), for its backward

@@ -58,9 +58,8 @@ ember_status ember_ebc_prefetch(ember_ebc *ebc, const ember_kjt *kjt) {
     return ember__ebc_prefetch_unchecked(ebc, use);
 }
 
-// A VBE call's padded output or gradient: [max B_f, out_dim] floats.
-static float *vbe_io(ember_ebc *ebc) {
-    const int64_t n = (int64_t)ebc->vbe_kjt.batch_size * ebc->out_dim;
+// A VBE call's workspace of n floats: its padded gradient, or output (or an in-place output's scratch).
+static float *vbe_io(ember_ebc *ebc, int64_t n) {
     return ember__buf_reserve(ebc->ctx, &ebc->vbe_io, sizeof(float) * (size_t)(n > 0 ? n : 1));
 }
 
@@ -70,10 +69,16 @@ ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out)
     const ember_kjt *use;
     EMBER_TRY(ember__ebc_check_forward(ebc, "ember_ebc_forward", kjt, out, "out", &oor, &use));
     const int64_t *off = ember__ebc_offsets(ebc, use);
-    float *pad = use == kjt ? out : vbe_io(ebc);
-    if (!off || !pad) return EMBER_ERR_NOMEM;
+    if (!off) return EMBER_ERR_NOMEM;
+    if (use == kjt) return forward_mapped(ebc, use, off, oor > 0, out);
+    // VBE: the padded KJT's rows, in out itself when they fit (kjt/vbe.c), then each sample's.
+    const int in_place = ember__vbe_in_place(kjt, use->batch_size);
+    float *ws = vbe_io(ebc, in_place ? ember__vbe_scratch(kjt, ebc->feature_col, ebc->out_dim)
+                                     : (int64_t)use->batch_size * ebc->out_dim);
+    if (!ws) return EMBER_ERR_NOMEM;
+    float *pad = in_place ? out : ws;
     EMBER_TRY(forward_mapped(ebc, use, off, oor > 0, pad));
-    if (use != kjt) ember__vbe_expand(ebc->ctx, kjt, ebc->feature_col, ebc->out_dim, pad, out);
+    ember__vbe_expand(ebc->ctx, kjt, ebc->feature_col, ebc->out_dim, pad, out, ws);
     return EMBER_OK;
 }
 
@@ -100,7 +105,7 @@ ember_status ember_ebc_backward(ember_ebc *ebc, const ember_kjt *kjt, const floa
                 "%s: grad_weights requested but the kjt has no weights", fn);
     if (use != kjt) {
         // The bags' gradients, summed over the samples that read them (kjt/vbe.c).
-        float *pad = vbe_io(ebc);
+        float *pad = vbe_io(ebc, (int64_t)use->batch_size * ebc->out_dim);
         if (!pad) return EMBER_ERR_NOMEM;
         ember__vbe_reduce(ebc->ctx, kjt, use->batch_size, ebc->feature_col, ebc->out_dim, grad_out, pad);
         grad_out = pad;

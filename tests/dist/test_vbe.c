@@ -80,8 +80,8 @@ static void make_setup(setup *su, ember_pooling pool, ember_optim_kind opt, int 
 }
 
 // Rank q's batch of step k: 2 + q samples; feature f has a third as many bags (f % 3 == 0: a
-// user's feature, repeated over the candidates of a request), one per sample (1), or one less
-// (2).
+// user's feature, repeated over the candidates of a request), one per sample (1; feature 4 reads
+// them in order, as a feature that is not deduplicated), or one less (2).
 static void make_batch(gen_vbe *v, int k, int q, int weighted) {
     const int32_t B = 2 + q;
     int32_t bsz[NF];
@@ -91,7 +91,7 @@ static void make_batch(gen_vbe *v, int k, int q, int weighted) {
         rows[f] = ROWS[FTAB[f]];
     }
     test_rng r = {(uint64_t)(1000 * k + 17 * q + 5)};
-    gen_vbe_make(v, &r, NF, B, bsz, rows, 3, 0.3, weighted);
+    gen_vbe_make(v, &r, NF, B, bsz, rows, 3, 0.3, weighted, 1u << 4); // feature 4: every sample its own bag
 }
 
 // Step k's layout: inverse indices on even steps, each feature's own bags on odd ones; the

@@ -64,7 +64,7 @@ static void own_kjt(gen_kjt *g, int32_t F, int32_t B, int32_t *lengths, int64_t 
 }
 
 void gen_vbe_make(gen_vbe *v, test_rng *r, int32_t F, int32_t B, const int32_t *bsz, const int64_t *rows, int max_len,
-                  double dup_p, int weighted) {
+                  double dup_p, int weighted, uint32_t in_order) {
     memset(v, 0, sizeof *v);
     v->F = F, v->B = B;
     v->bsz = malloc(sizeof(int32_t) * (size_t)F);
@@ -99,7 +99,7 @@ void gen_vbe_make(gen_vbe *v, test_rng *r, int32_t F, int32_t B, const int32_t *
     for (int32_t f = 0; f < F; f++) {
         int32_t *inv = v->inv + (int64_t)f * B;
         for (int32_t b = 0; b < B; b++) inv[b] = b < bsz[f] ? b : (int32_t)rng_int(r, bsz[f]);
-        for (int32_t b = B - 1; b > 0; b--) { // shuffled: the bags' readers anywhere in the batch
+        for (int32_t b = B - 1; b > 0 && !((in_order >> f) & 1); b--) { // shuffled: readers anywhere
             const int32_t j = (int32_t)rng_int(r, b + 1), t = inv[b];
             inv[b] = inv[j];
             inv[j] = t;

@@ -30,7 +30,8 @@ void gen_kjt_free(gen_kjt *g);
 // by the test's own loops. F features, B samples; feature f has bsz[f] bags (lengths uniform in
 // [0, max_len], about one in five empty, ids in [0, rows[f]) repeating earlier ids of the feature
 // with probability dup_p, weights when asked); sample b of feature f reads bag inv[f*B + b]
-// (every bag read by some sample, the rest uniform: 0 < bsz[f] <= B when B > 0).
+// (every bag read by some sample, the rest uniform: 0 < bsz[f] <= B when B > 0; bit f of in_order:
+// sample b reads bag b, bsz[f] = B).
 //   kjt       VBE with inverse indices: its output is expanded's, [B, sum D]
 //   kjt_bags  VBE without: its output is each feature's bags, [bsz[f], D_f] after one another
 //   expanded  the ordinary KJT of B samples, each sample's bag copied; src[j] is the VBE position of
@@ -46,7 +47,7 @@ typedef struct gen_vbe {
     int64_t *src;
 } gen_vbe;
 void gen_vbe_make(gen_vbe *v, test_rng *r, int32_t F, int32_t B, const int32_t *bsz, const int64_t *rows, int max_len,
-                  double dup_p, int weighted);
+                  double dup_p, int weighted, uint32_t in_order);
 void gen_vbe_free(gen_vbe *v);
 
 // The global batch one process trains on, from W ranks' local batches: rank q has B[q] samples,
