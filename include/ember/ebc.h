@@ -239,7 +239,8 @@ EMBER_API int32_t ember_ebc_num_features(const ember_ebc *ebc);
 // sum_f D_f for pooled collections, D for all-NONE collections.
 EMBER_API int32_t ember_ebc_output_dim(const ember_ebc *ebc);
 // Floats forward writes for this KJT: B * sum_f D_f (pooled) or nnz * D (NONE); a VBE KJT's
-// (kjt.h): B * sum_f D_f with inverse indices, else sum_f B_f D_f (0 for NONE, which refuses it).
+// (kjt.h): B * sum_f D_f with inverse indices, else sum_f B_f D_f (NONE: nnz * D; its forward
+// refuses a VBE KJT).
 EMBER_API int64_t ember_ebc_output_size(const ember_ebc *ebc, const ember_kjt *kjt);
 EMBER_API const ember_table_config *ember_ebc_table(const ember_ebc *ebc, int32_t t);
 EMBER_API int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name); // -1 if absent

@@ -118,6 +118,9 @@ EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_confi
 EMBER_API void ember_sebc_destroy(ember_sebc *s);
 
 EMBER_API int32_t ember_sebc_output_dim(const ember_sebc *s);
+// Floats ember_sebc_forward writes for this rank's KJT (and its backward reads): B * output_dim
+// (pooled), nnz * D (all-NONE), a VBE KJT's as ember_ebc_output_size (kjt.h); 0 for NULL. Local.
+EMBER_API int64_t ember_sebc_output_size(const ember_sebc *s, const ember_kjt *kjt);
 // The communicator it was created on, its number of tables, and table t's configuration as given
 // to ember_sebc_create (NULL outside [0, T)). Local; the pointers live as long as s.
 EMBER_API ember_comm *ember_sebc_comm(const ember_sebc *s);
@@ -143,17 +146,21 @@ EMBER_API ember_status ember_sebc_set_training(ember_sebc *s, int training);
 // table that is not tiered).
 EMBER_API ember_status ember_sebc_tier_stats(const ember_sebc *s, int32_t t, ember_tier_stats *out);
 
-// Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]).
+// Forward of the local batch: out [B_local, sum_f D_f] (NONE: [nnz_local, D]); a KJT with a batch
+// size per feature (VBE, kjt.h) is pooled once per bag and laid out as kjt.h says, under every
+// scheme (the pipelined calls too; pooled collections only).
 // Collective on comm. A bad KJT on any rank makes every rank return that error (the message
 // names the failing rank); nothing changes anywhere. Returns EMBER_OK, EMBER_ERR_INVALID_ARG
 // (malformed KJT, out NULL), EMBER_ERR_OUT_OF_RANGE (an id outside its table under
 // EMBER_BOUNDS_ERROR), EMBER_ERR_NUMERIC (a NaN or infinite per-id weight: feature, bag and
-// position named), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
+// position named), EMBER_ERR_UNSUPPORTED (a VBE KJT for a sequence collection), EMBER_ERR_NOMEM,
+// EMBER_ERR_COMM, EMBER_ERR_TIMEOUT.
 EMBER_API ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out);
 // Backward + fused optimizer with the same KJT as the preceding forward; grad_out = dL_r/d(out).
 // "The same" means the same contents (batch size, features, bag lengths whether given as lengths
-// or offsets, ids, weights; compared through a 64-bit digest taken by the forward); any other KJT
-// is refused. Collective on comm. Returns EMBER_OK, EMBER_ERR_STATE (no successful forward since
+// or offsets, ids, weights; a VBE KJT's batch sizes and inverse indices; compared through a 64-bit
+// digest taken by the forward); any other KJT is refused. A VBE bag's gradient is the sum of its
+// samples' rows, in sample order. Collective on comm. Returns EMBER_OK, EMBER_ERR_STATE (no successful forward since
 // the last backward), EMBER_ERR_INVALID_ARG (another KJT, grad_out NULL), EMBER_ERR_NUMERIC (a NaN
 // or infinite gradient, position named), EMBER_ERR_NOMEM, EMBER_ERR_COMM, EMBER_ERR_TIMEOUT;
 // every rank returns the same status, and on failure no table or optimizer state changes.

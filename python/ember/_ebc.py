@@ -29,6 +29,7 @@ class _Collection:
         self._tables = [dataclasses.replace(t) for t in tables]
         self._table_names = [t.name for t in self._tables]
         self._feature_names = [f for f, _ in feats]
+        self._feature_dims = [self._tables[t].embedding_dim for _, t in feats]
         self._all_none = all(t.pooling.lower() == "none" for t in self._tables)
         # Tensors of each table: name -> (rows, cols), from the optimizer's descriptor.
         self._tensors = [{n: (r, c) for n, r, c, _ in _ember.table_tensors(ct)} for ct in ctab]
@@ -76,10 +77,17 @@ class _Collection:
             raise invalid(f"kjt: expected an ember.KJT, got {type(kjt).__name__}", self._rank)
         return kjt._parts(self._feature_names, self._rank)
 
-    def _out_shape(self, nnz: int, B: int) -> tuple[int, int]:
-        return (nnz, self._output_dim) if self._all_none else (B, self._output_dim)
+    def _out_shape(self, parts: tuple[Any, ...]) -> tuple[int, ...]:
+        """The output's shape for a KJT's parts: [nnz, D] (all-"none"), [B, output_dim], or a VBE
+        KJT without inverse indices: [sum_f B_f D_f] (each feature's own bags)."""
+        values, B, fbs, inv = parts[0], parts[5], parts[6], parts[7]
+        if self._all_none:
+            return (values.shape[0], self._output_dim)
+        if fbs is not None and inv is None:
+            return (sum(max(int(b), 0) * d for b, d in zip(fbs, self._feature_dims)),)
+        return (B, self._output_dim)
 
-    def _out(self, out: Any, shape: tuple[int, int], what: str = "out") -> np.ndarray:
+    def _out(self, out: Any, shape: tuple[int, ...], what: str = "out") -> np.ndarray:
         if out is None:
             return np.empty(shape, np.float32)
         if (type(out) is not np.ndarray or out.dtype != np.float32 or out.shape != shape
@@ -91,8 +99,8 @@ class _Collection:
                           f"got {got}", self._rank)
         return out
 
-    def _grad(self, grad_out: Any, shape: tuple[int, int]) -> np.ndarray:
-        g = as_array(grad_out, np.float32, "grad_out", ndim=2, rank=self._rank)
+    def _grad(self, grad_out: Any, shape: tuple[int, ...]) -> np.ndarray:
+        g = as_array(grad_out, np.float32, "grad_out", ndim=len(shape), rank=self._rank)
         if g.shape != shape:
             raise invalid(f"grad_out: shape {g.shape}, the output's is {shape}", self._rank)
         return g
@@ -202,9 +210,9 @@ class EmbeddingBagCollection(_Collection):
         Local. Raises InvalidArgumentError (malformed KJT, keys other than feature_names),
         OutOfRangeError (an id outside its table, bounds "error": feature, bag and id named),
         NumericError (a NaN or infinite per-id weight). On error ``out`` is unchanged."""
-        values, lengths, offsets, weights, F, B = self._kjt_parts(kjt)
-        o = self._out(out, self._out_shape(values.shape[0], B))
-        self._c.forward(values, lengths, offsets, weights, F, B, o)
+        parts = self._kjt_parts(kjt)
+        o = self._out(out, self._out_shape(parts))
+        self._c.forward(parts, o)
         return o
 
     __call__ = forward
@@ -216,10 +224,10 @@ class EmbeddingBagCollection(_Collection):
         weights) returns float32 [nnz] dL/dw computed with the weights before the update, else
         None. Local. Raises as forward, plus NumericError (NaN/Inf in grad_out, before anything
         changes)."""
-        values, lengths, offsets, weights, F, B = self._kjt_parts(kjt)
-        g = self._grad(grad_out, self._out_shape(values.shape[0], B))
-        gw = np.empty(values.shape[0], np.float32) if grad_weights else None
-        self._c.backward(values, lengths, offsets, weights, F, B, g, gw)
+        parts = self._kjt_parts(kjt)
+        g = self._grad(grad_out, self._out_shape(parts))
+        gw = np.empty(parts[0].shape[0], np.float32) if grad_weights else None
+        self._c.backward(parts, g, gw)
         return gw
 
     # ---- optimizer ---------------------------------------------------------------------------
@@ -320,8 +328,7 @@ class EmbeddingBagCollection(_Collection):
         tiered tables that are not cached (a hint: the reads go on while the step runs): call it
         with the next batch after this batch's forward. The numbers are the same with or without
         it. Without a tiered table it does nothing. Local. Raises as forward does for a bad KJT."""
-        values, lengths, offsets, weights, F, B = self._kjt_parts(kjt)
-        self._c.prefetch(values, lengths, offsets, weights, F, B)
+        self._c.prefetch(self._kjt_parts(kjt))
 
     def tier_stats(self, table: Any) -> dict[str, int]:
         """A tiered table's cumulative cache counters: hits and misses (distinct rows per forward),

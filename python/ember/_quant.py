@@ -77,9 +77,9 @@ class QuantEmbeddingBagCollection:
     def forward(self, kjt: KJT) -> np.ndarray:
         if not isinstance(kjt, KJT):
             raise invalid(f"kjt: expected an ember.KJT, got {type(kjt).__name__}")
-        values, lengths, offsets, weights, F, B = kjt._parts(self.feature_names)
-        out = np.empty((B, self.output_dim), np.float32)
-        self._c.forward(values, lengths, offsets, weights, F, B, out)
+        parts = kjt._parts(self.feature_names)
+        out = np.empty((parts[5], self.output_dim), np.float32)
+        self._c.forward(parts, out)
         return out
 
     __call__ = forward

@@ -397,9 +397,9 @@ class ShardedEmbeddingBagCollection(_Collection):
         OutOfRangeError, NumericError, CommunicationError, CollectiveTimeoutError."""
         def prepare() -> tuple[Any, ...]:
             parts = self._kjt_parts(kjt)
-            return parts, self._out(out, self._out_shape(parts[0].shape[0], parts[5]))
-        (values, lengths, offsets, weights, F, B), o = self._collective(prepare)
-        self._c.forward(values, lengths, offsets, weights, F, B, o)
+            return parts, self._out(out, self._out_shape(parts))
+        parts, o = self._collective(prepare)
+        self._c.forward(parts, o)
         result: np.ndarray = o
         return result
 
@@ -412,9 +412,9 @@ class ShardedEmbeddingBagCollection(_Collection):
         grad_out); on failure nothing changes anywhere."""
         def prepare() -> tuple[Any, ...]:
             parts = self._kjt_parts(kjt)
-            return parts, self._grad(grad_out, self._out_shape(parts[0].shape[0], parts[5]))
-        (values, lengths, offsets, weights, F, B), g = self._collective(prepare)
-        self._c.backward(values, lengths, offsets, weights, F, B, g)
+            return parts, self._grad(grad_out, self._out_shape(parts))
+        parts, g = self._collective(prepare)
+        self._c.backward(parts, g)
 
     # ---- the pipelined step (ember_sebc_prefetch / backward_start / backward_finish) -------------
     #
@@ -427,8 +427,7 @@ class ShardedEmbeddingBagCollection(_Collection):
         """Starts the NEXT batch's input dist (validated, routed, its exchange in flight); the next
         forward with the same KJT contents on every rank completes it, any other drops it (never a
         different result). Collective. Raises as forward (then nothing is in flight)."""
-        values, lengths, offsets, weights, F, B = self._collective(lambda: self._kjt_parts(kjt))
-        self._c.prefetch(values, lengths, offsets, weights, F, B, None)
+        self._c.prefetch(self._collective(lambda: self._kjt_parts(kjt)), None)
 
     def backward_start(self, kjt: KJT, grad_out: Any) -> None:
         """The first half of backward: the checks, then the gradients' exchanges started. Until
@@ -436,9 +435,9 @@ class ShardedEmbeddingBagCollection(_Collection):
         Collective. Raises as backward."""
         def prepare() -> tuple[Any, ...]:
             parts = self._kjt_parts(kjt)
-            return parts, self._grad(grad_out, self._out_shape(parts[0].shape[0], parts[5]))
-        (values, lengths, offsets, weights, F, B), g = self._collective(prepare)
-        self._c.backward_start(values, lengths, offsets, weights, F, B, g)
+            return parts, self._grad(grad_out, self._out_shape(parts))
+        parts, g = self._collective(prepare)
+        self._c.backward_start(parts, g)
 
     def backward_finish(self) -> None:
         """Waits for the started backward's exchanges and applies the fused updates. Collective.

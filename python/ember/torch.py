@@ -74,6 +74,11 @@ def _split(kjt_or_values: Any, names: Sequence[str], lengths: Any = None,
         if lengths is not None or weights is not None:
             raise ember.InvalidArgumentError("a KeyedJaggedTensor carries its own lengths and weights")
         kjt = kjt_or_values
+        if kjt.variable_stride_per_key():
+            raise ember.UnsupportedError(
+                "a KeyedJaggedTensor with a batch size per feature (stride_per_key_per_rank): the torch "
+                "modules take one batch size; pass an ember.KJT with feature_batch_sizes and inverse_indices "
+                "to the collection itself (ember.EmbeddingBagCollection, ember.ShardedEmbeddingBagCollection)")
         names = list(names)
         keys = list(kjt.keys())
         values, lens, w = kjt.values(), kjt.lengths(), kjt.weights_or_none()

@@ -143,17 +143,18 @@ PyObject *ember_py_tier_stats_dict(const ember_tier_stats *x);
 
 // ---- KJTs (kjt.c) ------------------------------------------------------------------------------
 
-// A KJT over the buffers of Python arrays (values int64, lengths int32 or None, offsets int64
-// or None, weights float32 or None) with F features and batch size B. Checks what the C struct
-// cannot carry (array lengths against F*B and nnz) so that the library never reads past a
-// buffer. 0, or -1 with InvalidArgumentError raised; release with ember_py_kjt_release.
+// A KJT over the buffers of Python arrays, from the parts tuple (values int64, lengths int32 or
+// None, offsets int64 or None, weights float32 or None, F, B, feature_batch_sizes int32 [F] or
+// None, inverse_indices int32 [F*B] or None: ember/kjt.h). Checks what the C struct cannot carry
+// (array lengths against the bags and nnz) so that the library never reads past a buffer. 0, or
+// -1 with an exception raised (InvalidArgumentError for the checks); release with
+// ember_py_kjt_release.
 typedef struct ember_py_kjt {
     ember_kjt kjt;
-    Py_buffer views[4];
-    int held[4];
+    Py_buffer views[6];
+    int held[6];
 } ember_py_kjt;
-int ember_py_kjt_get(PyObject *values, PyObject *lengths, PyObject *offsets, PyObject *weights, long long F,
-                     long long B, ember_py_kjt *out);
+int ember_py_kjt_get(PyObject *parts, ember_py_kjt *out);
 void ember_py_kjt_release(ember_py_kjt *k);
 
 // ---- Plans (plan.c) ----------------------------------------------------------------------------

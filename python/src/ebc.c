@@ -97,13 +97,12 @@ static int ebc_enter(EBCObject *self) {
 
 static void ebc_leave(EBCObject *self) { PyThread_release_lock(self->lock); }
 
-// forward(values, lengths, offsets, weights, F, B, out)
+// forward(kjt parts, out)
 static PyObject *ebc_forward(EBCObject *self, PyObject *args) {
-    PyObject *values, *lengths, *offsets, *weights, *out;
-    long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &out)) return NULL;
+    PyObject *parts, *out;
+    if (!PyArg_ParseTuple(args, "OO", &parts, &out)) return NULL;
     ember_py_kjt k;
-    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) != 0) return NULL;
+    if (ember_py_kjt_get(parts, &k) != 0) return NULL;
     Py_buffer ov;
     if (ember_py_buffer(out, "out", "f", 1, &ov) != 0) {
         ember_py_kjt_release(&k);
@@ -130,13 +129,12 @@ static PyObject *ebc_forward(EBCObject *self, PyObject *args) {
     return ret;
 }
 
-// backward(values, lengths, offsets, weights, F, B, grad_out, grad_weights or None)
+// backward(kjt parts, grad_out, grad_weights or None)
 static PyObject *ebc_backward(EBCObject *self, PyObject *args) {
-    PyObject *values, *lengths, *offsets, *weights, *grad, *gw;
-    long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLLOO", &values, &lengths, &offsets, &weights, &F, &B, &grad, &gw)) return NULL;
+    PyObject *parts, *grad, *gw;
+    if (!PyArg_ParseTuple(args, "OOO", &parts, &grad, &gw)) return NULL;
     ember_py_kjt k;
-    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) != 0) return NULL;
+    if (ember_py_kjt_get(parts, &k) != 0) return NULL;
     Py_buffer gv, wv;
     int have_w = 0;
     if (ember_py_buffer(grad, "grad_out", "f", 0, &gv) != 0) {
@@ -325,13 +323,12 @@ static PyObject *ebc_tier_stats(EBCObject *self, PyObject *args) {
     return ret;
 }
 
-// prefetch(values, lengths, offsets, weights, F, B)   Local.
+// prefetch(kjt parts)   Local.
 static PyObject *ebc_prefetch(EBCObject *self, PyObject *args) {
-    PyObject *values, *lengths, *offsets, *weights;
-    long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLL", &values, &lengths, &offsets, &weights, &F, &B)) return NULL;
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "O", &parts)) return NULL;
     ember_py_kjt k;
-    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) != 0) return NULL;
+    if (ember_py_kjt_get(parts, &k) != 0) return NULL;
     PyObject *ret = NULL;
     if (ebc_enter(self) == 0) {
         ember_status st;

@@ -72,13 +72,13 @@ static int qebc_enter(QEBCObject *self) {
     return 0;
 }
 
-// forward(values, lengths, offsets, weights, F, B, out)
+// forward(kjt parts, out)
 static PyObject *qebc_forward(QEBCObject *self, PyObject *args) {
-    PyObject *values, *lengths, *offsets, *weights, *out;
-    long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &out)) return NULL;
+    PyObject *parts, *out;
+    if (!PyArg_ParseTuple(args, "OO", &parts, &out)) return NULL;
     ember_py_kjt k;
-    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) != 0) return NULL;
+    if (ember_py_kjt_get(parts, &k) != 0) return NULL;
+    const long long B = k.kjt.batch_size;
     Py_buffer ov;
     if (ember_py_buffer(out, "out", "f", 1, &ov) != 0) {
         ember_py_kjt_release(&k);

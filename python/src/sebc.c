@@ -16,7 +16,6 @@ typedef struct {
     ember_comm *comm;
     ember_sebc *s;
     PyObject *parent; // the ember._ember.Comm it was created on (strong reference)
-    int all_none;     // every table's pooling is NONE: output [nnz, D]
 } SEBCObject;
 
 static PyTypeObject SEBCType;
@@ -76,9 +75,6 @@ static PyObject *sebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         c.cfg.max_batch_size = max_batch;
         c.cfg.max_nnz = max_nnz;
         c.cfg.ssd_dir = ssd_dir;
-        self->all_none = c.cfg.num_tables > 0;
-        for (int32_t t = 0; t < c.cfg.num_tables; t++)
-            if (c.tables[t].pooling != EMBER_POOL_NONE) self->all_none = 0;
         if (ember_py_plan_parse(plans, c.cfg.num_tables, &plan) == 0) ember_py_ctx_create(num_threads, &self->ctx);
     }
     if (ember_py_comm_agree_obj(parent) != 0) goto fail;
@@ -140,12 +136,9 @@ static PyObject *sebc_agree(SEBCObject *self, PyObject *exc) {
 }
 
 // Floats the output of this KJT holds on this rank.
-static int64_t output_size(const SEBCObject *self, const ember_kjt *k) {
-    const int64_t d = ember_sebc_output_dim(self->s);
-    return self->all_none ? k->nnz * d : (int64_t)k->batch_size * d;
-}
+static int64_t output_size(const SEBCObject *self, const ember_kjt *k) { return ember_sebc_output_size(self->s, k); }
 
-// forward(values, lengths, offsets, weights, F, B, out), backward(..., grad_out),
+// forward(kjt parts, out), backward(..., grad_out),
 // backward_start(..., grad_out) and prefetch(..., None): Collective. One body: the KJT and the
 // [output size] float buffer (written by forward, read by the backwards, none for prefetch).
 enum pass { PASS_FORWARD, PASS_BACKWARD, PASS_BACKWARD_START, PASS_PREFETCH };
@@ -153,14 +146,13 @@ enum pass { PASS_FORWARD, PASS_BACKWARD, PASS_BACKWARD_START, PASS_PREFETCH };
 static PyObject *sebc_pass(SEBCObject *self, PyObject *args, enum pass mode) {
     static const char *const names[] = {"forward", "backward", "backward_start", "prefetch"};
     const char *what = mode == PASS_FORWARD ? "out" : "grad_out";
-    PyObject *values, *lengths, *offsets, *weights, *buf;
-    long long F, B;
-    if (!PyArg_ParseTuple(args, "OOOOLLO", &values, &lengths, &offsets, &weights, &F, &B, &buf)) return NULL;
+    PyObject *parts, *buf;
+    if (!PyArg_ParseTuple(args, "OO", &parts, &buf)) return NULL;
     ember_py_kjt k;
     Py_buffer bv = {0};
     int held = 0;
     const int has_buf = mode != PASS_PREFETCH;
-    if (ember_py_kjt_get(values, lengths, offsets, weights, F, B, &k) == 0) {
+    if (ember_py_kjt_get(parts, &k) == 0) {
         if (!has_buf || ember_py_buffer(buf, what, "f", mode == PASS_FORWARD, &bv) == 0) held = 1;
         else ember_py_kjt_release(&k);
     }

@@ -9,9 +9,6 @@
 #include "shard/overlap.h"
 
 
-static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
-    return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
-}
 
 // Keys of local table lt in a coalesced gradient: [*lo, *hi).
 static void key_range(const ember_ebc *e, const ember__sparse_grad *g, int32_t lt, int64_t *lo, int64_t *hi) {
@@ -216,9 +213,10 @@ static ember_status check_plain(ember_sebc *s, const ember_kjt *kjt, const float
                             fn, (int)kjt->batch_size, (int)kjt->num_features, (long long)kjt->nnz, (int)s->in->batch,
                             (int)s->F, (long long)s->fwd_nnz);
     }
-    EMBER_CHECK(s->ctx, grad_out || output_size(s, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", fn);
+    EMBER_CHECK(s->ctx, grad_out || ember_sebc_output_size(s, kjt) == 0, EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL",
+                fn);
     float v = 0;
-    const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, output_size(s, kjt), &v);
+    const int64_t i = ember__first_nonfinite(EMBER_DTYPE_F32, grad_out, ember_sebc_output_size(s, kjt), &v);
     EMBER_CHECK(s->ctx, i < 0, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is %g", fn, (long long)(i / s->out_dim),
                 (long long)(i % s->out_dim), (double)v);
     return EMBER_OK;
@@ -314,7 +312,7 @@ static ember_status check_vbe(ember_sebc *s, const ember_kjt *kjt, const float *
                 "%s: the kjt is not the preceding forward's: its features, batch sizes or inverse indices differ", FN);
     EMBER_CHECK(s->ctx, ember__kjt_digest(kjt) == s->fwd_digest, EMBER_ERR_INVALID_ARG,
                 "%s: the kjt is not the preceding forward's: its lengths, ids, weights or inverse indices differ", FN);
-    EMBER_CHECK(s->ctx, grad_out || ember__vbe_output_size(kjt, s->feature_col, s->out_dim) == 0,
+    EMBER_CHECK(s->ctx, grad_out || ember_sebc_output_size(s, kjt) == 0,
                 EMBER_ERR_INVALID_ARG, "%s: grad_out is NULL", FN);
     EMBER_TRY(ember__vbe_check_grad(s->ctx, FN, kjt, s->feature_col, s->out_dim, (const char *const *)s->feature_names,
                                     grad_out));

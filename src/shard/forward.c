@@ -8,9 +8,6 @@
 #include "shard/overlap.h"
 
 
-static int64_t output_size(const ember_sebc *s, const ember_kjt *kjt) {
-    return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
-}
 
 // Owner side: the local KJT over every source's bags, with offsets (the unchecked pooling and
 // update take them as they are). Local feature k (route k) has Btot = sum_s B_s bags, source
@@ -123,7 +120,7 @@ ember_status ember__sebc_vbe_input(ember_sebc *s, const char *fn, const ember_kj
     EMBER_CHECK(s->ctx, !s->sequence, EMBER_ERR_UNSUPPORTED,
                 "%s: a KJT with per-feature batch sizes (VBE) for a sequence collection, whose outputs are per id", fn);
     EMBER_TRY(ember__vbe_pad(s->ctx, fn, kjt, s->F, (const char *const *)s->feature_names, &s->vbe_len, padded));
-    return check_inputs(s, fn, padded, out, "out", ember__vbe_output_size(kjt, s->feature_col, s->out_dim));
+    return check_inputs(s, fn, padded, out, "out", ember_sebc_output_size(s, kjt));
 }
 
 // This rank's output from the owners' pooled rows (rcv_out): sequence rows placed at their
@@ -213,7 +210,7 @@ static ember_status forward_checked(ember_sebc *s, const ember_kjt *kjt, float *
 
     // The output starts at zero (schemes that pool at home write into it before the output
     // dist), on the rank's threads too: B x out_dim floats, megabytes a step.
-    const int64_t nzero = output_size(s, kjt);
+    const int64_t nzero = ember_sebc_output_size(s, kjt);
 #pragma omp parallel for schedule(static) num_threads(ember__threads(s->ctx))
     for (int64_t i = 0; i < nzero; i += 4096)
         memset(out + i, 0, sizeof(float) * (size_t)(nzero - i < 4096 ? nzero - i : 4096));
@@ -272,7 +269,8 @@ ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out)
     s->bytes_at_forward = ember_comm_bytes_sent(s->comm);
     s->has_forward = 0;
     s->vbe_fwd = 0;
-    if (!ember__kjt_is_vbe(kjt)) return forward_checked(s, kjt, out, check_inputs(s, fn, kjt, out, "out", output_size(s, kjt)));
+    if (!ember__kjt_is_vbe(kjt))
+        return forward_checked(s, kjt, out, check_inputs(s, fn, kjt, out, "out", ember_sebc_output_size(s, kjt)));
     // VBE: the padded KJT's forward (an empty batch stands in when the checks failed: the
     // agreement fails every rank), then each sample's rows placed from its bags' (kjt/vbe.c).
     // The padded rows go to out itself when they fit (then only the deduplicated features'

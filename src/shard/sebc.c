@@ -406,6 +406,12 @@ int32_t ember__local_collections(const ember_sebc *s, ember_ebc **out) {
 }
 
 int32_t ember_sebc_output_dim(const ember_sebc *s) { return s ? s->out_dim : 0; }
+
+int64_t ember_sebc_output_size(const ember_sebc *s, const ember_kjt *kjt) {
+    if (!s || !kjt) return 0;
+    if (ember__kjt_is_vbe(kjt) && !s->sequence) return ember__vbe_output_size(kjt, s->feature_col, s->out_dim);
+    return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
+}
 ember_comm *ember_sebc_comm(const ember_sebc *s) { return s ? s->comm : NULL; }
 int32_t ember_sebc_num_tables(const ember_sebc *s) { return s ? s->T : 0; }
 const ember_table_config *ember_sebc_table(const ember_sebc *s, int32_t t) {

@@ -147,7 +147,7 @@ int32_t ember_ebc_output_dim(const ember_ebc *ebc) { return ebc ? ebc->out_dim :
 
 int64_t ember_ebc_output_size(const ember_ebc *ebc, const ember_kjt *kjt) {
     if (!ebc || !kjt) return 0;
-    if (ember__kjt_is_vbe(kjt)) return ebc->sequence ? 0 : ember__vbe_output_size(kjt, ebc->feature_col, ebc->out_dim);
+    if (ember__kjt_is_vbe(kjt) && !ebc->sequence) return ember__vbe_output_size(kjt, ebc->feature_col, ebc->out_dim);
     return ebc->sequence ? kjt->nnz * ebc->out_dim : (int64_t)kjt->batch_size * ebc->out_dim;
 }
 

@@ -18,7 +18,7 @@ rank failed, after printing its own failures. An unexpected exception prints its
 ends the job (os._exit), so nothing waits forever; every collective also has a 30 s deadline.
 
 Cases: schemes, conventions, seed_rw_grad, seed_mean, seed_dp_bf16, bad_input, tiered, hashed, mpi4py,
-wire, ckpt_save DIR (W=2), ckpt_load DIR (W=3).
+wire, vbe, ckpt_save DIR (W=2), ckpt_load DIR (W=3).
 """
 import os
 import sys
@@ -1097,6 +1097,102 @@ def case_pipelined(run):
     plain.close()
 
 
+def vbe_kjt_of(batch, samples, users, inverse=True):
+    """The KJT of batch's samples with a batch size per feature: each feature of `users` holds its
+    distinct bags (first seen first) and every sample the index of its own; the others a bag per
+    sample. Without `inverse`, the same bags and no samples (each feature's own bags out)."""
+    samples = list(samples)
+    vals, lens, wts, fbs, inv = [], [], [], [], []
+    for f in range(batch.num_features):
+        seen, index = {}, []
+        for s in samples:
+            ids, w = batch.bags[f][s]
+            key = (ids.tobytes(), None if w is None else w.tobytes()) if f in users else ("sample", s)
+            if key not in seen:
+                seen[key] = len(seen)
+                vals.append(ids)
+                lens.append(len(ids))
+                if batch.weighted:
+                    wts.append(w)
+            index.append(seen[key])
+        fbs.append(len(seen))
+        inv.append(index)
+    values = np.concatenate(vals).astype(np.int64) if vals else np.zeros(0, np.int64)
+    weights = (np.concatenate(wts).astype(np.float32) if wts else np.zeros(0, np.float32)) if batch.weighted else None
+    inverse_indices = np.asarray(inv, np.int32).reshape(batch.num_features, len(samples)) if inverse else None
+    return ember.KJT(values, np.asarray(lens, np.int32), weights=weights, feature_batch_sizes=np.asarray(fbs, np.int32),
+                     inverse_indices=inverse_indices, batch_size=len(samples))
+
+
+def case_vbe(run):
+    """Variable batch size per feature (TorchRec's VBE): features f0 and f3 repeat over groups of 3
+    samples (a user's features over a request's candidates) and travel deduplicated. The sharded
+    collection on the VBE KJTs gives bitwise the outputs of the same collection on the plain KJTs
+    while their tables are equal (each bag is pooled as the samples' were), and trains to the same
+    tables within the tolerance (a bag's gradient sums its samples' first), plain and pipelined;
+    without inverse indices the output holds each feature's bags."""
+    W, R = run.size, run.rank
+    tables = dist_tables()
+    rows = feature_rows(tables)
+    users = {0, 3}
+    plain = ember.ShardedEmbeddingBagCollection(tables, "auto", comm=run.comm, seed=5)
+    vbe = ember.ShardedEmbeddingBagCollection(tables, "auto", comm=run.comm, seed=5)
+    rng = np.random.default_rng(31)
+    steps = shares_for(W) * 2
+    kjts = []
+    for i, shares in enumerate(steps):
+        batch = random_batch(rng, rows, sum(shares), weighted=i == 1)
+        for f in users:
+            for s in range(batch.batch_size):
+                batch.bags[f][s] = batch.bags[f][s - s % 3]
+        mine = range(sum(shares[:R]), sum(shares[:R + 1]))
+        kjts.append((kjt_of(batch, mine)[0], vbe_kjt_of(batch, mine, users), batch, list(mine)))
+    dims = [8, 8, 4, 6, 5, 4]
+    for i, (kp, kv, batch, mine) in enumerate(kjts):
+        a = plain.forward(kp)
+        b = vbe.forward(kv)
+        if i == 0:  # the same tables: bitwise; later the trained ones differ by summation order
+            run.check(b.shape == a.shape and np.array_equal(a, b), "vbe step %d: forward differs" % i)
+        else:
+            run.close_enough(b, a, "vbe step %d: forward" % i)
+        if i == 0:
+            # Each feature's own bags: feature f's [B_f, D_f] blocks, one after another.
+            c = vbe.forward(vbe_kjt_of(batch, mine, users, inverse=False))
+            fbs = vbe_kjt_of(batch, mine, users).feature_batch_sizes
+            run.check(c.shape == (int(sum(int(n) * d for n, d in zip(fbs, dims))),), "vbe bags layout shape %s" % (c.shape,))
+            first, seen = [], set()  # f0's distinct bags: the samples that first hold them
+            for k, smp in enumerate(mine):
+                ids, w = batch.bags[0][smp]
+                key = (ids.tobytes(), None if w is None else w.tobytes())
+                if key not in seen:
+                    seen.add(key)
+                    first.append(k)
+            run.check(np.array_equal(c[:fbs[0] * 8].reshape(-1, 8), a[first, :8]), "vbe bags layout: f0's rows")
+            vbe.backward(vbe_kjt_of(batch, mine, users, inverse=False), np.zeros_like(c))
+            plain.backward(kp, np.zeros_like(a))  # zero gradients: both stay level (adam's state moves alike)
+            a = plain.forward(kp)
+            b = vbe.forward(kv)
+        g = np.random.default_rng(200 + i).standard_normal(a.shape).astype(np.float32)
+        plain.backward(kp, g)
+        if i % 2:
+            vbe.backward(kv, g)
+        else:  # pipelined: the next VBE batch's input dist in flight meanwhile
+            if i + 1 < len(kjts):
+                vbe.prefetch(kjts[i + 1][1])
+            vbe.backward_start(kv, g)
+            vbe.backward_finish()
+    compare_states(run, read_all(vbe, tables), read_all(plain, tables), "vbe after %d steps" % len(kjts))
+    # A bag no sample reads, on the last rank: refused on every rank, nothing changes.
+    kp, kv, batch, mine = kjts[0]
+    bad = ember.KJT(kv.values, kv.lengths, weights=kv.weights, feature_batch_sizes=kv.feature_batch_sizes,
+                    inverse_indices=np.zeros_like(kv.inverse_indices) if R == W - 1 else kv.inverse_indices,
+                    batch_size=kv.batch_size)
+    run.expect_error("a bag no sample reads", ember.InvalidArgumentError, ["no sample reads it"] if R == W - 1 else [],
+                     lambda: vbe.forward(bad))
+    vbe.close()
+    plain.close()
+
+
 def case_reshard(run):
     """reshard: two steps under "auto", then the same collection moved to row-wise, then to
     table-wise in rounds of 64 bytes, each time equal bitwise to a collection made with that plan
@@ -1235,6 +1331,7 @@ def case_wire(run):
 
 CASES = {
     "wire": case_wire,
+    "vbe": case_vbe,
     "schemes": case_schemes,
     "conventions": case_conventions,
     "seed_rw_grad": case_seed_rw_grad,

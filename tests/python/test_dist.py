@@ -72,7 +72,7 @@ def assert_ok(r, what):
 @pytest.mark.parametrize("W", [2, 3])
 @pytest.mark.parametrize("case", ["schemes", "conventions", "seed_rw_grad", "seed_mean", "seed_dp_bf16",
                                   "bad_input", "bad_scalars", "collective_args", "tiered", "hashed", "pipelined",
-                                  "wire", "reshard"])
+                                  "wire", "reshard", "vbe"])
 def test_dist_case(case, W):
     assert_ok(mpirun(W, case), "%s W=%d" % (case, W))
 

@@ -720,9 +720,10 @@ def test_unaligned_arrays(make_tables, rng, dtype):
         assert "out" in ei.value.message and ei.value.message.endswith("(rank 0)")
         assert np.array_equal(buf, before)
         with pytest.raises(ember.InvalidArgumentError, match="aligned"):
-            ebc._c.forward(unaligned(values), lengths, None, None, len(ebc.feature_names), B, np.empty_like(want))
+            ebc._c.forward((unaligned(values), lengths, None, None, len(ebc.feature_names), B, None, None),
+                           np.empty_like(want))
         with pytest.raises(ember.InvalidArgumentError, match="aligned"):
-            ebc._c.forward(values, lengths, None, None, len(ebc.feature_names), B, buf)
+            ebc._c.forward((values, lengths, None, None, len(ebc.feature_names), B, None, None), buf)
         assert np.array_equal(buf, before)
     pf = np.array([1.0, 3.0, 2.0, 5.0], np.float32)
     assert ember.plan(tables, 2, pooling_factor=unaligned(pf)) == ember.plan(tables, 2, pooling_factor=pf)
@@ -1201,3 +1202,111 @@ def test_write_refuses_nan_and_inf():
     w[1, 2] = 3.0
     ebc.write("t0", "weight", w, row_begin=1)
     assert ebc.read("t0")[2, 2] == 3.0
+
+
+# ---- variable batch size per feature (VBE) --------------------------------------------------
+
+def dedup(batch, users):
+    """(VBE arrays of the batch: values, lengths, weights, feature_batch_sizes, inverse [F, B];
+    and the first sample of each feature's bags) with the features of `users` deduplicated."""
+    vals, lens, wts, fbs, inv, first = [], [], [], [], [], []
+    for f in range(batch.num_features):
+        seen, index, firsts = {}, [], []
+        for s in range(batch.batch_size):
+            ids, w = batch.bags[f][s]
+            key = (ids.tobytes(), None if w is None else w.tobytes()) if f in users else s
+            if key not in seen:
+                seen[key] = len(seen)
+                firsts.append(s)
+                vals.append(ids)
+                lens.append(len(ids))
+                if batch.weighted:
+                    wts.append(w)
+            index.append(seen[key])
+        fbs.append(len(seen))
+        inv.append(index)
+        first.append(firsts)
+    values = np.concatenate(vals).astype(np.int64) if vals else np.zeros(0, np.int64)
+    weights = np.concatenate(wts).astype(np.float32) if batch.weighted else None
+    return (values, np.asarray(lens, np.int32), weights, np.asarray(fbs, np.int32),
+            np.asarray(inv, np.int32).reshape(batch.num_features, batch.batch_size)), first
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_vbe_matches_the_expanded_batch(make_tables, rng, weighted):
+    """A KJT whose user features (f0, f3: repeated over groups of 4 samples) carry each distinct
+    bag once, with inverse indices: bitwise the expanded batch's output while the tables are equal,
+    training (and dL/dw, summed over a bag's samples) within the oracle's tolerance of it; without
+    inverse indices the output holds each feature's own bags."""
+    tables = make_tables(optimizer="adam", lr=0.05)
+    users = {0, 3}
+    dims = [8, 8, 4, 6]
+    with ember.EmbeddingBagCollection(tables, seed=3) as vbe, ember.EmbeddingBagCollection(tables, seed=3) as ref:
+        for step in range(4):
+            batch = random_batch(rng, feature_rows(tables), 9, weighted=weighted)
+            for f in users:
+                for s in range(batch.batch_size):
+                    batch.bags[f][s] = batch.bags[f][s - s % 4]
+            (values, lengths, weights, fbs, inv), first = dedup(batch, users)
+            assert fbs[0] <= 3 and fbs[1] == 9
+            kjt = ember.KJT(values, lengths, weights=weights, feature_batch_sizes=fbs, inverse_indices=inv)
+            plain = make_kjt(kjt_arrays(batch))
+            out, want = vbe.forward(kjt), ref.forward(plain)
+            assert out.shape == want.shape == (9, 26)
+            if step == 0:
+                assert np.array_equal(out, want)
+                bags = vbe.forward(ember.KJT(values, lengths, weights=weights, feature_batch_sizes=fbs))
+                assert bags.shape == (int(np.dot(fbs, dims)),)
+                at = 0
+                for f, d in enumerate(dims):
+                    col = sum(dims[:f])
+                    assert np.array_equal(bags[at:at + fbs[f] * d].reshape(-1, d), want[first[f], col:col + d])
+                    at += fbs[f] * d
+            else:
+                assert_close(out, want, ATOL, RTOL, "step %d forward" % step)
+            g = grad_for(rng, out.shape)
+            gw = vbe.backward(kjt, g, grad_weights=weighted)
+            gw_want = ref.backward(plain, g, grad_weights=weighted)
+            if weighted:  # a VBE id's dL/dw: the sum over the samples reading its bag
+                assert gw.shape == values.shape
+                pos, want_gw = 0, np.zeros(values.shape, np.float64)
+                starts = np.concatenate([[0], np.cumsum(lengths)])
+                bag0 = np.concatenate([[0], np.cumsum(fbs)])
+                for f in range(len(dims)):
+                    for s in range(9):
+                        n = len(batch.bags[f][s][0])
+                        b = bag0[f] + inv[f, s]
+                        want_gw[starts[b]:starts[b] + n] += gw_want[pos:pos + n]
+                        pos += n
+                assert_close(gw, want_gw, ATOL, RTOL, "step %d grad_weights" % step)
+        got, ref_sd = vbe.state_dict(), ref.state_dict()
+        for k in ref_sd:
+            assert_close(got[k], ref_sd[k], ATOL, RTOL, k)
+
+
+def test_vbe_refusals(make_tables):
+    """Malformed VBE KJTs raise InvalidArgumentError naming what is wrong; a sequence collection
+    refuses VBE (UnsupportedError); the table is unchanged."""
+    tables = make_tables()
+    v = np.arange(4, dtype=np.int64) % 1
+    lengths = np.ones(4, np.int32)
+    with ember.EmbeddingBagCollection(tables, seed=3) as ebc:
+        before = ebc.state_dict()
+        fbs = np.ones(4, np.int32)
+        with pytest.raises(ember.InvalidArgumentError, match="inverse_indices without feature_batch_sizes"):
+            ebc.forward(ember.KJT(v, lengths, inverse_indices=np.zeros((4, 2), np.int32)))
+        with pytest.raises(ember.InvalidArgumentError, match="feature_batch_sizes: 3 entries for 4 features"):
+            ebc.forward(ember.KJT(v[:3], lengths[:3], feature_batch_sizes=fbs[:3]))
+        with pytest.raises(ember.InvalidArgumentError, match="sample 1: inverse index 1 outside its 1 bags"):
+            ebc.forward(ember.KJT(v, lengths, feature_batch_sizes=fbs,
+                                  inverse_indices=np.array([[0, 1]] + [[0, 0]] * 3, np.int32)))
+        with pytest.raises(ember.InvalidArgumentError, match="bag 1: no sample reads it"):
+            ebc.forward(ember.KJT(np.zeros(5, np.int64), np.ones(5, np.int32), feature_batch_sizes=[2, 1, 1, 1],
+                                  inverse_indices=np.zeros((4, 2), np.int32)))
+        sd = ebc.state_dict()
+        for k in before:
+            assert np.array_equal(np.asarray(sd[k]), np.asarray(before[k]))
+    with ember.EmbeddingBagCollection(make_tables("none"), seed=3) as seq:
+        with pytest.raises(ember.UnsupportedError, match="sequence collection"):
+            seq.forward(ember.KJT(np.zeros(2, np.int64), np.ones(2, np.int32), feature_batch_sizes=[1, 1],
+                                  inverse_indices=np.zeros((2, 3), np.int32)))

@@ -99,6 +99,11 @@ def test_keyed_jagged_tensor_input(rng):
                                lengths=torch.from_numpy(lengths))
     with pytest.raises(ember.InvalidArgumentError, match="zz"):
         a(bad)
+    # A batch size per feature (TorchRec's VBE) is the collections' (ember.KJT), not the modules'.
+    vbe = jt.KeyedJaggedTensor(keys=["f0", "f1", "f2"], values=torch.arange(4, dtype=torch.int64) % 3,
+                               lengths=torch.ones(4, dtype=torch.int32), stride_per_key_per_rank=[[1], [2], [1]])
+    with pytest.raises(ember.UnsupportedError, match="batch size per feature"):
+        a(vbe)
 
 
 def test_keyed_jagged_tensor_permuted_weight_grad(rng):
