@@ -83,6 +83,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+// The feature of bag i: i / B, or (a batch size per feature) the one whose bags hold it.
+static int64_t bag_feature(const ember_kjt *k, int64_t i) {
+    if (!k->feature_batch_sizes) return i / k->batch_size;
+    int64_t f = 0;
+    for (int64_t end = k->feature_batch_sizes[0]; i >= end; end += k->feature_batch_sizes[++f]) {}
+    return f;
+}
+
 // The contract of ember_kjt_validate, restated naively (no early exits, 128-bit sums).
 static ember_status expected_status(const ember_kjt *k, int32_t expected_features, const int64_t *rows,
                                     ember_bounds_mode mode, int64_t *bad_ids) {
@@ -92,7 +100,30 @@ static ember_status expected_status(const ember_kjt *k, int32_t expected_feature
     if (k->num_features != expected_features || k->batch_size < 0 || k->nnz < 0) return EMBER_ERR_INVALID_ARG;
     if (!k->lengths && !k->offsets) return EMBER_ERR_INVALID_ARG;
     if (k->nnz > 0 && !k->values) return EMBER_ERR_INVALID_ARG;
-    const int64_t nbags = k->num_features > 0 ? (int64_t)k->num_features * k->batch_size : 0;
+    int64_t nbags = k->num_features > 0 ? (int64_t)k->num_features * k->batch_size : 0;
+    if (k->inverse_indices && !k->feature_batch_sizes) return EMBER_ERR_INVALID_ARG;
+    if (k->feature_batch_sizes) { // VBE: B_f >= 0 each, every inverse index in range, every bag read
+        nbags = 0;
+        for (int32_t f = 0; f < k->num_features; f++) {
+            if (k->feature_batch_sizes[f] < 0) return EMBER_ERR_INVALID_ARG;
+            nbags += k->feature_batch_sizes[f];
+        }
+        for (int32_t f = 0; k->inverse_indices && f < k->num_features; f++)
+            for (int32_t bag = 0; bag < k->feature_batch_sizes[f]; bag++) {
+                bool read = false;
+                for (int32_t b = 0; b < k->batch_size; b++) {
+                    const int32_t v = k->inverse_indices[(int64_t)f * k->batch_size + b];
+                    if (v < 0 || v >= k->feature_batch_sizes[f]) return EMBER_ERR_INVALID_ARG;
+                    read |= v == bag;
+                }
+                if (!read) return EMBER_ERR_INVALID_ARG;
+            }
+        for (int32_t f = 0; k->inverse_indices && f < k->num_features; f++) // also where no bag is
+            for (int32_t b = 0; b < k->batch_size; b++) {
+                const int32_t v = k->inverse_indices[(int64_t)f * k->batch_size + b];
+                if (v < 0 || v >= k->feature_batch_sizes[f]) return EMBER_ERR_INVALID_ARG;
+            }
+    }
     if (k->offsets && k->offsets[0] != 0) return EMBER_ERR_INVALID_ARG;
     __int128 sum = 0;
     for (int64_t i = 0; i < nbags; i++) {
@@ -113,7 +144,7 @@ static ember_status expected_status(const ember_kjt *k, int32_t expected_feature
     int64_t j = 0;
     for (int64_t i = 0; i < nbags; i++) {
         const int64_t len = k->offsets ? k->offsets[i + 1] - k->offsets[i] : k->lengths[i];
-        const int64_t f = i / k->batch_size;
+        const int64_t f = bag_feature(k, i);
         // A negative size accepts every id (a hashed table's).
         for (int64_t e = j + len; j < e; j++) *bad_ids += rows[f] >= 0 && (k->values[j] < 0 || k->values[j] >= rows[f]);
     }
@@ -121,12 +152,27 @@ static ember_status expected_status(const ember_kjt *k, int32_t expected_feature
 }
 
 // Forward on the collection of `mode` against a naive pooling of the same fp32 rows.
+// With a batch size per feature, samples read bags through the inverse indices (without them,
+// "sample" b of feature t is its bag b, out as [B_t, D_t] blocks: row stride D_t, not sum_dims).
 static void check_forward(const ember_kjt *k, ember_bounds_mode mode, ember_status validated) {
     int32_t sum_dims = 0;
     for (int t = 0; t < NT; t++) sum_dims += EBC_DIMS[t];
-    const int32_t B = k->batch_size > 0 ? k->batch_size : 0; // a negative one fails validation
-    if (k->batch_size >= 0)
+    const int32_t *fbs = k->feature_batch_sizes, *inv = k->inverse_indices;
+    const bool blocks = fbs && !inv; // each feature's own bags out
+    int32_t B = k->batch_size > 0 ? k->batch_size : 0; // a negative one fails validation
+    if (blocks) { // the output's rows: enough for the largest feature's bags, columns per feature
+        B = 0;
+        for (int t = 0; t < NT; t++) B = fbs[t] > B ? fbs[t] : B;
+    }
+    int64_t bag0[NT + 1] = {0}; // first bag of feature t
+    for (int t = 0; t < NT; t++) bag0[t + 1] = bag0[t] + (fbs ? (fbs[t] > 0 ? fbs[t] : 0) : k->batch_size);
+    if (k->batch_size >= 0 && !blocks && (!fbs || validated == EMBER_OK))
         FUZZ_REQUIRE(ember_ebc_output_size(ebc[mode], k) == (int64_t)B * sum_dims, "output size");
+    if (blocks && validated == EMBER_OK) {
+        int64_t n = 0;
+        for (int t = 0; t < NT; t++) n += (int64_t)fbs[t] * EBC_DIMS[t];
+        FUZZ_REQUIRE(ember_ebc_output_size(ebc[mode], k) == n, "output size of the bags");
+    }
     float *out = malloc(sizeof(float) * (size_t)(B ? B * sum_dims : 1));
     double *ref = calloc((size_t)(B ? B * sum_dims : 1), sizeof(double));
     double *mag = calloc((size_t)(B ? B * sum_dims : 1), sizeof(double)); // sum of |terms|, then the bound
@@ -136,13 +182,15 @@ static void check_forward(const ember_kjt *k, ember_bounds_mode mode, ember_stat
     bool finite = true;
     for (int64_t j = 0; k->weights && j < k->nnz; j++) finite &= isfinite(k->weights[j]) != 0;
     if (st == EMBER_OK && finite) {
-        int64_t j = 0;
-        for (int t = 0, col = 0; t < NT; col += EBC_DIMS[t], t++) {
-            for (int32_t b = 0; b < B; b++) {
-                const int64_t bag = (int64_t)t * B + b;
+        int64_t block = 0; // blocks: feature t's first float
+        for (int t = 0, col = 0; t < NT; block += blocks ? (int64_t)fbs[t] * EBC_DIMS[t] : 0, col += EBC_DIMS[t], t++) {
+            const int32_t rows_t = blocks ? fbs[t] : B;
+            for (int32_t b = 0; b < rows_t; b++) {
+                const int64_t bag = bag0[t] + (inv ? inv[(int64_t)t * k->batch_size + b] : b);
                 const int64_t len = k->offsets ? k->offsets[bag + 1] - k->offsets[bag] : k->lengths[bag];
-                int64_t counted = 0;
-                double *y = ref + (size_t)b * sum_dims + col, *m = mag + (size_t)b * sum_dims + col;
+                int64_t counted = 0, j = ember_kjt_bag_start(k, bag);
+                const size_t at = blocks ? (size_t)(block + (int64_t)b * EBC_DIMS[t]) : (size_t)b * sum_dims + col;
+                double *y = ref + at, *m = mag + at;
                 for (int64_t e = j + len; j < e; j++) {
                     int64_t id = k->values[j];
                     if (id < 0 || id >= EBC_ROWS[t]) {
@@ -167,7 +215,8 @@ static void check_forward(const ember_kjt *k, ember_bounds_mode mode, ember_stat
             }
         }
         // Sums whose terms reach float's range may overflow on the way, and are not compared.
-        for (int64_t i = 0; i < (int64_t)B * sum_dims; i++) {
+        const int64_t nout = blocks ? block : (int64_t)B * sum_dims;
+        for (int64_t i = 0; i < nout; i++) {
             if (isinf(mag[i])) continue;
             FUZZ_REQUIRE(fabs((double)out[i] - ref[i]) <= mag[i] + 1e-37,
                          "output %lld: %.9g, expected %.9g (bound %.3g)", (long long)i, (double)out[i], ref[i], mag[i]);
@@ -236,6 +285,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ember_kjt k = {.num_features = F, .batch_size = B, .lengths = has_lengths ? lengths : NULL,
                    .offsets = has_offsets ? offsets : NULL, .values = null_values ? NULL : values,
                    .weights = has_weights ? weights : NULL, .nnz = nnz};
+    // A batch size per feature (VBE), when the input's last byte asks: B_f read from the input
+    // (now and then -1) within the F*B bags the arrays hold, and inverse indices mostly reading
+    // every bag, now and then out of range or leaving one unread. Inputs of older corpora end
+    // before it: no VBE.
+    int32_t fbs[MAX_F + 1], *inverse = malloc(sizeof(int32_t) * (size_t)(nbags + 1));
+    if (!inverse) abort();
+    const uint8_t vbe = fuzz_u8(&in);
+    if ((vbe & 3) != 0 && F > 0 && B >= 0) {
+        int64_t left = nbags;
+        for (int32_t f = 0; f < F; f++) {
+            const uint8_t x = fuzz_u8(&in);
+            fbs[f] = x == 255 ? -1 : (int32_t)(x % (uint32_t)(B + 2));
+            if (fbs[f] > left) fbs[f] = (int32_t)left;
+            left -= fbs[f] > 0 ? fbs[f] : 0;
+        }
+        k.feature_batch_sizes = fbs;
+        if ((vbe & 3) != 1) {
+            for (int32_t f = 0; f < F; f++)
+                for (int32_t b = 0; b < B; b++) {
+                    const uint8_t x = fuzz_u8(&in);
+                    const int32_t n = fbs[f] > 0 ? fbs[f] : 1;
+                    inverse[(int64_t)f * B + b] = x >= 250 ? (int32_t)x - 252 + n : b < n ? b : (int32_t)(x % (uint32_t)n);
+                }
+            k.inverse_indices = inverse;
+        }
+    } else if (vbe == 0x80 && F > 0 && B >= 0) {
+        k.inverse_indices = inverse; // without batch sizes: refused
+        memset(inverse, 0, sizeof(int32_t) * (size_t)(nbags + 1));
+    }
     int64_t bad = -1, bad_expected = 0;
     const int64_t *rows_arg = has_rows || ebc_shape ? rows : NULL;
     const ember_status want = expected_status(&k, expected, rows_arg, mode, &bad_expected);
@@ -247,8 +325,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         FUZZ_REQUIRE(bad == (mode == EMBER_BOUNDS_ERROR ? 0 : rows_arg ? bad_expected : 0),
                      "%lld ids out of range reported, %lld expected", (long long)bad, (long long)bad_expected);
-        int64_t start = 0;
-        for (int64_t i = 0; i < nbags; i++) {
+        int64_t start = 0, kbags = nbags;
+        if (k.feature_batch_sizes) {
+            kbags = 0;
+            for (int32_t f = 0; f < F; f++) kbags += fbs[f];
+        }
+        for (int64_t i = 0; i < kbags; i++) {
             FUZZ_REQUIRE(ember_kjt_bag_start(&k, i) == start, "bag %lld starts at %lld, expected %lld", (long long)i,
                          (long long)ember_kjt_bag_start(&k, i), (long long)start);
             start += k.lengths ? k.lengths[i] : k.offsets[i + 1] - k.offsets[i];
@@ -265,5 +347,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(offsets);
     free(values);
     free(weights);
+    free(inverse);
     return 0;
 }

@@ -76,7 +76,7 @@ main() {
 
   if [ "$coverage" = 1 ]; then
     # The sources each target is meant to reach (the CLI's: the files of its parsers).
-    declare -A sources=([kjt]="src/kjt/kjt.c src/tbe/forward.c" [criteo]="apps/ember/criteo.c"
+    declare -A sources=([kjt]="src/kjt/kjt.c src/kjt/vbe.c src/tbe/forward.c" [criteo]="apps/ember/criteo.c"
                         [checkpoint]="src/state/manifest.c src/state/inspect.c src/state/load.c"
                         [cli]="apps/ember/cmd_train.c apps/ember/cmd_eval.c apps/ember/cmd_plan.c
                                apps/ember/cmd_ckpt.c apps/ember/cli.c bench/tbe_bench.c bench/shard_bench.c
