@@ -96,6 +96,11 @@ static const trainstate_field fields[] = {
      SAME("cycle of generated training batches (--num_generated_batches) is")},
     {.flag = "synth_items", .section = "data", .key = "synth_items", .kind = TS_INT, FIELD(synth_items), .lo = 1,
      .hi = 1 << 20, .when = TS_SYNTHETIC, .added = true, SAME("synthetic items per table row (--synth_items) are")},
+    {.flag = "candidates_per_request", .section = "data", .key = "candidates_per_request", .kind = TS_INT,
+     FIELD(request_size), .lo = 1, .hi = 1 << 20, .when = TS_SYNTHETIC, .added = true,
+     SAME("synthetic requests' candidates (--candidates_per_request) are")},
+    {.flag = "user_features", .section = "data", .key = "user_features", .kind = TS_TABLES, FIELD(user_features),
+     .when = TS_SYNTHETIC, .added = true, SAME("features a synthetic request's candidates share (--user_features) are")},
     {.flag = "data_path", .section = "data", .key = "data_path", .kind = TS_PATH, FIELD(data_path),
      .rule = TS_MAY_CHANGE},
     {.flag = "eval_data_path", .section = "data", .key = "eval_data_path", .kind = TS_PATH, FIELD(eval_data_path),
@@ -156,6 +161,7 @@ static const char *const free_flags[] = {
     "threads: the same numbers with any count",
     "timeout_s: the collectives' deadline",
     "overlap: the same numbers either way",
+    "dedup_features: the same numbers up to the order of a bag's samples' gradient sums",
     "prefetch_batches: the same batches in the same order either way",
     "ssd_dir: where this machine keeps tiered tables' scratch files",
     "save_dir: where checkpoints go",
@@ -677,9 +683,21 @@ static void format_value(const trainstate_field *f, const train_options *o, char
         }
         break;
     }
+    case TS_TABLES: { // the indices, or "none"
+        uint32_t mask;
+        memcpy(&mask, p, sizeof mask);
+        size_t used = 0;
+        for (int t = 0; t < DLRM_NUM_SPARSE && used < cap; t++) {
+            if (!(mask & (1u << t))) continue;
+            const int w = snprintf(out + used, cap - used, "%s%d", used ? "," : "", t);
+            if (w < 0) break;
+            used += (size_t)w;
+        }
+        if (!mask) snprintf(out, cap, "none");
+        break;
+    }
     case TS_PATH:
-    case TS_ROWS:
-    case TS_TABLES: break; // never compared as a whole
+    case TS_ROWS: break; // never compared as a whole
     }
 }
 

@@ -77,7 +77,7 @@ typedef enum trainstate_kind {
     TS_ROWS,   // [26] row counts in 1..2^48, int64_t[DLRM_NUM_SPARSE]
     TS_HOTS,   // [26] ids per sample in lo..hi, int32_t[DLRM_NUM_SPARSE]
     TS_LAYERS, // a list of 1 to TRAIN_MAX_LAYERS sizes in 1..65536, int32_t[], the count at count_at
-    TS_TABLES, // a list of table indices, a uint32_t bit mask (bit f: table f)
+    TS_TABLES, // a list of table (or feature) indices, a uint32_t bit mask (bit f: table f)
 } trainstate_kind;
 
 typedef enum trainstate_rule {
