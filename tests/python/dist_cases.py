@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ember  # noqa: E402
 from oracle import (Oracle, assert_close, bf16_bits, bf16_value, feature_rows,  # noqa: E402
-                    random_batch)
+                    random_batch, vbe_arrays)
 
 TOL = (2e-5, 1e-4)  # docs/semantics.md §7: distributed vs single process over a few steps
 TIMEOUT_S = 30.0
@@ -1098,30 +1098,11 @@ def case_pipelined(run):
 
 
 def vbe_kjt_of(batch, samples, users, inverse=True):
-    """The KJT of batch's samples with a batch size per feature: each feature of `users` holds its
-    distinct bags (first seen first) and every sample the index of its own; the others a bag per
-    sample. Without `inverse`, the same bags and no samples (each feature's own bags out)."""
-    samples = list(samples)
-    vals, lens, wts, fbs, inv = [], [], [], [], []
-    for f in range(batch.num_features):
-        seen, index = {}, []
-        for s in samples:
-            ids, w = batch.bags[f][s]
-            key = (ids.tobytes(), None if w is None else w.tobytes()) if f in users else ("sample", s)
-            if key not in seen:
-                seen[key] = len(seen)
-                vals.append(ids)
-                lens.append(len(ids))
-                if batch.weighted:
-                    wts.append(w)
-            index.append(seen[key])
-        fbs.append(len(seen))
-        inv.append(index)
-    values = np.concatenate(vals).astype(np.int64) if vals else np.zeros(0, np.int64)
-    weights = (np.concatenate(wts).astype(np.float32) if wts else np.zeros(0, np.float32)) if batch.weighted else None
-    inverse_indices = np.asarray(inv, np.int32).reshape(batch.num_features, len(samples)) if inverse else None
-    return ember.KJT(values, np.asarray(lens, np.int32), weights=weights, feature_batch_sizes=np.asarray(fbs, np.int32),
-                     inverse_indices=inverse_indices, batch_size=len(samples))
+    """The KJT of batch's samples with the features of `users` deduplicated (oracle.vbe_arrays);
+    without `inverse`, the same bags and no samples (each feature's own bags out)."""
+    values, lengths, weights, fbs, inv, _ = vbe_arrays(batch, samples, users)
+    return ember.KJT(values, lengths, weights=weights, feature_batch_sizes=fbs,
+                     inverse_indices=inv if inverse else None, batch_size=len(list(samples)))
 
 
 def case_vbe(run):
@@ -1160,13 +1141,7 @@ def case_vbe(run):
             c = vbe.forward(vbe_kjt_of(batch, mine, users, inverse=False))
             fbs = vbe_kjt_of(batch, mine, users).feature_batch_sizes
             run.check(c.shape == (int(sum(int(n) * d for n, d in zip(fbs, dims))),), "vbe bags layout shape %s" % (c.shape,))
-            first, seen = [], set()  # f0's distinct bags: the samples that first hold them
-            for k, smp in enumerate(mine):
-                ids, w = batch.bags[0][smp]
-                key = (ids.tobytes(), None if w is None else w.tobytes())
-                if key not in seen:
-                    seen.add(key)
-                    first.append(k)
+            first = vbe_arrays(batch, mine, users)[5][0]  # f0's distinct bags: the samples first holding them
             run.check(np.array_equal(c[:fbs[0] * 8].reshape(-1, 8), a[first, :8]), "vbe bags layout: f0's rows")
             vbe.backward(vbe_kjt_of(batch, mine, users, inverse=False), np.zeros_like(c))
             plain.backward(kp, np.zeros_like(a))  # zero gradients: both stay level (adam's state moves alike)

@@ -154,6 +154,38 @@ class Batch:
         return values, lengths, weights, len(samples)
 
 
+def vbe_arrays(batch, samples, users):
+    """Batch's samples with a batch size per feature (ember.KJT's feature_batch_sizes and
+    inverse_indices): each feature in `users` holds its distinct bags (ids and weights equal),
+    first seen first, the others a bag per sample. Returns (values, lengths, weights or None,
+    feature_batch_sizes, inverse_indices [F, B], first) where first[f] lists the sample that
+    first holds each of feature f's bags."""
+    samples = list(samples)
+    vals, lens, wts, fbs, inv, first = [], [], [], [], [], []
+    for f in range(batch.num_features):
+        seen, index, firsts = {}, [], []
+        for k, s in enumerate(samples):
+            ids, w = batch.bags[f][s]
+            key = (ids.tobytes(), None if w is None else w.tobytes()) if f in users else ("sample", s)
+            if key not in seen:
+                seen[key] = len(seen)
+                firsts.append(k)
+                vals.append(ids)
+                lens.append(len(ids))
+                if batch.weighted:
+                    wts.append(w)
+            index.append(seen[key])
+        fbs.append(len(seen))
+        inv.append(index)
+        first.append(firsts)
+    values = np.concatenate(vals).astype(np.int64) if vals else np.zeros(0, np.int64)
+    weights = None
+    if batch.weighted:
+        weights = np.concatenate(wts).astype(np.float32) if wts else np.zeros(0, np.float32)
+    return (values, np.asarray(lens, np.int32), weights, np.asarray(fbs, np.int32),
+            np.asarray(inv, np.int32).reshape(batch.num_features, len(samples)), first)
+
+
 def random_batch(rng, feature_rows, batch_size, max_len=4, weighted=False, p_empty=0.2, p_dup=0.4):
     """A seeded random Batch: feature f's ids in [0, feature_rows[f]); about p_empty of the bags
     empty, about p_dup of the others repeating an id; weights (when weighted) multiples of 1/8 in

@@ -14,7 +14,7 @@ import pytest
 
 import ember
 from oracle import (OPTIMIZERS, STATES, Oracle, assert_close, assert_within_ulps, bf16_bits, bf16_value,
-                    feature_rows, random_batch, representable)
+                    feature_rows, random_batch, representable, vbe_arrays)
 
 # fp32 arithmetic against float64 over a few steps (sums of a handful of terms of size ~1).
 ATOL, RTOL = 2e-6, 2e-5
@@ -1206,32 +1206,6 @@ def test_write_refuses_nan_and_inf():
 
 # ---- variable batch size per feature (VBE) --------------------------------------------------
 
-def dedup(batch, users):
-    """(VBE arrays of the batch: values, lengths, weights, feature_batch_sizes, inverse [F, B];
-    and the first sample of each feature's bags) with the features of `users` deduplicated."""
-    vals, lens, wts, fbs, inv, first = [], [], [], [], [], []
-    for f in range(batch.num_features):
-        seen, index, firsts = {}, [], []
-        for s in range(batch.batch_size):
-            ids, w = batch.bags[f][s]
-            key = (ids.tobytes(), None if w is None else w.tobytes()) if f in users else s
-            if key not in seen:
-                seen[key] = len(seen)
-                firsts.append(s)
-                vals.append(ids)
-                lens.append(len(ids))
-                if batch.weighted:
-                    wts.append(w)
-            index.append(seen[key])
-        fbs.append(len(seen))
-        inv.append(index)
-        first.append(firsts)
-    values = np.concatenate(vals).astype(np.int64) if vals else np.zeros(0, np.int64)
-    weights = np.concatenate(wts).astype(np.float32) if batch.weighted else None
-    return (values, np.asarray(lens, np.int32), weights, np.asarray(fbs, np.int32),
-            np.asarray(inv, np.int32).reshape(batch.num_features, batch.batch_size)), first
-
-
 @pytest.mark.parametrize("weighted", [False, True])
 def test_vbe_matches_the_expanded_batch(make_tables, rng, weighted):
     """A KJT whose user features (f0, f3: repeated over groups of 4 samples) carry each distinct
@@ -1247,7 +1221,7 @@ def test_vbe_matches_the_expanded_batch(make_tables, rng, weighted):
             for f in users:
                 for s in range(batch.batch_size):
                     batch.bags[f][s] = batch.bags[f][s - s % 4]
-            (values, lengths, weights, fbs, inv), first = dedup(batch, users)
+            values, lengths, weights, fbs, inv, first = vbe_arrays(batch, range(9), users)
             assert fbs[0] <= 3 and fbs[1] == 9
             kjt = ember.KJT(values, lengths, weights=weights, feature_batch_sizes=fbs, inverse_indices=inv)
             plain = make_kjt(kjt_arrays(batch))
