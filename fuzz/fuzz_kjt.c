@@ -306,7 +306,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 for (int32_t b = 0; b < B; b++) {
                     const uint8_t x = fuzz_u8(&in);
                     const int32_t n = fbs[f] > 0 ? fbs[f] : 1;
-                    inverse[(int64_t)f * B + b] = x >= 250 ? (int32_t)x - 252 + n : b < n ? b : (int32_t)(x % (uint32_t)n);
+                    inverse[(int64_t)f * B + b] =
+                        x >= 250 ? (int32_t)x - 252 + n : b < n ? b : (int32_t)(x % (uint32_t)n);
                 }
             k.inverse_indices = inverse;
         }

@@ -231,7 +231,8 @@ static void sample_bag(const dlrm_model *m, const dlrm_batch *b, int32_t i, int3
 static bool same_bag(const dlrm_model *m, const dlrm_batch *b, int32_t f, int64_t at, int32_t i, int32_t j) {
     const int32_t F = m->num_sparse;
     if (!b->has_bags) return b->ids[(size_t)i * (size_t)F + (size_t)f] == b->ids[(size_t)j * (size_t)F + (size_t)f];
-    const int64_t *x = b->bags + (size_t)i * (size_t)b->bag_width + at, *y = b->bags + (size_t)j * (size_t)b->bag_width + at;
+    const int64_t *x = b->bags + (size_t)i * (size_t)b->bag_width + at;
+    const int64_t *y = b->bags + (size_t)j * (size_t)b->bag_width + at;
     return !memcmp(x, y, sizeof(int64_t) * (size_t)m->hot[f]);
 }
 
@@ -394,9 +395,9 @@ static ember_status forward(dlrm_model *m, const dlrm_batch *b, const dlrm_batch
     APP_TRY(m->backend->forward(m->backend->impl, &m->kjt, m->emb));
     if (overlap && next && m->backend->prefetch) {
         APP_ASSERT(next->size >= 0 && next->size <= m->max_batch && next->num_sparse == F);
-        const ember_kjt nk =
-            m->dedup ? dedup_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets, m->next_fbs, m->next_inverse)
-                     : batch_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets);
+        const ember_kjt nk = m->dedup ? dedup_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets,
+                                                  m->next_fbs, m->next_inverse)
+                                      : batch_kjt(m, next, m->next_values, m->next_lengths, m->next_offsets);
         APP_TRY(m->backend->prefetch(m->backend->impl, &nk));
     }
     APP_TRY(interact(m, B));

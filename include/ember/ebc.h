@@ -250,8 +250,8 @@ EMBER_API int32_t ember_ebc_table_index(const ember_ebc *ebc, const char *name);
 // the feature count and table sizes with the collection's bounds mode.
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG, EMBER_ERR_OUT_OF_RANGE, EMBER_ERR_NOMEM
 // (workspace growth), EMBER_ERR_UNSUPPORTED (a tiered table's batch has more distinct rows than
-// its cache; a VBE KJT for a sequence collection). On error `out` and the tables are unchanged (a tiered table's cache may hold other
-// rows, never other values). A hashed table admits the batch's new ids (docs/hashed.md).
+// its cache; a VBE KJT for a sequence collection). On error `out` and the tables are unchanged
+// (a tiered table's cache may hold other rows, never other values). A hashed table admits the batch's new ids (docs/hashed.md).
 EMBER_API ember_status ember_ebc_forward(ember_ebc *ebc, const ember_kjt *kjt, float *out);
 
 // Backward with the fused optimizer. grad_out has forward's output layout and is dL/d(out)

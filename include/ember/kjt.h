@@ -16,9 +16,9 @@
 //   inverse_indices  int32 [F*B]  sample b of feature f reads bag inverse_indices[f*B + b] of f,
 //                                 in [0, B_f), each bag read by some sample (an unread bag
 //                                 would still touch its rows); the batch has B = batch_size
-//                                 samples. Outputs are
-//                                 those of the expanded KJT (every sample's bag written out):
-//                                 [B, sum_f D_f], and its gradients are taken in that layout.
+//                                 samples. Outputs are those of the expanded KJT (every
+//                                 sample's bag written out): [B, sum_f D_f], and its gradients
+//                                 are taken in that layout.
 //   NULL                          no samples: the output holds each feature's own bags, feature
 //                                 f's block [B_f, D_f] row-major after the blocks of features
 //                                 0..f-1 (sum_f B_f D_f floats; batch_size is not read).
@@ -64,8 +64,8 @@ EMBER_API ember_status ember_bounds_mode_parse(const char *name, ember_bounds_mo
 // Local. Returns EMBER_OK, EMBER_ERR_INVALID_ARG (NULL arrays, F mismatch, negative B or length,
 // offsets not starting at 0 or decreasing, sum(lengths) != nnz, lengths and offsets disagreeing;
 // VBE: a negative B_f, inverse indices without feature_batch_sizes or outside [0, B_f), a bag
-// no sample reads),
-// EMBER_ERR_NOMEM (VBE: its workspace), EMBER_ERR_OUT_OF_RANGE (mode ERROR: id < 0 or >= rows). The message names feature, bag and value.
+// no sample reads), EMBER_ERR_NOMEM (VBE: its workspace), EMBER_ERR_OUT_OF_RANGE (mode ERROR:
+// id < 0 or >= rows). The message names feature, bag and value.
 EMBER_API ember_status ember_kjt_validate(ember_ctx *ctx, const ember_kjt *kjt, int32_t expected_features,
                                           const int64_t *rows_per_feature, ember_bounds_mode mode,
                                           int64_t *num_out_of_range);

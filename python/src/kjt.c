@@ -42,7 +42,8 @@ int ember_py_kjt_get(PyObject *parts, ember_py_kjt *out) {
     long long bags = F * B;
     if (out->held[4]) {
         if (out->views[4].len / 4 != F) {
-            ember_py_invalid("KJT feature_batch_sizes: %lld entries for %lld features", (long long)(out->views[4].len / 4), F);
+            ember_py_invalid("KJT feature_batch_sizes: %lld entries for %lld features",
+                             (long long)(out->views[4].len / 4), F);
             goto fail;
         }
         const int32_t *b = out->views[4].buf;
@@ -53,8 +54,8 @@ int ember_py_kjt_get(PyObject *parts, ember_py_kjt *out) {
         goto fail;
     }
     if (out->held[5] && out->views[5].len / 4 != F * B) {
-        ember_py_invalid("KJT inverse_indices: %lld entries for %lld features x batch size %lld", (long long)(out->views[5].len / 4),
-                         F, B);
+        ember_py_invalid("KJT inverse_indices: %lld entries for %lld features x batch size %lld",
+                         (long long)(out->views[5].len / 4), F, B);
         goto fail;
     }
     const long long nnz = (long long)(out->views[0].len / 8);
@@ -63,8 +64,8 @@ int ember_py_kjt_get(PyObject *parts, ember_py_kjt *out) {
         goto fail;
     }
     if (out->held[2] && out->views[2].len / 8 != bags + 1) {
-        ember_py_invalid("KJT offsets: %lld entries for %lld bags (%lld needed)", (long long)(out->views[2].len / 8), bags,
-                         bags + 1);
+        ember_py_invalid("KJT offsets: %lld entries for %lld bags (%lld needed)", (long long)(out->views[2].len / 8),
+                         bags, bags + 1);
         goto fail;
     }
     if (!out->held[1] && !out->held[2]) {

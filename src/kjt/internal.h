@@ -8,13 +8,15 @@
 #include "ember/kjt.h"
 #include "ember/rng.h" // EMBER_HD: the bounds resolver runs in the cuda backend's kernels too
 
+// "feature 'name'" (or "feature 3" when names or names[f] is NULL) into buf[n], for messages.
+const char *ember__feature_name(const char *const *names, int32_t f, char *buf, size_t n);
 // Validation with the caller's name and feature names (NULL: numbers) in messages.
 ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember_kjt *kjt, int32_t expected_features,
                                  const int64_t *rows_per_feature, const char *const *feature_names,
                                  ember_bounds_mode mode, int64_t *num_out_of_range);
 // A 64-bit digest of a validated KJT's contents (shape, bag lengths whichever way they are given,
-// ids, weights; a VBE KJT's batch sizes and inverse indices): equal KJTs have equal digests; the backward compares its KJT's with the
-// forward's.
+// ids, weights; a VBE KJT's batch sizes and inverse indices): equal KJTs have equal digests; the
+// backward compares its KJT's with the forward's.
 uint64_t ember__kjt_digest(const ember_kjt *kjt);
 // Writes the exclusive prefix sum [F*B+1] of a validated KJT (not VBE: its padded KJT).
 void ember__kjt_offsets(const ember_kjt *kjt, int64_t *offsets);

@@ -13,7 +13,7 @@ int64_t ember_kjt_bag_start(const ember_kjt *kjt, int64_t bag) {
     return s;
 }
 
-static const char *fname(const char *const *names, int32_t f, char *buf, size_t n) {
+const char *ember__feature_name(const char *const *names, int32_t f, char *buf, size_t n) {
     if (names && names[f]) snprintf(buf, n, "feature '%s'", names[f]);
     else snprintf(buf, n, "feature %d", (int)f);
     return buf;
@@ -58,7 +58,8 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
             len = kjt->lengths[i];
             if (kjt->offsets && offsets_len(kjt->offsets, i) != len) {
                 return ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: %s bag %lld: length %lld disagrees with offsets",
-                                    caller, fname(feature_names, (int32_t)(i / (B ? B : 1)), fb, sizeof fb),
+                                    caller,
+                                    ember__feature_name(feature_names, (int32_t)(i / (B ? B : 1)), fb, sizeof fb),
                                     (long long)(i % (B ? B : 1)), (long long)len);
             }
         } else {
@@ -66,7 +67,7 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
         }
         if (len < 0) {
             return ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: %s bag %lld: negative length %lld", caller,
-                                fname(feature_names, (int32_t)(i / B), fb, sizeof fb), (long long)(i % B),
+                                ember__feature_name(feature_names, (int32_t)(i / B), fb, sizeof fb), (long long)(i % B),
                                 (long long)len);
         }
         sum += len;
@@ -90,7 +91,7 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
                 start += len;
             }
             return ember__error(ctx, EMBER_ERR_NUMERIC, "%s: %s bag %lld: weight %lld of the bag is %g (not finite)",
-                                caller, fname(feature_names, (int32_t)(bag / B), fb, sizeof fb),
+                                caller, ember__feature_name(feature_names, (int32_t)(bag / B), fb, sizeof fb),
                                 (long long)(bag % B), (long long)(first - start), (double)kjt->weights[first]);
         }
     }
@@ -109,7 +110,8 @@ ember_status ember__kjt_validate(ember_ctx *ctx, const char *caller, const ember
                         if (mode == EMBER_BOUNDS_ERROR) {
                             return ember__error(ctx, EMBER_ERR_OUT_OF_RANGE,
                                                 "%s: %s bag %d: id %lld outside [0, %lld)", caller,
-                                                fname(feature_names, f, fb, sizeof fb), (int)b, (long long)id,
+                                                ember__feature_name(feature_names, f, fb, sizeof fb), (int)b,
+                                                (long long)id,
                                                 (long long)rows);
                         }
                         bad++;

@@ -8,31 +8,27 @@
 #include "core/dtype.h"
 #include "kjt/internal.h"
 
-static const char *fname(const char *const *names, int32_t f, char *buf, size_t n) {
-    if (names && names[f]) snprintf(buf, n, "feature '%s'", names[f]);
-    else snprintf(buf, n, "feature %d", (int)f);
-    return buf;
-}
-
 ember_status ember__vbe_pad(ember_ctx *ctx, const char *fn, const ember_kjt *kjt, int32_t expected_features,
                             const char *const *feature_names, ember__buf *lengths, ember_kjt *out) {
     char fb[96];
     EMBER_CHECK(ctx, kjt != NULL, EMBER_ERR_INVALID_ARG, "%s: kjt is NULL", fn);
     const int32_t F = kjt->num_features, B = kjt->batch_size, *fbs = kjt->feature_batch_sizes;
-    EMBER_CHECK(ctx, F == expected_features, EMBER_ERR_INVALID_ARG, "%s: kjt has %d features, the collection expects %d",
-                fn, (int)F, (int)expected_features);
+    EMBER_CHECK(ctx, F == expected_features, EMBER_ERR_INVALID_ARG,
+                "%s: kjt has %d features, the collection expects %d", fn, (int)F, (int)expected_features);
     EMBER_CHECK(ctx, !kjt->inverse_indices || B >= 0, EMBER_ERR_INVALID_ARG, "%s: negative batch size %d", fn, (int)B);
-    EMBER_CHECK(ctx, kjt->lengths || kjt->offsets, EMBER_ERR_INVALID_ARG, "%s: kjt has neither lengths nor offsets", fn);
+    EMBER_CHECK(ctx, kjt->lengths || kjt->offsets, EMBER_ERR_INVALID_ARG, "%s: kjt has neither lengths nor offsets",
+                fn);
     int32_t Bp = 0;
     for (int32_t f = 0; f < F; f++) {
         EMBER_CHECK(ctx, fbs[f] >= 0, EMBER_ERR_INVALID_ARG, "%s: %s: negative batch size %d", fn,
-                    fname(feature_names, f, fb, sizeof fb), (int)fbs[f]);
+                    ember__feature_name(feature_names, f, fb, sizeof fb), (int)fbs[f]);
         if (fbs[f] > Bp) Bp = fbs[f];
     }
     if (kjt->offsets)
         EMBER_CHECK(ctx, kjt->offsets[0] == 0, EMBER_ERR_INVALID_ARG, "%s: offsets[0] = %lld, expected 0", fn,
                     (long long)kjt->offsets[0]);
-    int32_t *len = ember__buf_reserve(ctx, lengths, sizeof(int32_t) * (size_t)((int64_t)F * Bp > 0 ? (int64_t)F * Bp : 1));
+    const int64_t nlen = (int64_t)F * Bp > 0 ? (int64_t)F * Bp : 1;
+    int32_t *len = ember__buf_reserve(ctx, lengths, sizeof(int32_t) * (size_t)nlen);
     if (!len) return EMBER_ERR_NOMEM;
     if (kjt->inverse_indices) {
         // Every bag must be some sample's: a bag nobody reads would still touch its rows (an exact
@@ -45,13 +41,13 @@ ember_status ember__vbe_pad(ember_ctx *ctx, const char *fn, const ember_kjt *kjt
                 const int32_t i = kjt->inverse_indices[(int64_t)f * B + b];
                 EMBER_CHECK(ctx, i >= 0 && i < fbs[f], EMBER_ERR_INVALID_ARG,
                             "%s: %s sample %d: inverse index %d outside its %d bags", fn,
-                            fname(feature_names, f, fb, sizeof fb), (int)b, (int)i, (int)fbs[f]);
+                            ember__feature_name(feature_names, f, fb, sizeof fb), (int)b, (int)i, (int)fbs[f]);
                 seen[i] = 1;
             }
             for (int32_t b = 0; b < fbs[f]; b++)
                 EMBER_CHECK(ctx, seen[b], EMBER_ERR_INVALID_ARG,
                             "%s: %s bag %d: no sample reads it (every bag needs an inverse index)", fn,
-                            fname(feature_names, f, fb, sizeof fb), (int)b);
+                            ember__feature_name(feature_names, f, fb, sizeof fb), (int)b);
         }
     }
     int64_t bag = 0; // the caller's bag number
@@ -63,14 +59,14 @@ ember_status ember__vbe_pad(ember_ctx *ctx, const char *fn, const ember_kjt *kjt
                 n = z < INT64_MIN + a ? INT64_MIN : z - a; // saturates as the validator's
                 EMBER_CHECK(ctx, !kjt->lengths || n == kjt->lengths[bag], EMBER_ERR_INVALID_ARG,
                             "%s: %s bag %d: length %d disagrees with offsets", fn,
-                            fname(feature_names, f, fb, sizeof fb), (int)b, (int)kjt->lengths[bag]);
-                EMBER_CHECK(ctx, n <= INT32_MAX, EMBER_ERR_INVALID_ARG, "%s: %s bag %d: length %lld beyond 2^31 - 1", fn,
-                            fname(feature_names, f, fb, sizeof fb), (int)b, (long long)n);
+                            ember__feature_name(feature_names, f, fb, sizeof fb), (int)b, (int)kjt->lengths[bag]);
+                EMBER_CHECK(ctx, n <= INT32_MAX, EMBER_ERR_INVALID_ARG, "%s: %s bag %d: length %lld beyond 2^31 - 1",
+                            fn, ember__feature_name(feature_names, f, fb, sizeof fb), (int)b, (long long)n);
             } else {
                 n = kjt->lengths[bag];
             }
             EMBER_CHECK(ctx, n >= 0, EMBER_ERR_INVALID_ARG, "%s: %s bag %d: negative length %lld", fn,
-                        fname(feature_names, f, fb, sizeof fb), (int)b, (long long)n);
+                        ember__feature_name(feature_names, f, fb, sizeof fb), (int)b, (long long)n);
             len[(int64_t)f * Bp + b] = (int32_t)n;
         }
         for (int32_t b = fbs[f]; b < Bp; b++) len[(int64_t)f * Bp + b] = 0;
@@ -160,7 +156,8 @@ void ember__vbe_reduce(ember_ctx *ctx, const ember_kjt *kjt, int32_t padded_batc
         for (int32_t f = 0; f < F; f++) {
             const int32_t D = width(fcol, F, out_dim, f);
             for (int32_t b = 0; b < kjt->feature_batch_sizes[f]; b++)
-                memcpy(padded + (int64_t)b * out_dim + fcol[f], grad + base + (int64_t)b * D, sizeof(float) * (size_t)D);
+                memcpy(padded + (int64_t)b * out_dim + fcol[f], grad + base + (int64_t)b * D,
+                       sizeof(float) * (size_t)D);
             base += (int64_t)kjt->feature_batch_sizes[f] * D;
         }
         return;
@@ -205,6 +202,6 @@ ember_status ember__vbe_check_grad(ember_ctx *ctx, const char *fn, const ember_k
     }
     const int32_t D = width(fcol, kjt->num_features, out_dim, f);
     return ember__error(ctx, EMBER_ERR_NUMERIC, "%s: grad_out of %s bag %lld column %lld is %g", fn,
-                        fname(feature_names, f, fb, sizeof fb), (long long)((i - base) / D), (long long)((i - base) % D),
-                        (double)v);
+                        ember__feature_name(feature_names, f, fb, sizeof fb), (long long)((i - base) / D),
+                        (long long)((i - base) % D), (double)v);
 }

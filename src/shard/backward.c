@@ -189,7 +189,8 @@ static const char *const FN = "ember_sebc_backward";
 
 // Whether a backward may start now: EMBER_OK or EMBER_ERR_STATE with its message.
 static ember_status may_start(ember_sebc *s) {
-    if (s->ov->bwd_started) return ember__error(s->ctx, EMBER_ERR_STATE, "%s: a backward was started and not finished", FN);
+    if (s->ov->bwd_started)
+        return ember__error(s->ctx, EMBER_ERR_STATE, "%s: a backward was started and not finished", FN);
     if (!s->has_forward) return ember__error(s->ctx, EMBER_ERR_STATE, "%s: no forward to go back through", FN);
     return EMBER_OK;
 }

@@ -307,7 +307,8 @@ static void local(void **state) {
             const int inv = with_inverse(k);
             const gen_kjt *eq = equivalent(&v, k);
             const int64_t rows = (int64_t)eq->kjt.batch_size * su.D, n = ember_ebc_output_size(ebc, vbe_input(&v, k));
-            double *want = malloc(sizeof(double) * (size_t)(rows + 1)), *gw_want = malloc(sizeof(double) * (size_t)(eq->kjt.nnz + 1));
+            double *want = malloc(sizeof(double) * (size_t)(rows + 1));
+            double *gw_want = malloc(sizeof(double) * (size_t)(eq->kjt.nnz + 1));
             float *rowsf = malloc(sizeof(float) * (size_t)(rows + 1)), *wantf = malloc(sizeof(float) * (size_t)(n + 1));
             float *out = malloc(sizeof(float) * (size_t)(n + 1)), *G = malloc(sizeof(float) * (size_t)(rows + 1));
             float *gl = malloc(sizeof(float) * (size_t)(n + 1)), *gw = malloc(sizeof(float) * (size_t)(v.kjt.nnz + 1));
