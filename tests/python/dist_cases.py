@@ -299,7 +299,7 @@ def hashed_forward(coll, keys):
     B = len(keys)
     lengths = np.concatenate([np.ones(B, np.int32), np.zeros(B, np.int32)])
     out = np.empty((B, 7), np.float32)
-    coll.forward(np.asarray(keys, np.int64), lengths, None, None, 2, B, out)
+    coll.forward((np.asarray(keys, np.int64), lengths, None, None, 2, B, None, None), out)
     return out
 
 

@@ -36,7 +36,7 @@ def batch(ids):
 def forward(ebc, ids):
     values, lengths, B = batch(ids)
     out = np.empty((B, DIM + 3), np.float32)
-    ebc.forward(values, lengths, None, None, 2, B, out)
+    ebc.forward((values, lengths, None, None, 2, B, None, None), out)
     return out
 
 
