@@ -35,6 +35,7 @@ struct dlrm_model {
     float *ddense;         // [max_batch, D]
     float *demb;           // [max_batch, F*D]
     int32_t *hot;          // [F] ids per bag of each feature
+    int64_t *hot_at;       // [F] feature f's first id in a sample's data bag (the hot before it)
     int64_t *rows;         // [F] table rows (the multi-hot draws' range)
     multihot_dist hot_dist;
     int64_t total_hot;     // sum of hot: ids per sample
@@ -119,7 +120,7 @@ void dlrm_destroy(dlrm_model *m) {
     cross_destroy(&m->dcn);
     dense_optim_destroy(ctx, &m->optim);
     void *bufs[] = {m->params, m->grads,   m->emb,     m->inter,        m->dlogit,       m->dinter,
-                    m->ddense, m->demb,    m->hot,     m->rows,         m->lengths,      m->offsets,
+                    m->ddense, m->demb,    m->hot,     m->hot_at,       m->rows,         m->lengths,      m->offsets,
                     m->values, m->next_lengths, m->next_offsets, m->next_values, m->fbs, m->inverse,
                     m->next_fbs, m->next_inverse, m->rep, m->slots};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember_ctx_free(ctx, bufs[i]);
@@ -162,6 +163,7 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
         !(m->ddense = app_alloc(ctx, sizeof(float) * B * (size_t)m->dim, "dense vector gradient")) ||
         !(m->demb = app_alloc(ctx, sizeof(float) * B * FD, "embedding gradient")) ||
         !(m->hot = app_alloc(ctx, sizeof(int32_t) * F, "multi-hot sizes")) ||
+        !(m->hot_at = app_alloc(ctx, sizeof(int64_t) * F, "multi-hot offsets")) ||
         !(m->rows = app_calloc(ctx, sizeof(int64_t) * F, "table rows")) ||
         !(m->lengths = app_alloc(ctx, sizeof(int32_t) * nbags, "kjt lengths")) ||
         !(m->offsets = app_alloc(ctx, sizeof(int64_t) * (nbags + 1), "kjt offsets")) ||
@@ -197,6 +199,7 @@ ember_status dlrm_create(ember_ctx *ctx, const dlrm_config *cfg, dlrm_backend *b
     if (dcn) cross_init_params(&m->dcn, cfg->seed, STREAM_CROSS);
     for (size_t f = 0; f < F; f++) {
         m->hot[f] = cfg->hot_sizes ? cfg->hot_sizes[f] : 1;
+        m->hot_at[f] = f ? m->hot_at[f - 1] + m->hot[f - 1] : 0;
         if (cfg->rows) m->rows[f] = cfg->rows[f];
     }
     // One id per feature: the bag structure never changes (batch_kjt fills it per batch otherwise).
@@ -219,28 +222,32 @@ void dlrm_dedup_counts(const dlrm_model *m, int64_t *bags_all, int64_t *bags_kep
     *bags_kept = m->bags_kept;
 }
 
-// Sample i's bag of feature f: the data's (MLPerf's archives), or drawn from its id (multihot.h).
-static void sample_bag(const dlrm_model *m, const dlrm_batch *b, int32_t i, int32_t f, int64_t at, int64_t *out) {
-    const int32_t F = m->num_sparse;
-    if (b->has_bags) memcpy(out, b->bags + (size_t)i * (size_t)b->bag_width + at, sizeof(int64_t) * (size_t)m->hot[f]);
-    else multihot_bag(m->hot_dist, f, m->rows[f], b->ids[(size_t)i * (size_t)F + (size_t)f], m->hot[f], out);
+// Sample i's ids of feature f in the data's bags (MLPerf's archives: has_bags).
+static const int64_t *data_bag(const dlrm_model *m, const dlrm_batch *b, int32_t i, int32_t f) {
+    return b->bags + (size_t)i * (size_t)b->bag_width + m->hot_at[f];
 }
 
-// Whether samples i and j have the same bag of feature f (at: its first id in a data bag). Drawn
-// bags are functions of the sample's id; the data's are compared id by id.
-static bool same_bag(const dlrm_model *m, const dlrm_batch *b, int32_t f, int64_t at, int32_t i, int32_t j) {
-    const int32_t F = m->num_sparse;
-    if (!b->has_bags) return b->ids[(size_t)i * (size_t)F + (size_t)f] == b->ids[(size_t)j * (size_t)F + (size_t)f];
-    const int64_t *x = b->bags + (size_t)i * (size_t)b->bag_width + at;
-    const int64_t *y = b->bags + (size_t)j * (size_t)b->bag_width + at;
-    return !memcmp(x, y, sizeof(int64_t) * (size_t)m->hot[f]);
+static int64_t sample_id(const dlrm_model *m, const dlrm_batch *b, int32_t i, int32_t f) {
+    return b->ids[(size_t)i * (size_t)m->num_sparse + (size_t)f];
 }
 
-static uint64_t bag_hash(const dlrm_model *m, const dlrm_batch *b, int32_t f, int64_t at, int32_t i) {
-    const int32_t F = m->num_sparse;
+// Sample i's bag of feature f into out: the data's, or drawn from its id (multihot.h).
+static void sample_bag(const dlrm_model *m, const dlrm_batch *b, int32_t i, int32_t f, int64_t *out) {
+    if (b->has_bags) memcpy(out, data_bag(m, b, i, f), sizeof(int64_t) * (size_t)m->hot[f]);
+    else multihot_bag(m->hot_dist, f, m->rows[f], sample_id(m, b, i, f), m->hot[f], out);
+}
+
+// Whether samples i and j have the same bag of feature f. Drawn bags are functions of the
+// sample's id; the data's are compared id by id.
+static bool same_bag(const dlrm_model *m, const dlrm_batch *b, int32_t f, int32_t i, int32_t j) {
+    if (!b->has_bags) return sample_id(m, b, i, f) == sample_id(m, b, j, f);
+    return !memcmp(data_bag(m, b, i, f), data_bag(m, b, j, f), sizeof(int64_t) * (size_t)m->hot[f]);
+}
+
+static uint64_t bag_hash(const dlrm_model *m, const dlrm_batch *b, int32_t f, int32_t i) {
     uint64_t h = 0x9E3779B97F4A7C15ull;
-    if (!b->has_bags) return ember_splitmix64(h ^ (uint64_t)b->ids[(size_t)i * (size_t)F + (size_t)f]);
-    const int64_t *x = b->bags + (size_t)i * (size_t)b->bag_width + at;
+    if (!b->has_bags) return ember_splitmix64(h ^ (uint64_t)sample_id(m, b, i, f));
+    const int64_t *x = data_bag(m, b, i, f);
     for (int32_t k = 0; k < m->hot[f]; k++) h = ember_splitmix64(h ^ (uint64_t)x[k]);
     return h;
 }
@@ -261,14 +268,12 @@ static ember_kjt dedup_kjt(dlrm_model *m, const dlrm_batch *b, int64_t *values, 
             fbs[f] = B;
             continue;
         }
-        int64_t at = 0; // feature f's first id in a data bag
-        for (int32_t g = 0; g < f; g++) at += m->hot[g];
         int32_t *slot = m->slots + (size_t)f * (size_t)m->cap, n = 0;
         const uint32_t mask = (uint32_t)m->cap - 1;
         memset(slot, 0, sizeof(int32_t) * (size_t)m->cap);
         for (int32_t i = 0; i < B; i++) {
-            uint32_t h = (uint32_t)bag_hash(m, b, f, at, i) & mask;
-            while (slot[h] && !same_bag(m, b, f, at, rep[slot[h] - 1], i)) h = (h + 1) & mask;
+            uint32_t h = (uint32_t)bag_hash(m, b, f, i) & mask;
+            while (slot[h] && !same_bag(m, b, f, rep[slot[h] - 1], i)) h = (h + 1) & mask;
             if (!slot[h]) {
                 rep[n] = i;
                 slot[h] = ++n;
@@ -284,15 +289,9 @@ static ember_kjt dedup_kjt(dlrm_model *m, const dlrm_batch *b, int64_t *values, 
             lengths[bag] = m->hot[f];
             offsets[bag] = at + (int64_t)k * m->hot[f];
         }
-        int64_t data_at = 0;
-        for (int32_t g = 0; g < f; g++) data_at += m->hot[g];
         const int32_t *rep = m->rep + (size_t)f * (size_t)B;
 #pragma omp parallel for schedule(static)
-        for (int32_t k = 0; k < fbs[f]; k++) {
-            int64_t *out = values + at + (int64_t)k * m->hot[f];
-            if (m->one_hot && !b->has_bags) *out = b->ids[(size_t)rep[k] * (size_t)F + (size_t)f];
-            else sample_bag(m, b, rep[k], f, data_at, out);
-        }
+        for (int32_t k = 0; k < fbs[f]; k++) sample_bag(m, b, rep[k], f, values + at + (int64_t)k * m->hot[f]);
         at += (int64_t)fbs[f] * m->hot[f];
     }
     offsets[bag] = at;
@@ -323,19 +322,8 @@ static ember_kjt batch_kjt(const dlrm_model *m, const dlrm_batch *b, int64_t *va
         offsets[(size_t)F * (size_t)B] = at;
         APP_ASSERT(!b->has_bags || b->bag_width == m->total_hot);
 #pragma omp parallel for schedule(static)
-        for (int32_t i = 0; i < B; i++) {
-            const int64_t *read = b->has_bags ? b->bags + (size_t)i * (size_t)b->bag_width : NULL;
-            for (int32_t f = 0; f < F; f++) {
-                int64_t *out = values + offsets[(size_t)f * (size_t)B + (size_t)i];
-                if (read) { // the data's bag (MLPerf's archives)
-                    memcpy(out, read, sizeof(int64_t) * (size_t)m->hot[f]);
-                    read += m->hot[f];
-                } else { // drawn from the sample's id
-                    multihot_bag(m->hot_dist, f, m->rows[f], b->ids[(size_t)i * (size_t)F + (size_t)f], m->hot[f],
-                                 out);
-                }
-            }
-        }
+        for (int32_t i = 0; i < B; i++)
+            for (int32_t f = 0; f < F; f++) sample_bag(m, b, i, f, values + offsets[(size_t)f * (size_t)B + (size_t)i]);
     }
     return (ember_kjt){.num_features = F, .batch_size = B, .lengths = lengths, .offsets = offsets,
                        .values = values, .weights = NULL, .nnz = m->total_hot * B};

@@ -7,8 +7,6 @@
 
 #include "shard/overlap.h"
 
-
-
 // Owner side: the local KJT over every source's bags, with offsets (the unchecked pooling and
 // update take them as they are). Local feature k (route k) has Btot = sum_s B_s bags, source
 // s's at [boff_s, boff_s + B_s).
