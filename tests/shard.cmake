@@ -133,3 +133,30 @@ ember_test_exe(test_reshard ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_reshard.c)
 foreach(np 1 2 3 4)
   ember_mpi_test(dist.reshard.np${np} ${np} test_reshard)
 endforeach()
+
+# 2D parallelism (ember_sebc_create_2d): tables sharded within groups of G ranks, replicated over
+# the W / G groups. Equal to one process on the global batch, replicas bitwise equal (test_shard
+# compares every rank's gathered tables), at 1 to 4 ranks (3 groups of one at W = 3); checkpoints
+# from 2D into one group and back; the pipelined step bitwise the plain one (a prefetch only one
+# group drops); refusals and a bad batch in one group, agreed on by every rank.
+foreach(np 1 2 3 4)
+  ember_mpi_test(dist.2d.mixed.mean.g1.np${np} ${np} test_shard --scheme mixed --pool mean --group 1)
+endforeach()
+ember_mpi_test(dist.2d.mixed.sum.g2.np4 4 test_shard --scheme mixed --pool sum --group 2)
+ember_mpi_test(dist.2d.mixed.mean.g2.np4 4 test_shard --scheme mixed --pool mean --group 2)
+foreach(scheme dp twrw grid)
+  ember_mpi_test(dist.2d.${scheme}.mean.g2.np4 4 test_shard --scheme ${scheme} --pool mean --group 2)
+endforeach()
+foreach(scheme cw grid)
+  ember_mpi_test(dist.2d.${scheme}.mean.extra_opts.g2.np4 4 test_shard --scheme ${scheme} --pool mean --extra-opts --group 2)
+endforeach()
+ember_mpi_test(dist.2d.rw.none.g2.np4 4 test_shard --scheme rw --pool none --group 2)
+ember_mpi_test(dist.2d.mixed.sum.empty_rank.g2.np4 4 test_shard --scheme mixed --pool sum --empty0 --group 2)
+ember_mpi_test(dist.2d.checkpoint.into_1d.np4 4 test_shard --scheme mixed --pool mean --reshard --group 2 --group-after 0)
+ember_mpi_test(dist.2d.checkpoint.from_1d.np4 4 test_shard --scheme mixed --pool mean --reshard --group-after 2)
+ember_mpi_test(dist.2d.checkpoint.g1.np3 3 test_shard --scheme mixed --pool mean --reshard --group 1)
+ember_mpi_test(dist.2d.overlap.g1.np2 2 test_overlap --group 1)
+ember_mpi_test(dist.2d.overlap.g2.np4 4 test_overlap --group 2)
+foreach(np 2 4)
+  ember_mpi_test(dist.2d.errors.np${np} ${np} test_shard_seed two_d_errors)
+endforeach()

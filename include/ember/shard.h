@@ -114,6 +114,33 @@ typedef struct ember_sebc ember_sebc;
 EMBER_API ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg,
                                          const ember_table_plan *plan, ember_grad_convention conv,
                                          ember_sebc **out);
+
+// 2D parallelism (TorchRec's DMPCollection): the tables sharded within groups of group_size
+// ranks and replicated across the W / group_size groups. Group g is the ranks [g G, (g + 1) G)
+// of comm (G = group_size: with ranks placed by host, a group per host keeps the all-to-alls of
+// the pooled rows and their gradients inside the host); plan places each table on the G ranks of
+// a group (its ranks are group ranks, 0..G-1), and every group holds the same pieces. Each rank
+// still passes its own batch, and the objective is that of the W ranks (§ above: GRAD_MEAN's
+// 1/W is the world's); in backward each piece's coalesced row gradient, summed over its group as
+// usual, is then summed over the piece's replicas (the ranks at the same place in every group),
+// in group order, and every replica applies that same update: replicas stay bitwise equal, and
+// the result equals one process on the global batch up to the order of those sums. Only the
+// replicas' touched rows cross between groups, once per step (where TorchRec all-reduces the
+// replicas' weights or gradients). A data-parallel table sums over its group, then over the
+// groups. group_size = W is ember_sebc_create; every other call below works on the result, and
+// is Collective on the whole of comm: a failure in one group (a bad batch) is every rank's.
+// Checkpoints (ember/state.h) are written once, by group 0, as a G-rank collection's, and load
+// into every group (or into any other world size). Not with 2D: hashed or tiered tables
+// (EMBER_ERR_UNSUPPORTED: their id maps and caches follow each group's own ids), ember_sebc_write
+// or _write_as from one root, ember_sebc_reshard and ember_sebc_convert_dtype(s) (EMBER_ERR_UNSUPPORTED).
+// Collective on comm. Returns the statuses of ember_sebc_create, and EMBER_ERR_INVALID_ARG
+// (group_size not a divisor of W, or ranks that differ in it).
+EMBER_API ember_status ember_sebc_create_2d(ember_comm *comm, const ember_ebc_config *cfg,
+                                            const ember_table_plan *plan, ember_grad_convention conv,
+                                            int32_t group_size, ember_sebc **out);
+// The sharding group size (W for ember_sebc_create) and the number of groups. Local.
+EMBER_API int32_t ember_sebc_group_size(const ember_sebc *s);
+EMBER_API int32_t ember_sebc_num_groups(const ember_sebc *s);
 // Collective on comm (frees shard state); NULL accepted.
 EMBER_API void ember_sebc_destroy(ember_sebc *s);
 

@@ -222,6 +222,19 @@ ember_status ember_comm_create(ember_ctx *ctx, MPI_Comm comm, ember_comm **out) 
     return EMBER_OK;
 }
 
+ember_status ember__comm_split(ember_comm *c, int32_t color, int32_t key, ember_comm **out) {
+    *out = NULL;
+    MPI_Comm sub = MPI_COMM_NULL;
+    const int rc = MPI_Comm_split(c->comm, color, key, &sub);
+    ember_status st = rc == MPI_SUCCESS ? EMBER_OK : mpi_fail(c, rc, "MPI_Comm_split");
+    st = ember_comm_agree(c, st);
+    if (st == EMBER_OK) st = ember_comm_create(c->ctx, sub, out);
+    ember_ctx_set_rank(c->ctx, c->rank);
+    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
+    if (st == EMBER_OK) (*out)->timeout_s = c->timeout_s;
+    return st;
+}
+
 void ember_comm_destroy(ember_comm *c) {
     if (!c) return;
     if (c->diag != MPI_COMM_NULL) {

@@ -64,6 +64,12 @@ ember_status ember__comm_wait(ember_comm *c, ember__req *r);
 // Frees r's counts. r must not be pending, unless the communicator timed out.
 void ember__comm_req_free(ember_comm *c, ember__req *r);
 
+// A communicator of the ranks of c that pass the same color, ordered by key (MPI_Comm_split),
+// with c's deadline; the context keeps naming c's rank in messages (a group's rank 1 is still
+// "rank 3" to the user). Collective on c. Returns the statuses of ember_comm_create; *out is NULL
+// on failure.
+ember_status ember__comm_split(ember_comm *c, int32_t color, int32_t key, ember_comm **out);
+
 // Helpers for ember_arg (comm.h): a number, a string compared by its contents.
 #define EMBER__ARG(nm, v) ((ember_arg){.name = (nm), .value = (int64_t)(v)})
 #define EMBER__ARG_STR(nm, s) ((ember_arg){.name = (nm), .text = (s) ? (s) : "(null)"})

@@ -51,28 +51,19 @@ static int block_on(const ember__table_shards *ts, int32_t k, int32_t q) {
 // shard order (the same sum on every shard of the block, so the per-row state stays identical
 // across its slices). Column-wise is one row block.
 typedef struct routed_update {
-    ember__segments seg;   // the plain fused backward (no column-sliced row-wise table)
-    ember__sparse_grad g;  // otherwise: the coalesced gradient,
+    ember__segments seg;   // the plain fused backward (no column-sliced row-wise table, no replicas)
+    ember__sparse_grad g;  // otherwise: the coalesced gradient (2D: summed over the replicas),
     float *mine;           // [g.n] its per-row sums of squares,
     float *snd, *rcv;      // and the exchange's buffers (counts in s->cnt[0, 2W))
 } routed_update;
 
-static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru) {
-    const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
-    memset(ru, 0, sizeof *ru);
-    if (!s->cw_rowwise)
-        return s->local && nr > 0 ? ember__ebc_backward_prepare(s->local, &s->local_kjt, &ru->seg) : EMBER_OK;
-    ember_status st = EMBER_OK;
-    if (s->local && nr > 0) {
-        st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &ru->g);
-        if (st == EMBER_OK) ru->mine = EMBER__RESERVE(s, s->ss_mine, float, ru->g.n);
-        if (st == EMBER_OK && !ru->mine) st = EMBER_ERR_NOMEM;
-        if (st == EMBER_OK) st = ember__ebc_row_sumsq(s->local, &ru->g, ru->mine);
-    }
-    // Sizes: shard i of row block k of a column-sliced row-wise table carries u values (the
-    // block's touched rows), to every other rank holding a shard of the same block.
-    const ember__sparse_grad *g = &ru->g;
-    int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
+// The per-row sums of squares each rank sends to and receives from every other (sc, rc [W]) for
+// the coalesced gradient g: shard i of row block k of a column-sliced row-wise table carries u
+// values (the block's touched rows), to every other rank holding a shard of the same block.
+static void sumsq_counts(const ember_sebc *s, const ember__sparse_grad *g, int64_t *sc, int64_t *rc, int64_t *nsend,
+                         int64_t *nrecv) {
+    const int32_t W = s->W, me = s->rank;
+    *nsend = *nrecv = 0;
     for (int32_t q = 0; q < W; q++) {
         sc[q] = rc[q] = 0;
         if (q == me) continue;
@@ -92,25 +83,59 @@ static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru
                 }
             }
         }
-        nsend += sc[q];
-        nrecv += rc[q];
+        *nsend += sc[q];
+        *nrecv += rc[q];
     }
-    // The send buffer later holds one row block's per-row totals too: at most g.n values.
-    ru->snd = EMBER__RESERVE(s, s->ss_send, float, nsend > g->n ? nsend : g->n);
+}
+
+static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru) {
+    const int32_t W = s->W, nr = s->nroutes[s->rank];
+    memset(ru, 0, sizeof *ru);
+    const int mine = s->local && nr > 0;
+    if (!s->cw_rowwise && !s->replica) return mine ? ember__ebc_backward_prepare(s->local, &s->local_kjt, &ru->seg) : EMBER_OK;
+    ember_status st = EMBER_OK;
+    if (mine) st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &ru->g);
+    // 2D: the replicas of this rank's pieces (ranks alike in every group: they all have some or
+    // none) learn each other's sizes; the merged gradient has at most `rows` rows.
+    int64_t rows = ru->g.n;
+    if (s->replica && mine) {
+        st = ember__replica_prepare(s, &s->rsum, st == EMBER_OK ? ru->g.n : 0, st == EMBER_OK ? ru->g.goff[ru->g.n] : 0,
+                                    st);
+        rows = s->rsum.tk;
+    }
+    if (!s->cw_rowwise) return st;
+    int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
+    if (st == EMBER_OK) sumsq_counts(s, &ru->g, sc, rc, &nsend, &nrecv);
+    // The replicas' sum touches rows of the other groups' batches too: its counts are known only
+    // then, at most `rows` to each rank sharing a block.
+    if (s->replica) nsend = nrecv = rows * (W - 1);
+    if (mine) ru->mine = EMBER__RESERVE(s, s->ss_mine, float, rows);
+    // The send buffer later holds one row block's per-row totals too: at most `rows` values.
+    ru->snd = EMBER__RESERVE(s, s->ss_send, float, nsend > rows ? nsend : rows);
     ru->rcv = EMBER__RESERVE(s, s->ss_recv, float, nrecv);
-    if (st == EMBER_OK && (!ru->snd || !ru->rcv)) st = EMBER_ERR_NOMEM;
+    if (st == EMBER_OK && (!ru->snd || !ru->rcv || (mine && !ru->mine))) st = EMBER_ERR_NOMEM;
+    // Without replicas the sums are this rank's own (2D: of the merged gradient, in apply).
+    if (st == EMBER_OK && mine && !s->replica) st = ember__ebc_row_sumsq(s->local, &ru->g, ru->mine);
     return st;
 }
 
 static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update *ru) {
     const int32_t W = s->W, me = s->rank, nr = s->nroutes[me];
-    if (!s->cw_rowwise) {
-        return s->local && nr > 0 ? ember__ebc_backward_apply(s->local, &ru->seg, grad, NULL) : EMBER_OK;
-    }
+    const int mine_pieces = s->local && nr > 0;
+    if (!s->cw_rowwise && !s->replica)
+        return mine_pieces ? ember__ebc_backward_apply(s->local, &ru->seg, grad, NULL) : EMBER_OK;
+    if (s->replica && mine_pieces) EMBER_TRY(ember__replica_merge(s, &s->rsum, s->local, &ru->g, &ru->g));
+    if (!s->cw_rowwise) return mine_pieces ? ember__ebc_apply(s->local, ru->g.key, ru->g.goff, ru->g.grad, ru->g.n, NULL)
+                                           : EMBER_OK;
     ember_comm *c = s->comm;
     const ember__sparse_grad *g = &ru->g;
     float *mine = ru->mine, *snd = ru->snd, *rcv = ru->rcv;
     int64_t *sc = s->cnt, *rc = s->cnt + W;
+    if (s->replica) { // the counts of the merged gradient (within the prepared bounds)
+        int64_t ns, nv;
+        sumsq_counts(s, g, sc, rc, &ns, &nv);
+    }
+    if (s->replica && mine_pieces) EMBER_TRY(ember__ebc_row_sumsq(s->local, g, mine));
     int64_t n = 0;
     for (int32_t q = 0; q < W; q++) {
         if (q == me) continue;
@@ -324,14 +349,24 @@ static ember_status check_vbe(ember_sebc *s, const ember_kjt *kjt, const float *
     return EMBER_OK;
 }
 
-ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
-    if (!s) return EMBER_ERR_INVALID_ARG;
+static ember_status backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
     if (!ember__kjt_is_vbe(kjt) && s->vbe_fwd == 0)
         return backward_checked(s, grad_out, check_plain(s, kjt, grad_out));
     // VBE: the padded KJT's backward (the forward's batch), its gradient summed per bag.
     ember_kjt padded;
     const ember_status st = check_vbe(s, kjt, grad_out, &padded);
     return backward_checked(s, st == EMBER_OK ? s->vbe_io.p : NULL, st);
+}
+
+ember_status ember_sebc_backward_start(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    const ember_status mine = backward_start(s, kjt, grad_out), st = ember__world_agree(s, mine);
+    if (mine == EMBER_OK && st != EMBER_OK) { // 2D: another group failed: undo this one's start
+        (void)ember__comm_wait(s->comm, &s->ov->grad);
+        drain_home(s);
+        s->ov->bwd_started = 0;
+    }
+    return st;
 }
 
 ember_status ember_sebc_backward_finish(ember_sebc *s) {
@@ -353,6 +388,7 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     // table, step and the forward's state as they were, on every rank.
     routed_update ru;
     st = ember_comm_agree(c, routed_prepare(s, s->loc_out.p, &ru));
+    st = ember__world_agree(s, st); // 2D: every group ready before any replica changes
     if (st != EMBER_OK) {
         drain_home(s);
         return st;
@@ -368,8 +404,9 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     for (int32_t k = 0; k < EMBER_SHARD_COUNT; k++)
         if (st == EMBER_OK && s->home[k]) st = ember__schemes[k]->backward_apply(s, s->home[k]);
     drain_home(s); // after a failure only: nothing stays in flight
-    s->bytes_last_step = ember_comm_bytes_sent(c) - s->bytes_at_forward;
-    return ember_comm_agree(c, st);
+    st = ember__world_agree(s, ember_comm_agree(c, st));
+    s->bytes_last_step = ember__sebc_bytes(s) - s->bytes_at_forward;
+    return st;
 }
 
 ember_status ember_sebc_backward(ember_sebc *s, const ember_kjt *kjt, const float *grad_out) {

@@ -19,6 +19,7 @@ typedef struct dp_home {
     ember__buf glen, gval, goff;     // hashed replicas: the global batch's ids
     ember__sparse_grad grad;    // this rank's coalesced gradient (backward)
     ember__req req[2];          // the gathers of keys and gradients in flight
+    ember__replica_sum rsum;    // 2D: the groups' sums summed over the replicas
 } dp_home;
 
 // Its part of a batch: the replicated features' sub-KJT (features in order, their kept ids) and
@@ -60,6 +61,7 @@ static void destroy_home(ember_sebc *s, void *home) {
         ember__free(s->ctx, h->req[i].counts);
     }
     ember_ebc_destroy(h->ebc);
+    ember__replica_free(s, &h->rsum);
     ember__buf *bufs[] = {&h->keys, &h->grads, &h->counts, &h->glen, &h->gval, &h->goff};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ember__buf_free(s->ctx, bufs[i]);
     ember__free(s->ctx, h->local);
@@ -82,6 +84,7 @@ static ember_status build_home(ember_sebc *s, const ember_ebc_config *local_cfg,
         h->req[i].counts = ember__alloc(ctx, sizeof(int) * 4 * (size_t)s->W); // starting cannot fail
     }
     if (!h->local || !h->features || !h->req[0].counts || !h->req[1].counts) return EMBER_ERR_NOMEM;
+    if (s->replica) EMBER_TRY(ember__replica_init(s, &h->rsum));
     ember__buf tb = {0}, fb = {0};
     ember_table_config *dt = ember__buf_reserve(ctx, &tb, sizeof(ember_table_config) * (size_t)ndp_tables);
     ember_feature_config *df = ember__buf_reserve(ctx, &fb, sizeof(ember_feature_config) * (size_t)s->F);
@@ -329,7 +332,10 @@ static ember_status backward_prepare(ember_sebc *s, void *home, const float *gra
     // grads: gathered [tg], merged [tg].
     int64_t *keys = EMBER__RESERVE(s, h->keys, int64_t, 4 * tk + W + 1);
     float *grads = EMBER__RESERVE(s, h->grads, float, 2 * tg);
-    EMBER_TRY(ember_comm_agree(c, keys && grads ? EMBER_OK : EMBER_ERR_NOMEM));
+    st = keys && grads ? EMBER_OK : EMBER_ERR_NOMEM;
+    // 2D: the group's sum is summed over the replicas next; at most tk keys and tg floats each.
+    if (s->replica) st = ember__replica_prepare(s, &h->rsum, tk, tg, st);
+    EMBER_TRY(ember_comm_agree(c, st));
     // The gathers start now and travel during the routed pieces' exchange and update (and the
     // caller's dense backward between ember_sebc_backward_start and _finish); apply waits.
     EMBER_TRY(ember__comm_iallgatherv(c, g->key, g->n, keys, nk, sizeof(int64_t), &h->req[0]));
@@ -351,55 +357,14 @@ static ember_status backward_apply(ember_sebc *s, void *home) {
     float *grads = h->grads.p, *mgrads = grads + tg;
     EMBER_TRY(ember__comm_wait(c, &h->req[0]));
     EMBER_TRY(ember__comm_wait(c, &h->req[1]));
-    // Offsets of every gathered row's gradient: each rank's rows are laid out in its key order
-    // with the width of the key's table.
-    int64_t k = 0, go = 0;
-    for (int32_t q = 0; q < W; q++) {
-        for (int64_t i = 0; i < nk[q]; i++, k++) {
-            goffs[k] = go;
-            go += h->ebc->tables[ember__ebc_key_table(h->ebc, keys[k])].cfg.dim;
-        }
-    }
-    goffs[tk] = go;
-    // Each rank's keys are sorted and unique: a W-way merge by repeated minimum, adding the
-    // ranks' rows for equal keys in rank order.
-    int64_t start = 0;
-    for (int32_t q = 0; q < W; q++) {
-        head[q] = start;
-        start += nk[q];
-    }
-    int64_t nm = 0, mg = 0;
-    for (;;) {
-        int64_t best = -1;
-        int32_t bq = -1;
-        int64_t end = 0;
-        for (int32_t q = 0; q < W; q++) {
-            end += nk[q];
-            if (head[q] < end && (bq < 0 || keys[head[q]] < best)) {
-                best = keys[head[q]];
-                bq = q;
-            }
-        }
-        if (bq < 0) break;
-        const int32_t D = h->ebc->tables[ember__ebc_key_table(h->ebc, best)].cfg.dim;
-        mkeys[nm] = best;
-        moff[nm] = mg;
-        memset(mgrads + mg, 0, sizeof(float) * (size_t)D);
-        // Ranks in order: each contributes its (unique) row for this key, if any.
-        int64_t e = 0;
-        for (int32_t q = 0; q < W; q++) {
-            e += nk[q];
-            if (head[q] < e && keys[head[q]] == best) {
-                const float *src = grads + goffs[head[q]];
-                for (int32_t d = 0; d < D; d++) mgrads[mg + d] += src[d];
-                head[q]++;
-            }
-        }
-        mg += D;
-        nm++;
-    }
-    moff[nm] = mg;
-    return ember__ebc_apply(h->ebc, mkeys, moff, mgrads, nm, NULL); // allocates nothing after coalesce
+    // Each rank's rows added in rank order, then (2D) the groups' sums in group order.
+    ember__sparse_grad g = {0};
+    g.n = ember__merge_grads(h->ebc, W, nk, keys, grads, head, goffs, mkeys, moff, mgrads);
+    g.key = mkeys;
+    g.goff = moff;
+    g.grad = mgrads;
+    if (s->replica) EMBER_TRY(ember__replica_merge(s, &h->rsum, h->ebc, &g, &g));
+    return ember__ebc_apply(h->ebc, g.key, g.goff, g.grad, g.n, NULL); // allocates nothing after coalesce
 }
 
 // The gathers a failed backward leaves in flight: waited for (their buffers are the state's).

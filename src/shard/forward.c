@@ -260,11 +260,22 @@ static ember_status forward_checked(ember_sebc *s, const ember_kjt *kjt, float *
     return EMBER_OK;
 }
 
+static ember_status forward(ember_sebc *s, const ember_kjt *kjt, float *out);
+
 ember_status ember_sebc_forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    s->bytes_at_forward = ember__sebc_bytes(s);
+    const ember_status st = ember__world_agree(s, forward(s, kjt, out));
+    if (st != EMBER_OK) { // 2D: another group's failure is this one's (a forward changes no table)
+        s->has_forward = 0;
+        s->vbe_fwd = 0;
+    }
+    return st;
+}
+
+static ember_status forward(ember_sebc *s, const ember_kjt *kjt, float *out) {
     const char *fn = "ember_sebc_forward";
     EMBER_CHECK(s->ctx, !s->ov->bwd_started, EMBER_ERR_STATE, "%s: a backward was started and not finished", fn);
-    s->bytes_at_forward = ember_comm_bytes_sent(s->comm);
     s->has_forward = 0;
     s->vbe_fwd = 0;
     if (!ember__kjt_is_vbe(kjt))

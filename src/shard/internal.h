@@ -264,10 +264,40 @@ struct ember__table_shards {
     ember__shard *shards;   // [nshards]; NULL for DP
 };
 
+// Sums of coalesced row gradients over copies of the same piece (replica.c).
+// ember__merge_grads: n sources' coalesced gradients gathered one after another (source q's nk[q]
+// keys, sorted and unique, in keys; their rows, each of its table's width in e, in grads, in the
+// same order) merged into mkeys/moff/mgrads, equal keys' rows added in source order; head [n] and
+// goffs [sum nk + 1] are scratch. Returns the merged count. Local.
+int64_t ember__merge_grads(const ember_ebc *e, int32_t n, const int64_t *nk, const int64_t *keys, const float *grads,
+                           int64_t *head, int64_t *goffs, int64_t *mkeys, int64_t *moff, float *mgrads);
+// The replicas of a 2D collection (s->replica: the ranks holding the same pieces, one per sharding
+// group) summing one coalesced gradient each, in group order: prepare (collective on the
+// replicas, whatever st) learns every replica's bounds (nk keys, ng floats) and reserves the
+// buffers, returning st or EMBER_ERR_NOMEM for the caller to agree on; merge (collective on the
+// replicas, allocates nothing) gathers the gradients, at most the prepared bounds, and sums them
+// into *out (valid until the next prepare).
+typedef struct ember__replica_sum {
+    int64_t *cnt;              // [4 R]: keys and floats per replica, merge heads
+    int64_t tk, tg;            // the prepared bounds, over all replicas
+    ember__buf keys, grads;
+} ember__replica_sum;
+ember_status ember__replica_init(ember_sebc *s, ember__replica_sum *r);
+void ember__replica_free(ember_sebc *s, ember__replica_sum *r);
+ember_status ember__replica_prepare(ember_sebc *s, ember__replica_sum *r, int64_t nk, int64_t ng, ember_status st);
+ember_status ember__replica_merge(ember_sebc *s, ember__replica_sum *r, const ember_ebc *e,
+                                  const ember__sparse_grad *g, ember__sparse_grad *out);
+
 struct ember_sebc {
     ember_ctx *ctx;
-    ember_comm *comm;
-    int32_t W, rank;
+    ember_comm *comm;             // the ranks the tables are sharded over: the caller's, or (2D) its group's
+    int32_t W, rank;              // of comm
+    // 2D (ember_sebc_create_2d): comm is this rank's sharding group (owned), world the caller's
+    // communicator, replica the ranks at the same place in every group (owned), nrep = groups.
+    // Otherwise world = comm, replica NULL, nrep 1.
+    ember_comm *world, *replica;
+    int32_t nrep, group;
+    ember__replica_sum rsum;      // 2D: the routed pieces' replica sum
     ember_grad_convention conv;
     int32_t T, F;
     ember_table_config *tables;   // [T] copies (names owned by the local collections' copies)
@@ -346,9 +376,22 @@ int ember__piece(const ember_sebc *s, int32_t t, int32_t i, ember_ebc **ebc, int
 // most 1 + EMBER_SHARD_COUNT, into out.
 int32_t ember__local_collections(const ember_sebc *s, ember_ebc **out);
 
-// The convention's factor on every gradient handed to an update (1/W for MEAN).
+// The convention's factor on every gradient handed to an update (1/W for MEAN, W all ranks).
 static inline float ember__grad_scale(const ember_sebc *s) {
-    return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)s->W : 1.0f;
+    return s->conv == EMBER_GRAD_MEAN ? 1.0f / (float)(s->W * s->nrep) : 1.0f;
+}
+
+// Bytes this rank handed to MPI on the collection's communicators (2D: its group's, the
+// replicas' and the world's agreements).
+static inline uint64_t ember__sebc_bytes(const ember_sebc *s) {
+    return ember_comm_bytes_sent(s->comm) +
+           (s->replica ? ember_comm_bytes_sent(s->replica) + ember_comm_bytes_sent(s->world) : 0);
+}
+
+// 2D: the status every rank of the world agrees on, after a call's work in the groups (st as
+// is otherwise). Collective on the world.
+static inline ember_status ember__world_agree(ember_sebc *s, ember_status st) {
+    return s->replica ? ember_comm_agree(s->world, st) : st;
 }
 
 // Applies the bounds mode once, at the home rank: san_* (kept ids, their weights and original
@@ -356,6 +399,10 @@ static inline float ember__grad_scale(const ember_sebc *s) {
 ember_status ember__sanitise(ember_sebc *s, const ember_kjt *kjt);
 // Sequence outputs between the owner's local order and the per-source order (forward.c).
 void ember__permute_rows(ember_sebc *s, float *local, float *by_source, int dir);
+
+// The communicator the tables are sharded over (s->comm), for the checkpoints (src/state, whose
+// internal.h declares it with ember__sebc_convert_dtypes).
+ember_comm *ember__sebc_shard_comm(const ember_sebc *s);
 
 // Converts every table t's storage to dtypes[t] at once (ember_sebc_convert_dtype, checkpoint
 // loads). Collective: every rank allocates its re-laid-out slabs first and the status (with `st`,

@@ -132,8 +132,16 @@ static ember_status prefetch_checked(ember_sebc *s, const char *fn, const ember_
     return EMBER_OK;
 }
 
+static ember_status prefetch(ember_sebc *s, const ember_kjt *kjt);
+
 ember_status ember_sebc_prefetch(ember_sebc *s, const ember_kjt *kjt) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    const ember_status mine = prefetch(s, kjt), st = ember__world_agree(s, mine);
+    if (mine == EMBER_OK && st != EMBER_OK) (void)ember__prefetch_drain(s); // 2D: another group failed
+    return st;
+}
+
+static ember_status prefetch(ember_sebc *s, const ember_kjt *kjt) {
     const char *fn = "ember_sebc_prefetch";
     EMBER_TRY(ember__prefetch_drain(s)); // an earlier prefetch whose batch was never forwarded
     if (!ember__kjt_is_vbe(kjt)) {

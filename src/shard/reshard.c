@@ -238,6 +238,11 @@ ember_status ember_sebc_reshard(ember_sebc *s, const ember_table_plan *plan, siz
     static const char fn[] = "ember_sebc_reshard";
     ember_ctx *ctx = s->ctx;
     ember_comm *c = s->comm;
+    if (s->replica) // the groups would each move their replica, and must all succeed or none
+        return ember_comm_agree(s->world, ember__error(ctx, EMBER_ERR_UNSUPPORTED,
+                                                       "%s: not on a collection of %d sharding groups (save a "
+                                                       "checkpoint and load it into a collection of the new plan)",
+                                                       fn, (int)s->nrep));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ember_status st = EMBER_OK;

@@ -68,6 +68,11 @@ void ember_sebc_destroy(ember_sebc *s) {
                       s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
                       s->route_base, s->froute_off,    s->froute,        s->cnt,          s->ssd_dir};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
+    if (s->replica) { // 2D: the group's and the replicas' communicators are the collection's
+        ember__replica_free(s, &s->rsum);
+        ember_comm_destroy(s->replica);
+        ember_comm_destroy(s->comm);
+    }
     ember__free(ctx, s);
 }
 
@@ -332,8 +337,18 @@ static void describe(ember__fields *d, const ember_ebc_config *cfg, const ember_
                           cfg->tables[cfg->features[f].table].name);
 }
 
+// The creation on comm (2D: a sharding group's, with the world's communicator and the
+// replicas', which the collection owns once this succeeds).
+static ember_status create_on(ember_comm *comm, ember_comm *world, ember_comm *replica, const ember_ebc_config *cfg,
+                              const ember_table_plan *plan, ember_grad_convention conv, ember_sebc **out);
+
 ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
                                ember_grad_convention conv, ember_sebc **out) {
+    return create_on(comm, comm, NULL, cfg, plan, conv, out);
+}
+
+static ember_status create_on(ember_comm *comm, ember_comm *world, ember_comm *replica, const ember_ebc_config *cfg,
+                              const ember_table_plan *plan, ember_grad_convention conv, ember_sebc **out) {
     if (!comm) return EMBER_ERR_INVALID_ARG;
     ember_ctx *ctx = comm->ctx;
     ember_status st = EMBER_OK;
@@ -341,12 +356,14 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
     if (!out) st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_create: out is NULL");
     else *out = NULL;
     if (st == EMBER_OK) st = check_plan(ctx, cfg, plan, conv, comm->size);
-    // Every rank must describe the same collection before any rank builds its part of it.
-    EMBER_TRY(ember_comm_agree(comm, st));
+    // Every rank must describe the same collection before any rank builds its part of it (2D:
+    // every group's ranks, each agreement over the world).
+    EMBER_TRY(ember_comm_agree(world, st));
     ember__fields d = {ctx, {NULL, 0}, 0, EMBER_OK};
     describe(&d, cfg, plan, conv);
     st = ember__comm_agree_fields(comm, "ember_sebc_create", &d);
     ember__fields_free(&d);
+    if (world != comm) st = ember_comm_agree(world, st);
     if (st != EMBER_OK) return st;
     {
         s = ember__calloc(ctx, sizeof *s);
@@ -355,6 +372,10 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
     if (st == EMBER_OK) {
         s->ctx = ctx;
         s->comm = comm;
+        s->world = world;
+        s->replica = replica;
+        s->nrep = world->size / comm->size;
+        s->group = world->rank / comm->size;
         s->W = comm->size;
         s->rank = comm->rank;
         s->conv = conv;
@@ -370,17 +391,67 @@ ember_status ember_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, co
         if (cfg->ssd_dir && !(s->ssd_dir = ember__strdup(ctx, cfg->ssd_dir)))
             st = ember__error(ctx, EMBER_ERR_NOMEM, "ember_sebc_create: out of memory");
         s->sequence = cfg->tables[0].pooling == EMBER_POOL_NONE;
+        if (st == EMBER_OK && replica) st = ember__replica_init(s, &s->rsum);
         if (st == EMBER_OK) st = build(s, cfg, plan);
         if (st != EMBER_OK && ember_ctx_last_status(ctx) != st)
             ember__error(ctx, st, "ember_sebc_create: cannot build the local shards");
     }
     // Every rank learns whether any rank failed before anyone uses the object.
-    ember_status all = ember_comm_agree(comm, st);
+    ember_status all = ember_comm_agree(world, st);
     if (all != EMBER_OK) {
+        if (s) s->replica = NULL; // the caller's still
+        if (s) ember__replica_free(s, &s->rsum);
         ember_sebc_destroy(s);
         return all;
     }
     *out = s;
+    return EMBER_OK;
+}
+
+ember_status ember_sebc_create_2d(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
+                                  ember_grad_convention conv, int32_t group_size, ember_sebc **out) {
+    if (!comm) return EMBER_ERR_INVALID_ARG;
+    const char *fn = "ember_sebc_create_2d";
+    ember_ctx *ctx = comm->ctx;
+    const int32_t W = comm->size;
+    ember_status st = EMBER_OK;
+    if (!out) st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    else *out = NULL;
+    if (st == EMBER_OK && (group_size < 1 || W % group_size != 0))
+        st = ember__error(ctx, EMBER_ERR_INVALID_ARG, "%s: sharding group size %d does not divide the %d ranks", fn,
+                          (int)group_size, (int)W);
+    if (st == EMBER_OK && group_size < W) st = ember__ebc_check_config(ctx, fn, cfg);
+    // Replicas stay equal by summing their row gradients; a hashed table's id map and a tiered
+    // table's cache evolve with each group's own ids.
+    for (int32_t t = 0; st == EMBER_OK && group_size < W && t < cfg->num_tables; t++) {
+        const ember_table_config *c = &cfg->tables[t];
+        if (ember_table_id_space(c) == EMBER_IDS_HASHED || c->cache_rows > 0)
+            st = ember__error(ctx, EMBER_ERR_UNSUPPORTED,
+                              "%s: table '%s': a %s table cannot be replicated over sharding groups (group size %d "
+                              "of %d ranks): use one group",
+                              fn, c->name, c->cache_rows > 0 ? "tiered" : "hashed", (int)group_size, (int)W);
+    }
+    const ember_arg args[] = {EMBER__ARG("sharding group size", group_size)};
+    EMBER_TRY(ember_comm_agree_args(comm, st, fn, args, 1));
+    if (group_size == W) return ember_sebc_create(comm, cfg, plan, conv, out);
+    // Every group must build the same collection: the groups' creations agree within each.
+    ember__fields d = {ctx, {NULL, 0}, 0, EMBER_OK};
+    if (check_plan(ctx, cfg, plan, conv, group_size) == EMBER_OK) describe(&d, cfg, plan, conv);
+    st = ember__comm_agree_fields(comm, fn, &d);
+    ember__fields_free(&d);
+    if (st != EMBER_OK) return st;
+    // Group g: ranks [g G, (g + 1) G) (a host's ranks when the launcher places them by host);
+    // replicas: the ranks at the same place in every group.
+    ember_comm *group = NULL, *replica = NULL;
+    st = ember__comm_split(comm, comm->rank / group_size, comm->rank, &group);
+    st = ember_comm_agree(comm, st);
+    if (st == EMBER_OK) st = ember_comm_agree(comm, ember__comm_split(comm, comm->rank % group_size, comm->rank, &replica));
+    if (st == EMBER_OK) st = create_on(group, comm, replica, cfg, plan, conv, out);
+    if (st != EMBER_OK) {
+        ember_comm_destroy(replica);
+        ember_comm_destroy(group);
+        return st;
+    }
     return EMBER_OK;
 }
 
@@ -412,7 +483,10 @@ int64_t ember_sebc_output_size(const ember_sebc *s, const ember_kjt *kjt) {
     if (ember__kjt_is_vbe(kjt) && !s->sequence) return ember__vbe_output_size(kjt, s->feature_col, s->out_dim);
     return s->sequence ? kjt->nnz * s->out_dim : (int64_t)kjt->batch_size * s->out_dim;
 }
-ember_comm *ember_sebc_comm(const ember_sebc *s) { return s ? s->comm : NULL; }
+ember_comm *ember_sebc_comm(const ember_sebc *s) { return s ? s->world : NULL; }
+ember_comm *ember__sebc_shard_comm(const ember_sebc *s) { return s ? s->comm : NULL; }
+int32_t ember_sebc_group_size(const ember_sebc *s) { return s ? s->W : 0; }
+int32_t ember_sebc_num_groups(const ember_sebc *s) { return s ? s->nrep : 0; }
 int32_t ember_sebc_num_tables(const ember_sebc *s) { return s ? s->T : 0; }
 const ember_table_config *ember_sebc_table(const ember_sebc *s, int32_t t) {
     return s && t >= 0 && t < s->T ? &s->tables[t] : NULL;
@@ -426,7 +500,7 @@ ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
     else if (!step)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: step is NULL");
     const ember_arg args[] = {EMBER__ARG("table", t)};
-    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_step", args, 1));
+    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_step", args, 1)); // 2D: each group (checkpoints call it in group 0 alone)
     int64_t v = -1;
     ember_ebc *e;
     int32_t lt;

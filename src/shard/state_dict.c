@@ -97,9 +97,9 @@ ember_status ember_sebc_write(ember_sebc *s, int32_t table, const char *tensor, 
     return ember_sebc_write_as(s, table, tensor, EMBER_DTYPE_F32, src, root);
 }
 
-ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, void *dst_,
-                                int32_t root) {
-    if (!s) return EMBER_ERR_INVALID_ARG;
+// The read and the write on this rank's sharding group (root: a rank of it, or -1).
+static ember_status read_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, void *dst_,
+                            int32_t root) {
     const char *fn = "ember_sebc_read";
     int32_t cols = 0;
     unsigned char *dst = dst_;
@@ -161,9 +161,8 @@ ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor
     return EMBER_OK;
 }
 
-ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, const void *src,
-                                 int32_t root) {
-    if (!s) return EMBER_ERR_INVALID_ARG;
+static ember_status write_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, const void *src,
+                             int32_t root) {
     const char *fn = "ember_sebc_write";
     int32_t cols = 0;
     const size_t es = ember_dtype_size(dtype);
@@ -218,6 +217,61 @@ ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tenso
     return ember_comm_agree(s->comm, st);
 }
 
+// 2D: read by the group holding root (every group for root -1), written by every group from the
+// same array (root -1 only); checked and agreed over the world first, and after.
+static ember_status call_2d(ember_sebc *s, const char *fn, int write, int32_t table, const char *tensor,
+                            ember_dtype dtype, void *dst, const void *src, int32_t root) {
+    int32_t cols = 0;
+    ember_status st = EMBER_OK;
+    if (root < -1 || root >= s->W * s->nrep)
+        st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "%s: root %d outside [-1, %d)", fn, (int)root,
+                          (int)(s->W * s->nrep));
+    else if (write && root >= 0)
+        st = ember__error(s->ctx, EMBER_ERR_UNSUPPORTED,
+                          "%s: a collection of %d sharding groups is written from every rank (root -1), not one", fn,
+                          (int)s->nrep);
+    const int32_t groot = root < 0 ? -1 : root % s->W, mine = root < 0 || root / s->W == s->group;
+    // A rank of another group than root's reads nothing: its buffer may be NULL (s stands in).
+    const void *buf = write ? src : mine ? dst : (const void *)s;
+    if (st == EMBER_OK) st = check(s, fn, table, tensor, buf, groot, &cols);
+    if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
+    const size_t bytes = st == EMBER_OK && write ? ember_dtype_size(dtype) * (size_t)(s->tables[table].rows * cols) : 0;
+    const ember_arg args[] = {
+        {.name = "table", .value = table},
+        {.name = "tensor", .text = tensor ? tensor : "(null)"},
+        {.name = "dtype", .text = ember_dtype_name(dtype)},
+        {.name = "root", .value = root},
+        {.name = "the array (root -1: every rank passes the same values)",
+         .value = st == EMBER_OK && write ? (int64_t)ember_digest(src, bytes) : 0, .digest = 1},
+    };
+    EMBER_TRY(ember_comm_agree_args(s->world, st, fn, args, write ? 5 : 4));
+    if (write) st = write_as(s, table, tensor, dtype, src, -1);
+    else if (mine) st = read_as(s, table, tensor, dtype, dst, groot);
+    return ember_comm_agree(s->world, st);
+}
+
+ember_status ember_sebc_read_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, void *dst,
+                                int32_t root) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    if (s->replica) return call_2d(s, "ember_sebc_read", 0, table, tensor, dtype, dst, NULL, root);
+    return read_as(s, table, tensor, dtype, dst, root);
+}
+
+ember_status ember_sebc_write_as(ember_sebc *s, int32_t table, const char *tensor, ember_dtype dtype, const void *src,
+                                 int32_t root) {
+    if (!s) return EMBER_ERR_INVALID_ARG;
+    if (s->replica) return call_2d(s, "ember_sebc_write", 1, table, tensor, dtype, NULL, src, root);
+    return write_as(s, table, tensor, dtype, src, root);
+}
+
+// 2D: a conversion in one group could succeed where another's fails (EMBER_ERR_UNSUPPORTED).
+static ember_status refuse_2d(ember_sebc *s, const char *fn) {
+    return ember_comm_agree(s->world, ember__error(s->ctx, EMBER_ERR_UNSUPPORTED,
+                                                   "%s: not on a collection of %d sharding groups (load a checkpoint "
+                                                   "of the converted tables instead)",
+                                                   fn, (int)s->nrep));
+}
+
 ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st) {
     int change = 0; // dtypes is NULL only with a failed st
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++) change |= dtypes[t] != s->tables[t].dtype;
@@ -257,6 +311,7 @@ ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes
 
 ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype dtype) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    if (s->replica) return refuse_2d(s, "ember_sebc_convert_dtype");
     ember_status st = EMBER_OK;
     if (table < 0 || table >= s->T)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtype: table %d outside [0, %d)",
@@ -277,6 +332,7 @@ ember_status ember_sebc_convert_dtype(ember_sebc *s, int32_t table, ember_dtype 
 
 ember_status ember_sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes) {
     if (!s) return EMBER_ERR_INVALID_ARG;
+    if (s->replica) return refuse_2d(s, "ember_sebc_convert_dtypes");
     ember_status st =
         dtypes ? EMBER_OK : ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_convert_dtypes: dtypes is NULL");
     for (int32_t t = 0; st == EMBER_OK && t < s->T; t++)

@@ -28,7 +28,7 @@ ember_status ember_sebc_set_wire_precision(ember_sebc *s, ember_dtype forward, e
                           (int)(ember_dtype_is_wire(forward) ? backward : forward));
     const ember_arg args[] = {EMBER__ARG_STR("forward precision", ember_dtype_name(forward)),
                               EMBER__ARG_STR("backward precision", ember_dtype_name(backward))};
-    EMBER_TRY(ember_comm_agree_args(s->comm, st, fn, args, 2));
+    EMBER_TRY(ember_comm_agree_args(s->world, st, fn, args, 2)); // 2D: every group alike
     s->wire_fwd = forward;
     s->wire_bwd = backward;
     return EMBER_OK;
@@ -52,7 +52,7 @@ ember_status ember_sebc_set_wire_loss_scale(ember_sebc *s, float forward, float 
     snprintf(ftext, sizeof ftext, "%.9g", (double)forward);
     snprintf(btext, sizeof btext, "%.9g", (double)backward);
     const ember_arg args[] = {{.name = "forward loss scale", .text = ftext}, {.name = "backward loss scale", .text = btext}};
-    EMBER_TRY(ember_comm_agree_args(s->comm, st, fn, args, 2));
+    EMBER_TRY(ember_comm_agree_args(s->world, st, fn, args, 2)); // 2D: every group alike
     s->wire_scale_fwd = forward;
     s->wire_scale_bwd = backward;
     return EMBER_OK;

@@ -16,6 +16,13 @@
 #include "ember/state.h"
 #include "state/durable.h"
 
+// From the sharded collection (src/shard): the communicator its tables are sharded over (under
+// 2D, ember_sebc_create_2d, this rank's sharding group: a checkpoint is a group's), and the
+// conversion of every table's dtype on it (ember_sebc_convert_dtypes without the argument
+// agreement; st: the caller's status so far; returns the status agreed on).
+ember_comm *ember__sebc_shard_comm(const ember_sebc *s);
+ember_status ember__sebc_convert_dtypes(ember_sebc *s, const ember_dtype *dtypes, ember_status st);
+
 #define EMBER__CKPT_FORMAT "ember-checkpoint"
 #define EMBER__CKPT_VERSION 3 // 2 (no deltas) is read too
 #define EMBER__CKPT_MANIFEST "manifest.json"

@@ -157,9 +157,20 @@ static void buffer_sizes(ember_checkpoint *c, const int32_t *index, int32_t T, u
         }
 }
 
+static ember_status load(ember_sebc *s, const char *dir, const ember_checkpoint_options *o);
+
 ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_checkpoint_options *o) {
     if (!s) return EMBER_ERR_INVALID_ARG;
-    ember_comm *comm = ember_sebc_comm(s);
+    if (ember_sebc_num_groups(s) == 1) return load(s, dir, o);
+    // 2D: every group loads its replica; a failure in one is every rank's.
+    ember_comm *world = ember_sebc_comm(s);
+    const ember_arg args[] = {{.name = "directory", .text = dir ? dir : "(null)"}};
+    EMBER_TRY(ember_comm_agree_args(world, EMBER_OK, "ember_checkpoint_load", args, 1));
+    return ember_comm_agree(world, load(s, dir, o));
+}
+
+static ember_status load(ember_sebc *s, const char *dir, const ember_checkpoint_options *o) {
+    ember_comm *comm = ember__sebc_shard_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t T = ember_sebc_num_tables(s);
     size_t chunk = o && o->chunk_bytes ? o->chunk_bytes : EMBER_CHECKPOINT_CHUNK_DEFAULT;
@@ -185,8 +196,7 @@ ember_status ember_checkpoint_load(ember_sebc *s, const char *dir, const ember_c
     // all of it before the first write). Every rank's status so far is agreed first; the
     // conversion agrees on its own allocations before it changes any table.
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) dtypes[t] = c->tables[index[t]].dtype;
-    st = ember_comm_agree(comm, st);
-    if (st == EMBER_OK) st = ember_sebc_convert_dtypes(s, dtypes);
+    st = ember__sebc_convert_dtypes(s, dtypes, st);
     for (int32_t t = 0; t < T && st == EMBER_OK; t++) {
         const ember__ckpt_table *x = &c->tables[index[t]];
         const ember_table_config *tc = ember_sebc_table(s, t);

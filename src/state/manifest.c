@@ -576,7 +576,7 @@ char *ember__ckpt_manifest_text(ember_sebc *s, int64_t generation, uint64_t chai
     cJSON_AddNumberToObject(root, "generation", (double)generation);
     cJSON_AddNumberToObject(root, "base_generation", (double)(base ? base->c->base_generation : generation));
     cJSON_AddStringToObject(root, "chain", hex);
-    cJSON_AddNumberToObject(root, "world_size", ember_comm_size(ember_sebc_comm(s)));
+    cJSON_AddNumberToObject(root, "world_size", ember_comm_size(ember__sebc_shard_comm(s)));
     cJSON *tables = cJSON_AddArrayToObject(root, "tables");
     for (int32_t t = 0; t < T; t++) {
         const ember_table_config *tc = ember_sebc_table(s, t);

@@ -39,7 +39,7 @@ static int add_wrote(save_state *w, const ember__ckpt_wrote *x) {
 
 // The arguments, checked on every rank before anything is written. Local.
 static ember_status check_args(ember_sebc *s, const char *dir, const ember_checkpoint_options *o) {
-    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
+    ember_ctx *ctx = ember_comm_ctx(ember__sebc_shard_comm(s));
     const char *fn = "ember_checkpoint_save";
     const int32_t T = ember_sebc_num_tables(s);
     ember_status st = EMBER_OK;
@@ -76,7 +76,7 @@ static ember_status check_args(ember_sebc *s, const char *dir, const ember_check
 // Rank 0 of a delta: the checkpoint c in dir is the one s holds the mark of, with its tables;
 // whole[t]: table t is written whole (its dtype changed since).
 static ember_status check_base(ember_sebc *s, const char *dir, ember_checkpoint *c, unsigned char *whole) {
-    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
+    ember_ctx *ctx = ember_comm_ctx(ember__sebc_shard_comm(s));
     const char *fn = "ember_checkpoint_save";
     if (ember__ckpt_tag(c->chain, c->generation) != ember_sebc_mark_tag(s))
         return ember_ctx_set_error(ctx, EMBER_ERR_INVALID_ARG,
@@ -102,7 +102,7 @@ static ember_status check_base(ember_sebc *s, const char *dir, ember_checkpoint 
 // the checkpoint there: base->c keeps it open (close it) and base->whole is filled.
 static ember_status prepare_dir(ember_sebc *s, const char *dir, ember__ckpt_base *base, unsigned char *whole,
                                 int64_t *generation, int *created) {
-    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
+    ember_ctx *ctx = ember_comm_ctx(ember__sebc_shard_comm(s));
     *generation = 0;
     *created = 0;
     if (base) {
@@ -317,7 +317,7 @@ static ember_status write_tensor(ember_sebc *s, writer *v, int32_t t, int32_t i,
 static ember_status write_pieces(ember_sebc *s, const char *dir, ember__dfile *df, int *opened, int64_t generation,
                                  size_t chunk, const ember_checkpoint_options *o, const unsigned char *whole,
                                  save_state *w) {
-    ember_comm *comm = ember_sebc_comm(s);
+    ember_comm *comm = ember__sebc_shard_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t rank = ember_comm_rank(comm), W = ember_comm_size(comm), T = ember_sebc_num_tables(s);
     char name[64], path[EMBER__PATH_MAX];
@@ -400,7 +400,7 @@ static ember_status gather_records(ember_comm *comm, const save_state *w, ember_
 static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t generation, uint64_t chain,
                                     const ember__ckpt_base *base, const int64_t *steps, const ember__ckpt_wrote *all,
                                     int64_t n, const ember_checkpoint_options *o, int *committed) {
-    ember_ctx *ctx = ember_comm_ctx(ember_sebc_comm(s));
+    ember_ctx *ctx = ember_comm_ctx(ember__sebc_shard_comm(s));
     const char *fn = "ember_checkpoint_save";
     char *text = ember__ckpt_manifest_text(s, generation, chain, base, steps, all, n, o);
     char path[EMBER__PATH_MAX];
@@ -428,7 +428,7 @@ static ember_status commit_manifest(ember_sebc *s, const char *dir, int64_t gene
 // manifest) into *chain. Collective. *committed as commit_manifest's (rank 0).
 static ember_status save_generation(ember_sebc *s, const char *dir, int64_t generation, uint64_t *chain,
                                     const ember__ckpt_base *base, const ember_checkpoint_options *o, int *committed) {
-    ember_comm *comm = ember_sebc_comm(s);
+    ember_comm *comm = ember__sebc_shard_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t rank = ember_comm_rank(comm), T = ember_sebc_num_tables(s);
     const char *fn = "ember_checkpoint_save";
@@ -479,9 +479,21 @@ static ember_status save_generation(ember_sebc *s, const char *dir, int64_t gene
     return st;
 }
 
+static ember_status save(ember_sebc *s, const char *dir, const ember_checkpoint_options *o);
+
 ember_status ember_checkpoint_save(ember_sebc *s, const char *dir, const ember_checkpoint_options *o) {
     if (!s) return EMBER_ERR_INVALID_ARG;
-    ember_comm *comm = ember_sebc_comm(s);
+    if (ember_sebc_num_groups(s) == 1) return save(s, dir, o);
+    // 2D: the groups' replicas are equal: group 0 writes the one copy, a G-rank collection's.
+    ember_comm *world = ember_sebc_comm(s);
+    const ember_arg args[] = {{.name = "directory", .text = dir ? dir : "(null)"}};
+    EMBER_TRY(ember_comm_agree_args(world, EMBER_OK, "ember_checkpoint_save", args, 1));
+    const int writes = ember_comm_rank(world) < ember_sebc_group_size(s);
+    return ember_comm_agree(world, writes ? save(s, dir, o) : EMBER_OK);
+}
+
+static ember_status save(ember_sebc *s, const char *dir, const ember_checkpoint_options *o) {
+    ember_comm *comm = ember__sebc_shard_comm(s);
     ember_ctx *ctx = ember_comm_ctx(comm);
     ember_status st = check_args(s, dir, o);
     // What every rank must give alike: the directory, the record size and the blobs (names, sizes

@@ -28,13 +28,14 @@ static const int64_t ROWS[NT] = {7, 1, 50, 13, 20};
 static const int32_t DIMS[NT] = {4, 3, 8, 5, 4};
 static const int32_t FTAB[NF] = {0, 1, 2, 3, 4, 2};
 static int W, R;
+static int g_group = 0; // --group G: 2D, tables sharded over groups of G ranks (0: one group)
 
 enum { MIXED = 100 };
 
 // Table t's plan under scheme sc_in (MIXED: every scheme in one collection); ranks in store.
 static ember_table_plan make_plan(int sc_in, int t, int32_t *store) {
     const ember_shard_scheme sc = sc_in == MIXED ? (ember_shard_scheme)(t % 5) : (ember_shard_scheme)sc_in;
-    return test_plan_for(sc, t, DIMS[t], W, store);
+    return test_plan_for(sc, t, DIMS[t], g_group ? g_group : W, store);
 }
 
 typedef struct setup {
@@ -143,6 +144,12 @@ static bool tables_equal(ember_ctx *ctx, const setup *su, ember_sebc *a, ember_s
     return ok;
 }
 
+// The collection under test: 2D with --group.
+static ember_status create(ember_comm *comm, const setup *su, ember_grad_convention conv, ember_sebc **s) {
+    if (g_group) return ember_sebc_create_2d(comm, &su->cfg, su->plan, conv, g_group, s);
+    return ember_sebc_create(comm, &su->cfg, su->plan, conv, s);
+}
+
 // The plain loop on A and the pipelined loop on P over the same K steps: outputs bitwise equal
 // every step, tables at the end.
 static void run_pair_wire(int scheme, ember_pooling pool, ember_optim_kind opt, int weighted,
@@ -154,8 +161,8 @@ static void run_pair_wire(int scheme, ember_pooling pool, ember_optim_kind opt, 
     setup su;
     make_setup(&su, scheme, pool, opt);
     ember_sebc *A = NULL, *P = NULL;
-    check_ok(ctx, ember_sebc_create(comm, &su.cfg, su.plan, conv, &A), "create");
-    check_ok(ctx, ember_sebc_create(comm, &su.cfg, su.plan, conv, &P), "create");
+    check_ok(ctx, create(comm, &su, conv, &A), "create");
+    check_ok(ctx, create(comm, &su, conv, &P), "create");
     check_ok(ctx, ember_sebc_set_wire_precision(A, wire_fwd, wire_bwd), "wire");
     check_ok(ctx, ember_sebc_set_wire_precision(P, wire_fwd, wire_bwd), "wire");
     const int D = ember_sebc_output_dim(A), seq = pool == EMBER_POOL_NONE;
@@ -249,8 +256,8 @@ static void mismatch_and_errors(void **state) {
     setup su;
     make_setup(&su, MIXED, EMBER_POOL_SUM, EMBER_OPT_ROWWISE_ADAGRAD);
     ember_sebc *A = NULL, *P = NULL;
-    check_ok(ctx, ember_sebc_create(comm, &su.cfg, su.plan, EMBER_GRAD_MEAN, &A), "create");
-    check_ok(ctx, ember_sebc_create(comm, &su.cfg, su.plan, EMBER_GRAD_MEAN, &P), "create");
+    check_ok(ctx, create(comm, &su, EMBER_GRAD_MEAN, &A), "create");
+    check_ok(ctx, create(comm, &su, EMBER_GRAD_MEAN, &P), "create");
     const int D = ember_sebc_output_dim(A);
     step_data sd[4];
     make_steps(sd, 4, D, 0, 1, 99);
@@ -267,7 +274,9 @@ static void mismatch_and_errors(void **state) {
     check_ok(ctx, ember_sebc_forward(A, &mine->g.kjt, oa), "fwd");
     check_ok(ctx, ember_sebc_forward(P, &mine->g.kjt, op), "fwd after a prefetch of another batch");
     ok = ok && memcmp(oa, op, sizeof(float) * (size_t)mine->nout) == 0;
-    ok = ok && P->ov->taken == 0 && P->ov->dropped == 1;
+    // Dropped by the last rank's group (2D: the other groups take theirs).
+    const int dropped = !g_group || R / g_group == (W - 1) / g_group;
+    ok = ok && P->ov->taken == !dropped && P->ov->dropped == dropped;
     check_ok(ctx, ember_sebc_backward(A, &mine->g.kjt, mine->grad), "bwd");
     check_ok(ctx, ember_sebc_backward(P, &mine->g.kjt, mine->grad), "bwd");
     MPI_ASSERT_TRUE(MPI_COMM_WORLD, ok);
@@ -319,6 +328,8 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--group")) g_group = atoi(argv[i + 1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pipelined_equals_plain),
         cmocka_unit_test(mismatch_and_errors),

@@ -31,7 +31,12 @@ static const char *g_pool = "sum";
 static int g_empty0 = 0; // --empty0: rank 0 has an empty local batch
 static int g_extra = 0;  // --extra-opts: Adagrad, partial row-wise Adam and LAMB instead
 static int g_reshard = 0; // --reshard: checkpoint after step 1, reload under another plan
+static int g_group = 0;   // --group G: 2D, tables sharded over groups of G ranks (0: one group)
+static int g_group_after = -1; // --group-after G: --reshard's new collection's (-1: --group's)
 static int W, R;
+
+// The ranks a plan places tables on: a sharding group's under --group, else the world's.
+static int plan_ranks(void) { return g_group ? g_group : W; }
 
 static ember_shard_scheme parse_scheme(const char *s, int t) {
     if (!strcmp(s, "dp")) return EMBER_SHARD_DATA_PARALLEL;
@@ -45,7 +50,7 @@ static ember_shard_scheme parse_scheme(const char *s, int t) {
 
 // Table t's plan under scheme sc; its ranks live in store (at least 8 entries).
 static ember_table_plan make_plan(ember_shard_scheme sc, int t, int32_t *store) {
-    return test_plan_for(sc, t, DIMS[t], W, store);
+    return test_plan_for(sc, t, DIMS[t], plan_ranks(), store);
 }
 
 typedef struct setup {
@@ -85,7 +90,7 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         ember_ctx *pctx = NULL;
         assert_int_equal(ember_ctx_create(NULL, &pctx), EMBER_OK);
         ember_plan_config pc = EMBER_PLAN_CONFIG_DEFAULT;
-        pc.world_size = W;
+        pc.world_size = plan_ranks();
         pc.batch_size = 4;
         pc.dp_max_bytes = 64;
         assert_int_equal(ember_plan_create(pctx, &su->cfg, &pc, su->plan, NULL), EMBER_OK);
@@ -100,6 +105,12 @@ static void make_setup(setup *su, ember_pooling pool_all, int mixed_pool, ember_
         }
         ember_ctx_destroy(pctx);
     }
+}
+
+// The collection under test: 2D with --group.
+static ember_status create(ember_comm *comm, const setup *su, ember_grad_convention conv, ember_sebc **s) {
+    if (g_group) return ember_sebc_create_2d(comm, &su->cfg, su->plan, conv, g_group, s);
+    return ember_sebc_create(comm, &su->cfg, su->plan, conv, s);
 }
 
 // Rank r's slice [b0, b0 + Bl) of a global KJT (feature-major), as an owned KJT.
@@ -149,7 +160,7 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
     make_setup(&su, pool, mixed_pool, opt);
     ember_sebc *s = NULL;
     ember_ebc *ref = NULL;
-    ember_status st = ember_sebc_create(comm, &su.cfg, su.plan, conv, &s);
+    ember_status st = create(comm, &su, conv, &s);
     int has_cw = 0;
     for (int t = 0; t < NT; t++)
         has_cw |= su.plan[t].scheme == EMBER_SHARD_COLUMN_WISE || su.plan[t].scheme == EMBER_SHARD_GRID;
@@ -188,8 +199,9 @@ static void run_combo(ember_pooling pool, int mixed_pool, int weighted, ember_op
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
             ember_sebc_destroy(s);
             s = NULL;
+            if (g_group_after >= 0) g_group = g_group_after; // 2D to 1D or back
             for (int t = 0; t < NT; t++) su.plan[t] = make_plan((ember_shard_scheme)((parse_scheme(g_scheme, t) + 2) % 5), t, su.ranks[t]);
-            st = ember_sebc_create(comm, &su.cfg, su.plan, conv, &s);
+            st = create(comm, &su, conv, &s);
             MPI_ASSERT_TRUE(MPI_COMM_WORLD, st == EMBER_OK);
             st = ember_checkpoint_load(s, path, NULL);
             if (st != EMBER_OK) fprintf(stderr, "rank %d: %s\n", R, ember_ctx_errmsg(ctx));
@@ -314,6 +326,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--empty0")) g_empty0 = 1;
         else if (!strcmp(argv[i], "--extra-opts")) g_extra = 1;
         else if (!strcmp(argv[i], "--reshard")) g_reshard = 1;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--group")) g_group = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--group-after")) g_group_after = atoi(argv[i + 1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(distributed_equals_single_process),
     };

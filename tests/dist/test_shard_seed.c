@@ -563,6 +563,87 @@ static void bucketize_examines_each_id_once(void **state) {
     }
 }
 
+// 2D (ember_sebc_create_2d) at W = 2 or 4, groups of W / 2 ranks: what it refuses, on every
+// rank alike (a group size that does not divide W, hashed and tiered tables, a reshard, a dtype
+// conversion, a write from one root); a bad batch or gradient in the last group only fails every
+// rank and changes no replica; a read onto a rank of the last group gives the table.
+static void two_d_errors(void **state) {
+    (void)state;
+    ember_ctx *ctx = NULL;
+    ember_comm *comm = NULL;
+    assert_int_equal(ember_ctx_create(NULL, &ctx), EMBER_OK);
+    assert_int_equal(ember_comm_create(ctx, MPI_COMM_WORLD, &comm), EMBER_OK);
+    const int32_t G = W / 2;
+    ember_optim_config o = EMBER_OPTIM_CONFIG_DEFAULT;
+    o.kind = EMBER_OPT_ADAM;
+    ember_table_config t = EMBER_TABLE_CONFIG_DEFAULT;
+    t.name = "table", t.rows = 8, t.dim = 4, t.optim = o;
+    t.init = (ember_init){.kind = EMBER_INIT_UNIFORM, .a = -1, .b = 1};
+    ember_feature_config f = {.name = "keys", .table = 0};
+    ember_ebc_config cfg = {.tables = &t, .num_tables = 1, .features = &f, .num_features = 1,
+                            .bounds = EMBER_BOUNDS_ERROR, .seed = 5};
+    int32_t ranks[16];
+    ember_table_plan plan = test_plan_named("rw", G, ranks);
+    ember_sebc *s = NULL;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create_2d(comm, &cfg, &plan, EMBER_GRAD_MEAN, 3, &s) ==
+                                        EMBER_ERR_INVALID_ARG && s == NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), "group size 3 does not divide") != NULL);
+    // Group sizes that differ between ranks: named.
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create_2d(comm, &cfg, &plan, EMBER_GRAD_MEAN, R == W - 1 ? W : G, &s) ==
+                                        EMBER_ERR_INVALID_ARG);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), "sharding group size") != NULL);
+    t.hash.enabled = 1, t.hash.bucket_rows = 4;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create_2d(comm, &cfg, &plan, EMBER_GRAD_MEAN, G, &s) ==
+                                        EMBER_ERR_UNSUPPORTED && s == NULL);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), "a hashed table cannot be replicated") != NULL);
+    t.hash.enabled = 0, t.hash.bucket_rows = 0, t.cache_rows = 4;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create_2d(comm, &cfg, &plan, EMBER_GRAD_MEAN, G, &s) ==
+                                        EMBER_ERR_UNSUPPORTED && s == NULL);
+    t.cache_rows = 0;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_create_2d(comm, &cfg, &plan, EMBER_GRAD_MEAN, G, &s) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_group_size(s) == G && ember_sebc_num_groups(s) == 2);
+    float before[32], after[32];
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", before, -1) == EMBER_OK);
+    int32_t len[2] = {1, 1};
+    int64_t ids[2] = {1, R == W - 1 ? 8 : 2};
+    ember_kjt k = {.num_features = 1, .batch_size = 2, .lengths = len, .values = ids, .nnz = 2};
+    float out[8], go[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_ERR_OUT_OF_RANGE);
+    char want[32];
+    snprintf(want, sizeof want, "(rank %d)", W - 1);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, strstr(ember_ctx_errmsg(ctx), want) && strstr(ember_ctx_errmsg(ctx), "id 8"));
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(s, &k, go) == EMBER_ERR_STATE);
+    ids[1] = 3;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_forward(s, &k, out) == EMBER_OK);
+    if (R == W - 1) go[5] = NAN;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(s, &k, go) == EMBER_ERR_NUMERIC);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", after, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_reshard(s, &plan, 0, NULL) == EMBER_ERR_UNSUPPORTED);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_convert_dtype(s, 0, EMBER_DTYPE_BF16) == EMBER_ERR_UNSUPPORTED);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(s, 0, "weight", before, 0) == EMBER_ERR_UNSUPPORTED);
+    // The failed backward may be repeated: then a step, and the replicas stay equal.
+    go[5] = 1;
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_backward(s, &k, go) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", after, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) != 0);
+    float all[32];
+    memcpy(all, after, sizeof all);
+    MPI_Bcast(all, 32, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(all, after, sizeof all) == 0);
+    // Onto one rank of the last group; and a write from every rank reaches every replica.
+    float one[32] = {0};
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", R == W - 1 ? one : NULL, W - 1) == EMBER_OK);
+    if (R == W - 1) MPI_ASSERT_TRUE(MPI_COMM_SELF, memcmp(one, after, sizeof one) == 0);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_write(s, 0, "weight", before, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_sebc_read(s, 0, "weight", after, -1) == EMBER_OK);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, memcmp(before, after, sizeof before) == 0);
+    ember_sebc_destroy(s);
+    ember_comm_destroy(comm);
+    MPI_ASSERT_TRUE(MPI_COMM_WORLD, ember_ctx_bytes_outstanding(ctx) == 0);
+    ember_ctx_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -576,6 +657,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(bad_rank),
         cmocka_unit_test(bytes_match_analytic_count),
         cmocka_unit_test(bucketize_examines_each_id_once), cmocka_unit_test(grid_bad_plan),
+        cmocka_unit_test(two_d_errors),
     };
     const int nall = (int)(sizeof all / sizeof all[0]);
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];
