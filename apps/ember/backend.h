@@ -62,19 +62,20 @@ typedef struct dlrm_backend {
     ember_status (*reshard)(void *impl, const ember_table_plan *plan, ember_reshard_stats *stats);
 } dlrm_backend;
 
-// Creates a backend: the same arguments as ember_sebc_create. Collective on comm; every rank
-// returns the same status. On failure *out is zeroed.
+// Creates a backend: the arguments of ember_sebc_create_2d (group_size 0: one group, the plan's
+// ranks the world's). Collective on comm; every rank returns the same status. On failure *out is
+// zeroed.
 typedef ember_status (*dlrm_backend_factory)(ember_comm *comm, const ember_ebc_config *cfg,
                                              const ember_table_plan *plan, ember_grad_convention conv,
-                                             dlrm_backend *out);
+                                             int32_t group_size, dlrm_backend *out);
 
 // The sharded embedding collection of include/ember/shard.h with ember_comm_allreduce_grads.
 ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                      ember_grad_convention conv, dlrm_backend *out);
+                                      ember_grad_convention conv, int32_t group_size, dlrm_backend *out);
 // A serving bundle's quantized tables (include/ember/quant.h), forward and load only: every rank
 // loads the whole bundle and pools its own batch (`ember eval --load BUNDLE`). The table
 // configurations give the names and dims the bundle must hold; plan and conv are not used.
 ember_status dlrm_backend_quant_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                       ember_grad_convention conv, dlrm_backend *out);
+                                       ember_grad_convention conv, int32_t group_size, dlrm_backend *out);
 
 #endif

@@ -50,8 +50,8 @@ static void destroy(void *impl) {
 }
 
 ember_status dlrm_backend_quant_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                       ember_grad_convention conv, dlrm_backend *out) {
-    (void)plan, (void)conv;
+                                       ember_grad_convention conv, int32_t group_size, dlrm_backend *out) {
+    (void)plan, (void)conv, (void)group_size;
     memset(out, 0, sizeof *out);
     ember_ctx *ctx = ember_comm_ctx(comm);
     quant_backend *b = NULL;

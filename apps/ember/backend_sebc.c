@@ -104,7 +104,7 @@ static void destroy(void *impl) {
 }
 
 ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                      ember_grad_convention conv, dlrm_backend *out) {
+                                      ember_grad_convention conv, int32_t group_size, dlrm_backend *out) {
     memset(out, 0, sizeof *out);
     ember_ctx *ctx = ember_comm_ctx(comm);
     sebc_backend *b = app_alloc(ctx, sizeof *b, "embedding backend");
@@ -115,7 +115,8 @@ ember_status dlrm_backend_sebc_create(ember_comm *comm, const ember_ebc_config *
     }
     b->comm = comm;
     b->conv = conv;
-    st = ember_sebc_create(comm, cfg, plan, conv, &b->sebc);
+    st = group_size > 0 ? ember_sebc_create_2d(comm, cfg, plan, conv, group_size, &b->sebc)
+                        : ember_sebc_create(comm, cfg, plan, conv, &b->sebc);
     if (st != EMBER_OK) {
         ember_ctx_free(ctx, b);
         return st;

@@ -54,6 +54,11 @@ static const char help[] =
     "                                    are the ranks sharing memory. auto plans on one host as\n"
     "                                    always, across hosts on the predicted step time; every plan's\n"
     "                                    predicted embedding step is printed with the measured one\n"
+    "  --sharding_group_size G|host      2D parallelism: the tables sharded (as --sharding or --plan\n"
+    "                                    place them, over G ranks) within each group of G ranks and\n"
+    "                                    replicated over the W / G groups, the replicas' touched rows'\n"
+    "                                    gradients summed once a step (host: a group per host, whose\n"
+    "                                    ranks must be consecutive; default: one group of W)\n"
     "  --rebalance_every N               every N steps, re-plan from each rank's measured embedding\n"
     "                                    time and move the tables when the new plan predicts a step\n"
     "                                    at least 10%% faster (default 0: never; docs/dlrm.md)\n"
@@ -294,6 +299,23 @@ static bool set_sharding(void *base, void *field, const char *flag, const char *
 }
 
 // --intra_gbps, --inter_gbps, --disk_gbps: Gbit/s in (0, 1e9).
+// A group size, or "host" (-1).
+static bool set_group_size(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
+    (void)base;
+    int32_t *g = field;
+    if (!strcmp(text, "host")) {
+        *g = -1;
+        return true;
+    }
+    double v = 0;
+    if (cli_parse_double(flag, text, &v, err, cap) && v >= 1 && v <= 1 << 20 && v == (int32_t)v) {
+        *g = (int32_t)v;
+        return true;
+    }
+    snprintf(err, cap, "%s %.64s: expected a number of ranks >= 1, or host", flag, text);
+    return false;
+}
+
 static bool set_gbps(void *base, void *field, const char *flag, const char *text, char *err, size_t cap) {
     (void)base;
     double *g = field;
@@ -457,6 +479,7 @@ static const cli_flag flags[] = {
     CALL("intra_gbps", o.intra_gbps, set_gbps),
     CALL("inter_gbps", o.inter_gbps, set_gbps),
     CALL("disk_gbps", o.disk_gbps, set_gbps),
+    CALL("sharding_group_size", o.sharding_group_size, set_group_size),
     INT("rebalance_every", o.rebalance_every, 0, MAX_COUNT),
     NAME("grad_convention", o.grad_convention, cli_name_grad_convention, ANY_DATA),
     CALL("wire_precision", o.wire_forward, set_wire_precision),
@@ -546,6 +569,13 @@ static bool check_together(const train_options *o, const int *order, char *err, 
                                                     "--candidates_per_request N (N >= 2)"
                                                   : "--candidates_per_request N repeats the --user_features over N "
                                                     "samples: name them");
+        return false;
+    }
+    if (o->sharding_group_size != 0 && (o->rebalance_every > 0 || o->ssd_tables || o->collisionless)) {
+        snprintf(err, cap, "--sharding_group_size replicates the tables over groups of ranks: not with %s",
+                 o->rebalance_every > 0 ? "--rebalance_every (save, and resume under another placement)"
+                 : o->ssd_tables        ? "--ssd_tables (each replica's cache would follow its own group's ids)"
+                                        : "--hash collisionless (each replica's id map would follow its own group's ids)");
         return false;
     }
     if (o->ssd_tables && o->cache_rows == 0) {

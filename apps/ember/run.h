@@ -35,6 +35,7 @@ struct run {
     int32_t rank, world;
     MPI_Comm node;          // the ranks of this host
     int32_t node_size;
+    int32_t group;          // 2D: ranks of a sharding group (--sharding_group_size resolved; 0: one group)
     int32_t node_leader;    // the world rank of this host's first rank
     int64_t max_local;      // largest rank share of a global batch
     synth *syn;

@@ -130,7 +130,8 @@ static double bytes_needed(const run *R, int32_t *largest) {
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) {
         size_t w = 0, st = 0;
         // The plan was validated by the planner or the plan-file check: a refusal here counts 0.
-        if (ember_shard_rank_bytes(R->ctx, &R->tables[f], &R->plan[f], R->world, R->rank, &w, &st) != EMBER_OK)
+        const int32_t W = R->group ? R->group : R->world; // 2D: the plan is a group's
+        if (ember_shard_rank_bytes(R->ctx, &R->tables[f], &R->plan[f], W, R->rank % W, &w, &st) != EMBER_OK)
             w = st = 0;
         const double b = (double)w + (double)st;
         total += b;
@@ -391,11 +392,26 @@ ember_status run_place_tables(run *R) {
     pe.tables = R->tables, pe.num_tables = DLRM_NUM_SPARSE, pe.features = R->features;
     pe.num_features = DLRM_NUM_SPARSE, pe.ssd_dir = o->ssd_dir;
     const bool plan_auto = !o->plan_path && o->sharding[0] == SHARDING_AUTO;
+    // 2D: the plan is a group's (host: every host's ranks, which must be alike in number).
     ember_status st = EMBER_OK;
-    if (o->plan_path) {
-        st = planfile_read(R->ctx, o->plan_path, &pe, R->world, R->plan);
+    int64_t sizes[2] = {R->node_size, -(int64_t)R->node_size};
+    if (o->sharding_group_size == -1) st = ember_comm_allreduce_max_i64(comm, sizes, 2);
+    const int32_t G = o->sharding_group_size == -1 ? R->node_size : o->sharding_group_size;
+    if (st == EMBER_OK && o->sharding_group_size == -1 && sizes[0] != -sizes[1])
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_INVALID_ARG,
+                                 "--sharding_group_size host: the hosts run %lld to %lld ranks; give a group size",
+                                 (long long)-sizes[1], (long long)sizes[0]);
+    else if (st == EMBER_OK && G > 0 && R->world % G != 0)
+        st = ember_ctx_set_error(R->ctx, EMBER_ERR_INVALID_ARG,
+                                 "--sharding_group_size %d does not divide the %d ranks", (int)G, (int)R->world);
+    R->group = st == EMBER_OK && G > 0 && G < R->world ? G : 0;
+    const int32_t planW = R->group ? R->group : R->world;
+    if (st != EMBER_OK) {
+    } else if (o->plan_path) {
+        st = planfile_read(R->ctx, o->plan_path, &pe, planW, R->plan);
     } else if (!plan_auto) {
-        st = sharding_plan(R->ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, R->world, R->node_size, R->plan);
+        st = sharding_plan(R->ctx, DLRM_NUM_SPARSE, o->embedding_dim, o->sharding, planW,
+                           R->node_size < planW ? R->node_size : planW, R->plan);
     }
     st = ember_comm_agree(comm, st);
     // Hosts and bandwidths (probed unless given); the planner's placement for auto (on one
@@ -406,6 +422,7 @@ ember_status run_place_tables(run *R) {
     for (int f = 0; f < DLRM_NUM_SPARSE; f++) pooling[f] = (float)o->multi_hot[f];
     if (st == EMBER_OK)
         st = ember_comm_agree(comm, train_topology_plan(comm, &pe, local_batch, pooling, o->intra_gbps,
-                                                        o->inter_gbps, o->disk_gbps, plan_auto, R->plan, &R->topo));
+                                                        o->inter_gbps, o->disk_gbps, plan_auto, R->group, R->plan,
+                                                        &R->topo));
     return st;
 }

@@ -537,7 +537,7 @@ static ember_status build_model(run *R, dlrm_backend_factory factory) {
     ec.tables = R->tables, ec.num_tables = DLRM_NUM_SPARSE, ec.features = R->features;
     ec.num_features = DLRM_NUM_SPARSE, ec.seed = o->seed, ec.max_batch_size = (int32_t)R->max_local;
     ec.max_nnz = DLRM_NUM_SPARSE * R->max_local, ec.ssd_dir = o->ssd_dir;
-    ember_status st = factory(comm, &ec, R->plan, o->grad_convention, &R->backend);
+    ember_status st = factory(comm, &ec, R->plan, o->grad_convention, R->group, &R->backend);
     if (st == EMBER_OK && (o->wire_forward != EMBER_DTYPE_F32 || o->wire_backward != EMBER_DTYPE_F32 ||
                            o->wire_scale_forward != 1.0f || o->wire_scale_backward != 1.0f))
         st = R->backend.set_wire ? R->backend.set_wire(R->backend.impl, o->wire_forward, o->wire_backward,

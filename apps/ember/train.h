@@ -57,6 +57,7 @@ typedef struct train_options {
     ember_dtype wire_forward, wire_backward; // --wire_precision (default fp32: exact)
     float wire_scale_forward, wire_scale_backward; // --wire_loss_scale (default 1)
     int64_t rebalance_every;          // --rebalance_every: steps between re-plans (0: never)
+    int32_t sharding_group_size;      // --sharding_group_size: 2D groups of G ranks (0: one group; -1: a host's)
     // Data.
     train_dataset dataset;
     const char *data_path;            // criteo: training file

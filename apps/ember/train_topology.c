@@ -41,7 +41,7 @@ static ember_plan_config planning_config(const train_topology *tt, const int32_t
 }
 
 ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, const float *pooling,
-                                 double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto,
+                                 double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto, int32_t group,
                                  ember_table_plan *plan, train_topology *tt) {
     ember_ctx *ctx = ember_comm_ctx(comm);
     const int32_t W = ember_comm_size(comm);
@@ -77,9 +77,19 @@ ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, i
             st = ember_comm_agree(comm, st);
             if (st == EMBER_OK) st = ember_comm_bcast(comm, &tt->disk_bw, sizeof tt->disk_bw, 0);
         }
+        if (group > 0) { // 2D: a group's plan, on the hosts of the first group's ranks
+            train_topology g = *tt;
+            g.hosts = 0;
+            for (int32_t q = 0; q < group; q++) g.hosts = host_of[q] + 1 > g.hosts ? host_of[q] + 1 : g.hosts;
+            ember_plan_config pc = planning_config(&g, host_of, group, batch, pooling);
+            if (plan_auto && st == EMBER_OK) st = ember_plan_create(ctx, ec, &pc, plan, NULL);
+            snprintf(tt->why_none, sizeof tt->why_none,
+                     "%d sharding groups of %d ranks (the replicas' gradient sum is not modelled)", (int)(W / group),
+                     (int)group);
+        }
         ember_plan_config pc = planning_config(tt, host_of, W, batch, pooling);
-        if (plan_auto && st == EMBER_OK) st = ember_plan_create(ctx, ec, &pc, plan, NULL);
-        if (st == EMBER_OK) {
+        if (group <= 0 && plan_auto && st == EMBER_OK) st = ember_plan_create(ctx, ec, &pc, plan, NULL);
+        if (group <= 0 && st == EMBER_OK) {
             pc.host_of = host_of;
             // One rank sends nothing to others: any intra bandwidth predicts the same. With one
             // rank per host nothing stays inside a host (no intra pair to probe; the planner

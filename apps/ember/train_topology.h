@@ -33,9 +33,10 @@ int64_t train_topology_disk_probe_bytes(const ember_ebc_config *ec);
 // the predicted time, on one host as ever (bytes). Then predicts the step of plan. batch: samples
 // per rank; pooling: [ec->num_features] ids per sample (NULL: one each). Collective. Returns what ember_plan_detect_topology, ember_plan_probe_disk and
 // ember_plan_create return (agreed on by every rank); a prediction that fails is no failure (tt
-// says why).
+// says why). group > 0 (2D, --sharding_group_size): plan is for the G = group ranks of a sharding
+// group, placed as on the hosts of ranks [0, G); no prediction (the replicas' sum is not modelled).
 ember_status train_topology_plan(ember_comm *comm, const ember_ebc_config *ec, int32_t batch, const float *pooling,
-                                 double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto,
+                                 double intra_gbps, double inter_gbps, double disk_gbps, int plan_auto, int32_t group,
                                  ember_table_plan *plan, train_topology *tt);
 
 // ember train --rebalance_every: a placement for the ranks' measured speeds. busy[W]: each rank's

@@ -158,6 +158,7 @@ static const char *const free_flags[] = {
     "wire_precision: not recorded; a resumed run rounds the exchanges as it is told from then on",
     "wire_loss_scale: not recorded, as wire_precision",
     "rebalance_every: the placement, as sharding",
+    "sharding_group_size: the placement, as sharding (a 2D run's checkpoint is one group's)",
     "threads: the same numbers with any count",
     "timeout_s: the collectives' deadline",
     "overlap: the same numbers either way",

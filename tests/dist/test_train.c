@@ -122,7 +122,7 @@ static void step_gradients_case(dlrm_interaction kind, bool multi_hot) {
     ember_table_plan plan[F];
     memset(plan, 0, sizeof plan);
     dlrm_backend be;
-    assert_int_equal(factory(s.comm, &ec, plan, EMBER_GRAD_MEAN, &be), EMBER_OK);
+    assert_int_equal(factory(s.comm, &ec, plan, EMBER_GRAD_MEAN, 0, &be), EMBER_OK);
     dlrm_config mc = {.num_dense = DN, .num_sparse = F, .embedding_dim = D, .bottom_sizes = bottom, .num_bottom = 2,
                       .top_sizes = top, .num_top = 3, .interaction = kind, .dcn_num_layers = CL,
                       .dcn_low_rank_dim = CR, .hot_sizes = hot, .rows = o.rows, .hot_dist = MULTIHOT_PARETO,

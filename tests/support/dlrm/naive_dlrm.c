@@ -405,8 +405,8 @@ static void naive_destroy(void *impl) {
 }
 
 ember_status naive_backend_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                  ember_grad_convention conv, dlrm_backend *out) {
-    (void)plan;
+                                  ember_grad_convention conv, int32_t group_size, dlrm_backend *out) {
+    (void)plan, (void)group_size;
     naive_ebc *e = calloc(1, sizeof *e);
     e->comm = ember_comm_mpi(comm);
     e->world = ember_comm_size(comm);

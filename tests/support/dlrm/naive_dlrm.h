@@ -42,8 +42,9 @@ void naive_dense_step(int kind, double lr, double eps, double beta1, double beta
 // row-wise Adagrad, Adam): backward gathers every rank's (row, gradient) pairs, sums duplicates,
 // scales by 1/W under GRAD_MEAN, and applies one update per touched row on every rank. Tables
 // start uniform in the config's bounds from a generator of its own. The plan is ignored: this
-// is data parallelism for every table, the reference the sharded schemes must equal.
+// is data parallelism for every table, the reference the sharded schemes must equal (and 2D: the
+// group size is ignored too).
 ember_status naive_backend_create(ember_comm *comm, const ember_ebc_config *cfg, const ember_table_plan *plan,
-                                  ember_grad_convention conv, dlrm_backend *out);
+                                  ember_grad_convention conv, int32_t group_size, dlrm_backend *out);
 
 #endif
