@@ -31,8 +31,8 @@ c down >/dev/null 2>&1 || true
 trap 'c down >/dev/null 2>&1 || true' EXIT
 c up --hosts "$hosts" --slots "$slots" >/dev/null
 c shape "$rate" >/dev/null
-model=(--dataset synthetic --embedding_dim 128 --dense_arch_layer_sizes 64,128 --batch_size 8192 --limit_train_batches 40 --limit_val_batches 2
-       --threads 1 --num_embeddings 20000)
+model=(--dataset synthetic --embedding_dim 128 --dense_arch_layer_sizes 64,128 --batch_size 8192
+       --limit_train_batches 40 --limit_val_batches 2 --threads 1 --num_embeddings 20000)
 declare -A steps
 for ((r = 0; r < rounds; r++)); do
   for plan in tw rw dp auto "tw --sharding_group_size $slots"; do
@@ -43,14 +43,17 @@ for ((r = 0; r < rounds; r++)); do
     read -r ms sps auc <<< "$line"
     key=${plan// /_}
     steps[$key]="${steps[$key]:-} $ms"
-    echo "{\"bench\":\"2d\",\"net\":\"$rate\",\"hosts\":$hosts,\"ranks\":$np,\"round\":$r,\"sharding\":\"$plan\",\"step_ms\":$ms,\"samples_per_s\":$sps,\"eval_auc\":$auc}" |
-      tee -a "${out:-/dev/null}"
+    fmt='{"bench":"2d","net":"%s","hosts":%d,"ranks":%d,"round":%d,"sharding":"%s",'
+    fmt+='"step_ms":%s,"samples_per_s":%s,"eval_auc":%s}\n'
+    # shellcheck disable=SC2059
+    printf "$fmt" "$rate" "$hosts" "$np" "$r" "$plan" "$ms" "$sps" "$auc" | tee -a "${out:-/dev/null}"
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 twod=$(echo "${steps[tw_--sharding_group_size_$slots]}" | median)
 for plan in tw rw dp auto; do
   m=$(echo "${steps[$plan]}" | median)
-  echo "{\"bench\":\"2d\",\"net\":\"$rate\",\"ranks\":$np,\"vs\":\"$plan\",\"step_ms_1d\":$m,\"step_ms_2d\":$twod,\"ratio\":$(awk -v a="$twod" -v b="$m" 'BEGIN { printf "%.3f", a / b }')}" |
-    tee -a "${out:-/dev/null}"
+  ratio=$(awk -v a="$twod" -v b="$m" 'BEGIN { printf "%.3f", a / b }')
+  printf '{"bench":"2d","net":"%s","ranks":%d,"vs":"%s","step_ms_1d":%s,"step_ms_2d":%s,"ratio":%s}\n' \
+    "$rate" "$np" "$plan" "$m" "$twod" "$ratio" | tee -a "${out:-/dev/null}"
 done

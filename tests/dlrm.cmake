@@ -450,4 +450,11 @@ add_test(NAME dist.train.cli.dedup.np2
                  ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS})
 set_tests_properties(dist.train.cli.dedup.np2 PROPERTIES TIMEOUT 300 LABELS "dist;cli;mpi" PROCESSORS 2
                      ENVIRONMENT "${EMBER_MPI_ENV}")
+# --sharding_group_size (2D): the run says so and ends where one group ends up to summation order;
+# its checkpoint resumes under another group size; bad sizes and options refused.
+add_test(NAME dist.train.cli.2d.np4
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/train_2d.sh $<TARGET_FILE:ember_cli>
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 ${MPIEXEC_PREFLAGS})
+set_tests_properties(dist.train.cli.2d.np4 PROPERTIES TIMEOUT 600 LABELS "dist;cli;mpi" PROCESSORS 2
+                     ENVIRONMENT "${EMBER_MPI_ENV}")
 add_dependencies(ember_mpi_tests ember_cli)

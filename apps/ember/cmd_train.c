@@ -574,8 +574,8 @@ static bool check_together(const train_options *o, const int *order, char *err, 
     if (o->sharding_group_size != 0 && (o->rebalance_every > 0 || o->ssd_tables || o->collisionless)) {
         snprintf(err, cap, "--sharding_group_size replicates the tables over groups of ranks: not with %s",
                  o->rebalance_every > 0 ? "--rebalance_every (save, and resume under another placement)"
-                 : o->ssd_tables        ? "--ssd_tables (each replica's cache would follow its own group's ids)"
-                                        : "--hash collisionless (each replica's id map would follow its own group's ids)");
+                 : o->ssd_tables        ? "--ssd_tables (each replica's cache would follow its group's ids)"
+                                        : "--hash collisionless (each replica's id map would follow its group's ids)");
         return false;
     }
     if (o->ssd_tables && o->cache_rows == 0) {

@@ -100,6 +100,10 @@ static void print_tables(const run *R, FILE *f) {
         }
         fputc('\n', f);
     }
+    if (R->group > 0)
+        fprintf(f, "  2D          the placement above (ranks of a group) in each of %d sharding groups of %d "
+                   "consecutive ranks; the touched rows' gradients summed over the groups every step\n",
+                (int)(R->world / R->group), (int)R->group);
 }
 
 // Where the run resumed from and where it saves.

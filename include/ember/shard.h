@@ -248,7 +248,9 @@ EMBER_API ember_status ember_sebc_set_lr(ember_sebc *s, int32_t table, float lr)
 
 // Global state dict: reads table t's named tensor (as in ember_ebc_read) as one global
 // [rows, cols] array in fp32, gathered onto `root` (root = -1: onto every rank); writes scatter
-// a global array given on `root` (-1: every rank passes the same array). The whole array passes
+// a global array given on `root` (-1: every rank passes the same array). 2D (ember_sebc_create_2d):
+// root is a rank of comm; a read gathers within root's group (every group for -1), a write
+// takes root -1 only (every group writes its replica). The whole array passes
 // through one rank: for tables larger than a rank's memory use the pieces below (checkpoints do).
 // The _as forms take the array's dtype: F32 for every tensor, or the table's own 16-bit dtype
 // for the weight of a 16-bit table (its native bits, no rounding either way).

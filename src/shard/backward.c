@@ -92,7 +92,8 @@ static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru
     const int32_t W = s->W, nr = s->nroutes[s->rank];
     memset(ru, 0, sizeof *ru);
     const int mine = s->local && nr > 0;
-    if (!s->cw_rowwise && !s->replica) return mine ? ember__ebc_backward_prepare(s->local, &s->local_kjt, &ru->seg) : EMBER_OK;
+    if (!s->cw_rowwise && !s->replica)
+        return mine ? ember__ebc_backward_prepare(s->local, &s->local_kjt, &ru->seg) : EMBER_OK;
     ember_status st = EMBER_OK;
     if (mine) st = ember__ebc_coalesce(s->local, &s->local_kjt, grad, &ru->g);
     // 2D: the replicas of this rank's pieces (ranks alike in every group: they all have some or
@@ -125,8 +126,8 @@ static ember_status routed_apply(ember_sebc *s, const float *grad, routed_update
     if (!s->cw_rowwise && !s->replica)
         return mine_pieces ? ember__ebc_backward_apply(s->local, &ru->seg, grad, NULL) : EMBER_OK;
     if (s->replica && mine_pieces) EMBER_TRY(ember__replica_merge(s, &s->rsum, s->local, &ru->g, &ru->g));
-    if (!s->cw_rowwise) return mine_pieces ? ember__ebc_apply(s->local, ru->g.key, ru->g.goff, ru->g.grad, ru->g.n, NULL)
-                                           : EMBER_OK;
+    if (!s->cw_rowwise)
+        return mine_pieces ? ember__ebc_apply(s->local, ru->g.key, ru->g.goff, ru->g.grad, ru->g.n, NULL) : EMBER_OK;
     ember_comm *c = s->comm;
     const ember__sparse_grad *g = &ru->g;
     float *mine = ru->mine, *snd = ru->snd, *rcv = ru->rcv;
@@ -380,7 +381,7 @@ ember_status ember_sebc_backward_finish(ember_sebc *s) {
     ember__prefetch_rows(s); // before the updates: the rows are read while they run
     if (st != EMBER_OK) {
         drain_home(s);
-        return st;
+        return ember__world_agree(s, st); // 2D: the other groups meet it below
     }
     if (s->sequence && s->local && nr > 0) ember__permute_rows(s, s->loc_out.p, s->snd_out.p, 1);
     // Every allocation the updates need, the routed pieces' and (in the start) the schemes' kept

@@ -431,21 +431,22 @@ ember_status ember_sebc_create_2d(ember_comm *comm, const ember_ebc_config *cfg,
                               "of %d ranks): use one group",
                               fn, c->name, c->cache_rows > 0 ? "tiered" : "hashed", (int)group_size, (int)W);
     }
+    if (st == EMBER_OK && group_size < W) st = check_plan(ctx, cfg, plan, conv, group_size);
     const ember_arg args[] = {EMBER__ARG("sharding group size", group_size)};
     EMBER_TRY(ember_comm_agree_args(comm, st, fn, args, 1));
     if (group_size == W) return ember_sebc_create(comm, cfg, plan, conv, out);
     // Every group must build the same collection: the groups' creations agree within each.
     ember__fields d = {ctx, {NULL, 0}, 0, EMBER_OK};
-    if (check_plan(ctx, cfg, plan, conv, group_size) == EMBER_OK) describe(&d, cfg, plan, conv);
+    describe(&d, cfg, plan, conv);
     st = ember__comm_agree_fields(comm, fn, &d);
     ember__fields_free(&d);
     if (st != EMBER_OK) return st;
     // Group g: ranks [g G, (g + 1) G) (a host's ranks when the launcher places them by host);
     // replicas: the ranks at the same place in every group.
     ember_comm *group = NULL, *replica = NULL;
-    st = ember__comm_split(comm, comm->rank / group_size, comm->rank, &group);
-    st = ember_comm_agree(comm, st);
-    if (st == EMBER_OK) st = ember_comm_agree(comm, ember__comm_split(comm, comm->rank % group_size, comm->rank, &replica));
+    st = ember_comm_agree(comm, ember__comm_split(comm, comm->rank / group_size, comm->rank, &group));
+    if (st == EMBER_OK)
+        st = ember_comm_agree(comm, ember__comm_split(comm, comm->rank % group_size, comm->rank, &replica));
     if (st == EMBER_OK) st = create_on(group, comm, replica, cfg, plan, conv, out);
     if (st != EMBER_OK) {
         ember_comm_destroy(replica);
@@ -500,7 +501,8 @@ ember_status ember_sebc_step(ember_sebc *s, int32_t t, int64_t *step) {
     else if (!step)
         st = ember__error(s->ctx, EMBER_ERR_INVALID_ARG, "ember_sebc_step: step is NULL");
     const ember_arg args[] = {EMBER__ARG("table", t)};
-    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_step", args, 1)); // 2D: each group (checkpoints call it in group 0 alone)
+    // 2D: within each group (checkpoints call it in group 0 alone); the groups' counters are equal.
+    EMBER_TRY(ember_comm_agree_args(s->comm, st, "ember_sebc_step", args, 1));
     int64_t v = -1;
     ember_ebc *e;
     int32_t lt;
