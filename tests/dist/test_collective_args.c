@@ -357,6 +357,7 @@ static const row CASES[] = {
     {"ember_lfq_backward", NULL, "each rank's gradients differ by design"},
     {"ember_plan_detect_topology", topology_args, NULL},
     {"ember_sebc_create", NULL, "the whole configuration and plan are agreed at creation (dist.agreement)"},
+    {"ember_sebc_create_2d", NULL, "the group size (dist.2d.errors), configuration and plan are agreed at creation"},
     {"ember_sebc_destroy", NULL, "no arguments"},
     {"ember_sebc_output_dim", NULL, "Local"},
     {"ember_sebc_step", step_args, NULL},
