@@ -59,7 +59,8 @@ typedef struct routed_update {
 
 // The per-row sums of squares each rank sends to and receives from every other (sc, rc [W]) for
 // the coalesced gradient g: shard i of row block k of a column-sliced row-wise table carries u
-// values (the block's touched rows), to every other rank holding a shard of the same block.
+// values (the block's touched rows), to every other rank holding a shard of the same block. With
+// g NULL, u = 1: the counts per touched row (a bound before the rows are known).
 static void sumsq_counts(const ember_sebc *s, const ember__sparse_grad *g, int64_t *sc, int64_t *rc, int64_t *nsend,
                          int64_t *nrecv) {
     const int32_t W = s->W, me = s->rank;
@@ -74,8 +75,8 @@ static void sumsq_counts(const ember_sebc *s, const ember__sparse_grad *g, int64
                 if (!block_on(ts, k, me) || !block_on(ts, k, q)) continue;
                 int32_t i0, i1;
                 block_shards(ts, k, &i0, &i1);
-                int64_t lo = 0, hi = 0;
-                for (int32_t i = i0; i < i1; i++)
+                int64_t lo = 0, hi = 1;
+                for (int32_t i = i0; g && i < i1; i++)
                     if (ts->shards[i].owner == me) key_range(s->local, g, ts->shards[i].local_table, &lo, &hi);
                 for (int32_t i = i0; i < i1; i++) {
                     if (ts->shards[i].owner == me) sc[q] += hi - lo;
@@ -106,10 +107,13 @@ static ember_status routed_prepare(ember_sebc *s, float *grad, routed_update *ru
     }
     if (!s->cw_rowwise) return st;
     int64_t *sc = s->cnt, *rc = s->cnt + W, nsend = 0, nrecv = 0;
-    if (st == EMBER_OK) sumsq_counts(s, &ru->g, sc, rc, &nsend, &nrecv);
     // The replicas' sum touches rows of the other groups' batches too: its counts are known only
-    // then, at most `rows` to each rank sharing a block.
-    if (s->replica) nsend = nrecv = rows * (W - 1);
+    // then; each block's touched rows are at most `rows`.
+    if (st == EMBER_OK) sumsq_counts(s, s->replica ? NULL : &ru->g, sc, rc, &nsend, &nrecv);
+    if (s->replica) {
+        nsend *= rows;
+        nrecv *= rows;
+    }
     if (mine) ru->mine = EMBER__RESERVE(s, s->ss_mine, float, rows);
     // The send buffer later holds one row block's per-row totals too: at most `rows` values.
     ru->snd = EMBER__RESERVE(s, s->ss_send, float, nsend > rows ? nsend : rows);
