@@ -72,12 +72,12 @@ static ember_status check_dtype(ember_sebc *s, const char *fn, int32_t t, const 
     return EMBER_OK;
 }
 
-// Agrees on the status so far and on the arguments every rank must give alike: the table, the
-// tensor, the dtype, the root, and for a write (write = 1) the array's values when every rank
-// passes it (root -1; all: this rank's array, bytes long). The same number of arguments on every
-// rank whatever they are.
-static ember_status agree_call(ember_sebc *s, ember_status st, const char *fn, int32_t table, const char *tensor,
-                               ember_dtype dtype, int32_t root, int write, const void *all, size_t bytes) {
+// Agrees on c (the group's, or 2D's world) on the status so far and on the arguments every rank
+// must give alike: the table, the tensor, the dtype, the root, and for a write (write = 1) the
+// array's values when every rank passes it (root -1; all: this rank's array, bytes long). The same
+// number of arguments on every rank whatever they are.
+static ember_status agree_on(ember_comm *c, ember_status st, const char *fn, int32_t table, const char *tensor,
+                             ember_dtype dtype, int32_t root, int write, const void *all, size_t bytes) {
     const ember_arg args[] = {
         {.name = "table", .value = table},
         {.name = "tensor", .text = tensor ? tensor : "(null)"},
@@ -86,8 +86,9 @@ static ember_status agree_call(ember_sebc *s, ember_status st, const char *fn, i
         {.name = "the array (root -1: every rank passes the same values)",
          .value = st == EMBER_OK && all ? (int64_t)ember_digest(all, bytes) : 0, .digest = 1},
     };
-    return ember_comm_agree_args(s->comm, st, fn, args, write ? 5 : 4);
+    return ember_comm_agree_args(c, st, fn, args, write ? 5 : 4);
 }
+
 
 ember_status ember_sebc_read(ember_sebc *s, int32_t table, const char *tensor, float *dst, int32_t root) {
     return ember_sebc_read_as(s, table, tensor, EMBER_DTYPE_F32, dst, root);
@@ -106,7 +107,7 @@ static ember_status read_as(ember_sebc *s, int32_t table, const char *tensor, em
     const size_t es = ember_dtype_size(dtype);
     ember_status st = check(s, fn, table, tensor, dst, root, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
-    EMBER_TRY(agree_call(s, st, fn, table, tensor, dtype, root, 0, NULL, 0));
+    EMBER_TRY(agree_on(s->comm, st, fn, table, tensor, dtype, root, 0, NULL, 0));
     const ember__table_shards *ts = &s->ts[table];
     const int32_t dim = slice_dim(&s->tables[table < 0 || table >= s->T ? 0 : table], tensor);
     ember_ebc *e;
@@ -174,7 +175,7 @@ static ember_status write_as(ember_sebc *s, int32_t table, const char *tensor, e
     if (bad >= 0)
         st = ember__error(s->ctx, EMBER_ERR_NUMERIC, "%s: table '%s' tensor '%s' row %lld column %d: %g", fn,
                           s->tables[table].name, tensor, (long long)(bad / cols), (int)(bad % cols), (double)v);
-    EMBER_TRY(agree_call(s, st, fn, table, tensor, dtype, root, 1, root < 0 ? src : NULL, es * (size_t)total));
+    EMBER_TRY(agree_on(s->comm, st, fn, table, tensor, dtype, root, 1, root < 0 ? src : NULL, es * (size_t)total));
     const ember__table_shards *ts = st == EMBER_OK ? &s->ts[table] : NULL;
     const int32_t dim = st == EMBER_OK ? slice_dim(&s->tables[table], tensor) : 0;
     // Every buffer before anything is written: the broadcast array, and one block of the largest
@@ -236,15 +237,7 @@ static ember_status call_2d(ember_sebc *s, const char *fn, int write, int32_t ta
     if (st == EMBER_OK) st = check(s, fn, table, tensor, buf, groot, &cols);
     if (st == EMBER_OK) st = check_dtype(s, fn, table, tensor, dtype);
     const size_t bytes = st == EMBER_OK && write ? ember_dtype_size(dtype) * (size_t)(s->tables[table].rows * cols) : 0;
-    const ember_arg args[] = {
-        {.name = "table", .value = table},
-        {.name = "tensor", .text = tensor ? tensor : "(null)"},
-        {.name = "dtype", .text = ember_dtype_name(dtype)},
-        {.name = "root", .value = root},
-        {.name = "the array (root -1: every rank passes the same values)",
-         .value = st == EMBER_OK && write ? (int64_t)ember_digest(src, bytes) : 0, .digest = 1},
-    };
-    EMBER_TRY(ember_comm_agree_args(s->world, st, fn, args, write ? 5 : 4));
+    EMBER_TRY(agree_on(s->world, st, fn, table, tensor, dtype, root, write, src, bytes));
     if (write) st = write_as(s, table, tensor, dtype, src, -1);
     else if (mine) st = read_as(s, table, tensor, dtype, dst, groot);
     return ember_comm_agree(s->world, st);

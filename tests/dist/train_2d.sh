@@ -6,34 +6,23 @@
 # cannot take, are refused naming the flag.
 # Usage: train_2d.sh EMBER LAUNCHER...   (LAUNCHER: e.g. mpiexec -n 4)
 set -u
-ember=$1
-shift
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-fails=0
-bad() { printf 'FAIL  %s\n' "$*"; fails=$((fails + 1)); }
-run() { local out=$1; shift; timeout 120 "$@" >"$out" 2>&1; }
-# The last "train loss X  eval loss Y  eval AUC Z" of a run.
-losses() { grep -o 'train loss [0-9.]*  eval loss [0-9.]*  eval AUC [0-9.]*' "$1" | tail -1 | awk '{print $3, $6, $9}'; }
-same() { # file file: losses alike up to summation order
-  read -r ta ea aa < <(losses "$1")
-  read -r tb eb ab < <(losses "$2")
-  awk -v a="$ta" -v b="$tb" -v c="$ea" -v d="$eb" -v e="$aa" -v f="$ab" 'BEGIN {
-      ok = a != "" && b != "" && (a - b)^2 <= 1e-8 && (c - d)^2 <= 1e-8 && (e - f)^2 <= 1e-6; exit !ok }'
-}
+# shellcheck source=tests/dist/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh"
 
-common=(--batch_size 256 --limit_train_batches 12 --limit_val_batches 2 --eval_interval 0 --progress lines --threads 1)
+common=(--batch_size 256 --limit_train_batches 12 --limit_val_batches 2 --eval_interval 0 --progress lines
+        --threads 1)
 for sharding in tw auto; do
   for overlap in on off; do
     run one.txt "$@" "$ember" train "${common[@]}" --sharding "$sharding" --overlap "$overlap" ||
       { bad "one group ($sharding $overlap)"; cat one.txt; }
     for g in 2 1; do
-      run two.txt "$@" "$ember" train "${common[@]}" --sharding "$sharding" --overlap "$overlap" --sharding_group_size $g ||
-        { bad "groups of $g ($sharding $overlap)"; cat two.txt; }
-      grep -q "^  2D          the placement above (ranks of a group) in each of $((4 / g)) sharding groups of $g consecutive" two.txt ||
+      run two.txt "$@" "$ember" train "${common[@]}" --sharding "$sharding" --overlap "$overlap" \
+        --sharding_group_size $g || { bad "groups of $g ($sharding $overlap)"; cat two.txt; }
+      grep -q "^  2D          the placement above (ranks of a group) in each of $((4 / g)) sharding groups of $g " \
+        two.txt ||
         bad "no 2D line (groups of $g, $sharding $overlap)"
-      same one.txt two.txt || bad "losses differ (groups of $g, $sharding $overlap): $(losses one.txt) against $(losses two.txt)"
+      same_losses one.txt two.txt ||
+        bad "losses differ (groups of $g, $sharding $overlap): $(losses one.txt) against $(losses two.txt)"
     done
   done
 done
@@ -57,7 +46,8 @@ run three.txt "$@" "$ember" train --sharding_group_size 3
 [ $? -ne 0 ] && grep -q "^ember train: error: --sharding_group_size 3 does not divide the 4 ranks" three.txt ||
   { bad "a group size that does not divide the ranks"; cat three.txt; }
 run rebal.txt "$@" "$ember" train --sharding_group_size 2 --rebalance_every 5
-[ $? -eq 2 ] && grep -q "^ember train: --sharding_group_size replicates the tables over groups of ranks: not with --rebalance_every" \
+[ $? -eq 2 ] &&
+  grep -q "^ember train: --sharding_group_size replicates the tables over groups of ranks: not with --rebalance_every" \
   rebal.txt || { bad "2D with --rebalance_every"; cat rebal.txt; }
 [ "$fails" -eq 0 ] && echo "2d: all checks passed"
 exit $((fails > 0))

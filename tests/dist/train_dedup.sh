@@ -6,16 +6,8 @@
 # the overlapped step and without; bad lists are refused naming the flag.
 # Usage: train_dedup.sh EMBER LAUNCHER...   (LAUNCHER: e.g. mpiexec -n 2)
 set -u
-ember=$1
-shift
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-cd "$dir" || exit 1
-fails=0
-bad() { printf 'FAIL  %s\n' "$*"; fails=$((fails + 1)); }
-run() { local out=$1; shift; timeout 120 "$@" >"$out" 2>&1; }
-# The last "train loss X  eval loss Y  eval AUC Z" of a run.
-losses() { grep -o 'train loss [0-9.]*  eval loss [0-9.]*  eval AUC [0-9.]*' "$1" | tail -1 | awk '{print $3, $6, $9}'; }
+# shellcheck source=tests/dist/cli_lib.sh
+source "$(dirname "$0")/cli_lib.sh"
 
 common=(--batch_size 256 --limit_train_batches 12 --limit_val_batches 2 --eval_interval 0 --progress lines
         --candidates_per_request 8 --user_features 0,1,2)
@@ -30,11 +22,8 @@ for hot in "" "--multi_hot_sizes 6,3,1,2,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1
       bad "no dedup line ($hot $overlap)"
     grep -qE '^dedup: [0-9]+ of [0-9]+ bags of the deduplicated features looked up on rank 0 \(1 in ([89]|[1-9][0-9])\.' \
       dedup.txt || { bad "no dedup count of about 1 in 8 or better ($hot $overlap)"; grep '^dedup' dedup.txt; }
-    read -r tp ep ap < <(losses plain.txt)
-    read -r td ed ad < <(losses dedup.txt)
-    awk -v a="$tp" -v b="$td" -v c="$ep" -v d="$ed" -v e="$ap" -v f="$ad" 'BEGIN {
-        ok = a != "" && b != "" && (a - b)^2 <= 1e-8 && (c - d)^2 <= 1e-8 && (e - f)^2 <= 1e-6; exit !ok }' ||
-      bad "losses differ ($hot $overlap): plain $tp $ep $ap, dedup $td $ed $ad"
+    same_losses plain.txt dedup.txt ||
+      bad "losses differ ($hot $overlap): plain $(losses plain.txt), dedup $(losses dedup.txt)"
   done
 done
 run list.txt "$@" "$ember" train --dedup_features 3,cat_x
