@@ -1,11 +1,12 @@
 # The cluster on one machine (scripts/cluster.sh): 2 network-namespace hosts x 2 ranks, Open MPI
 # over TCP only, links shaped to 1 Gbit/s. The distributed-equals-single-process cases and
-# `ember train` across hosts, and a host whose link is cut mid-run. Each test brings up a cluster
-# of its own and takes it down; they run one at a time (4 ranks on CI's 2 cores). Where the
-# machine cannot create network namespaces they report "Skipped" with the reason (which
-# scripts/test.sh also prints). Open MPI only: the launcher agent is Open MPI's rsh mechanism.
-# cluster.teardown runs after them (a fixture's cleanup: also after a failure or a TIMEOUT) and
-# takes down, reports and fails on whatever a killed test left behind (tests/cluster/teardown.sh).
+# `ember train` across hosts, 2D with a sharding group per host, and a host whose link is cut
+# mid-run. Each test brings up a cluster of its own and takes it down; they run one at a time (4
+# ranks on CI's 2 cores). Where the machine cannot create network namespaces they report
+# "Skipped" with the reason (which scripts/test.sh also prints). Open MPI only: the launcher agent
+# is Open MPI's rsh mechanism. cluster.teardown runs after them (a fixture's cleanup: also after a
+# failure or a TIMEOUT) and takes down, reports and fails on whatever a killed test left behind
+# (tests/cluster/teardown.sh).
 if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
   # Cluster names and subnets of their own per build directory (release and sanitize, or the
   # builds of two checkouts, may run at once): c<test><3 hex digits of the build directory's
@@ -45,6 +46,10 @@ if(EMBER_MPI_FAMILY STREQUAL "Open MPI")
   endforeach()
   ember_cluster_test(dist.rw.none ${run} $<TARGET_FILE:test_shard> --scheme rw --pool none)
   ember_cluster_test(dist.checkpoint.reshard ${run} $<TARGET_FILE:test_shard> --scheme mixed --pool mean --reshard)
+  # 2D: a sharding group per host, the replicas' sums across the hosts' link.
+  ember_cluster_test(dist.2d.mixed.mean ${run} $<TARGET_FILE:test_shard> --scheme mixed --pool mean --group 2)
+  ember_cluster_test(dist.2d.checkpoint ${run} $<TARGET_FILE:test_shard> --scheme mixed --pool mean --reshard --group 2)
+  ember_cluster_test(dist.2d.overlap ${run} $<TARGET_FILE:test_overlap> --group 2)
   ember_cluster_test(train.loss_curve ${run} $<TARGET_FILE:test_train> --backend sebc --case loss_curve)
   foreach(case equal cut)
     ember_cluster_test(train.cli.${case} ${CMAKE_CURRENT_SOURCE_DIR}/cluster/train.sh ${case} $<TARGET_FILE:ember_cli> @NAME@ @NET@)
