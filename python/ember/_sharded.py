@@ -336,6 +336,13 @@ class ShardedEmbeddingBagCollection(_Collection):
                      exact), "fp16", "bf16", "fp8_e4m3", "fp8_e5m2" or "int8"; see set_wire_precision
     wire_loss_scale  the float formats' loss scales: a number for both, or (forward, backward);
                      see set_wire_loss_scale
+    sharding_group_size  2D parallelism (TorchRec's DMPCollection): the tables sharded within
+                     each group of G consecutive ranks (plan places them on the G ranks of a
+                     group) and replicated over the comm.size / G groups; each piece's touched
+                     rows' gradients are summed over its replicas before the one update, so the
+                     replicas stay bitwise equal and training equals one process. None: one
+                     group. Under 2D, hashed and tiered tables, reshard, convert_dtype and writes
+                     from one root raise UnsupportedError; save writes one group's checkpoint.
 
     Collective calls (every rank calls them, in the same order): creation, forward, backward,
     step, read, write, state_dict, load_state_dict, convert_dtype, save, load. Any refusal on one
@@ -350,14 +357,17 @@ class ShardedEmbeddingBagCollection(_Collection):
                  grad_convention: str = "mean", bounds: str = "error", seed: int = 0, num_threads: int = 0,
                  max_batch_size: int = 0, max_nnz: int = 0, batch_size_hint: int = 512,
                  ssd_dir: str | os.PathLike[str] | None = None, topology: Topology | None = None,
-                 wire_precision: Any = None, wire_loss_scale: Any = None) -> None:
+                 wire_precision: Any = None, wire_loss_scale: Any = None,
+                 sharding_group_size: int | None = None) -> None:
         self._comm = comm if isinstance(comm, Comm) else Comm(comm)
         self._rank = self._comm.rank
         try:
             ctab, feats = self._setup(tables)
             if topology is not None and not isinstance(topology, Topology):
                 raise invalid(f"topology: expected an ember.Topology, got {type(topology).__name__}", self._rank)
-            self._plan = _resolve_plan(plan, self._tables, self._comm.size,
+            G = 0 if sharding_group_size is None else as_index(sharding_group_size, "sharding_group_size", 1,
+                                                                 I32[1], rank=self._rank)
+            self._plan = _resolve_plan(plan, self._tables, G or self._comm.size,
                                        as_index(batch_size_hint, "batch_size_hint", *I32, rank=self._rank), topology)
             wire = None if wire_precision is None else self._wire_codes(wire_precision)
             scales = None if wire_loss_scale is None else self._wire_scales(wire_loss_scale)
@@ -370,7 +380,7 @@ class ShardedEmbeddingBagCollection(_Collection):
         except Exception as e:
             self._comm._c.agree(e)
             raise  # not reached: agree raises on every rank
-        self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv, d)
+        self._c = _ember.SEBC(self._comm._c, ctab, feats, *args, [p._c_tuple() for p in self._plan], self._conv, d, G)
         self._output_dim = self._c.output_dim
         try:
             if wire is not None:
@@ -725,6 +735,11 @@ class ShardedEmbeddingBagCollection(_Collection):
     @property
     def grad_convention(self) -> str:
         return enum_name(CONVENTIONS, self._conv)
+
+    @property
+    def sharding_group_size(self) -> int:
+        """The ranks of a sharding group: comm.size, or (2D) the sharding_group_size given."""
+        return int(self._c.group_size)
 
     @property
     def comm(self) -> Comm:

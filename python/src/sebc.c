@@ -44,12 +44,13 @@ static void sebc_dealloc(SEBCObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-// SEBC(comm, tables, features, bounds, seed, num_threads, max_batch_size, max_nnz, plans, convention)
+// SEBC(comm, tables, features, bounds, seed, num_threads, max_batch_size, max_nnz, plans, convention
+//      [, ssd_dir, group_size]) (group_size > 0: 2D, ember_sebc_create_2d)
 // Collective on comm: agrees on the arguments (on comm), then creates its communicator and the
 // collection.
 static PyObject *sebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *parent, *tables, *features, *plans;
-    int bounds, num_threads, max_batch, conv;
+    int bounds, num_threads, max_batch, conv, group_size = 0;
     unsigned long long seed;
     long long max_nnz;
     const char *ssd_dir = NULL;
@@ -57,8 +58,8 @@ static PyObject *sebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "SEBC takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOiKiiLOi|z", &parent, &tables, &features, &bounds, &seed, &num_threads, &max_batch,
-                          &max_nnz, &plans, &conv, &ssd_dir))
+    if (!PyArg_ParseTuple(args, "OOOiKiiLOi|zi", &parent, &tables, &features, &bounds, &seed, &num_threads, &max_batch,
+                          &max_nnz, &plans, &conv, &ssd_dir, &group_size))
         return NULL;
     ember_py_config c;
     memset(&c, 0, sizeof c);
@@ -81,7 +82,8 @@ static PyObject *sebc_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (ember_py_comm_derive(parent, self->ctx, &self->comm) != 0) goto fail;
     ember_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = ember_sebc_create(self->comm, &c.cfg, plan, (ember_grad_convention)conv, &self->s);
+    st = group_size > 0 ? ember_sebc_create_2d(self->comm, &c.cfg, plan, (ember_grad_convention)conv, group_size, &self->s)
+                        : ember_sebc_create(self->comm, &c.cfg, plan, (ember_grad_convention)conv, &self->s);
     Py_END_ALLOW_THREADS
     if (st != EMBER_OK) {
         ember_py_raise(self->ctx, st);
@@ -606,6 +608,15 @@ static PyObject *sebc_get_output_dim(SEBCObject *self, void *closure) {
     return PyLong_FromLong(d);
 }
 
+// The sharding group's ranks (2D; the communicator's size otherwise).
+static PyObject *sebc_get_group_size(SEBCObject *self, void *closure) {
+    (void)closure;
+    if (sebc_enter(self) != 0) return NULL;
+    const int32_t g = ember_sebc_group_size(self->s);
+    sebc_leave(self);
+    return PyLong_FromLong(g);
+}
+
 static PyObject *sebc_get_rank(SEBCObject *self, void *closure) {
     (void)closure;
     if (sebc_enter(self) != 0) return NULL;
@@ -648,6 +659,7 @@ static PyGetSetDef sebc_getset[] = {
     {"bytes_outstanding", (getter)(void (*)(void))sebc_get_bytes, NULL, NULL, NULL},
     {"bytes_sent_last_step", (getter)(void (*)(void))sebc_get_bytes_sent, NULL, NULL, NULL},
     {"output_dim", (getter)(void (*)(void))sebc_get_output_dim, NULL, NULL, NULL},
+    {"group_size", (getter)(void (*)(void))sebc_get_group_size, NULL, NULL, NULL},
     {"rank", (getter)(void (*)(void))sebc_get_rank, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -1304,7 +1304,50 @@ def case_wire(run):
     coll.close()
 
 
+def same_everywhere(run, array):
+    """Whether every rank holds these bytes (summed over ranks as exact float64 16-bit words)."""
+    raw = np.ascontiguousarray(array).tobytes()
+    words = np.frombuffer(raw + b"\0" * (len(raw) % 2), dtype=np.uint16).astype(np.float64)
+    total = run.comm.allreduce_grads(words.copy(), "sum")
+    return bool(np.array_equal(total, words * run.size))
+
+
+def case_twod(run, d):
+    """2D (sharding_group_size): tables sharded within groups of G ranks, replicated over the
+    groups; equal to the single process, replicas bitwise equal; the checkpoint (one group's) loads
+    into a one-group collection bitwise; reshard and conversions refused."""
+    W = run.size
+    G = W // 2 if W % 2 == 0 else 1
+    tables = dist_tables()
+    for k, (name, plan, tbl) in enumerate(plans_for(G, tables)[:3]):
+        name = "2d %s G=%d" % (name, G)
+        sebc = ember.ShardedEmbeddingBagCollection(tbl, plan, comm=run.comm, seed=17, sharding_group_size=G)
+        local = ember.EmbeddingBagCollection(tbl, seed=17)
+        try:
+            run.check(sebc.sharding_group_size == G, "%s: group size %d" % (name, sebc.sharding_group_size))
+            train_both(run, name, sebc, local, tbl, "mean", shares_for(W), seed=5)
+            # Each group reads its own replica: every rank's view is the same bits.
+            state = read_all(sebc, tbl)
+            for key in sorted(state):
+                run.check(same_everywhere(run, state[key]), "%s: replicas differ in %s" % (name, key))
+            path = os.path.join(d, "c%d" % k)
+            sebc.save(path)
+            with ember.ShardedEmbeddingBagCollection(tbl, "rw", comm=run.comm, seed=1) as one:
+                one.load(path)
+                compare_states(run, read_all(one, tbl), state, "%s loaded into one group" % name, exact=True)
+            for call in (lambda: sebc.reshard(plan), lambda: sebc.convert_dtype(tbl[0].name, "fp16")):
+                try:
+                    call()
+                    run.check(False, "%s: not refused under 2D" % name)
+                except ember.UnsupportedError as e:
+                    run.check("sharding groups" in str(e), "%s: refusal %r" % (name, str(e)))
+        finally:
+            sebc.close()
+            local.close()
+
+
 CASES = {
+    "twod": case_twod,
     "wire": case_wire,
     "vbe": case_vbe,
     "schemes": case_schemes,
@@ -1338,7 +1381,7 @@ def main(argv):
         else:
             allreduce = None
             run = Run(ember.Comm(timeout_s=TIMEOUT_S))
-            if case.startswith("ckpt") or case == "memory":
+            if case.startswith("ckpt") or case in ("memory", "twod"):
                 CASES[case](run, argv[2])
             else:
                 CASES[case](run)

@@ -98,6 +98,12 @@ def test_dist_checkpoint_w2_to_w3(tmp_path):
     assert_ok(mpirun(3, "ckpt_load", d), "ckpt_load W=3")
 
 
+@pytest.mark.parametrize("W", [2, 3, 4])
+def test_dist_twod(W, tmp_path):
+    """2D parallelism (sharding_group_size): groups of W / 2 (W = 3: groups of one)."""
+    assert_ok(mpirun(W, "twod", str(tmp_path)), "twod W=%d" % W)
+
+
 def test_dist_collective_timeout():
     """A rank 6 s late at a collective with a 2 s deadline: the others raise CollectiveTimeoutError
     naming it after about 2 s, the late rank's call misses its own deadline, nothing hangs. The
