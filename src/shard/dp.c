@@ -358,11 +358,8 @@ static ember_status backward_apply(ember_sebc *s, void *home) {
     EMBER_TRY(ember__comm_wait(c, &h->req[0]));
     EMBER_TRY(ember__comm_wait(c, &h->req[1]));
     // Each rank's rows added in rank order, then (2D) the groups' sums in group order.
-    ember__sparse_grad g = {0};
-    g.n = ember__merge_grads(h->ebc, W, nk, keys, grads, head, goffs, mkeys, moff, mgrads);
-    g.key = mkeys;
-    g.goff = moff;
-    g.grad = mgrads;
+    const int64_t nm = ember__merge_grads(h->ebc, W, nk, keys, grads, head, goffs, mkeys, moff, mgrads);
+    ember__sparse_grad g = {nm, mkeys, moff, mgrads};
     if (s->replica) EMBER_TRY(ember__replica_merge(s, &h->rsum, h->ebc, &g, &g));
     return ember__ebc_apply(h->ebc, g.key, g.goff, g.grad, g.n, NULL); // allocates nothing after coalesce
 }

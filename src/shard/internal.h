@@ -293,10 +293,11 @@ struct ember_sebc {
     ember_comm *comm;             // the ranks the tables are sharded over: the caller's, or (2D) its group's
     int32_t W, rank;              // of comm
     // 2D (ember_sebc_create_2d): comm is this rank's sharding group (owned), world the caller's
-    // communicator, replica the ranks at the same place in every group (owned), nrep = groups.
+    // communicator, replica the ranks at the same place in every group (owned), nrep = groups
+    // (this rank's group: world->rank / W).
     // Otherwise world = comm, replica NULL, nrep 1.
     ember_comm *world, *replica;
-    int32_t nrep, group;
+    int32_t nrep;
     ember__replica_sum rsum;      // 2D: the routed pieces' replica sum
     ember_grad_convention conv;
     int32_t T, F;

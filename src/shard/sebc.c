@@ -68,8 +68,8 @@ void ember_sebc_destroy(ember_sebc *s) {
                       s->table_names, s->ts,           s->nroutes,       s->routes,       s->local_out_dim,
                       s->route_base, s->froute_off,    s->froute,        s->cnt,          s->ssd_dir};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember__free(ctx, arrays[i]);
+    ember__replica_free(s, &s->rsum); // 2D's (zero otherwise)
     if (s->replica) { // 2D: the group's and the replicas' communicators are the collection's
-        ember__replica_free(s, &s->rsum);
         ember_comm_destroy(s->replica);
         ember_comm_destroy(s->comm);
     }
@@ -375,7 +375,6 @@ static ember_status create_on(ember_comm *comm, ember_comm *world, ember_comm *r
         s->world = world;
         s->replica = replica;
         s->nrep = world->size / comm->size;
-        s->group = world->rank / comm->size;
         s->W = comm->size;
         s->rank = comm->rank;
         s->conv = conv;
@@ -400,7 +399,6 @@ static ember_status create_on(ember_comm *comm, ember_comm *world, ember_comm *r
     ember_status all = ember_comm_agree(world, st);
     if (all != EMBER_OK) {
         if (s) s->replica = NULL; // the caller's still
-        if (s) ember__replica_free(s, &s->rsum);
         ember_sebc_destroy(s);
         return all;
     }

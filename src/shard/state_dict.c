@@ -231,7 +231,7 @@ static ember_status call_2d(ember_sebc *s, const char *fn, int write, int32_t ta
         st = ember__error(s->ctx, EMBER_ERR_UNSUPPORTED,
                           "%s: a collection of %d sharding groups is written from every rank (root -1), not one", fn,
                           (int)s->nrep);
-    const int32_t groot = root < 0 ? -1 : root % s->W, mine = root < 0 || root / s->W == s->group;
+    const int32_t groot = root < 0 ? -1 : root % s->W, mine = root < 0 || root / s->W == s->world->rank / s->W;
     // A rank of another group than root's reads nothing: its buffer may be NULL (s stands in).
     const void *buf = write ? src : mine ? dst : (const void *)s;
     if (st == EMBER_OK) st = check(s, fn, table, tensor, buf, groot, &cols);
