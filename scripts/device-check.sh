@@ -8,8 +8,9 @@
 #   bash scripts/device-check.sh [OUTDIR] [--profile]   (OUTDIR default: $OUT when set, else
 #                                                        device-results/)
 #
-# OUTDIR/ gets build.log, tests.log, bench.jsonl, bench.log, peers.jsonl, summary.md (the target
-# table, bench/cuda_table.py) and env.txt. Exit status: 0 when the build, the tests and every
+# OUTDIR/ gets build.log, tests.log, memcheck.log, racecheck.log, bench.jsonl, bench.log,
+# peers.jsonl, summary.md (the target table, bench/cuda_table.py), env.txt and, with --profile,
+# profile.log. Exit status: 0 when the build, the tests and every
 # benchmark case (residuals, bitwise) passed.
 #
 # The machine needs CUDA (nvcc), gcc, CMake and python3 (torch for the peers); it may lack MPI,
@@ -67,7 +68,7 @@ stamp "dependencies unpacked"
 
 # ---- build ----------------------------------------------------------------------------------------
 b=$PWD/build-device
-if ! LD_LIBRARY_PATH=$libs cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
+if ! LD_LIBRARY_PATH=$libs cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON -DEMBER_SERVE=OFF \
         -DMPI_C_COMPILER="$P/ompi/bin/mpicc" -DCMAKE_PREFIX_PATH="$P/root/usr;$P/root" \
         -DCMAKE_LIBRARY_PATH="$P/root/usr/lib/x86_64-linux-gnu/openblas-pthread" >>"$out/build.log" 2>&1 ||
     ! LD_LIBRARY_PATH=$libs cmake --build "$b" -j "$(nproc)" --target test_isa ember_cli >>"$out/build.log" 2>&1; then
@@ -97,6 +98,14 @@ if command -v compute-sanitizer >/dev/null; then
         stamp "memcheck: FAILED or timed out, status $? (memcheck.log)"
         rc=1
     fi
+    # And racecheck: shared-memory hazards (the hot-row kernel's double-buffered staging).
+    if EMBER_TEST_BACKEND=cuda LD_LIBRARY_PATH=$libs timeout 150 compute-sanitizer --tool racecheck --error-exitcode 3 \
+            "$b/tests/test_isa" >"$out/racecheck.log" 2>&1; then
+        stamp "racecheck: clean (racecheck.log)"
+    else
+        stamp "racecheck: FAILED or timed out, status $? (racecheck.log)"
+        rc=1
+    fi
 fi
 
 # ---- benchmark ------------------------------------------------------------------------------------
@@ -108,16 +117,26 @@ for s in "${shapes[@]}"; do
         >>"$out/bench.jsonl" 2>>"$out/bench.log" || rc=1
 done
 stamp "ember bench tbe --backend cuda: $(wc -l <"$out/bench.jsonl") cases (bench.jsonl, bench.log)"
-# --profile: each kernel's time in one SGD step at B = 16384, uniform and Zipf (Nsight Compute,
-# one metric: the kernels' durations), appended to bench.log: where the step's time goes.
+# --profile: each kernel of one SGD step at B = 16384, uniform and Zipf (Nsight Compute: its
+# duration, DRAM throughput, active warps, registers), into profile.log: where the step's time
+# goes; and the API calls and kernels of B = 512 steps (Nsight Systems' summaries), where the
+# launches and waits between kernels weigh most.
 if [ $profile = 1 ] && command -v ncu >/dev/null; then
     for dist in uniform zipf; do
-        echo "== ncu: train_sgd fp32 $dist B=16384 (gpu__time_duration.sum, ns)" >>"$out/bench.log"
-        LD_LIBRARY_PATH=$libs timeout 150 ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+        echo "== ncu: train_sgd fp32 $dist B=16384" >>"$out/profile.log"
+        LD_LIBRARY_PATH=$libs timeout 150 ncu --print-summary per-kernel --metrics \
+            gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
             "$b/bin/ember" bench tbe --backend cuda --json --shape 32,100000,128,16384,20 --pool sum --dtype fp32 \
-            --dist $dist --ops train_sgd --iters 1 --warmup 0 2>&1 | grep -vE '^\{|^==PROF==' >>"$out/bench.log"
+            --dist $dist --ops train_sgd --iters 1 --warmup 0 2>&1 | grep -vE '^\{|^==PROF==' >>"$out/profile.log"
     done
-    stamp "profile: per-kernel times in bench.log"
+    stamp "profile: per-kernel figures in profile.log"
+fi
+if [ $profile = 1 ] && command -v nsys >/dev/null; then
+    echo "== nsys: train_sgd fp32 uniform B=512, 20 steps" >>"$out/profile.log"
+    LD_LIBRARY_PATH=$libs timeout 120 nsys profile --stats=true --force-overwrite true -o /tmp/ember-nsys \
+        "$b/bin/ember" bench tbe --backend cuda --json --shape 32,100000,128,512,20 --pool sum --dtype fp32 \
+        --dist uniform --ops train_sgd --iters 20 --warmup 2 >>"$out/profile.log" 2>&1
+    stamp "profile: B = 512 steps' API calls and kernels in profile.log"
 fi
 args=()
 for s in "${shapes[@]}"; do args+=(--shape "$s"); done

@@ -74,7 +74,10 @@ typedef struct ember__table {
     // rows whose weights, optimizer state or row-map entries changed. Set by the updates of
     // backward and apply, a training forward's admissions (hashed), the writes and a dtype
     // change; read by the sharded layer's incremental checkpoints (ember_sebc_piece_dirty).
+    // dirty_all: every row is (marking the whole table is then O(1): a GPU backend's updates
+    // mark every row on every step).
     uint64_t *dirty;
+    int dirty_all;
 } ember__table;
 
 static inline void ember__dirty_mark(ember__table *tb, int64_t r) { tb->dirty[r >> 6] |= (uint64_t)1 << (r & 63); }

@@ -37,6 +37,11 @@ void ember__init_row(const ember_ebc *ebc, const ember__table *t, int64_t r, flo
 }
 
 void ember__dirty_mark_range(ember__table *tb, int64_t r0, int64_t r1) {
+    if (tb->dirty_all) return;
+    if (r0 == 0 && r1 >= tb->cfg.rows) {
+        tb->dirty_all = 1;
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         if ((r & 63) == 0 && r + 64 <= r1) {
             tb->dirty[r >> 6] = ~(uint64_t)0;
@@ -47,11 +52,15 @@ void ember__dirty_mark_range(ember__table *tb, int64_t r0, int64_t r1) {
     }
 }
 
-void ember__dirty_clear(ember__table *tb) { memset(tb->dirty, 0, sizeof(uint64_t) * (size_t)((tb->cfg.rows + 63) / 64)); }
+void ember__dirty_clear(ember__table *tb) {
+    tb->dirty_all = 0;
+    memset(tb->dirty, 0, sizeof(uint64_t) * (size_t)((tb->cfg.rows + 63) / 64));
+}
 
 // The first row at or after `r` whose bit is `want`, or rows.
 static int64_t dirty_find(const ember__table *tb, int64_t r, int want) {
     const int64_t rows = tb->cfg.rows;
+    if (tb->dirty_all) return want && r < rows ? r : rows;
     while (r < rows) {
         uint64_t w = tb->dirty[r >> 6];
         if (!want) w = ~w;

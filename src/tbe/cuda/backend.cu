@@ -28,6 +28,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cuda_pipeline.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,13 +49,19 @@ struct dbatch {
     const float *weights;
 };
 
-// What the device checks of a device-memory call: a bit per finding and the first bag (or the
-// first dL/dy element) where it was made.
+// The control block of a call: what the device checks of a device-memory call (a bit per
+// finding and where it was first made, stored complemented so that all zero is the cleared
+// state: one memset per call), the backward's row count and its hot-row queue, which stay on the
+// device (no host round trip between the sort and the update).
 enum { CK_RANGE = 0, CK_OFFSETS = 1, CK_WEIGHT = 2, CK_GRAD = 3, CK_COUNT = 4 };
-struct dcheck {
-    unsigned int bits, pad;
-    unsigned long long first[CK_COUNT];
+struct dctl {
+    unsigned int bits;
+    int32_t u;                            // rows (segments) of the sorted entries
+    unsigned long long firstc[CK_COUNT];  // ~(first bag or dL/dy element) of each finding
+    unsigned long long nvhot, nhot, next; // very hot and hot rows listed; the next one a block takes
 };
+
+#define FULL 0xffffffffu
 
 // How the kernels take the batch's ids: as rows (the host validated them), resolved by the bounds
 // mode (the host validated them and some are outside), or checked here (a device-memory call).
@@ -78,11 +85,12 @@ struct dbuf {
 };
 
 enum { B_OFF, B_VAL, B_WGT, B_OUT, B_GRAD, B_GW, B_KEY, B_KEY2, B_ITEM, B_ITEM2, B_UKEY, B_CNT, B_SEG, B_NRUN, B_TMP,
-       B_BAGC, B_BAGOF, B_GOFF, B_RSS, B_CHECK, B_HOT, B_COUNT };
+       B_BAGC, B_BAGOF, B_SRC, B_SC, B_GOFF, B_RSS, B_CHECK, B_HOT, B_COUNT };
 
 struct cuda_state {
-    int device;
-    cudaStream_t stream;
+    int device, sms;
+    cudaStream_t stream, hstream; // the collection's stream; the hot rows' beside it
+    cudaEvent_t sorted, hot_done; // the entries are sorted (stream); the hot rows are updated (hstream)
     unsigned char *slab;
     size_t slab_bytes;
     float *state;
@@ -91,11 +99,13 @@ struct cuda_state {
     dtab *htabs, *sent;     // host [T]: this call's descriptors, the ones on the device
     int32_t *ftab, *fcol;   // device [F]
     ember__optim_step *steps; // device [T]
-    ember__optim_step *hsteps; // host [T]
+    ember__optim_step *hsteps; // host [T], pinned
+    dctl *hctl;             // host, pinned: a call's control block, back from the device
     dbuf buf[B_COUNT];
     int warps_per_block;    // of the row-update kernels (shared memory: two rows per warp)
+    int upd_blocks;         // their grid: as many blocks as the device holds at once
     size_t smem_per_warp;
-    int hot_blocks, hot_chunk; // the hot-row kernel: its grid, entries staged per round
+    int hot_blocks, hot_chunk; // the hot-row kernel: its grid, entries per buffer
     size_t hot_smem;
 };
 
@@ -213,13 +223,13 @@ __device__ inline void load4(const dtab &t, const unsigned char *row, int c, int
     }
 }
 
-__device__ inline void note(dcheck *ck, int what, unsigned long long where) {
+__device__ inline void note(dctl *ck, int what, unsigned long long where) {
     atomicOr(&ck->bits, 1u << what);
-    atomicMin(&ck->first[what], where);
+    atomicMax(&ck->firstc[what], ~where);
 }
 
 // The row an id reads (-1: none), by the batch's mode (IDS_*).
-__device__ inline int64_t row_of(int64_t id, const dtab &t, int kb, int mode, dcheck *ck, int64_t bag) {
+__device__ inline int64_t row_of(int64_t id, const dtab &t, int kb, int mode, dctl *ck, int64_t bag) {
     if (mode == IDS_ROWS || (id >= 0 && id < t.rows)) return id;
     if (mode == IDS_CHECK && kb == EMBER_BOUNDS_ERROR) {
         note(ck, CK_RANGE, (unsigned long long)bag);
@@ -230,7 +240,7 @@ __device__ inline int64_t row_of(int64_t id, const dtab &t, int kb, int mode, dc
 
 // The ids of a bag, [*j0, *j1); false (and noted) when a device call's offsets are not a prefix
 // sum from 0 to nnz there.
-__device__ inline bool bag_range(const dbatch &b, int64_t bag, int64_t nbags, int mode, dcheck *ck, int64_t *j0,
+__device__ inline bool bag_range(const dbatch &b, int64_t bag, int64_t nbags, int mode, dctl *ck, int64_t *j0,
                                  int64_t *j1) {
     *j0 = b.offsets[bag];
     *j1 = b.offsets[bag + 1];
@@ -243,7 +253,7 @@ __device__ inline bool bag_range(const dbatch &b, int64_t bag, int64_t nbags, in
 }
 
 // A device call's weight of position j (noted when not finite).
-__device__ inline float weight_at(const dbatch &b, int64_t j, int mode, dcheck *ck, int64_t bag) {
+__device__ inline float weight_at(const dbatch &b, int64_t j, int mode, dctl *ck, int64_t bag) {
     const float w = b.weights[j];
     if (mode == IDS_CHECK && !isfinite(w)) note(ck, CK_WEIGHT, (unsigned long long)bag);
     return w;
@@ -251,21 +261,84 @@ __device__ inline float weight_at(const dbatch &b, int64_t j, int mode, dcheck *
 
 // ---- forward --------------------------------------------------------------------------------------
 
-// TPB lanes per bag, each lane 4 columns at a time; ids in bag order, 4 row loads in flight.
-template <int TPB>
-__global__ void k_pool(const dtab *tabs, const int32_t *ftab, const int32_t *fcol, dbatch b, int64_t nbags,
-                       int32_t out_dim, int kb, int mode, dcheck *ck, float *out) {
-    const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int64_t bag = gt / TPB;
-    const int lane = (int)(gt % TPB);
-    if (bag >= nbags) return;
-    const int32_t B = b.batch_size, f = (int32_t)(bag / B), bi = (int32_t)(bag % B);
-    const dtab &t = tabs[ftab[f]];
-    float *o = out + (int64_t)bi * out_dim + fcol[f];
-    int64_t j0, j1;
-    if (!bag_range(b, bag, nbags, mode, ck, &j0, &j1)) return;
+// A bag pooled by `tpb` lanes, lane l taking columns [V l, V l + V), then V tpb further on: one
+// 16-byte load of each row a lane reads (V = 4 fp32 or 8 16-bit columns; the table's rows are
+// 16-byte multiples), U rows in flight, each output column summed in bag order by one lane.
+// DT: the table's dtype; W: weighted; PLAIN: the ids are rows (no bounds to resolve, nothing to
+// check).
+template <int DT, bool W, bool PLAIN>
+__device__ void pool_vec(const dtab &t, const dbatch &b, int64_t bag, int64_t j0, int64_t j1, int lane, int tpb, int kb,
+                         int mode, dctl *ck, float *o) {
+    constexpr int V = DT == EMBER_DTYPE_F32 ? 4 : 8, ES = DT == EMBER_DTYPE_F32 ? 4 : 2, U = 8;
+    const unsigned char *w = t.w;
+    const int64_t rb = t.row_bytes;
     const int D = t.dim;
-    for (int c = lane * 4; c < D; c += TPB * 4) {
+    const bool mean = t.pooling == EMBER_POOL_MEAN, oal = ((uintptr_t)o & 15) == 0;
+    for (int c = lane * V; c < D; c += tpb * V) {
+        float acc[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) acc[k] = 0.0f;
+        int64_t kept = 0;
+        for (int64_t j = j0; j < j1; j += U) {
+            int64_t r[U];
+            uint4 raw[U];
+            float wt[U];
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                r[q] = -1;
+                if (j + q < j1) r[q] = PLAIN ? __ldg(&b.values[j + q]) : row_of(b.values[j + q], t, kb, mode, ck, bag);
+            }
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                raw[q] = make_uint4(0u, 0u, 0u, 0u);
+                wt[q] = 0.0f;
+                if (r[q] >= 0) {
+                    raw[q] = __ldg((const uint4 *)(w + r[q] * rb + (int64_t)c * ES));
+                    if (W) wt[q] = PLAIN ? __ldg(&b.weights[j + q]) : weight_at(b, j + q, mode, ck, bag);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < U; q++) {
+                if (r[q] < 0) continue;
+                kept++;
+                float x[V];
+                const uint32_t u4[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    if (DT == EMBER_DTYPE_F32) {
+                        x[k] = __uint_as_float(u4[k]);
+                    } else {
+                        const uint16_t lo = (uint16_t)(u4[k] & 0xffffu), hi = (uint16_t)(u4[k] >> 16);
+                        x[2 * k] = DT == EMBER_DTYPE_BF16 ? ember__bf16_to_f32(lo) : ember__f16_to_f32(lo);
+                        x[2 * k + 1] = DT == EMBER_DTYPE_BF16 ? ember__bf16_to_f32(hi) : ember__f16_to_f32(hi);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < V; k++) acc[k] = W ? acc[k] + wt[q] * x[k] : acc[k] + x[k];
+            }
+        }
+        // MEAN divides by the ids kept; an empty bag stays 0.
+        if (mean && kept > 0) {
+            const float inv = 1.0f / (float)kept;
+#pragma unroll
+            for (int k = 0; k < V; k++) acc[k] = acc[k] * inv;
+        }
+        if (oal) {
+#pragma unroll
+            for (int k = 0; k < V; k += 4) *(float4 *)(o + c + k) = make_float4(acc[k], acc[k + 1], acc[k + 2], acc[k + 3]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) o[c + k] = acc[k];
+        }
+    }
+}
+
+// A bag of a table whose rows are not 16-byte multiples: lanes of 4 columns, loads as the row
+// allows, 4 rows in flight.
+__device__ void pool_any(const dtab &t, const dbatch &b, int64_t bag, int64_t j0, int64_t j1, int lane, int tpb, int kb,
+                         int mode, dctl *ck, float *o) {
+    const int D = t.dim;
+    for (int c = lane * 4; c < D; c += tpb * 4) {
         const int n = D - c < 4 ? D - c : 4;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         int64_t kept = 0;
@@ -302,23 +375,43 @@ __global__ void k_pool(const dtab *tabs, const int32_t *ftab, const int32_t *fco
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[k] = b.weights ? acc[k] + wj * x[k] : acc[k] + x[k];
         }
-        // MEAN divides by the ids kept; an empty bag stays 0.
         if (t.pooling == EMBER_POOL_MEAN && kept > 0) {
             const float inv = 1.0f / (float)kept;
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[k] = acc[k] * inv;
         }
-        if (n == 4 && ((uintptr_t)(o + c) & 15) == 0) {
-            *(float4 *)(o + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        } else {
-            for (int k = 0; k < n; k++) o[c + k] = acc[k];
-        }
+        for (int k = 0; k < n; k++) o[c + k] = acc[k];
+    }
+}
+
+// 2^lb lanes per bag (the widest table's row in 16-byte pieces, at most 32); each bag by its
+// table's dtype and alignment.
+template <bool W, bool PLAIN>
+__global__ void __launch_bounds__(256, 3) k_pool(const dtab *tabs, const int32_t *ftab, const int32_t *fcol, dbatch b, int64_t nbags,
+                       int32_t out_dim, int lb, int kb, int mode, dctl *ck, float *out) {
+    const int64_t gt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t bag = gt >> lb;
+    const int tpb = 1 << lb, lane = (int)(gt & (tpb - 1));
+    if (bag >= nbags) return;
+    const int32_t B = b.batch_size, f = (int32_t)(bag / B), bi = (int32_t)(bag % B);
+    const dtab &t = tabs[ftab[f]];
+    float *o = out + (int64_t)bi * out_dim + fcol[f];
+    int64_t j0, j1;
+    if (!bag_range(b, bag, nbags, mode, ck, &j0, &j1)) return;
+    if (t.row_bytes & 15) {
+        pool_any(t, b, bag, j0, j1, lane, tpb, kb, mode, ck, o);
+        return;
+    }
+    switch (t.dtype) {
+    case EMBER_DTYPE_F32: pool_vec<EMBER_DTYPE_F32, W, PLAIN>(t, b, bag, j0, j1, lane, tpb, kb, mode, ck, o); break;
+    case EMBER_DTYPE_BF16: pool_vec<EMBER_DTYPE_BF16, W, PLAIN>(t, b, bag, j0, j1, lane, tpb, kb, mode, ck, o); break;
+    default: pool_vec<EMBER_DTYPE_F16, W, PLAIN>(t, b, bag, j0, j1, lane, tpb, kb, mode, ck, o); break;
     }
 }
 
 // Sequence (NONE) tables: output row j is E[id_j] (times w_j), zeros for a dropped id.
 __global__ void k_sequence(const dtab *tabs, const int32_t *ftab, dbatch b, int64_t nbags, int32_t D,
-                           int kb, int mode, dcheck *ck, float *out) {
+                           int kb, int mode, dctl *ck, float *out) {
     const int64_t bag = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (bag >= nbags) return;
@@ -341,45 +434,53 @@ __global__ void k_sequence(const dtab *tabs, const int32_t *ftab, dbatch b, int6
 }
 
 // ---- backward: entries, sort, segments -------------------------------------------------------------
+// 32-bit sort keys (key_base + row; the collection has fewer than 2^32 - 1 rows in all) and items
+// (a position or a bag; fewer than 2^31 of each): half the bytes of 64-bit ones through the sort.
 
-// One thread per bag: the sort key (key_base + row, or `sentinel` for a dropped id) and the
-// gradient source of each of its ids, the bag's MEAN scale, and (weighted) the bag of each id.
+// A warp per bag, a lane per id: the sort key (or `sentinel` for a dropped id) and the item of
+// each id, the bag's MEAN scale, and (weighted) the bag of each id.
 __global__ void k_entries(const dtab *tabs, const int32_t *ftab, dbatch b, int64_t nbags, int kb, int mode,
-                          dcheck *ck, int item_is_bag, unsigned long long sentinel, unsigned long long *key,
-                          int64_t *item, float *bag_c, int64_t *bag_of) {
-    const int64_t bag = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+                          dctl *ck, int item_is_bag, uint32_t sentinel, uint32_t *key, int32_t *item, float *bag_c,
+                          int32_t *bag_of) {
+    const int64_t bag = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
     if (bag >= nbags) return;
     const dtab &t = tabs[ftab[bag / b.batch_size]];
-    int64_t kept = 0, j0, j1;
+    int64_t j0, j1;
     if (!bag_range(b, bag, nbags, mode, ck, &j0, &j1)) return;
-    for (int64_t j = j0; j < j1; j++) {
-        if (b.weights) (void)weight_at(b, j, mode, ck, bag);
-        const int64_t r = row_of(b.values[j], t, kb, mode, ck, bag);
-        key[j] = r < 0 ? sentinel : (unsigned long long)(t.key_base + r);
-        item[j] = item_is_bag ? bag : j;
-        kept += r >= 0;
-        if (bag_of) bag_of[j] = bag;
+    const int64_t base = t.key_base;
+    int64_t kept = 0;
+    for (int64_t j00 = j0; j00 < j1; j00 += 32) {
+        const int64_t j = j00 + lane;
+        int64_t r = -1;
+        if (j < j1) {
+            if (b.weights) (void)weight_at(b, j, mode, ck, bag);
+            r = row_of(b.values[j], t, kb, mode, ck, bag);
+            key[j] = r < 0 ? sentinel : (uint32_t)(base + r);
+            item[j] = (int32_t)(item_is_bag ? bag : j);
+            if (bag_of) bag_of[j] = (int32_t)bag;
+        }
+        kept += __popc(__ballot_sync(FULL, r >= 0));
     }
-    bag_c[bag] = t.pooling == EMBER_POOL_MEAN && kept > 0 ? 1.0f / (float)kept : 1.0f;
+    if (lane == 0) bag_c[bag] = t.pooling == EMBER_POOL_MEAN && kept > 0 ? 1.0f / (float)kept : 1.0f;
 }
 
 // The number of runs that are rows (the sentinel's run, last when present, is not).
-__global__ void k_rows_runs(const unsigned long long *ukey, const int64_t *nruns, unsigned long long sentinel,
-                            int64_t *u) {
-    const int64_t n = *nruns;
-    *u = n > 0 && ukey[n - 1] == sentinel ? n - 1 : n;
+__global__ void k_rows_runs(const uint32_t *ukey, const int32_t *nruns, uint32_t sentinel, dctl *ctl) {
+    const int32_t n = *nruns;
+    ctl->u = n > 0 && ukey[n - 1] == sentinel ? n - 1 : n;
 }
 
 // Where the segments are, for the row-update kernels.
 struct segs {
-    const unsigned long long *key; // [m] sorted keys
-    const int64_t *item;           // [m]
-    const int64_t *seg;            // [u+1]
-    const float *bag_c;
-    const int64_t *bag_of;         // weighted pooled: bag of each position
-    const float *weights;          // the KJT's, or NULL
+    const uint32_t *key;  // [m] sorted keys
+    const int32_t *item;  // [m] sorted items
+    const int32_t *seg;   // [u+1] first entry of each segment
+    const int64_t *src;   // [m] each sorted entry's dL/dy row: its float offset in grad_out
+    const float *sc;      // [m] and its scale (the entry's c_bag, times its weight when weighted)
+    const float *bag_c;   // [F*B]
     const int32_t *fcol;
-    int32_t B, out_dim, kind;      // kind: enum ember__item_kind
+    int32_t B, out_dim, kind; // kind: enum ember__item_kind
 };
 
 // Table of a key: the last table whose key_base <= key.
@@ -393,25 +494,28 @@ __device__ inline int32_t table_of_key(const dtab *tabs, int32_t T, unsigned lon
     return lo;
 }
 
-// Entry e's dL/dy row and scale (ember__entry_grad's rule).
-__device__ inline const float *entry_grad(const segs &s, const float *grad, int64_t e, float *sc) {
+// Each sorted entry's dL/dy row and scale (ember__entry_grad's rule), once, for every kernel
+// that sums the entries: a bag's slice of dL/dy scaled by c_bag (times the id's weight), or a
+// sequence position's row (times its weight).
+__global__ void k_sources(segs s, const int32_t *bag_of, const float *weights, int64_t m, const dctl *ctl,
+                          int64_t *src, float *sc) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= m || ctl->bits) return; // a device call's checks found something: the items may be unset
     const int64_t it = s.item[e];
     if (s.kind == EMBER__ITEM_BAG) {
-        *sc = s.bag_c[it];
-        return grad + (it % s.B) * s.out_dim + s.fcol[it / s.B];
+        sc[e] = s.bag_c[it];
+        src[e] = (it % s.B) * s.out_dim + s.fcol[it / s.B];
+    } else if (s.kind == EMBER__ITEM_POS_POOLED) {
+        const int64_t bag = bag_of[it];
+        sc[e] = weights[it] * s.bag_c[bag];
+        src[e] = (bag % s.B) * s.out_dim + s.fcol[bag / s.B];
+    } else {
+        sc[e] = weights ? weights[it] : 1.0f;
+        src[e] = it * s.out_dim;
     }
-    if (s.kind == EMBER__ITEM_POS_POOLED) {
-        const int64_t bag = s.bag_of[it];
-        *sc = s.weights[it] * s.bag_c[bag];
-        return grad + (bag % s.B) * s.out_dim + s.fcol[bag / s.B];
-    }
-    *sc = s.weights ? s.weights[it] : 1.0f;
-    return grad + it * s.out_dim;
 }
 
 // ---- the optimizers, one warp per row (cpu/optim_rows.h, operation for operation) -------------------
-
-#define FULL 0xffffffffu
 
 // sum_d a[d] * b[d] in ember__sum16's order, on every lane.
 __device__ inline float dot16(const float *a, const float *b, int D, int lane) {
@@ -473,7 +577,7 @@ __device__ inline void partial_rowwise_moments(const dtab &t, const ember__optim
 
 // optim_row: the generic L2 step unless the optimizer decays inside its formula, then the update.
 // w and g are the warp's shared rows; every lane calls it.
-__device__ void optim_row(const dtab &t, const ember__optim_step &st, int64_t row, float *w, float *g, int lane) {
+__device__ __forceinline__ void optim_row(const dtab &t, const ember__optim_step &st, int64_t row, float *w, float *g, int lane) {
     const ember_optim_config &o = t.o;
     const int D = t.dim;
     const float lr = o.lr, wd = o.weight_decay;
@@ -530,15 +634,15 @@ __device__ void optim_row(const dtab &t, const ember__optim_step &st, int64_t ro
     __syncwarp();
 }
 
-// One warp per row: the row's gradient (summed from its segment's entries in position order, or
-// given), the optimizer, the store (16-bit: nearest or stochastic, as update_row).
 // The optimizer step of `row` of table t with gradient g (the warp's shared rows g and w, every
-// lane calls it), then the store: fp32 as is, 16-bit rounded to nearest or stochastically (the
-// cpu's update_row).
-__device__ void update_row(const dtab &t, const ember__optim_step &st, int64_t row, float *g, float *w, int lane) {
+// lane calls it; w holds the row's stored values already when `loaded`), then the store: fp32 as
+// is, 16-bit rounded to nearest or stochastically (the cpu's update_row).
+__device__ __forceinline__ void update_row(const dtab &t, const ember__optim_step &st, int64_t row, float *g, float *w,
+                                           int lane, bool loaded) {
     const int D = t.dim;
     unsigned char *p = t.w + row * t.row_bytes;
-    for (int d = lane; d < D; d += 32) w[d] = load_one(t, p, d);
+    if (!loaded)
+        for (int d = lane; d < D; d += 32) w[d] = load_one(t, p, d);
     optim_row(t, st, row, w, g, lane);
     if (t.dtype == EMBER_DTYPE_F32) {
         for (int d = lane; d < D; d += 32) ((float *)p)[d] = w[d];
@@ -553,111 +657,199 @@ __device__ void update_row(const dtab &t, const ember__optim_step &st, int64_t r
     }
 }
 
-// Segments longer than this go to the hot-row kernel (k_update_hot).
+// Segments longer than this go to the hot-row kernel (k_update_hot); longer than VERY_HOT_ENTRIES,
+// to the front of its queue.
 #define HOT_ENTRIES 64
+#define VERY_HOT_ENTRIES 4096
 
-// One warp per row: the row's gradient (summed from its segment's entries in position order, or
-// given), then update_row. Segments of more than HOT_ENTRIES entries are left to k_update_hot.
-template <bool GIVEN>
-__global__ void k_update(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const float *grad,
-                         const unsigned long long *gkey, const int64_t *goff, const float *rss, int64_t u,
-                         int32_t max_dim) {
-    extern __shared__ float smem[];
-    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + wib;
-    if (k >= u) return;
-    if (!GIVEN && s.seg[k + 1] - s.seg[k] > HOT_ENTRIES) return;
-    float *g = smem + (size_t)wib * 2 * (size_t)max_dim, *w = g + max_dim;
-    const unsigned long long key = GIVEN ? gkey[k] : s.key[s.seg[k]];
-    const int32_t ti = table_of_key(tabs, T, key);
-    const dtab &t = tabs[ti];
-    const int D = t.dim;
-    if (GIVEN) {
-        for (int d = lane; d < D; d += 32) g[d] = grad[goff[k] + d];
-    } else {
-        for (int d = lane; d < D; d += 32) g[d] = 0.0f;
-        // Four entries' sources found before their adds (a shorter chain of dependent loads);
-        // the adds stay in position order.
-        const int64_t e1 = s.seg[k + 1];
-        for (int64_t e = s.seg[k]; e < e1; e += 4) {
-            const int n = e1 - e < 4 ? (int)(e1 - e) : 4;
-            const float *go[4];
-            float sc[4];
+// g[d] = sum over entries [e0, e1) of sc_e * dL/dy_e[d] in entry order, for the warp's columns:
+// lane l takes columns [4 l, 4 l + 4) + 128 i, four entries' rows in flight, each row read with
+// one 16-byte load where its columns are 16-byte aligned. Every column's sum is the cpu's: from
+// +0, one rounded product and one rounded add per entry, in position order. With a table `t`,
+// the row's stored values (`row` of t) go into w with the same loads in flight.
+__device__ inline void sum_entries(const segs &s, const float *grad, int64_t e0, int64_t e1, int D, int lane, float *g,
+                                   const dtab *t = NULL, int64_t row = 0, float *w = NULL) {
+    const bool gal = ((uintptr_t)grad & 15) == 0;
+    for (int c = lane * 4; c < D; c += 128) {
+        const int n = D - c < 4 ? D - c : 4;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wv[4];
+        if (t) load4(*t, t->w + row * t->row_bytes, c, n, wv);
+        for (int64_t e = e0; e < e1; e += 4) {
+            float v[4][4], sc[4];
 #pragma unroll
-            for (int q = 0; q < 4; q++)
-                if (q < n) go[q] = entry_grad(s, grad, e + q, &sc[q]);
-            for (int d = lane; d < D; d += 32) {
-                float v[4];
+            for (int q = 0; q < 4; q++) {
+                sc[q] = 0.0f;
+                v[q][0] = v[q][1] = v[q][2] = v[q][3] = 0.0f;
+                if (e + q >= e1) continue;
+                const int64_t o = s.src[e + q] + c;
+                sc[q] = s.sc[e + q];
+                if (n == 4 && gal && (o & 3) == 0) {
+                    const float4 x = *(const float4 *)(grad + o);
+                    v[q][0] = x.x, v[q][1] = x.y, v[q][2] = x.z, v[q][3] = x.w;
+                } else {
+                    for (int k = 0; k < n; k++) v[q][k] = grad[o + k];
+                }
+            }
 #pragma unroll
-                for (int q = 0; q < 4; q++)
-                    if (q < n) v[q] = go[q][d];
-                float acc = g[d];
+            for (int q = 0; q < 4; q++) {
+                if (e + q >= e1) break;
 #pragma unroll
-                for (int q = 0; q < 4; q++)
-                    if (q < n) acc = acc + sc[q] * v[q];
-                g[d] = acc;
+                for (int k = 0; k < 4; k++) acc[k] = acc[k] + sc[q] * v[q][k];
             }
         }
+        for (int k = 0; k < n; k++) g[c + k] = acc[k];
+        if (t)
+            for (int k = 0; k < n; k++) w[c + k] = wv[k];
     }
-    ember__optim_step st = steps[ti];
-    if (GIVEN && rss && rss[k] >= 0.0f) st.row_sumsq = rss[k];
-    update_row(t, st, (int64_t)(key - (unsigned long long)t.key_base), g, w, lane);
+    __syncwarp(); // the optimizer reads the columns other lanes wrote
 }
 
-// The hot-row kernel's shared memory: g, w [max_dim], prod [chunk * max_dim], msc [chunk] floats
-// (an even count), then moff [chunk] int64.
-__host__ __device__ inline size_t hot_floats(int32_t max_dim, int32_t chunk) {
-    const size_t n = (size_t)2 * (size_t)max_dim + (size_t)chunk * (size_t)max_dim + (size_t)chunk;
-    return n + (n & 1);
-}
-
-// The segments longer than HOT_ENTRIES (hot rows), in any order: the list's order only says which
-// block takes which row.
-__global__ void k_hot_list(const int64_t *seg, int64_t u, int64_t *hot, unsigned long long *nhot) {
-    const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (k < u && seg[k + 1] - seg[k] > HOT_ENTRIES) hot[atomicAdd(nhot, 1ull)] = k;
-}
-
-// A block per hot row, for long segments (Zipf's head: tens of thousands of entries): the block's
-// threads find `chunk` entries' sources, then fetch their scaled gradient rows (sc_j * dL/dy_j,
-// the cpu's product) into shared memory together, then one thread per column adds them in
-// position order: the cpu's sum, with many loads in flight instead of one entry at a time. Warp 0
-// then updates the row.
-__global__ void k_update_hot(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const float *grad,
-                             const int64_t *hot, const unsigned long long *nhot, int32_t max_dim, int32_t chunk) {
+// One warp per row (a grid-stride loop over the rows): the row's gradient (summed from its
+// segment's entries, or given) and its stored values, then update_row. Segments of more than
+// HOT_ENTRIES entries are left to k_update_hot. The next row's segment and key are loaded while
+// this one is updated (a shorter chain of dependent loads per row). The sorted path reads its row
+// count from the control block and does nothing when a device call's checks found something.
+template <bool GIVEN>
+__global__ void __launch_bounds__(256, 4)
+    k_update(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const float *grad,
+             const unsigned long long *gkey, const int64_t *goff, const float *rss, int64_t n, const dctl *ctl,
+             int32_t max_dim) {
     extern __shared__ float smem[];
-    float *g = smem, *w = g + max_dim, *prod = w + max_dim, *msc = prod + (size_t)chunk * (size_t)max_dim;
-    int64_t *moff = (int64_t *)(void *)(smem + hot_floats(max_dim, chunk)); // 8-byte aligned
-    const int tid = threadIdx.x, nth = blockDim.x;
-    const int64_t n = (int64_t)*nhot;
-    for (int64_t h = blockIdx.x; h < n; h += gridDim.x) {
-        const int64_t k = hot[h], e0 = s.seg[k], e1 = s.seg[k + 1];
-        const unsigned long long key = s.key[e0];
+    if (!GIVEN && ctl->bits) return;
+    const int64_t u = GIVEN ? n : ctl->u;
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *g = smem + (size_t)wib * 2 * (size_t)max_dim, *w = g + max_dim;
+    const int64_t stride = (int64_t)gridDim.x * (blockDim.x / 32);
+    int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + wib, e0n = 0, e1n = 0;
+    unsigned long long keyn = 0;
+    if (k < u) {
+        if (!GIVEN) e0n = s.seg[k], e1n = s.seg[k + 1];
+        keyn = GIVEN ? gkey[k] : s.key[e0n];
+    }
+    for (; k < u; k += stride) {
+        const int64_t e0 = e0n, e1 = e1n, kn = k + stride;
+        const unsigned long long key = keyn;
+        if (!GIVEN && kn < u) e0n = s.seg[kn], e1n = s.seg[kn + 1];
+        if (!GIVEN && e1 - e0 > HOT_ENTRIES) {
+            if (kn < u) keyn = s.key[e0n];
+            continue;
+        }
         const int32_t ti = table_of_key(tabs, T, key);
         const dtab &t = tabs[ti];
+        const int64_t row = (int64_t)(key - (unsigned long long)t.key_base);
+        const int D = t.dim;
+        if (GIVEN) {
+            for (int d = lane; d < D; d += 32) g[d] = grad[goff[k] + d];
+        } else {
+            sum_entries(s, grad, e0, e1, D, lane, g, &t, row, w);
+        }
+        if (kn < u) keyn = GIVEN ? gkey[kn] : s.key[e0n];
+        ember__optim_step st = steps[ti];
+        if (GIVEN && rss && rss[k] >= 0.0f) st.row_sumsq = rss[k];
+        update_row(t, st, row, g, w, lane, !GIVEN);
+        __syncwarp(); // g and w are the next row's
+    }
+}
+
+// The segments longer than HOT_ENTRIES (hot rows): the very hot ones from the front of `hot`,
+// the others from its back (u slots), so that blocks take the longest rows first. Which block
+// takes which row never changes a result.
+__global__ void k_hot_list(const int32_t *seg, dctl *ctl, int32_t *hot) {
+    if (ctl->bits) return;
+    const int64_t u = ctl->u;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < u; k += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t n = seg[k + 1] - seg[k];
+        if (n > VERY_HOT_ENTRIES) hot[atomicAdd(&ctl->nvhot, 1ull)] = (int32_t)k;
+        else if (n > HOT_ENTRIES) hot[u - 1 - (int64_t)atomicAdd(&ctl->nhot, 1ull)] = (int32_t)k;
+    }
+}
+
+// The hot-row kernel's shared memory in floats: g, w [max_dim], then two buffers of `chunk`
+// gradient rows [chunk * max_dim] and two of their scales [chunk]; the buffers start 16-byte
+// aligned (the copies of 16-byte aligned rows are 16 bytes).
+__host__ __device__ inline size_t round4(size_t n) { return (n + 3) & ~(size_t)3; }
+__host__ __device__ inline size_t hot_rows_at(int32_t max_dim) { return round4((size_t)2 * (size_t)max_dim); }
+__host__ __device__ inline size_t hot_buf_floats(int32_t max_dim, int32_t chunk) {
+    return round4((size_t)chunk * (size_t)max_dim);
+}
+__host__ __device__ inline size_t hot_floats(int32_t max_dim, int32_t chunk) {
+    return hot_rows_at(max_dim) + 2 * hot_buf_floats(max_dim, chunk) + (size_t)2 * (size_t)chunk;
+}
+
+// Starts copying (cp.async, one commit group) the `m` sorted entries from c0 on: their gradient
+// rows into xb (row i at xb + i D), their scales into sb. A warp per row; 16-byte copies where the
+// row's columns are 16-byte aligned. m <= 32 x (warps of the block).
+__device__ inline void hot_stage(const segs &s, const float *grad, int64_t c0, int m, int D, float *xb, float *sb) {
+    const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32, nw = blockDim.x / 32;
+    for (int i = tid; i < m; i += blockDim.x) __pipeline_memcpy_async(sb + i, s.sc + c0 + i, sizeof(float));
+    // Lane q of warp wid holds the source of the warp's q-th row (wid + q nw): one round of loads.
+    const int i_mine = wid + nw * lane;
+    const int64_t mine = i_mine < m ? s.src[c0 + i_mine] : 0;
+    const bool gal = ((uintptr_t)grad & 15) == 0 && (D & 3) == 0;
+    for (int q = 0; q < 32; q++) {
+        const int i = wid + nw * q;
+        if (i >= m) break;
+        const int64_t o = __shfl_sync(FULL, mine, q);
+        const float *from = grad + o;
+        float *to = xb + (size_t)i * (size_t)D;
+        if (gal && (o & 3) == 0) {
+            for (int p = lane * 4; p < D; p += 128) __pipeline_memcpy_async(to + p, from + p, 16);
+        } else {
+            for (int p = lane; p < D; p += 32) __pipeline_memcpy_async(to + p, from + p, sizeof(float));
+        }
+    }
+    __pipeline_commit();
+}
+
+// A block per hot row, longest rows first (Zipf's head: tens of thousands of entries on one row).
+// The entries' scaled gradient rows are summed by one thread per column in position order (the
+// cpu's sum: the chain of dependent adds is the floor), while the next chunk of rows is already
+// being copied into the other of two shared-memory buffers (cp.async). Warp 0 then updates the
+// row. Runs on a stream of its own beside k_update, the blocks taking rows from a queue.
+__global__ void k_update_hot(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const float *grad,
+                             const int32_t *hot, dctl *ctl, int32_t max_dim, int32_t chunk) {
+    extern __shared__ float4 smem4[];
+    __shared__ int64_t cur;
+    if (ctl->bits) return;
+    const size_t bstride = hot_buf_floats(max_dim, chunk);
+    float *g = (float *)smem4, *w = g + max_dim, *buf = g + hot_rows_at(max_dim), *scb = buf + 2 * bstride;
+    const int tid = threadIdx.x, nth = blockDim.x;
+    const int64_t u = ctl->u, nvhot = (int64_t)ctl->nvhot, nhot = nvhot + (int64_t)ctl->nhot;
+    for (;;) {
+        if (tid == 0) cur = (int64_t)atomicAdd(&ctl->next, 1ull);
+        __syncthreads();
+        const int64_t h = cur;
+        __syncthreads(); // cur is read before thread 0 takes the next
+        if (h >= nhot) break;
+        const int64_t k = h < nvhot ? hot[h] : hot[u - 1 - (h - nvhot)];
+        const int64_t e0 = s.seg[k], e1 = s.seg[k + 1], nchunks = (e1 - e0 + chunk - 1) / chunk;
+        const uint32_t key = s.key[e0];
+        const int32_t ti = table_of_key(tabs, T, key);
+        const dtab t = tabs[ti];
         const int D = t.dim;
         for (int d = tid; d < D; d += nth) g[d] = 0.0f;
-        for (int64_t c0 = e0; c0 < e1; c0 += chunk) {
-            const int m = e1 - c0 < chunk ? (int)(e1 - c0) : chunk;
-            __syncthreads(); // the previous chunk is summed
-            for (int i = tid; i < m; i += nth) { // each entry's source, once
-                float sc;
-                moff[i] = entry_grad(s, grad, c0 + i, &sc) - grad;
-                msc[i] = sc;
+        hot_stage(s, grad, e0, e1 - e0 < chunk ? (int)(e1 - e0) : chunk, D, buf, scb);
+        for (int64_t c = 0; c < nchunks; c++) {
+            const int64_t c0 = e0 + c * chunk, c1 = c0 + chunk;
+            const int m = e1 - c0 < chunk ? (int)(e1 - c0) : chunk, slot = (int)(c & 1);
+            if (c + 1 < nchunks) {
+                hot_stage(s, grad, c1, e1 - c1 < chunk ? (int)(e1 - c1) : chunk, D, buf + (slot ^ 1) * bstride,
+                          scb + (size_t)(slot ^ 1) * chunk);
+                __pipeline_wait_prior(1); // this thread's copies of chunk c are done
+            } else {
+                __pipeline_wait_prior(0);
             }
-            __syncthreads();
-#pragma unroll 4
-            for (int i = tid; i < m * D; i += nth) prod[i] = msc[i / D] * grad[moff[i / D] + i % D];
-            __syncthreads();
+            __syncthreads(); // and every thread's
+            const float *xb = buf + slot * bstride, *sb = scb + (size_t)slot * chunk;
             for (int d = tid; d < D; d += nth) {
                 float acc = g[d];
 #pragma unroll 8
-                for (int i = 0; i < m; i++) acc = acc + prod[i * D + d];
+                for (int i = 0; i < m; i++) acc = acc + sb[i] * xb[(size_t)i * D + d];
                 g[d] = acc;
             }
+            __syncthreads(); // the buffer is free for chunk c + 2
         }
-        __syncthreads();
-        if (tid < 32) update_row(t, steps[ti], (int64_t)(key - (unsigned long long)t.key_base), g, w, tid);
+        if (tid < 32) update_row(t, steps[ti], (int64_t)(key - (uint32_t)t.key_base), g, w, tid, false);
         __syncthreads();
     }
 }
@@ -669,16 +861,7 @@ __global__ void k_reduce(const dtab *tabs, int32_t T, segs s, const float *grad,
     const int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (k >= u) return;
     const dtab &t = tabs[table_of_key(tabs, T, s.key[s.seg[k]])];
-    float *g = out + goff[k];
-    for (int d = lane; d < t.dim; d += 32) {
-        float acc = 0.0f;
-        for (int64_t e = s.seg[k]; e < s.seg[k + 1]; e++) {
-            float sc;
-            const float *go = entry_grad(s, grad, e, &sc);
-            acc = acc + sc * go[d];
-        }
-        g[d] = acc;
-    }
+    sum_entries(s, grad, s.seg[k], s.seg[k + 1], t.dim, lane, out + goff[k]);
 }
 
 // dL/dw_j = c_bag * <dL/dy, E[id_j]> with the weights before the update (one thread per bag,
@@ -726,13 +909,13 @@ __global__ void k_row_sumsq(const dtab *tabs, int32_t T, const unsigned long lon
 }
 
 // A device call's dL/dy: the first element that is not finite.
-__global__ void k_check_finite(const float *x, int64_t n, dcheck *ck) {
+__global__ void k_check_finite(const float *x, int64_t n, dctl *ck) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         if (!isfinite(x[i])) note(ck, CK_GRAD, (unsigned long long)i);
 }
 
 // The key of each segment's row.
-__global__ void k_seg_keys(const unsigned long long *key, const int64_t *seg, int64_t u, unsigned long long *out) {
+__global__ void k_seg_keys(const uint32_t *key, const int32_t *seg, int64_t u, unsigned long long *out) {
     const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k < u) out[k] = key[seg[k]];
 }
@@ -773,9 +956,13 @@ void cuda_free(ember_ebc *ebc) {
     cudaFree(c->fcol);
     cudaFree(c->steps);
     if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->hstream) cudaStreamDestroy(c->hstream);
+    if (c->sorted) cudaEventDestroy(c->sorted);
+    if (c->hot_done) cudaEventDestroy(c->hot_done);
+    cudaFreeHost(c->hsteps);
+    cudaFreeHost(c->hctl);
     ember__free(ebc->ctx, c->htabs);
     ember__free(ebc->ctx, c->sent);
-    ember__free(ebc->ctx, c->hsteps);
     ember__free(ebc->ctx, c);
     ebc->bs = NULL;
 }
@@ -790,16 +977,25 @@ ember_status cuda_alloc(ember_ebc *ebc) {
     EMBER_CHECK(ctx, (size_t)ebc->max_dim * 3 * sizeof(float) <= 200 * 1024, EMBER_ERR_UNSUPPORTED,
                 "ember_ebc_create: backend cuda: dim %d is wider than the row-update kernels hold (17066)",
                 (int)ebc->max_dim);
+    // 32-bit sort keys: every row's key and the dropped ids' sentinel (total_keys) below 2^32.
+    EMBER_CHECK(ctx, ebc->total_keys <= (int64_t)UINT32_MAX, EMBER_ERR_UNSUPPORTED,
+                "ember_ebc_create: backend cuda: %lld rows in all (at most 2^32 - 1)", (long long)ebc->total_keys);
     cuda_state *c = (cuda_state *)ember__xalloc(ctx, sizeof *c, "collection");
     if (!c) return EMBER_ERR_NOMEM;
     memset(c, 0, sizeof *c);
     ebc->bs = c;
     c->htabs = (dtab *)ember__xalloc(ctx, sizeof(dtab) * (size_t)ebc->T, "collection");
     c->sent = (dtab *)ember__calloc(ctx, sizeof(dtab) * (size_t)ebc->T); // all zero: never a table's
-    c->hsteps = (ember__optim_step *)ember__xalloc(ctx, sizeof(ember__optim_step) * (size_t)ebc->T, "collection");
-    if (!c->htabs || !c->sent || !c->hsteps) return EMBER_ERR_NOMEM;
+    if (!c->htabs || !c->sent) return EMBER_ERR_NOMEM;
     CU_TRY(ctx, cudaGetDevice(&c->device), "cudaGetDevice");
+    // Pinned: the step constants go up and the control block comes back without staging copies.
+    CU_TRY(ctx, cudaMallocHost((void **)&c->hsteps, sizeof(ember__optim_step) * (size_t)ebc->T), "collection");
+    CU_TRY(ctx, cudaMallocHost((void **)&c->hctl, sizeof(dctl)), "collection");
     CU_TRY(ctx, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CU_TRY(ctx, cudaStreamCreateWithFlags(&c->hstream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CU_TRY(ctx, cudaEventCreateWithFlags(&c->sorted, cudaEventDisableTiming), "cudaEventCreate");
+    CU_TRY(ctx, cudaEventCreateWithFlags(&c->hot_done, cudaEventDisableTiming), "cudaEventCreate");
+    CU_TRY(ctx, cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device), "cudaDeviceGetAttribute");
     c->smem_per_warp = per_warp;
     c->warps_per_block = (int)(48 * 1024 / per_warp);
     if (c->warps_per_block > 8) c->warps_per_block = 8;
@@ -811,17 +1007,28 @@ ember_status cuda_alloc(ember_ebc *ebc) {
         CU_TRY(ctx, cudaFuncSetAttribute(k_update<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                "shared memory");
     }
-    // The hot-row kernel: two rows and `chunk` staged gradient rows of shared memory (64 KiB of
-    // them), two blocks per multiprocessor.
-    c->hot_chunk = (int)((64 * 1024 / sizeof(float)) / (size_t)ebc->max_dim);
-    if (c->hot_chunk < 1) c->hot_chunk = 1;
-    if (c->hot_chunk > 256) c->hot_chunk = 256;
-    c->hot_smem = sizeof(float) * hot_floats(ebc->max_dim, c->hot_chunk) + sizeof(int64_t) * (size_t)c->hot_chunk;
+    int per_sm = 0;
+    CU_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_update<false>, 32 * c->warps_per_block, smem),
+           "occupancy");
+    c->upd_blocks = c->sms * (per_sm > 0 ? per_sm : 1);
+    // The hot-row kernel, one block per multiprocessor: two rows and two buffers of `chunk`
+    // gradient rows in 96 KiB of shared memory (the rest is k_update's, which runs beside it);
+    // wide rows take what a block may have.
+    int optin = 0;
+    CU_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device),
+           "cudaDeviceGetAttribute");
+    const int64_t rows_at = (int64_t)hot_rows_at(ebc->max_dim), per_row = 2 * ((int64_t)ebc->max_dim + 1);
+    const int64_t floats_max = (optin - 256) / 4;
+    int64_t chunk = (96 * 1024 / 4 - rows_at - 8) / per_row; // 8: the buffers' rounding
+    if (chunk < 8) chunk = (floats_max - rows_at - 8) / per_row;
+    EMBER_CHECK(ctx, chunk >= 1, EMBER_ERR_UNSUPPORTED,
+                "ember_ebc_create: backend cuda: dim %d is wider than the hot-row kernel holds (%lld)", (int)ebc->max_dim,
+                (long long)((floats_max - 6) / 4));
+    c->hot_chunk = (int)(chunk < 256 ? chunk : 256); // at most 32 rows for each of 8 warps to stage (hot_stage)
+    c->hot_smem = sizeof(float) * hot_floats(ebc->max_dim, c->hot_chunk);
     CU_TRY(ctx, cudaFuncSetAttribute(k_update_hot, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->hot_smem),
            "shared memory");
-    int sms = 0;
-    CU_TRY(ctx, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device), "cudaDeviceGetAttribute");
-    c->hot_blocks = 2 * sms;
+    c->hot_blocks = c->sms;
     ember__slab_sizes(ebc, &c->slab_bytes, &c->state_floats);
     CU_TRY(ctx, cudaMalloc(&c->slab, c->slab_bytes), "embedding weights");
     CU_TRY(ctx, cudaMemset(c->slab, 0, c->slab_bytes), "embedding weights");
@@ -1007,26 +1214,22 @@ void cuda_convert_commit(ember_ebc *ebc, ember__dtype_change *c) {
 
 // ---- compute calls ------------------------------------------------------------------------------
 
-// The check block of a device call, cleared (no bits; every "first" at its maximum).
-dcheck *check_reset(ember_ebc *ebc) {
-    cuda_state *c = state_of(ebc);
-    dcheck *ck = (dcheck *)dget(ebc, B_CHECK, sizeof(dcheck));
-    if (!ck) return NULL;
-    if (cudaMemsetAsync(ck, 0, sizeof(unsigned int) * 2, c->stream) != cudaSuccess ||
-        cudaMemsetAsync(ck->first, 0xff, sizeof ck->first, c->stream) != cudaSuccess)
-        return NULL;
-    return ck;
+// The control block of a call, cleared.
+dctl *ctl_reset(ember_ebc *ebc) {
+    dctl *ctl = (dctl *)dget(ebc, B_CHECK, sizeof(dctl));
+    if (!ctl || cudaMemsetAsync(ctl, 0, sizeof(dctl), state_of(ebc)->stream) != cudaSuccess) return NULL;
+    return ctl;
 }
 
-// The status of a device call's findings (h: the check block, back on the host).
-ember_status check_status(ember_ebc *ebc, const char *fn, const dcheck &h, int32_t B) {
+// The status of a device call's findings (h: the control block, back on the host).
+ember_status check_status(ember_ebc *ebc, const char *fn, const dctl &h, int32_t B) {
     if (!h.bits) return EMBER_OK;
     ember_ctx *ctx = ebc->ctx;
     const int what = h.bits & (1u << CK_OFFSETS) ? CK_OFFSETS
                      : h.bits & (1u << CK_RANGE) ? CK_RANGE
                      : h.bits & (1u << CK_WEIGHT) ? CK_WEIGHT
                                                   : CK_GRAD;
-    const unsigned long long at = h.first[what];
+    const unsigned long long at = ~h.firstc[what];
     if (what == CK_GRAD)
         return ember__error(ctx, EMBER_ERR_NUMERIC, "%s: grad_out[%lld][%lld] is not finite", fn,
                             (long long)(at / (unsigned long long)ebc->out_dim), (long long)(at % (unsigned long long)ebc->out_dim));
@@ -1043,7 +1246,7 @@ ember_status check_status(ember_ebc *ebc, const char *fn, const dcheck &h, int32
 }
 
 // Queues the pooled forward of a device batch.
-void launch_forward(ember_ebc *ebc, const dbatch *b, int mode, dcheck *ck, float *out) {
+void launch_forward(ember_ebc *ebc, const dbatch *b, int mode, dctl *ck, float *out) {
     cuda_state *c = state_of(ebc);
     const int64_t nbags = (int64_t)ebc->F * b->batch_size;
     if (nbags == 0) return;
@@ -1053,59 +1256,77 @@ void launch_forward(ember_ebc *ebc, const dbatch *b, int mode, dcheck *ck, float
                                                                  out);
         return;
     }
-    // Lanes per bag: enough for the widest row at 4 columns a lane, 4 to 32.
-    int tpb = 4;
-    while (tpb < 32 && tpb * 4 < ebc->max_dim) tpb *= 2;
-    const unsigned grid = blocks_for(nbags * tpb, 256);
-#define POOL(N) k_pool<N><<<grid, 256, 0, c->stream>>>(c->tabs, c->ftab, c->fcol, *b, nbags, ebc->out_dim, kb, mode, ck, out)
-    switch (tpb) {
-    case 4: POOL(4); break;
-    case 8: POOL(8); break;
-    case 16: POOL(16); break;
-    default: POOL(32); break;
+    // Lanes per bag: the widest row in 16-byte pieces (4 columns a lane where rows are not
+    // 16-byte multiples), rounded up to a power of two, at most 32.
+    int need = 1;
+    for (int32_t t = 0; t < ebc->T; t++) {
+        const ember__table *tb = &ebc->tables[t];
+        const int v = tb->row_bytes % 16 == 0 && tb->cfg.dtype != EMBER_DTYPE_F32 ? 8 : 4;
+        const int n = (tb->cfg.dim + v - 1) / v;
+        need = n > need ? n : need;
+    }
+    int lb = 0;
+    while (lb < 5 && (1 << lb) < need) lb++;
+    const unsigned grid = blocks_for(nbags << lb, 256);
+#define POOL(W, P)                                                                                                     \
+    k_pool<W, P><<<grid, 256, 0, c->stream>>>(c->tabs, c->ftab, c->fcol, *b, nbags, ebc->out_dim, lb, kb, mode, ck, out)
+    if (b->weights) {
+        if (mode == IDS_ROWS) POOL(true, true);
+        else POOL(true, false);
+    } else {
+        if (mode == IDS_ROWS) POOL(false, true);
+        else POOL(false, false);
     }
 #undef POOL
 }
 
-// The sorted entries and segments of a device batch: u unique rows, segments in s.
-struct sorted {
-    segs s;
-    int64_t u;
-};
-
-unsigned long long key_sentinel(const ember_ebc *ebc) { return (unsigned long long)ebc->total_keys; }
+uint32_t key_sentinel(const ember_ebc *ebc) { return (uint32_t)ebc->total_keys; }
 
 int key_bits(const ember_ebc *ebc) {
     int b = 1;
-    while (b < 64 && (1ull << b) <= key_sentinel(ebc)) b++;
+    while (b < 32 && (1ull << b) <= key_sentinel(ebc)) b++;
     return b;
 }
 
-// Makes, sorts and segments the entries of a device batch, then waits for them (the segment count
-// comes back to the host; a device call's check block with it, into *h when ck is given).
-ember_status sort_entries(ember_ebc *ebc, const dbatch *b, int mode, dcheck *ck, dcheck *h, sorted *out) {
+enum ember__item_kind item_kind(const ember_ebc *ebc, const void *weights) {
+    return ebc->sequence ? EMBER__ITEM_POS_SEQ : weights ? EMBER__ITEM_POS_POOLED : EMBER__ITEM_BAG;
+}
+
+// The segments of the last sort (sort_entries), in the workspace.
+segs segs_of(const ember_ebc *ebc, enum ember__item_kind kind, int32_t batch_size) {
+    const cuda_state *c = state_of(ebc);
+    return segs{(const uint32_t *)c->buf[B_KEY2].p, (const int32_t *)c->buf[B_ITEM2].p, (const int32_t *)c->buf[B_SEG].p,
+                (const int64_t *)c->buf[B_SRC].p, (const float *)c->buf[B_SC].p, (const float *)c->buf[B_BAGC].p,
+                c->fcol, batch_size, ebc->out_dim, (int32_t)kind};
+}
+
+// Queues the entries of a device batch, their sort, their segments and each entry's gradient
+// source. Nothing waits: the row count stays on the device (ctl->u), and the update kernels
+// read it there. NOMEM when a workspace cannot grow (nothing queued changes a table).
+ember_status sort_entries(ember_ebc *ebc, const dbatch *b, int mode, dctl *ctl, segs *out) {
     ember_ctx *ctx = ebc->ctx;
     cuda_state *c = state_of(ebc);
     const int64_t nbags = (int64_t)ebc->F * b->batch_size, nnz = b->nnz;
-    const enum ember__item_kind kind = ebc->sequence ? EMBER__ITEM_POS_SEQ
-                                       : b->weights  ? EMBER__ITEM_POS_POOLED
-                                                     : EMBER__ITEM_BAG;
-    EMBER_CHECK(ctx, nnz < (int64_t)1 << 31, EMBER_ERR_UNSUPPORTED, "cuda backend: %lld ids in one call (at most 2^31 - 1)",
-                (long long)nnz);
+    const enum ember__item_kind kind = item_kind(ebc, b->weights);
+    EMBER_CHECK(ctx, nnz < (int64_t)1 << 31 && nbags < (int64_t)1 << 31, EMBER_ERR_UNSUPPORTED,
+                "cuda backend: %lld ids in %lld bags in one call (at most 2^31 - 1 of each)", (long long)nnz,
+                (long long)nbags);
     const size_t n = (size_t)(nnz > 0 ? nnz : 1);
-    unsigned long long *key = (unsigned long long *)dget(ebc, B_KEY, sizeof(unsigned long long) * n);
-    unsigned long long *key2 = (unsigned long long *)dget(ebc, B_KEY2, sizeof(unsigned long long) * n);
-    int64_t *item = (int64_t *)dget(ebc, B_ITEM, sizeof(int64_t) * n);
-    int64_t *item2 = (int64_t *)dget(ebc, B_ITEM2, sizeof(int64_t) * n);
-    unsigned long long *ukey = (unsigned long long *)dget(ebc, B_UKEY, sizeof(unsigned long long) * n);
-    int64_t *cnt = (int64_t *)dget(ebc, B_CNT, sizeof(int64_t) * n);
-    int64_t *seg = (int64_t *)dget(ebc, B_SEG, sizeof(int64_t) * (n + 1));
-    int64_t *nrun = (int64_t *)dget(ebc, B_NRUN, sizeof(int64_t) * 2);
+    uint32_t *key = (uint32_t *)dget(ebc, B_KEY, sizeof(uint32_t) * n);
+    uint32_t *key2 = (uint32_t *)dget(ebc, B_KEY2, sizeof(uint32_t) * n);
+    int32_t *item = (int32_t *)dget(ebc, B_ITEM, sizeof(int32_t) * n);
+    int32_t *item2 = (int32_t *)dget(ebc, B_ITEM2, sizeof(int32_t) * n);
+    uint32_t *ukey = (uint32_t *)dget(ebc, B_UKEY, sizeof(uint32_t) * n);
+    int32_t *cnt = (int32_t *)dget(ebc, B_CNT, sizeof(int32_t) * n);
+    int32_t *seg = (int32_t *)dget(ebc, B_SEG, sizeof(int32_t) * (n + 1));
+    int32_t *nrun = (int32_t *)dget(ebc, B_NRUN, sizeof(int32_t));
+    int64_t *src = (int64_t *)dget(ebc, B_SRC, sizeof(int64_t) * n);
+    float *sc = (float *)dget(ebc, B_SC, sizeof(float) * n);
     float *bag_c = (float *)dget(ebc, B_BAGC, sizeof(float) * (size_t)(nbags > 0 ? nbags : 1));
-    int64_t *bag_of = kind == EMBER__ITEM_POS_POOLED ? (int64_t *)dget(ebc, B_BAGOF, sizeof(int64_t) * n) : NULL;
-    // The hot-row list of the update: [u] segment indices and its count (u <= n).
-    int64_t *hot = (int64_t *)dget(ebc, B_HOT, sizeof(int64_t) * (n + 1));
-    if (!key || !key2 || !item || !item2 || !ukey || !cnt || !seg || !nrun || !bag_c || !hot ||
+    int32_t *bag_of = kind == EMBER__ITEM_POS_POOLED ? (int32_t *)dget(ebc, B_BAGOF, sizeof(int32_t) * n) : NULL;
+    // The update's hot-row list: at most one slot per row (u <= n).
+    int32_t *hot = (int32_t *)dget(ebc, B_HOT, sizeof(int32_t) * n);
+    if (!key || !key2 || !item || !item2 || !ukey || !cnt || !seg || !nrun || !src || !sc || !bag_c || !hot ||
         (kind == EMBER__ITEM_POS_POOLED && !bag_of))
         return EMBER_ERR_NOMEM;
     size_t t1 = 0, t2 = 0, t3 = 0;
@@ -1117,42 +1338,43 @@ ember_status sort_entries(ember_ebc *ebc, const dbatch *b, int mode, dcheck *ck,
     tb = tb > t3 ? tb : t3;
     void *tmp = dget(ebc, B_TMP, tb);
     if (!tmp) return EMBER_ERR_NOMEM;
-    out->s = segs{key2, item2, seg, bag_c, bag_of, b->weights, c->fcol, b->batch_size, ebc->out_dim, (int32_t)kind};
-    out->u = 0;
-    int64_t u = 0;
-    CU_TRY(ctx, cudaMemsetAsync(seg, 0, sizeof(int64_t), c->stream), "segments");
+    *out = segs_of(ebc, kind, b->batch_size);
+    CU_TRY(ctx, cudaMemsetAsync(seg, 0, sizeof(int32_t), c->stream), "segments");
     if (nbags > 0)
-        k_entries<<<blocks_for(nbags, 256), 256, 0, c->stream>>>(c->tabs, c->ftab, *b, nbags, (int)ebc->kbounds, mode, ck,
-                                                                  kind == EMBER__ITEM_BAG, key_sentinel(ebc), key, item,
-                                                                  bag_c, bag_of);
+        k_entries<<<blocks_for(nbags, 8), 256, 0, c->stream>>>(c->tabs, c->ftab, *b, nbags, (int)ebc->kbounds, mode, ctl,
+                                                                kind == EMBER__ITEM_BAG, key_sentinel(ebc), key, item, bag_c,
+                                                                bag_of);
     if (nnz > 0) {
         CU_TRY(ctx, cub::DeviceRadixSort::SortPairs(tmp, t1, key, key2, item, item2, items, 0, bits, c->stream), "sort");
         CU_TRY(ctx, cub::DeviceRunLengthEncode::Encode(tmp, t2, key2, ukey, cnt, nrun, items, c->stream), "segments");
         CU_TRY(ctx, cub::DeviceScan::InclusiveSum(tmp, t3, cnt, seg + 1, items, c->stream), "segments");
-        k_rows_runs<<<1, 1, 0, c->stream>>>(ukey, nrun, key_sentinel(ebc), nrun + 1);
-        CU_TRY(ctx, cudaMemcpyAsync(&u, nrun + 1, sizeof u, cudaMemcpyDeviceToHost, c->stream), "segments");
+        k_rows_runs<<<1, 1, 0, c->stream>>>(ukey, nrun, key_sentinel(ebc), ctl);
+        k_sources<<<blocks_for(nnz, 256), 256, 0, c->stream>>>(*out, bag_of, b->weights, nnz, ctl, src, sc);
     }
-    if (ck) CU_TRY(ctx, cudaMemcpyAsync(h, ck, sizeof *h, cudaMemcpyDeviceToHost, c->stream), "checks");
-    EMBER_TRY(finish(ebc, "backward"));
-    out->u = u;
+    CU_TRY(ctx, cudaGetLastError(), "sort");
     return EMBER_OK;
 }
 
-// Counts the step and queues one update per segment.
-ember_status update_segments(ember_ebc *ebc, const sorted *so, const float *grad) {
+// Counts the step and queues one update per segment: the hot rows' kernel on its own stream
+// beside the other rows' (both wait for the sort; the collection's stream waits for both).
+ember_status update_segments(ember_ebc *ebc, const segs *s, int64_t nnz, const float *grad, dctl *ctl) {
+    ember_ctx *ctx = ebc->ctx;
     cuda_state *c = state_of(ebc);
     EMBER_TRY(begin_step(ebc));
-    if (so->u > 0) {
-        const int wpb = c->warps_per_block;
-        int64_t *hot = (int64_t *)c->buf[B_HOT].p; // reserved by sort_entries
-        unsigned long long *nhot = (unsigned long long *)(hot + so->u);
-        CU_TRY(ebc->ctx, cudaMemsetAsync(nhot, 0, sizeof *nhot, c->stream), "hot rows");
-        k_hot_list<<<blocks_for(so->u, 256), 256, 0, c->stream>>>(so->s.seg, so->u, hot, nhot);
-        k_update<false><<<blocks_for(so->u, wpb), 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(
-            c->tabs, ebc->T, c->steps, so->s, grad, NULL, NULL, NULL, so->u, ebc->max_dim);
-        k_update_hot<<<c->hot_blocks, 256, c->hot_smem, c->stream>>>(c->tabs, ebc->T, c->steps, so->s, grad, hot, nhot,
-                                                                      ebc->max_dim, c->hot_chunk);
-    }
+    if (nnz == 0) return EMBER_OK;
+    const int wpb = c->warps_per_block;
+    const unsigned lists = blocks_for(nnz, 256) < (unsigned)(8 * c->sms) ? blocks_for(nnz, 256) : (unsigned)(8 * c->sms);
+    const unsigned rows = blocks_for(nnz, wpb) < (unsigned)c->upd_blocks ? blocks_for(nnz, wpb) : (unsigned)c->upd_blocks;
+    int32_t *hot = (int32_t *)c->buf[B_HOT].p; // reserved by sort_entries
+    k_hot_list<<<lists, 256, 0, c->stream>>>(s->seg, ctl, hot);
+    CU_TRY(ctx, cudaEventRecord(c->sorted, c->stream), "hot rows");
+    CU_TRY(ctx, cudaStreamWaitEvent(c->hstream, c->sorted, 0), "hot rows");
+    k_update_hot<<<c->hot_blocks, 256, c->hot_smem, c->hstream>>>(c->tabs, ebc->T, c->steps, *s, grad, hot, ctl,
+                                                                   ebc->max_dim, c->hot_chunk);
+    CU_TRY(ctx, cudaEventRecord(c->hot_done, c->hstream), "hot rows");
+    k_update<false><<<rows, 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(c->tabs, ebc->T, c->steps, *s, grad, NULL,
+                                                                                   NULL, NULL, 0, ctl, ebc->max_dim);
+    CU_TRY(ctx, cudaStreamWaitEvent(c->stream, c->hot_done, 0), "hot rows");
     return EMBER_OK;
 }
 
@@ -1198,47 +1420,55 @@ ember_status cuda_forward(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *o
 
 ember_status cuda_forward_device(ember_ebc *ebc, const ember_kjt *kjt, float *out) {
     EMBER_TRY(set_device(ebc));
+    cuda_state *c = state_of(ebc);
     EMBER_TRY(sync_tables(ebc));
-    dcheck *ck = check_reset(ebc), h;
+    dctl *ck = ctl_reset(ebc);
     if (!ck) return EMBER_ERR_NOMEM;
     const dbatch b = {kjt->batch_size, kjt->nnz, kjt->offsets, kjt->values, kjt->weights};
     launch_forward(ebc, &b, IDS_CHECK, ck, out);
-    CU_TRY(ebc->ctx, cudaMemcpyAsync(&h, ck, sizeof h, cudaMemcpyDeviceToHost, state_of(ebc)->stream), "checks");
+    CU_TRY(ebc->ctx, cudaMemcpyAsync(c->hctl, ck, sizeof(dctl), cudaMemcpyDeviceToHost, c->stream), "checks");
     EMBER_TRY(finish(ebc, "ember_ebc_forward_device"));
-    return check_status(ebc, "ember_ebc_forward_device", h, kjt->batch_size);
+    return check_status(ebc, "ember_ebc_forward_device", *c->hctl, kjt->batch_size);
 }
 
+// The checks of a device call gate the update on the device: a finding leaves every table as it
+// was (the update kernels return at once) and the step counted on the host is taken back.
 ember_status cuda_backward_device(ember_ebc *ebc, const ember_kjt *kjt, const float *grad_out) {
     EMBER_TRY(set_device(ebc));
     cuda_state *c = state_of(ebc);
     EMBER_TRY(sync_tables(ebc));
-    dcheck *ck = check_reset(ebc), h;
+    dctl *ck = ctl_reset(ebc);
     if (!ck) return EMBER_ERR_NOMEM;
     const int64_t n = output_floats(ebc, kjt);
     if (n > 0) k_check_finite<<<blocks_for(n < (1 << 22) ? n : (1 << 22), 256), 256, 0, c->stream>>>(grad_out, n, ck);
     const dbatch b = {kjt->batch_size, kjt->nnz, kjt->offsets, kjt->values, kjt->weights};
-    sorted so;
-    EMBER_TRY(sort_entries(ebc, &b, IDS_CHECK, ck, &h, &so));
-    EMBER_TRY(check_status(ebc, "ember_ebc_backward_device", h, kjt->batch_size));
-    EMBER_TRY(update_segments(ebc, &so, grad_out));
-    return finish(ebc, "ember_ebc_backward_device");
+    segs s;
+    EMBER_TRY(sort_entries(ebc, &b, IDS_CHECK, ck, &s));
+    EMBER_TRY(update_segments(ebc, &s, kjt->nnz, grad_out, ck));
+    CU_TRY(ebc->ctx, cudaMemcpyAsync(c->hctl, ck, sizeof(dctl), cudaMemcpyDeviceToHost, c->stream), "checks");
+    EMBER_TRY(finish(ebc, "ember_ebc_backward_device"));
+    if (c->hctl->bits)
+        for (int32_t t = 0; t < ebc->T; t++) ebc->tables[t].step--;
+    return check_status(ebc, "ember_ebc_backward_device", *c->hctl, kjt->batch_size);
 }
 
-// prepare: the batch on the device, sorted, and every buffer apply needs reserved. The segments
-// handed back carry the device arrays (only this backend reads them).
+// prepare: the batch on the device, its sort queued, and every buffer apply needs reserved; the
+// segments stay in the workspace (only this backend reads them), their count on the device.
 ember_status cuda_backward_prepare(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *off, ember__segments *s) {
     EMBER_TRY(set_device(ebc));
     dbatch b;
     EMBER_TRY(upload_batch(ebc, kjt, off, &b));
     EMBER_TRY(sync_tables(ebc));
+    dctl *ctl = ctl_reset(ebc);
+    if (!ctl) return EMBER_ERR_NOMEM;
     const int mode = ebc->kbounds != EMBER_BOUNDS_ERROR ? IDS_RESOLVE : IDS_ROWS;
-    sorted so;
-    EMBER_TRY(sort_entries(ebc, &b, mode, NULL, NULL, &so));
+    segs so;
+    EMBER_TRY(sort_entries(ebc, &b, mode, ctl, &so));
     const int64_t n = output_floats(ebc, kjt);
     if (!dget(ebc, B_GRAD, sizeof(float) * (size_t)(n > 0 ? n : 1))) return EMBER_ERR_NOMEM;
     if (kjt->weights && !dget(ebc, B_GW, sizeof(float) * (size_t)(kjt->nnz > 0 ? kjt->nnz : 1))) return EMBER_ERR_NOMEM;
-    *s = ember__segments{kjt, off, (enum ember__item_kind)so.s.kind, kjt->nnz, so.u, NULL, so.s.item, so.s.seg, NULL,
-                         so.s.bag_c, NULL, so.s.bag_of, NULL};
+    *s = ember__segments{kjt, off, item_kind(ebc, kjt->weights), kjt->nnz, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                         NULL};
     return EMBER_OK;
 }
 
@@ -1251,11 +1481,7 @@ ember_status cuda_backward_apply(ember_ebc *ebc, const ember__segments *s, const
     if (n > 0)
         CU_TRY(ebc->ctx, cudaMemcpyAsync(dgrad, grad_out, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice, c->stream),
                "copying the gradient");
-    sorted so;
-    so.s = segs{(const unsigned long long *)c->buf[B_KEY2].p, s->item, s->seg, s->bag_c, s->bag_of,
-                kjt->weights ? (const float *)c->buf[B_WGT].p : NULL, c->fcol, kjt->batch_size, ebc->out_dim,
-                (int32_t)s->kind};
-    so.u = s->u;
+    const segs so = segs_of(ebc, s->kind, kjt->batch_size);
     if (grad_weights) {
         const int64_t nbags = (int64_t)ebc->F * kjt->batch_size;
         const dbatch b = {kjt->batch_size, kjt->nnz, (const int64_t *)c->buf[B_OFF].p, (const int64_t *)c->buf[B_VAL].p,
@@ -1264,13 +1490,13 @@ ember_status cuda_backward_apply(ember_ebc *ebc, const ember__segments *s, const
         if (nbags > 0)
             k_weight_grads<<<blocks_for(nbags, 128), 128, 0, c->stream>>>(
                 c->tabs, c->ftab, b, nbags, (int)ebc->kbounds,
-                ebc->kbounds != EMBER_BOUNDS_ERROR ? IDS_RESOLVE : IDS_ROWS, so.s, dgrad, dgw);
+                ebc->kbounds != EMBER_BOUNDS_ERROR ? IDS_RESOLVE : IDS_ROWS, so, dgrad, dgw);
         if (kjt->nnz > 0)
             CU_TRY(ebc->ctx,
                    cudaMemcpyAsync(grad_weights, dgw, sizeof(float) * (size_t)kjt->nnz, cudaMemcpyDeviceToHost, c->stream),
                    "copying the weight gradients");
     }
-    EMBER_TRY(update_segments(ebc, &so, dgrad));
+    EMBER_TRY(update_segments(ebc, &so, kjt->nnz, dgrad, (dctl *)c->buf[B_CHECK].p));
     return finish(ebc, "backward");
 }
 
@@ -1285,9 +1511,13 @@ ember_status cuda_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *
     dbatch b;
     EMBER_TRY(upload_batch(ebc, kjt, off, &b));
     EMBER_TRY(sync_tables(ebc));
-    sorted so;
-    EMBER_TRY(sort_entries(ebc, &b, ebc->kbounds != EMBER_BOUNDS_ERROR ? IDS_RESOLVE : IDS_ROWS, NULL, NULL, &so));
-    const int64_t u = so.u, n = output_floats(ebc, kjt);
+    dctl *ctl = ctl_reset(ebc);
+    if (!ctl) return EMBER_ERR_NOMEM;
+    segs so;
+    EMBER_TRY(sort_entries(ebc, &b, ebc->kbounds != EMBER_BOUNDS_ERROR ? IDS_RESOLVE : IDS_ROWS, ctl, &so));
+    CU_TRY(ctx, cudaMemcpyAsync(c->hctl, ctl, sizeof(dctl), cudaMemcpyDeviceToHost, c->stream), "segments");
+    EMBER_TRY(finish(ebc, "coalesce"));
+    const int64_t u = c->hctl->u, n = output_floats(ebc, kjt);
     int64_t *ukey = (int64_t *)ember__ws_get(ebc, WS_UKEY, sizeof(int64_t) * (size_t)(u > 0 ? u : 1));
     int64_t *goff = (int64_t *)ember__ws_get(ebc, WS_GOFF, sizeof(int64_t) * (size_t)(u + 1));
     if (!ukey || !goff) return EMBER_ERR_NOMEM;
@@ -1295,7 +1525,7 @@ ember_status cuda_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *
     if (u > 0) {
         unsigned long long *dkeys = (unsigned long long *)dget(ebc, B_UKEY, sizeof(int64_t) * (size_t)u);
         if (!dkeys) return EMBER_ERR_NOMEM;
-        k_seg_keys<<<blocks_for(u, 256), 256, 0, c->stream>>>(so.s.key, so.s.seg, u, dkeys);
+        k_seg_keys<<<blocks_for(u, 256), 256, 0, c->stream>>>(so.key, so.seg, u, dkeys);
         CU_TRY(ctx, cudaMemcpyAsync(ukey, dkeys, sizeof(int64_t) * (size_t)u, cudaMemcpyDeviceToHost, c->stream),
                "segments");
         EMBER_TRY(finish(ebc, "coalesce"));
@@ -1315,7 +1545,7 @@ ember_status cuda_coalesce(ember_ebc *ebc, const ember_kjt *kjt, const int64_t *
                    "copying the gradient");
         CU_TRY(ctx, cudaMemcpyAsync(dgoff, goff, sizeof(int64_t) * (size_t)(u + 1), cudaMemcpyHostToDevice, c->stream),
                "segments");
-        k_reduce<<<blocks_for(u, 8), 256, 0, c->stream>>>(c->tabs, ebc->T, so.s, dgrad, dgoff, u, dout);
+        k_reduce<<<blocks_for(u, 8), 256, 0, c->stream>>>(c->tabs, ebc->T, so, dgrad, dgoff, u, dout);
         CU_TRY(ctx, cudaMemcpyAsync(grad, dout, sizeof(float) * (size_t)goff[u], cudaMemcpyDeviceToHost, c->stream),
                "coalesce");
         EMBER_TRY(finish(ebc, "coalesce"));
@@ -1356,8 +1586,9 @@ ember_status cuda_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff,
     if (n > 0) {
         const int wpb = c->warps_per_block;
         const segs none = {};
-        k_update<true><<<blocks_for(n, wpb), 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(
-            c->tabs, ebc->T, c->steps, none, dgrad, dkey, dgoff, drss, n, ebc->max_dim);
+        const unsigned rows = blocks_for(n, wpb) < (unsigned)c->upd_blocks ? blocks_for(n, wpb) : (unsigned)c->upd_blocks;
+        k_update<true><<<rows, 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(
+            c->tabs, ebc->T, c->steps, none, dgrad, dkey, dgoff, drss, n, NULL, ebc->max_dim);
     }
     return finish(ebc, "apply");
 }
