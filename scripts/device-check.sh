@@ -99,7 +99,7 @@ if command -v compute-sanitizer >/dev/null; then
         rc=1
     fi
     # And racecheck: shared-memory hazards (the hot-row kernel's double-buffered staging).
-    if EMBER_TEST_BACKEND=cuda LD_LIBRARY_PATH=$libs timeout 150 compute-sanitizer --tool racecheck --error-exitcode 3 \
+    if EMBER_TEST_BACKEND=cuda LD_LIBRARY_PATH=$libs timeout 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
             "$b/tests/test_isa" >"$out/racecheck.log" 2>&1; then
         stamp "racecheck: clean (racecheck.log)"
     else
@@ -124,7 +124,7 @@ stamp "ember bench tbe --backend cuda: $(wc -l <"$out/bench.jsonl") cases (bench
 if [ $profile = 1 ] && command -v ncu >/dev/null; then
     for dist in uniform zipf; do
         echo "== ncu: train_sgd fp32 $dist B=16384" >>"$out/profile.log"
-        LD_LIBRARY_PATH=$libs timeout 150 ncu --print-summary per-kernel --metrics \
+        LD_LIBRARY_PATH=$libs timeout 100 ncu --print-summary per-kernel --metrics \
             gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
             "$b/bin/ember" bench tbe --backend cuda --json --shape 32,100000,128,16384,20 --pool sum --dtype fp32 \
             --dist $dist --ops train_sgd --iters 1 --warmup 0 2>&1 | grep -vE '^\{|^==PROF==' >>"$out/profile.log"
@@ -133,7 +133,7 @@ if [ $profile = 1 ] && command -v ncu >/dev/null; then
 fi
 if [ $profile = 1 ] && command -v nsys >/dev/null; then
     echo "== nsys: train_sgd fp32 uniform B=512, 20 steps" >>"$out/profile.log"
-    LD_LIBRARY_PATH=$libs timeout 120 nsys profile --stats=true --force-overwrite true -o /tmp/ember-nsys \
+    LD_LIBRARY_PATH=$libs timeout 60 nsys profile --stats=true --force-overwrite true -o /tmp/ember-nsys \
         "$b/bin/ember" bench tbe --backend cuda --json --shape 32,100000,128,512,20 --pool sum --dtype fp32 \
         --dist uniform --ops train_sgd --iters 20 --warmup 2 >>"$out/profile.log" 2>&1
     stamp "profile: B = 512 steps' API calls and kernels in profile.log"
