@@ -79,7 +79,7 @@ fi
 stamp "built (build.log)"
 
 # ---- tests ----------------------------------------------------------------------------------------
-if ! (cd "$b" && LD_LIBRARY_PATH=$libs ctest -L cuda --output-on-failure --timeout 600) >"$out/tests.log" 2>&1; then
+if ! (cd "$b" && LD_LIBRARY_PATH=$libs ctest -L cuda --output-on-failure --timeout 120) >"$out/tests.log" 2>&1; then
     stamp "cuda tests FAILED (tests.log)"
     rc=1
 elif grep -q "(Skipped)" "$out/tests.log"; then
@@ -112,7 +112,7 @@ fi
 shapes=(32,100000,128,16384,20 32,100000,128,512,20)
 : >"$out/bench.jsonl"
 for s in "${shapes[@]}"; do
-    LD_LIBRARY_PATH=$libs "$b/bin/ember" bench tbe --backend cuda --json --shape "$s" --pool sum --dtype fp32,bf16 \
+    LD_LIBRARY_PATH=$libs timeout 200 "$b/bin/ember" bench tbe --backend cuda --json --shape "$s" --pool sum --dtype fp32,bf16 \
         --dist uniform,zipf --ops fwd,train_sgd,train_rowwise_adagrad --iters 10 --warmup 2 \
         >>"$out/bench.jsonl" 2>>"$out/bench.log" || rc=1
 done
