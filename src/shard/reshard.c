@@ -74,7 +74,7 @@ static int make_pair(const gpiece *a, const gpiece *b, int32_t to, int64_t w0, i
 typedef struct mover {
     ember_sebc *src, *dst;
     int32_t t, W, me;
-    const ember_tensor_info *ti;
+    ember_tensor_info ti[EMBER_MAX_TENSORS];
     int sliced[EMBER_MAX_TENSORS]; // ember_tensor_is_sliced of each
     int32_t nti;
     const gpiece *pa, *pb; // source and destination pieces
@@ -187,9 +187,8 @@ static ember_status move_table(mover *m, int32_t t, size_t chunk, gpiece *pa, gp
     m->pa = pa, m->pb = pb;
     m->na = global_pieces(m->src, t, pa, m->seen);
     m->nb = global_pieces(m->dst, t, pb, m->seen);
-    ember_tensor_info ti[EMBER_MAX_TENSORS];
-    m->nti = ember_table_tensors(&m->src->tables[t], ti);
-    m->ti = ti;
+    const ember_tensor_info *ti = m->ti;
+    m->nti = ember_table_tensors(&m->src->tables[t], m->ti);
     for (int32_t k = 0; k < m->nti; k++) m->sliced[k] = ember_tensor_is_sliced(&m->src->tables[t], &ti[k]);
     // Rows a round: every tensor's whole row to every rank bounds a row's bytes; whole buckets
     // of a hashed table (both placements cut at them).
