@@ -85,7 +85,7 @@ struct dbuf {
 };
 
 enum { B_OFF, B_VAL, B_WGT, B_OUT, B_GRAD, B_GW, B_KEY, B_KEY2, B_ITEM, B_ITEM2, B_UKEY, B_CNT, B_SEG, B_NRUN, B_TMP,
-       B_BAGC, B_BAGOF, B_SRC, B_SC, B_GOFF, B_RSS, B_CHECK, B_HOT, B_COUNT };
+       B_BAGC, B_BAGOF, B_SRC, B_SC, B_GOFF, B_RSS, B_CHECK, B_HOT, B_GHOT, B_COUNT };
 
 struct cuda_state {
     int device, sms;
@@ -105,8 +105,7 @@ struct cuda_state {
     int warps_per_block;    // of the row-update kernels (shared memory: two rows per warp)
     int upd_blocks;         // their grid: as many blocks as the device holds at once
     size_t smem_per_warp;
-    int hot_blocks, hot_chunk; // the hot-row kernel: its grid, entries per buffer
-    size_t hot_smem;
+    int cols_aligned;       // every table's width, feature column and the output width a multiple of 4
 };
 
 cuda_state *state_of(const ember_ebc *ebc) { return (cuda_state *)ebc->bs; }
@@ -229,13 +228,16 @@ __device__ inline void note(dctl *ck, int what, unsigned long long where) {
 }
 
 // The row an id reads (-1: none), by the batch's mode (IDS_*).
-__device__ inline int64_t row_of(int64_t id, const dtab &t, int kb, int mode, dctl *ck, int64_t bag) {
-    if (mode == IDS_ROWS || (id >= 0 && id < t.rows)) return id;
+__device__ inline int64_t row_in(int64_t id, int64_t rows, int kb, int mode, dctl *ck, int64_t bag) {
+    if (mode == IDS_ROWS || (id >= 0 && id < rows)) return id;
     if (mode == IDS_CHECK && kb == EMBER_BOUNDS_ERROR) {
         note(ck, CK_RANGE, (unsigned long long)bag);
         return -1;
     }
-    return ember__resolve_id(id, t.rows, (ember_bounds_mode)kb);
+    return ember__resolve_id(id, rows, (ember_bounds_mode)kb);
+}
+__device__ inline int64_t row_of(int64_t id, const dtab &t, int kb, int mode, dctl *ck, int64_t bag) {
+    return row_in(id, t.rows, kb, mode, ck, bag);
 }
 
 // The ids of a bag, [*j0, *j1); false (and noted) when a device call's offsets are not a prefix
@@ -261,62 +263,79 @@ __device__ inline float weight_at(const dbatch &b, int64_t j, int mode, dctl *ck
 
 // ---- forward --------------------------------------------------------------------------------------
 
-// A bag pooled by `tpb` lanes, lane l taking columns [V l, V l + V), then V tpb further on: one
-// 16-byte load of each row a lane reads (V = 4 fp32 or 8 16-bit columns; the table's rows are
-// 16-byte multiples), U rows in flight, each output column summed in bag order by one lane.
-// DT: the table's dtype; W: weighted; PLAIN: the ids are rows (no bounds to resolve, nothing to
-// check).
+// A bag pooled by a group of `tpb` lanes (tpb-aligned in the warp), lane l taking columns
+// [V l, V l + V), then V tpb further on: one 16-byte load of each row a lane reads (V = 4 fp32 or
+// 8 16-bit columns; the table's rows are 16-byte multiples), U rows in flight, each output column
+// summed in bag order by one lane. Each id is read (and resolved or checked) once, by one lane of
+// the group, which hands its row to the others by a shuffle. DT: the table's dtype; W: weighted;
+// PLAIN: the ids are rows (no bounds to resolve, nothing to check).
 template <int DT, bool W, bool PLAIN>
 __device__ void pool_vec(const dtab &t, const dbatch &b, int64_t bag, int64_t j0, int64_t j1, int lane, int tpb, int kb,
                          int mode, dctl *ck, float *o) {
-    constexpr int V = DT == EMBER_DTYPE_F32 ? 4 : 8, ES = DT == EMBER_DTYPE_F32 ? 4 : 2, U = 8;
+    constexpr int V = DT == EMBER_DTYPE_F32 ? 4 : 8, ES = DT == EMBER_DTYPE_F32 ? 4 : 2, U = 32 / V;
     const unsigned char *w = t.w;
     const int64_t rb = t.row_bytes;
     const int D = t.dim;
     const bool mean = t.pooling == EMBER_POOL_MEAN, oal = ((uintptr_t)o & 15) == 0;
-    for (int c = lane * V; c < D; c += tpb * V) {
+    const unsigned mask = tpb == 32 ? FULL : ((1u << tpb) - 1u) << ((threadIdx.x % 32) & ~(unsigned)(tpb - 1));
+    const int npass = (D + tpb * V - 1) / (tpb * V);
+    for (int pass = 0; pass < npass; pass++) {
+        const int c = (pass * tpb + lane) * V;
+        const bool on = c < D; // every lane of the group takes part in the shuffles
         float acc[V];
 #pragma unroll
         for (int k = 0; k < V; k++) acc[k] = 0.0f;
         int64_t kept = 0;
-        for (int64_t j = j0; j < j1; j += U) {
-            int64_t r[U];
-            uint4 raw[U];
-            float wt[U];
-#pragma unroll
-            for (int q = 0; q < U; q++) {
-                r[q] = -1;
-                if (j + q < j1) r[q] = PLAIN ? __ldg(&b.values[j + q]) : row_of(b.values[j + q], t, kb, mode, ck, bag);
-            }
-#pragma unroll
-            for (int q = 0; q < U; q++) {
-                raw[q] = make_uint4(0u, 0u, 0u, 0u);
-                wt[q] = 0.0f;
-                if (r[q] >= 0) {
-                    raw[q] = __ldg((const uint4 *)(w + r[q] * rb + (int64_t)c * ES));
-                    if (W) wt[q] = PLAIN ? __ldg(&b.weights[j + q]) : weight_at(b, j + q, mode, ck, bag);
+        for (int64_t j = j0; j < j1; j += tpb) {
+            const int n = j1 - j < tpb ? (int)(j1 - j) : tpb;
+            // Rows as 32 bits (a collection on this backend has fewer than 2^32 - 1 rows in all);
+            // NONE: no row (past the bag's end, or dropped by the bounds mode).
+            constexpr uint32_t NONE = 0xffffffffu;
+            uint32_t mine = NONE;
+            float wmine = 0.0f;
+            if (lane < n) {
+                const int64_t id = __ldg(&b.values[j + lane]);
+                const int64_t r = PLAIN ? id : row_of(id, t, kb, mode, ck, bag);
+                if (r >= 0) {
+                    mine = (uint32_t)r;
+                    if (W) wmine = PLAIN ? __ldg(&b.weights[j + lane]) : weight_at(b, j + lane, mode, ck, bag);
                 }
             }
+            for (int q0 = 0; q0 < n; q0 += U) {
+                uint32_t r[U];
+                uint4 raw[U];
+                float wt[U];
 #pragma unroll
-            for (int q = 0; q < U; q++) {
-                if (r[q] < 0) continue;
-                kept++;
-                float x[V];
-                const uint32_t u4[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
+                for (int q = 0; q < U; q++) {
+                    const int from = (q0 + q) & (tpb - 1);
+                    const uint32_t rq = __shfl_sync(mask, mine, from, tpb);
+                    wt[q] = W ? __shfl_sync(mask, wmine, from, tpb) : 0.0f;
+                    r[q] = q0 + q < n ? rq : NONE;
+                    raw[q] = make_uint4(0u, 0u, 0u, 0u);
+                    if (on && r[q] != NONE) raw[q] = __ldg((const uint4 *)(w + (int64_t)r[q] * rb + (int64_t)c * ES));
+                }
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    if (DT == EMBER_DTYPE_F32) {
-                        x[k] = __uint_as_float(u4[k]);
-                    } else {
-                        const uint16_t lo = (uint16_t)(u4[k] & 0xffffu), hi = (uint16_t)(u4[k] >> 16);
-                        x[2 * k] = DT == EMBER_DTYPE_BF16 ? ember__bf16_to_f32(lo) : ember__f16_to_f32(lo);
-                        x[2 * k + 1] = DT == EMBER_DTYPE_BF16 ? ember__bf16_to_f32(hi) : ember__f16_to_f32(hi);
+                for (int q = 0; q < U; q++) {
+                    if (r[q] == NONE) continue;
+                    kept++;
+                    float x[V];
+                    const uint32_t u4[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        if (DT == EMBER_DTYPE_F32) {
+                            x[k] = __uint_as_float(u4[k]);
+                        } else {
+                            const uint16_t lo = (uint16_t)(u4[k] & 0xffffu), hi = (uint16_t)(u4[k] >> 16);
+                            x[2 * k] = DT == EMBER_DTYPE_BF16 ? ember__bf16_to_f32(lo) : ember__f16_to_f32(lo);
+                            x[2 * k + 1] = DT == EMBER_DTYPE_BF16 ? ember__bf16_to_f32(hi) : ember__f16_to_f32(hi);
+                        }
                     }
-                }
 #pragma unroll
-                for (int k = 0; k < V; k++) acc[k] = W ? acc[k] + wt[q] * x[k] : acc[k] + x[k];
+                    for (int k = 0; k < V; k++) acc[k] = W ? acc[k] + wt[q] * x[k] : acc[k] + x[k];
+                }
             }
         }
+        if (!on) continue;
         // MEAN divides by the ids kept; an empty bag stays 0.
         if (mean && kept > 0) {
             const float inv = 1.0f / (float)kept;
@@ -437,32 +456,50 @@ __global__ void k_sequence(const dtab *tabs, const int32_t *ftab, dbatch b, int6
 // 32-bit sort keys (key_base + row; the collection has fewer than 2^32 - 1 rows in all) and items
 // (a position or a bag; fewer than 2^31 of each): half the bytes of 64-bit ones through the sort.
 
-// A warp per bag, a lane per id: the sort key (or `sentinel` for a dropped id) and the item of
-// each id, the bag's MEAN scale, and (weighted) the bag of each id.
+// A warp per 32 consecutive bags, a lane per id of their ids (which are contiguous): the sort key
+// (or `sentinel` for a dropped id) and the item of each id, each bag's MEAN scale, and (weighted)
+// the bag of each id. Lane l reads bag b0 + l's offsets and table; an id finds its bag among the
+// lanes' by a shuffled binary search. A device call's group with offsets that are not a prefix
+// sum makes no entries (the update is gated on that finding).
 __global__ void k_entries(const dtab *tabs, const int32_t *ftab, dbatch b, int64_t nbags, int kb, int mode,
                           dctl *ck, int item_is_bag, uint32_t sentinel, uint32_t *key, int32_t *item, float *bag_c,
                           int32_t *bag_of) {
-    const int64_t bag = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (bag >= nbags) return;
+    __shared__ int kept_s[8][32];
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t b0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + wib) * 32;
+    if (b0 >= nbags) return;
+    const int nb = nbags - b0 < 32 ? (int)(nbags - b0) : 32;
+    const int64_t bag = b0 + (lane < nb ? lane : nb - 1);
+    int64_t j0 = 0, j1 = 0;
+    const bool ok = bag_range(b, bag, nbags, mode, ck, &j0, &j1);
+    if (__any_sync(FULL, !ok)) return;
     const dtab &t = tabs[ftab[bag / b.batch_size]];
-    int64_t j0, j1;
-    if (!bag_range(b, bag, nbags, mode, ck, &j0, &j1)) return;
-    const int64_t base = t.key_base;
-    int64_t kept = 0;
-    for (int64_t j00 = j0; j00 < j1; j00 += 32) {
-        const int64_t j = j00 + lane;
-        int64_t r = -1;
-        if (j < j1) {
-            if (b.weights) (void)weight_at(b, j, mode, ck, bag);
-            r = row_of(b.values[j], t, kb, mode, ck, bag);
-            key[j] = r < 0 ? sentinel : (uint32_t)(base + r);
-            item[j] = (int32_t)(item_is_bag ? bag : j);
-            if (bag_of) bag_of[j] = (int32_t)bag;
+    const int64_t rows = t.rows, base = t.key_base;
+    kept_s[wib][lane] = 0;
+    __syncwarp();
+    const int64_t g0 = __shfl_sync(FULL, j0, 0), g1 = __shfl_sync(FULL, j1, nb - 1);
+    for (int64_t jj = g0; jj < g1; jj += 32) {
+        const int64_t j = jj + lane;
+        int pos = 0; // the last bag of the group whose first id is at or before j: j's bag
+#pragma unroll
+        for (int step = 16; step >= 1; step >>= 1) {
+            const int cand = pos + step;
+            const int64_t cj0 = __shfl_sync(FULL, j0, cand < nb ? cand : nb - 1);
+            if (cand < nb && cj0 <= j) pos = cand;
         }
-        kept += __popc(__ballot_sync(FULL, r >= 0));
+        const int64_t rows_j = __shfl_sync(FULL, rows, pos), base_j = __shfl_sync(FULL, base, pos), bag_j = b0 + pos;
+        if (j < g1) {
+            if (b.weights) (void)weight_at(b, j, mode, ck, bag_j);
+            const int64_t r = row_in(b.values[j], rows_j, kb, mode, ck, bag_j);
+            key[j] = r < 0 ? sentinel : (uint32_t)(base_j + r);
+            item[j] = (int32_t)(item_is_bag ? bag_j : j);
+            if (bag_of) bag_of[j] = (int32_t)bag_j;
+            if (r >= 0) atomicAdd(&kept_s[wib][pos], 1);
+        }
     }
-    if (lane == 0) bag_c[bag] = t.pooling == EMBER_POOL_MEAN && kept > 0 ? 1.0f / (float)kept : 1.0f;
+    __syncwarp();
+    const int kept = kept_s[wib][lane];
+    if (lane < nb) bag_c[bag] = t.pooling == EMBER_POOL_MEAN && kept > 0 ? 1.0f / (float)kept : 1.0f;
 }
 
 // The number of runs that are rows (the sentinel's run, last when present, is not).
@@ -483,12 +520,23 @@ struct segs {
     int32_t B, out_dim, kind; // kind: enum ember__item_kind
 };
 
-// Table of a key: the last table whose key_base <= key.
+// Table of a key: the last table whose key_base <= key (from the descriptors, or from their key
+// bases copied into shared memory: KBASE_SMEM tables at most).
 __device__ inline int32_t table_of_key(const dtab *tabs, int32_t T, unsigned long long key) {
     int32_t lo = 0, hi = T - 1;
     while (lo < hi) {
         const int32_t mid = (lo + hi + 1) / 2;
         if ((unsigned long long)tabs[mid].key_base <= key) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+#define KBASE_SMEM 512
+__device__ inline int32_t table_of_base(const long long *kbase, int32_t T, unsigned long long key) {
+    int32_t lo = 0, hi = T - 1;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if ((unsigned long long)kbase[mid] <= key) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -657,8 +705,8 @@ __device__ __forceinline__ void update_row(const dtab &t, const ember__optim_ste
     }
 }
 
-// Segments longer than this go to the hot-row kernel (k_update_hot); longer than VERY_HOT_ENTRIES,
-// to the front of its queue.
+// Segments longer than this are hot rows (k_hot_sum, k_hot_apply); longer than VERY_HOT_ENTRIES,
+// at the front of their queue.
 #define HOT_ENTRIES 64
 #define VERY_HOT_ENTRIES 4096
 
@@ -667,9 +715,20 @@ __device__ __forceinline__ void update_row(const dtab &t, const ember__optim_ste
 // one 16-byte load where its columns are 16-byte aligned. Every column's sum is the cpu's: from
 // +0, one rounded product and one rounded add per entry, in position order. With a table `t`,
 // the row's stored values (`row` of t) go into w with the same loads in flight.
+// pf_src, pf_sc: lane q < 4 holds entry e0 + q's source and scale, prefetched (pf_src -1 on
+// lane 0: none were).
 __device__ inline void sum_entries(const segs &s, const float *grad, int64_t e0, int64_t e1, int D, int lane, float *g,
-                                   const dtab *t = NULL, int64_t row = 0, float *w = NULL) {
+                                   const dtab *t = NULL, int64_t row = 0, float *w = NULL, int64_t pf_src = -1,
+                                   float pf_sc = 0.0f) {
     const bool gal = ((uintptr_t)grad & 15) == 0;
+    int64_t src0[4];
+    float sc0[4];
+#pragma unroll
+    for (int q = 0; q < 4; q++) { // every lane, before any leaves the column loop
+        src0[q] = __shfl_sync(FULL, pf_src, q);
+        sc0[q] = __shfl_sync(FULL, pf_sc, q);
+    }
+    const bool pf = src0[0] >= 0;
     for (int c = lane * 4; c < D; c += 128) {
         const int n = D - c < 4 ? D - c : 4;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wv[4];
@@ -681,8 +740,9 @@ __device__ inline void sum_entries(const segs &s, const float *grad, int64_t e0,
                 sc[q] = 0.0f;
                 v[q][0] = v[q][1] = v[q][2] = v[q][3] = 0.0f;
                 if (e + q >= e1) continue;
-                const int64_t o = s.src[e + q] + c;
-                sc[q] = s.sc[e + q];
+                const bool first = pf && e == e0;
+                const int64_t o = (first ? src0[q] : s.src[e + q]) + c;
+                sc[q] = first ? sc0[q] : s.sc[e + q];
                 if (n == 4 && gal && (o & 3) == 0) {
                     const float4 x = *(const float4 *)(grad + o);
                     v[q][0] = x.x, v[q][1] = x.y, v[q][2] = x.z, v[q][3] = x.w;
@@ -706,7 +766,7 @@ __device__ inline void sum_entries(const segs &s, const float *grad, int64_t e0,
 
 // One warp per row (a grid-stride loop over the rows): the row's gradient (summed from its
 // segment's entries, or given) and its stored values, then update_row. Segments of more than
-// HOT_ENTRIES entries are left to k_update_hot. The next row's segment and key are loaded while
+// HOT_ENTRIES entries are left to the hot-row kernels. The next row's segment and key are loaded while
 // this one is updated (a shorter chain of dependent loads per row). The sorted path reads its row
 // count from the control block and does nothing when a device call's checks found something.
 template <bool GIVEN>
@@ -715,35 +775,50 @@ __global__ void __launch_bounds__(256, 4)
              const unsigned long long *gkey, const int64_t *goff, const float *rss, int64_t n, const dctl *ctl,
              int32_t max_dim) {
     extern __shared__ float smem[];
+    __shared__ long long kbase[KBASE_SMEM];
     if (!GIVEN && ctl->bits) return;
+    // The tables' first keys in shared memory (the search for a row's table stays out of the L1
+    // the rows stream through), where they fit.
+    const bool kb_smem = T <= KBASE_SMEM;
+    if (kb_smem)
+        for (int i = threadIdx.x; i < T; i += blockDim.x) kbase[i] = tabs[i].key_base;
+    __syncthreads();
     const int64_t u = GIVEN ? n : ctl->u;
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *g = smem + (size_t)wib * 2 * (size_t)max_dim, *w = g + max_dim;
     const int64_t stride = (int64_t)gridDim.x * (blockDim.x / 32);
-    int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + wib, e0n = 0, e1n = 0;
+    int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + wib, e0n = 0, e1n = 0, pf_src = -1;
     unsigned long long keyn = 0;
+    float pf_sc = 0.0f;
     if (k < u) {
         if (!GIVEN) e0n = s.seg[k], e1n = s.seg[k + 1];
         keyn = GIVEN ? gkey[k] : s.key[e0n];
     }
     for (; k < u; k += stride) {
-        const int64_t e0 = e0n, e1 = e1n, kn = k + stride;
+        const int64_t e0 = e0n, e1 = e1n, kn = k + stride, src = pf_src;
+        const float sc = pf_sc;
         const unsigned long long key = keyn;
         if (!GIVEN && kn < u) e0n = s.seg[kn], e1n = s.seg[kn + 1];
         if (!GIVEN && e1 - e0 > HOT_ENTRIES) {
             if (kn < u) keyn = s.key[e0n];
+            pf_src = -1;
             continue;
         }
-        const int32_t ti = table_of_key(tabs, T, key);
+        const int32_t ti = kb_smem ? table_of_base(kbase, T, key) : table_of_key(tabs, T, key);
         const dtab &t = tabs[ti];
         const int64_t row = (int64_t)(key - (unsigned long long)t.key_base);
         const int D = t.dim;
         if (GIVEN) {
             for (int d = lane; d < D; d += 32) g[d] = grad[goff[k] + d];
         } else {
-            sum_entries(s, grad, e0, e1, D, lane, g, &t, row, w);
+            sum_entries(s, grad, e0, e1, D, lane, g, &t, row, w, src, sc);
         }
-        if (kn < u) keyn = GIVEN ? gkey[kn] : s.key[e0n];
+        // The next row's key and first four sources, in flight while this row is updated.
+        pf_src = -1;
+        if (kn < u) {
+            keyn = GIVEN ? gkey[kn] : s.key[e0n];
+            if (!GIVEN && lane < 4 && e0n + lane < e1n) pf_src = s.src[e0n + lane], pf_sc = s.sc[e0n + lane];
+        }
         ember__optim_step st = steps[ti];
         if (GIVEN && rss && rss[k] >= 0.0f) st.row_sumsq = rss[k];
         update_row(t, st, row, g, w, lane, !GIVEN);
@@ -764,93 +839,108 @@ __global__ void k_hot_list(const int32_t *seg, dctl *ctl, int32_t *hot) {
     }
 }
 
-// The hot-row kernel's shared memory in floats: g, w [max_dim], then two buffers of `chunk`
-// gradient rows [chunk * max_dim] and two of their scales [chunk]; the buffers start 16-byte
-// aligned (the copies of 16-byte aligned rows are 16 bytes).
-__host__ __device__ inline size_t round4(size_t n) { return (n + 3) & ~(size_t)3; }
-__host__ __device__ inline size_t hot_rows_at(int32_t max_dim) { return round4((size_t)2 * (size_t)max_dim); }
-__host__ __device__ inline size_t hot_buf_floats(int32_t max_dim, int32_t chunk) {
-    return round4((size_t)chunk * (size_t)max_dim);
-}
-__host__ __device__ inline size_t hot_floats(int32_t max_dim, int32_t chunk) {
-    return hot_rows_at(max_dim) + 2 * hot_buf_floats(max_dim, chunk) + (size_t)2 * (size_t)chunk;
-}
+// The hot rows' gradients are summed in tasks of HOT_COLS columns (a 128-byte slice of each
+// entry's gradient row), so that the longest row's entries stream through several
+// multiprocessors at once; each task stages HOT_CHUNK entries at a time.
+#define HOT_COLS 32
+#define HOT_CHUNK 128
+#define HOT_THREADS 128
 
-// Starts copying (cp.async, one commit group) the `m` sorted entries from c0 on: their gradient
-// rows into xb (row i at xb + i D), their scales into sb. A warp per row; 16-byte copies where the
-// row's columns are 16-byte aligned. m <= 32 x (warps of the block).
-__device__ inline void hot_stage(const segs &s, const float *grad, int64_t c0, int m, int D, float *xb, float *sb) {
-    const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32, nw = blockDim.x / 32;
-    for (int i = tid; i < m; i += blockDim.x) __pipeline_memcpy_async(sb + i, s.sc + c0 + i, sizeof(float));
-    // Lane q of warp wid holds the source of the warp's q-th row (wid + q nw): one round of loads.
-    const int i_mine = wid + nw * lane;
-    const int64_t mine = i_mine < m ? s.src[c0 + i_mine] : 0;
-    const bool gal = ((uintptr_t)grad & 15) == 0 && (D & 3) == 0;
-    for (int q = 0; q < 32; q++) {
-        const int i = wid + nw * q;
-        if (i >= m) break;
-        const int64_t o = __shfl_sync(FULL, mine, q);
-        const float *from = grad + o;
-        float *to = xb + (size_t)i * (size_t)D;
-        if (gal && (o & 3) == 0) {
-            for (int p = lane * 4; p < D; p += 128) __pipeline_memcpy_async(to + p, from + p, 16);
-        } else {
-            for (int p = lane; p < D; p += 32) __pipeline_memcpy_async(to + p, from + p, sizeof(float));
+// Starts copying (cp.async, one commit group) the slice [col0, col0 + HOT_COLS) of the gradient
+// rows of the `m` sorted entries from c0 on into xb (entry i at xb + i HOT_COLS), their scales into
+// sb. Warp w takes entries [32 w, 32 w + 32): its lane l reads the source of entry 32 w + l and
+// hands it to the lanes copying that row. vec: every source and column is 16-byte aligned.
+__device__ inline void hot_stage(const segs &s, const float *grad, int64_t c0, int m, int col0, int D, bool vec,
+                                 float *xb, float *sb) {
+    const int tid = threadIdx.x, lane = tid % 32, ib = (tid / 32) * 32;
+    if (tid < m) __pipeline_memcpy_async(sb + tid, s.sc + c0 + tid, sizeof(float));
+    const int64_t mine = ib + lane < m ? s.src[c0 + ib + lane] : 0;
+    if (vec) {
+        for (int r = 0; r < 8; r++) { // four entries a round, eight lanes (16 bytes each) an entry
+            const int ie = r * 4 + lane / 8, col = col0 + (lane % 8) * 4;
+            const int64_t o = __shfl_sync(FULL, mine, ie);
+            if (ib + ie < m && col < D)
+                __pipeline_memcpy_async(xb + (ib + ie) * HOT_COLS + (lane % 8) * 4, grad + o + col, 16);
+        }
+    } else {
+        for (int r = 0; r < 32; r++) { // an entry a round, a lane a column
+            const int64_t o = __shfl_sync(FULL, mine, r);
+            if (ib + r < m && col0 + lane < D)
+                __pipeline_memcpy_async(xb + (ib + r) * HOT_COLS + lane, grad + o + col0 + lane, sizeof(float));
         }
     }
     __pipeline_commit();
 }
 
-// A block per hot row, longest rows first (Zipf's head: tens of thousands of entries on one row).
-// The entries' scaled gradient rows are summed by one thread per column in position order (the
-// cpu's sum: the chain of dependent adds is the floor), while the next chunk of rows is already
-// being copied into the other of two shared-memory buffers (cp.async). Warp 0 then updates the
-// row. Runs on a stream of its own beside k_update, the blocks taking rows from a queue.
-__global__ void k_update_hot(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const float *grad,
-                             const int32_t *hot, dctl *ctl, int32_t max_dim, int32_t chunk) {
-    extern __shared__ float4 smem4[];
-    __shared__ int64_t cur;
+// The hot rows' gradients (segments of more than HOT_ENTRIES entries, Zipf's head: tens of
+// thousands of entries on one row), into ghot [hot row, max_dim]: a block per task (a hot row's
+// slice of HOT_COLS columns), longest rows first, taken from a queue. Lane d of warp 0 adds the
+// entries' scaled gradients of its column in position order (the cpu's sum: one rounded product
+// and one rounded add per entry from +0; the chain of dependent adds is the floor), while the
+// next HOT_CHUNK entries are already being copied into the other of two shared buffers.
+__global__ void __launch_bounds__(HOT_THREADS)
+    k_hot_sum(const dtab *tabs, int32_t T, segs s, const float *grad, const int32_t *hot, dctl *ctl, int32_t max_dim,
+              int vec, float *ghot) {
+    __shared__ __align__(16) float buf[2][HOT_CHUNK * HOT_COLS];
+    __shared__ float scb[2][HOT_CHUNK];
+    __shared__ long long cur;
     if (ctl->bits) return;
-    const size_t bstride = hot_buf_floats(max_dim, chunk);
-    float *g = (float *)smem4, *w = g + max_dim, *buf = g + hot_rows_at(max_dim), *scb = buf + 2 * bstride;
-    const int tid = threadIdx.x, nth = blockDim.x;
+    const int tid = threadIdx.x, lane = tid % 32;
     const int64_t u = ctl->u, nvhot = (int64_t)ctl->nvhot, nhot = nvhot + (int64_t)ctl->nhot;
+    const int nsl = (max_dim + HOT_COLS - 1) / HOT_COLS;
     for (;;) {
-        if (tid == 0) cur = (int64_t)atomicAdd(&ctl->next, 1ull);
+        if (tid == 0) cur = (long long)atomicAdd(&ctl->next, 1ull);
         __syncthreads();
-        const int64_t h = cur;
+        const int64_t task = cur;
         __syncthreads(); // cur is read before thread 0 takes the next
-        if (h >= nhot) break;
+        if (task >= nhot * nsl) break;
+        const int64_t h = task / nsl;
+        const int col0 = (int)(task % nsl) * HOT_COLS;
         const int64_t k = h < nvhot ? hot[h] : hot[u - 1 - (h - nvhot)];
-        const int64_t e0 = s.seg[k], e1 = s.seg[k + 1], nchunks = (e1 - e0 + chunk - 1) / chunk;
-        const uint32_t key = s.key[e0];
-        const int32_t ti = table_of_key(tabs, T, key);
-        const dtab t = tabs[ti];
-        const int D = t.dim;
-        for (int d = tid; d < D; d += nth) g[d] = 0.0f;
-        hot_stage(s, grad, e0, e1 - e0 < chunk ? (int)(e1 - e0) : chunk, D, buf, scb);
+        const int64_t e0 = s.seg[k], e1 = s.seg[k + 1], nchunks = (e1 - e0 + HOT_CHUNK - 1) / HOT_CHUNK;
+        const int D = tabs[table_of_key(tabs, T, s.key[e0])].dim;
+        if (col0 >= D) continue; // a narrower table than the widest
+        float acc = 0.0f;
+        hot_stage(s, grad, e0, e1 - e0 < HOT_CHUNK ? (int)(e1 - e0) : HOT_CHUNK, col0, D, vec, buf[0], scb[0]);
         for (int64_t c = 0; c < nchunks; c++) {
-            const int64_t c0 = e0 + c * chunk, c1 = c0 + chunk;
-            const int m = e1 - c0 < chunk ? (int)(e1 - c0) : chunk, slot = (int)(c & 1);
+            const int64_t c0 = e0 + c * HOT_CHUNK, c1 = c0 + HOT_CHUNK;
+            const int m = e1 - c0 < HOT_CHUNK ? (int)(e1 - c0) : HOT_CHUNK, slot = (int)(c & 1);
             if (c + 1 < nchunks) {
-                hot_stage(s, grad, c1, e1 - c1 < chunk ? (int)(e1 - c1) : chunk, D, buf + (slot ^ 1) * bstride,
-                          scb + (size_t)(slot ^ 1) * chunk);
+                hot_stage(s, grad, c1, e1 - c1 < HOT_CHUNK ? (int)(e1 - c1) : HOT_CHUNK, col0, D, vec, buf[slot ^ 1],
+                          scb[slot ^ 1]);
                 __pipeline_wait_prior(1); // this thread's copies of chunk c are done
             } else {
                 __pipeline_wait_prior(0);
             }
             __syncthreads(); // and every thread's
-            const float *xb = buf + slot * bstride, *sb = scb + (size_t)slot * chunk;
-            for (int d = tid; d < D; d += nth) {
-                float acc = g[d];
+            if (tid < 32 && col0 + lane < D) {
+                const float *xb = buf[slot] + lane, *sb = scb[slot];
 #pragma unroll 8
-                for (int i = 0; i < m; i++) acc = acc + sb[i] * xb[(size_t)i * D + d];
-                g[d] = acc;
+                for (int i = 0; i < m; i++) acc = acc + sb[i] * xb[i * HOT_COLS];
             }
             __syncthreads(); // the buffer is free for chunk c + 2
         }
-        if (tid < 32) update_row(t, steps[ti], (int64_t)(key - (uint32_t)t.key_base), g, w, tid, false);
-        __syncthreads();
+        if (tid < 32 && col0 + lane < D) ghot[h * (int64_t)max_dim + col0 + lane] = acc;
+    }
+}
+
+// One warp per hot row: its gradient from ghot, then update_row.
+__global__ void k_hot_apply(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const int32_t *hot,
+                            const dctl *ctl, const float *ghot, int32_t max_dim) {
+    extern __shared__ float smem[];
+    if (ctl->bits) return;
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *g = smem + (size_t)wib * 2 * (size_t)max_dim, *w = g + max_dim;
+    const int64_t u = ctl->u, nvhot = (int64_t)ctl->nvhot, nhot = nvhot + (int64_t)ctl->nhot;
+    const int64_t stride = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t h = (int64_t)blockIdx.x * (blockDim.x / 32) + wib; h < nhot; h += stride) {
+        const int64_t k = h < nvhot ? hot[h] : hot[u - 1 - (h - nvhot)];
+        const uint32_t key = s.key[s.seg[k]];
+        const int32_t ti = table_of_key(tabs, T, key);
+        const dtab &t = tabs[ti];
+        for (int d = lane; d < t.dim; d += 32) g[d] = ghot[h * (int64_t)max_dim + d];
+        update_row(t, steps[ti], (int64_t)(key - (uint32_t)t.key_base), g, w, lane, false);
+        __syncwarp(); // g and w are the next row's
     }
 }
 
@@ -908,9 +998,17 @@ __global__ void k_row_sumsq(const dtab *tabs, int32_t T, const unsigned long lon
     out[k] = ss;
 }
 
-// A device call's dL/dy: the first element that is not finite.
+// A device call's dL/dy: the first element that is not finite (16-byte loads where aligned).
 __global__ void k_check_finite(const float *x, int64_t n, dctl *ck) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t n4 = ((uintptr_t)x & 15) == 0 ? n / 4 : 0;
+    for (int64_t i = i0; i < n4; i += stride) {
+        const float4 v = ((const float4 *)x)[i];
+        if (!isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w))
+            for (int k = 0; k < 4; k++)
+                if (!isfinite(x[4 * i + k])) note(ck, CK_GRAD, (unsigned long long)(4 * i + k));
+    }
+    for (int64_t i = 4 * n4 + i0; i < n; i += stride)
         if (!isfinite(x[i])) note(ck, CK_GRAD, (unsigned long long)i);
 }
 
@@ -1006,29 +1104,16 @@ ember_status cuda_alloc(ember_ebc *ebc) {
                "shared memory");
         CU_TRY(ctx, cudaFuncSetAttribute(k_update<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                "shared memory");
+        CU_TRY(ctx, cudaFuncSetAttribute(k_hot_apply, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+               "shared memory");
     }
     int per_sm = 0;
     CU_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_update<false>, 32 * c->warps_per_block, smem),
            "occupancy");
     c->upd_blocks = c->sms * (per_sm > 0 ? per_sm : 1);
-    // The hot-row kernel, one block per multiprocessor: two rows and two buffers of `chunk`
-    // gradient rows in 96 KiB of shared memory (the rest is k_update's, which runs beside it);
-    // wide rows take what a block may have.
-    int optin = 0;
-    CU_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device),
-           "cudaDeviceGetAttribute");
-    const int64_t rows_at = (int64_t)hot_rows_at(ebc->max_dim), per_row = 2 * ((int64_t)ebc->max_dim + 1);
-    const int64_t floats_max = (optin - 256) / 4;
-    int64_t chunk = (96 * 1024 / 4 - rows_at - 8) / per_row; // 8: the buffers' rounding
-    if (chunk < 8) chunk = (floats_max - rows_at - 8) / per_row;
-    EMBER_CHECK(ctx, chunk >= 1, EMBER_ERR_UNSUPPORTED,
-                "ember_ebc_create: backend cuda: dim %d is wider than the hot-row kernel holds (%lld)", (int)ebc->max_dim,
-                (long long)((floats_max - 6) / 4));
-    c->hot_chunk = (int)(chunk < 256 ? chunk : 256); // at most 32 rows for each of 8 warps to stage (hot_stage)
-    c->hot_smem = sizeof(float) * hot_floats(ebc->max_dim, c->hot_chunk);
-    CU_TRY(ctx, cudaFuncSetAttribute(k_update_hot, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->hot_smem),
-           "shared memory");
-    c->hot_blocks = c->sms;
+    c->cols_aligned = ebc->out_dim % 4 == 0;
+    for (int32_t f = 0; f < ebc->F; f++) c->cols_aligned &= ebc->feature_col[f] % 4 == 0;
+    for (int32_t t = 0; t < ebc->T; t++) c->cols_aligned &= ebc->tables[t].cfg.dim % 4 == 0;
     ember__slab_sizes(ebc, &c->slab_bytes, &c->state_floats);
     CU_TRY(ctx, cudaMalloc(&c->slab, c->slab_bytes), "embedding weights");
     CU_TRY(ctx, cudaMemset(c->slab, 0, c->slab_bytes), "embedding weights");
@@ -1324,9 +1409,11 @@ ember_status sort_entries(ember_ebc *ebc, const dbatch *b, int mode, dctl *ctl, 
     float *sc = (float *)dget(ebc, B_SC, sizeof(float) * n);
     float *bag_c = (float *)dget(ebc, B_BAGC, sizeof(float) * (size_t)(nbags > 0 ? nbags : 1));
     int32_t *bag_of = kind == EMBER__ITEM_POS_POOLED ? (int32_t *)dget(ebc, B_BAGOF, sizeof(int32_t) * n) : NULL;
-    // The update's hot-row list: at most one slot per row (u <= n).
+    // The update's hot-row list (at most one slot per row: u <= n) and the hot rows' gradients
+    // (each has more than HOT_ENTRIES entries).
     int32_t *hot = (int32_t *)dget(ebc, B_HOT, sizeof(int32_t) * n);
-    if (!key || !key2 || !item || !item2 || !ukey || !cnt || !seg || !nrun || !src || !sc || !bag_c || !hot ||
+    float *ghot = (float *)dget(ebc, B_GHOT, sizeof(float) * (n / (HOT_ENTRIES + 1) + 1) * (size_t)ebc->max_dim);
+    if (!key || !key2 || !item || !item2 || !ukey || !cnt || !seg || !nrun || !src || !sc || !bag_c || !hot || !ghot ||
         (kind == EMBER__ITEM_POS_POOLED && !bag_of))
         return EMBER_ERR_NOMEM;
     size_t t1 = 0, t2 = 0, t3 = 0;
@@ -1341,7 +1428,7 @@ ember_status sort_entries(ember_ebc *ebc, const dbatch *b, int mode, dctl *ctl, 
     *out = segs_of(ebc, kind, b->batch_size);
     CU_TRY(ctx, cudaMemsetAsync(seg, 0, sizeof(int32_t), c->stream), "segments");
     if (nbags > 0)
-        k_entries<<<blocks_for(nbags, 8), 256, 0, c->stream>>>(c->tabs, c->ftab, *b, nbags, (int)ebc->kbounds, mode, ctl,
+        k_entries<<<blocks_for(nbags, 256), 256, 0, c->stream>>>(c->tabs, c->ftab, *b, nbags, (int)ebc->kbounds, mode, ctl,
                                                                 kind == EMBER__ITEM_BAG, key_sentinel(ebc), key, item, bag_c,
                                                                 bag_of);
     if (nnz > 0) {
@@ -1355,7 +1442,7 @@ ember_status sort_entries(ember_ebc *ebc, const dbatch *b, int mode, dctl *ctl, 
     return EMBER_OK;
 }
 
-// Counts the step and queues one update per segment: the hot rows' kernel on its own stream
+// Counts the step and queues one update per segment: the hot rows' kernels on their own stream
 // beside the other rows' (both wait for the sort; the collection's stream waits for both).
 ember_status update_segments(ember_ebc *ebc, const segs *s, int64_t nnz, const float *grad, dctl *ctl) {
     ember_ctx *ctx = ebc->ctx;
@@ -1363,17 +1450,23 @@ ember_status update_segments(ember_ebc *ebc, const segs *s, int64_t nnz, const f
     EMBER_TRY(begin_step(ebc));
     if (nnz == 0) return EMBER_OK;
     const int wpb = c->warps_per_block;
+    const size_t smem = c->smem_per_warp * (size_t)wpb;
     const unsigned lists = blocks_for(nnz, 256) < (unsigned)(8 * c->sms) ? blocks_for(nnz, 256) : (unsigned)(8 * c->sms);
     const unsigned rows = blocks_for(nnz, wpb) < (unsigned)c->upd_blocks ? blocks_for(nnz, wpb) : (unsigned)c->upd_blocks;
+    const unsigned hot_rows = blocks_for(nnz / (HOT_ENTRIES + 1) + 1, wpb) < (unsigned)c->upd_blocks
+                                  ? blocks_for(nnz / (HOT_ENTRIES + 1) + 1, wpb)
+                                  : (unsigned)c->upd_blocks;
+    const int vec = c->cols_aligned && ((uintptr_t)grad & 15) == 0;
     int32_t *hot = (int32_t *)c->buf[B_HOT].p; // reserved by sort_entries
+    float *ghot = (float *)c->buf[B_GHOT].p;
     k_hot_list<<<lists, 256, 0, c->stream>>>(s->seg, ctl, hot);
     CU_TRY(ctx, cudaEventRecord(c->sorted, c->stream), "hot rows");
     CU_TRY(ctx, cudaStreamWaitEvent(c->hstream, c->sorted, 0), "hot rows");
-    k_update_hot<<<c->hot_blocks, 256, c->hot_smem, c->hstream>>>(c->tabs, ebc->T, c->steps, *s, grad, hot, ctl,
-                                                                   ebc->max_dim, c->hot_chunk);
+    k_hot_sum<<<3 * c->sms, HOT_THREADS, 0, c->hstream>>>(c->tabs, ebc->T, *s, grad, hot, ctl, ebc->max_dim, vec, ghot);
+    k_hot_apply<<<hot_rows, 32 * wpb, smem, c->hstream>>>(c->tabs, ebc->T, c->steps, *s, hot, ctl, ghot, ebc->max_dim);
     CU_TRY(ctx, cudaEventRecord(c->hot_done, c->hstream), "hot rows");
-    k_update<false><<<rows, 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(c->tabs, ebc->T, c->steps, *s, grad, NULL,
-                                                                                   NULL, NULL, 0, ctl, ebc->max_dim);
+    k_update<false><<<rows, 32 * wpb, smem, c->stream>>>(c->tabs, ebc->T, c->steps, *s, grad, NULL, NULL, NULL, 0, ctl,
+                                                        ebc->max_dim);
     CU_TRY(ctx, cudaStreamWaitEvent(c->stream, c->hot_done, 0), "hot rows");
     return EMBER_OK;
 }
