@@ -2,16 +2,17 @@
 // memory of one CUDA device, laid out as the cpu backend lays its slabs out (each table's rows back
 // to back in its dtype, 64-byte aligned; fp32 optimizer state), and kernels that give the cpu
 // backend's bits:
-//   forward   a group of lanes per bag (4 columns a lane, 16-byte loads, 4 rows in flight), each
+//   forward   a group of lanes per bag (16-byte loads: 4 fp32 or 8 16-bit columns a lane, 32/V
+//             rows in flight), each id read and checked once and handed round by a shuffle, each
 //             output column summed in bag order by one lane;
-//   backward  the entries (row key, position) made per bag, a stable radix sort (CUB), segments
-//             by run-length encoding; one warp per touched row sums its gradient in position order
-//             and applies the optimizer once; rows of more than HOT_ENTRIES entries (Zipf's head)
-//             go to a block each, whose threads stage the scaled gradient rows in shared memory
-//             for one thread per column to add, in the same order;
-//   checks    ember_ebc_forward_device/backward_device take device memory and check on the device
-//             what the host cannot see (offsets, ids under EMBER_BOUNDS_ERROR, weights, dL/dy);
-//             the host calls copy the KJT, outputs and gradients per call.
+//   backward  the entries (32-bit row key, position) made a warp per 32 bags, a stable radix sort
+//             (CUB), segments by run-length encoding, each entry's gradient source found once;
+//             one warp per touched row sums its gradient in position order and applies the
+//             optimizer once; rows of more than HOT_ENTRIES entries (Zipf's head) are summed in
+//             32-column slices, a block per slice staging the gradient slices in shared memory
+//             (cp.async, two buffers) for one thread per column to add in the same order, on a
+//             stream of their own beside the other rows; no wait between the sort and the update
+//             (the row count, the hot-row queue and a device call's findings stay on the device);
 // Same bits as the cpu backend and run to run, by construction:
 //   - every float operation is the cpu's, in the cpu's order: compiled with --fmad=false (no
 //     contraction of a * b + c, the cpu's -ffp-contract=off), IEEE division and square root
