@@ -7,8 +7,8 @@
 //             output column summed in bag order by one lane;
 //   backward  the entries (32-bit row key, position) made a warp per 32 bags, a stable radix sort
 //             (CUB), segments by run-length encoding, each entry's gradient source found once;
-//             one warp per touched row sums its gradient in position order and applies the
-//             optimizer once; rows of more than HOT_ENTRIES entries (Zipf's head) are summed in
+//             a warp (half a warp for rows of up to 128 columns) per touched row sums its
+//             gradient in position order and applies the optimizer once; rows of more than HOT_ENTRIES entries (Zipf's head) are summed in
 //             32-column slices, a block per slice staging the gradient slices in shared memory
 //             (cp.async, two buffers) for one thread per column to add in the same order, on a
 //             stream of their own beside the other rows; no wait between the sort and the update
@@ -105,6 +105,7 @@ struct cuda_state {
     dbuf buf[B_COUNT];
     int warps_per_block;    // of the row-update kernels (shared memory: two rows per warp)
     int upd_blocks;         // their grid: as many blocks as the device holds at once
+    int half_rows;          // rows of at most 128 columns: the sorted update takes two rows a warp
     size_t smem_per_warp;
     int cols_aligned;       // every table's width, feature column and the output width a multiple of 4
 };
@@ -564,82 +565,88 @@ __global__ void k_sources(segs s, const int32_t *bag_of, const float *weights, i
     }
 }
 
-// ---- the optimizers, one warp per row (cpu/optim_rows.h, operation for operation) -------------------
+// ---- the optimizers, a group of G lanes per row (cpu/optim_rows.h, operation for operation) --------
+// G = 32 (a warp) or 16 (half a warp: two rows a warp, for rows of up to 128 columns); `lane` is
+// the lane in the group, every lane of the group calls these.
 
-// sum_d a[d] * b[d] in ember__sum16's order, on every lane.
-__device__ inline float dot16(const float *a, const float *b, int D, int lane) {
-    __syncwarp();
+template <int G> __device__ inline unsigned gmask() { return G == 32 ? FULL : 0xffffu << (threadIdx.x & 16); }
+
+// sum_d a[d] * b[d] in ember__sum16's order, on every lane: lane k < 16 accumulates columns k,
+// k + 16, ..., then the 8-4-2-1 tree.
+template <int G> __device__ inline float dot16(const float *a, const float *b, int D, int lane) {
+    const unsigned m = gmask<G>();
+    __syncwarp(m);
     float acc = 0.0f;
     if (lane < 16)
         for (int d = lane; d < D; d += 16) acc = acc + a[d] * b[d];
-    acc = acc + __shfl_down_sync(FULL, acc, 8);
-    acc = acc + __shfl_down_sync(FULL, acc, 4);
-    acc = acc + __shfl_down_sync(FULL, acc, 2);
-    acc = acc + __shfl_down_sync(FULL, acc, 1);
-    return __shfl_sync(FULL, acc, 0);
+    acc = acc + __shfl_down_sync(m, acc, 8, G);
+    acc = acc + __shfl_down_sync(m, acc, 4, G);
+    acc = acc + __shfl_down_sync(m, acc, 2, G);
+    acc = acc + __shfl_down_sync(m, acc, 1, G);
+    return __shfl_sync(m, acc, 0, G);
 }
 
-__device__ inline float row_mean_sq(const dtab &t, const ember__optim_step &st, const float *g, int lane) {
+template <int G> __device__ inline float row_mean_sq(const dtab &t, const ember__optim_step &st, const float *g, int lane) {
     if (st.row_sumsq >= 0.0f) return st.row_sumsq / (float)t.global_dim;
-    return dot16(g, g, t.dim, lane) / (float)t.dim;
+    return dot16<G>(g, g, t.dim, lane) / (float)t.dim;
 }
 
 // w <- w - scale * r (apply_direction), r = g in place.
-__device__ inline void apply_direction(const dtab &t, float *w, float *r, int decoupled, int lamb, int lane) {
+template <int G> __device__ inline void apply_direction(const dtab &t, float *w, float *r, int decoupled, int lamb, int lane) {
     const ember_optim_config &o = t.o;
     const int D = t.dim;
     if (decoupled)
-        for (int d = lane; d < D; d += 32) r[d] = r[d] + o.weight_decay * w[d];
+        for (int d = lane; d < D; d += G) r[d] = r[d] + o.weight_decay * w[d];
     float scale = o.lr;
     if (lamb) {
-        const float wn = dot16(w, w, D, lane), rn = dot16(r, r, D, lane);
+        const float wn = dot16<G>(w, w, D, lane), rn = dot16<G>(r, r, D, lane);
         if (wn > 0.0f && rn > 0.0f) scale = o.lr * sqrtf(wn) / sqrtf(rn);
     }
-    __syncwarp();
-    for (int d = lane; d < D; d += 32) w[d] = w[d] - scale * r[d];
+    __syncwarp(gmask<G>());
+    for (int d = lane; d < D; d += G) w[d] = w[d] - scale * r[d];
 }
 
-__device__ inline void adam_moments(const dtab &t, const ember__optim_step &st, int64_t row, float *g, int lane) {
+template <int G> __device__ inline void adam_moments(const dtab &t, const ember__optim_step &st, int64_t row, float *g, int lane) {
     const ember_optim_config &o = t.o;
     float *m1 = t.m1 + row * t.dim, *m2 = t.m2 + row * t.dim;
-    for (int d = lane; d < t.dim; d += 32) {
+    for (int d = lane; d < t.dim; d += G) {
         m1[d] = o.beta1 * m1[d] + (1.0f - o.beta1) * g[d];
         m2[d] = o.beta2 * m2[d] + (1.0f - o.beta2) * g[d] * g[d];
         g[d] = (m1[d] / st.c1) / (sqrtf(m2[d] / st.c2) + o.eps);
     }
 }
 
-__device__ inline void partial_rowwise_moments(const dtab &t, const ember__optim_step &st, int64_t row, float *g,
+template <int G> __device__ inline void partial_rowwise_moments(const dtab &t, const ember__optim_step &st, int64_t row, float *g,
                                                int lane) {
     const ember_optim_config &o = t.o;
     float *m1 = t.m1 + row * t.dim, *m2 = t.m2 + row;
-    const float ms = row_mean_sq(t, st, g, lane);
+    const float ms = row_mean_sq<G>(t, st, g, lane);
     const float m2v = o.beta2 * *m2 + (1.0f - o.beta2) * ms;
-    __syncwarp();
+    __syncwarp(gmask<G>());
     if (lane == 0) *m2 = m2v;
     const float den = sqrtf(m2v / st.c2) + o.eps;
-    for (int d = lane; d < t.dim; d += 32) {
+    for (int d = lane; d < t.dim; d += G) {
         m1[d] = o.beta1 * m1[d] + (1.0f - o.beta1) * g[d];
         g[d] = (m1[d] / st.c1) / den;
     }
 }
 
 // optim_row: the generic L2 step unless the optimizer decays inside its formula, then the update.
-// w and g are the warp's shared rows; every lane calls it.
-__device__ __forceinline__ void optim_row(const dtab &t, const ember__optim_step &st, int64_t row, float *w, float *g, int lane) {
+// w and g are the group's shared rows.
+template <int G> __device__ __forceinline__ void optim_row(const dtab &t, const ember__optim_step &st, int64_t row, float *w, float *g, int lane) {
     const ember_optim_config &o = t.o;
     const int D = t.dim;
     const float lr = o.lr, wd = o.weight_decay;
     if (o.weight_decay_mode == EMBER_WD_L2 && wd != 0.0f && !t.l2_in_update)
-        for (int d = lane; d < D; d += 32) g[d] = g[d] + wd * w[d];
+        for (int d = lane; d < D; d += G) g[d] = g[d] + wd * w[d];
     const int decoupled = o.weight_decay_mode == EMBER_WD_DECOUPLED && wd != 0.0f;
     switch (o.kind) {
     case EMBER_OPT_SGD:
-        for (int d = lane; d < D; d += 32) w[d] = decoupled ? w[d] - lr * (g[d] + wd * w[d]) : w[d] - lr * g[d];
+        for (int d = lane; d < D; d += G) w[d] = decoupled ? w[d] - lr * (g[d] + wd * w[d]) : w[d] - lr * g[d];
         break;
     case EMBER_OPT_ADAGRAD: {
         float *m1 = t.m1 + row * D;
-        for (int d = lane; d < D; d += 32) {
+        for (int d = lane; d < D; d += G) {
             m1[d] = m1[d] + g[d] * g[d];
             w[d] = decoupled ? w[d] - lr * (g[d] / (sqrtf(m1[d]) + o.eps) + wd * w[d])
                              : w[d] - lr * (g[d] / (sqrtf(m1[d]) + o.eps));
@@ -648,31 +655,31 @@ __device__ __forceinline__ void optim_row(const dtab &t, const ember__optim_step
     }
     case EMBER_OPT_ROWWISE_ADAGRAD: {
         float *m1 = t.m1 + row;
-        const float ms = row_mean_sq(t, st, g, lane);
+        const float ms = row_mean_sq<G>(t, st, g, lane);
         const float m1v = *m1 + ms;
-        __syncwarp();
+        __syncwarp(gmask<G>());
         if (lane == 0) *m1 = m1v;
         const float mult = lr / (sqrtf(m1v) + o.eps);
-        for (int d = lane; d < D; d += 32) w[d] = decoupled ? w[d] - (mult * g[d] + lr * wd * w[d]) : w[d] - mult * g[d];
+        for (int d = lane; d < D; d += G) w[d] = decoupled ? w[d] - (mult * g[d] + lr * wd * w[d]) : w[d] - mult * g[d];
         break;
     }
     case EMBER_OPT_ADAM:
     case EMBER_OPT_LAMB:
-        adam_moments(t, st, row, g, lane);
-        apply_direction(t, w, g, decoupled, o.kind == EMBER_OPT_LAMB, lane);
+        adam_moments<G>(t, st, row, g, lane);
+        apply_direction<G>(t, w, g, decoupled, o.kind == EMBER_OPT_LAMB, lane);
         break;
     case EMBER_OPT_PARTIAL_ROWWISE_ADAM:
     case EMBER_OPT_PARTIAL_ROWWISE_LAMB:
-        partial_rowwise_moments(t, st, row, g, lane);
-        apply_direction(t, w, g, decoupled, o.kind == EMBER_OPT_PARTIAL_ROWWISE_LAMB, lane);
+        partial_rowwise_moments<G>(t, st, row, g, lane);
+        apply_direction<G>(t, w, g, decoupled, o.kind == EMBER_OPT_PARTIAL_ROWWISE_LAMB, lane);
         break;
     case EMBER_OPT_LARS_SGD: {
         const float l2 = o.weight_decay_mode == EMBER_WD_L2 ? wd : 0.0f;
-        const float wn = sqrtf(dot16(w, w, D, lane)), gn = sqrtf(dot16(g, g, D, lane));
+        const float wn = sqrtf(dot16<G>(w, w, D, lane)), gn = sqrtf(dot16<G>(g, g, D, lane));
         const float local = wn > 0.0f && gn > 0.0f ? o.eta * wn / (gn + l2 * wn) : 1.0f;
         const float rate = lr * local, mom = o.momentum;
         float *m1 = t.m1 + row * D;
-        for (int d = lane; d < D; d += 32) {
+        for (int d = lane; d < D; d += G) {
             m1[d] = mom * m1[d] + rate * (g[d] + l2 * w[d]);
             w[d] = decoupled ? w[d] - (m1[d] + lr * wd * w[d]) : w[d] - m1[d];
         }
@@ -680,26 +687,25 @@ __device__ __forceinline__ void optim_row(const dtab &t, const ember__optim_step
     }
     default: break;
     }
-    __syncwarp();
+    __syncwarp(gmask<G>());
 }
 
-// The optimizer step of `row` of table t with gradient g (the warp's shared rows g and w, every
-// lane calls it; w holds the row's stored values already when `loaded`), then the store: fp32 as
+// The optimizer step of `row` of table t with gradient g (the group's shared rows g and w; w holds the row's stored values already when `loaded`), then the store: fp32 as
 // is, 16-bit rounded to nearest or stochastically (the cpu's update_row).
-__device__ __forceinline__ void update_row(const dtab &t, const ember__optim_step &st, int64_t row, float *g, float *w,
+template <int G> __device__ __forceinline__ void update_row(const dtab &t, const ember__optim_step &st, int64_t row, float *g, float *w,
                                            int lane, bool loaded) {
     const int D = t.dim;
     unsigned char *p = t.w + row * t.row_bytes;
     if (!loaded)
-        for (int d = lane; d < D; d += 32) w[d] = load_one(t, p, d);
-    optim_row(t, st, row, w, g, lane);
+        for (int d = lane; d < D; d += G) w[d] = load_one(t, p, d);
+    optim_row<G>(t, st, row, w, g, lane);
     if (t.dtype == EMBER_DTYPE_F32) {
-        for (int d = lane; d < D; d += 32) ((float *)p)[d] = w[d];
+        for (int d = lane; d < D; d += G) ((float *)p)[d] = w[d];
         return;
     }
     uint16_t *h = (uint16_t *)p;
     const uint32_t rk = t.sr ? ember__sr_row_key(st.sr_key, row) : 0u;
-    for (int d = lane; d < D; d += 32) {
+    for (int d = lane; d < D; d += G) {
         const float v = w[d];
         if (t.dtype == EMBER_DTYPE_BF16) h[d] = t.sr ? ember__f32_to_bf16_sr(v, ember__sr_hash(rk, (uint32_t)d)) : ember__f32_to_bf16(v);
         else h[d] = t.sr ? ember__f32_to_f16_sr(v, ember__sr_hash(rk, (uint32_t)d)) : ember__f32_to_f16(v);
@@ -711,26 +717,28 @@ __device__ __forceinline__ void update_row(const dtab &t, const ember__optim_ste
 #define HOT_ENTRIES 64
 #define VERY_HOT_ENTRIES 4096
 
-// g[d] = sum over entries [e0, e1) of sc_e * dL/dy_e[d] in entry order, for the warp's columns:
-// lane l takes columns [4 l, 4 l + 4) + 128 i, four entries' rows in flight, each row read with
+// g[d] = sum over entries [e0, e1) of sc_e * dL/dy_e[d] in entry order, for the group's columns:
+// lane l takes columns [4 l, 4 l + 4) + 4 G i, four entries' rows in flight, each row read with
 // one 16-byte load where its columns are 16-byte aligned. Every column's sum is the cpu's: from
 // +0, one rounded product and one rounded add per entry, in position order. With a table `t`,
 // the row's stored values (`row` of t) go into w with the same loads in flight.
 // pf_src, pf_sc: lane q < 4 holds entry e0 + q's source and scale, prefetched (pf_src -1 on
 // lane 0: none were).
+template <int G>
 __device__ inline void sum_entries(const segs &s, const float *grad, int64_t e0, int64_t e1, int D, int lane, float *g,
                                    const dtab *t = NULL, int64_t row = 0, float *w = NULL, int64_t pf_src = -1,
                                    float pf_sc = 0.0f) {
+    const unsigned m = gmask<G>();
     const bool gal = ((uintptr_t)grad & 15) == 0;
     int64_t src0[4];
     float sc0[4];
 #pragma unroll
     for (int q = 0; q < 4; q++) { // every lane, before any leaves the column loop
-        src0[q] = __shfl_sync(FULL, pf_src, q);
-        sc0[q] = __shfl_sync(FULL, pf_sc, q);
+        src0[q] = __shfl_sync(m, pf_src, q, G);
+        sc0[q] = __shfl_sync(m, pf_sc, q, G);
     }
     const bool pf = src0[0] >= 0;
-    for (int c = lane * 4; c < D; c += 128) {
+    for (int c = lane * 4; c < D; c += 4 * G) {
         const int n = D - c < 4 ? D - c : 4;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, wv[4];
         if (t) load4(*t, t->w + row * t->row_bytes, c, n, wv);
@@ -762,15 +770,16 @@ __device__ inline void sum_entries(const segs &s, const float *grad, int64_t e0,
         if (t)
             for (int k = 0; k < n; k++) w[c + k] = wv[k];
     }
-    __syncwarp(); // the optimizer reads the columns other lanes wrote
+    __syncwarp(m); // the optimizer reads the columns other lanes wrote
 }
 
-// One warp per row (a grid-stride loop over the rows): the row's gradient (summed from its
-// segment's entries, or given) and its stored values, then update_row. Segments of more than
-// HOT_ENTRIES entries are left to the hot-row kernels. The next row's segment and key are loaded while
-// this one is updated (a shorter chain of dependent loads per row). The sorted path reads its row
-// count from the control block and does nothing when a device call's checks found something.
-template <bool GIVEN>
+// A group of G lanes per row (a grid-stride loop over the rows; G = 16: two rows a warp): the
+// row's gradient (summed from its segment's entries, or given) and its stored values, then
+// update_row. Segments of more than HOT_ENTRIES entries are left to the hot-row kernels. The next
+// row's segment, key and first four gradient sources are loaded while this one is updated (a
+// shorter chain of dependent loads per row). The sorted path reads its row count from the
+// control block and does nothing when a device call's checks found something.
+template <bool GIVEN, int G>
 __global__ void __launch_bounds__(256, 4)
     k_update(const dtab *tabs, int32_t T, const ember__optim_step *steps, segs s, const float *grad,
              const unsigned long long *gkey, const int64_t *goff, const float *rss, int64_t n, const dctl *ctl,
@@ -785,10 +794,10 @@ __global__ void __launch_bounds__(256, 4)
         for (int i = threadIdx.x; i < T; i += blockDim.x) kbase[i] = tabs[i].key_base;
     __syncthreads();
     const int64_t u = GIVEN ? n : ctl->u;
-    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *g = smem + (size_t)wib * 2 * (size_t)max_dim, *w = g + max_dim;
-    const int64_t stride = (int64_t)gridDim.x * (blockDim.x / 32);
-    int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + wib, e0n = 0, e1n = 0, pf_src = -1;
+    const int gib = threadIdx.x / G, lane = threadIdx.x % G;
+    float *g = smem + (size_t)gib * 2 * (size_t)max_dim, *w = g + max_dim;
+    const int64_t stride = (int64_t)gridDim.x * (blockDim.x / G);
+    int64_t k = (int64_t)blockIdx.x * (blockDim.x / G) + gib, e0n = 0, e1n = 0, pf_src = -1;
     unsigned long long keyn = 0;
     float pf_sc = 0.0f;
     if (k < u) {
@@ -810,9 +819,9 @@ __global__ void __launch_bounds__(256, 4)
         const int64_t row = (int64_t)(key - (unsigned long long)t.key_base);
         const int D = t.dim;
         if (GIVEN) {
-            for (int d = lane; d < D; d += 32) g[d] = grad[goff[k] + d];
+            for (int d = lane; d < D; d += G) g[d] = grad[goff[k] + d];
         } else {
-            sum_entries(s, grad, e0, e1, D, lane, g, &t, row, w, src, sc);
+            sum_entries<G>(s, grad, e0, e1, D, lane, g, &t, row, w, src, sc);
         }
         // The next row's key and first four sources, in flight while this row is updated.
         pf_src = -1;
@@ -822,8 +831,8 @@ __global__ void __launch_bounds__(256, 4)
         }
         ember__optim_step st = steps[ti];
         if (GIVEN && rss && rss[k] >= 0.0f) st.row_sumsq = rss[k];
-        update_row(t, st, row, g, w, lane, !GIVEN);
-        __syncwarp(); // g and w are the next row's
+        update_row<G>(t, st, row, g, w, lane, !GIVEN);
+        __syncwarp(gmask<G>()); // g and w are the next row's
     }
 }
 
@@ -940,7 +949,7 @@ __global__ void k_hot_apply(const dtab *tabs, int32_t T, const ember__optim_step
         const int32_t ti = table_of_key(tabs, T, key);
         const dtab &t = tabs[ti];
         for (int d = lane; d < t.dim; d += 32) g[d] = ghot[h * (int64_t)max_dim + d];
-        update_row(t, steps[ti], (int64_t)(key - (uint32_t)t.key_base), g, w, lane, false);
+        update_row<32>(t, steps[ti], (int64_t)(key - (uint32_t)t.key_base), g, w, lane, false);
         __syncwarp(); // g and w are the next row's
     }
 }
@@ -952,7 +961,7 @@ __global__ void k_reduce(const dtab *tabs, int32_t T, segs s, const float *grad,
     const int64_t k = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (k >= u) return;
     const dtab &t = tabs[table_of_key(tabs, T, s.key[s.seg[k]])];
-    sum_entries(s, grad, s.seg[k], s.seg[k + 1], t.dim, lane, out + goff[k]);
+    sum_entries<32>(s, grad, s.seg[k], s.seg[k + 1], t.dim, lane, out + goff[k]);
 }
 
 // dL/dw_j = c_bag * <dL/dy, E[id_j]> with the weights before the update (one thread per bag,
@@ -1101,16 +1110,24 @@ ember_status cuda_alloc(ember_ebc *ebc) {
     if (c->warps_per_block < 1) c->warps_per_block = 1;
     const size_t smem = per_warp * (size_t)c->warps_per_block;
     if (smem > 48 * 1024) {
-        CU_TRY(ctx, cudaFuncSetAttribute(k_update<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        CU_TRY(ctx, cudaFuncSetAttribute(k_update<false, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                "shared memory");
-        CU_TRY(ctx, cudaFuncSetAttribute(k_update<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        CU_TRY(ctx, cudaFuncSetAttribute(k_update<true, 32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                "shared memory");
         CU_TRY(ctx, cudaFuncSetAttribute(k_hot_apply, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                "shared memory");
     }
+    // Half-warp rows: twice the rows in flight a warp, twice the shared rows (16 KiB a block at most).
+    c->half_rows = ebc->max_dim <= 128;
     int per_sm = 0;
-    CU_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_update<false>, 32 * c->warps_per_block, smem),
-           "occupancy");
+    if (c->half_rows)
+        CU_TRY(ctx,
+               cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_update<false, 16>, 32 * c->warps_per_block, 2 * smem),
+               "occupancy");
+    else
+        CU_TRY(ctx,
+               cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_update<false, 32>, 32 * c->warps_per_block, smem),
+               "occupancy");
     c->upd_blocks = c->sms * (per_sm > 0 ? per_sm : 1);
     c->cols_aligned = ebc->out_dim % 4 == 0;
     for (int32_t f = 0; f < ebc->F; f++) c->cols_aligned &= ebc->feature_col[f] % 4 == 0;
@@ -1466,8 +1483,12 @@ ember_status update_segments(ember_ebc *ebc, const segs *s, int64_t nnz, const f
     k_hot_sum<<<3 * c->sms, HOT_THREADS, 0, c->hstream>>>(c->tabs, ebc->T, *s, grad, hot, ctl, ebc->max_dim, vec, ghot);
     k_hot_apply<<<hot_rows, 32 * wpb, smem, c->hstream>>>(c->tabs, ebc->T, c->steps, *s, hot, ctl, ghot, ebc->max_dim);
     CU_TRY(ctx, cudaEventRecord(c->hot_done, c->hstream), "hot rows");
-    k_update<false><<<rows, 32 * wpb, smem, c->stream>>>(c->tabs, ebc->T, c->steps, *s, grad, NULL, NULL, NULL, 0, ctl,
-                                                        ebc->max_dim);
+    if (c->half_rows)
+        k_update<false, 16><<<rows, 32 * wpb, 2 * smem, c->stream>>>(c->tabs, ebc->T, c->steps, *s, grad, NULL, NULL, NULL, 0,
+                                                                    ctl, ebc->max_dim);
+    else
+        k_update<false, 32><<<rows, 32 * wpb, smem, c->stream>>>(c->tabs, ebc->T, c->steps, *s, grad, NULL, NULL, NULL, 0,
+                                                                ctl, ebc->max_dim);
     CU_TRY(ctx, cudaStreamWaitEvent(c->stream, c->hot_done, 0), "hot rows");
     return EMBER_OK;
 }
@@ -1681,7 +1702,7 @@ ember_status cuda_apply(ember_ebc *ebc, const int64_t *key, const int64_t *goff,
         const int wpb = c->warps_per_block;
         const segs none = {};
         const unsigned rows = blocks_for(n, wpb) < (unsigned)c->upd_blocks ? blocks_for(n, wpb) : (unsigned)c->upd_blocks;
-        k_update<true><<<rows, 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(
+        k_update<true, 32><<<rows, 32 * wpb, c->smem_per_warp * (size_t)wpb, c->stream>>>(
             c->tabs, ebc->T, c->steps, none, dgrad, dkey, dgoff, drss, n, NULL, ebc->max_dim);
     }
     return finish(ebc, "apply");
