@@ -30,7 +30,7 @@ struct criteo_npy {
     criteo_npy_config cfg;
     char dir[400];
     int64_t rows[DLRM_NUM_SPARSE];
-    floormod mod[DLRM_NUM_SPARSE]; // v mod rows[f] without a division, for 32-bit values
+    floormod_row mod;      // v mod rows[f] without a division, for 32-bit values (a row's 26 at once)
     int32_t hot[DLRM_NUM_SPARSE];
     int32_t hot_total;     // ids per sample
     bool npz;              // the categorical features come from the multi-hot archives
@@ -124,7 +124,9 @@ ember_status criteo_npy_open(ember_ctx *ctx, const criteo_npy_config *cfg, crite
     snprintf(r->dir, sizeof r->dir, "%s", cfg->dir);
     r->cfg.dir = r->dir;
     memcpy(r->rows, cfg->rows, sizeof r->rows);
-    for (int f = 0; f < DLRM_NUM_SPARSE; f++) r->mod[f] = floormod_of(r->rows[f] >= 1 ? r->rows[f] : 1);
+    int64_t divisors[DLRM_NUM_SPARSE];
+    for (int f = 0; f < DLRM_NUM_SPARSE; f++) divisors[f] = r->rows[f] >= 1 ? r->rows[f] : 1;
+    floormod_row_init(&r->mod, divisors, DLRM_NUM_SPARSE, ember_ctx_isa(ctx) >= EMBER_ISA_AVX2);
     r->cfg.rows = r->rows;
     r->cfg.hot = NULL;
     bool multi = false;
@@ -189,7 +191,7 @@ static inline int64_t id_of(const criteo_npy *r, const npy_array *a, int64_t i, 
     if (a->kind == 'i' && a->itemsize == 4) { // TorchRec's and ember preprocess's int32 files
         int32_t v;
         memcpy(&v, a->data + ((size_t)i * (size_t)a->shape[1] + (size_t)j) * 4, sizeof v);
-        return r->cfg.raw_ids ? v : floormod32(v, &r->mod[f]);
+        return r->cfg.raw_ids ? v : floormod32(v, &r->mod.f[f]);
     }
     const int64_t v = npy_get_i64(a, i, j), m = v % r->rows[f];
     return r->cfg.raw_ids ? v : m < 0 ? m + r->rows[f] : m;
@@ -236,8 +238,7 @@ ember_status criteo_npy_next(ember_ctx *ctx, criteo_npy *r, dlrm_batch *b, bool 
         int64_t *bag = r->npz ? b->bags + (size_t)n * (size_t)b->bag_width : NULL;
         const npy_array *s = &d->a[SPARSE];
         if (!r->npz && s->kind == 'i' && s->itemsize == 4 && !c->raw_ids) { // the common case, unrolled
-            const int32_t *v = (const int32_t *)(const void *)(s->data + (size_t)i * DLRM_NUM_SPARSE * 4);
-            for (int f = 0; f < DLRM_NUM_SPARSE; f++) ids[f] = floormod32(v[f], &r->mod[f]);
+            floormod_row_apply(&r->mod, (const int32_t *)(const void *)(s->data + (size_t)i * DLRM_NUM_SPARSE * 4), ids);
         } else if (!r->npz) {
             for (int f = 0; f < DLRM_NUM_SPARSE; f++) ids[f] = id_of(r, s, i, f, f);
         } else {

@@ -34,4 +34,23 @@ static inline int64_t floormod32(int32_t v, const floormod *f) {
     return (int64_t)(r ^ ((r ^ wrapped) & neg));
 }
 
+// A row's n values with a divisor each (a day file's 26 categorical columns): floormod32 of each,
+// or, where every divisor is below 2^32 and `vec` allows (the context's kernel variant is AVX2 or
+// above), four at a time in double precision (floormod.c): the quotient x * (1 / d) truncated is
+// the true one or one off (relative error 2^-52 on a quotient below 2^31), every product and
+// difference is an exact integer below 2^53, two corrections bring the remainder into [0, d).
+// The same integers either way; about twice the rows/s where the per-value multiply-high chain of
+// floormod32 was the day-file reader's hot loop.
+#define FLOORMOD_ROW_MAX 64
+typedef struct floormod_row {
+    int n, vec;
+    floormod f[FLOORMOD_ROW_MAX];
+    double d[FLOORMOD_ROW_MAX], inv[FLOORMOD_ROW_MAX];
+} floormod_row;
+
+// divisors[0..n), each >= 1, n <= FLOORMOD_ROW_MAX; vec: the vector path may run.
+void floormod_row_init(floormod_row *m, const int64_t *divisors, int n, int vec);
+// out[i] = v[i] mod divisors[i], floored.
+void floormod_row_apply(const floormod_row *m, const int32_t *v, int64_t *out);
+
 #endif

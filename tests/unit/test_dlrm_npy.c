@@ -1,6 +1,6 @@
 // The .npy header parser of `--dataset criteo_npy` (apps/ember/npy.h): the versions and spellings
 // numpy writes are read, everything else is refused with a reason. The reader's floored modulo
-// (floormod.h) against the division.
+// (floormod.h), one value and a row at a time on each path, against the division.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "ember.h"
 #include "floormod.h"
 #include "npy.h"
 
@@ -104,11 +105,51 @@ static void floormod_equals_the_division(void **state) {
     }
 }
 
+// floormod_row, on its vector path where this CPU runs AVX2 and on the scalar path, equals the
+// division for rows of 26 values (random and int32's edges) over divisor sets that mix 1, primes,
+// 2^31 +- 1 and 2^32 - 1 (every one below 2^32: the vector path) or include 2^32 and 2^48 (the
+// scalar path, whatever vec says).
+static void floormod_row_equals_the_division(void **state) {
+    (void)state;
+    static const int64_t pool[] = {1, 2, 3, 7, 10, 36, 1543, 39060, 65536, 3067956, 40000000, 2147483647,
+                                   2147483648LL, 2147483649LL, 4294967295LL};
+    static const int32_t edges[] = {0, 1, -1, 2, -2, INT32_MAX, INT32_MIN, INT32_MAX - 1, INT32_MIN + 1};
+    const int npool = (int)(sizeof pool / sizeof pool[0]);
+    const int avx2 = ember_isa_supported(EMBER_ISA_AVX2, NULL, 0);
+    uint64_t x = 777;
+    for (int set = 0; set < 4; set++) {
+        int64_t ds[26];
+        for (int f = 0; f < 26; f++) ds[f] = pool[(f * 7 + set * 5) % npool];
+        if (set == 3) ds[11] = (int64_t)1 << 32, ds[20] = (int64_t)1 << 48; // the scalar path
+        for (int vec = 0; vec <= avx2; vec++) {
+            floormod_row m;
+            floormod_row_init(&m, ds, 26, vec);
+            assert_int_equal(m.vec, vec && set != 3);
+            for (int i = 0; i < 3000; i++) {
+                int32_t v[26];
+                int64_t got[26];
+                for (int f = 0; f < 26; f++) {
+                    x = x * 6364136223846793005ull + 1442695040888963407ull;
+                    v[f] = i < 9 ? edges[(i + f) % 9] : (int32_t)(uint32_t)(x >> 32);
+                }
+                floormod_row_apply(&m, v, got);
+                for (int f = 0; f < 26; f++) {
+                    const int64_t want = (((int64_t)v[f] % ds[f]) + ds[f]) % ds[f];
+                    if (got[f] != want)
+                        fail_msg("vec %d: %d mod %lld: got %lld, want %lld", vec, v[f], (long long)ds[f],
+                                 (long long)got[f], (long long)want);
+                }
+            }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reads_what_numpy_writes),
         cmocka_unit_test(refuses_the_rest),
         cmocka_unit_test(floormod_equals_the_division),
+        cmocka_unit_test(floormod_row_equals_the_division),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
