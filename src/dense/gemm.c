@@ -12,6 +12,9 @@ EMBER__ENUM_NAMES(ember_transpose, ember_transpose, "no_trans", "trans")
 // Below this many multiply-adds (about 10 us on one core) a call runs on one thread: a parallel
 // region costs microseconds.
 #define MIN_PARALLEL_FMAS (1 << 20)
+// Rows per task of the matrix-vector and rank-1 paths, columns per task of the vector-matrix one.
+#define ROW_RUN 512
+#define VECMAT_COLUMNS 256
 // Packing buffers up to this many floats live on the stack (one-thread calls).
 #define STACK_FLOATS 2048
 // ember_colsum: columns per thread task.
@@ -87,6 +90,11 @@ static void split_blocks(ember__gemm_geom *g, int64_t M, int64_t N) {
     }
 }
 
+// How a product runs: in blocks of C (the BLIS nest), or on a path of its own without packing or
+// scratch: N = 1 (a matrix-vector product) and K = 1 (a rank-1 product) by runs of rows, M = 1
+// with an untransposed B (a weight gradient with one output row) by runs of columns.
+typedef enum path { PATH_BLOCKS, PATH_GEMV, PATH_RANK1, PATH_VECMAT } path;
+
 // A call's products and how they are cut.
 typedef struct batch {
     const ember__dense_kernels *kern;
@@ -94,7 +102,7 @@ typedef struct batch {
     int64_t sa, sb, sc, count;
     ember__gemm_op op;      // product 0 (A, B, C advance by the strides)
     int64_t npanels, nbm, nbn;
-    int64_t gemv_rows;      // N = 1: rows per task
+    path path;
 } batch;
 
 // A thread's scratch, in floats (multiples of 16): its own packed B (run_items only), the partial
@@ -113,13 +121,32 @@ static ember__gemm_op item(const batch *b, int64_t i, const float *bp) {
     return op;
 }
 
-static int64_t units_of(const batch *b) { return b->op.N == 1 ? (b->op.M + b->gemv_rows - 1) / b->gemv_rows : b->nbm * b->nbn; }
+static path path_of(const ember__gemm_op *op) {
+    if (op->N == 1) return PATH_GEMV;
+    if (op->K == 1) return PATH_RANK1;
+    if (op->M == 1 && !op->tb && op->K > 1) return PATH_VECMAT;
+    return PATH_BLOCKS;
+}
 
-// Work unit u of a product: a block of C, or for N = 1 a run of rows.
+static int64_t units_of(const batch *b) {
+    switch (b->path) {
+    case PATH_BLOCKS: return b->nbm * b->nbn;
+    case PATH_VECMAT: return (b->op.N + VECMAT_COLUMNS - 1) / VECMAT_COLUMNS;
+    default: return (b->op.M + ROW_RUN - 1) / ROW_RUN;
+    }
+}
+
+// Work unit u of a product: a block of C, a run of rows or a run of columns.
 static void run_unit(const batch *b, const ember__gemm_op *op, int64_t u, const scratch *sz, float *mine) {
-    if (op->N == 1) {
-        const int64_t m0 = u * b->gemv_rows;
-        b->kern->gemv(op, m0, op->M - m0 < b->gemv_rows ? op->M - m0 : b->gemv_rows);
+    if (b->path == PATH_VECMAT) {
+        const int64_t n0 = u * VECMAT_COLUMNS;
+        b->kern->vecmat(op, n0, op->N - n0 < VECMAT_COLUMNS ? op->N - n0 : VECMAT_COLUMNS);
+        return;
+    }
+    if (b->path != PATH_BLOCKS) {
+        const int64_t m0 = u * ROW_RUN, mb = op->M - m0 < ROW_RUN ? op->M - m0 : ROW_RUN;
+        if (b->path == PATH_GEMV) b->kern->gemv(op, m0, mb);
+        else b->kern->rank1(op, m0, mb);
         return;
     }
     // Column-major order: consecutive blocks share their columns of the packed B.
@@ -130,11 +157,23 @@ static void run_unit(const batch *b, const ember__gemm_op *op, int64_t u, const 
     b->kern->block(op, &b->g, m0, mb, n0, nb, sz->part ? mine : NULL, sz->ap ? mine + sz->part : NULL);
 }
 
-static int packs_b(const batch *b) { return b->op.N > 1 && !b->op.bdirect && b->op.K > 0; }
+static int packs_b(const batch *b) { return b->path == PATH_BLOCKS && !b->op.bdirect && b->op.K > 0; }
+
+// One thread, outside any parallel region (entering one, even of one thread, costs about as much
+// as a small product): the products in order, B packed then the units of C. The buffer's layout
+// is thread 0's of run_items and run_units alike.
+static void run_serial(const batch *b, float *buf, const scratch *sz) {
+    for (int64_t i = 0; i < b->count; i++) {
+        const ember__gemm_op op = item(b, i, buf);
+        if (packs_b(b))
+            for (int64_t p = 0; p < b->npanels; p++) b->kern->pack_b(op.tb, op.K, op.N, op.B, op.ldb, b->g.nr, p, buf);
+        for (int64_t u = 0; u < units_of(b); u++) run_unit(b, &op, u, sz, buf + sz->bp);
+    }
+}
 
 // Every product on one thread: each thread packs its products' B into its own buffer.
 static void run_items(const batch *b, int nt, float *buf, const scratch *sz) {
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt)
     {
         const int tid = ember__thread_id();
         float *bp = buf + (size_t)tid * (size_t)(sz->bp + sz->part + sz->ap);
@@ -151,7 +190,7 @@ static void run_items(const batch *b, int nt, float *buf, const scratch *sz) {
 // One product after the other, the threads sharing each: B packed panel by panel, then the
 // units of C.
 static void run_units(const batch *b, int nt, float *buf, const scratch *sz) {
-#pragma omp parallel num_threads(nt) if (nt > 1)
+#pragma omp parallel num_threads(nt)
     {
         const int tid = ember__thread_id();
         float *mine = buf + sz->bp + (size_t)tid * (size_t)(sz->part + sz->ap);
@@ -201,16 +240,18 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
                     (long long)sc, (long long)((M - 1) * ldc + N));
     if (M == 0 || N == 0 || count == 0) return EMBER_OK;
 
-    batch b = {.kern = ember__dense_kernels_for(ctx->isa), .sa = sa, .sb = sb, .sc = sc, .count = count,
-               .gemv_rows = 512};
+    batch b = {.kern = ember__dense_kernels_for(ctx->isa), .sa = sa, .sb = sb, .sc = sc, .count = count};
     EMBER_ASSERT(b.kern != NULL);
     b.kern->geom(M, N, K, ta, &b.g);
+    // One tile of rows reads its B once whatever the slice: no partial sums to keep.
+    if (M <= b.g.mr && K > b.g.kc) b.g.kc = K;
     if (N > 1 && (double)M * (double)N * (double)K >= MIN_PARALLEL_FMAS) split_blocks(&b.g, M, N);
     // B is read in place when it is not transposed, feeds at most 4 tiles of rows and has whole
     // vectors of columns (N a multiple of 16, every variant's vector width divides it).
     b.op = (ember__gemm_op){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .A = A, .lda = lda, .B = B, .ldb = ldb,
                            .bdirect = !tb && M <= 4 * (int64_t)b.g.mr && N % 16 == 0, .C = C, .ldc = ldc, .bias = e.bias,
                            .relu = e.relu != 0, .accumulate = e.accumulate != 0};
+    b.path = path_of(&b.op);
     b.npanels = (N + b.g.nr - 1) / b.g.nr;
     b.nbm = (M + b.g.mc - 1) / b.g.mc;
     b.nbn = (N + b.g.nc - 1) / b.g.nc;
@@ -227,14 +268,14 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
     // partial sums (mc x nc, when K is sliced) and the packed rows of A (mc rounded to mr x the
     // slice, when a block has several panels), each rounded up to 16 floats so that every part
     // starts 64-byte aligned.
-    const int64_t kc = K < b.g.kc ? K : b.g.kc, mcr = (b.g.mc + b.g.mr - 1) / b.g.mr * b.g.mr;
+    const int64_t kc = K < b.g.kc ? K : b.g.kc, mb = M < b.g.mc ? M : b.g.mc, mcr = (mb + b.g.mr - 1) / b.g.mr * b.g.mr;
     size_t bp = 0, part = 0, ap = 0, per_thread = 0, shared = 0, total = 0;
     bool ok = ember__mul_size((size_t)K, (size_t)(b.npanels * b.g.nr), &bp) && round16(bp, &bp) &&
               ember__mul_size((size_t)b.g.mc, (size_t)b.g.nc, &part) && round16(part, &part) &&
               ember__mul_size((size_t)mcr, (size_t)kc, &ap) && round16(ap, &ap);
     if (!packs_b(&b)) bp = 0;
-    if (N == 1 || K <= b.g.kc) part = 0;
-    if (N <= b.g.nr || K == 0) ap = 0;
+    if (b.path != PATH_BLOCKS || K <= b.g.kc) part = 0;
+    if (b.path != PATH_BLOCKS || N <= b.g.nr || K == 0) ap = 0;
     if (ok) {
         per_thread = part + ap + (items ? bp : 0);
         shared = items ? 0 : bp;
@@ -251,7 +292,8 @@ static ember_status gemm(ember_ctx *ctx, const char *fn, ember_transpose ta, emb
         if (!heap) return EMBER_ERR_NOMEM;
         buf = heap;
     }
-    if (items) run_items(&b, nt, buf, &sz);
+    if (nt == 1) run_serial(&b, buf, &sz);
+    else if (items) run_items(&b, nt, buf, &sz);
     else run_units(&b, nt, buf, &sz);
     ember__free(ctx, heap);
     return EMBER_OK;

@@ -6,13 +6,17 @@
 //   - B is packed once per product into panels of nr columns, panel j at Bp + j*K*nr laid out
 //     [K][nr] (the column tail of the last panel zero-filled), so a micro-kernel loads one
 //     aligned vector row of B per k whatever tb is. An untransposed B feeding few rows of C is
-//     read in place instead (the copy would cost more than it saves), and N = 1 (a
-//     matrix-vector product) has a path of its own, one vector lane per row of C.
+//     read in place instead (the copy would cost more than it saves); N = 1 (a matrix-vector
+//     product) has a path of its own, one vector lane per row of C, and so have K = 1 (a rank-1
+//     product: one multiply-add an element, where a tile's set-up would cost more than it) and
+//     M = 1 with B untransposed (one row of C: B's rows streamed once, all its columns' chains
+//     in flight).
 //   - C is cut into blocks of mc rows x nc columns (nc a multiple of nr); the block sizes are a
 //     function of the shape and the variant only, never of the thread count. A thread runs
 //     whole blocks.
 //   - Inside a block, k runs in slices of kc (the packed B slice kc x nr stays in L1 while the
-//     block's rows stream past it), each slice over the nr-wide panels, each panel over the
+//     block's rows stream past it; a product of at most one tile of rows is not sliced: its B
+//     streams past once whatever kc), each slice over the nr-wide panels, each panel over the
 //     mr-row tiles: one register-blocked micro-kernel call per (slice, panel, tile). When the
 //     block has several panels, its rows of A for the slice are first copied into the thread's
 //     scratch, tile by tile (contiguous, whatever lda).
@@ -65,6 +69,13 @@ typedef struct ember__dense_kernels {
                   int64_t nb, float *part, float *ap);
     // N = 1 (a matrix-vector product): rows [m0, m0 + mb) of C, B read in place, no scratch.
     void (*gemv)(const ember__gemm_op *op, int64_t m0, int64_t mb);
+    // K = 1, N > 1 (a rank-1 product: the last layer's input gradient): rows [m0, m0 + mb) of C,
+    // A and B read in place, no scratch.
+    void (*rank1)(const ember__gemm_op *op, int64_t m0, int64_t mb);
+    // M = 1, N > 1, K > 1, B untransposed (a weight gradient with one output row): columns
+    // [n0, n0 + nb) of C's one row, each element its chain over k in order, B's rows read in
+    // place (8 vectors of columns at a time: the chains in flight the FMA latency needs).
+    void (*vecmat)(const ember__gemm_op *op, int64_t n0, int64_t nb);
     // out[n] for n in [n0, n1): the column sums of ember_colsum.
     void (*colsum)(int64_t M, int64_t n0, int64_t n1, const float *A, int64_t lda, float *out, int accumulate);
     // The dot interaction of one sample (src/dense/interaction.c), T [R][D] row-major, R >= 1:

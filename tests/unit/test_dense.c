@@ -266,6 +266,53 @@ static void gemv_and_few_rows(void **state) {
         }
 }
 
+// K = 1 (the rank-1 path: rows of C in runs of 512, columns in chunks of 512, a transposed B
+// gathered first) swept in M and N with every epilogue; then the one-step chain's signed zeros:
+// fma(a, b, +0) is +0 for an exact -0 product but -0 for a negative product that underflows.
+static void rank1_products(void **state) {
+    (void)state;
+    static const int64_t Ms[] = {1, 2, 5, 17, 511, 512, 513, 1100};
+    static const int64_t Ns[] = {2, 7, 8, 15, 16, 17, 33, 64, 511, 512, 513, 1030};
+    uint64_t id = 1800000;
+    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+        for (size_t j = 0; j < sizeof Ns / sizeof Ns[0]; j++, id++) {
+            const gcase c = {.ta = (int)(id & 1), .tb = (int)(id >> 1 & 1), .M = Ms[i], .N = Ns[j], .K = 1,
+                             .pad = (int)(id % 3), .bias = (int)(id % 3 == 1), .relu = (int)(id % 4 >= 2),
+                             .accumulate = (int)(id % 5 < 2), .threads = 3, .what = "rank1"};
+            run_case(&c, id, 0);
+        }
+    const float A[3] = {-0.0f, -1e-30f, 2.0f}, B[17] = {1.0f, 1e-30f, -0.0f, 3.0f, -1e-30f, 0.0f, 1.0f, 1.0f,
+                                                        1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, -0.0f};
+    for (int v = 0; v < nctx; v++) {
+        float C[3 * 17], want[3 * 17];
+        assert_int_equal(ember_gemm(ctxs[v], EMBER_NO_TRANS, EMBER_NO_TRANS, 3, 17, 1, A, 1, B, 17, C, 17, NULL),
+                         EMBER_OK);
+        dense_oracle_gemm(0, 0, 3, 17, 1, A, 1, B, 17, want, 17, NULL, 0, 0);
+        for (int k = 0; k < 3 * 17; k++)
+            if (bits(C[k]) != bits(want[k]))
+                fail_msg("rank1 signed zeros %s: element %d: 0x%08x, the chain gives 0x%08x",
+                         ember_isa_name(ember_ctx_isa(ctxs[v])), k, bits(C[k]), bits(want[k]));
+        assert_int_equal(bits(C[0]), 0u);          // -0 x 1: +0
+        assert_int_equal(bits(C[17 + 1]), bits(-0.0f)); // -1e-30 x 1e-30 underflows: -0
+    }
+}
+
+// M = 1 with B untransposed (the vector-matrix path: groups of up to 8 vectors of columns, the
+// last under a mask, threads over runs of 256 columns) swept in N and K; the batched form too.
+static void vecmat_products(void **state) {
+    (void)state;
+    static const int64_t Ns[] = {2, 15, 16, 17, 33, 112, 127, 128, 129, 255, 256, 257, 300, 513, 1030};
+    static const int64_t Ks[] = {2, 3, 31, 700, 2048};
+    uint64_t id = 1900000;
+    for (size_t j = 0; j < sizeof Ns / sizeof Ns[0]; j++)
+        for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++, id++) {
+            const gcase c = {.ta = (int)(id & 1), .tb = 0, .M = 1, .N = Ns[j], .K = Ks[k], .pad = (int)(id % 3),
+                             .bias = (int)(id % 3 == 1), .relu = (int)(id % 4 >= 2), .accumulate = (int)(id % 5 < 2),
+                             .count = (int64_t)(id % 4 == 3) * 3, .threads = 3, .what = "vecmat"};
+            run_case(&c, id, 0);
+        }
+}
+
 // The DLRM default (bottom 13-64-16, top 367-64-32-1) and DCN-v2 layers (bottom 13-512-256-128,
 // top 1024-1024-512-256-1, the cross layer's 3456 x 512 low rank) at a small batch: forward
 // y = x W^T, input gradient dx = g W, weight gradient dW = g^T x.
@@ -597,6 +644,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(small_grid_every_transpose),
         cmocka_unit_test(edges_of_tiles_slices_and_blocks),
         cmocka_unit_test(gemv_and_few_rows),
+        cmocka_unit_test(rank1_products),
+        cmocka_unit_test(vecmat_products),
         cmocka_unit_test(dlrm_and_dcn_layers),
         cmocka_unit_test(batched_interaction_and_strides),
         cmocka_unit_test(dot_interaction_matches_its_definition),

@@ -246,24 +246,31 @@ static void tile(const tile_args *t) {
     TILES[t->ta][nv - 1][t->mr - 1](t);
 }
 
-// The dot interaction's vectors (dense/isa/dot.h): 8 lanes, tails under vmaskmovps, the stored
+// The shared kernels' vectors (dense/isa/vec.h): 8 lanes, tails under vmaskmovps, the stored
 // run of pairs one lane at a time.
 typedef __m256 dvec;
 static inline __attribute__((always_inline)) dvec dv_zero(void) { return _mm256_setzero_ps(); }
 static inline __attribute__((always_inline)) dvec dv_load(const float *p) { return _mm256_load_ps(p); }
 static inline __attribute__((always_inline)) dvec dv_bcast(float x) { return _mm256_set1_ps(x); }
 static inline __attribute__((always_inline)) dvec dv_fma(dvec a, dvec b, dvec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline __attribute__((always_inline)) dvec dv_add(dvec a, dvec b) { return _mm256_add_ps(a, b); }
+static inline __attribute__((always_inline)) dvec dv_relu(dvec s) {
+    const dvec zero = _mm256_setzero_ps();
+    return _mm256_blendv_ps(s, zero, _mm256_cmp_ps(s, zero, _CMP_LE_OQ));
+}
+// Whole vectors without a mask: vmaskmovps stores are microcoded on AMD.
 static inline __attribute__((always_inline)) dvec dv_load_n(const float *p, int n) {
-    return _mm256_maskload_ps(p, tail_mask(n));
+    return n >= VW ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(n));
 }
 static inline __attribute__((always_inline)) void dv_store_n(float *p, int n, dvec v) {
-    _mm256_maskstore_ps(p, tail_mask(n), v);
+    if (n >= VW) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, tail_mask(n), v);
 }
 static inline __attribute__((always_inline)) void dv_store_lanes(float *dst, dvec v, int lo, int hi) {
     float lanes[VW] __attribute__((aligned(32)));
     _mm256_store_ps(lanes, v);
     for (int l = lo; l < hi; l++) dst[l - lo] = lanes[l];
 }
-#include "dense/isa/dot.h"
+#include "dense/isa/vec.h"
 
 EMBER__DENSE_KERNELS(avx2, EMBER_ISA_AVX2)

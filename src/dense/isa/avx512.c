@@ -298,23 +298,30 @@ static void tile(const tile_args *t) {
     TILES[t->ta][nv - 1][t->mr - 1](t);
 }
 
-// The dot interaction's vectors (dense/isa/dot.h): 16 lanes, tails under a mask, the stored run
+// The shared kernels' vectors (dense/isa/vec.h): 16 lanes, tails under a mask, the stored run
 // of pairs compressed to the low lanes.
 typedef __m512 dvec;
 static inline __attribute__((always_inline)) dvec dv_zero(void) { return _mm512_setzero_ps(); }
 static inline __attribute__((always_inline)) dvec dv_load(const float *p) { return _mm512_load_ps(p); }
 static inline __attribute__((always_inline)) dvec dv_bcast(float x) { return _mm512_set1_ps(x); }
 static inline __attribute__((always_inline)) dvec dv_fma(dvec a, dvec b, dvec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline __attribute__((always_inline)) dvec dv_add(dvec a, dvec b) { return _mm512_add_ps(a, b); }
+static inline __attribute__((always_inline)) dvec dv_relu(dvec s) {
+    const dvec zero = _mm512_setzero_ps();
+    return _mm512_mask_mov_ps(s, _mm512_cmp_ps_mask(s, zero, _CMP_LE_OQ), zero);
+}
+// Whole vectors without a mask: a masked store is several times slower on AMD's AVX-512.
 static inline __attribute__((always_inline)) dvec dv_load_n(const float *p, int n) {
-    return _mm512_maskz_loadu_ps(tail_mask(n), p);
+    return n >= VW ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(tail_mask(n), p);
 }
 static inline __attribute__((always_inline)) void dv_store_n(float *p, int n, dvec v) {
-    _mm512_mask_storeu_ps(p, tail_mask(n), v);
+    if (n >= VW) _mm512_storeu_ps(p, v);
+    else _mm512_mask_storeu_ps(p, tail_mask(n), v);
 }
 static inline __attribute__((always_inline)) void dv_store_lanes(float *dst, dvec v, int lo, int hi) {
     const __mmask16 keep = (__mmask16)(tail_mask(hi) & ~tail_mask(lo));
     _mm512_mask_storeu_ps(dst, tail_mask(hi - lo), _mm512_maskz_compress_ps(keep, v));
 }
-#include "dense/isa/dot.h"
+#include "dense/isa/vec.h"
 
 EMBER__DENSE_KERNELS(avx512, EMBER_ISA_AVX512)

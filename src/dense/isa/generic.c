@@ -23,6 +23,10 @@ static void pack_b(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, in
 
 static void gemv(const ember__gemm_op *op, int64_t m0, int64_t mb) { gemv_portable(op, m0, mb); }
 
+static void rank1(const ember__gemm_op *op, int64_t m0, int64_t mb) { rank1_portable(op, m0, mb); }
+
+static void vecmat(const ember__gemm_op *op, int64_t n0, int64_t nb) { vecmat_portable(op, n0, nb); }
+
 static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
     (void)tt;
     dot_fwd_portable(R, D, T, z);

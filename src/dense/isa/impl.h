@@ -3,7 +3,8 @@
 // including this file:
 //
 //   static void tile(const tile_args *t);   one register tile: t->mr x t->nr outputs, one k slice
-//   static void geom(...), pack_b(...), gemv(...), dot_fwd(...), dot_bwd(...)   the table's entries
+//   static void geom(...), pack_b(...), gemv(...), rank1(...), vecmat(...), dot_fwd(...), dot_bwd(...)
+//                                           the table's entries
 //                                           (src/dense/internal.h)
 //   static inline void copy_short(float *d, const float *s, int n)   n <= mr floats (packing A)
 //   EMBER__DENSE_COLSUM_W                   the column chunk ember_colsum keeps in registers
@@ -62,6 +63,8 @@ static void tile(const tile_args *t);
 static void geom(int64_t M, int64_t N, int64_t K, int ta, ember__gemm_geom *g);
 static void pack_b(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, int64_t nr, int64_t p, float *dst);
 static void gemv(const ember__gemm_op *op, int64_t m0, int64_t mb);
+static void rank1(const ember__gemm_op *op, int64_t m0, int64_t mb);
+static void vecmat(const ember__gemm_op *op, int64_t n0, int64_t nb);
 static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt);
 static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest);
 
@@ -169,6 +172,47 @@ static inline void gemv_portable(const ember__gemm_op *op, int64_t m0, int64_t m
     }
 }
 
+// K = 1: columns of B's one row a rank-1 kernel handles at a time.
+#define RANK1_CHUNK 512
+
+// B(0, n) for n in [n0, n0 + w) as a contiguous run: B itself when untransposed, else copied
+// into buf (w <= RANK1_CHUNK).
+static inline const float *rank1_row_b(const ember__gemm_op *op, int64_t n0, int64_t w, float *buf) {
+    if (!op->tb) return op->B + n0;
+    for (int64_t j = 0; j < w; j++) buf[j] = op->B[(n0 + j) * op->ldb];
+    return buf;
+}
+
+// K = 1 in plain C: each element the one-step chain fmaf(A(m,0), B(0,n), +0) (not the bare
+// product: the chain from +0 turns an exact -0 into +0), then the epilogue.
+static inline void rank1_portable(const ember__gemm_op *op, int64_t m0, int64_t mb) {
+    float buf[RANK1_CHUNK];
+    for (int64_t n0 = 0; n0 < op->N; n0 += RANK1_CHUNK) {
+        const int64_t w = op->N - n0 < RANK1_CHUNK ? op->N - n0 : RANK1_CHUNK;
+        const float *b = rank1_row_b(op, n0, w, buf);
+        for (int64_t m = m0; m < m0 + mb; m++) {
+            const float a = op->ta ? op->A[m] : op->A[m * op->lda];
+            float *c = op->C + m * op->ldc + n0;
+            for (int64_t j = 0; j < w; j++)
+                c[j] = epilogue1(fmaf(a, b[j], 0.0f), op->accumulate ? c + j : NULL,
+                                 op->bias ? op->bias + n0 + j : NULL, op->relu);
+        }
+    }
+}
+
+// A(0, k) of a one-row A: its stride over k.
+static inline int64_t vecmat_sa(const ember__gemm_op *op) { return op->ta ? op->lda : 1; }
+
+// M = 1 in plain C: each column's chain fmaf over k in order from +0, then the epilogue.
+static inline void vecmat_portable(const ember__gemm_op *op, int64_t n0, int64_t nb) {
+    const int64_t sa = vecmat_sa(op);
+    for (int64_t n = n0; n < n0 + nb; n++) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < op->K; k++) s = fmaf(op->A[k * sa], op->B[k * op->ldb + n], s);
+        op->C[n] = epilogue1(s, op->accumulate ? op->C + n : NULL, op->bias ? op->bias + n : NULL, op->relu);
+    }
+}
+
 // Column sums over [n0, n1): chunks of EMBER__DENSE_COLSUM_W columns summed down every row in a
 // local array (registers after vectorisation), each column's adds in row order.
 static void colsum(int64_t M, int64_t n0, int64_t n1, const float *A, int64_t lda, float *out, int accumulate) {
@@ -220,7 +264,7 @@ static inline void dot_bwd_portable(int64_t R, int64_t D, const float *T, const 
 static inline int64_t dot_row(int64_t R, int64_t i0, int r) { return i0 + r < R ? i0 + r : R - 1; }
 
 #define EMBER__DENSE_KERNELS(suffix, isa_value) \
-    const ember__dense_kernels ember__dense_kernels_##suffix = {isa_value, geom,    pack_b, block, gemv, colsum, \
-                                                                dot_fwd,   dot_bwd};
+    const ember__dense_kernels ember__dense_kernels_##suffix = {isa_value, geom,   pack_b,  block,  gemv, rank1, \
+                                                                vecmat,    colsum, dot_fwd, dot_bwd};
 
 #endif

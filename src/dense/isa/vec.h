@@ -1,0 +1,141 @@
+// The kernels written once over a vector variant's vectors (internal.h: dot_fwd, dot_bwd, rank1,
+// vecmat),
+// included at the end of avx2.c and avx512.c. The variant defines, before including it, VW
+// (floats per vector), its pack_b, and over its vector type dvec:
+//   dv_zero(), dv_load(p) (aligned, VW floats), dv_bcast(x), dv_fma(a, b, acc) (one rounding),
+//   dv_add(a, b), dv_relu(s) (s <= 0 ? 0 : s, a NaN kept),
+//   dv_load_n(p, n) / dv_store_n(p, n, v) (the first min(n, VW) lanes; the others read as 0 and
+//   never written), dv_store_lanes(dst, v, lo, hi) (lanes [lo, hi) to dst[0 .. hi - lo)).
+// Lane l of an accumulator is exactly one element's chain, so the bits are the generic variant's.
+#ifndef EMBER_DENSE_ISA_VEC_H
+#define EMBER_DENSE_ISA_VEC_H
+
+// Forward: T transposed once (packed as a transposed B), then 8 rows i at a time against VW
+// columns j of it, one chain per (i, j) lane over d; only the lanes j > i are stored, at the
+// row's run of pairs.
+static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
+    const int64_t RP = ember__dot_padded(R);
+    pack_b(1, D, R, T, D, RP, 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
+    for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
+        const float *row[8];
+        for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;
+        for (int64_t jb = (i0 + 1) / VW * VW; jb < R; jb += VW) {
+            dvec acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = dv_zero();
+            for (int64_t k = 0; k < D; k++) {
+                const dvec b = dv_load(tt + k * RP + jb);
+                for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(row[r][k]), b, acc[r]);
+            }
+            for (int r = 0; r < 8 && i0 + r + 1 < R; r++) {
+                const int64_t i = i0 + r, lo = jb > i + 1 ? jb : i + 1, hi = jb + VW < R ? jb + VW : R;
+                if (lo < hi) dv_store_lanes(z + ember__dot_pair(R, i, lo), acc[r], (int)(lo - jb), (int)(hi - jb));
+            }
+        }
+    }
+}
+
+// Backward: 8 rows i at a time over VW columns d, the chain over j with S_ij broadcast.
+static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest) {
+    for (int64_t c = 0; c < D; c += VW) {
+        const int n = (int)(D - c < VW ? D - c : VW);
+        for (int64_t i0 = 0; i0 < R; i0 += 8) {
+            const int32_t *ix[8];
+            for (int r = 0; r < 8; r++) ix[r] = idx + dot_row(R, i0, r) * R;
+            dvec acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = dv_zero();
+            for (int64_t j = 0; j < R; j++) {
+                const dvec t = dv_load_n(T + j * D + c, n);
+                for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(gz[ix[r][j]]), t, acc[r]);
+            }
+            for (int r = 0; r < 8 && i0 + r < R; r++) {
+                const int64_t i = i0 + r;
+                dv_store_n((i == 0 ? d0 : rest + (i - 1) * D) + c, n, acc[r]);
+            }
+        }
+    }
+}
+
+// One vector of a rank-1 row: the chain fma(a, b, +0), then the epilogue in its order.
+static inline __attribute__((always_inline)) dvec rank1_vec(dvec a, dvec b, const float *c, const float *bias,
+                                                            int n, int accumulate, int relu) {
+    dvec s = dv_fma(a, b, dv_zero());
+    if (accumulate) s = dv_add(dv_load_n(c, n), s);
+    if (bias) s = dv_add(s, dv_load_n(bias, n));
+    if (relu) s = dv_relu(s);
+    return s;
+}
+
+// K = 1: rows [m0, m0 + mb) of C, VW columns at a time (the row's tail under a mask), each
+// element the one-step chain fma(A(m,0), B(0,n), +0) and the epilogue (impl.h: rank1_row_b).
+static void rank1(const ember__gemm_op *op, int64_t m0, int64_t mb) {
+    float bb[RANK1_CHUNK] __attribute__((aligned(64)));
+    const float *A = op->A;
+    const int64_t N = op->N, ldc = op->ldc, sa = op->ta ? 1 : op->lda;
+    const int accumulate = op->accumulate, relu = op->relu, plain = !accumulate && !relu && !op->bias;
+    for (int64_t n0 = 0; n0 < N; n0 += RANK1_CHUNK) {
+        const int64_t w = N - n0 < RANK1_CHUNK ? N - n0 : RANK1_CHUNK, wv = w / VW * VW;
+        const float *b = rank1_row_b(op, n0, w, bb);
+        const float *bias = op->bias ? op->bias + n0 : NULL;
+        float *c = op->C + m0 * ldc + n0;
+        for (int64_t m = m0; m < m0 + mb; m++, c += ldc) {
+            const dvec a = dv_bcast(A[m * sa]);
+            if (plain)
+                for (int64_t j = 0; j < wv; j += VW) dv_store_n(c + j, VW, dv_fma(a, dv_load_n(b + j, VW), dv_zero()));
+            else
+                for (int64_t j = 0; j < wv; j += VW)
+                    dv_store_n(c + j, VW, rank1_vec(a, dv_load_n(b + j, VW), c + j, bias ? bias + j : NULL, VW,
+                                                    accumulate, relu));
+            if (wv < w) {
+                const int n = (int)(w - wv);
+                dv_store_n(c + wv, n, rank1_vec(a, dv_load_n(b + wv, n), c + wv, bias ? bias + wv : NULL, n,
+                                                accumulate, relu));
+            }
+        }
+    }
+}
+
+// M = 1: NV vectors of C's row from column j0 (the last one `last` columns), the NV chains
+// advancing together over k (B's row k read in place), then the epilogue. NV is a constant in
+// each call below, so the accumulators stay in registers.
+static inline __attribute__((always_inline)) void vecmat_group(const ember__gemm_op *op, int64_t j0, const int NV,
+                                                               int last) {
+    const float *A = op->A, *b = op->B + j0;
+    const int64_t K = op->K, ldb = op->ldb, sa = vecmat_sa(op);
+    dvec acc[8];
+    for (int v = 0; v < NV; v++) acc[v] = dv_zero();
+    for (int64_t k = 0; k < K; k++, b += ldb) {
+        const dvec a = dv_bcast(A[k * sa]);
+        for (int v = 0; v + 1 < NV; v++) acc[v] = dv_fma(a, dv_load_n(b + v * VW, VW), acc[v]);
+        acc[NV - 1] = dv_fma(a, dv_load_n(b + (NV - 1) * VW, last), acc[NV - 1]);
+    }
+    for (int v = 0; v < NV; v++) {
+        const int n = v + 1 < NV ? VW : last;
+        float *c = op->C + j0 + v * VW;
+        dvec s = acc[v];
+        if (op->accumulate) s = dv_add(dv_load_n(c, n), s);
+        if (op->bias) s = dv_add(s, dv_load_n(op->bias + j0 + v * VW, n));
+        if (op->relu) s = dv_relu(s);
+        dv_store_n(c, n, s);
+    }
+}
+
+// M = 1: C's row in groups of up to 8 vectors of columns (8 chains in flight: the FMA latency
+// times its two ports).
+static void vecmat(const ember__gemm_op *op, int64_t n0, int64_t nb) {
+    for (int64_t j0 = n0; j0 < n0 + nb; j0 += 8 * VW) {
+        const int64_t w = n0 + nb - j0 < 8 * VW ? n0 + nb - j0 : 8 * VW;
+        const int nv = (int)((w + VW - 1) / VW), last = (int)(w - (nv - 1) * VW);
+        switch (nv) {
+        case 1: vecmat_group(op, j0, 1, last); break;
+        case 2: vecmat_group(op, j0, 2, last); break;
+        case 3: vecmat_group(op, j0, 3, last); break;
+        case 4: vecmat_group(op, j0, 4, last); break;
+        case 5: vecmat_group(op, j0, 5, last); break;
+        case 6: vecmat_group(op, j0, 6, last); break;
+        case 7: vecmat_group(op, j0, 7, last); break;
+        default: vecmat_group(op, j0, 8, last); break;
+        }
+    }
+}
+
+#endif
