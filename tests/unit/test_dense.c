@@ -213,9 +213,10 @@ static void small_grid_every_transpose(void **state) {
                     }
 }
 
-// The edges of every variant's tiles (rows 4/6/8, columns 8/16/24/32/48/64), k slices (96 to
-// 512) and blocks (rows 64/96/120, columns 256/384/480/512), each swept in one dimension with
-// the other two fixed, on 1 to 4 threads.
+// The edges of every variant's tiles (rows 4/6/8, up to 12 shared evenly for 16 columns or
+// fewer; columns 8/16/24/32/48/64), k slices (96 to 512) and blocks (rows 64/96/117/120, columns
+// 256/384/480/512), each swept in one dimension with the other two fixed (and rows again under
+// at most 16 columns), on 1 to 4 threads.
 static const int64_t EDGES[] = {4,   5,   6,   7,   8,   9,   12,  13,  14,  23,  24,  25,  32,  47,  48,
                                 49,  63,  65,  95,  96,  97,  119, 120, 121, 127, 128, 129, 170, 171, 191,
                                 192, 193, 239, 240, 241, 255, 256, 257, 367, 383, 384, 385, 479, 480, 481,
@@ -225,7 +226,7 @@ static const int64_t EDGES[] = {4,   5,   6,   7,   8,   9,   12,  13,  14,  23,
 static void edges_of_tiles_slices_and_blocks(void **state) {
     (void)state;
     uint64_t id = 1000000;
-    for (int dim = 0; dim < 3; dim++)
+    for (int dim = 0; dim < 4; dim++)
         for (int e = 0; e < NEDGES; e++)
             for (int t = 0; t < 4; t++, id++) {
                 gcase c = {.ta = t >> 1, .tb = t & 1, .M = 29, .N = 37, .K = 23, .pad = (int)(id % 2) * 3,
@@ -234,6 +235,7 @@ static void edges_of_tiles_slices_and_blocks(void **state) {
                 if (dim == 0) c.M = EDGES[e];
                 if (dim == 1) c.N = EDGES[e];
                 if (dim == 2) c.K = EDGES[e];
+                if (dim == 3) c.M = EDGES[e], c.N = 2 + e % 15;
                 // Several blocks of rows with K sliced or columns cut at their edges, in some cases.
                 if (e % 7 == 3 && dim != 0) c.M += 250;
                 run_case(&c, id, 0);

@@ -1,9 +1,9 @@
-// The AVX-512 dense variant (F, BW, VL, DQ target flags): register tiles of up to 8 rows x 64
-// columns, one zmm accumulator per 16 outputs of a row. Each k step broadcasts A(r,k) and runs
-// vfmadd231ps against the packed row of B: lane j of accumulator (r, v) is exactly the chain of
-// output (r, 16v + j), so the bits are the generic variant's fmaf chains. Column tails use
-// masked loads and stores (the packed B and the scratch are padded, C is never touched past
-// its row width).
+// The AVX-512 dense variant (F, BW, VL, DQ target flags): register tiles of up to 12 rows x 16
+// columns or 8 rows x 64, one zmm accumulator per 16 outputs of a row. Each k step broadcasts
+// A(r,k) and runs vfmadd231ps against the packed row of B: lane j of accumulator (r, v) is exactly
+// the chain of output (r, 16v + j), so the bits are the generic variant's fmaf chains. Column
+// tails use masked loads and stores (the packed B and the scratch are padded, C is never touched
+// past its row width).
 #include <immintrin.h>
 
 #define EMBER__DENSE_COLSUM_W 64
@@ -11,20 +11,25 @@
 
 #define VW 16
 
-// Register tiles by output width: up to 16 columns 8 x 16 (8 chains in flight: the FMA latency
-// times its two ports), up to 32 8 x 32, up to 48 8 x 48, wider 6 x 64 (24 accumulators, 4 B
-// vectors and a broadcast of the 32 registers). Measured on a Xeon (Sapphire Rapids class):
-// 6 x 64 beat 8 x 48 and 12/14 x 32 on the wide products; kc 128 beat 96, 160 and 192.
+// Register tiles by output width: up to 16 columns up to 12 x 16, the rows shared evenly between
+// the tiles (at least 8 chains in flight, the FMA latency times its two ports, where M allows: a
+// 27-row product is 3 tiles of 9, not 8 + 8 + 8 + 3, whose last tile would take as long as a
+// full one), up to 32 8 x 32, up to 48 8 x 48, wider 6 x 64 (24 accumulators, 4 B vectors and a
+// broadcast of the 32 registers). Measured on a Xeon (Sapphire Rapids class): 6 x 64 beat 8 x 48
+// and 12/14 x 32 on the wide products; kc 128 beat 96, 160 and 192.
 static void geom(int64_t M, int64_t N, int64_t K, int ta, ember__gemm_geom *g) {
-    (void)M, (void)K, (void)ta;
+    (void)K, (void)ta;
     int32_t mr, nr;
-    if (N <= 16) mr = 8, nr = 16;
-    else if (N <= 32) mr = 8, nr = 32;
+    if (N <= 16) {
+        const int64_t tiles = M > 12 ? (M + 11) / 12 : 1;
+        mr = M < 1 ? 8 : (int32_t)((M + tiles - 1) / tiles);
+        nr = 16;
+    } else if (N <= 32) mr = 8, nr = 32;
     else if (N <= 48) mr = 8, nr = 48;
     else mr = 6, nr = 64;
     // The packed k slice (kc x nr floats) fills about two thirds of a 48 KiB L1; the block (120
     // rows x 512 columns) keeps its partial sums and packed rows of A in L2.
-    const int64_t kc = 32768 / (4 * nr) / 8 * 8, mc = 120, nc = 512;
+    const int64_t kc = 32768 / (4 * nr) / 8 * 8, mc = 120 / mr * mr, nc = 512;
     *g = (ember__gemm_geom){.mr = mr, .nr = nr, .kc = kc, .mc = mc, .nc = (nc / nr) * nr};
 }
 
@@ -40,7 +45,7 @@ static inline void copy_short(float *d, const float *s, int n) {
 
 static inline __attribute__((always_inline)) void tile_fixed(const tile_args *t, const int MR, const int NV,
                                                              const int TA) {
-    __m512 acc[8][4];
+    __m512 acc[12][4];
     if (t->first) {
         for (int r = 0; r < MR; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
@@ -63,7 +68,7 @@ static inline __attribute__((always_inline)) void tile_fixed(const tile_args *t,
             b += ldb;
         }
     } else if (kb > 0) {
-        const float *ar[8];
+        const float *ar[12];
         for (int r = 0; r < MR; r++) ar[r] = t->a + r * lda;
         for (int64_t k = 0; k < kb; k++) {
             __m512 bv[4];
@@ -254,6 +259,10 @@ TILE_FNS(5, 1)
 TILE_FNS(6, 1)
 TILE_FNS(7, 1)
 TILE_FNS(8, 1)
+TILE_FNS(9, 1)
+TILE_FNS(10, 1)
+TILE_FNS(11, 1)
+TILE_FNS(12, 1)
 TILE_FNS(1, 2)
 TILE_FNS(2, 2)
 TILE_FNS(3, 2)
@@ -278,18 +287,20 @@ TILE_FNS(5, 4)
 TILE_FNS(6, 4)
 
 // [ta][vectors - 1][rows - 1]; NULL where the pair is not a tile of this variant.
-static const tile_fn TILES[2][4][8] = {
+static const tile_fn TILES[2][4][12] = {
     {
-        {tile_1_1_0, tile_2_1_0, tile_3_1_0, tile_4_1_0, tile_5_1_0, tile_6_1_0, tile_7_1_0, tile_8_1_0},
+        {tile_1_1_0, tile_2_1_0, tile_3_1_0, tile_4_1_0, tile_5_1_0, tile_6_1_0, tile_7_1_0, tile_8_1_0,
+         tile_9_1_0, tile_10_1_0, tile_11_1_0, tile_12_1_0},
         {tile_1_2_0, tile_2_2_0, tile_3_2_0, tile_4_2_0, tile_5_2_0, tile_6_2_0, tile_7_2_0, tile_8_2_0},
         {tile_1_3_0, tile_2_3_0, tile_3_3_0, tile_4_3_0, tile_5_3_0, tile_6_3_0, tile_7_3_0, tile_8_3_0},
-        {tile_1_4_0, tile_2_4_0, tile_3_4_0, tile_4_4_0, tile_5_4_0, tile_6_4_0, NULL, NULL},
+        {tile_1_4_0, tile_2_4_0, tile_3_4_0, tile_4_4_0, tile_5_4_0, tile_6_4_0},
     },
     {
-        {tile_1_1_1, tile_2_1_1, tile_3_1_1, tile_4_1_1, tile_5_1_1, tile_6_1_1, tile_7_1_1, tile_8_1_1},
+        {tile_1_1_1, tile_2_1_1, tile_3_1_1, tile_4_1_1, tile_5_1_1, tile_6_1_1, tile_7_1_1, tile_8_1_1,
+         tile_9_1_1, tile_10_1_1, tile_11_1_1, tile_12_1_1},
         {tile_1_2_1, tile_2_2_1, tile_3_2_1, tile_4_2_1, tile_5_2_1, tile_6_2_1, tile_7_2_1, tile_8_2_1},
         {tile_1_3_1, tile_2_3_1, tile_3_3_1, tile_4_3_1, tile_5_3_1, tile_6_3_1, tile_7_3_1, tile_8_3_1},
-        {tile_1_4_1, tile_2_4_1, tile_3_4_1, tile_4_4_1, tile_5_4_1, tile_6_4_1, NULL, NULL},
+        {tile_1_4_1, tile_2_4_1, tile_3_4_1, tile_4_4_1, tile_5_4_1, tile_6_4_1},
     },
 };
 
