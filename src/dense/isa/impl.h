@@ -183,6 +183,9 @@ static inline const float *rank1_row_b(const ember__gemm_op *op, int64_t n0, int
     return buf;
 }
 
+// A(m, 0) of a one-column A: its stride over m.
+static inline int64_t rank1_sa(const ember__gemm_op *op) { return op->ta ? 1 : op->lda; }
+
 // K = 1 in plain C: each element the one-step chain fmaf(A(m,0), B(0,n), +0) (not the bare
 // product: the chain from +0 turns an exact -0 into +0), then the epilogue.
 static inline void rank1_portable(const ember__gemm_op *op, int64_t m0, int64_t mb) {
@@ -191,7 +194,7 @@ static inline void rank1_portable(const ember__gemm_op *op, int64_t m0, int64_t 
         const int64_t w = op->N - n0 < RANK1_CHUNK ? op->N - n0 : RANK1_CHUNK;
         const float *b = rank1_row_b(op, n0, w, buf);
         for (int64_t m = m0; m < m0 + mb; m++) {
-            const float a = op->ta ? op->A[m] : op->A[m * op->lda];
+            const float a = op->A[m * rank1_sa(op)];
             float *c = op->C + m * op->ldc + n0;
             for (int64_t j = 0; j < w; j++)
                 c[j] = epilogue1(fmaf(a, b[j], 0.0f), op->accumulate ? c + j : NULL,

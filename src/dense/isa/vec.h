@@ -1,7 +1,6 @@
 // The kernels written once over a vector variant's vectors (internal.h: dot_fwd, dot_bwd, rank1,
-// vecmat),
-// included at the end of avx2.c and avx512.c. The variant defines, before including it, VW
-// (floats per vector), its pack_b, and over its vector type dvec:
+// vecmat), included at the end of avx2.c and avx512.c. The variant defines, before including it,
+// VW (floats per vector), its pack_b, and over its vector type dvec:
 //   dv_zero(), dv_load(p) (aligned, VW floats), dv_bcast(x), dv_fma(a, b, acc) (one rounding),
 //   dv_add(a, b), dv_relu(s) (s <= 0 ? 0 : s, a NaN kept),
 //   dv_load_n(p, n) / dv_store_n(p, n, v) (the first min(n, VW) lanes; the others read as 0 and
@@ -66,11 +65,12 @@ static inline __attribute__((always_inline)) dvec rank1_vec(dvec a, dvec b, cons
 }
 
 // K = 1: rows [m0, m0 + mb) of C, VW columns at a time (the row's tail under a mask), each
-// element the one-step chain fma(A(m,0), B(0,n), +0) and the epilogue (impl.h: rank1_row_b).
+// element the one-step chain fma(A(m,0), B(0,n), +0) and the epilogue (impl.h: rank1_row_b,
+// rank1_sa).
 static void rank1(const ember__gemm_op *op, int64_t m0, int64_t mb) {
     float bb[RANK1_CHUNK] __attribute__((aligned(64)));
     const float *A = op->A;
-    const int64_t N = op->N, ldc = op->ldc, sa = op->ta ? 1 : op->lda;
+    const int64_t N = op->N, ldc = op->ldc, sa = rank1_sa(op);
     const int accumulate = op->accumulate, relu = op->relu, plain = !accumulate && !relu && !op->bias;
     for (int64_t n0 = 0; n0 < N; n0 += RANK1_CHUNK) {
         const int64_t w = N - n0 < RANK1_CHUNK ? N - n0 : RANK1_CHUNK, wv = w / VW * VW;
