@@ -159,16 +159,19 @@ static void run_unit(const batch *b, const ember__gemm_op *op, int64_t u, const 
 
 static int packs_b(const batch *b) { return b->path == PATH_BLOCKS && !b->op.bdirect && b->op.K > 0; }
 
+// Product i whole on the calling thread: its B packed into bp, then every unit of C.
+static void run_item(const batch *b, int64_t i, float *bp, const scratch *sz) {
+    const ember__gemm_op op = item(b, i, bp);
+    if (packs_b(b))
+        for (int64_t p = 0; p < b->npanels; p++) b->kern->pack_b(op.tb, op.K, op.N, op.B, op.ldb, b->g.nr, p, bp);
+    for (int64_t u = 0; u < units_of(b); u++) run_unit(b, &op, u, sz, bp + sz->bp);
+}
+
 // One thread, outside any parallel region (entering one, even of one thread, costs about as much
-// as a small product): the products in order, B packed then the units of C. The buffer's layout
-// is thread 0's of run_items and run_units alike.
+// as a small product): the products in order. The buffer's layout is thread 0's of run_items and
+// run_units alike.
 static void run_serial(const batch *b, float *buf, const scratch *sz) {
-    for (int64_t i = 0; i < b->count; i++) {
-        const ember__gemm_op op = item(b, i, buf);
-        if (packs_b(b))
-            for (int64_t p = 0; p < b->npanels; p++) b->kern->pack_b(op.tb, op.K, op.N, op.B, op.ldb, b->g.nr, p, buf);
-        for (int64_t u = 0; u < units_of(b); u++) run_unit(b, &op, u, sz, buf + sz->bp);
-    }
+    for (int64_t i = 0; i < b->count; i++) run_item(b, i, buf, sz);
 }
 
 // Every product on one thread: each thread packs its products' B into its own buffer.
@@ -178,12 +181,7 @@ static void run_items(const batch *b, int nt, float *buf, const scratch *sz) {
         const int tid = ember__thread_id();
         float *bp = buf + (size_t)tid * (size_t)(sz->bp + sz->part + sz->ap);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < b->count; i++) {
-            const ember__gemm_op op = item(b, i, bp);
-            if (packs_b(b))
-                for (int64_t p = 0; p < b->npanels; p++) b->kern->pack_b(op.tb, op.K, op.N, op.B, op.ldb, b->g.nr, p, bp);
-            for (int64_t u = 0; u < units_of(b); u++) run_unit(b, &op, u, sz, bp + sz->bp);
-        }
+        for (int64_t i = 0; i < b->count; i++) run_item(b, i, bp, sz);
     }
 }
 

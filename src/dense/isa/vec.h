@@ -54,14 +54,19 @@ static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const
     }
 }
 
-// One vector of a rank-1 row: the chain fma(a, b, +0), then the epilogue in its order.
-static inline __attribute__((always_inline)) dvec rank1_vec(dvec a, dvec b, const float *c, const float *bias,
-                                                            int n, int accumulate, int relu) {
-    dvec s = dv_fma(a, b, dv_zero());
+// The epilogue of n <= VW finished chains s in its order (impl.h: epilogue1): c + s, + bias, relu.
+static inline __attribute__((always_inline)) dvec dv_epilogue(dvec s, const float *c, const float *bias, int n,
+                                                              int accumulate, int relu) {
     if (accumulate) s = dv_add(dv_load_n(c, n), s);
     if (bias) s = dv_add(s, dv_load_n(bias, n));
     if (relu) s = dv_relu(s);
     return s;
+}
+
+// One vector of a rank-1 row: the chain fma(a, b, +0), then the epilogue.
+static inline __attribute__((always_inline)) dvec rank1_vec(dvec a, dvec b, const float *c, const float *bias,
+                                                            int n, int accumulate, int relu) {
+    return dv_epilogue(dv_fma(a, b, dv_zero()), c, bias, n, accumulate, relu);
 }
 
 // K = 1: rows [m0, m0 + mb) of C, VW columns at a time (the row's tail under a mask), each
@@ -111,11 +116,7 @@ static inline __attribute__((always_inline)) void vecmat_group(const ember__gemm
     for (int v = 0; v < NV; v++) {
         const int n = v + 1 < NV ? VW : last;
         float *c = op->C + j0 + v * VW;
-        dvec s = acc[v];
-        if (op->accumulate) s = dv_add(dv_load_n(c, n), s);
-        if (op->bias) s = dv_add(s, dv_load_n(op->bias + j0 + v * VW, n));
-        if (op->relu) s = dv_relu(s);
-        dv_store_n(c, n, s);
+        dv_store_n(c, n, dv_epilogue(acc[v], c, op->bias ? op->bias + j0 + v * VW : NULL, n, op->accumulate, op->relu));
     }
 }
 
