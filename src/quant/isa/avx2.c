@@ -46,11 +46,19 @@ static inline void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias) {
     *bias = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
 }
 
-// 8 bytes in 8 lanes: low nibbles the even elements, high nibbles the odd ones.
-static inline void v_int4_pairs(const unsigned char *p, vf *even, vf *odd) {
+// A level table would need two 8-entry permutes and a blend: the levels are computed instead.
+static inline vf v_int4_levels(vf scale, vf bias) {
+    (void)scale, (void)bias;
+    return v_zero();
+}
+
+// 8 bytes in 8 lanes: low nibbles the even elements, high nibbles the odd ones, each converted and
+// scaled (one fused multiply-add).
+static inline void v_int4_pairs(const unsigned char *p, vf scale, vf bias, vf levels, vf *even, vf *odd) {
+    (void)levels;
     const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    *even = _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15)));
-    *odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4));
+    *even = v_fma(scale, _mm256_cvtepi32_ps(_mm256_and_si256(x, _mm256_set1_epi32(15))), bias);
+    *odd = v_fma(scale, _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4)), bias);
 }
 
 // even = e0 e2 e4 e6 | e8 .. e14, odd = e1 e3 e5 e7 | e9 .. e15.

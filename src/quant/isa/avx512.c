@@ -1,7 +1,7 @@
 // The AVX-512 quantized pooling variant (F, BW, VL, DQ target flags): the loops of
 // quant/isa/vector.h over zmm registers, up to 8 accumulators (128 columns) per pass over a bag's
-// ids. int8 values widened with vpmovzxbd, int4 nibbles split (even and odd elements apart, or
-// interleaved back into element order), int2 fields shifted out of a broadcast word lane by lane,
+// ids. int8 values widened with vpmovzxbd, int4 nibbles split (even and odd elements apart, each
+// value looked up in the row's 16 levels, or interleaved back into element order), int2 fields shifted out of a broadcast word lane by lane,
 // fp16 rows and the fp16 scale and bias widened with vcvtph2ps (exact), then one fused multiply-add
 // per element: the generic variant's operations (quant/isa/impl.h), so its bits.
 #include <immintrin.h>
@@ -45,11 +45,20 @@ static inline void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias) {
     *bias = _mm512_broadcastss_ps(_mm_movehdup_ps(f));
 }
 
-// 16 bytes in 16 lanes: low nibbles the even elements, high nibbles the odd ones.
-static inline void v_int4_pairs(const unsigned char *p, vf *even, vf *odd) {
+// The row's 16 level values, lane q = fmaf(scale, q, bias): each element's own operation, done once
+// per level instead of once per element.
+static inline vf v_int4_levels(vf scale, vf bias) {
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_fmadd_ps(scale, q, bias);
+}
+
+// 16 bytes in 16 lanes: the even elements' values looked up by the low nibbles, the odd ones' by the
+// high nibbles (vpermps reads the low 4 bits of each lane's index: no mask).
+static inline void v_int4_pairs(const unsigned char *p, vf scale, vf bias, vf levels, vf *even, vf *odd) {
+    (void)scale, (void)bias;
     const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    *even = _mm512_cvtepi32_ps(_mm512_and_si512(x, _mm512_set1_epi32(15)));
-    *odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4));
+    *even = _mm512_permutexvar_ps(x, levels);
+    *odd = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), levels);
 }
 
 static inline void v_store_pairs(float *out, vf even, vf odd) {

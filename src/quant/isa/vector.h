@@ -9,9 +9,14 @@
 //                                     levels q, before scale and bias); d a multiple of VW
 //   void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias)
 //                                     the fp16 scale and bias at p, widened and broadcast
-//   void v_int4_pairs(const unsigned char *p, vf *even, vf *odd)
-//                                     2*VW INT4 elements from the VW bytes at p: the even elements
-//                                     (low nibbles) and the odd ones (high nibbles)
+//   vf v_int4_levels(vf scale, vf bias)
+//                                     what a row's INT4 decoding needs beyond its scale and bias
+//                                     (AVX-512: its 16 level values fmaf(scale, q, bias), q = 0..15,
+//                                     one vector; AVX2: nothing, v_zero())
+//   void v_int4_pairs(const unsigned char *p, vf scale, vf bias, vf levels, vf *even, vf *odd)
+//                                     the values fmaf(scale, q, bias) of 2*VW INT4 elements from the
+//                                     VW bytes at p: the even elements (low nibbles) and the odd ones
+//                                     (high nibbles)
 //   void v_store_pairs(float *out, vf even, vf odd)
 //                                     the 2*VW elements back in order
 //
@@ -74,12 +79,11 @@ static inline __attribute__((always_inline)) void pool_int4_pairs(const ember__q
         const unsigned char *row = b->base + (size_t)r * b->rb;
         vf scale, bias;
         v_scale_bias(EMBER_QTYPE_INT4, row, b->D, &scale, &bias);
+        const vf levels = v_int4_levels(scale, bias);
         const vf wj = v_set1(W ? b->weights[j] : 1.0f);
         for (int v = 0; v < NP; v++) {
             vf lo, hi;
-            v_int4_pairs(row + d0 / 2 + VW * v, &lo, &hi);
-            lo = v_fma(scale, lo, bias);
-            hi = v_fma(scale, hi, bias);
+            v_int4_pairs(row + d0 / 2 + VW * v, scale, bias, levels, &lo, &hi);
             if (W) lo = v_mul(wj, lo), hi = v_mul(wj, hi);
             ev[v] = v_add(ev[v], lo);
             od[v] = v_add(od[v], hi);
