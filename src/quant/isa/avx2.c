@@ -38,6 +38,20 @@ static inline __attribute__((always_inline)) vf v_load(ember_qtype t, const unsi
     }
 }
 
+// A level table of 16 entries would need two 8-entry permutes and a blend: the values are
+// computed instead, one conversion and one fused multiply-add each.
+static inline vf v_levels(ember_qtype t, vf scale, vf bias) {
+    (void)t, (void)scale, (void)bias;
+    return v_zero();
+}
+
+static inline __attribute__((always_inline)) vf v_values(ember_qtype t, const unsigned char *row, int32_t d, vf scale,
+                                                         vf bias, vf levels) {
+    (void)levels;
+    const vf x = v_load(t, row, d);
+    return t >= EMBER_QTYPE_INT8 ? v_fma(scale, x, bias) : x;
+}
+
 static inline void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias) {
     int32_t u;
     memcpy(&u, p, 4);
@@ -46,11 +60,6 @@ static inline void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias) {
     *bias = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
 }
 
-// A level table would need two 8-entry permutes and a blend: the levels are computed instead.
-static inline vf v_int4_levels(vf scale, vf bias) {
-    (void)scale, (void)bias;
-    return v_zero();
-}
 
 // 8 bytes in 8 lanes: low nibbles the even elements, high nibbles the odd ones, each converted and
 // scaled (one fused multiply-add).

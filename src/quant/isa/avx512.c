@@ -1,9 +1,10 @@
 // The AVX-512 quantized pooling variant (F, BW, VL, DQ target flags): the loops of
 // quant/isa/vector.h over zmm registers, up to 8 accumulators (128 columns) per pass over a bag's
-// ids. int8 values widened with vpmovzxbd, int4 nibbles split (even and odd elements apart, each
-// value looked up in the row's 16 levels, or interleaved back into element order), int2 fields shifted out of a broadcast word lane by lane,
-// fp16 rows and the fp16 scale and bias widened with vcvtph2ps (exact), then one fused multiply-add
-// per element: the generic variant's operations (quant/isa/impl.h), so its bits.
+// ids. int8 values widened with vpmovzxbd, converted and scaled (one fused multiply-add each); int4
+// nibbles (even and odd elements apart, or interleaved into element order) and int2 fields (shifted
+// out of a broadcast word lane by lane) index a table of the row's level values, each computed with
+// the same fused multiply-add; fp16 rows and the fp16 scale and bias widened with vcvtph2ps (exact):
+// the generic variant's operations (quant/isa/impl.h), so its bits.
 #include <immintrin.h>
 
 #define VW 16
@@ -17,22 +18,35 @@ static inline vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline void v_store(float *p, vf x) { _mm512_storeu_ps(p, x); }
 
-static inline __attribute__((always_inline)) vf v_load(ember_qtype t, const unsigned char *row, int32_t d) {
+// The row's level values for INT4 (lane q = fmaf(scale, q, bias), q = 0..15) and INT2 (lane i the
+// value of level i & 3: vpermps reads an index's low 4 bits, so a 2-bit field needs no mask): each
+// element's own operation, done once per level instead of once per element.
+static inline __attribute__((always_inline)) vf v_levels(ember_qtype t, vf scale, vf bias) {
+    if (t == EMBER_QTYPE_INT4)
+        return _mm512_fmadd_ps(scale, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), bias);
+    if (t == EMBER_QTYPE_INT2)
+        return _mm512_fmadd_ps(scale, _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3), bias);
+    return v_zero();
+}
+
+static inline __attribute__((always_inline)) vf v_values(ember_qtype t, const unsigned char *row, int32_t d, vf scale,
+                                                         vf bias, vf levels) {
     switch (t) {
     case EMBER_QTYPE_FP32: return _mm512_loadu_ps(row + 4 * (size_t)d);
     case EMBER_QTYPE_FP16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)d)));
     case EMBER_QTYPE_INT8:
-        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + d))));
-    case EMBER_QTYPE_INT4: { // 8 bytes, low nibble first
+        return _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + d)))),
+                               bias);
+    case EMBER_QTYPE_INT4: { // 8 bytes, low nibble first: element i's nibble in lane i
         const __m128i b8 = _mm_loadl_epi64((const __m128i *)(row + d / 2)), m = _mm_set1_epi8(15);
         const __m128i lo = _mm_and_si128(b8, m), hi = _mm_and_si128(_mm_srli_epi16(b8, 4), m);
-        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+        return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), levels);
     }
-    default: { // INT2: one 32-bit word, element i at bit 2i
+    default: { // INT2: one 32-bit word, element i at bit 2i, shifted down to lane i's low bits
         int32_t u;
         memcpy(&u, row + d / 4, 4);
         const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(u), sh), _mm512_set1_epi32(3)));
+        return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi32(u), sh), levels);
     }
     }
 }
@@ -43,13 +57,6 @@ static inline void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias) {
     const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(u)); // lane 0 scale, lane 1 bias
     *scale = _mm512_broadcastss_ps(f);
     *bias = _mm512_broadcastss_ps(_mm_movehdup_ps(f));
-}
-
-// The row's 16 level values, lane q = fmaf(scale, q, bias): each element's own operation, done once
-// per level instead of once per element.
-static inline vf v_int4_levels(vf scale, vf bias) {
-    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_fmadd_ps(scale, q, bias);
 }
 
 // 16 bytes in 16 lanes: the even elements' values looked up by the low nibbles, the odd ones' by the

@@ -4,19 +4,18 @@
 //   vf                                a vector of VW floats
 //   vf v_zero(void), v_set1(float), v_add(vf, vf), v_mul(vf, vf), v_fma(vf a, vf b, vf c) (a*b + c,
 //   one rounding), void v_store(float *, vf)
-//   vf v_load(ember_qtype T, const unsigned char *row, int32_t d)
-//                                     elements d .. d+VW-1 of a row as fp32 (the integer types: the
-//                                     levels q, before scale and bias); d a multiple of VW
+//   vf v_levels(ember_qtype T, vf scale, vf bias)
+//                                     what a row's decoding needs beyond its scale and bias (AVX-512,
+//                                     INT4 and INT2: a table of the row's level values
+//                                     fmaf(scale, q, bias), one vector; otherwise v_zero())
+//   vf v_values(ember_qtype T, const unsigned char *row, int32_t d, vf scale, vf bias, vf levels)
+//                                     the values of elements d .. d+VW-1 of a row (the integer
+//                                     types: fmaf(scale, q, bias)); d a multiple of VW
 //   void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias)
 //                                     the fp16 scale and bias at p, widened and broadcast
-//   vf v_int4_levels(vf scale, vf bias)
-//                                     what a row's INT4 decoding needs beyond its scale and bias
-//                                     (AVX-512: its 16 level values fmaf(scale, q, bias), q = 0..15,
-//                                     one vector; AVX2: nothing, v_zero())
 //   void v_int4_pairs(const unsigned char *p, vf scale, vf bias, vf levels, vf *even, vf *odd)
-//                                     the values fmaf(scale, q, bias) of 2*VW INT4 elements from the
-//                                     VW bytes at p: the even elements (low nibbles) and the odd ones
-//                                     (high nibbles)
+//                                     the values of 2*VW INT4 elements from the VW bytes at p: the
+//                                     even elements (low nibbles) and the odd ones (high nibbles)
 //   void v_store_pairs(float *out, vf even, vf odd)
 //                                     the 2*VW elements back in order
 //
@@ -53,10 +52,10 @@ static inline __attribute__((always_inline)) void pool_fixed(const ember__qbag *
         const unsigned char *row = b->base + (size_t)r * b->rb;
         vf scale = v_zero(), bias = v_zero();
         if (quant) v_scale_bias(T, row, b->D, &scale, &bias);
+        const vf levels = v_levels(T, scale, bias);
         const vf wj = v_set1(W ? b->weights[j] : 1.0f);
         for (int v = 0; v < NV; v++) {
-            vf x = v_load(T, row, d0 + VW * v);
-            if (quant) x = v_fma(scale, x, bias);
+            vf x = v_values(T, row, d0 + VW * v, scale, bias, levels);
             if (W) x = v_mul(wj, x);
             acc[v] = v_add(acc[v], x);
         }
@@ -79,7 +78,7 @@ static inline __attribute__((always_inline)) void pool_int4_pairs(const ember__q
         const unsigned char *row = b->base + (size_t)r * b->rb;
         vf scale, bias;
         v_scale_bias(EMBER_QTYPE_INT4, row, b->D, &scale, &bias);
-        const vf levels = v_int4_levels(scale, bias);
+        const vf levels = v_levels(EMBER_QTYPE_INT4, scale, bias);
         const vf wj = v_set1(W ? b->weights[j] : 1.0f);
         for (int v = 0; v < NP; v++) {
             vf lo, hi;
