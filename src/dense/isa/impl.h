@@ -97,8 +97,10 @@ static void block(const ember__gemm_op *op, const ember__gemm_geom *g, int64_t m
     const int64_t K = op->K, nr = g->nr, mr = g->mr;
     tile_args t = {.ta = op->ta, .ldb = op->bdirect ? op->ldb : nr, .bdirect = op->bdirect, .ldp = g->nc,
                    .ldc = op->ldc, .relu = op->relu, .accumulate = op->accumulate};
-    // A is packed when the block has more than one panel of columns to reuse it over.
-    const int pack = ap != NULL && nb > nr;
+    // A is packed when the block has more than one panel of columns to reuse it over, unless its
+    // rows are already the packed layout (untransposed, row stride K: one slice, rows of kb floats
+    // back to back, as a layer's [B][K] input with K <= kc is).
+    const int pack = ap != NULL && nb > nr && (op->ta || op->lda != K || K > g->kc);
     // K = 0 still runs one (empty) slice: the epilogue of +0.
     int64_t pc = 0;
     do {
