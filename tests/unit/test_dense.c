@@ -429,6 +429,8 @@ static void dot_interaction_matches_its_definition(void **state) {
     dot_interaction_case(4, 16, 9, 46);
     dot_interaction_case(2, 8, 33, 47);
     dot_interaction_case(3, 15, 1, 48);
+    // More rows than the vector backward gathers at once (its other path).
+    dot_interaction_case(2, 520, 17, 49);
     assert_int_equal(ember_dot_interaction_width(-1, 4), -1);
 }
 

@@ -33,18 +33,35 @@ static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
     }
 }
 
-// Backward: 8 rows i at a time over VW columns d, the chain over j with S_ij broadcast.
+// Rows of S a dot_bwd row group gathers at once (8 rows of up to this many entries, on the stack).
+#define DOT_BWD_GATHER 512
+
+// Backward: 8 rows i at a time over VW columns d, the chain over j with S_ij broadcast. With more
+// than one chunk of columns (D > VW) the group's S_ij are gathered from gz once (R <=
+// DOT_BWD_GATHER) and read back for every chunk: one load an FMA instead of an index and a value.
 static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const int32_t *idx, float *d0, float *rest) {
-    for (int64_t c = 0; c < D; c += VW) {
-        const int n = (int)(D - c < VW ? D - c : VW);
-        for (int64_t i0 = 0; i0 < R; i0 += 8) {
-            const int32_t *ix[8];
-            for (int r = 0; r < 8; r++) ix[r] = idx + dot_row(R, i0, r) * R;
+    float s[8 * DOT_BWD_GATHER];
+    const int gathered = D > VW && R <= DOT_BWD_GATHER;
+    for (int64_t i0 = 0; i0 < R; i0 += 8) {
+        const int32_t *ix[8];
+        for (int r = 0; r < 8; r++) ix[r] = idx + dot_row(R, i0, r) * R;
+        if (gathered)
+            for (int r = 0; r < 8; r++)
+                for (int64_t j = 0; j < R; j++) s[r * R + j] = gz[ix[r][j]];
+        for (int64_t c = 0; c < D; c += VW) {
+            const int n = (int)(D - c < VW ? D - c : VW);
             dvec acc[8];
             for (int r = 0; r < 8; r++) acc[r] = dv_zero();
-            for (int64_t j = 0; j < R; j++) {
-                const dvec t = dv_load_n(T + j * D + c, n);
-                for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(gz[ix[r][j]]), t, acc[r]);
+            if (gathered) {
+                for (int64_t j = 0; j < R; j++) {
+                    const dvec t = dv_load_n(T + j * D + c, n);
+                    for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(s[r * R + j]), t, acc[r]);
+                }
+            } else {
+                for (int64_t j = 0; j < R; j++) {
+                    const dvec t = dv_load_n(T + j * D + c, n);
+                    for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(gz[ix[r][j]]), t, acc[r]);
+                }
             }
             for (int r = 0; r < 8 && i0 + r < R; r++) {
                 const int64_t i = i0 + r;
