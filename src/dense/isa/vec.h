@@ -9,26 +9,42 @@
 #ifndef EMBER_DENSE_ISA_VEC_H
 #define EMBER_DENSE_ISA_VEC_H
 
-// Forward: T transposed once (packed as a transposed B), then 8 rows i at a time against VW
-// columns j of it, one chain per (i, j) lane over d; only the lanes j > i are stored, at the
-// row's run of pairs.
-static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
+// Forward: T transposed once (packed as a transposed B), then up to 8 rows i at a time (MR, a
+// constant in each instance: a last group of 3 rows costs 3 chains a lane, not 8) against VW
+// columns j of it, one chain per (i, j) lane over d; only the lanes j > i are stored, at the row's
+// run of pairs.
+static inline __attribute__((always_inline)) void dot_fwd_rows(int64_t R, int64_t D, const float *T, float *z,
+                                                               const float *tt, int64_t i0, const int MR) {
     const int64_t RP = ember__dot_padded(R);
-    pack_b(1, D, R, T, D, RP, 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
+    const float *row[8];
+    for (int r = 0; r < MR; r++) row[r] = T + (i0 + r) * D;
+    for (int64_t jb = (i0 + 1) / VW * VW; jb < R; jb += VW) {
+        dvec acc[8];
+        for (int r = 0; r < MR; r++) acc[r] = dv_zero();
+        for (int64_t k = 0; k < D; k++) {
+            const dvec b = dv_load(tt + k * RP + jb);
+            for (int r = 0; r < MR; r++) acc[r] = dv_fma(dv_bcast(row[r][k]), b, acc[r]);
+        }
+        for (int r = 0; r < MR && i0 + r + 1 < R; r++) {
+            const int64_t i = i0 + r, lo = jb > i + 1 ? jb : i + 1, hi = jb + VW < R ? jb + VW : R;
+            if (lo < hi) dv_store_lanes(z + ember__dot_pair(R, i, lo), acc[r], (int)(lo - jb), (int)(hi - jb));
+        }
+    }
+}
+
+static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
+    pack_b(1, D, R, T, D, ember__dot_padded(R), 0, tt); // tt[k][j] = T[j][k], [D][RP], zero past R
+    // Row R-1 has no pair j > i: the groups cover rows 0 .. R-2.
     for (int64_t i0 = 0; i0 + 1 < R; i0 += 8) {
-        const float *row[8];
-        for (int r = 0; r < 8; r++) row[r] = T + dot_row(R, i0, r) * D;
-        for (int64_t jb = (i0 + 1) / VW * VW; jb < R; jb += VW) {
-            dvec acc[8];
-            for (int r = 0; r < 8; r++) acc[r] = dv_zero();
-            for (int64_t k = 0; k < D; k++) {
-                const dvec b = dv_load(tt + k * RP + jb);
-                for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(row[r][k]), b, acc[r]);
-            }
-            for (int r = 0; r < 8 && i0 + r + 1 < R; r++) {
-                const int64_t i = i0 + r, lo = jb > i + 1 ? jb : i + 1, hi = jb + VW < R ? jb + VW : R;
-                if (lo < hi) dv_store_lanes(z + ember__dot_pair(R, i, lo), acc[r], (int)(lo - jb), (int)(hi - jb));
-            }
+        switch (R - 1 - i0 < 8 ? R - 1 - i0 : 8) {
+        case 1: dot_fwd_rows(R, D, T, z, tt, i0, 1); break;
+        case 2: dot_fwd_rows(R, D, T, z, tt, i0, 2); break;
+        case 3: dot_fwd_rows(R, D, T, z, tt, i0, 3); break;
+        case 4: dot_fwd_rows(R, D, T, z, tt, i0, 4); break;
+        case 5: dot_fwd_rows(R, D, T, z, tt, i0, 5); break;
+        case 6: dot_fwd_rows(R, D, T, z, tt, i0, 6); break;
+        case 7: dot_fwd_rows(R, D, T, z, tt, i0, 7); break;
+        default: dot_fwd_rows(R, D, T, z, tt, i0, 8); break;
         }
     }
 }
