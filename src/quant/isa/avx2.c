@@ -60,7 +60,6 @@ static inline void v_scale_bias16(const unsigned char *p, vf *scale, vf *bias) {
     *bias = _mm256_broadcastss_ps(_mm_movehdup_ps(f));
 }
 
-
 // 8 bytes in 8 lanes: low nibbles the even elements, high nibbles the odd ones, each converted and
 // scaled (one fused multiply-add).
 static inline void v_int4_pairs(const unsigned char *p, vf scale, vf bias, vf levels, vf *even, vf *odd) {
