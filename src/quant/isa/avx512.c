@@ -23,9 +23,9 @@ static inline void v_store(float *p, vf x) { _mm512_storeu_ps(p, x); }
 // element's own operation, done once per level instead of once per element.
 static inline __attribute__((always_inline)) vf v_levels(ember_qtype t, vf scale, vf bias) {
     if (t == EMBER_QTYPE_INT4)
-        return _mm512_fmadd_ps(scale, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), bias);
+        return v_fma(scale, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), bias);
     if (t == EMBER_QTYPE_INT2)
-        return _mm512_fmadd_ps(scale, _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3), bias);
+        return v_fma(scale, _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3), bias);
     return v_zero();
 }
 
@@ -35,8 +35,7 @@ static inline __attribute__((always_inline)) vf v_values(ember_qtype t, const un
     case EMBER_QTYPE_FP32: return _mm512_loadu_ps(row + 4 * (size_t)d);
     case EMBER_QTYPE_FP16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)d)));
     case EMBER_QTYPE_INT8:
-        return _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + d)))),
-                               bias);
+        return v_fma(scale, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + d)))), bias);
     case EMBER_QTYPE_INT4: { // 8 bytes, low nibble first: element i's nibble in lane i
         const __m128i b8 = _mm_loadl_epi64((const __m128i *)(row + d / 2)), m = _mm_set1_epi8(15);
         const __m128i lo = _mm_and_si128(b8, m), hi = _mm_and_si128(_mm_srli_epi16(b8, 4), m);

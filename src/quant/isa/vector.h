@@ -2,8 +2,8 @@
 // primitives each variant defines before including this file (after quant/isa/impl.h):
 //
 //   vf                                a vector of VW floats
-//   vf v_zero(void), v_set1(float), v_add(vf, vf), v_mul(vf, vf), v_fma(vf a, vf b, vf c) (a*b + c,
-//   one rounding), void v_store(float *, vf)
+//   vf v_zero(void), v_set1(float), v_add(vf, vf), v_mul(vf, vf), void v_store(float *, vf)
+//   (and, for the variant's own primitives below, v_fma(vf a, vf b, vf c): a*b + c, one rounding)
 //   vf v_levels(ember_qtype T, vf scale, vf bias)
 //                                     what a row's decoding needs beyond its scale and bias (AVX-512,
 //                                     INT4 and INT2: a table of the row's level values
