@@ -52,6 +52,17 @@ static void dot_fwd(int64_t R, int64_t D, const float *T, float *z, float *tt) {
 // Rows of S a dot_bwd row group gathers at once (8 rows of up to this many entries, on the stack).
 #define DOT_BWD_GATHER 512
 
+// Columns [c, c + n) of a backward row group: acc[r] += S_ij T_j over j in order, S_ij read from the
+// gathered rows s (G) or through the pair index (ix into gz).
+static inline __attribute__((always_inline)) void dot_bwd_chunk(int64_t R, int64_t D, const float *T, int64_t c, int n,
+                                                                const float *s, const float *gz,
+                                                                const int32_t *const *ix, const int G, dvec *acc) {
+    for (int64_t j = 0; j < R; j++) {
+        const dvec t = dv_load_n(T + j * D + c, n);
+        for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(G ? s[r * R + j] : gz[ix[r][j]]), t, acc[r]);
+    }
+}
+
 // Backward: 8 rows i at a time over VW columns d, the chain over j with S_ij broadcast. With more
 // than one chunk of columns (D > VW) the group's S_ij are gathered from gz once (R <=
 // DOT_BWD_GATHER) and read back for every chunk: one load an FMA instead of an index and a value.
@@ -68,17 +79,8 @@ static void dot_bwd(int64_t R, int64_t D, const float *T, const float *gz, const
             const int n = (int)(D - c < VW ? D - c : VW);
             dvec acc[8];
             for (int r = 0; r < 8; r++) acc[r] = dv_zero();
-            if (gathered) {
-                for (int64_t j = 0; j < R; j++) {
-                    const dvec t = dv_load_n(T + j * D + c, n);
-                    for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(s[r * R + j]), t, acc[r]);
-                }
-            } else {
-                for (int64_t j = 0; j < R; j++) {
-                    const dvec t = dv_load_n(T + j * D + c, n);
-                    for (int r = 0; r < 8; r++) acc[r] = dv_fma(dv_bcast(gz[ix[r][j]]), t, acc[r]);
-                }
-            }
+            if (gathered) dot_bwd_chunk(R, D, T, c, n, s, gz, ix, 1, acc);
+            else dot_bwd_chunk(R, D, T, c, n, s, gz, ix, 0, acc);
             for (int r = 0; r < 8 && i0 + r < R; r++) {
                 const int64_t i = i0 + r;
                 dv_store_n((i == 0 ? d0 : rest + (i - 1) * D) + c, n, acc[r]);
